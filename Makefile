@@ -1,0 +1,103 @@
+# Makefile - loaderd. On a fresh Debian machine `make test` and `make demo` are all anyone types:
+# the first compile runs scripts/deps.sh, which installs missing Debian packages.
+#
+# Knobs: V=1 (echo commands), SAN=address,undefined (sanitizer build, in build/san unless BUILD
+# is given), WERROR=1 (default on when CI=true), CUDA_HOME (default: from nvcc on PATH),
+# FUZZ_SECONDS (per fuzz target in `make test`, default 15).
+# Targets: all, test, test-unit, test-san, test-gpu, fuzz, demo, check, clean.
+
+CC ?= cc
+CFLAGS ?= -O2 -g
+SAN ?=
+ifneq ($(SAN),)
+BUILD ?= build/san
+else
+BUILD ?= build
+endif
+FUZZ_SECONDS ?= 15
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+override CPPFLAGS += -I. -D_GNU_SOURCE
+override CFLAGS += -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes -MMD -MP -pthread
+override LDFLAGS += -pthread
+ifneq ($(SAN),)
+override CFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+override LDFLAGS += -fsanitize=$(SAN)
+endif
+ifneq ($(filter true 1,$(CI) $(WERROR)),)
+override CFLAGS += -Werror
+endif
+
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null))
+NVCC := $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc)
+
+SYSLIBS := -luring -lturbojpeg -ljpeg -lzstd -lxxhash -lm
+
+DEPS_STAMP := $(BUILD)/.deps-ok
+LIBS :=
+BINS :=
+TESTS :=
+DEPFILES :=
+
+.PHONY: all test test-unit test-san test-gpu fuzz demo check clean
+all:
+
+include common/module.mk
+include formats/module.mk
+include shm/module.mk
+include loader/module.mk
+include trainer/module.mk
+include tools/module.mk
+include tests/module.mk
+
+# Link order: dependents first.
+LINKLIBS := $(filter %/libloader.a,$(LIBS)) $(filter %/libshm.a,$(LIBS)) \
+	$(filter %/libformats.a,$(LIBS)) $(filter %/libcommon.a,$(LIBS))
+
+all: $(BINS) $(TESTS)
+
+$(DEPS_STAMP): scripts/deps.sh
+	$(Q)mkdir -p $(@D)
+	$(Q)sh scripts/deps.sh
+	$(Q)touch $@
+
+$(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
+	$(Q)mkdir -p $(@D)
+	$(if $(Q),@echo "  CC      $<")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/lib/%.a:
+	$(Q)mkdir -p $(@D)
+	$(if $(Q),@echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+test: all
+	$(Q)$(MAKE) --no-print-directory test-san
+	$(Q)$(MAKE) --no-print-directory fuzz
+	$(Q)BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/run.sh $(TESTS) $(sort $(wildcard tests/it_*.sh)) $(FUZZ_RUNS)
+
+test-unit: $(TESTS)
+	$(Q)BUILD=$(BUILD) sh tests/run.sh $(TESTS)
+
+# Unit tests again under AddressSanitizer and UBSan (corrupt input must never crash).
+test-san:
+	$(Q)$(MAKE) --no-print-directory SAN=address,undefined BUILD=build/san test-unit
+
+test-gpu: all
+	$(Q)BUILD=$(BUILD) sh tests/run.sh $(sort $(wildcard $(BUILD)/tests/gpu_*))
+
+check: test
+
+demo: all
+	$(Q)BUILD=$(BUILD) sh scripts/demo.sh
+
+clean:
+	rm -rf build
+
+DEPFILES += $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(DEPFILES)

@@ -1,0 +1,175 @@
+/* dpk.h - the packed dataset format (.dpk): one file per dataset, O(1) random access by sample
+ * index, every record and the index checksummed with XXH3-64. Spec: docs/FORMAT.md.
+ *
+ * Layout: header (DPK_HEADER_SIZE bytes) | records, back to back, unpadded | class names | index
+ * (count x struct dpk_entry). All integers little-endian. The header is written last, so a file
+ * whose header checks out was written completely. */
+#ifndef LOADERD_DPK_H
+#define LOADERD_DPK_H
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DPK_MAGIC "DPKv\r\n\x1a\n"  /* 8 bytes; the CR LF / ^Z catch text-mode mangling, as PNG */
+#define DPK_VERSION 1u
+#define DPK_INDEX_ALIGN 64u          /* index_offset is a multiple of this */
+#define DPK_HEADER_SIZE 4096u        /* records start here: 4 KiB aligned for O_DIRECT */
+#define DPK_NDIM_MAX 4
+#define DPK_CLASS_NAME_MAX 1024u     /* bytes, without the terminating NUL */
+#define DPK_RECORD_MAX (1ull << 34)  /* 16 GiB: larger stored or decoded records are corrupt */
+#define DPK_DIM_MAX (1u << 20)       /* no dimension of a tensor or image exceeds this */
+
+enum dpk_kind {
+	DPK_KIND_JPEG = 1,      /* JPEG file stored as is; shape = H, W, C from its SOF */
+	DPK_KIND_RAW = 2,       /* uint8 tensor, C order, shape[0..ndim) */
+	DPK_KIND_RAW_ZSTD = 3,  /* the same tensor, one zstd frame */
+};
+#define DPK_KIND_MAX 3
+
+/* JPEG chroma subsampling, as parsed from the SOF sampling factors (values = TJSAMP_*). */
+enum dpk_subsamp {
+	DPK_SUB_444 = 0, DPK_SUB_422 = 1, DPK_SUB_420 = 2, DPK_SUB_GRAY = 3,
+	DPK_SUB_440 = 4, DPK_SUB_411 = 5, DPK_SUB_OTHER = 255,
+};
+
+#define DPK_F_PROGRESSIVE 0x01u      /* entry.flags: progressive JPEG */
+
+/* On disk at offset 0. header_xxh3 covers bytes [0, offsetof(header_xxh3)). */
+struct dpk_header {
+	char magic[8];
+	uint32_t version;        /* DPK_VERSION; another value is -EPROTO */
+	uint32_t header_size;    /* DPK_HEADER_SIZE */
+	uint64_t count;          /* samples */
+	uint64_t data_offset;    /* = header_size */
+	uint64_t data_size;      /* bytes of records */
+	uint64_t classes_offset; /* class table: class_count x (u32 len, len bytes UTF-8) */
+	uint64_t classes_size;
+	uint64_t index_offset;   /* count x struct dpk_entry */
+	uint64_t index_size;     /* = count * sizeof(struct dpk_entry) */
+	uint64_t file_size;      /* total bytes; a longer or shorter file is corrupt */
+	uint64_t classes_xxh3;   /* XXH3-64 of the class table */
+	uint64_t index_xxh3;     /* XXH3-64 of the index */
+	uint32_t class_count;    /* 0 when the source had no class names (labels still valid) */
+	uint32_t kinds;          /* bit (1 << kind) for every kind present */
+	uint32_t entry_size;     /* sizeof(struct dpk_entry) */
+	uint32_t reserved0;
+	uint64_t reserved[4];    /* zero */
+	uint64_t header_xxh3;
+};
+_Static_assert(sizeof(struct dpk_header) == 152, "dpk_header is on disk");
+_Static_assert(offsetof(struct dpk_header, count) == 16, "dpk_header is on disk");
+_Static_assert(offsetof(struct dpk_header, class_count) == 96, "dpk_header is on disk");
+_Static_assert(offsetof(struct dpk_header, header_xxh3) == 144, "dpk_header is on disk");
+
+/* On disk: one per sample, in sample order; records appear in the file in the same order. */
+struct dpk_entry {
+	uint64_t offset;         /* absolute file offset of the stored bytes */
+	uint64_t length;         /* stored bytes, 1..DPK_RECORD_MAX */
+	int64_t label;           /* class index (0..class_count-1 when class_count > 0) */
+	uint64_t xxh3;           /* XXH3-64 (seed 0) of the stored bytes */
+	uint64_t raw_size;       /* decoded bytes: product of shape (uint8 elements) */
+	uint32_t shape[DPK_NDIM_MAX]; /* JPEG: H, W, C, 0; raw: the tensor's shape, 0 past ndim */
+	uint8_t kind;            /* enum dpk_kind */
+	uint8_t ndim;            /* 1..DPK_NDIM_MAX; JPEG: 3 */
+	uint8_t subsamp;         /* JPEG: enum dpk_subsamp; raw: 0 */
+	uint8_t flags;           /* DPK_F_* */
+	uint32_t reserved;       /* zero */
+};
+_Static_assert(sizeof(struct dpk_entry) == 64, "dpk_entry is on disk");
+_Static_assert(offsetof(struct dpk_entry, shape) == 40, "dpk_entry is on disk");
+_Static_assert(offsetof(struct dpk_entry, kind) == 56, "dpk_entry is on disk");
+
+/* ---- reader ---- */
+
+struct dpk;  /* opaque; immutable after open, so safe to share between threads */
+
+#define DPK_OPEN_NO_INDEX_CHECK 0x1u  /* skip the index checksum (entries are still validated) */
+
+/* Open and validate @path: header, checksums of header, class table and index, and every entry
+ * (bounds, order, no overlap, no overflow, sane shapes). The index is mmap'd read-only.
+ * Returns 0 or -errno: -EBADMSG corrupt, -EPROTO other version, -ENOMEM, or open's errno.
+ * On failure a message naming the fault (and the sample, if one) is written to @err. */
+int dpk_open(const char *path, unsigned flags, struct dpk **out, char *err, size_t errlen);
+/* The same on an fd the caller keeps owning (it must stay open until dpk_close). */
+int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errlen);
+void dpk_close(struct dpk *d);  /* NULL ok */
+
+uint64_t dpk_count(const struct dpk *d);
+uint32_t dpk_class_count(const struct dpk *d);
+/* NUL-terminated name of class @i, or NULL when out of range. Lives until dpk_close. */
+const char *dpk_class_name(const struct dpk *d, uint32_t i);
+/* Index entry @i (validated at open), or NULL when i >= count. Lives until dpk_close. */
+const struct dpk_entry *dpk_entry_get(const struct dpk *d, uint64_t i);
+const struct dpk_header *dpk_header_get(const struct dpk *d);
+int dpk_fd(const struct dpk *d);
+
+/* Read record @i's stored bytes into @buf (capacity @cap >= entry length) with pread and check
+ * its checksum. Returns the length, -EBADMSG on checksum mismatch or short file, -ENOSPC when
+ * @cap is too small, -ERANGE for a bad index, or the read's -errno. Thread-safe. */
+ssize_t dpk_read(const struct dpk *d, uint64_t i, void *buf, size_t cap);
+/* 0 when @buf (entry->length bytes) matches the entry's checksum, else -EBADMSG. */
+int dpk_record_check(const struct dpk_entry *e, const void *buf);
+/* Decode a raw or zstd record's stored bytes @src into @dst (entry->raw_size bytes).
+ * Returns raw_size, -EBADMSG when the data does not decode to exactly raw_size bytes,
+ * -EINVAL for a JPEG entry, -ENOSPC when @cap is too small. */
+ssize_t dpk_raw_decode(const struct dpk_entry *e, const void *src, void *dst, size_t cap);
+
+/* The O_DIRECT view of a record: the block-aligned extent that covers it. */
+struct dpk_extent {
+	uint64_t offset;  /* aligned down to the block size */
+	uint64_t length;  /* aligned up; offset + length covers the record */
+	uint64_t skip;    /* record starts at buffer + skip */
+};
+/* @block: a power of two (e.g. 512 or 4096). */
+void dpk_extent_align(const struct dpk_entry *e, uint64_t block, struct dpk_extent *out);
+
+/* ---- writer ---- */
+
+struct dpk_writer;
+
+/* A record to append. The writer computes xxh3 and raw_size; for DPK_KIND_RAW_ZSTD, @data is
+ * the compressed frame and shape describes the decompressed tensor. */
+struct dpk_record {
+	enum dpk_kind kind;
+	int64_t label;
+	const void *data;
+	uint64_t length;
+	uint32_t shape[DPK_NDIM_MAX];
+	uint8_t ndim;
+	uint8_t subsamp;
+	uint8_t flags;
+	uint64_t xxh3;     /* when has_xxh3, trusted as the checksum of data (saves a pass) */
+	int has_xxh3;
+};
+
+#define DPK_WRITE_NO_SYNC 0x1u  /* skip writeback and fsync: the rename stays atomic for other
+				 * processes, but a crash soon after may lose the file's data */
+
+/* Start writing @path: records go to a temporary file in the same directory, which
+ * dpk_writer_finish() fsyncs and renames over @path. Returns 0 or -errno. */
+int dpk_writer_create(const char *path, unsigned flags, struct dpk_writer **out);
+/* Set the class names (copied). Call before finish. Returns 0, -EINVAL (name too long) or -ENOMEM. */
+int dpk_writer_set_classes(struct dpk_writer *w, const char *const *names, uint32_t n);
+/* Append the next sample. Returns 0, -EINVAL (bad shape or kind) or the write's -errno
+ * (-ENOSPC on a full disk). After an error the writer only accepts destroy. */
+int dpk_writer_add(struct dpk_writer *w, const struct dpk_record *r);
+uint64_t dpk_writer_count(const struct dpk_writer *w);
+/* Write class table, index and header, fsync, rename to the final path, fsync the directory.
+ * Returns 0 or -errno; on error the temporary file is removed and @path is untouched. */
+int dpk_writer_finish(struct dpk_writer *w);
+/* Free; removes the temporary file unless finish succeeded. NULL ok. */
+void dpk_writer_destroy(struct dpk_writer *w);
+/* The temporary file's path (for a signal handler that must unlink it). */
+const char *dpk_writer_tmp_path(const struct dpk_writer *w);
+
+/* Human name of a kind ("jpeg", "raw", "raw+zstd") or "?". */
+const char *dpk_kind_name(unsigned kind);
+const char *dpk_subsamp_name(unsigned subsamp);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

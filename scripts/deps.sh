@@ -1,0 +1,33 @@
+#!/bin/sh
+# deps.sh - install the Debian packages loaderd builds against, only when some are missing.
+# Called by the Makefile before the first compile; safe to run by hand. Exit 0 when all present.
+set -eu
+
+PKGS="build-essential pkg-config liburing-dev libturbojpeg0-dev libjpeg62-turbo-dev libzstd-dev
+libxxhash-dev libcmocka-dev libopenmpi-dev openmpi-bin libopenblas-dev clang libclang-rt-14-dev
+python3 bc"
+
+missing=""
+for p in $PKGS; do
+	st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+	case "$st" in
+	*"install ok installed"*) ;;
+	*) missing="$missing $p" ;;
+	esac
+done
+
+[ -z "$missing" ] && exit 0
+
+echo "deps: installing missing Debian packages:$missing" >&2
+if [ "$(id -u)" -eq 0 ]; then
+	SUDO=""
+elif command -v sudo >/dev/null 2>&1; then
+	SUDO="sudo"
+else
+	echo "deps: not root and no sudo; run as root: apt-get install$missing" >&2
+	exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing

@@ -1,0 +1,51 @@
+/* main.c - dpack: convert datasets into the packed .dpk format, verify and inspect them. */
+#include "common/log.h"
+#include "tools/dpack/dpack.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char usage[] =
+	"usage: dpack COMMAND [options] ...\n"
+	"\n"
+	"Convert a dataset into a packed, checksummed .dpk file with O(1) random access.\n"
+	"\n"
+	"commands:\n"
+	"  pack SRC OUT.dpk              SRC: an ImageFolder tree (class = sorted sub-folder),\n"
+	"                                or a WebDataset .tar (KEY.jpg + KEY.cls members)\n"
+	"  pack IMAGES.npy LABELS.npy OUT.dpk\n"
+	"                                uint8 images N x ... and integer labels N (e.g. CIFAR)\n"
+	"  verify D.dpk                  recompute every checksum; exit 1 listing bad samples\n"
+	"  inspect D.dpk [--json]        counts, classes, kinds, size histograms\n"
+	"\n"
+	"Run 'dpack COMMAND --help' for the options of a command.\n";
+
+int dpack_cores(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n > 0 ? (int)n : 1;
+}
+
+int main(int argc, char **argv)
+{
+	log_prog = "dpack";
+	if (argc < 2) {
+		fputs(usage, stderr);
+		return 2;
+	}
+	const char *cmd = argv[1];
+	if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+		fputs(usage, stdout);
+		return 0;
+	}
+	if (!strcmp(cmd, "pack"))
+		return dpack_pack_main(argc - 1, argv + 1);
+	if (!strcmp(cmd, "verify"))
+		return dpack_verify_main(argc - 1, argv + 1);
+	if (!strcmp(cmd, "inspect"))
+		return dpack_inspect_main(argc - 1, argv + 1);
+	LOG_ERROR("unknown command '%s' (pack, verify, inspect; see dpack --help)", cmd);
+	return 2;
+}

@@ -1,0 +1,14 @@
+# tools/: tools/NAME.c is the program NAME; tools/NAME/*.c is the program NAME from several files.
+TOOL_SINGLE := $(patsubst tools/%.c,%,$(wildcard tools/*.c))
+TOOL_DIRS := $(patsubst tools/%/main.c,%,$(wildcard tools/*/main.c))
+TOOL_BINS := $(patsubst %,$(BUILD)/bin/%,$(TOOL_SINGLE) $(TOOL_DIRS))
+BINS += $(TOOL_BINS)
+
+$(foreach t,$(TOOL_SINGLE),$(eval $(BUILD)/bin/$(t): $(BUILD)/obj/tools/$(t).o))
+$(foreach t,$(TOOL_DIRS),$(eval $(BUILD)/bin/$(t): \
+	$(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/$(t)/*.c))))
+
+$(TOOL_BINS): $(LIBS)
+	$(Q)mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LINKLIBS) $(SYSLIBS)
