@@ -1,0 +1,176 @@
+/* ctl.c - framing and validation of control messages (see ctl.h). Both sides use it; nothing
+ * here trusts the peer: lengths, types, strings and enums are all checked before use. */
+#include "shm/ctl.h"
+#include "shm/ring.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+int ctl_send(int sock, uint16_t type, const void *body, size_t len, const int *fds, int nfds)
+{
+	struct ctl_hdr h = { .magic = CTL_MAGIC, .version = CTL_VERSION, .type = type };
+	union {
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)body, len } };
+	struct msghdr m = { .msg_iov = iov, .msg_iovlen = len ? 2 : 1 };
+
+	if (len > CTL_MSG_MAX - sizeof(h) || nfds < 0 || nfds > 2)
+		return -EINVAL;
+	h.length = (uint32_t)(sizeof(h) + len);
+	if (nfds > 0) {
+		memset(&u, 0, sizeof(u));
+		m.msg_control = u.buf;
+		m.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+		struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+	}
+	for (;;) {
+		ssize_t n = sendmsg(sock, &m, MSG_NOSIGNAL);
+		if (n >= 0)
+			return n == (ssize_t)h.length ? 0 : -EIO;
+		if (errno != EINTR)
+			return errno == ECONNRESET ? -EPIPE : -errno;
+	}
+}
+
+/* Take the fds out of a received control block: keep up to 2 in @fds, close all others. */
+static int take_fds(struct msghdr *m, int *fds, int *nfds)
+{
+	int kept = 0;
+
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			if (fds && kept < 2)
+				fds[kept++] = fd;
+			else
+				close(fd);
+		}
+	}
+	if (nfds)
+		*nfds = kept;
+	return kept;
+}
+
+ssize_t ctl_recv(int sock, void *buf, uint16_t *type, int *fds, int *nfds)
+{
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { buf, CTL_MSG_MAX };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			    .msg_controllen = sizeof(u.buf) };
+	struct ctl_hdr h;
+	ssize_t n;
+
+	if (nfds)
+		*nfds = 0;
+	do
+		n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return errno == ECONNRESET ? -EPIPE : -errno;
+	int kept = take_fds(&m, fds, nfds);
+	int ret = 0;
+	if (n == 0)
+		ret = -EPIPE;
+	else if ((m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)n < sizeof(h))
+		ret = -EBADMSG;
+	if (ret == 0) {
+		memcpy(&h, buf, sizeof(h));
+		if (h.magic != CTL_MAGIC || h.length != (uint32_t)n || h.reserved)
+			ret = -EBADMSG;
+		else if (h.version != CTL_VERSION)
+			ret = -EPROTO;
+		else if (h.type == 0 || h.type > CTL_TYPE_MAX)
+			ret = -EBADMSG;
+	}
+	if (ret < 0) {
+		for (int i = 0; i < kept; i++)
+			close(fds[i]);
+		if (nfds)
+			*nfds = 0;
+		return ret;
+	}
+	*type = h.type;
+	memmove(buf, (char *)buf + sizeof(h), (size_t)n - sizeof(h));
+	return n - (ssize_t)sizeof(h);
+}
+
+/* A fixed-size string field must hold a NUL, and nothing but NULs after it (no hidden bytes). */
+static int fixed_string_ok(const char *s, size_t cap)
+{
+	const char *nul = memchr(s, 0, cap);
+
+	if (!nul || nul == s)
+		return 0;
+	for (const char *p = nul; p < s + cap; p++)
+		if (*p)
+			return 0;
+	return 1;
+}
+
+#define BAD(...) (snprintf(why, whylen, __VA_ARGS__), -EINVAL)
+
+int ctl_check_job_open(const struct ctl_job_open *j, char *why, size_t whylen)
+{
+	if (!fixed_string_ok(j->job, sizeof(j->job)))
+		return BAD("job: empty, not NUL-terminated, or junk after the NUL");
+	if (strspn(j->job, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
+	    strlen(j->job))
+		return BAD("job: only letters, digits, '.', '_' and '-' are allowed");
+	if (!fixed_string_ok(j->dataset, sizeof(j->dataset)))
+		return BAD("dataset: empty, not NUL-terminated, or junk after the NUL");
+	if (j->batch == 0 || j->batch > RING_BATCH_MAX)
+		return BAD("batch: %u is not in 1..%u", j->batch, RING_BATCH_MAX);
+	if ((j->crop_h == 0) != (j->crop_w == 0) || j->crop_h > CTL_CROP_MAX || j->crop_w > CTL_CROP_MAX)
+		return BAD("crop: %ux%u (both 1..%u, or both 0 for records as stored)", j->crop_h,
+			   j->crop_w, CTL_CROP_MAX);
+	if (j->transforms & ~CTL_TF_ALL)
+		return BAD("transforms: unknown bits 0x%x", j->transforms & ~CTL_TF_ALL);
+	if ((j->transforms & CTL_TF_RANDOM_RESIZED_CROP) && (j->transforms & CTL_TF_CENTER_CROP))
+		return BAD("transforms: random-resized-crop and center-crop exclude each other");
+	if ((j->transforms & (CTL_TF_RANDOM_RESIZED_CROP | CTL_TF_CENTER_CROP)) && j->crop_h == 0)
+		return BAD("transforms: a crop needs crop_h and crop_w");
+	if (j->world == 0 || j->world > CTL_WORLD_MAX)
+		return BAD("world: %u is not in 1..%u", j->world, CTL_WORLD_MAX);
+	if (j->rank >= j->world)
+		return BAD("rank: %u is not below world size %u", j->rank, j->world);
+	if (j->sampling > CTL_SAMPLE_BLOCK)
+		return BAD("sampling: unknown mode %u", j->sampling);
+	if (j->tail > CTL_TAIL_MASK)
+		return BAD("tail: unknown policy %u", j->tail);
+	if (j->on_bad > CTL_BAD_FAIL)
+		return BAD("on_bad: unknown policy %u", j->on_bad);
+	if (j->slots == 1 || j->slots > RING_SLOTS_MAX)
+		return BAD("slots: %u is not in 2..%u (0 = default)", j->slots, RING_SLOTS_MAX);
+	for (size_t i = 0; i < sizeof(j->reserved) / sizeof(j->reserved[0]); i++)
+		if (j->reserved[i])
+			return BAD("reserved[%zu]: not zero", i);
+	return 0;
+}
+
+void ctl_error_make(struct ctl_error *e, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	memset(e, 0, sizeof(*e));
+	e->err = err < 0 ? -err : err;
+	va_start(ap, fmt);
+	vsnprintf(e->text, sizeof(e->text), fmt, ap);
+	va_end(ap);
+}

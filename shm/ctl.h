@@ -1,0 +1,125 @@
+/* ctl.h - the control protocol between loaderd and its clients, over a SOCK_SEQPACKET unix
+ * socket: one message per packet, binary, little-endian, fixed layouts with _Static_asserts.
+ * Every message starts with struct ctl_hdr; ctl_recv() checks magic, version, type and length
+ * before any body is looked at, and the ctl_check_* functions validate every field of a body.
+ * File descriptors (the ring's memfd and its doorbell eventfd) travel with SCM_RIGHTS and only
+ * from server to client. Spec: docs/RING.md. */
+#ifndef LOADERD_CTL_H
+#define LOADERD_CTL_H
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CTL_MAGIC 0x3143444cu     /* "LDC1" read as little-endian bytes 'L','D','C','1' */
+#define CTL_VERSION 1u
+#define CTL_MSG_MAX 4096u         /* bytes, header included; longer packets are refused */
+#define CTL_JOB_NAME_MAX 64u      /* bytes including the NUL */
+#define CTL_PATH_MAX 1024u        /* bytes including the NUL */
+#define CTL_TEXT_MAX 256u         /* error text, bytes including the NUL */
+#define CTL_WORLD_MAX 65536u
+#define CTL_CROP_MAX 8192u
+
+enum ctl_type {
+	CTL_JOB_OPEN = 1,   /* client: struct ctl_job_open */
+	CTL_JOB_OK = 2,     /* server: struct ctl_job_ok + 2 fds (ring memfd, doorbell eventfd) */
+	CTL_STATS_REQ = 3,  /* client: no body: stats of this connection's rank */
+	CTL_STATS = 4,      /* server: struct ctl_stats */
+	CTL_ERROR = 5,      /* server: struct ctl_error; the server closes the connection after it */
+	CTL_TYPE_MAX = 5
+};
+
+struct ctl_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;       /* enum ctl_type */
+	uint32_t length;     /* bytes of the whole message, header included */
+	uint32_t reserved;   /* zero */
+};
+_Static_assert(sizeof(struct ctl_hdr) == 16, "ctl_hdr is on the wire");
+
+enum ctl_sampling { CTL_SAMPLE_SHUFFLE = 0, CTL_SAMPLE_SEQUENTIAL = 1, CTL_SAMPLE_BLOCK = 2 };
+enum ctl_tail { CTL_TAIL_PAD = 0, CTL_TAIL_DROP = 1, CTL_TAIL_MASK = 2 };
+enum ctl_bad { CTL_BAD_SUBSTITUTE = 0, CTL_BAD_FAIL = 1 };
+
+/* Transforms (bits). */
+#define CTL_TF_RANDOM_RESIZED_CROP 0x01u /* torchvision RandomResizedCrop(scale 0.08-1, ratio 3/4-4/3) */
+#define CTL_TF_CENTER_CROP 0x02u         /* resize shorter side then center crop (evaluation) */
+#define CTL_TF_HFLIP 0x04u               /* random horizontal flip, p = 0.5 */
+#define CTL_TF_NCHW 0x08u                /* channel-first output (default NHWC) */
+#define CTL_TF_ALL 0x0fu
+
+/* A job: ranks that send equal bodies (rank aside) join the same job. */
+struct ctl_job_open {
+	char job[CTL_JOB_NAME_MAX];   /* [A-Za-z0-9._-]+, NUL-terminated, NUL-padded */
+	char dataset[CTL_PATH_MAX];   /* absolute or daemon-relative path, NUL-terminated, NUL-padded */
+	uint64_t seed;
+	uint64_t start_epoch;         /* first epoch of a fresh job */
+	uint32_t epochs;              /* 0 = unbounded */
+	uint32_t batch;               /* 1..RING_BATCH_MAX */
+	uint32_t crop_h, crop_w;      /* output size, 1..CTL_CROP_MAX; 0, 0 = records as stored */
+	uint32_t transforms;          /* CTL_TF_* */
+	uint32_t rank, world;         /* rank < world <= CTL_WORLD_MAX */
+	uint32_t sampling;            /* enum ctl_sampling */
+	uint32_t tail;                /* enum ctl_tail */
+	uint32_t on_bad;              /* enum ctl_bad */
+	uint32_t slots;               /* ring depth, 2..RING_SLOTS_MAX; 0 = server default */
+	uint32_t reserved[7];         /* zero */
+};
+_Static_assert(sizeof(struct ctl_job_open) == CTL_JOB_NAME_MAX + CTL_PATH_MAX + 88, "on the wire");
+
+struct ctl_job_ok {
+	uint64_t job_id;
+	uint64_t first_step;          /* the step this rank starts (or resumes) at */
+	uint64_t steps_total;         /* 0 = unbounded */
+	uint64_t steps_per_epoch;
+	uint64_t samples;             /* samples in the dataset */
+	uint64_t reserved[3];
+};
+_Static_assert(sizeof(struct ctl_job_ok) == 64, "on the wire");
+
+struct ctl_stats {
+	uint64_t job_id;
+	uint64_t published;           /* steps published to this rank's rings, all attaches */
+	uint64_t released;            /* first step not released by the current consumer */
+	uint64_t samples;             /* samples delivered */
+	uint64_t bad_records;         /* records that failed checksum or decode (job-wide) */
+	uint64_t fill_ns;             /* producer time spent filling this rank's slots */
+	uint64_t io_ns;               /* of which reading */
+	uint64_t decode_ns;           /* of which decoding */
+	uint32_t attaches;            /* times a consumer attached to this rank */
+	uint32_t ranks_attached;      /* consumers attached to the job now */
+	uint32_t slots;
+	uint32_t occupancy;           /* slots published and not yet released, now */
+	uint64_t reserved[4];
+};
+_Static_assert(sizeof(struct ctl_stats) == 112, "on the wire");
+
+struct ctl_error {
+	int32_t err;                  /* positive errno */
+	char text[CTL_TEXT_MAX];      /* NUL-terminated */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct ctl_error) == 264, "on the wire");
+
+/* Send one message of @type with @body (@len bytes) and up to 2 fds (@nfds may be 0).
+ * Returns 0 or -errno (-EPIPE when the peer is gone; never raises SIGPIPE). */
+int ctl_send(int sock, uint16_t type, const void *body, size_t len, const int *fds, int nfds);
+/* Receive one message into @buf (CTL_MSG_MAX bytes). Checks the header; fds that came with it are
+ * stored in @fds (up to 2, *nfds set) when @fds is not NULL and closed otherwise. Returns the body
+ * length (>= 0) with *type set, 0-length EOF as -EPIPE, -EBADMSG for a malformed packet (bad
+ * magic, length, type, truncated), -EPROTO for another version, or -errno. */
+ssize_t ctl_recv(int sock, void *buf, uint16_t *type, int *fds, int *nfds);
+
+/* Field validation. Return 0, or -EINVAL with a message naming the field in @why. */
+int ctl_check_job_open(const struct ctl_job_open *j, char *why, size_t whylen);
+/* Make @e from -errno @err and a printf-style message. */
+void ctl_error_make(struct ctl_error *e, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+#ifdef __cplusplus
+}
+#endif
+#endif

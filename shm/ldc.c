@@ -1,0 +1,347 @@
+/* ldc.c - the client side of the control protocol and of the ring (see ldc.h).
+ *
+ * DESIGN
+ * The ring's futex word is waited on in slices of at most SLICE_MS: a producer killed with
+ * SIGKILL wakes nobody, so between slices the client asks the kernel whether the control socket
+ * has hung up (poll: POLLHUP/POLLRDHUP, or a CTL_ERROR the daemon sent before dropping us). The
+ * slice bounds how long a dead daemon goes unnoticed; it costs one wakeup per slice while idle.
+ * After each release the client rings the doorbell (an eventfd the daemon polls), which is what
+ * wakes the daemon's producer threads when the ring was full. */
+#include "shm/ldc.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SLICE_MS 100
+#define REPLY_TIMEOUT_MS 10000
+
+struct ldc {
+	int fd;
+	int bell;
+	struct ring *ring;
+	uint64_t next;          /* next step to acquire */
+	int gone;               /* the daemon hung up or dropped us */
+	int gone_err;
+	char err[CTL_TEXT_MAX + 128];
+};
+
+static int set_err(struct ldc *c, int ret, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int set_err(struct ldc *c, int ret, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(c->err, sizeof(c->err), fmt, ap);
+	va_end(ap);
+	return ret;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int ldc_connect(const char *socket_path, struct ldc **out, char *err, size_t errlen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct ldc *c;
+	int ret;
+
+	*out = NULL;
+	if (strlen(socket_path) >= sizeof(sa.sun_path)) {
+		snprintf(err, errlen, "socket path %s is too long", socket_path);
+		return -ENAMETOOLONG;
+	}
+	strcpy(sa.sun_path, socket_path);
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	c->bell = -1;
+	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "cannot connect to loaderd at %s: %s%s", socket_path,
+			 strerror(-ret), ret == -ENOENT || ret == -ECONNREFUSED ?
+			 " (is loaderd running with --socket this path?)" : "");
+		if (c->fd >= 0)
+			close(c->fd);
+		free(c);
+		return ret;
+	}
+	*out = c;
+	return 0;
+}
+
+/* The daemon spoke or hung up without being asked: record why and return -errno. */
+static int take_unsolicited(struct ldc *c)
+{
+	char buf[CTL_MSG_MAX];
+	uint16_t type;
+	ssize_t n = ctl_recv(c->fd, buf, &type, NULL, NULL);
+
+	c->gone = 1;
+	if (n >= (ssize_t)sizeof(struct ctl_error) && type == CTL_ERROR) {
+		struct ctl_error e;
+		memcpy(&e, buf, sizeof(e));
+		e.text[sizeof(e.text) - 1] = '\0';
+		c->gone_err = e.err > 0 ? -e.err : -EPIPE;
+		return set_err(c, -EPIPE, "loaderd dropped this client: %s", e.text);
+	}
+	c->gone_err = -EPIPE;
+	if (n == -EPIPE || n == -ECONNRESET)
+		return set_err(c, -EPIPE, "loaderd closed the connection: it exited or was killed");
+	return set_err(c, -EPIPE, "loaderd sent an unexpected message (%s); connection abandoned",
+		       n < 0 ? strerror((int)-n) : "wrong type");
+}
+
+/* Wait up to @timeout_ms for a reply of @want into @buf. Body length or -errno. */
+static ssize_t wait_reply(struct ldc *c, uint16_t want, void *buf, int *fds, int *nfds)
+{
+	struct pollfd p = { .fd = c->fd, .events = POLLIN };
+	uint16_t type;
+	ssize_t n;
+
+	int r = poll(&p, 1, REPLY_TIMEOUT_MS);
+	if (r == 0)
+		return set_err(c, -ETIMEDOUT, "loaderd did not answer within %d ms", REPLY_TIMEOUT_MS);
+	if (r < 0)
+		return set_err(c, -errno, "poll: %s", strerror(errno));
+	n = ctl_recv(c->fd, buf, &type, fds, nfds);
+	if (n == -EPIPE) {
+		c->gone = 1;
+		return set_err(c, -EPIPE, "loaderd closed the connection: it exited or was killed");
+	}
+	if (n < 0)
+		return set_err(c, (int)n, "bad reply from loaderd: %s", strerror((int)-n));
+	if (type == CTL_ERROR && (size_t)n == sizeof(struct ctl_error)) {
+		struct ctl_error e;
+		memcpy(&e, buf, sizeof(e));
+		e.text[sizeof(e.text) - 1] = '\0';
+		c->gone = 1;
+		return set_err(c, e.err > 0 && e.err < 4096 ? -e.err : -EIO, "loaderd: %s", e.text);
+	}
+	if (type != want) {
+		if (fds)
+			for (int i = 0; i < *nfds; i++)
+				close(fds[i]);
+		return set_err(c, -EBADMSG, "loaderd answered with message type %u, expected %u", type,
+			       want);
+	}
+	return n;
+}
+
+static int copy_field(char *dst, size_t cap, const char *src)
+{
+	size_t n = src ? strlen(src) : 0;
+
+	if (n == 0 || n >= cap)
+		return -1;
+	memcpy(dst, src, n);
+	return 0;
+}
+
+int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
+{
+	struct ctl_job_open m;
+	char buf[CTL_MSG_MAX], why[CTL_TEXT_MAX];
+	int fds[2], nfds = 0, ret;
+	ssize_t n;
+
+	if (c->ring)
+		return set_err(c, -EINVAL, "this connection already has a job");
+	memset(&m, 0, sizeof(m));
+	if (copy_field(m.job, sizeof(m.job), job->job) < 0)
+		return set_err(c, -EINVAL, "job name missing or longer than %u bytes",
+			       CTL_JOB_NAME_MAX - 1);
+	if (copy_field(m.dataset, sizeof(m.dataset), job->dataset) < 0)
+		return set_err(c, -EINVAL, "dataset path missing or longer than %u bytes",
+			       CTL_PATH_MAX - 1);
+	m.seed = job->seed;
+	m.start_epoch = job->start_epoch;
+	m.epochs = job->epochs;
+	m.batch = job->batch;
+	m.crop_h = job->crop_h;
+	m.crop_w = job->crop_w;
+	m.transforms = job->transforms;
+	m.rank = job->rank;
+	m.world = job->world;
+	m.sampling = job->sampling;
+	m.tail = job->tail;
+	m.on_bad = job->on_bad;
+	m.slots = job->slots;
+	/* Same check the daemon makes: a mistake is reported here, in the caller's words. */
+	if (ctl_check_job_open(&m, why, sizeof(why)) < 0)
+		return set_err(c, -EINVAL, "job %s: %s", m.job, why);
+	ret = ctl_send(c->fd, CTL_JOB_OPEN, &m, sizeof(m), NULL, 0);
+	if (ret < 0)
+		return set_err(c, ret, "sending the job to loaderd: %s", strerror(-ret));
+	n = wait_reply(c, CTL_JOB_OK, buf, fds, &nfds);
+	if (n < 0)
+		return (int)n;
+	if ((size_t)n != sizeof(struct ctl_job_ok) || nfds != 2) {
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		return set_err(c, -EBADMSG, "loaderd's job reply is malformed (%zd bytes, %d fds)", n,
+			       nfds);
+	}
+	struct ctl_job_ok ok;
+	memcpy(&ok, buf, sizeof(ok));
+	ret = ring_attach(fds[0], &c->ring);
+	if (ret < 0) {
+		close(fds[0]);
+		close(fds[1]);
+		return set_err(c, ret, "the ring loaderd sent cannot be used: %s%s", strerror(-ret),
+			       ret == -EPERM ? " (not sealed)" : "");
+	}
+	c->bell = fds[1];
+	const struct ring_hdr *h = ring_header(c->ring);
+	if (h->first_step != ok.first_step || h->rank != job->rank || h->world != job->world) {
+		ring_destroy(c->ring);
+		c->ring = NULL;
+		return set_err(c, -EBADMSG, "the ring loaderd sent is for another rank or step");
+	}
+	c->next = ok.first_step;
+	info->job_id = ok.job_id;
+	info->first_step = ok.first_step;
+	info->steps_total = ok.steps_total;
+	info->steps_per_epoch = ok.steps_per_epoch;
+	info->samples = ok.samples;
+	info->ring = h;
+	c->err[0] = '\0';
+	return 0;
+}
+
+/* Has the daemon gone (hang-up, or an error message that precedes the close)? 0 or -EPIPE. */
+static int check_peer(struct ldc *c)
+{
+	struct pollfd p = { .fd = c->fd, .events = POLLIN | POLLRDHUP };
+
+	if (c->gone)
+		return -EPIPE;
+	if (poll(&p, 1, 0) <= 0)
+		return 0;
+	return take_unsolicited(c);
+}
+
+int ldc_acquire(struct ldc *c, int timeout_ms, struct ldc_batch *b)
+{
+	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+	struct ring_slot s;
+	int ret;
+
+	if (!c->ring)
+		return set_err(c, -EINVAL, "no job is open on this connection");
+	for (;;) {
+		int slice = SLICE_MS;
+		if (deadline >= 0) {
+			int64_t left = deadline - now_ms();
+			slice = left < 0 ? 0 : left < SLICE_MS ? (int)left : SLICE_MS;
+		}
+		ret = ring_cons_acquire(c->ring, c->next, slice, &s);
+		if (ret == 0)
+			break;
+		if (ret == -ENODATA)
+			return set_err(c, ret, "end of job: all %llu steps were delivered",
+				       (unsigned long long)ring_header(c->ring)->steps_total);
+		if (ret != -ETIMEDOUT)
+			return set_err(c, ret, "step %llu: the ring is inconsistent (%s)",
+				       (unsigned long long)c->next, strerror(-ret));
+		/* Published batches are still good after the daemon died; only wait-forever ends. */
+		if (check_peer(c) < 0)
+			return -EPIPE;
+		if (deadline >= 0 && now_ms() >= deadline)
+			return set_err(c, -ETIMEDOUT, "no batch for step %llu within %d ms",
+				       (unsigned long long)c->next, timeout_ms);
+	}
+	const struct ring_hdr *h = ring_header(c->ring);
+	c->next++;
+	b->step = s.step;
+	b->epoch = s.hdr->epoch;
+	b->step_in_epoch = s.hdr->step_in_epoch;
+	b->count = s.hdr->count;
+	b->flags = s.hdr->flags;
+	b->sample_flags = s.flags;
+	b->labels = s.labels;
+	b->ids = s.ids;
+	b->data = s.payload;
+	b->sample_bytes = h->sample_bytes;
+	return 0;
+}
+
+int ldc_release(struct ldc *c, const struct ldc_batch *b)
+{
+	uint64_t one = 1;
+	int ret;
+
+	if (!c->ring)
+		return set_err(c, -EINVAL, "no job is open on this connection");
+	ret = ring_cons_release(c->ring, b->step);
+	if (ret < 0)
+		return set_err(c, ret, "step %llu is not held by this client",
+			       (unsigned long long)b->step);
+	/* The doorbell is non-blocking; a full counter (never, in practice) still wakes the daemon. */
+	(void)!write(c->bell, &one, sizeof(one));
+	return 0;
+}
+
+int ldc_stats(struct ldc *c, struct ctl_stats *st)
+{
+	char buf[CTL_MSG_MAX];
+	ssize_t n;
+	int ret;
+
+	if (!c->ring)
+		return set_err(c, -EINVAL, "no job is open on this connection");
+	if (c->gone)
+		return -EPIPE;
+	ret = ctl_send(c->fd, CTL_STATS_REQ, NULL, 0, NULL, 0);
+	if (ret < 0)
+		return set_err(c, ret, "asking loaderd for stats: %s", strerror(-ret));
+	n = wait_reply(c, CTL_STATS, buf, NULL, NULL);
+	if (n < 0)
+		return (int)n;
+	if ((size_t)n != sizeof(*st))
+		return set_err(c, -EBADMSG, "loaderd's stats reply is %zd bytes", n);
+	memcpy(st, buf, sizeof(*st));
+	return 0;
+}
+
+void ldc_close(struct ldc *c)
+{
+	if (!c)
+		return;
+	ring_destroy(c->ring);
+	if (c->bell >= 0)
+		close(c->bell);
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c);
+}
+
+const char *ldc_error(const struct ldc *c)
+{
+	return c->err;
+}
+
+void *ldc_ring_base(const struct ldc *c)
+{
+	return c->ring ? ring_base(c->ring) : NULL;
+}
+
+size_t ldc_ring_size(const struct ldc *c)
+{
+	return c->ring ? (size_t)ring_header(c->ring)->total_size : 0;
+}

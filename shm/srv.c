@@ -1,0 +1,912 @@
+/* srv.c - control loop, jobs, attachments and producer threads (see srv.h).
+ *
+ * DESIGN
+ * A job is known by its name; each of its ranks is either attached (a live connection, a ring and
+ * a doorbell) or detached with a resume step. One attachment ("att") = one connection's ring: it
+ * is created on CTL_JOB_OPEN and retired when the connection goes, never reused, so a dead or
+ * hostile consumer's memory is never handed to the next one.
+ *
+ * Workers pick work under s->mu: for each live att in round-robin order, the next step to produce
+ * is taken when ring_prod_poll() says its slot is free. A worker then fills and publishes without
+ * the lock, holding a reference on the att so that a concurrent detach cannot unmap the ring
+ * under it. When no slot is free anywhere, workers sleep on s->cv.
+ *
+ * What wakes them is the doorbell: an eventfd sent with the ring; the client writes it after each
+ * release (the ring's futex word cannot be waited on by a thread that serves many rings). The
+ * control loop polls all doorbells with the sockets and broadcasts s->cv. A consumer that never
+ * rings only stalls its own ring; any other ring keeps its workers.
+ *
+ * Peer death is learned from the kernel: the connection hangs up (EPOLLHUP/EPOLLRDHUP, or recv
+ * returns 0). The att is retired; its resume step is the first step the consumer had not
+ * released, read from the state words by ring_prod_scan() (or, if the words are garbage, the last
+ * step the producer itself saw released). A consumer whose words break the state machine is
+ * dropped with an error message: the workers notice (-EBADMSG from ring_prod_poll), mark the att
+ * hostile and wake the control loop, which does the dropping. */
+#include "shm/srv.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+enum ev_kind { EV_LISTEN, EV_WAKE, EV_CONN, EV_BELL };
+
+struct ev {
+	enum ev_kind kind;
+	void *p;
+};
+
+struct att;
+
+struct conn {
+	struct ev ev;
+	int fd;
+	pid_t pid;
+	struct att *att;         /* NULL until CTL_JOB_OPEN succeeds */
+	struct conn *next;
+};
+
+struct job;
+
+struct att {
+	struct ev bell_ev;
+	struct job *job;
+	uint32_t rank;
+	struct ring *ring;
+	int bell;                /* doorbell eventfd (our end) */
+	struct conn *conn;       /* NULL once retired */
+	unsigned refs;           /* workers filling a slot of this ring */
+	int dead;                /* retired: take no more steps */
+	int hostile;             /* a worker saw an illegal state word */
+	uint64_t first, next;    /* first step of this ring; next step to hand to a worker */
+	uint64_t floor;          /* every step below it is known released */
+	uint64_t bytes;          /* ring memory, for the limit */
+};
+
+struct rank_state {
+	struct att *att;         /* NULL when detached */
+	int started;             /* attached at least once: resume from @resume */
+	uint64_t resume;
+	uint64_t published, samples, fill_ns, io_ns, decode_ns;
+	uint32_t attaches;
+};
+
+struct job {
+	char name[CTL_JOB_NAME_MAX];
+	struct ctl_job_open spec;     /* rank zeroed: what every rank must agree on */
+	uint64_t id;
+	void *state;                  /* ops->job_open's handle */
+	struct srv_job_info info;
+	uint64_t steps_total;         /* 0 = unbounded */
+	struct rank_state *ranks;     /* world entries */
+	unsigned attached;
+	unsigned atts;                /* att objects alive (attached or retired with a worker in) */
+	int64_t idle_since_ns;        /* when the last rank detached */
+	int failed;                   /* a fill failed: fail_msg goes to every rank */
+	char fail_msg[CTL_TEXT_MAX];
+	int fail_err;
+	uint64_t bad;
+	struct job *next;
+};
+
+struct srv {
+	struct srv_opts opts;
+	struct srv_ops ops;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	int lfd, wake, ep;
+	struct ev lev, wev;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct job *jobs;
+	struct conn *conns;
+	uint64_t next_job_id;
+	uint64_t mem_used;
+	unsigned rr;                  /* round-robin start for workers */
+	atomic_int stop;
+	int workers_stop;             /* under mu */
+	pthread_t *threads;
+	unsigned nthreads;
+	int ran;
+};
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void notice(struct srv *s, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void notice(struct srv *s, int level, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	if (!s->ops.notice)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	s->ops.notice(s->ops.ctx, level, msg);
+}
+
+static void wake_control(struct srv *s)
+{
+	uint64_t one = 1;
+
+	(void)!write(s->wake, &one, sizeof(one));
+}
+
+/* ---- attachments ---- */
+
+static void att_free(struct srv *s, struct att *a)
+{
+	if (a->bell >= 0)
+		close(a->bell);
+	ring_destroy(a->ring);
+	s->mem_used -= a->bytes;
+	a->job->atts--;
+	free(a);
+}
+
+/* Under mu. Detach @a from its rank and connection; free it now or when its last worker is done. */
+static void att_retire(struct srv *s, struct att *a)
+{
+	struct rank_state *rs = &a->job->ranks[a->rank];
+	uint64_t frontier;
+
+	if (a->dead)
+		return;
+	a->dead = 1;
+	if (!a->hostile && ring_prod_scan(a->ring, a->first, a->next, &frontier) == 0)
+		rs->resume = frontier;
+	else
+		rs->resume = a->floor;
+	rs->att = NULL;
+	if (--a->job->attached == 0)
+		a->job->idle_since_ns = now_ns();
+	epoll_ctl(s->ep, EPOLL_CTL_DEL, a->bell, NULL);
+	ring_shutdown(a->ring);
+	if (a->conn)
+		a->conn->att = NULL;
+	a->conn = NULL;
+	if (a->refs == 0)
+		att_free(s, a);
+}
+
+/* ---- connections ---- */
+
+static void conn_close(struct srv *s, struct conn *c)
+{
+	struct conn **pp;
+
+	if (c->att)
+		att_retire(s, c->att);
+	epoll_ctl(s->ep, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	for (pp = &s->conns; *pp; pp = &(*pp)->next)
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	free(c);
+}
+
+/* Tell the client why, then close. */
+static void conn_fail(struct srv *s, struct conn *c, int err, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void conn_fail(struct srv *s, struct conn *c, int err, const char *fmt, ...)
+{
+	struct ctl_error e;
+	va_list ap;
+
+	memset(&e, 0, sizeof(e));
+	e.err = err < 0 ? -err : err;
+	va_start(ap, fmt);
+	vsnprintf(e.text, sizeof(e.text), fmt, ap);
+	va_end(ap);
+	(void)ctl_send(c->fd, CTL_ERROR, &e, sizeof(e), NULL, 0);
+	notice(s, 1, "client pid %d: %s", (int)c->pid, e.text);
+	conn_close(s, c);
+}
+
+/* Owner, root, or (when configured) a member of the group. Checked before any byte is parsed. */
+static int peer_allowed(struct srv *s, int fd, pid_t *pid)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
+		return 0;
+	*pid = cr.pid;
+	if (cr.uid == 0 || cr.uid == geteuid())
+		return 1;
+	if (s->opts.group == (gid_t)-1)
+		return 0;
+	if (cr.gid == s->opts.group)
+		return 1;
+	gid_t groups[256];
+	len = sizeof(groups);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+		return 0;
+	for (size_t i = 0; i < len / sizeof(gid_t); i++)
+		if (groups[i] == s->opts.group)
+			return 1;
+	return 0;
+}
+
+static void on_accept(struct srv *s)
+{
+	for (;;) {
+		int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		pid_t pid = 0;
+
+		if (fd < 0)
+			return;  /* EAGAIN, or a transient error: epoll tells us again */
+		if (!peer_allowed(s, fd, &pid)) {
+			notice(s, 1, "refused a client (pid %d): not the owner, root or the allowed group",
+			       (int)pid);
+			close(fd);
+			continue;
+		}
+		struct conn *c = calloc(1, sizeof(*c));
+		struct epoll_event ee = { .events = EPOLLIN | EPOLLRDHUP };
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		c->ev.kind = EV_CONN;
+		c->ev.p = c;
+		c->fd = fd;
+		c->pid = pid;
+		ee.data.ptr = &c->ev;
+		if (epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &ee) < 0) {
+			close(fd);
+			free(c);
+			continue;
+		}
+		pthread_mutex_lock(&s->mu);
+		c->next = s->conns;
+		s->conns = c;
+		pthread_mutex_unlock(&s->mu);
+	}
+}
+
+/* ---- jobs ---- */
+
+static struct job *job_find(struct srv *s, const char *name)
+{
+	for (struct job *j = s->jobs; j; j = j->next)
+		if (!strcmp(j->name, name))
+			return j;
+	return NULL;
+}
+
+static void job_free(struct srv *s, struct job *j)
+{
+	struct job **pp;
+
+	for (pp = &s->jobs; *pp; pp = &(*pp)->next)
+		if (*pp == j) {
+			*pp = j->next;
+			break;
+		}
+	if (s->ops.job_close)
+		s->ops.job_close(s->ops.ctx, j->state);
+	free(j->ranks);
+	free(j);
+}
+
+/* The first field where two job specs differ, for the error message. */
+static const char *spec_diff(const struct ctl_job_open *a, const struct ctl_job_open *b)
+{
+	if (strcmp(a->dataset, b->dataset))
+		return "dataset";
+	if (a->batch != b->batch)
+		return "batch";
+	if (a->world != b->world)
+		return "world";
+	if (a->seed != b->seed)
+		return "seed";
+	if (a->crop_h != b->crop_h || a->crop_w != b->crop_w)
+		return "crop";
+	if (a->transforms != b->transforms)
+		return "transforms";
+	if (a->sampling != b->sampling)
+		return "sampling";
+	if (a->tail != b->tail)
+		return "tail";
+	if (a->epochs != b->epochs || a->start_epoch != b->start_epoch)
+		return "epochs";
+	if (memcmp(a, b, sizeof(*a)))
+		return "on_bad or slots";
+	return NULL;
+}
+
+/* Under mu. Handle CTL_JOB_OPEN from @c. On failure the connection is closed with the reason. */
+static void on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *spec)
+{
+	char why[CTL_TEXT_MAX];
+	struct ctl_job_open key = *spec;
+	struct job *j;
+	int ret;
+
+	if (c->att) {
+		conn_fail(s, c, EINVAL, "this connection already has a job");
+		return;
+	}
+	if (ctl_check_job_open(spec, why, sizeof(why)) < 0) {
+		conn_fail(s, c, EINVAL, "job open: %s", why);
+		return;
+	}
+	key.rank = 0;
+	j = job_find(s, spec->job);
+	if (j) {
+		const char *d = spec_diff(&j->spec, &key);
+		if (d) {
+			conn_fail(s, c, EEXIST, "job %s exists with another %s", spec->job, d);
+			return;
+		}
+		if (j->failed) {
+			conn_fail(s, c, j->fail_err, "job %s failed: %s", j->name, j->fail_msg);
+			return;
+		}
+		if (j->ranks[spec->rank].att) {
+			conn_fail(s, c, EBUSY, "rank %u of job %s is attached (pid %d)", spec->rank,
+				  spec->job, (int)j->ranks[spec->rank].att->conn->pid);
+			return;
+		}
+	} else {
+		j = calloc(1, sizeof(*j));
+		if (j)
+			j->ranks = calloc(spec->world, sizeof(*j->ranks));
+		if (!j || !j->ranks) {
+			free(j);
+			conn_fail(s, c, ENOMEM, "out of memory for job %s", spec->job);
+			return;
+		}
+		why[0] = '\0';
+		ret = s->ops.job_open(s->ops.ctx, spec, &j->state, &j->info, why, sizeof(why));
+		if (ret == 0 && j->info.steps_per_epoch == 0)
+			ret = -EINVAL, snprintf(why, sizeof(why), "the job has no steps");
+		if (ret < 0) {
+			free(j->ranks);
+			free(j);
+			conn_fail(s, c, ret, "job %s: %s", spec->job, why[0] ? why : strerror(-ret));
+			return;
+		}
+		snprintf(j->name, sizeof(j->name), "%s", spec->job);
+		j->spec = key;
+		j->id = ++s->next_job_id;
+		if (spec->epochs)
+			j->steps_total = (spec->start_epoch + spec->epochs) * j->info.steps_per_epoch;
+		j->next = s->jobs;
+		s->jobs = j;
+	}
+
+	struct rank_state *rs = &j->ranks[spec->rank];
+	struct ring_desc d = j->info.ring;
+	d.slots = spec->slots ? spec->slots : s->opts.default_slots;
+	d.rank = spec->rank;
+	d.world = spec->world;
+	d.job_id = j->id;
+	d.first_step = rs->started ? rs->resume : spec->start_epoch * j->info.steps_per_epoch;
+	d.steps_total = j->steps_total;
+	if (d.steps_total && d.first_step > d.steps_total)
+		d.first_step = d.steps_total;
+	d.steps_per_epoch = j->info.steps_per_epoch;
+
+	uint64_t bytes;
+	ret = ring_size(&d, &bytes);
+	if (ret < 0) {
+		conn_fail(s, c, ret, "job %s: ring of %u slots x %u samples x %llu bytes: %s", j->name,
+			  d.slots, d.batch, (unsigned long long)d.sample_bytes, strerror(-ret));
+		goto drop_idle;
+	}
+	if (s->opts.mem_limit && s->mem_used + bytes > s->opts.mem_limit) {
+		conn_fail(s, c, ENOMEM,
+			  "job %s rank %u needs %llu MiB of ring memory; limit %llu MiB, %llu MiB in use",
+			  j->name, spec->rank, (unsigned long long)(bytes >> 20),
+			  (unsigned long long)(s->opts.mem_limit >> 20),
+			  (unsigned long long)(s->mem_used >> 20));
+		goto drop_idle;
+	}
+	struct att *a = calloc(1, sizeof(*a));
+	if (!a) {
+		conn_fail(s, c, ENOMEM, "out of memory");
+		goto drop_idle;
+	}
+	a->bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ret = a->bell < 0 ? -errno : ring_create(&d, s->opts.ring_flags, &a->ring);
+	if (ret < 0) {
+		if (a->bell >= 0)
+			close(a->bell);
+		free(a);
+		conn_fail(s, c, ret, "job %s rank %u: creating the ring: %s", j->name, spec->rank,
+			  strerror(-ret));
+		goto drop_idle;
+	}
+	a->bytes = ring_header(a->ring)->total_size;
+	s->mem_used += a->bytes;
+	j->atts++;
+	a->bell_ev.kind = EV_BELL;
+	a->bell_ev.p = a;
+	a->job = j;
+	a->rank = spec->rank;
+	a->conn = c;
+	a->first = a->next = a->floor = d.first_step;
+
+	struct ctl_job_ok ok = { .job_id = j->id, .first_step = d.first_step,
+				 .steps_total = j->steps_total,
+				 .steps_per_epoch = j->info.steps_per_epoch,
+				 .samples = j->info.samples };
+	int fds[2] = { ring_fd(a->ring), a->bell };
+	struct epoll_event ee = { .events = EPOLLIN, .data.ptr = &a->bell_ev };
+	ret = ctl_send(c->fd, CTL_JOB_OK, &ok, sizeof(ok), fds, 2);
+	if (ret == 0 && epoll_ctl(s->ep, EPOLL_CTL_ADD, a->bell, &ee) < 0)
+		ret = -errno;
+	a->dead = 1;  /* not attached yet: att_free alone undoes it */
+	if (ret < 0) {
+		att_free(s, a);
+		notice(s, 1, "client pid %d went away while opening job %s", (int)c->pid, j->name);
+		conn_close(s, c);
+		goto drop_idle;
+	}
+	a->dead = 0;
+	c->att = a;
+	rs->att = a;
+	rs->started = 1;
+	rs->attaches++;
+	j->attached++;
+	notice(s, 2, "job %s rank %u/%u attached (pid %d) at step %llu, ring %llu MiB%s", j->name,
+	       a->rank, spec->world, (int)c->pid, (unsigned long long)d.first_step,
+	       (unsigned long long)(a->bytes >> 20), ring_header(a->ring)->huge ? " (huge pages)" : "");
+	pthread_cond_broadcast(&s->cv);
+	return;
+drop_idle:
+	if (j->attached == 0 && j->idle_since_ns == 0)
+		j->idle_since_ns = now_ns();
+}
+
+static void on_stats(struct srv *s, struct conn *c)
+{
+	struct att *a = c->att;
+
+	if (!a) {
+		conn_fail(s, c, EINVAL, "stats before a job was opened");
+		return;
+	}
+	struct rank_state *rs = &a->job->ranks[a->rank];
+	struct ctl_stats st = { .job_id = a->job->id, .published = rs->published,
+				.samples = rs->samples, .bad_records = a->job->bad,
+				.fill_ns = rs->fill_ns, .io_ns = rs->io_ns,
+				.decode_ns = rs->decode_ns, .attaches = rs->attaches,
+				.ranks_attached = a->job->attached,
+				.slots = ring_header(a->ring)->slots };
+	uint64_t frontier = a->floor;
+	if (ring_prod_scan(a->ring, a->first, a->next, &frontier) < 0)
+		frontier = a->floor;
+	st.released = frontier;
+	st.occupancy = (uint32_t)(a->next - frontier);
+	if (ctl_send(c->fd, CTL_STATS, &st, sizeof(st), NULL, 0) < 0)
+		conn_close(s, c);
+}
+
+static void on_conn(struct srv *s, struct conn *c, uint32_t events)
+{
+	char buf[CTL_MSG_MAX];
+	uint16_t type;
+	ssize_t n;
+
+	if (events & EPOLLIN) {
+		n = ctl_recv(c->fd, buf, &type, NULL, NULL);
+		pthread_mutex_lock(&s->mu);
+		if (n == -EAGAIN) {
+			/* spurious */
+		} else if (n == -EPIPE) {
+			struct att *a = c->att;
+			if (a) {
+				struct job *j = a->job;
+				uint32_t rank = a->rank;
+				att_retire(s, a);
+				notice(s, 1, "job %s rank %u: consumer (pid %d) went away; its slots are "
+				       "reclaimed; it resumes at step %llu", j->name, rank, (int)c->pid,
+				       (unsigned long long)j->ranks[rank].resume);
+			}
+			conn_close(s, c);
+		} else if (n < 0) {
+			conn_fail(s, c, n, "bad message: %s", n == -EPROTO ?
+				  "protocol version mismatch (this loaderd speaks version 1)" :
+				  n == -EBADMSG ? "malformed packet" : strerror((int)-n));
+		} else if (type == CTL_JOB_OPEN && (size_t)n == sizeof(struct ctl_job_open)) {
+			struct ctl_job_open spec;
+			memcpy(&spec, buf, sizeof(spec));
+			on_job_open(s, c, &spec);
+		} else if (type == CTL_STATS_REQ && n == 0) {
+			on_stats(s, c);
+		} else {
+			conn_fail(s, c, EBADMSG, "unexpected message type %u with %zd bytes", type, n);
+		}
+		pthread_mutex_unlock(&s->mu);
+		return;
+	}
+	if (events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
+		pthread_mutex_lock(&s->mu);
+		conn_close(s, c);
+		pthread_mutex_unlock(&s->mu);
+	}
+}
+
+/* Under mu: drop hostile consumers, fail jobs whose fill failed, forget idle jobs. */
+static void housekeeping(struct srv *s)
+{
+	int64_t now = now_ns();
+
+	for (struct conn *c = s->conns, *next; c; c = next) {
+		next = c->next;
+		if (c->att && c->att->hostile)
+			conn_fail(s, c, EBADMSG, "job %s rank %u: the ring's state words were corrupted "
+				  "by the consumer; dropped", c->att->job->name, c->att->rank);
+		else if (c->att && c->att->job->failed)
+			conn_fail(s, c, c->att->job->fail_err, "job %s failed: %s",
+				  c->att->job->name, c->att->job->fail_msg);
+	}
+	for (struct job *j = s->jobs, *next; j; j = next) {
+		next = j->next;
+		if (j->attached == 0 && (j->failed ||
+		    now - j->idle_since_ns >= (int64_t)s->opts.linger_ms * 1000000)) {
+			/* A retired att may still have a worker inside; it holds j through a->job. */
+			if (j->atts)
+				continue;
+			if (!j->failed)
+				notice(s, 2, "job %s: no rank attached for %d ms; forgotten", j->name,
+				       s->opts.linger_ms);
+			job_free(s, j);
+		}
+	}
+}
+
+/* ---- workers ---- */
+
+/* Under mu. The next (att, step) whose slot is free, or NULL. */
+static struct att *pick(struct srv *s, uint64_t *step)
+{
+	unsigned n = 0, start = s->rr++;
+	struct att *found = NULL;
+
+	for (struct job *j = s->jobs; j; j = j->next)
+		n += j->spec.world;
+	if (n == 0)
+		return NULL;
+	for (unsigned k = 0; k < n && !found; k++) {
+		unsigned want = (start + k) % n, idx = 0;
+		for (struct job *j = s->jobs; j && !found; j = j->next) {
+			if (want >= idx + j->spec.world) {
+				idx += j->spec.world;
+				continue;
+			}
+			struct att *a = j->ranks[want - idx].att;
+			if (!a || a->dead || a->hostile || j->failed ||
+			    (j->steps_total && a->next >= j->steps_total))
+				break;
+			int ret = ring_prod_poll(a->ring, a->next);
+			if (ret < 0) {
+				a->hostile = 1;
+				wake_control(s);
+			} else if (ret == 1) {
+				found = a;
+			}
+			break;
+		}
+	}
+	if (found) {
+		struct ring_hdr const *h = ring_header(found->ring);
+		*step = found->next++;
+		/* Free for *step means the consumer released *step - slots. */
+		if (*step >= found->first + h->slots && *step - h->slots + 1 > found->floor)
+			found->floor = *step - h->slots + 1;
+		found->refs++;
+	}
+	return found;
+}
+
+struct worker_arg {
+	struct srv *s;
+	unsigned index;
+};
+
+static void *worker_main(void *p)
+{
+	struct worker_arg *wa = p;
+	struct srv *s = wa->s;
+	void *wstate = s->ops.worker_init ? s->ops.worker_init(s->ops.ctx, wa->index) : NULL;
+	struct ring_slot slot;
+	struct srv_fill f;
+
+	pthread_mutex_lock(&s->mu);
+	while (!s->workers_stop) {
+		uint64_t step;
+		struct att *a = pick(s, &step);
+		if (!a) {
+			pthread_cond_wait(&s->cv, &s->mu);
+			continue;
+		}
+		struct job *j = a->job;
+		int ret = ring_prod_begin(a->ring, step, &slot);
+		pthread_mutex_unlock(&s->mu);
+
+		int64_t t0 = now_ns();
+		memset(&f, 0, sizeof(f));
+		if (ret == 0) {
+			f.job = j->state;
+			f.rank = a->rank;
+			f.world = j->spec.world;
+			f.epoch = step / j->info.steps_per_epoch;
+			f.step_in_epoch = step % j->info.steps_per_epoch;
+			f.slot = &slot;
+			slot.hdr->epoch = f.epoch;
+			slot.hdr->step_in_epoch = f.step_in_epoch;
+			ret = s->ops.fill(s->ops.ctx, wstate, &f);
+		}
+		int64_t dt = now_ns() - t0;
+		if (ret == 0) {
+			uint32_t flags = f.slot_flags & ~RING_SLOT_LAST;
+			if (j->steps_total && step + 1 == j->steps_total)
+				flags |= RING_SLOT_LAST;
+			slot.hdr->fill_ns = (uint64_t)dt;
+			ring_prod_publish(a->ring, &slot, f.count, flags);
+		}
+
+		pthread_mutex_lock(&s->mu);
+		struct rank_state *rs = &j->ranks[a->rank];
+		j->bad += f.bad;
+		if (ret == 0) {
+			rs->published++;
+			rs->samples += f.count;
+			rs->fill_ns += (uint64_t)dt;
+			rs->io_ns += f.io_ns;
+			rs->decode_ns += f.decode_ns;
+		} else if (ret == -EBADMSG && !f.why[0]) {
+			a->hostile = 1;  /* ring_prod_begin: the consumer rewrote a free word */
+			wake_control(s);
+		} else if (!j->failed) {
+			j->failed = 1;
+			j->fail_err = ret < 0 ? -ret : EIO;
+			snprintf(j->fail_msg, sizeof(j->fail_msg), "%s",
+				 f.why[0] ? f.why : strerror(j->fail_err));
+			notice(s, 0, "job %s rank %u step %llu: %s", j->name, a->rank,
+			       (unsigned long long)step, j->fail_msg);
+			wake_control(s);
+		}
+		if (--a->refs == 0 && a->dead)
+			att_free(s, a);
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (s->ops.worker_fini)
+		s->ops.worker_fini(s->ops.ctx, wstate);
+	free(wa);
+	return NULL;
+}
+
+/* ---- socket ---- */
+
+static int listen_on(struct srv *s, char *why, size_t whylen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int fd, ret;
+
+	if (strlen(s->opts.socket_path) >= sizeof(sa.sun_path)) {
+		snprintf(why, whylen, "socket path %s is longer than %zu bytes", s->opts.socket_path,
+			 sizeof(sa.sun_path) - 1);
+		return -ENAMETOOLONG;
+	}
+	strcpy(sa.sun_path, s->opts.socket_path);
+	snprintf(s->path, sizeof(s->path), "%s", s->opts.socket_path);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		goto sys;
+	if (lstat(sa.sun_path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode)) {
+			close(fd);
+			snprintf(why, whylen, "%s exists and is not a socket", sa.sun_path);
+			return -EEXIST;
+		}
+		int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			close(probe);
+			close(fd);
+			snprintf(why, whylen, "another loaderd is serving %s", sa.sun_path);
+			return -EADDRINUSE;
+		}
+		if (probe >= 0)
+			close(probe);
+		unlink(sa.sun_path);  /* left by a daemon that was killed */
+	}
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		goto sys;
+	/* Nobody can connect before listen(), so tightening the mode here leaves no window. */
+	if (chmod(sa.sun_path, s->opts.group == (gid_t)-1 ? 0600 : 0660) < 0 ||
+	    (s->opts.group != (gid_t)-1 && chown(sa.sun_path, (uid_t)-1, s->opts.group) < 0))
+		goto sys_unlink;
+	if (listen(fd, 128) < 0)
+		goto sys_unlink;
+	s->lfd = fd;
+	return 0;
+sys_unlink:
+	ret = -errno;
+	unlink(sa.sun_path);
+	goto out;
+sys:
+	ret = -errno;
+out:
+	snprintf(why, whylen, "%s: %s", sa.sun_path, strerror(-ret));
+	if (fd >= 0)
+		close(fd);
+	return ret;
+}
+
+/* ---- lifecycle ---- */
+
+int srv_create(const struct srv_opts *opts, const struct srv_ops *ops, struct srv **out,
+	       char *why, size_t whylen)
+{
+	struct srv *s;
+	int ret;
+
+	*out = NULL;
+	if (!opts->socket_path || opts->workers == 0 || opts->workers > 1024 || !ops->job_open ||
+	    !ops->fill || opts->default_slots == 1 || opts->default_slots > RING_SLOTS_MAX) {
+		snprintf(why, whylen, "bad server options");
+		return -EINVAL;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->opts = *opts;
+	s->ops = *ops;
+	if (!s->opts.default_slots)
+		s->opts.default_slots = 4;
+	if (s->opts.linger_ms <= 0)
+		s->opts.linger_ms = 60000;
+	s->lfd = s->wake = s->ep = -1;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	ret = listen_on(s, why, whylen);
+	if (ret < 0)
+		goto fail;
+	s->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	s->ep = epoll_create1(EPOLL_CLOEXEC);
+	if (s->wake < 0 || s->ep < 0) {
+		ret = -errno;
+		snprintf(why, whylen, "eventfd/epoll: %s", strerror(-ret));
+		goto fail;
+	}
+	s->lev = (struct ev){ EV_LISTEN, NULL };
+	s->wev = (struct ev){ EV_WAKE, NULL };
+	struct epoll_event e1 = { .events = EPOLLIN, .data.ptr = &s->lev };
+	struct epoll_event e2 = { .events = EPOLLIN, .data.ptr = &s->wev };
+	if (epoll_ctl(s->ep, EPOLL_CTL_ADD, s->lfd, &e1) < 0 ||
+	    epoll_ctl(s->ep, EPOLL_CTL_ADD, s->wake, &e2) < 0) {
+		ret = -errno;
+		snprintf(why, whylen, "epoll: %s", strerror(-ret));
+		goto fail;
+	}
+	s->threads = calloc(opts->workers, sizeof(pthread_t));
+	if (!s->threads) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	for (unsigned i = 0; i < opts->workers; i++) {
+		struct worker_arg *wa = malloc(sizeof(*wa));
+		ret = -ENOMEM;
+		if (wa) {
+			wa->s = s;
+			wa->index = i;
+			ret = -pthread_create(&s->threads[i], NULL, worker_main, wa);
+		}
+		if (ret < 0) {
+			free(wa);
+			snprintf(why, whylen, "starting worker %u: %s", i, strerror(-ret));
+			goto fail;
+		}
+		s->nthreads++;
+	}
+	*out = s;
+	return 0;
+fail:
+	srv_destroy(s);
+	return ret;
+}
+
+void srv_stop(struct srv *s)
+{
+	atomic_store(&s->stop, 1);  /* pairs with the load in srv_run */
+	uint64_t one = 1;
+	(void)!write(s->wake, &one, sizeof(one));
+}
+
+int srv_run(struct srv *s)
+{
+	struct epoll_event evs[64];
+
+	s->ran = 1;
+	while (!atomic_load(&s->stop)) {
+		int n = epoll_wait(s->ep, evs, 64, 500);
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		for (int i = 0; i < n; i++) {
+			struct ev *e = evs[i].data.ptr;
+			uint64_t v;
+			switch (e->kind) {
+			case EV_LISTEN:
+				on_accept(s);
+				break;
+			case EV_WAKE:
+				(void)!read(s->wake, &v, sizeof(v));
+				break;
+			case EV_CONN:
+				on_conn(s, e->p, evs[i].events);
+				break;
+			case EV_BELL:
+				pthread_mutex_lock(&s->mu);
+				(void)!read(((struct att *)e->p)->bell, &v, sizeof(v));
+				pthread_cond_broadcast(&s->cv);
+				pthread_mutex_unlock(&s->mu);
+				break;
+			}
+		}
+		pthread_mutex_lock(&s->mu);
+		housekeeping(s);
+		pthread_mutex_unlock(&s->mu);
+	}
+	pthread_mutex_lock(&s->mu);
+	while (s->conns)
+		conn_fail(s, s->conns, ESHUTDOWN, "loaderd is shutting down");
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+void srv_destroy(struct srv *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->workers_stop = 1;
+	pthread_cond_broadcast(&s->cv);
+	for (struct conn *c = s->conns; c; c = c->next)
+		if (c->att)
+			ring_shutdown(c->att->ring);
+	pthread_mutex_unlock(&s->mu);
+	for (unsigned i = 0; i < s->nthreads; i++)
+		pthread_join(s->threads[i], NULL);
+	free(s->threads);
+	while (s->conns)
+		conn_close(s, s->conns);
+	while (s->jobs)
+		job_free(s, s->jobs);
+	if (s->lfd >= 0) {
+		close(s->lfd);
+		unlink(s->path);
+	}
+	if (s->wake >= 0)
+		close(s->wake);
+	if (s->ep >= 0)
+		close(s->ep);
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv);
+	free(s);
+}

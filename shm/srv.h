@@ -1,0 +1,77 @@
+/* srv.h - the producer side of the control protocol: listens on the unix socket, checks peers,
+ * keeps jobs and their ranks, creates one ring per attached rank, runs the producer threads that
+ * fill slots through a callback, and reclaims a rank's ring when its consumer dies. loaderd is
+ * this plus a fill callback (sampler, readers, decoders); tests use it with a pattern filler.
+ *
+ * Threads: srv_run() is the control loop (one thread, the caller's); srv_create() starts the
+ * worker threads, which call ops->fill. Callbacks may run on any of these threads at once, but a
+ * given slot is filled by one worker only. */
+#ifndef LOADERD_SRV_H
+#define LOADERD_SRV_H
+#include "shm/ctl.h"
+#include "shm/ring.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct srv;
+
+/* What a job's callbacks tell the server about it. */
+struct srv_job_info {
+	struct ring_desc ring;     /* slots, batch, sample_bytes, shape, ndim, dtype, layout */
+	uint64_t steps_per_epoch;  /* >= 1 */
+	uint64_t samples;          /* samples in the dataset */
+};
+
+/* A step to fill, as the fill callback sees it. */
+struct srv_fill {
+	void *job;                 /* what job_open returned */
+	uint32_t rank, world;
+	uint64_t epoch, step_in_epoch;
+	struct ring_slot *slot;    /* owned by the callback until it returns */
+	uint32_t count;            /* out: samples written (<= batch) */
+	uint32_t slot_flags;       /* out: RING_SLOT_* (the server sets RING_SLOT_LAST itself) */
+	uint64_t io_ns, decode_ns; /* out, optional: where the time went */
+	uint64_t bad;              /* out: records found bad while filling */
+	char why[CTL_TEXT_MAX];    /* out: message when the callback fails */
+};
+
+struct srv_ops {
+	void *ctx;
+	/* Validate @spec (already checked field by field) and describe the job. Returns 0 and a job
+	 * handle in *job, or -errno with a message in @why that the client will see. */
+	int (*job_open)(void *ctx, const struct ctl_job_open *spec, void **job,
+			struct srv_job_info *info, char *why, size_t whylen);
+	void (*job_close)(void *ctx, void *job);
+	/* Per-worker state, made on the worker's own thread. Optional (NULL). */
+	void *(*worker_init)(void *ctx, unsigned index);
+	void (*worker_fini)(void *ctx, void *worker);
+	/* Fill one slot. 0, or -errno with f->why set: the job fails and its clients are told why. */
+	int (*fill)(void *ctx, void *worker, struct srv_fill *f);
+	/* Something the operator should hear about (a client dropped, a job failed). Optional. */
+	void (*notice)(void *ctx, int level, const char *msg);  /* level: 0 error, 1 warn, 2 info */
+};
+
+struct srv_opts {
+	const char *socket_path;
+	unsigned workers;          /* producer threads, >= 1 */
+	unsigned default_slots;    /* ring depth when the client asks for 0 (default 4) */
+	uint64_t mem_limit;        /* bytes of ring memory over all attached ranks; 0 = none */
+	gid_t group;               /* (gid_t)-1: socket 0600, owner only; else 0660 and this group */
+	unsigned ring_flags;       /* RING_CREATE_* */
+	int linger_ms;             /* keep a job with no rank attached this long (default 60000) */
+};
+
+/* Bind and listen on opts->socket_path (a stale socket from a killed daemon is replaced; a live
+ * one is -EADDRINUSE) and start the workers. Returns 0 or -errno with a message in @why. */
+int srv_create(const struct srv_opts *opts, const struct srv_ops *ops, struct srv **out,
+	       char *why, size_t whylen);
+/* Serve until srv_stop(). Then tells every client (CTL_ERROR, ESHUTDOWN), stops the workers,
+ * removes the socket file and returns 0. */
+int srv_run(struct srv *s);
+/* Ask srv_run to return. Async-signal-safe (one write to an eventfd). */
+void srv_stop(struct srv *s);
+void srv_destroy(struct srv *s);  /* NULL ok; after srv_run returned or instead of it */
+
+#endif
