@@ -522,9 +522,14 @@ static void on_conn(struct srv *s, struct conn *c, uint32_t events)
 				struct job *j = a->job;
 				uint32_t rank = a->rank;
 				att_retire(s, a);
-				notice(s, 1, "job %s rank %u: consumer (pid %d) went away; its slots are "
-				       "reclaimed; it resumes at step %llu", j->name, rank, (int)c->pid,
-				       (unsigned long long)j->ranks[rank].resume);
+				uint64_t at = j->ranks[rank].resume;
+				if (j->steps_total && at >= j->steps_total)
+					notice(s, 2, "job %s rank %u: consumer (pid %d) finished and left",
+					       j->name, rank, (int)c->pid);
+				else
+					notice(s, 1, "job %s rank %u: consumer (pid %d) went away; its slots "
+					       "are reclaimed; it resumes at step %llu", j->name, rank,
+					       (int)c->pid, (unsigned long long)at);
 			}
 			conn_close(s, c);
 		} else if (n < 0) {

@@ -1,0 +1,49 @@
+/* decode.h - record to output pixels, written straight into a ring slot: crop-aware JPEG decode
+ * (libjpeg-turbo: only the iMCU columns and the rows that cover the crop, at the smallest DCT
+ * scale 1/8, 1/4, 1/2 or 1 that still covers the output), raw and zstd tensors, then a bilinear
+ * resize to the output size with an optional horizontal flip, NHWC or NCHW.
+ * One decoder per worker thread; not thread-safe. */
+#ifndef LOADERD_DECODE_H
+#define LOADERD_DECODE_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* A window of the source image, in source pixels. */
+struct ldr_crop {
+	uint32_t x, y, w, h;
+};
+
+/* The output of one sample. */
+struct ldr_out {
+	uint32_t h, w;     /* output size; 0, 0: the record as stored (raw kinds only) */
+	int nchw;          /* channel-first */
+	int flip;          /* mirror horizontally */
+};
+
+/* torchvision RandomResizedCrop(scale=(0.08, 1), ratio=(3/4, 4/3)) for an @w x @h image, drawn
+ * from the 64-bit @key (deterministic). */
+void ldr_crop_random(uint32_t w, uint32_t h, uint64_t key, struct ldr_crop *out);
+/* Evaluation crop: the centered window that Resize(round(out / 0.875)) + CenterCrop(out) sees. */
+void ldr_crop_center(uint32_t w, uint32_t h, uint32_t out_h, uint32_t out_w, struct ldr_crop *out);
+/* The DCT scale denominator (1, 2, 4 or 8) used for @crop and @out. */
+unsigned ldr_jpeg_scale(const struct ldr_crop *crop, uint32_t out_h, uint32_t out_w);
+
+struct ldr_decoder;
+
+int ldr_decoder_create(struct ldr_decoder **out);  /* 0 or -ENOMEM */
+void ldr_decoder_destroy(struct ldr_decoder *d);   /* NULL ok */
+
+/* Decode JPEG @jpg (@len bytes) cropped to @crop, resized to @o, into @dst (o->h * o->w * 3).
+ * Returns 0 or -EBADMSG with libjpeg's message in @why. */
+int ldr_decode_jpeg(struct ldr_decoder *d, const uint8_t *jpg, size_t len, const struct ldr_crop *crop,
+		    const struct ldr_out *o, uint8_t *dst, char *why, size_t whylen);
+/* A raw HxWxC uint8 tensor @src, cropped and resized like a JPEG (C must be 3 unless @o is 0x0, in
+ * which case it is copied as is, @h * @w * @c bytes). 0 or -EINVAL. */
+int ldr_decode_raw(struct ldr_decoder *d, const uint8_t *src, uint32_t h, uint32_t w, uint32_t c,
+		   const struct ldr_crop *crop, const struct ldr_out *o, uint8_t *dst);
+/* Decompress zstd @src into the decoder's scratch buffer, @raw bytes expected. Returns a pointer
+ * to them, or NULL with the reason in @why. */
+const uint8_t *ldr_decode_zstd(struct ldr_decoder *d, const uint8_t *src, size_t len, size_t raw,
+			       char *why, size_t whylen);
+
+#endif

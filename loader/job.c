@@ -1,0 +1,330 @@
+/* job.c - a loaderd job on one dataset, and the fill of one slot (see job.h).
+ *
+ * DESIGN
+ * The sampler writes the step's sample ids and flags straight into the slot; the worker's reader
+ * brings the records in with one batched submission; each record's checksum is checked, then it is
+ * decoded into its place in the slot's payload. Nothing is staged in a batch buffer.
+ *
+ * A record that fails its checksum or its decode is never delivered. With the default policy it is
+ * replaced by the sample at the next position of the epoch's order (then the one after, ...), read
+ * and decoded on the spot, and flagged RING_SAMPLE_SUBSTITUTED; that choice depends only on (seed,
+ * epoch, position), so every run and every rank makes the same one and batch counts stay equal.
+ * With --on-bad fail the job stops with the sample id. Either way the sample id is logged. */
+#include "loader/job.h"
+#include "common/clk.h"
+#include "common/log.h"
+#include "loader/decode.h"
+#include "loader/sampler.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SUBSTITUTE_TRIES 16
+
+struct job {
+	struct dpk *d;
+	int fd_direct;             /* O_DIRECT fd of the dataset, or -1 */
+	struct ldr_sampler smp;
+	struct ctl_job_open spec;
+	struct ldr_out out;        /* output size (0x0 = records as stored), layout */
+	uint64_t sample_bytes;
+	int rrc;                   /* RandomResizedCrop, else center crop */
+	int hflip;
+};
+
+struct worker {
+	struct ldr_reader *rd;
+	struct ldr_decoder *dec;
+	uint8_t *sub;              /* a substitute record's bytes */
+	size_t sub_cap;
+	const uint8_t *bufs[1024];
+	int errs[1024];
+};
+
+/* ---- job open ---- */
+
+static int job_open(void *ctx, const struct ctl_job_open *spec, void **out, struct srv_job_info *info,
+		    char *why, size_t whylen)
+{
+	const struct ldr_config *cfg = ctx;
+	struct job *j = calloc(1, sizeof(*j));
+	char err[256];
+	int ret;
+
+	(void)cfg;
+	*out = NULL;
+	if (!j)
+		return -ENOMEM;
+	j->fd_direct = -1;
+	j->spec = *spec;
+	ret = dpk_open(spec->dataset, 0, &j->d, err, sizeof(err));
+	if (ret < 0) {
+		snprintf(why, whylen, "dataset %s: %s", spec->dataset, err);
+		goto fail;
+	}
+	uint64_t n = dpk_count(j->d);
+	ret = ldr_sampler_init(&j->smp, n, spec->world, spec->batch, (enum ldr_sampling)spec->sampling,
+			       (enum ldr_tail)spec->tail, spec->seed, 0, 0);
+	if (ret < 0) {
+		snprintf(why, whylen, "dataset %s has %" PRIu64 " samples: too few for %u ranks%s",
+			 spec->dataset, n, spec->world,
+			 spec->tail == CTL_TAIL_DROP ? " with tail policy drop" : "");
+		goto fail;
+	}
+
+	struct ring_desc *rd = &info->ring;
+	memset(rd, 0, sizeof(*rd));
+	rd->batch = spec->batch;
+	rd->dtype = RING_DTYPE_U8;
+	if (spec->crop_h) {
+		j->out.h = spec->crop_h;
+		j->out.w = spec->crop_w;
+		j->out.nchw = !!(spec->transforms & CTL_TF_NCHW);
+		j->rrc = !!(spec->transforms & CTL_TF_RANDOM_RESIZED_CROP);
+		j->hflip = !!(spec->transforms & CTL_TF_HFLIP);
+		j->sample_bytes = (uint64_t)spec->crop_h * spec->crop_w * 3;
+		rd->ndim = 3;
+		rd->layout = j->out.nchw ? RING_LAYOUT_NCHW : RING_LAYOUT_NHWC;
+		if (j->out.nchw) {
+			rd->shape[0] = 3, rd->shape[1] = spec->crop_h, rd->shape[2] = spec->crop_w;
+		} else {
+			rd->shape[0] = spec->crop_h, rd->shape[1] = spec->crop_w, rd->shape[2] = 3;
+		}
+		for (uint64_t i = 0; i < n; i++) {
+			const struct dpk_entry *e = dpk_entry_get(j->d, i);
+			if (e->kind != DPK_KIND_JPEG && (e->ndim != 3 || e->shape[2] != 3)) {
+				snprintf(why, whylen, "dataset %s sample %" PRIu64 ": a %u-d raw tensor "
+					 "cannot be cropped (HxWx3 images only)", spec->dataset, i, e->ndim);
+				ret = -EINVAL;
+				goto fail;
+			}
+		}
+	} else {
+		/* Records as stored: every one must be a raw tensor of the same shape. */
+		const struct dpk_entry *e0 = dpk_entry_get(j->d, 0);
+		for (uint64_t i = 0; i < n; i++) {
+			const struct dpk_entry *e = dpk_entry_get(j->d, i);
+			if (e->kind == DPK_KIND_JPEG) {
+				snprintf(why, whylen, "dataset %s holds JPEG records: give a crop size "
+					 "(e.g. 224x224)", spec->dataset);
+				ret = -EINVAL;
+				goto fail;
+			}
+			if (e->ndim != e0->ndim || memcmp(e->shape, e0->shape, sizeof(e->shape))) {
+				snprintf(why, whylen, "dataset %s: sample %" PRIu64 " has another shape "
+					 "than sample 0; give a crop size to resize", spec->dataset, i);
+				ret = -EINVAL;
+				goto fail;
+			}
+		}
+		j->sample_bytes = e0->raw_size;
+		rd->ndim = e0->ndim;
+		memcpy(rd->shape, e0->shape, sizeof(rd->shape));
+		rd->layout = e0->ndim == 3 && e0->shape[2] <= 4 ? RING_LAYOUT_NHWC : RING_LAYOUT_RAW;
+	}
+	rd->sample_bytes = j->sample_bytes;
+	info->steps_per_epoch = j->smp.steps;
+	info->samples = n;
+
+	/* O_DIRECT when the file system allows it (tmpfs does not: open fails with EINVAL). */
+	j->fd_direct = open(spec->dataset, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	*out = j;
+	return 0;
+fail:
+	dpk_close(j->d);
+	free(j);
+	return ret;
+}
+
+static void job_close(void *ctx, void *p)
+{
+	struct job *j = p;
+
+	(void)ctx;
+	if (!j)
+		return;
+	if (j->fd_direct >= 0)
+		close(j->fd_direct);
+	dpk_close(j->d);
+	free(j);
+}
+
+/* ---- workers ---- */
+
+static void *worker_init(void *ctx, unsigned index)
+{
+	const struct ldr_config *cfg = ctx;
+	struct worker *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return NULL;
+	if (ldr_reader_create(cfg->io, cfg->arena_bytes ? cfg->arena_bytes : 16u << 20, &w->rd) < 0 ||
+	    ldr_decoder_create(&w->dec) < 0) {
+		LOG_ERROR("worker %u: cannot set up its reader or decoder", index);
+		ldr_reader_destroy(w->rd);
+		ldr_decoder_destroy(w->dec);
+		free(w);
+		return NULL;
+	}
+	return w;
+}
+
+static void worker_fini(void *ctx, void *p)
+{
+	struct worker *w = p;
+
+	(void)ctx;
+	if (!w)
+		return;
+	ldr_reader_destroy(w->rd);
+	ldr_decoder_destroy(w->dec);
+	free(w->sub);
+	free(w);
+}
+
+/* ---- fill ---- */
+
+/* Check and decode one record's bytes into @dst. 0 or -errno with @why. */
+static int decode_one(struct job *j, struct worker *w, uint64_t epoch, uint64_t id,
+		      const uint8_t *bytes, uint8_t *dst, uint64_t *decode_ns, char *why, size_t whylen)
+{
+	const struct dpk_entry *e = dpk_entry_get(j->d, id);
+	uint64_t t0 = clk_now_ns();
+	struct ldr_crop crop;
+	struct ldr_out o = j->out;
+	int ret;
+
+	if (dpk_record_check(e, bytes) < 0) {
+		snprintf(why, whylen, "checksum mismatch");
+		return -EBADMSG;
+	}
+	uint32_t ih = e->shape[0];  /* JPEG and HxWxC raw alike */
+	uint32_t iw = e->shape[1];
+	if (o.h) {
+		uint64_t key = ldr_mix(j->spec.seed, epoch, id);
+		if (j->rrc)
+			ldr_crop_random(iw, ih, key, &crop);
+		else
+			ldr_crop_center(iw, ih, o.h, o.w, &crop);
+		o.flip = j->hflip && (ldr_mix(key, 0x464c4950ull, 0) & 1);
+	} else {
+		memset(&crop, 0, sizeof(crop));
+	}
+	if (e->kind == DPK_KIND_JPEG) {
+		ret = ldr_decode_jpeg(w->dec, bytes, e->length, &crop, &o, dst, why, whylen);
+	} else {
+		const uint8_t *raw = bytes;
+		if (e->kind == DPK_KIND_RAW_ZSTD) {
+			raw = ldr_decode_zstd(w->dec, bytes, e->length, e->raw_size, why, whylen);
+			if (!raw)
+				return -EBADMSG;
+		}
+		ret = ldr_decode_raw(w->dec, raw, e->ndim == 3 ? e->shape[0] : 1,
+				     e->ndim == 3 ? e->shape[1] : 1, e->ndim == 3 ? e->shape[2] : 1,
+				     &crop, &o, dst);
+		if (ret < 0)
+			snprintf(why, whylen, "raw record cannot be resized");
+	}
+	*decode_ns += clk_now_ns() - t0;
+	return ret;
+}
+
+/* Replace the bad sample at position @pos with the next good one of the order; 0 with *id set. */
+static int substitute(struct job *j, struct worker *w, uint64_t epoch, uint64_t pos, uint64_t *id,
+		      uint8_t *dst, struct srv_fill *f)
+{
+	char why[CTL_TEXT_MAX];
+
+	for (uint64_t k = 1; k <= SUBSTITUTE_TRIES && k < j->smp.n; k++) {
+		uint64_t sid = ldr_sampler_substitute(&j->smp, epoch, pos, k);
+		const struct dpk_entry *e = dpk_entry_get(j->d, sid);
+		if (w->sub_cap < e->length) {
+			uint8_t *p = realloc(w->sub, e->length);
+			if (!p)
+				return -ENOMEM;
+			w->sub = p;
+			w->sub_cap = e->length;
+		}
+		uint64_t t0 = clk_now_ns();
+		ssize_t n = dpk_read(j->d, sid, w->sub, w->sub_cap);
+		f->io_ns += clk_now_ns() - t0;
+		if (n >= 0 && decode_one(j, w, epoch, sid, w->sub, dst, &f->decode_ns, why, sizeof(why)) == 0) {
+			*id = sid;
+			return 0;
+		}
+		f->bad++;
+		LOG_WARN("job %s: sample %" PRIu64 " is bad too (%s); trying the next",
+			 j->spec.job, sid, n < 0 ? strerror((int)-n) : why);
+	}
+	return -EBADMSG;
+}
+
+static int fill(void *ctx, void *wp, struct srv_fill *f)
+{
+	struct job *j = f->job;
+	struct worker *w = wp;
+	struct ring_slot *s = f->slot;
+	uint8_t *payload = s->payload;
+	char why[160];  /* leaves room for the sample id in f->why */
+
+	(void)ctx;
+	if (!w) {
+		snprintf(f->why, sizeof(f->why), "a worker could not start (see loaderd's log)");
+		return -ENOMEM;
+	}
+	uint32_t count = ldr_sampler_batch(&j->smp, f->epoch, f->step_in_epoch, f->rank, s->ids, s->flags);
+	for (uint32_t i = 0; i < count;) {
+		uint64_t t0 = clk_now_ns();
+		uint32_t want = count - i > 1024 ? 1024 : count - i;
+		int k = ldr_reader_read(w->rd, j->d, j->fd_direct, s->ids + i, want, w->bufs, w->errs);
+		f->io_ns += clk_now_ns() - t0;
+		for (int q = 0; q < k; q++, i++) {
+			uint64_t id = s->ids[i];
+			uint8_t *dst = payload + (size_t)i * j->sample_bytes;
+			int ret = w->errs[q];
+			if (ret < 0)
+				snprintf(why, sizeof(why), "read: %.100s", strerror(-ret));
+			else
+				ret = decode_one(j, w, f->epoch, id, w->bufs[q], dst, &f->decode_ns, why,
+						 sizeof(why));
+			if (ret < 0) {
+				f->bad++;
+				if (j->spec.on_bad == CTL_BAD_FAIL) {
+					snprintf(f->why, sizeof(f->why), "sample %" PRIu64 ": %s (policy: fail)",
+						 id, why);
+					return -EBADMSG;
+				}
+				uint64_t pos = ldr_sampler_pos(&j->smp, f->step_in_epoch, f->rank, i) % j->smp.n;
+				uint64_t sid;
+				if (substitute(j, w, f->epoch, pos, &sid, dst, f) < 0) {
+					snprintf(f->why, sizeof(f->why), "sample %" PRIu64 ": %s, and no good "
+						 "substitute in the next %d", id, why, SUBSTITUTE_TRIES);
+					return -EBADMSG;
+				}
+				LOG_WARN("job %s: sample %" PRIu64 " is bad (%s); substituted by sample %"
+					 PRIu64, j->spec.job, id, why, sid);
+				s->ids[i] = sid;
+				s->flags[i] |= RING_SAMPLE_SUBSTITUTED;
+			}
+			s->labels[i] = dpk_entry_get(j->d, s->ids[i])->label;
+		}
+	}
+	f->count = count;
+	return 0;
+}
+
+void ldr_job_ops(const struct ldr_config *cfg, struct srv_ops *ops)
+{
+	memset(ops, 0, sizeof(*ops));
+	ops->ctx = (void *)cfg;
+	ops->job_open = job_open;
+	ops->job_close = job_close;
+	ops->worker_init = worker_init;
+	ops->worker_fini = worker_fini;
+	ops->fill = fill;
+}

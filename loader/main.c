@@ -1,0 +1,214 @@
+/* main.c - loaderd: one per node. Serves jobs over a unix socket; each rank of a job gets its own
+ * ring of decoded batches. Stays in the foreground and logs to stderr. */
+#include "common/log.h"
+#include "loader/job.h"
+#include "shm/srv.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <grp.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct srv *g_srv;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	if (g_srv)
+		srv_stop(g_srv);  /* async-signal-safe: one eventfd write */
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: loaderd [options]\n"
+"\n"
+"Serves training jobs from packed datasets (.dpk, made by dpack) over a unix socket. Each rank\n"
+"of a job attaches with the client API (shm/ldc.h) and gets its own shared-memory ring.\n"
+"Runs in the foreground, logs to stderr; SIGTERM or SIGINT stops it (clients are told).\n"
+"\n"
+"options:\n"
+"  --socket PATH        control socket (default: $XDG_RUNTIME_DIR/loaderd.sock, else\n"
+"                       /tmp/loaderd-UID.sock); mode 0600 unless --group is given\n"
+"  --workers N          decode threads (default: all cores, here %ld)\n"
+"  --mem-limit BYTES    ring memory over all ranks, suffix K, M, G (default: half of RAM)\n"
+"  --slots N            ring depth when a client does not ask (default 4)\n"
+"  --io MODE            auto (io_uring, O_DIRECT where the file system allows; default),\n"
+"                       buffered (io_uring through the page cache), pread (no io_uring)\n"
+"  --group NAME         let members of this group connect too (socket mode 0660)\n"
+"  --linger SECONDS     keep a job with no rank attached this long (default 60)\n"
+"  --log-level LEVEL    error, warn, info (default) or debug\n"
+"  --help               this text\n"
+"Exit status: 0 stopped by a signal, 1 runtime error, 2 bad usage.\n",
+		sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+static int parse_bytes(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	uint64_t mul = 1;
+
+	if (errno || end == s || *s == '-')
+		return -1;
+	switch (*end) {
+	case 'K': case 'k': mul = 1ull << 10; end++; break;
+	case 'M': case 'm': mul = 1ull << 20; end++; break;
+	case 'G': case 'g': mul = 1ull << 30; end++; break;
+	case 'T': case 't': mul = 1ull << 40; end++; break;
+	}
+	if (*end == 'i' || *end == 'B')
+		end += *end == 'i' && end[1] == 'B' ? 2 : 1;
+	if (*end || v > UINT64_MAX / mul)
+		return -1;
+	*out = v * mul;
+	return 0;
+}
+
+static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+
+	if (errno || end == s || *end || *s == '-' || v < lo || v > hi)
+		return -1;
+	*out = (unsigned)v;
+	return 0;
+}
+
+static void notice(void *ctx, int level, const char *msg)
+{
+	(void)ctx;
+	LOG_AT(level, "%s", msg);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "workers", required_argument, NULL, 'w' },
+		{ "mem-limit", required_argument, NULL, 'm' },
+		{ "slots", required_argument, NULL, 'n' },
+		{ "io", required_argument, NULL, 'i' },
+		{ "group", required_argument, NULL, 'g' },
+		{ "linger", required_argument, NULL, 'L' },
+		{ "log-level", required_argument, NULL, 'l' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct srv_opts so = { .group = (gid_t)-1 };
+	struct ldr_config cfg = { .io = LDR_IO_AUTO };
+	char path[PATH_MAX], why[512];
+	unsigned linger = 60;
+	int c, lvl;
+
+	log_prog = "loaderd";
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	so.workers = ncpu > 0 ? (unsigned)ncpu : 1;
+	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+	so.mem_limit = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize / 2 : 0;
+	const char *rt = getenv("XDG_RUNTIME_DIR");
+	if (rt && *rt)
+		snprintf(path, sizeof(path), "%s/loaderd.sock", rt);
+	else
+		snprintf(path, sizeof(path), "/tmp/loaderd-%u.sock", (unsigned)getuid());
+	so.socket_path = path;
+
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			snprintf(path, sizeof(path), "%s", optarg);
+			break;
+		case 'w':
+			if (parse_uint(optarg, 1, 1024, &so.workers) < 0)
+				goto bad_value;
+			break;
+		case 'm':
+			if (parse_bytes(optarg, &so.mem_limit) < 0 || so.mem_limit == 0)
+				goto bad_value;
+			break;
+		case 'n':
+			if (parse_uint(optarg, 2, RING_SLOTS_MAX, &so.default_slots) < 0)
+				goto bad_value;
+			break;
+		case 'i':
+			if (!strcmp(optarg, "auto"))
+				cfg.io = LDR_IO_AUTO;
+			else if (!strcmp(optarg, "buffered"))
+				cfg.io = LDR_IO_BUFFERED;
+			else if (!strcmp(optarg, "pread"))
+				cfg.io = LDR_IO_PREAD;
+			else
+				goto bad_value;
+			break;
+		case 'g': {
+			struct group *g = getgrnam(optarg);
+			if (!g) {
+				fprintf(stderr, "loaderd: --group %s: no such group\n", optarg);
+				return 2;
+			}
+			so.group = g->gr_gid;
+			break;
+		}
+		case 'L':
+			if (parse_uint(optarg, 1, 86400 * 7, &linger) < 0)
+				goto bad_value;
+			break;
+		case 'l':
+			lvl = log_level_parse(optarg);
+			if (lvl < 0)
+				goto bad_value;
+			log_level = lvl;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+		continue;
+bad_value:
+		for (const struct option *o = opts; o->name; o++)
+			if (o->val == c)
+				fprintf(stderr, "loaderd: --%s: bad value '%s' (see --help)\n", o->name, optarg);
+		return 2;
+	}
+	if (optind < argc) {
+		fprintf(stderr, "loaderd: unexpected argument '%s' (see --help)\n", argv[optind]);
+		return 2;
+	}
+	so.linger_ms = (int)(linger * 1000u);
+
+	struct srv_ops ops;
+	ldr_job_ops(&cfg, &ops);
+	ops.notice = notice;
+	int ret = srv_create(&so, &ops, &g_srv, why, sizeof(why));
+	if (ret < 0) {
+		LOG_ERROR("cannot start: %s", why);
+		return 1;
+	}
+	struct sigaction sa = { .sa_handler = on_signal };
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	LOG_INFO("serving on %s: %u workers, io %s, ring memory limit %llu MiB", path, so.workers,
+		 cfg.io == LDR_IO_PREAD ? "pread" : cfg.io == LDR_IO_BUFFERED ? "io_uring (buffered)" :
+		 "io_uring (O_DIRECT where possible)", (unsigned long long)(so.mem_limit >> 20));
+	ret = srv_run(g_srv);
+	srv_destroy(g_srv);
+	if (ret < 0) {
+		LOG_ERROR("control loop: %s", strerror(-ret));
+		return 1;
+	}
+	LOG_INFO("stopped");
+	return 0;
+}

@@ -1,0 +1,30 @@
+/* reader.h - a worker's record reader: reads a set of records of a .dpk into its arena with one
+ * batched io_uring submission (registered buffer; O_DIRECT when the file allows it), or with
+ * pread when io_uring is unavailable or the pread path is forced. One per worker thread. */
+#ifndef LOADERD_READER_H
+#define LOADERD_READER_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "formats/dpk.h"
+
+enum ldr_io { LDR_IO_AUTO = 0, LDR_IO_BUFFERED = 1, LDR_IO_PREAD = 2 };
+
+struct ldr_reader;
+
+/* @arena_bytes: how many bytes of records one call can bring in (records bigger than the arena
+ * are read alone into a grown buffer). @mode AUTO: io_uring, O_DIRECT where possible; BUFFERED:
+ * io_uring through the page cache; PREAD: no io_uring. Returns 0 or -errno. */
+int ldr_reader_create(enum ldr_io mode, size_t arena_bytes, struct ldr_reader **out);
+void ldr_reader_destroy(struct ldr_reader *r);  /* NULL ok */
+
+/* Read records @ids[0..n) of @d. @fd_direct is an O_DIRECT fd of the same file or -1. Reads as
+ * many leading records as fit (at least one) and returns that count k; for each j < k, bufs[j]
+ * points to the record's bytes (valid until the next call) and errs[j] is 0 or the read's -errno
+ * (-EBADMSG: the file ended early). The checksum is not checked here. */
+int ldr_reader_read(struct ldr_reader *r, const struct dpk *d, int fd_direct, const uint64_t *ids,
+		    uint32_t n, const uint8_t **bufs, int *errs);
+/* Which path it is using now: "io_uring+O_DIRECT", "io_uring", "pread". */
+const char *ldr_reader_path(const struct ldr_reader *r, int fd_direct);
+
+#endif

@@ -1,0 +1,122 @@
+/* sampler.c - keyed permutations and DistributedSampler sharding (see sampler.h). */
+#include "loader/sampler.h"
+#include "shm/ring.h"
+
+#include <errno.h>
+
+#define FEISTEL_ROUNDS 6
+
+uint64_t ldr_mix(uint64_t a, uint64_t b, uint64_t c)
+{
+	uint64_t z = a * 0x9e3779b97f4a7c15ull ^ (b + 0x632be59bd9b4e019ull) * 0xbf58476d1ce4e5b9ull ^
+		     (c + 0x85157af5ull) * 0x94d049bb133111ebull;
+
+	z ^= z >> 30;
+	z *= 0xbf58476d1ce4e5b9ull;
+	z ^= z >> 27;
+	z *= 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	return z;
+}
+
+/* A bijection on [0, n) keyed by @key: a balanced Feistel network on the smallest even power of
+ * two >= n, cycle-walked (re-applied until the value lands in range; expected < 4 rounds, since
+ * the domain is < 4n). */
+static uint64_t permute(uint64_t x, uint64_t n, uint64_t key)
+{
+	unsigned bits = 2;
+
+	if (n <= 1)
+		return 0;
+	while (bits < 64 && (1ull << bits) < n)
+		bits++;
+	bits += bits & 1;
+	unsigned half = bits / 2;
+	uint64_t mask = (1ull << half) - 1;
+
+	do {
+		uint64_t l = x >> half, r = x & mask;
+		for (unsigned i = 0; i < FEISTEL_ROUNDS; i++) {
+			uint64_t t = l ^ (ldr_mix(key, i, r) & mask);
+			l = r;
+			r = t;
+		}
+		x = (l << half) | r;
+	} while (x >= n);
+	return x;
+}
+
+int ldr_sampler_init(struct ldr_sampler *s, uint64_t n, uint32_t world, uint32_t batch,
+		     enum ldr_sampling mode, enum ldr_tail tail, uint64_t seed, uint32_t block,
+		     uint32_t window)
+{
+	if (world == 0 || batch == 0 || mode > LDR_SAMPLE_BLOCK || tail > LDR_TAIL_MASK ||
+	    n > (1ull << 62))
+		return -EINVAL;
+	s->n = n;
+	s->world = world;
+	s->batch = batch;
+	s->mode = mode;
+	s->tail = tail;
+	s->seed = seed;
+	s->block = block ? block : 64;
+	s->window = window ? window : 16;
+	s->per_rank = tail == LDR_TAIL_DROP ? n / world : (n + world - 1) / world;
+	if (n == 0 || s->per_rank == 0)
+		return -ENODATA;
+	s->steps = (s->per_rank + batch - 1) / batch;
+	return 0;
+}
+
+uint64_t ldr_sampler_order(const struct ldr_sampler *s, uint64_t epoch, uint64_t pos)
+{
+	uint64_t key = ldr_mix(s->seed, epoch, 0x5348554646ull);
+
+	switch (s->mode) {
+	case LDR_SAMPLE_SEQUENTIAL:
+		return pos;
+	case LDR_SAMPLE_SHUFFLE:
+		return permute(pos, s->n, key);
+	case LDR_SAMPLE_BLOCK: {
+		uint64_t wsz = (uint64_t)s->block * s->window;
+		uint64_t w = pos / wsz, off = pos % wsz;
+		uint64_t wlen = s->n - w * wsz < wsz ? s->n - w * wsz : wsz;
+		uint64_t q = w * wsz + permute(off, wlen, ldr_mix(key, w, 0x57494eull));
+		uint64_t nfull = s->n / s->block, b = q / s->block;
+		if (b >= nfull)
+			return q;  /* the short last block stays last */
+		return permute(b, nfull, ldr_mix(key, 0x424c4bull, 1)) * s->block + q % s->block;
+	}
+	}
+	return pos;
+}
+
+uint64_t ldr_sampler_pos(const struct ldr_sampler *s, uint64_t step, uint32_t rank, uint32_t i)
+{
+	return ((uint64_t)step * s->batch + i) * s->world + rank;
+}
+
+uint32_t ldr_sampler_batch(const struct ldr_sampler *s, uint64_t epoch, uint64_t step,
+			   uint32_t rank, uint64_t *ids, uint8_t *flags)
+{
+	uint64_t first = step * s->batch;
+	uint32_t count = (uint32_t)(s->per_rank - first < s->batch ? s->per_rank - first : s->batch);
+
+	for (uint32_t i = 0; i < count; i++) {
+		uint64_t pos = ldr_sampler_pos(s, step, rank, i);
+		flags[i] = 0;
+		if (pos >= s->n) {
+			/* pad/mask only (drop never reaches past n): repeat from the start */
+			flags[i] = s->tail == LDR_TAIL_MASK ? RING_SAMPLE_PADDING : RING_SAMPLE_REPEATED;
+			pos %= s->n;
+		}
+		ids[i] = ldr_sampler_order(s, epoch, pos);
+	}
+	return count;
+}
+
+uint64_t ldr_sampler_substitute(const struct ldr_sampler *s, uint64_t epoch, uint64_t pos,
+				uint64_t k)
+{
+	return ldr_sampler_order(s, epoch, (pos + k) % s->n);
+}
