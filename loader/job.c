@@ -258,6 +258,8 @@ static int substitute(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 			return 0;
 		}
 		f->bad++;
+		if (f->nbad_ids < 8)
+			f->bad_ids[f->nbad_ids++] = sid;
 		LOG_WARN("job %s: sample %" PRIu64 " is bad too (%s); trying the next",
 			 j->spec.job, sid, n < 0 ? strerror((int)-n) : why);
 	}
@@ -294,6 +296,8 @@ static int fill(void *ctx, void *wp, struct srv_fill *f)
 						 sizeof(why));
 			if (ret < 0) {
 				f->bad++;
+				if (f->nbad_ids < 8)
+					f->bad_ids[f->nbad_ids++] = id;
 				if (j->spec.on_bad == CTL_BAD_FAIL) {
 					snprintf(f->why, sizeof(f->why), "sample %" PRIu64 ": %s (policy: fail)",
 						 id, why);

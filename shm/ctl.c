@@ -164,6 +164,25 @@ int ctl_check_job_open(const struct ctl_job_open *j, char *why, size_t whylen)
 	return 0;
 }
 
+int ctl_check_admin(const struct ctl_admin *a, char *why, size_t whylen)
+{
+	if (a->op < CTL_OP_STATUS || a->op > CTL_OP_STOP)
+		return BAD("admin: unknown operation %u", a->op);
+	if (a->flags & ~CTL_ADMIN_JSON)
+		return BAD("admin: unknown flags 0x%x", a->flags);
+	if (a->reserved[0] || a->reserved[1])
+		return BAD("admin: reserved fields are not zero");
+	const char *nul = memchr(a->job, 0, sizeof(a->job));
+	if (!nul)
+		return BAD("admin: job name is not NUL-terminated");
+	for (const char *p = nul; p < a->job + sizeof(a->job); p++)
+		if (*p)
+			return BAD("admin: junk after the job name");
+	if (a->op == CTL_OP_STOP && nul == a->job)
+		return BAD("admin: stop needs a job name");
+	return 0;
+}
+
 void ctl_error_make(struct ctl_error *e, int err, const char *fmt, ...)
 {
 	va_list ap;

@@ -28,7 +28,9 @@ enum ctl_type {
 	CTL_STATS_REQ = 3,  /* client: no body: stats of this connection's rank */
 	CTL_STATS = 4,      /* server: struct ctl_stats */
 	CTL_ERROR = 5,      /* server: struct ctl_error; the server closes the connection after it */
-	CTL_TYPE_MAX = 5
+	CTL_ADMIN = 6,      /* client (loaderctl): struct ctl_admin */
+	CTL_ADMIN_TEXT = 7, /* server: a chunk of the answer (text or JSON); an empty one ends it */
+	CTL_TYPE_MAX = 7
 };
 
 struct ctl_hdr {
@@ -97,6 +99,17 @@ struct ctl_stats {
 };
 _Static_assert(sizeof(struct ctl_stats) == 112, "on the wire");
 
+enum ctl_admin_op { CTL_OP_STATUS = 1, CTL_OP_JOBS = 2, CTL_OP_STATS = 3, CTL_OP_STOP = 4 };
+#define CTL_ADMIN_JSON 0x1u
+
+struct ctl_admin {
+	uint32_t op;                  /* enum ctl_admin_op */
+	uint32_t flags;               /* CTL_ADMIN_JSON */
+	char job[CTL_JOB_NAME_MAX];   /* CTL_OP_STOP: the job; else empty (all jobs) or one job */
+	uint64_t reserved[2];         /* zero */
+};
+_Static_assert(sizeof(struct ctl_admin) == 88, "on the wire");
+
 struct ctl_error {
 	int32_t err;                  /* positive errno */
 	char text[CTL_TEXT_MAX];      /* NUL-terminated */
@@ -115,6 +128,7 @@ ssize_t ctl_recv(int sock, void *buf, uint16_t *type, int *fds, int *nfds);
 
 /* Field validation. Return 0, or -EINVAL with a message naming the field in @why. */
 int ctl_check_job_open(const struct ctl_job_open *j, char *why, size_t whylen);
+int ctl_check_admin(const struct ctl_admin *a, char *why, size_t whylen);
 /* Make @e from -errno @err and a printf-style message. */
 void ctl_error_make(struct ctl_error *e, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -80,6 +80,8 @@ struct rank_state {
 	int started;             /* attached at least once: resume from @resume */
 	uint64_t resume;
 	uint64_t published, samples, fill_ns, io_ns, decode_ns;
+	uint64_t rate_samples;   /* samples at the last rate snapshot */
+	double rate;             /* samples/s over the last snapshot interval */
 	uint32_t attaches;
 };
 
@@ -98,6 +100,8 @@ struct job {
 	char fail_msg[CTL_TEXT_MAX];
 	int fail_err;
 	uint64_t bad;
+	uint64_t bad_ids[16];         /* the most recent, for stats */
+	unsigned nbad_ids;            /* total ever recorded (index mod 16) */
 	struct job *next;
 };
 
@@ -114,6 +118,10 @@ struct srv {
 	uint64_t next_job_id;
 	uint64_t mem_used;
 	unsigned rr;                  /* round-robin start for workers */
+	int64_t start_ns;
+	int64_t rate_ns;              /* last rate snapshot */
+	uint64_t busy_ns, busy_snap;  /* worker time spent filling, all jobs */
+	double busy_share;            /* of the workers, over the last snapshot interval */
 	atomic_int stop;
 	int workers_stop;             /* under mu */
 	pthread_t *threads;
@@ -505,6 +513,223 @@ static void on_stats(struct srv *s, struct conn *c)
 		conn_close(s, c);
 }
 
+/* ---- loaderctl ---- */
+
+struct text {
+	char *p;
+	size_t len, cap;
+	int oom;
+};
+
+static void put(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct text *t, const char *fmt, ...)
+{
+	va_list ap;
+
+	for (;;) {
+		va_start(ap, fmt);
+		int n = vsnprintf(t->p ? t->p + t->len : NULL, t->p ? t->cap - t->len : 0, fmt, ap);
+		va_end(ap);
+		if (n < 0 || t->oom)
+			return;
+		if (t->p && t->len + (size_t)n < t->cap) {
+			t->len += (size_t)n;
+			return;
+		}
+		size_t cap = (t->cap + (size_t)n + 1) * 2;
+		char *q = realloc(t->p, cap);
+		if (!q) {
+			t->oom = 1;
+			return;
+		}
+		t->p = q;
+		t->cap = cap;
+	}
+}
+
+/* A JSON string: quotes, backslashes and control bytes escaped. */
+static void put_json_str(struct text *t, const char *s)
+{
+	put(t, "\"");
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch == '"' || ch == '\\')
+			put(t, "\\%c", ch);
+		else if (ch < 0x20)
+			put(t, "\\u%04x", ch);
+		else
+			put(t, "%c", ch);
+	}
+	put(t, "\"");
+}
+
+static void admin_job(struct text *t, struct job *j, int json, int stats)
+{
+	const struct ctl_job_open *sp = &j->spec;
+	uint64_t fill = 0, io = 0, dec = 0;
+	double rate = 0;
+
+	for (uint32_t r = 0; r < sp->world; r++) {
+		fill += j->ranks[r].fill_ns;
+		io += j->ranks[r].io_ns;
+		dec += j->ranks[r].decode_ns;
+		rate += j->ranks[r].rate;
+	}
+	unsigned nb = j->nbad_ids < 16 ? j->nbad_ids : 16;
+	if (json) {
+		put(t, "{\"job\":");
+		put_json_str(t, j->name);
+		put(t, ",\"id\":%llu,\"dataset\":", (unsigned long long)j->id);
+		put_json_str(t, sp->dataset);
+		put(t, ",\"world\":%u,\"attached\":%u,\"batch\":%u,\"steps_per_epoch\":%llu,"
+		    "\"steps_total\":%llu,\"samples_per_s\":%.1f,\"bad_records\":%llu,\"bad_ids\":[",
+		    sp->world, j->attached, sp->batch, (unsigned long long)j->info.steps_per_epoch,
+		    (unsigned long long)j->steps_total, rate, (unsigned long long)j->bad);
+		for (unsigned b = 0; b < nb; b++)
+			put(t, "%s%llu", b ? "," : "", (unsigned long long)j->bad_ids[b]);
+		put(t, "],\"failed\":%s", j->failed ? "true" : "false");
+		if (stats) {
+			put(t, ",\"fill_s\":%.3f,\"io_s\":%.3f,\"decode_s\":%.3f,\"ranks\":[", fill * 1e-9,
+			    io * 1e-9, dec * 1e-9);
+			for (uint32_t r = 0; r < sp->world; r++) {
+				struct rank_state *rs = &j->ranks[r];
+				struct att *a = rs->att;
+				uint64_t rel = 0;
+				if (a && ring_prod_scan(a->ring, a->first, a->next, &rel) < 0)
+					rel = a->floor;
+				put(t, "%s{\"rank\":%u,\"attached\":%s,\"pid\":%d,\"published\":%llu,"
+				    "\"released\":%llu,\"samples\":%llu,\"samples_per_s\":%.1f,"
+				    "\"ring_slots\":%u,\"ring_occupancy\":%llu,\"attaches\":%u}",
+				    r ? "," : "", r, a ? "true" : "false", a ? (int)a->conn->pid : 0,
+				    (unsigned long long)rs->published,
+				    (unsigned long long)(a ? rel : rs->resume),
+				    (unsigned long long)rs->samples, rs->rate,
+				    a ? ring_header(a->ring)->slots : 0,
+				    (unsigned long long)(a ? a->next - rel : 0), rs->attaches);
+			}
+			put(t, "]");
+		}
+		put(t, "}");
+		return;
+	}
+	put(t, "job %s (id %llu): %s\n  %u/%u ranks attached, batch %u, %llu steps/epoch, "
+	    "%.1f samples/s, %llu bad records", j->name, (unsigned long long)j->id, sp->dataset,
+	    j->attached, sp->world, sp->batch, (unsigned long long)j->info.steps_per_epoch, rate,
+	    (unsigned long long)j->bad);
+	if (nb) {
+		put(t, " (sample ids:");
+		for (unsigned b = 0; b < nb; b++)
+			put(t, " %llu", (unsigned long long)j->bad_ids[b]);
+		put(t, ")");
+	}
+	put(t, "%s\n", j->failed ? ", FAILED" : "");
+	if (!stats)
+		return;
+	if (fill)
+		put(t, "  fill time %.2f s: %.0f%% reading, %.0f%% decoding\n", fill * 1e-9,
+		    100.0 * io / fill, 100.0 * dec / fill);
+	for (uint32_t r = 0; r < sp->world; r++) {
+		struct rank_state *rs = &j->ranks[r];
+		struct att *a = rs->att;
+		uint64_t rel = 0;
+		if (a && ring_prod_scan(a->ring, a->first, a->next, &rel) < 0)
+			rel = a->floor;
+		if (a)
+			put(t, "  rank %u: pid %d, step %llu, %.1f samples/s, ring %llu/%u slots full\n",
+			    r, (int)a->conn->pid, (unsigned long long)rel, rs->rate,
+			    (unsigned long long)(a->next - rel), ring_header(a->ring)->slots);
+		else
+			put(t, "  rank %u: %s, resumes at step %llu\n", r,
+			    rs->started ? "detached" : "never attached", (unsigned long long)rs->resume);
+	}
+}
+
+/* Under mu. loaderctl's requests: answered as text chunks, then an empty chunk. */
+static void on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
+{
+	char why[CTL_TEXT_MAX];
+	struct text t = { 0 };
+	int json = !!(req->flags & CTL_ADMIN_JSON), n = 0;
+
+	if (ctl_check_admin(req, why, sizeof(why)) < 0) {
+		conn_fail(s, c, EINVAL, "%s", why);
+		return;
+	}
+	struct job *only = req->job[0] ? job_find(s, req->job) : NULL;
+	if (req->job[0] && !only) {
+		conn_fail(s, c, ENOENT, "no job named %s", req->job);
+		return;
+	}
+	switch (req->op) {
+	case CTL_OP_STATUS: {
+		unsigned jobs = 0, clients = 0, attached = 0;
+		for (struct job *j = s->jobs; j; j = j->next)
+			jobs++, attached += j->attached;
+		for (struct conn *k = s->conns; k; k = k->next)
+			clients++;
+		double up = (double)(now_ns() - s->start_ns) * 1e-9;
+		if (json)
+			put(&t, "{\"pid\":%d,\"uptime_s\":%.1f,\"workers\":%u,\"workers_busy\":%.3f,"
+			    "\"jobs\":%u,\"ranks_attached\":%u,\"clients\":%u,\"ring_bytes\":%llu,"
+			    "\"ring_bytes_limit\":%llu,\"socket\":", (int)getpid(), up, s->nthreads,
+			    s->busy_share, jobs, attached, clients, (unsigned long long)s->mem_used,
+			    (unsigned long long)s->opts.mem_limit);
+		else
+			put(&t, "loaderd pid %d, up %.0f s, socket %s\n%u workers, %.0f%% busy\n"
+			    "%u jobs, %u ranks attached, %u clients\nring memory %llu MiB of %llu MiB\n",
+			    (int)getpid(), up, s->path, s->nthreads, 100 * s->busy_share, jobs, attached,
+			    clients, (unsigned long long)(s->mem_used >> 20),
+			    (unsigned long long)(s->opts.mem_limit >> 20));
+		if (json) {
+			put_json_str(&t, s->path);
+			put(&t, "}\n");
+		}
+		break;
+	}
+	case CTL_OP_JOBS:
+	case CTL_OP_STATS:
+		if (json)
+			put(&t, "[");
+		for (struct job *j = s->jobs; j; j = j->next) {
+			if (only && j != only)
+				continue;
+			if (json && n++)
+				put(&t, ",");
+			admin_job(&t, j, json, req->op == CTL_OP_STATS);
+		}
+		if (json)
+			put(&t, "]\n");
+		else if (!s->jobs)
+			put(&t, "no jobs\n");
+		break;
+	case CTL_OP_STOP:
+		if (!only->failed) {
+			only->failed = 1;
+			only->fail_err = ECANCELED;
+			snprintf(only->fail_msg, sizeof(only->fail_msg), "stopped by loaderctl");
+			notice(s, 1, "job %s: stopped by loaderctl (pid %d)", only->name, (int)c->pid);
+			wake_control(s);
+		}
+		put(&t, json ? "{\"stopped\":\"%s\"}\n" : "job %s stopped\n", only->name);
+		break;
+	}
+	if (t.oom) {
+		free(t.p);
+		conn_fail(s, c, ENOMEM, "out of memory for the answer");
+		return;
+	}
+	int ret = 0;
+	const size_t chunk = CTL_MSG_MAX - sizeof(struct ctl_hdr);
+	for (size_t off = 0; ret == 0 && off < t.len; off += chunk)
+		ret = ctl_send(c->fd, CTL_ADMIN_TEXT, t.p + off, t.len - off < chunk ? t.len - off : chunk,
+			       NULL, 0);
+	if (ret == 0)
+		ret = ctl_send(c->fd, CTL_ADMIN_TEXT, NULL, 0, NULL, 0);
+	free(t.p);
+	if (ret < 0)
+		conn_close(s, c);
+}
+
 static void on_conn(struct srv *s, struct conn *c, uint32_t events)
 {
 	char buf[CTL_MSG_MAX];
@@ -540,6 +765,10 @@ static void on_conn(struct srv *s, struct conn *c, uint32_t events)
 			struct ctl_job_open spec;
 			memcpy(&spec, buf, sizeof(spec));
 			on_job_open(s, c, &spec);
+		} else if (type == CTL_ADMIN && (size_t)n == sizeof(struct ctl_admin) && !c->att) {
+			struct ctl_admin req;
+			memcpy(&req, buf, sizeof(req));
+			on_admin(s, c, &req);
 		} else if (type == CTL_STATS_REQ && n == 0) {
 			on_stats(s, c);
 		} else {
@@ -559,6 +788,19 @@ static void on_conn(struct srv *s, struct conn *c, uint32_t events)
 static void housekeeping(struct srv *s)
 {
 	int64_t now = now_ns();
+
+	if (now - s->rate_ns >= 1000000000) {
+		double dt = (double)(now - s->rate_ns) * 1e-9;
+		for (struct job *j = s->jobs; j; j = j->next)
+			for (uint32_t r = 0; r < j->spec.world; r++) {
+				struct rank_state *rs = &j->ranks[r];
+				rs->rate = (double)(rs->samples - rs->rate_samples) / dt;
+				rs->rate_samples = rs->samples;
+			}
+		s->busy_share = (double)(s->busy_ns - s->busy_snap) * 1e-9 / dt / s->nthreads;
+		s->busy_snap = s->busy_ns;
+		s->rate_ns = now;
+	}
 
 	for (struct conn *c = s->conns, *next; c; c = next) {
 		next = c->next;
@@ -678,6 +920,9 @@ static void *worker_main(void *p)
 		pthread_mutex_lock(&s->mu);
 		struct rank_state *rs = &j->ranks[a->rank];
 		j->bad += f.bad;
+		for (uint32_t b = 0; b < f.nbad_ids && b < 8; b++)
+			j->bad_ids[j->nbad_ids++ % 16] = f.bad_ids[b];
+		s->busy_ns += (uint64_t)dt;
 		if (ret == 0) {
 			rs->published++;
 			rs->samples += f.count;
@@ -788,6 +1033,7 @@ int srv_create(const struct srv_opts *opts, const struct srv_ops *ops, struct sr
 	if (s->opts.linger_ms <= 0)
 		s->opts.linger_ms = 60000;
 	s->lfd = s->wake = s->ep = -1;
+	s->start_ns = s->rate_ns = now_ns();
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	ret = listen_on(s, why, whylen);

@@ -34,6 +34,8 @@ struct srv_fill {
 	uint32_t slot_flags;       /* out: RING_SLOT_* (the server sets RING_SLOT_LAST itself) */
 	uint64_t io_ns, decode_ns; /* out, optional: where the time went */
 	uint64_t bad;              /* out: records found bad while filling */
+	uint64_t bad_ids[8];       /* out: the first of them (for stats) */
+	uint32_t nbad_ids;
 	char why[CTL_TEXT_MAX];    /* out: message when the callback fails */
 };
 
