@@ -31,8 +31,10 @@ struct ldr_decoder {
 	uint8_t *scratch;          /* decoded window rows, or a decompressed zstd record */
 	size_t scratch_size;
 	ZSTD_DCtx *zd;
-	int32_t *xi;               /* resize tables: per output column, left source column x 3 */
-	uint16_t *xw;              /* and its right weight in 1/256 */
+	int32_t *xi;               /* resize tables: per output column, left and right byte offset */
+	uint16_t *xw;              /* and the right one's weight in 1/256 */
+	uint16_t *hrow;            /* one vertically blended source row */
+	size_t hcap;               /* its capacity, in elements */
 	size_t xcap;
 };
 
@@ -153,6 +155,7 @@ void ldr_decoder_destroy(struct ldr_decoder *d)
 	free(d->scratch);
 	free(d->xi);
 	free(d->xw);
+	free(d->hrow);
 	free(d);
 }
 
@@ -169,31 +172,46 @@ static int reserve(struct ldr_decoder *d, size_t n)
 	return 0;
 }
 
-static int reserve_x(struct ldr_decoder *d, size_t n)
+static int reserve_x(struct ldr_decoder *d, size_t w, size_t src_row)
 {
-	if (n <= d->xcap)
-		return 0;
-	int32_t *xi = realloc(d->xi, n * sizeof(*xi));
-	if (xi)
-		d->xi = xi;
-	uint16_t *xw = realloc(d->xw, n * sizeof(*xw));
-	if (xw)
-		d->xw = xw;
-	if (!xi || !xw)
-		return -ENOMEM;
-	d->xcap = n;
+	if (w > d->xcap) {
+		int32_t *xi = realloc(d->xi, 2 * w * sizeof(*xi));
+		if (xi)
+			d->xi = xi;
+		uint16_t *xw = realloc(d->xw, w * sizeof(*xw));
+		if (xw)
+			d->xw = xw;
+		if (!xi || !xw)
+			return -ENOMEM;
+		d->xcap = w;
+	}
+	if (src_row > d->hcap) {
+		uint16_t *hr = realloc(d->hrow, src_row * sizeof(*hr));
+		if (!hr)
+			return -ENOMEM;
+		d->hrow = hr;
+		d->hcap = src_row;
+	}
 	return 0;
 }
 
 /* Bilinear resize of the window (x0, y0, sw, sh) (fractional, in pixels of @src, which is
- * @src_w x @src_h x 3 with @stride bytes per row) to @o, flipped if asked, into @dst. */
+ * @src_w x @src_h x 3 with @stride bytes per row) to @o, flipped if asked, into @dst.
+ *
+ * Separable, in 8-bit fixed point, vertical pass first: for each output row, the two source rows
+ * are blended over the columns the window uses (contiguous, so it vectorises), then that one row
+ * is resized horizontally through the column tables, into which the flip is folded. Measured
+ * with perf, this order halves the time of the horizontal-first one: the gathers run once per
+ * output row instead of once per source row. The DCT scale has already done the bulk of any
+ * shrink (an averaging filter), so what is left is a factor below 2 and bilinear does not alias. */
 static int resize(struct ldr_decoder *d, const uint8_t *src, uint32_t src_w, uint32_t src_h,
 		  size_t stride, double x0, double y0, double sw, double sh, const struct ldr_out *o,
 		  uint8_t *dst)
 {
 	const size_t plane = (size_t)o->h * o->w;
+	uint32_t lo = UINT32_MAX, hi = 0;
 
-	if (reserve_x(d, o->w) < 0)
+	if (reserve_x(d, o->w, (size_t)src_w * 3) < 0)
 		return -ENOMEM;
 	for (uint32_t ox = 0; ox < o->w; ox++) {
 		double sx = x0 + (ox + 0.5) * sw / o->w - 0.5;
@@ -201,11 +219,22 @@ static int resize(struct ldr_decoder *d, const uint8_t *src, uint32_t src_w, uin
 			sx = 0;
 		if (sx > src_w - 1)
 			sx = src_w - 1;
-		int32_t xl = (int32_t)sx;
+		uint32_t xl = (uint32_t)sx, xr = xl + 1 < src_w ? xl + 1 : xl;
 		uint32_t col = o->flip ? o->w - 1 - ox : ox;
-		d->xi[col] = xl;
+		d->xi[2 * col] = (int32_t)xl * 3;
+		d->xi[2 * col + 1] = (int32_t)xr * 3;
 		d->xw[col] = (uint16_t)lround((sx - xl) * 256);
+		if (xl < lo)
+			lo = xl;
+		if (xr > hi)
+			hi = xr;
 	}
+	const size_t c0 = (size_t)lo * 3, c1 = (size_t)hi * 3 + 3;
+	/* Locals with restrict: stores to the uint8_t output may alias anything, and without them
+	 * the compiler reloads the tables on every pixel. */
+	const int32_t *restrict xi = d->xi;
+	const uint16_t *restrict xw = d->xw;
+	uint16_t *restrict v = d->hrow;  /* one vertically blended row, value x 256, indexed like @src */
 	for (uint32_t oy = 0; oy < o->h; oy++) {
 		double sy = y0 + (oy + 0.5) * sh / o->h - 0.5;
 		if (sy < 0)
@@ -213,20 +242,26 @@ static int resize(struct ldr_decoder *d, const uint8_t *src, uint32_t src_w, uin
 		if (sy > src_h - 1)
 			sy = src_h - 1;
 		uint32_t yt = (uint32_t)sy, yb = yt + 1 < src_h ? yt + 1 : yt;
-		uint32_t wy = (uint32_t)lround((sy - yt) * 256);
-		const uint8_t *rt = src + stride * yt, *rb = src + stride * yb;
-		for (uint32_t ox = 0; ox < o->w; ox++) {
-			int32_t xl = d->xi[ox];
-			int32_t xr = (uint32_t)xl + 1 < src_w ? xl + 1 : xl;
-			uint32_t wx = d->xw[ox];
-			for (int ch = 0; ch < 3; ch++) {
-				uint32_t top = rt[xl * 3 + ch] * (256 - wx) + rt[xr * 3 + ch] * wx;
-				uint32_t bot = rb[xl * 3 + ch] * (256 - wx) + rb[xr * 3 + ch] * wx;
-				uint32_t v = (top * (256 - wy) + bot * wy + 32768) >> 16;
-				if (o->nchw)
-					dst[ch * plane + (size_t)oy * o->w + ox] = (uint8_t)v;
-				else
-					dst[((size_t)oy * o->w + ox) * 3 + ch] = (uint8_t)v;
+		uint32_t wb = (uint32_t)lround((sy - yt) * 256), wt = 256 - wb;
+		const uint8_t *restrict t = src + stride * yt, *restrict b = src + stride * yb;
+		for (size_t i = c0; i < c1; i++)
+			v[i] = (uint16_t)(t[i] * wt + b[i] * wb);
+		if (!o->nchw) {
+			uint8_t *restrict drow = dst + (size_t)o->w * 3 * oy;
+			for (uint32_t ox = 0; ox < o->w; ox++) {
+				const uint16_t *l = v + xi[2 * ox], *r = v + xi[2 * ox + 1];
+				uint32_t wr = xw[ox], wl = 256 - wr;
+				drow[3 * ox] = (uint8_t)((l[0] * wl + r[0] * wr + 32768) >> 16);
+				drow[3 * ox + 1] = (uint8_t)((l[1] * wl + r[1] * wr + 32768) >> 16);
+				drow[3 * ox + 2] = (uint8_t)((l[2] * wl + r[2] * wr + 32768) >> 16);
+			}
+		} else {
+			uint8_t *d0 = dst + (size_t)oy * o->w;
+			for (uint32_t ox = 0; ox < o->w; ox++) {
+				const uint16_t *l = v + xi[2 * ox], *r = v + xi[2 * ox + 1];
+				uint32_t wr = xw[ox], wl = 256 - wr;
+				for (int ch = 0; ch < 3; ch++)
+					d0[ch * plane + ox] = (uint8_t)((l[ch] * wl + r[ch] * wr + 32768) >> 16);
 			}
 		}
 	}

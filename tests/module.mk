@@ -7,11 +7,14 @@ define test_rule
 $(BUILD)/tests/$(1): $(BUILD)/obj/tests/$(1).o
 	$$(Q)mkdir -p $$(@D)
 	$$(if $$(Q),@echo "  LD      $$@")
-	$$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$< $$(LINKLIBS) $$(SYSLIBS) -lcmocka \
+	$$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$< $$(if $$(filter test_trn_%,$(1)),$$(TRN_LIB)) \
+		$$(LINKLIBS) $$(SYSLIBS) -lcmocka $$(if $$(filter test_trn_%,$(1)),$$(TRN_SYSLIBS)) \
 		$$(shell sed -n 's|^/\* link: \(.*\) \*/$$$$|\1|p' tests/$(1).c)
 endef
+# test_trn_*: trainer tests, linked with libtrainer, MPI and OpenBLAS too.
 $(foreach t,$(patsubst tests/%.c,%,$(TEST_SRC)),$(eval $(call test_rule,$(t))))
 $(TESTS): $(LIBS)
+$(filter %/test_trn_%,$(TESTS)): $(TRN_LIB)
 
 # libFuzzer targets: built with clang against the formats/ and common/ sources directly.
 FUZZ_CC ?= clang
