@@ -17,7 +17,7 @@ TRN_SYSLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcub
 $(BUILD)/obj/%.cu.o: %.cu | $(DEPS_STAMP)
 	$(Q)mkdir -p $(@D)
 	$(if $(Q),@echo "  NVCC    $<")
-	$(Q)$(NVCC) -std=c++17 -O2 -I. $(MPI_CFLAGS) -Xcompiler -Wall,-Wextra -c $< -o $@
+	$(Q)$(NVCC) -std=c++17 -O2 -arch=sm_90 -I. $(MPI_CFLAGS) -Xcompiler -Wall,-Wextra -MMD -MP -c $< -o $@
 else
 TRAINER_GPU_OBJ := $(BUILD)/obj/trainer/nocuda.o
 endif
