@@ -2,4 +2,25 @@ SHM_SRC := $(wildcard shm/*.c)
 ifneq ($(SHM_SRC),)
 $(BUILD)/lib/libshm.a: $(patsubst %.c,$(BUILD)/obj/%.o,$(SHM_SRC))
 LIBS += $(BUILD)/lib/libshm.a
+
+# libldc.so: the client API as a shared library, for bindings that load it at run time (the Python
+# package in python/ uses it through ctypes). Position-independent objects of their own in
+# $(BUILD)/pic/, so libshm.a keeps its non-PIC code. A version script exports ldc_* only; ring_*,
+# ctl_* and srv_* stay local (srv.c comes along unused, so the set of files needs no list).
+BINS += $(BUILD)/lib/libldc.so
+$(BUILD)/pic/%.o: %.c | $(DEPS_STAMP)
+	$(Q)mkdir -p $(@D)
+	$(if $(Q),@echo "  CCPIC   $<")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -c $< -o $@
+
+$(BUILD)/pic/libldc.map: shm/module.mk
+	$(Q)mkdir -p $(@D)
+	$(Q)printf '{\n  global: ldc_*;\n  local: *;\n};\n' >$@
+
+$(BUILD)/lib/libldc.so: $(patsubst %.c,$(BUILD)/pic/%.o,$(SHM_SRC)) $(BUILD)/pic/libldc.map
+	$(Q)mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libldc.so -Wl,--no-undefined \
+		-Wl,--version-script=$(BUILD)/pic/libldc.map -o $@ $(filter %.o,$^)
+DEPFILES += $(shell find $(BUILD)/pic -name '*.d' 2>/dev/null)
 endif

@@ -870,6 +870,15 @@ static struct att *pick(struct srv *s, uint64_t *step)
 	return found;
 }
 
+static uint32_t flags_of(const struct job *j, uint64_t step, uint32_t fill_flags)
+{
+	uint32_t flags = fill_flags & ~RING_SLOT_LAST;
+
+	if (j->steps_total && step + 1 == j->steps_total)
+		flags |= RING_SLOT_LAST;
+	return flags;
+}
+
 struct worker_arg {
 	struct srv *s;
 	unsigned index;
@@ -909,13 +918,8 @@ static void *worker_main(void *p)
 			ret = s->ops.fill(s->ops.ctx, wstate, &f);
 		}
 		int64_t dt = now_ns() - t0;
-		if (ret == 0) {
-			uint32_t flags = f.slot_flags & ~RING_SLOT_LAST;
-			if (j->steps_total && step + 1 == j->steps_total)
-				flags |= RING_SLOT_LAST;
+		if (ret == 0)
 			slot.hdr->fill_ns = (uint64_t)dt;
-			ring_prod_publish(a->ring, &slot, f.count, flags);
-		}
 
 		pthread_mutex_lock(&s->mu);
 		struct rank_state *rs = &j->ranks[a->rank];
@@ -924,11 +928,16 @@ static void *worker_main(void *p)
 			j->bad_ids[j->nbad_ids++ % 16] = f.bad_ids[b];
 		s->busy_ns += (uint64_t)dt;
 		if (ret == 0) {
+			/* Counted before the publish, so a consumer that has the step also sees it
+			 * in its stats. */
 			rs->published++;
 			rs->samples += f.count;
 			rs->fill_ns += (uint64_t)dt;
 			rs->io_ns += f.io_ns;
 			rs->decode_ns += f.decode_ns;
+			pthread_mutex_unlock(&s->mu);
+			ring_prod_publish(a->ring, &slot, f.count, flags_of(j, step, f.slot_flags));
+			pthread_mutex_lock(&s->mu);
 		} else if (ret == -EBADMSG && !f.why[0]) {
 			a->hostile = 1;  /* ring_prod_begin: the consumer rewrote a free word */
 			wake_control(s);

@@ -1,0 +1,717 @@
+"""loader.py - Loader: one rank of a loaderd job as a Python iterable of batches.
+
+Each batch is a view of a slot of the shared-memory ring that loaderd fills (no copy): torch
+tensors when torch is importable (torch.frombuffer over the mapping), numpy arrays otherwise.
+A slot is held from the moment its batch is yielded until the next batch is taken (or the ring
+is closed): that is the window in which the yielded arrays are valid. See README.md for the
+semantics of epochs, resuming and errors.
+"""
+from __future__ import annotations
+
+import collections
+import ctypes
+import errno as _errno
+import hashlib
+import os
+import re
+import secrets
+import time
+import warnings
+
+from . import _lib as L
+
+_NAME_OK = re.compile(r"^[A-Za-z0-9._-]+$")
+_JOB_BASE_MAX = 40        # leaves room for ".eN.K" within the daemon's 63 bytes
+_NAME_TRIES = 8           # fresh names tried per position (base, base.1 .. base.7)
+_SLICE_MS = 250           # ldc_acquire is called in slices so that Ctrl-C is seen between them
+
+TRANSFORM_NAMES = {
+    "random_resized_crop": L.TF_RANDOM_RESIZED_CROP,
+    "center_crop": L.TF_CENTER_CROP,
+    "hflip": L.TF_HFLIP,
+}
+TRANSFORM_PRESETS = {
+    "train": L.TF_RANDOM_RESIZED_CROP | L.TF_HFLIP,
+    "eval": L.TF_CENTER_CROP,
+    "none": 0,
+}
+
+
+class LoaderdError(RuntimeError):
+    """loaderd refused a request, went away, or sent something unusable.
+
+    ``errno`` is the positive errno; the message is the client library's sentence (ldc_error),
+    e.g. "loaderd closed the connection: it exited or was killed"."""
+
+    def __init__(self, err: int, message: str):
+        self.errno = err
+        name = _errno.errorcode.get(err, str(err))
+        super().__init__(f"{message} [{name}]")
+
+
+class LoaderdTimeout(LoaderdError):
+    """No batch arrived within the Loader's ``timeout``."""
+
+
+class Batch:
+    """One step of one rank: views into a ring slot, valid until the next batch is taken or the
+    Loader closes (``copy()`` makes an owned copy). Unpacks as ``images, labels``."""
+
+    __slots__ = ("images", "labels", "ids", "flags", "step", "epoch", "step_in_epoch", "count",
+                 "last", "_weights", "_torch")
+
+    def __init__(self, images, labels, ids, flags, step, epoch, step_in_epoch, count, last,
+                 is_torch):
+        self.images, self.labels, self.ids, self.flags = images, labels, ids, flags
+        self.step, self.epoch, self.step_in_epoch = step, epoch, step_in_epoch
+        self.count, self.last = count, last
+        self._weights = None
+        self._torch = is_torch
+
+    @property
+    def weights(self):
+        """float32 per sample: 0 for tail padding (tail="mask"), else 1. A new array."""
+        if self._weights is None:
+            pad = (self.flags & L.SAMPLE_PADDING) == 0
+            if self._torch:
+                import torch
+                self._weights = pad.to(torch.float32)
+            else:
+                import numpy as np
+                self._weights = pad.astype(np.float32)
+        return self._weights
+
+    def copy(self) -> "Batch":
+        """The same batch in memory of its own, safe to keep after the slot is released."""
+        cp = (lambda t: t.clone()) if self._torch else (lambda a: a.copy())
+        b = Batch(cp(self.images), cp(self.labels), cp(self.ids), cp(self.flags), self.step,
+                  self.epoch, self.step_in_epoch, self.count, self.last, self._torch)
+        b._weights = self._weights
+        return b
+
+    def __iter__(self):
+        yield self.images
+        yield self.labels
+
+    def __len__(self):
+        return self.count
+
+    def __repr__(self):
+        return (f"Batch(step={self.step}, epoch={self.epoch}, step_in_epoch={self.step_in_epoch}, "
+                f"count={self.count}, images={tuple(self.images.shape)})")
+
+
+def default_socket() -> str:
+    """$LOADERD_SOCKET, else loaderd's own default: $XDG_RUNTIME_DIR/loaderd.sock, else
+    /tmp/loaderd-UID.sock."""
+    s = os.environ.get("LOADERD_SOCKET")
+    if s:
+        return s
+    d = os.environ.get("XDG_RUNTIME_DIR")
+    if d:
+        return os.path.join(d, "loaderd.sock")
+    return f"/tmp/loaderd-{os.getuid()}.sock"
+
+
+def _parse_transforms(transforms, crop, layout) -> int:
+    if transforms is None:
+        bits = TRANSFORM_PRESETS["train"] if crop else 0
+    elif isinstance(transforms, int):
+        bits = transforms
+    elif isinstance(transforms, str) and transforms in TRANSFORM_PRESETS:
+        bits = TRANSFORM_PRESETS[transforms]
+    else:
+        names = [transforms] if isinstance(transforms, str) else list(transforms)
+        bits = 0
+        for n in names:
+            if n not in TRANSFORM_NAMES:
+                raise ValueError(f"transforms: unknown {n!r} (known: presets "
+                                 f"{sorted(TRANSFORM_PRESETS)}, names {sorted(TRANSFORM_NAMES)})")
+            bits |= TRANSFORM_NAMES[n]
+    lay = layout.upper()
+    if lay not in ("NHWC", "NCHW"):
+        raise ValueError(f"layout: {layout!r} is neither 'NHWC' nor 'NCHW'")
+    if lay == "NCHW":
+        if not crop:
+            raise ValueError("layout='NCHW' needs a crop size (records as stored keep their layout)")
+        bits |= L.TF_NCHW
+    if bits & ~L.TF_ALL:
+        raise ValueError(f"transforms: unknown bits {bits & ~L.TF_ALL:#x}")
+    if (bits & (L.TF_RANDOM_RESIZED_CROP | L.TF_CENTER_CROP)) and not crop:
+        raise ValueError("transforms: a crop transform needs crop=SIZE")
+    return bits
+
+
+def _pick(table, what, value) -> int:
+    if value not in table:
+        raise ValueError(f"{what}: {value!r} is not one of {sorted(table)}")
+    return table[value]
+
+
+class _Conn:
+    """One ldc connection. Kept alive by the ring buffer object while any view of the mapping
+    exists, so that garbage collection never unmaps memory a live array still points into; an
+    explicit Loader.close() closes it regardless (documented)."""
+
+    def __init__(self, lib, ptr):
+        self.lib, self.ptr = lib, ptr
+        self.pinned = None   # (torch module, base address) while registered with CUDA
+
+    def error(self) -> str:
+        return self.lib.ldc_error(self.ptr).decode("utf-8", "replace") if self.ptr else ""
+
+    def close(self):
+        if self.pinned:
+            torch, base = self.pinned
+            self.pinned = None
+            try:
+                torch.cuda.synchronize()  # no DMA may still read the mapping
+                torch.cuda.cudart().cudaHostUnregister(base)
+            except Exception:  # interpreter shutdown, CUDA torn down: the unmap still follows
+                pass
+        if self.ptr:
+            self.lib.ldc_close(self.ptr)
+            self.ptr = None
+
+    def __del__(self):
+        self.close()
+
+
+class Loader:
+    """One rank of a loaderd job, iterated one epoch per ``for`` loop.
+
+    ``with Loader(socket, dataset, batch_size, crop=224) as it: for images, labels in it: ...``
+
+    Arguments (names as in torch's DataLoader/DistributedSampler where there is one):
+      socket        loaderd's control socket; None: $LOADERD_SOCKET or loaderd's default path.
+      dataset       a .dpk file (made by dpack); made absolute here, so loaderd must see the
+                    same path (same node, same mount namespace).
+      batch_size    samples per step, 1..65536.
+      crop          output size: int (square) or (h, w); None: records as stored (raw tensors
+                    of one shape, e.g. a packed .npy).
+      rank, world_size   default: $RANK and $WORLD_SIZE (torchrun), else 0 and 1.
+      seed          shuffling and augmentation seed; equal on all ranks.
+      job           job name shared by the ranks on a node ([A-Za-z0-9._-], <= 40 chars).
+                    None: "py-<torchrun run id>-<hash of the parameters>" under torchrun, else
+                    a name unique to this Loader.
+      transforms    None ("train" when crop is given), "train" (random-resized-crop + hflip),
+                    "eval" (center crop), "none", a list of names ("random_resized_crop",
+                    "center_crop", "hflip") or CTL_TF_* bits.
+      layout        "NHWC" (default; images are (N, H, W, 3)) or "NCHW" ((N, 3, H, W)).
+      epochs        total epochs of the run (the last one is epochs - 1); None: unbounded.
+      sampling      "shuffle" (default), "sequential" or "block".
+      tail          "pad" (DistributedSampler default: repeats, flagged REPEATED), "mask"
+                    (repeats flagged PADDING, weight 0) or "drop" (drop_last=True).
+      on_bad        "substitute" (default: a bad record is replaced, flagged SUBSTITUTED) or
+                    "fail".
+      slots         ring depth (batches loaderd may prepare ahead); 0: the daemon's default.
+      return_meta   yield Batch objects (images, labels, ids, flags, weights, step, ...)
+                    instead of (images, labels) tuples.
+      copy          yield copies instead of views (and release each slot at once).
+      output        "torch", "numpy" or None (torch when importable).
+      pin_memory    register the ring with CUDA as pinned memory: None (when torch sees a
+                    GPU), True, False.
+      timeout       seconds to wait for one batch before LoaderdTimeout; None: no limit (a
+                    dead daemon is still noticed within about 100 ms).
+    """
+
+    def __init__(self, socket, dataset, batch_size, crop=224, *, rank=None, world_size=None,
+                 seed=0, job=None, transforms=None, layout="NHWC", epochs=None,
+                 sampling="shuffle", tail="pad", on_bad="substitute", slots=0,
+                 return_meta=False, copy=False, output=None, pin_memory=None, timeout=None):
+        self.socket = os.fspath(socket) if socket is not None else default_socket()
+        self.dataset = os.path.abspath(os.fspath(dataset))
+        if len(self.dataset.encode()) >= L.PATH_MAX:
+            raise ValueError(f"dataset path longer than {L.PATH_MAX - 1} bytes")
+        self.batch_size = int(batch_size)
+        if not 1 <= self.batch_size <= 65536:
+            raise ValueError(f"batch_size: {batch_size} is not in 1..65536")
+        if crop is None or crop == 0:
+            self.crop = None
+        elif isinstance(crop, int):
+            self.crop = (crop, crop)
+        else:
+            self.crop = (int(crop[0]), int(crop[1]))
+        if self.crop and not all(1 <= c <= 8192 for c in self.crop):
+            raise ValueError(f"crop: {crop} is not in 1..8192")
+        self.rank = int(os.environ.get("RANK", 0) if rank is None else rank)
+        self.world_size = int(os.environ.get("WORLD_SIZE", 1) if world_size is None else world_size)
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} is not in 0..world_size-1 ({self.world_size})")
+        self.seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+        self.transforms = _parse_transforms(transforms, self.crop, layout)
+        self.epochs = None if epochs is None else int(epochs)
+        if self.epochs is not None and not 1 <= self.epochs < 2**32:
+            raise ValueError(f"epochs: {epochs} is not a positive count (None: unbounded)")
+        self.sampling = sampling
+        self.tail = tail
+        self.on_bad = on_bad
+        self._sampling = _pick(L.SAMPLING, "sampling", sampling)
+        self._tail = _pick(L.TAIL, "tail", tail)
+        self._on_bad = _pick(L.ON_BAD, "on_bad", on_bad)
+        self.slots = int(slots)
+        if self.slots == 1 or not 0 <= self.slots <= 1024:
+            raise ValueError(f"slots: {slots} is not in 2..1024 (0 = loaderd's default)")
+        self.return_meta = bool(return_meta)
+        self.copy = bool(copy)
+        self.timeout = timeout
+
+        self._torch = None
+        if output is None:
+            try:
+                import torch
+                self._torch = torch
+            except ImportError:
+                pass
+        elif output == "torch":
+            import torch
+            self._torch = torch
+        elif output != "numpy":
+            raise ValueError(f"output: {output!r} is not 'torch', 'numpy' or None")
+        if self._torch is None:
+            import numpy  # noqa: F401  (fail here, not at the first batch)
+        self.output = "torch" if self._torch is not None else "numpy"
+        self.pin_memory = pin_memory
+
+        if job is None:
+            job = self._default_job()
+        elif not (_NAME_OK.match(job) and len(job) <= _JOB_BASE_MAX):
+            raise ValueError(f"job: {job!r} must be 1..{_JOB_BASE_MAX} of [A-Za-z0-9._-]")
+        self.job = job
+
+        self._conn = None
+        self._closed = False
+        self._pos = (0, 0)            # (epoch, step_in_epoch) of the next batch, while unopened
+        self._resume_job = None       # (daemon job name, its start epoch) from load_state_dict
+        self._expect_spe = None
+        self._spe = None
+        self._samples = None
+        self._finished = False
+        self.job_name = None          # the daemon job this rank is attached to
+        self.job_start_epoch = None
+        self.skipped_steps = 0        # steps taken and dropped to reach a resume point
+        self.last_batch = None
+        self._reset_conn_state()
+
+    # ---- lifecycle ----
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def close(self):
+        """Detach from loaderd and unmap the ring. Arrays yielded before are invalid from here
+        on (their memory is gone): keep ``.clone()``/``.copy()`` of anything you still need."""
+        self._disconnect()
+        self._closed = True
+
+    def open(self):
+        """Attach now (otherwise the first iteration or len() does). Returns self."""
+        self._ensure_open()
+        return self
+
+    # ---- position ----
+
+    @property
+    def position(self):
+        """(epoch, step_in_epoch) of the next batch this Loader will yield."""
+        if self._conn is not None:
+            return divmod(self._next, self._spe)
+        return self._pos
+
+    @property
+    def steps_per_epoch(self) -> int:
+        self._ensure_open()
+        return self._spe
+
+    @property
+    def samples(self) -> int:
+        """Samples in the dataset."""
+        self._ensure_open()
+        return self._samples
+
+    def __len__(self) -> int:
+        """Steps per epoch of this rank (all ranks have the same; the last may be short)."""
+        return self.steps_per_epoch
+
+    def set_epoch(self, epoch: int):
+        """Make the next ``for`` loop cover @epoch. A no-op when the position is already in that
+        epoch (at its start, or mid-way after load_state_dict); otherwise the position moves to
+        the start of @epoch. Moving anywhere but forward by the natural step reattaches to
+        loaderd, which invalidates arrays yielded before."""
+        epoch = int(epoch)
+        if epoch < 0:
+            raise ValueError("epoch must be >= 0")
+        if self.position[0] != epoch:
+            self.seek(epoch, 0)
+
+    def seek(self, epoch: int, step_in_epoch: int = 0):
+        """Position the next batch at (@epoch, @step_in_epoch) exactly."""
+        epoch, step_in_epoch = int(epoch), int(step_in_epoch)
+        if epoch < 0 or step_in_epoch < 0 or (self._spe and step_in_epoch >= self._spe):
+            raise ValueError(f"position ({epoch}, {step_in_epoch}) is out of range")
+        if self.position == (epoch, step_in_epoch):
+            return
+        self._disconnect()
+        self._finished = False
+        self._pos = (epoch, step_in_epoch)
+
+    def state_dict(self) -> dict:
+        """Where this rank stands: the position of the next batch (the batches yielded so far
+        count as consumed), and what it takes to check a resume is compatible."""
+        e, k = self.position
+        return {
+            "version": 1,
+            "epoch": e,
+            "step_in_epoch": k,
+            "step": e * self._spe + k if self._spe else None,
+            "steps_per_epoch": self._spe,
+            "batch_size": self.batch_size,
+            "world_size": self.world_size,
+            "seed": self.seed,
+            "sampling": self.sampling,
+            "tail": self.tail,
+            "crop": list(self.crop) if self.crop else None,
+            "transforms": self.transforms,
+            "job": self.job_name or (self._resume_job[0] if self._resume_job else None),
+            "job_start_epoch": (self.job_start_epoch if self.job_name else
+                                (self._resume_job[1] if self._resume_job else None)),
+        }
+
+    def load_state_dict(self, sd: dict):
+        """Continue from @sd (a state_dict() of this or an earlier run, any rank): the next batch
+        is step (sd["epoch"], sd["step_in_epoch"]). Batch size, world size, seed, sampling, tail,
+        crop and transforms must match; steps per epoch is checked at the next attach."""
+        if sd.get("version") != 1:
+            raise ValueError(f"state_dict version {sd.get('version')!r}; this client reads 1")
+        mine = self.state_dict()
+        for k in ("batch_size", "world_size", "seed", "sampling", "tail", "crop", "transforms"):
+            if sd.get(k) != mine[k]:
+                raise ValueError(f"state_dict has {k}={sd.get(k)!r}, this Loader {mine[k]!r}: "
+                                 "the steps would not line up")
+        spe = sd.get("steps_per_epoch")
+        if spe and self._spe and spe != self._spe:
+            raise ValueError(f"state_dict has {spe} steps per epoch, loaderd {self._spe}")
+        self.seek(int(sd["epoch"]), int(sd["step_in_epoch"]))
+        self._expect_spe = spe
+        job, e0 = sd.get("job"), sd.get("job_start_epoch")
+        if job and isinstance(job, str) and _NAME_OK.match(job) and len(job) < L.JOB_NAME_MAX \
+                and isinstance(e0, int) and 0 <= e0 <= int(sd["epoch"]):
+            self._resume_job = (job, e0)
+
+    # ---- iteration ----
+
+    def __iter__(self):
+        """The rest of the current epoch: from the position to its last step (or the job's)."""
+        return self._epoch()
+
+    def _epoch(self):
+        self._ensure_open()
+        if self._finished:
+            return
+        end = (self._next // self._spe + 1) * self._spe
+        if self._steps_total:
+            end = min(end, self._steps_total)
+        while self._conn is not None and self._next < end:
+            out = self._take()
+            if out is None:
+                return
+            yield out
+
+    @property
+    def last_flags(self):
+        """Per-sample RING_SAMPLE_* flags of the batch yielded last (a view; None before)."""
+        return self.last_batch.flags if self.last_batch is not None else None
+
+    def stats(self) -> dict:
+        """loaderd's counters for this rank (ctl_stats) as a dict."""
+        self._ensure_open()
+        st = L.ctl_stats()
+        rc = self._lib.ldc_stats(self._conn.ptr, ctypes.byref(st))
+        if rc < 0:
+            raise LoaderdError(-rc, self._conn.error())
+        return {f: getattr(st, f) for f, _ in L.ctl_stats._fields_ if f != "reserved"}
+
+    # ---- internals ----
+
+    def _default_job(self) -> str:
+        run = os.environ.get("TORCHELASTIC_RUN_ID")
+        if run and run != "none":
+            key = repr((self.dataset, self.batch_size, self.crop, self.transforms, self.seed,
+                        self.world_size, self.epochs, self._sampling, self._tail, self._on_bad))
+            h = hashlib.blake2b(key.encode(), digest_size=4).hexdigest()
+            run = re.sub(r"[^A-Za-z0-9._-]", "_", run)[:_JOB_BASE_MAX - 12]
+            return f"py-{run}-{h}"
+        return f"py-{os.getpid()}-{secrets.token_hex(4)}"
+
+    def _reset_conn_state(self):
+        self._next = 0
+        self._steps_total = 0
+        self._held = collections.deque()   # [step, cuda event or None], oldest first
+        self._views = {}
+        self._ring_buf = None
+        self._ring_view = None
+        self._hdr = None
+        self._base = 0
+        self._track_cuda = False
+        self._dead = False
+
+    def _ensure_open(self):
+        if self._closed:
+            raise ValueError("this Loader is closed")
+        if self._conn is not None and self._dead:
+            self._disconnect()  # loaderd went away: try again at the same position
+        if self._conn is None and not (self._finished and self._spe):
+            self._attach()
+
+    def _spec(self, name: str, start_epoch: int) -> L.ldc_job:
+        j = L.ldc_job()
+        j._keep = (name.encode(), self.dataset.encode())  # c_char_p does not own its bytes
+        j.job, j.dataset = j._keep
+        j.batch = self.batch_size
+        j.crop_h, j.crop_w = self.crop if self.crop else (0, 0)
+        j.transforms = self.transforms
+        j.seed = self.seed
+        j.rank, j.world = self.rank, self.world_size
+        j.sampling, j.tail, j.on_bad = self._sampling, self._tail, self._on_bad
+        j.slots = self.slots
+        j.epochs = self.epochs - start_epoch if self.epochs is not None else 0
+        j.start_epoch = start_epoch
+        return j
+
+    def _connect(self) -> _Conn:
+        lib = self._lib = L.lib()
+        p = ctypes.c_void_p()
+        err = ctypes.create_string_buffer(512)
+        rc = lib.ldc_connect(self.socket.encode(), ctypes.byref(p), err, len(err))
+        if rc < 0:
+            raise LoaderdError(-rc, err.value.decode("utf-8", "replace"))
+        return _Conn(lib, p)
+
+    def _candidates(self, want_e: int):
+        """Daemon jobs to try, in order, as (name, start epoch). First the job a loaded state
+        came from (reattaching resumes at the rank's first unreleased step: no replay), then
+        fresh names that start at the wanted epoch."""
+        out = []
+        if self._resume_job and self._resume_job[1] <= want_e:
+            out.append(self._resume_job)
+        base = self.job if want_e == 0 else f"{self.job}.e{want_e}"
+        out += [(base, want_e)] + [(f"{base}.{i}", want_e) for i in range(1, _NAME_TRIES)]
+        return [(n, e) for n, e in out if len(n) < L.JOB_NAME_MAX]
+
+    def _attach(self):
+        """Attach at self._pos = (E, k). Each candidate job answers with its first step F; with
+        W = E * steps_per_epoch + k the wanted step, a candidate is taken when F <= W and
+        W - F < steps_per_epoch, and the W - F steps between are taken and dropped. A candidate
+        that exists with other parameters (EEXIST), whose rank is attached elsewhere (EBUSY), or
+        that is past W is left for the next name."""
+        pos_e, pos_k = self._pos
+        # At or past the end of a bounded run, attach to the last epoch only to learn
+        # steps_per_epoch; the Loader is finished.
+        past_end = self.epochs is not None and pos_e >= self.epochs
+        want_e, want_k = (self.epochs - 1, 0) if past_end else (pos_e, pos_k)
+        last = None
+        for name, e0 in self._candidates(want_e):
+            conn = self._connect()
+            info = L.ldc_info()
+            job = self._spec(name, e0)
+            rc = conn.lib.ldc_open(conn.ptr, ctypes.byref(job), ctypes.byref(info))
+            if rc in (-_errno.EEXIST, -_errno.EBUSY):
+                last = LoaderdError(-rc, conn.error())
+                conn.close()
+                continue
+            if rc < 0:
+                e = LoaderdError(-rc, conn.error())
+                conn.close()
+                raise e
+            spe, first = info.steps_per_epoch, info.first_step
+            if self._expect_spe is not None and spe != self._expect_spe:
+                conn.close()
+                raise ValueError(f"the state_dict has {self._expect_spe} steps per epoch, loaderd "
+                                 f"now {spe}: another dataset, or another tail policy")
+            if pos_k >= spe:
+                conn.close()
+                raise ValueError(f"position step {pos_k} of an epoch of {spe} steps")
+            want = want_e * spe + want_k
+            if first > want or want - first >= spe:
+                conn.close()
+                continue
+            try:
+                self._map(conn, info)
+            except Exception:
+                conn.close()
+                raise
+            self._conn = conn
+            self._spe, self._samples = spe, info.samples
+            self._steps_total = info.steps_total
+            self._next = first
+            self.job_name, self.job_start_epoch = name, e0
+            if past_end:
+                self._next = pos_e * spe + pos_k
+                self._finished = True
+                self._disconnect()
+                return
+            self._skip_to(want)
+            return
+        raise last if last else LoaderdError(_errno.EEXIST, f"no job name left for {self.job!r}")
+
+    def _map(self, conn: _Conn, info: L.ldc_info):
+        """Views over the whole mapping, and CUDA registration."""
+        lib = conn.lib
+        base, size = lib.ldc_ring_base(conn.ptr), lib.ldc_ring_size(conn.ptr)
+        hdr = L.ring_hdr.from_buffer_copy(info.ring.contents)
+        L.check_ring_header(hdr)
+        if hdr.total_size != size or hdr.batch != self.batch_size:
+            raise LoaderdError(_errno.EBADMSG, "the ring's header disagrees with the job")
+        buf = (ctypes.c_uint8 * size).from_address(base)
+        buf._conn = conn            # views -> buffer -> connection: GC never unmaps under a view
+        self._ring_buf, self._base, self._hdr = buf, base, hdr
+        if self._torch is not None:
+            self._ring_view = self._torch.frombuffer(buf, dtype=self._torch.uint8)
+        else:
+            import numpy as np
+            self._ring_view = np.frombuffer(buf, dtype=np.uint8)
+        self._pin(conn, base, size)
+
+    def _pin(self, conn: _Conn, base: int, size: int):
+        torch = self._torch
+        if torch is None or self.pin_memory is False:
+            return
+        try:
+            if not torch.cuda.is_available():
+                return
+            cudart = torch.cuda.cudart()
+            err = cudart.cudaHostRegister(base, size, 1)  # cudaHostRegisterPortable
+            if err != cudart.cudaError.success:
+                warnings.warn(f"loaderd: cudaHostRegister of the ring ({size >> 20} MiB) failed "
+                              f"({err}); host-to-device copies will not be pinned", RuntimeWarning)
+                return
+        except Exception as e:  # no CUDA runtime in this torch build, or no device
+            if self.pin_memory:
+                warnings.warn(f"loaderd: cannot pin the ring: {e}", RuntimeWarning)
+            return
+        conn.pinned = (torch, base)
+        self._track_cuda = True
+
+    def _disconnect(self):
+        conn = self._conn
+        if conn is None:
+            return
+        self._pos = divmod(self._next, self._spe)
+        self._conn = None
+        self.last_batch = None
+        self._reset_conn_state()
+        conn.close()
+
+    def _skip_to(self, want: int):
+        b = L.ldc_batch()
+        while self._next < want:
+            if not self._acquire(b):
+                return
+            self._release_step(b.step)
+            self._next += 1
+            self.skipped_steps += 1
+
+    def _acquire(self, b: L.ldc_batch) -> bool:
+        """Take the next step into @b. False at the end of the job; raises on anything else."""
+        conn = self._conn
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while True:
+            ms = _SLICE_MS
+            if deadline is not None:
+                ms = max(0, min(ms, int((deadline - time.monotonic()) * 1000)))
+            rc = conn.lib.ldc_acquire(conn.ptr, ms, ctypes.byref(b))
+            if rc == 0:
+                if b.step != self._next:
+                    raise LoaderdError(_errno.EBADMSG, f"loaderd delivered step {b.step}, "
+                                       f"expected {self._next}")
+                return True
+            if rc == -_errno.ENODATA:
+                self._finished = True
+                return False
+            if rc == -_errno.ETIMEDOUT:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise LoaderdTimeout(_errno.ETIMEDOUT, f"no batch for step {self._next} "
+                                         f"within {self.timeout} s")
+                continue
+            if rc == -_errno.EPIPE:
+                # The mapping stays until the next attach, so what was yielded stays readable.
+                self._dead = True
+            raise LoaderdError(-rc, conn.error())
+
+    def _release_step(self, step: int):
+        b = L.ldc_batch()
+        b.step = step
+        rc = self._conn.lib.ldc_release(self._conn.ptr, ctypes.byref(b))
+        if rc < 0:
+            raise LoaderdError(-rc, self._conn.error())
+
+    def _retire(self):
+        """The batch yielded last is done with: release it, and those before it. With the ring
+        pinned, a release waits for the GPU work queued so far on the current stream (it may
+        still be copying from the slot: .to('cuda', non_blocking=True)); up to slots/2 batches
+        are left held while their copies run."""
+        held = self._held
+        if not held:
+            return
+        if self._track_cuda and held[-1][1] is None:
+            ev = self._torch.cuda.Event()
+            ev.record()
+            held[-1][1] = ev
+        limit = max(1, self._hdr.slots // 2) if self._track_cuda else 0
+        while held:
+            step, ev = held[0]
+            if ev is not None and not ev.query():
+                if len(held) <= limit:
+                    break
+                ev.synchronize()
+            held.popleft()
+            self._release_step(step)
+
+    def _views_of(self, data: int):
+        v = self._views.get(data)
+        if v is None:
+            h = self._hdr
+            slot = data - h.payload_off
+            n = h.batch
+            shape = (n,) + tuple(h.shape[i] for i in range(h.ndim))
+            off = slot - self._base
+            rv = self._ring_view
+            pay = off + h.payload_off
+            images = rv[pay:pay + n * h.sample_bytes]
+            if self._torch is not None:
+                t = self._torch
+                images = images.view(shape)
+                labels = rv[off + h.labels_off:off + h.labels_off + 8 * n].view(t.int64)
+                ids = rv[off + h.ids_off:off + h.ids_off + 8 * n].view(t.int64)
+            else:
+                import numpy as np
+                images = images.reshape(shape)
+                labels = rv[off + h.labels_off:off + h.labels_off + 8 * n].view(np.int64)
+                ids = rv[off + h.ids_off:off + h.ids_off + 8 * n].view(np.uint64)
+            flags = rv[off + h.flags_off:off + h.flags_off + n]
+            v = self._views[data] = (images, labels, ids, flags)
+        return v
+
+    def _take(self):
+        if self.last_batch is not None:
+            self.last_batch = None
+        self._retire()
+        b = L.ldc_batch()
+        if not self._acquire(b):
+            return None
+        self._next += 1
+        self._held.append([b.step, None])
+        images, labels, ids, flags = self._views_of(b.data)
+        n = b.count
+        out = Batch(images[:n], labels[:n], ids[:n], flags[:n], b.step, b.epoch,
+                    b.step_in_epoch, n, bool(b.flags & L.SLOT_LAST), self._torch is not None)
+        if self.copy:
+            out = out.copy()
+            self._held.pop()
+            self._release_step(b.step)
+        self.last_batch = out
+        return out if self.return_meta else (out.images, out.labels)
