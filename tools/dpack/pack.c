@@ -192,7 +192,8 @@ static int walk(const char *dir, struct vec *files)
 		LOG_ERROR("cannot read directory %s: %s", dir, strerror(errno));
 		goto out;
 	}
-	qsort(names.v, names.n, sizeof(char *), cmp_str);
+	if (names.n > 1)  /* qsort(NULL, 0) is undefined behaviour */
+		qsort(names.v, names.n, sizeof(char *), cmp_str);
 	for (size_t i = 0; i < names.n; i++) {
 		ret = vec_push(files, names.v[i]);
 		names.v[i] = NULL;
@@ -201,7 +202,8 @@ static int walk(const char *dir, struct vec *files)
 	}
 	/* A sub-directory "a/b" sorts after files of "a" (its path is longer than "a"), and
 	 * before a sibling "a!"-like path only by byte order: sorting the full paths matches. */
-	qsort(subdirs.v, subdirs.n, sizeof(char *), cmp_str);
+	if (subdirs.n > 1)
+		qsort(subdirs.v, subdirs.n, sizeof(char *), cmp_str);
 	for (size_t i = 0; i < subdirs.n && ret == 0; i++)
 		ret = walk(subdirs.v[i], files);
 out:
@@ -246,7 +248,8 @@ static int list_folder(struct pack *pk)
 		ret = -ENOENT;
 		goto out;
 	}
-	qsort(classes.v, classes.n, sizeof(char *), cmp_str);
+	if (classes.n > 1)
+		qsort(classes.v, classes.n, sizeof(char *), cmp_str);
 
 	struct vec files = { 0 };
 	for (size_t c = 0; c < classes.n; c++) {

@@ -1,0 +1,291 @@
+/* ldcat.c - attach to a loaderd job as one rank and print what it delivers, one line per sample:
+ * "STEP ID LABEL FLAGS". For tests and for looking at a job by hand: the ids and labels are the
+ * ring's, so what is printed is exactly what a trainer of that rank would have been given. */
+#include "shm/ldc.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXIT_USAGE 2
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: ldcat --dataset D.dpk [options]\n"
+"\n"
+"Attaches to a loaderd job as one rank and prints one line per sample it delivers:\n"
+"  STEP ID LABEL FLAGS\n"
+"STEP is the global step, ID the sample's index in the dataset, FLAGS the RING_SAMPLE_* bits as a\n"
+"decimal number (1 substituted for a bad record, 2 padding with weight 0, 4 repeated to pad the\n"
+"tail). At the end a summary goes to stderr. Ranks of one job run as separate ldcat processes\n"
+"with the same options but --rank.\n"
+"\n"
+"options:\n"
+"  --socket PATH        loaderd's socket (default: $XDG_RUNTIME_DIR/loaderd.sock, else\n"
+"                       /tmp/loaderd-UID.sock, as loaderd)\n"
+"  --dataset D.dpk      packed dataset, as loaderd sees the path (required)\n"
+"  --job NAME           job name shared by the ranks (default ldcat)\n"
+"  --rank R, --world W  this rank of W (default 0 of 1)\n"
+"  --batch B            samples per step (default 32)\n"
+"  --crop HxW | N       output size (default 224, i.e. 224x224); 0 = records as stored (raw\n"
+"                       tensors of one shape; no crop transform)\n"
+"  --transforms T       rrc (RandomResizedCrop), center (resize + center crop; default) or none\n"
+"  --flip               random horizontal flip\n"
+"  --nchw               channel-first output\n"
+"  --seed S             sampling and augmentation seed (default 0)\n"
+"  --epochs E           epochs in the job, 0 = unbounded (default 1)\n"
+"  --start-epoch E      first epoch of a fresh job (default 0)\n"
+"  --sampling M         shuffle (default), sequential or block\n"
+"  --tail P             pad (default), drop or mask: what happens to the last partial round\n"
+"  --on-bad P           substitute (default) or fail: what a bad record does\n"
+"  --slots N            ring depth (default: loaderd's)\n"
+"  --steps N            stop after N steps and exit 0 without finishing the job\n"
+"  --timeout-ms MS      longest wait for one batch (default 30000)\n"
+"  --help               this text\n"
+"Exit status: 0 the job ended (or --steps were taken), 1 runtime error (message from loaderd or\n"
+"the client library), 2 bad usage.\n");
+}
+
+static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+
+	if (errno || end == s || *end || *s == '-' || v < lo || v > hi)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* "HxW" or "N" (square). 0 alone = as stored. */
+static int parse_crop(const char *s, uint32_t *h, uint32_t *w)
+{
+	char *end;
+	errno = 0;
+	unsigned long a = strtoul(s, &end, 10), b;
+
+	if (errno || end == s || *s == '-' || a > CTL_CROP_MAX)
+		return -1;
+	if (*end == '\0') {
+		*h = *w = (uint32_t)a;
+		return 0;
+	}
+	if (*end != 'x' && *end != 'X')
+		return -1;
+	const char *p = end + 1;
+	b = strtoul(p, &end, 10);
+	if (errno || end == p || *end || *p == '-' || b > CTL_CROP_MAX || a == 0 || b == 0)
+		return -1;
+	*h = (uint32_t)a;
+	*w = (uint32_t)b;
+	return 0;
+}
+
+static int pick(const char *s, const char *const *names, uint32_t *out)
+{
+	for (uint32_t i = 0; names[i]; i++)
+		if (!strcmp(s, names[i])) {
+			*out = i;
+			return 0;
+		}
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	enum { O_SOCKET = 256, O_DATASET, O_JOB, O_RANK, O_WORLD, O_BATCH, O_CROP, O_TF, O_FLIP,
+	       O_NCHW, O_SEED, O_EPOCHS, O_START, O_SAMPLING, O_TAIL, O_BAD, O_SLOTS, O_STEPS,
+	       O_TIMEOUT };
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, O_SOCKET },
+		{ "dataset", required_argument, NULL, O_DATASET },
+		{ "job", required_argument, NULL, O_JOB },
+		{ "rank", required_argument, NULL, O_RANK },
+		{ "world", required_argument, NULL, O_WORLD },
+		{ "batch", required_argument, NULL, O_BATCH },
+		{ "crop", required_argument, NULL, O_CROP },
+		{ "transforms", required_argument, NULL, O_TF },
+		{ "flip", no_argument, NULL, O_FLIP },
+		{ "nchw", no_argument, NULL, O_NCHW },
+		{ "seed", required_argument, NULL, O_SEED },
+		{ "epochs", required_argument, NULL, O_EPOCHS },
+		{ "start-epoch", required_argument, NULL, O_START },
+		{ "sampling", required_argument, NULL, O_SAMPLING },
+		{ "tail", required_argument, NULL, O_TAIL },
+		{ "on-bad", required_argument, NULL, O_BAD },
+		{ "slots", required_argument, NULL, O_SLOTS },
+		{ "steps", required_argument, NULL, O_STEPS },
+		{ "timeout-ms", required_argument, NULL, O_TIMEOUT },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	/* Index = the enum's value (ctl.h): shuffle 0, sequential 1, block 2; pad 0, ... */
+	static const char *const samplings[] = { "shuffle", "sequential", "block", NULL };
+	static const char *const tails[] = { "pad", "drop", "mask", NULL };
+	static const char *const bads[] = { "substitute", "fail", NULL };
+	static const char *const tfs[] = { "none", "rrc", "center", NULL };
+	static const uint32_t tf_bits[] = { 0, CTL_TF_RANDOM_RESIZED_CROP, CTL_TF_CENTER_CROP };
+	struct ldc_job job = {
+		.job = "ldcat", .batch = 32, .crop_h = 224, .crop_w = 224, .world = 1, .epochs = 1,
+		.sampling = CTL_SAMPLE_SHUFFLE, .tail = CTL_TAIL_PAD, .on_bad = CTL_BAD_SUBSTITUTE,
+	};
+	char defpath[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	const char *path = NULL;
+	uint32_t tf = 2, extra_tf = 0;
+	int tf_given = 0;
+	uint64_t v, max_steps = 0, timeout_ms = 30000;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		int bad = 0;
+		switch (c) {
+		case O_SOCKET: path = optarg; break;
+		case O_DATASET: job.dataset = optarg; break;
+		case O_JOB: job.job = optarg; break;
+		case O_RANK:
+			bad = parse_u64(optarg, 0, CTL_WORLD_MAX - 1, &v);
+			job.rank = (uint32_t)v;
+			break;
+		case O_WORLD:
+			bad = parse_u64(optarg, 1, CTL_WORLD_MAX, &v);
+			job.world = (uint32_t)v;
+			break;
+		case O_BATCH:
+			bad = parse_u64(optarg, 1, RING_BATCH_MAX, &v);
+			job.batch = (uint32_t)v;
+			break;
+		case O_CROP: bad = parse_crop(optarg, &job.crop_h, &job.crop_w); break;
+		case O_TF:
+			bad = pick(optarg, tfs, &tf);
+			tf_given = 1;
+			break;
+		case O_FLIP: extra_tf |= CTL_TF_HFLIP; break;
+		case O_NCHW: extra_tf |= CTL_TF_NCHW; break;
+		case O_SEED: bad = parse_u64(optarg, 0, UINT64_MAX, &job.seed); break;
+		case O_EPOCHS:
+			bad = parse_u64(optarg, 0, UINT32_MAX, &v);
+			job.epochs = (uint32_t)v;
+			break;
+		case O_START: bad = parse_u64(optarg, 0, UINT64_MAX, &job.start_epoch); break;
+		case O_SAMPLING: bad = pick(optarg, samplings, &job.sampling); break;
+		case O_TAIL: bad = pick(optarg, tails, &job.tail); break;
+		case O_BAD: bad = pick(optarg, bads, &job.on_bad); break;
+		case O_SLOTS:
+			bad = parse_u64(optarg, 2, RING_SLOTS_MAX, &v);
+			job.slots = (uint32_t)v;
+			break;
+		case O_STEPS: bad = parse_u64(optarg, 1, UINT64_MAX, &max_steps); break;
+		case O_TIMEOUT: bad = parse_u64(optarg, 0, INT_MAX, &timeout_ms); break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			fprintf(stderr, "ldcat: see --help\n");
+			return EXIT_USAGE;
+		}
+		if (bad) {
+			for (const struct option *o = opts; o->name; o++)
+				if (o->val == c)
+					fprintf(stderr, "ldcat: --%s: bad value '%s' (see --help)\n",
+						o->name, optarg);
+			return EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "ldcat: unexpected argument '%s' (see --help)\n", argv[optind]);
+		return EXIT_USAGE;
+	}
+	if (!job.dataset) {
+		fprintf(stderr, "ldcat: --dataset is required (see --help)\n");
+		return EXIT_USAGE;
+	}
+	if (job.rank >= job.world) {
+		fprintf(stderr, "ldcat: --rank %u is not below --world %u\n", job.rank, job.world);
+		return EXIT_USAGE;
+	}
+	if (job.crop_h == 0 && tf_bits[tf]) {
+		/* Records as stored: the default center crop does not apply; an explicit one is an error. */
+		if (tf_given) {
+			fprintf(stderr, "ldcat: --transforms %s needs a crop size (--crop)\n", tfs[tf]);
+			return EXIT_USAGE;
+		}
+		tf = 0;
+	}
+	job.transforms = tf_bits[tf] | extra_tf;
+	if (!path) {
+		const char *rt = getenv("XDG_RUNTIME_DIR");
+		if (rt && *rt)
+			snprintf(defpath, sizeof(defpath), "%s/loaderd.sock", rt);
+		else
+			snprintf(defpath, sizeof(defpath), "/tmp/loaderd-%u.sock", (unsigned)getuid());
+		path = defpath;
+	}
+
+	struct ldc *cl;
+	struct ldc_info info;
+	struct ldc_batch b;
+	char err[512];
+	int ret = ldc_connect(path, &cl, err, sizeof(err));
+	if (ret < 0) {
+		fprintf(stderr, "ldcat: %s\n", err);
+		return 1;
+	}
+	if (ldc_open(cl, &job, &info) < 0) {
+		fprintf(stderr, "ldcat: %s\n", ldc_error(cl));
+		ldc_close(cl);
+		return 1;
+	}
+
+	static char obuf[1 << 16];
+	setvbuf(stdout, obuf, _IOFBF, sizeof(obuf));
+	struct timespec t0, t1;
+	uint64_t steps = 0, samples = 0, substituted = 0, padding = 0;
+	int status = 0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (!max_steps || steps < max_steps) {
+		ret = ldc_acquire(cl, (int)timeout_ms, &b);
+		if (ret == -ENODATA)
+			break;
+		if (ret < 0) {
+			fflush(stdout);
+			fprintf(stderr, "ldcat: rank %u: %s\n", job.rank, ldc_error(cl));
+			status = 1;
+			break;
+		}
+		for (uint32_t i = 0; i < b.count; i++) {
+			uint8_t fl = b.sample_flags[i];
+			printf("%" PRIu64 " %" PRIu64 " %" PRId64 " %u\n", b.step, b.ids[i], b.labels[i],
+			       (unsigned)fl);
+			substituted += !!(fl & RING_SAMPLE_SUBSTITUTED);
+			padding += !!(fl & (RING_SAMPLE_PADDING | RING_SAMPLE_REPEATED));
+		}
+		samples += b.count;
+		steps++;
+		if (ldc_release(cl, &b) < 0) {
+			fflush(stdout);
+			fprintf(stderr, "ldcat: rank %u: %s\n", job.rank, ldc_error(cl));
+			status = 1;
+			break;
+		}
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "ldcat: writing the output: %s\n", strerror(errno));
+		status = 1;
+	}
+	double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	fprintf(stderr, "ldcat: rank %u/%u: %" PRIu64 " steps, %" PRIu64 " samples, %" PRIu64
+		" substituted, %" PRIu64 " padding, %.1f samples/s\n", job.rank, job.world, steps,
+		samples, substituted, padding, dt > 0 ? (double)samples / dt : 0.0);
+	ldc_close(cl);
+	return status;
+}
