@@ -344,7 +344,9 @@ int ldr_decode_raw(struct ldr_decoder *d, const uint8_t *src, uint32_t h, uint32
 		memcpy(dst, src, (size_t)h * w * c);
 		return 0;
 	}
-	if (c != 3 || crop->w == 0 || crop->h == 0 || crop->x + crop->w > w || crop->y + crop->h > h)
+	/* written so that no sum can wrap */
+	if (c != 3 || crop->w == 0 || crop->h == 0 || crop->x > w || crop->w > w - crop->x ||
+	    crop->y > h || crop->h > h - crop->y)
 		return -EINVAL;
 	return resize(d, src, w, h, (size_t)w * 3, crop->x, crop->y, crop->w, crop->h, o, dst);
 }

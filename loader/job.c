@@ -224,11 +224,16 @@ static int decode_one(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 			if (!raw)
 				return -EBADMSG;
 		}
-		ret = ldr_decode_raw(w->dec, raw, e->ndim == 3 ? e->shape[0] : 1,
-				     e->ndim == 3 ? e->shape[1] : 1, e->ndim == 3 ? e->shape[2] : 1,
-				     &crop, &o, dst);
-		if (ret < 0)
-			snprintf(why, whylen, "raw record cannot be resized");
+		if (o.h == 0) {
+			/* as stored: job_open made sure every record has sample_bytes bytes */
+			memcpy(dst, raw, j->sample_bytes);
+			ret = 0;
+		} else {
+			ret = ldr_decode_raw(w->dec, raw, e->shape[0], e->shape[1], e->shape[2], &crop, &o,
+					     dst);
+			if (ret < 0)
+				snprintf(why, whylen, "raw record cannot be resized");
+		}
 	}
 	*decode_ns += clk_now_ns() - t0;
 	return ret;

@@ -4,6 +4,7 @@
 #include "shm/ring.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -86,8 +87,11 @@ ssize_t ctl_recv(int sock, void *buf, uint16_t *type, int *fds, int *nfds)
 		return errno == ECONNRESET ? -EPIPE : -errno;
 	int kept = take_fds(&m, fds, nfds);
 	int ret = 0;
-	if (n == 0)
-		ret = -EPIPE;
+	if (n == 0) {
+		/* End of stream and an empty packet both read as 0 bytes: only a hang-up is EOF. */
+		struct pollfd p = { .fd = sock, .events = POLLRDHUP };
+		ret = poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP)) ? -EPIPE : -EBADMSG;
+	}
 	else if ((m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)n < sizeof(h))
 		ret = -EBADMSG;
 	if (ret == 0) {

@@ -89,17 +89,17 @@ static int check_shape(const struct ring_hdr *h)
 
 	if (h->ndim > 4 || h->dtype != RING_DTYPE_U8 || h->layout > RING_LAYOUT_NCHW)
 		return -EINVAL;
-	if (h->ndim == 0)
-		return h->layout == RING_LAYOUT_RAW ? 0 : -EINVAL;
 	for (unsigned i = 0; i < 4; i++) {
 		if (i < h->ndim) {
-			if (h->shape[i] == 0)
+			/* a product that wraps could pass for sample_bytes */
+			if (h->shape[i] == 0 || __builtin_mul_overflow(n, (uint64_t)h->shape[i], &n))
 				return -EINVAL;
-			n *= h->shape[i];
 		} else if (h->shape[i]) {
-			return -EINVAL;
+			return -EINVAL;  /* entries past ndim are zero, ndim 0 included */
 		}
 	}
+	if (h->ndim == 0)
+		return h->layout == RING_LAYOUT_RAW ? 0 : -EINVAL;
 	if ((h->layout != RING_LAYOUT_RAW && h->ndim != 3) || n != h->sample_bytes)
 		return -EINVAL;
 	return 0;
@@ -250,7 +250,8 @@ int ring_attach(int fd, struct ring **out)
 	struct ring_hdr want = h;
 	if (h.huge > 1 || check_shape(&h) < 0 || compute_layout(&want) < 0 ||
 	    memcmp(&want, &h, sizeof(h)) || h.total_size != (uint64_t)st.st_size ||
-	    h.world == 0 || h.rank >= h.world || (h.steps_total && h.first_step > h.steps_total))
+	    h.world == 0 || h.rank >= h.world || (h.steps_total && h.first_step > h.steps_total) ||
+	    h.reserved0 || h.reserved[0] || h.reserved[1] || h.reserved[2] || h.reserved[3])
 		return -EBADMSG;
 	r = calloc(1, sizeof(*r));
 	if (!r)
@@ -357,6 +358,10 @@ int ring_prod_poll(struct ring *r, uint64_t step)
 	return classify_for_producer(r, step, w);
 }
 
+/* ring_shutdown() cannot change the shared word, so a waiter that checked the flag just before
+ * it was set would sleep through the wake: waits are sliced and the flag is checked again. */
+#define SHUTDOWN_SLICE_NS 100000000
+
 int ring_prod_wait(struct ring *r, uint64_t step, int timeout_ms)
 {
 	_Atomic uint32_t *wp = word_of(r, step);
@@ -369,8 +374,10 @@ int ring_prod_wait(struct ring *r, uint64_t step, int timeout_ms)
 		int ret = classify_for_producer(r, step, w);
 		if (ret != 0)
 			return ret < 0 ? ret : 0;
-		ret = futex_wait_until(wp, w, deadline);
-		if (ret < 0)
+		int64_t slice = now_ns() + SHUTDOWN_SLICE_NS;
+		int last = deadline >= 0 && deadline <= slice;
+		ret = futex_wait_until(wp, w, last ? deadline : slice);
+		if (ret < 0 && last)
 			return ret;
 	}
 }
@@ -435,8 +442,11 @@ int ring_prod_scan(struct ring *r, uint64_t from, uint64_t to, uint64_t *frontie
 		if (w == make_word(lap + 1, RING_FREE))
 			continue;
 		if (w != make_word(lap, RING_FILLING) && w != make_word(lap, RING_READY) &&
-		    w != make_word(lap, RING_HELD))
+		    w != make_word(lap, RING_HELD)) {
+			if (*frontier == to)
+				*frontier = s;  /* garbage counts as not released */
 			return -EBADMSG;
+		}
 		if (*frontier == to)
 			*frontier = s;
 	}

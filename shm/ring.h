@@ -130,7 +130,8 @@ int ring_size(const struct ring_desc *d, uint64_t *bytes);
 
 /* Producer side. */
 /* Is the slot of @step free for it? 1 yes, 0 not yet (the consumer holds the previous lap),
- * -EBADMSG the state word holds something no consumer may write. Never blocks. */
+ * -EBADMSG the state word holds something no consumer may write. Never blocks. Producers take
+ * steps in order: step s + slots is polled only after step s was begun. */
 int ring_prod_poll(struct ring *r, uint64_t step);
 /* Wait (futex) until the slot of @step is free. 0, -ETIMEDOUT, -EBADMSG, -ESHUTDOWN after
  * ring_shutdown(). @timeout_ms < 0 waits without limit. */
@@ -142,14 +143,17 @@ int ring_prod_begin(struct ring *r, uint64_t step, struct ring_slot *out);
  * acquire load in ring_cons_acquire. Wakes a waiting consumer. */
 void ring_prod_publish(struct ring *r, struct ring_slot *s, uint32_t count, uint32_t slot_flags);
 /* First step in [from, to) that the consumer has not released, or @to if all are. Validates every
- * word it reads; -EBADMSG names nothing (the caller knows the peer). Used to reclaim and resume. */
+ * word it reads; -EBADMSG names nothing (the caller knows the peer), and *frontier is then the
+ * first step that is not cleanly released (a garbage word counts as not released). Used to
+ * reclaim and resume. */
 int ring_prod_scan(struct ring *r, uint64_t from, uint64_t to, uint64_t *frontier);
 /* Wake every waiter and make ring_prod_wait return -ESHUTDOWN from now on. */
 void ring_shutdown(struct ring *r);
 
 /* Consumer side. */
-/* Wait until @step is published, then take it. 0, -ETIMEDOUT, -EBADMSG (the slot says another
- * step), -ENODATA (@step is past steps_total). @timeout_ms < 0 waits without limit. */
+/* Wait until @step is published, then take it. 0, -ETIMEDOUT, -EBADMSG (the slot's header
+ * names another step), -ENODATA (@step is past steps_total). @timeout_ms < 0 waits without
+ * limit. A step the caller already holds is not published again: asking for it times out. */
 int ring_cons_acquire(struct ring *r, uint64_t step, int timeout_ms, struct ring_slot *out);
 /* Give @step back to the producer. -EINVAL if it is not held. Wakes a waiting producer. */
 int ring_cons_release(struct ring *r, uint64_t step);

@@ -55,6 +55,7 @@ struct conn {
 	int fd;
 	pid_t pid;
 	struct att *att;         /* NULL until CTL_JOB_OPEN succeeds */
+	int closed;              /* closed: events still queued for it are ignored */
 	struct conn *next;
 };
 
@@ -73,6 +74,7 @@ struct att {
 	uint64_t first, next;    /* first step of this ring; next step to hand to a worker */
 	uint64_t floor;          /* every step below it is known released */
 	uint64_t bytes;          /* ring memory, for the limit */
+	struct att *grave_next;  /* buried: freed after the current event batch */
 };
 
 struct rank_state {
@@ -115,6 +117,8 @@ struct srv {
 	pthread_cond_t cv;
 	struct job *jobs;
 	struct conn *conns;
+	struct att *att_grave;        /* retired atts whose memory waits for reap() */
+	struct conn *conn_grave;
 	uint64_t next_job_id;
 	uint64_t mem_used;
 	unsigned rr;                  /* round-robin start for workers */
@@ -160,14 +164,34 @@ static void wake_control(struct srv *s)
 
 /* ---- attachments ---- */
 
+/* Under mu. An att that no worker holds any more is buried, not freed: an epoll batch that the
+ * control loop is still walking may hold an event for its doorbell. reap() frees it after the
+ * batch; until then its fd stays open, so the number cannot be reused under that event. */
 static void att_free(struct srv *s, struct att *a)
 {
-	if (a->bell >= 0)
-		close(a->bell);
-	ring_destroy(a->ring);
 	s->mem_used -= a->bytes;
 	a->job->atts--;
-	free(a);
+	a->job = NULL;
+	a->grave_next = s->att_grave;
+	s->att_grave = a;
+}
+
+/* Under mu, on the control thread, between event batches. */
+static void reap(struct srv *s)
+{
+	while (s->att_grave) {
+		struct att *a = s->att_grave;
+		s->att_grave = a->grave_next;
+		if (a->bell >= 0)
+			close(a->bell);
+		ring_destroy(a->ring);
+		free(a);
+	}
+	while (s->conn_grave) {
+		struct conn *c = s->conn_grave;
+		s->conn_grave = c->next;
+		free(c);
+	}
 }
 
 /* Under mu. Detach @a from its rank and connection; free it now or when its last worker is done. */
@@ -179,10 +203,10 @@ static void att_retire(struct srv *s, struct att *a)
 	if (a->dead)
 		return;
 	a->dead = 1;
-	if (!a->hostile && ring_prod_scan(a->ring, a->first, a->next, &frontier) == 0)
-		rs->resume = frontier;
-	else
-		rs->resume = a->floor;
+	int ret = ring_prod_scan(a->ring, a->first, a->next, &frontier);
+	/* With garbage in the words, the scan still stops at the first step not cleanly released;
+	 * never resume below what the producer itself saw released. */
+	rs->resume = ret == 0 || ret == -EBADMSG ? (frontier > a->floor ? frontier : a->floor) : a->floor;
 	rs->att = NULL;
 	if (--a->job->attached == 0)
 		a->job->idle_since_ns = now_ns();
@@ -205,12 +229,14 @@ static void conn_close(struct srv *s, struct conn *c)
 		att_retire(s, c->att);
 	epoll_ctl(s->ep, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
+	c->closed = 1;
 	for (pp = &s->conns; *pp; pp = &(*pp)->next)
 		if (*pp == c) {
 			*pp = c->next;
 			break;
 		}
-	free(c);
+	c->next = s->conn_grave;  /* freed by reap(), after the event batch */
+	s->conn_grave = c;
 }
 
 /* Tell the client why, then close. */
@@ -426,10 +452,10 @@ static void on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open
 	}
 	if (s->opts.mem_limit && s->mem_used + bytes > s->opts.mem_limit) {
 		conn_fail(s, c, ENOMEM,
-			  "job %s rank %u needs %llu MiB of ring memory; limit %llu MiB, %llu MiB in use",
-			  j->name, spec->rank, (unsigned long long)(bytes >> 20),
-			  (unsigned long long)(s->opts.mem_limit >> 20),
-			  (unsigned long long)(s->mem_used >> 20));
+			  "job %s rank %u needs %llu KiB of ring memory; limit %llu KiB, %llu KiB in use",
+			  j->name, spec->rank, (unsigned long long)(bytes >> 10),
+			  (unsigned long long)(s->opts.mem_limit >> 10),
+			  (unsigned long long)(s->mem_used >> 10));
 		goto drop_idle;
 	}
 	struct att *a = calloc(1, sizeof(*a));
@@ -734,13 +760,20 @@ static void on_conn(struct srv *s, struct conn *c, uint32_t events)
 {
 	char buf[CTL_MSG_MAX];
 	uint16_t type;
+	int fds[2], nfds = 0;
 	ssize_t n;
 
+	if (c->closed)
+		return;  /* closed earlier in this event batch */
 	if (events & EPOLLIN) {
-		n = ctl_recv(c->fd, buf, &type, NULL, NULL);
+		n = ctl_recv(c->fd, buf, &type, fds, &nfds);
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
 		pthread_mutex_lock(&s->mu);
 		if (n == -EAGAIN) {
 			/* spurious */
+		} else if (n >= 0 && nfds > 0) {
+			conn_fail(s, c, EBADMSG, "a client may not send file descriptors");
 		} else if (n == -EPIPE) {
 			struct att *a = c->att;
 			if (a) {
@@ -802,6 +835,14 @@ static void housekeeping(struct srv *s)
 		s->rate_ns = now;
 	}
 
+	/* Workers check the words only when they look for work; a consumer that scribbles over a
+	 * full ring and never releases would go unnoticed without this sweep. */
+	for (struct conn *c = s->conns; c; c = c->next) {
+		uint64_t fr;
+		if (c->att && !c->att->hostile &&
+		    ring_prod_scan(c->att->ring, c->att->first, c->att->next, &fr) == -EBADMSG)
+			c->att->hostile = 1;
+	}
 	for (struct conn *c = s->conns, *next; c; c = next) {
 		next = c->next;
 		if (c->att && c->att->hostile)
@@ -902,6 +943,7 @@ static void *worker_main(void *p)
 		}
 		struct job *j = a->job;
 		int ret = ring_prod_begin(a->ring, step, &slot);
+		int begun = ret == 0;
 		pthread_mutex_unlock(&s->mu);
 
 		int64_t t0 = now_ns();
@@ -938,7 +980,7 @@ static void *worker_main(void *p)
 			pthread_mutex_unlock(&s->mu);
 			ring_prod_publish(a->ring, &slot, f.count, flags_of(j, step, f.slot_flags));
 			pthread_mutex_lock(&s->mu);
-		} else if (ret == -EBADMSG && !f.why[0]) {
+		} else if (!begun) {
 			a->hostile = 1;  /* ring_prod_begin: the consumer rewrote a free word */
 			wake_control(s);
 		} else if (!j->failed) {
@@ -985,15 +1027,23 @@ static int listen_on(struct srv *s, char *why, size_t whylen)
 			return -EEXIST;
 		}
 		int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-		if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+		int rc = probe < 0 ? -1 : connect(probe, (struct sockaddr *)&sa, sizeof(sa));
+		int e = rc < 0 ? errno : 0;
+		if (probe >= 0)
 			close(probe);
+		if (rc == 0) {
 			close(fd);
 			snprintf(why, whylen, "another loaderd is serving %s", sa.sun_path);
 			return -EADDRINUSE;
 		}
-		if (probe >= 0)
-			close(probe);
-		unlink(sa.sun_path);  /* left by a daemon that was killed */
+		if (e != ECONNREFUSED) {
+			/* a live socket of another kind (EPROTOTYPE), or one we may not probe */
+			close(fd);
+			snprintf(why, whylen, "%s is a socket in use by another program (%s); not "
+				 "replacing it", sa.sun_path, strerror(e));
+			return -EADDRINUSE;
+		}
+		unlink(sa.sun_path);  /* nobody listens: left by a daemon that was killed */
 	}
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
 		goto sys;
@@ -1123,13 +1173,16 @@ int srv_run(struct srv *s)
 				break;
 			case EV_BELL:
 				pthread_mutex_lock(&s->mu);
-				(void)!read(((struct att *)e->p)->bell, &v, sizeof(v));
+				/* retired earlier in this batch: buried, not freed, so this is safe */
+				if (!((struct att *)e->p)->dead)
+					(void)!read(((struct att *)e->p)->bell, &v, sizeof(v));
 				pthread_cond_broadcast(&s->cv);
 				pthread_mutex_unlock(&s->mu);
 				break;
 			}
 		}
 		pthread_mutex_lock(&s->mu);
+		reap(s);
 		housekeeping(s);
 		pthread_mutex_unlock(&s->mu);
 	}
@@ -1156,8 +1209,10 @@ void srv_destroy(struct srv *s)
 	free(s->threads);
 	while (s->conns)
 		conn_close(s, s->conns);
+	reap(s);
 	while (s->jobs)
 		job_free(s, s->jobs);
+	reap(s);
 	if (s->lfd >= 0) {
 		close(s->lfd);
 		unlink(s->path);

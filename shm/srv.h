@@ -69,8 +69,8 @@ struct srv_opts {
  * one is -EADDRINUSE) and start the workers. Returns 0 or -errno with a message in @why. */
 int srv_create(const struct srv_opts *opts, const struct srv_ops *ops, struct srv **out,
 	       char *why, size_t whylen);
-/* Serve until srv_stop(). Then tells every client (CTL_ERROR, ESHUTDOWN), stops the workers,
- * removes the socket file and returns 0. */
+/* Serve until srv_stop(). Then tells every client (CTL_ERROR, ESHUTDOWN) and returns 0;
+ * srv_destroy() stops the workers and removes the socket file. */
 int srv_run(struct srv *s);
 /* Ask srv_run to return. Async-signal-safe (one write to an eventfd). */
 void srv_stop(struct srv *s);

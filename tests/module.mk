@@ -14,7 +14,7 @@ endef
 # test_trn_*: trainer tests, linked with libtrainer, MPI and OpenBLAS too.
 $(foreach t,$(patsubst tests/%.c,%,$(TEST_SRC)),$(eval $(call test_rule,$(t))))
 $(TESTS): $(LIBS)
-$(filter %/test_trn_%,$(TESTS)): $(TRN_LIB)
+$(filter $(BUILD)/tests/test_trn_%,$(TESTS)): $(TRN_LIB)
 
 # libFuzzer targets: built with clang against the formats/ and common/ sources directly.
 FUZZ_CC ?= clang

@@ -19,6 +19,8 @@ struct trn_ddp {
 	int *bucket_of;            /* parameter -> bucket */
 	int *pending;              /* per bucket: parameters not yet ready this micro-step */
 	int *req;                  /* per bucket: request id, -1 when not launched */
+	uint8_t *marked;           /* per parameter: gradient marked ready this micro-step */
+	int last_launched;         /* bucket index of the last launch this micro-step, or -1 */
 	int next;                  /* next bucket to launch */
 	int sync, order_ok;
 	struct trn_ddp_stats st;
@@ -73,7 +75,8 @@ int trn_ddp_create(struct trn_coll *coll, struct trn_dev *dev, const size_t *siz
 	d->bucket_of = calloc((size_t)np, sizeof(int));
 	d->pending = calloc((size_t)np, sizeof(int));
 	d->req = calloc((size_t)np, sizeof(int));
-	if (!d->offs || !d->sizes || !d->b || !d->bucket_of || !d->pending || !d->req) {
+	d->marked = calloc((size_t)np, 1);
+	if (!d->offs || !d->sizes || !d->b || !d->bucket_of || !d->pending || !d->req || !d->marked) {
 		trn_ddp_destroy(d);
 		return -ENOMEM;
 	}
@@ -105,6 +108,7 @@ void trn_ddp_destroy(struct trn_ddp *d)
 	free(d->bucket_of);
 	free(d->pending);
 	free(d->req);
+	free(d->marked);
 	free(d);
 }
 
@@ -150,21 +154,29 @@ void trn_ddp_begin(struct trn_ddp *d, uint64_t micro, int *sync, int *accumulate
 	*accumulate = d->accum > 1 && micro % (uint64_t)d->accum != 0;
 	for (int k = 0; k < d->nb; k++)
 		d->pending[k] = d->b[k].first - d->b[k].last + 1;
+	memset(d->marked, 0, (size_t)d->np);
 	d->next = 0;
+	d->last_launched = -1;
 	d->order_ok = 1;
 }
 
 int trn_ddp_ready(struct trn_ddp *d, int p, float *grads)
 {
-	if (p < 0 || p >= d->np)
+	if (p < 0 || p >= d->np) {
+		snprintf(d->err, sizeof(d->err), "parameter %d marked ready: there are %d", p, d->np);
 		return -EINVAL;
+	}
+	if (d->marked[p]) {
+		/* Caught here, not when the bucket's count runs out: the bucket must not start
+		 * before its other parameters are written. */
+		snprintf(d->err, sizeof(d->err), "parameter %d marked ready twice in one micro-step", p);
+		return -EINVAL;
+	}
+	d->marked[p] = 1;
 	int k = d->bucket_of[p];
-	if (--d->pending[k] < 0)
-		return -EINVAL;  /* marked twice */
+	d->pending[k]--;
 	if (!d->sync)
 		return 0;
-	if (k != d->next && d->pending[k] == 0)
-		d->order_ok = d->order_ok && k > d->next;  /* ready early: it waits for its turn */
 	/* Launch in index order: bucket k only after 0..k-1, on every rank the same sequence, so
 	 * that collectives match across ranks. */
 	while (d->next < d->nb && d->pending[d->next] == 0) {
@@ -181,6 +193,10 @@ int trn_ddp_ready(struct trn_ddp *d, int p, float *grads)
 		if (ret < 0)
 			return coll_fail(d, ret, "starting a bucket's allreduce");
 		d->st.launched++;
+		/* The invariant every rank relies on, checked at each launch: index order. */
+		if (d->next != d->last_launched + 1)
+			d->order_ok = 0;
+		d->last_launched = d->next;
 		d->next++;
 	}
 	return 0;

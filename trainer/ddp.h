@@ -35,7 +35,8 @@ struct trn_ddp;
 struct trn_ddp_stats {
 	uint64_t exposed_ns;       /* time the optimizer waited for allreduces (not hidden) */
 	uint64_t launched;         /* allreduces started */
-	int last_order_ok;         /* 1 if the last step launched buckets in index order */
+	int last_order_ok;         /* 1 if the last step launched buckets in index order (checked
+	                              at each launch) */
 };
 
 /* @params, @grads, @mom: device buffers of the flat layout (total floats = sum of sizes).

@@ -155,8 +155,8 @@ static void parse(int argc, char **argv, struct opts *o)
 		case 'l': o->lr = (float)parse_double("lr", optarg, 0, 100); break;
 		case 'M': o->momentum = (float)parse_double("momentum", optarg, 0, 1); break;
 		case 'p': o->prefetch = (int)parse_long("prefetch", optarg, 1, PREFETCH_MAX); break;
-		case 'k': o->bucket_mb = parse_double("bucket-mb", optarg, 1e-6, 4096); break;
-		case 'K': o->first_bucket_mb = parse_double("first-bucket-mb", optarg, 1e-6, 4096); break;
+		case 'k': o->bucket_mb = parse_double("bucket-mb", optarg, 1e-5, 4096); break;
+		case 'K': o->first_bucket_mb = parse_double("first-bucket-mb", optarg, 1e-5, 4096); break;
 		case 'C': o->classes = (int)parse_long("classes", optarg, 2, 1 << 24); break;
 		case 'j': o->job = optarg; break;
 		case 'r': o->slots = (int)parse_long("slots", optarg, 2, 1024); break;
@@ -175,10 +175,12 @@ static void parse(int argc, char **argv, struct opts *o)
 			exit(2);
 		}
 	}
-	if (optind < argc || (!o->synthetic && !o->dataset) || (o->steps && o->epochs)) {
+	if (optind < argc || (!o->synthetic && !o->dataset) || (o->steps && o->epochs) ||
+	    (o->synthetic && o->epochs)) {
 		if (g_rank == 0)
 			fprintf(stderr, "trainer: %s (see --help)\n", optind < argc ? "unexpected argument" :
 				o->steps && o->epochs ? "give --steps or --epochs, not both" :
+				o->synthetic && o->epochs ? "--synthetic has no epochs: give --steps" :
 				"give --dataset D.dpk (with loaderd running) or --synthetic");
 		MPI_Finalize();
 		exit(2);
@@ -194,6 +196,7 @@ struct inflight {
 	int held;
 	int ev;                 /* copy-done event */
 	int count;
+	int valid;              /* samples with weight > 0 (not tail padding) */
 	uint64_t step;
 };
 
@@ -233,8 +236,12 @@ static int issue_next(struct data *d, uint64_t *wait_ns)
 	f->count = (int)f->b.count;
 	f->step = f->b.step;
 	f->ev = k + 1;  /* event 0 belongs to the DDP core */
-	for (uint32_t i = 0; i < f->b.count; i++)
-		d->hw[(size_t)k * 65536 + i] = (f->b.sample_flags[i] & RING_SAMPLE_PADDING) ? 0.0f : 1.0f;
+	f->valid = 0;
+	for (uint32_t i = 0; i < f->b.count; i++) {
+		int pad = !!(f->b.sample_flags[i] & RING_SAMPLE_PADDING);
+		d->hw[(size_t)k * 65536 + i] = pad ? 0.0f : 1.0f;
+		f->valid += !pad;
+	}
 	struct trn_dev *dv = d->dev;
 	/* The copy stream reads the pinned ring slot directly: no staging copy on the host. */
 	if (dv->ops->copy_h2d(dv, TRN_STREAM_COPY, d->img[k], f->b.data, (size_t)f->count * d->sample_bytes) < 0 ||
@@ -487,7 +494,8 @@ int main(int argc, char **argv)
 	struct trn_ddp *ddp;
 	if (trn_ddp_create(coll, dev, sizes, np, (size_t)(o.bucket_mb * 1048576.0),
 			   (size_t)(o.first_bucket_mb * 1048576.0), o.accum, &ddp) < 0)
-		die("DDP: bad bucket plan");
+		die("DDP: no bucket plan for bucket caps of %g MiB (first %g MiB): each must hold a "
+		    "float", o.bucket_mb, o.first_bucket_mb);
 	size_t total = trn_ddp_total(ddp);
 	float *params = dev->ops->alloc(dev, total * sizeof(float));
 	float *grads = dev->ops->alloc(dev, total * sizeof(float));
@@ -507,6 +515,12 @@ int main(int argc, char **argv)
 			 o.synthetic ? "synthetic data" : "data from loaderd");
 
 	long warmup = o.warmup >= 0 ? o.warmup : (long)fmin(20, (double)micro_total / 10);
+	if ((uint64_t)warmup >= micro_total && micro_total > 0) {
+		if (g_rank == 0)
+			LOG_WARN("--warmup %ld leaves no step to measure; measuring all %" PRIu64,
+				 warmup, micro_total);
+		warmup = 0;
+	}
 	struct step_rec *rec = calloc((size_t)(micro_total < TRACE_STEPS_MAX ? micro_total : TRACE_STEPS_MAX) + 1,
 				      sizeof(*rec));
 	if (!rec)
@@ -517,7 +531,7 @@ int main(int argc, char **argv)
 
 	for (micro = 0; micro < micro_total; micro++) {
 		struct step_rec r = { .start_ns = clk_now_ns() };
-		int count = o.batch, k = 0;
+		int count = o.batch, valid = o.batch, k = 0;
 		if (micro == (uint64_t)warmup)
 			t_begin = r.start_ns;
 		if (!o.synthetic) {
@@ -528,6 +542,7 @@ int main(int argc, char **argv)
 				break;  /* end of the job */
 			k = (int)(d.consumed % (uint64_t)d.depth);
 			count = d.q[k].count;
+			valid = d.q[k].valid;
 			uint64_t t0 = clk_now_ns();
 			/* exposed copy: how long compute would wait for this batch's bytes */
 			if (dev->ops->event_sync(dev, d.q[k].ev) < 0 ||
@@ -568,7 +583,7 @@ int main(int argc, char **argv)
 			rec[micro] = r;
 		win_loss += out[0];
 		win_correct += out[1];
-		win_n += count;
+		win_n += valid;  /* loss and accuracy count weighted samples only */
 		if (o.log_every && (micro + 1) % (uint64_t)o.log_every == 0) {
 			double tot[3] = { win_loss, win_correct, win_n }, all[3];
 			MPI_Allreduce(tot, all, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);

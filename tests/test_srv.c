@@ -1,0 +1,2210 @@
+/* test_srv.c - the server library (srv), the client API (ldc) and the control protocol (ctl) end
+ * to end, with real processes and real sockets. Each test gets a fresh mkdtemp directory for its
+ * socket and a server forked into a child, so that it can be SIGKILLed; consumers are this process
+ * or forked children. Every child pid, connection, fd and helper thread is recorded and torn down
+ * in teardown(), also when a test fails, so that no process is left behind.
+ *
+ * The test server's filler writes a pattern whose every byte the consumer checks:
+ *     labels[i] = step * batch + i, ids[i] = pat_id(rank, step, i), flags[i] = pat_flag(step, i),
+ *     payload byte j of sample i = pat_byte(rank, step, i, j), slot flags PAT_SLOT_FLAG
+ * (the filler also sets RING_SLOT_LAST on every step: srv must own that bit). The dataset string
+ * picks the job: "pattern:N" (N samples; steps per epoch = N / (batch * world)), "fail:K" (the
+ * fill of step K fails with a message), "badmsg:K" (the fill of step K returns -EBADMSG and no
+ * message), "slow:MS" (every fill takes MS ms); anything else is "no such dataset". crop 0 gives
+ * raw 64-byte samples, else NHWC crop_h x crop_w x 3. The attach notice of a job named
+ * "sleepnotice" sleeps 500 ms on srv's control thread, which lets a test queue events behind it.
+ *
+ * Tests that expose a bug or a gap in shm/ say so in their comment ("BUG:", "GAP:"); they fail
+ * until it is fixed. Until the use after free in srv_run() is fixed (see
+ * test_srv_bell_after_hangup_same_wakeup), the sanitizer build can also fail other tests at
+ * random: any client that releases a batch and then goes away may set it off.
+ * TEST_SRV_VERBOSE=1 prints the server's notices. */
+#include "shm/ctl.h"
+#include "shm/ldc.h"
+#include "shm/ring.h"
+#include "shm/srv.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#define TRACK_MAX 32
+#define PAT_SLOT_FLAG 0x80u       /* slot flag the filler sets on every batch */
+#define ACQUIRE_MS 5000           /* "the batch should be there": generous on a loaded machine */
+
+#define assert_has(text, needle) do {						\
+	if (!strstr((text), (needle)))						\
+		fail_msg("\"%s\" lacks \"%s\"", (text), (needle));		\
+} while (0)
+
+/* ---- time, bookkeeping ---- */
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static char g_dir[64];
+static char g_sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
+static pid_t g_pids[TRACK_MAX];
+static struct ldc *g_cli[TRACK_MAX];
+static int g_fds[TRACK_MAX];
+static struct ring *g_ring;
+static pthread_t g_thread;
+static int g_thread_on;
+
+static void pid_track(pid_t pid)
+{
+	for (int i = 0; i < TRACK_MAX; i++)
+		if (!g_pids[i]) {
+			g_pids[i] = pid;
+			return;
+		}
+	kill(pid, SIGKILL);
+	fail_msg("too many children");
+}
+
+static void pid_forget(pid_t pid)
+{
+	for (int i = 0; i < TRACK_MAX; i++)
+		if (g_pids[i] == pid)
+			g_pids[i] = 0;
+}
+
+static void fd_track(int fd)
+{
+	for (int i = 0; i < TRACK_MAX; i++)
+		if (g_fds[i] < 0) {
+			g_fds[i] = fd;
+			return;
+		}
+	close(fd);
+	fail_msg("too many fds");
+}
+
+static void fd_close(int fd)
+{
+	for (int i = 0; i < TRACK_MAX; i++)
+		if (g_fds[i] == fd)
+			g_fds[i] = -1;
+	close(fd);
+}
+
+static void cli_track(struct ldc *c)
+{
+	for (int i = 0; i < TRACK_MAX; i++)
+		if (!g_cli[i]) {
+			g_cli[i] = c;
+			return;
+		}
+	ldc_close(c);
+	fail_msg("too many clients");
+}
+
+static void cli_close(struct ldc *c)
+{
+	for (int i = 0; i < TRACK_MAX; i++)
+		if (g_cli[i] == c)
+			g_cli[i] = NULL;
+	ldc_close(c);
+}
+
+/* Wait up to @ms for @pid to end. 0 (and *status), -ETIMEDOUT, or -errno. */
+static int reap(pid_t pid, int ms, int *status)
+{
+	int64_t end = mono_ms() + ms;
+
+	for (;;) {
+		pid_t r = waitpid(pid, status, WNOHANG);
+		if (r == pid) {
+			pid_forget(pid);
+			return 0;
+		}
+		if (r < 0 && errno != EINTR)
+			return -errno;
+		if (mono_ms() >= end)
+			return -ETIMEDOUT;
+		usleep(2000);
+	}
+}
+
+static void assert_alive(pid_t pid)
+{
+	int st;
+
+	if (waitpid(pid, &st, WNOHANG) == pid) {
+		pid_forget(pid);
+		fail_msg("the server died: %s %d", WIFSIGNALED(st) ? "signal" : "exit status",
+			 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	}
+}
+
+/* A forked child must not keep the parent's connections open (the server would not see them hang
+ * up) nor anything else: keep stdio and @keep. */
+static void close_fds_except(int keep)
+{
+	if (keep > 3)
+		close_range(3, (unsigned)keep - 1, 0);
+	close_range((unsigned)keep + 1, ~0u, 0);
+}
+
+/* Delayed signal from a helper thread, for "while the consumer is blocked". */
+struct delayed {
+	pid_t pid;
+	int sig, delay_ms;
+	int64_t sent_ms;
+};
+static struct delayed g_delayed;
+
+static void *delayed_main(void *p)
+{
+	struct delayed *d = p;
+
+	usleep((useconds_t)d->delay_ms * 1000);
+	d->sent_ms = mono_ms();
+	kill(d->pid, d->sig);
+	return NULL;
+}
+
+static void signal_later(pid_t pid, int sig, int delay_ms)
+{
+	g_delayed = (struct delayed){ .pid = pid, .sig = sig, .delay_ms = delay_ms };
+	assert_int_equal(pthread_create(&g_thread, NULL, delayed_main, &g_delayed), 0);
+	g_thread_on = 1;
+}
+
+/* Join the helper; when the signal went out (monotonic ms). */
+static int64_t signal_joined(void)
+{
+	pthread_join(g_thread, NULL);
+	g_thread_on = 0;
+	return g_delayed.sent_ms;
+}
+
+/* ---- the pattern ---- */
+
+static uint64_t pat_id(uint32_t rank, uint64_t step, uint32_t i)
+{
+	return step * 100003ull + i * 17ull + rank * 1000000007ull;
+}
+
+static uint8_t pat_flag(uint64_t step, uint32_t i)
+{
+	return (step + i) % 5 == 0 ? RING_SAMPLE_SUBSTITUTED : 0;
+}
+
+static uint8_t pat_byte(uint32_t rank, uint64_t step, uint32_t i, uint64_t j)
+{
+	return (uint8_t)(step * 31 + i * 7 + j * 13 + (j >> 8) + rank * 101);
+}
+
+/* ---- the test server (runs in a forked child) ---- */
+
+enum pat_kind { PAT_PATTERN, PAT_FAIL, PAT_BADMSG, PAT_SLOW };
+
+struct pat_job {
+	enum pat_kind kind;
+	uint64_t samples, arg, spe, sample_bytes;
+	uint32_t batch, world;
+};
+
+static int parse_u64(const char *s, const char *prefix, uint64_t *v)
+{
+	size_t n = strlen(prefix);
+	char *end;
+
+	if (strncmp(s, prefix, n) || !s[n])
+		return 0;
+	errno = 0;
+	*v = strtoull(s + n, &end, 10);
+	return !*end && !errno;
+}
+
+static int pat_job_open(void *ctx, const struct ctl_job_open *spec, void **job,
+			struct srv_job_info *info, char *why, size_t whylen)
+{
+	struct pat_job pj = { .samples = 1000, .batch = spec->batch, .world = spec->world };
+
+	(void)ctx;
+	if (parse_u64(spec->dataset, "pattern:", &pj.samples))
+		pj.kind = PAT_PATTERN;
+	else if (parse_u64(spec->dataset, "fail:", &pj.arg))
+		pj.kind = PAT_FAIL;
+	else if (parse_u64(spec->dataset, "badmsg:", &pj.arg))
+		pj.kind = PAT_BADMSG;
+	else if (parse_u64(spec->dataset, "slow:", &pj.arg))
+		pj.kind = PAT_SLOW;
+	else {
+		snprintf(why, whylen, "no such dataset: %s", spec->dataset);
+		return -ENOENT;
+	}
+	uint64_t per = (uint64_t)spec->batch * spec->world;
+	if (pj.samples < per) {
+		snprintf(why, whylen, "%" PRIu64 " samples are fewer than one global batch of %"
+			 PRIu64, pj.samples, per);
+		return -EINVAL;
+	}
+	pj.spe = pj.samples / per;
+	memset(info, 0, sizeof(*info));
+	info->ring.batch = spec->batch;
+	info->ring.dtype = RING_DTYPE_U8;
+	if (spec->crop_h) {
+		info->ring.ndim = 3;
+		info->ring.sample_bytes = (uint64_t)spec->crop_h * spec->crop_w * 3;
+		if (spec->transforms & CTL_TF_NCHW) {
+			info->ring.layout = RING_LAYOUT_NCHW;
+			info->ring.shape[0] = 3;
+			info->ring.shape[1] = spec->crop_h;
+			info->ring.shape[2] = spec->crop_w;
+		} else {
+			info->ring.layout = RING_LAYOUT_NHWC;
+			info->ring.shape[0] = spec->crop_h;
+			info->ring.shape[1] = spec->crop_w;
+			info->ring.shape[2] = 3;
+		}
+	} else {
+		info->ring.layout = RING_LAYOUT_RAW;
+		info->ring.ndim = 1;
+		info->ring.shape[0] = 64;
+		info->ring.sample_bytes = 64;
+	}
+	pj.sample_bytes = info->ring.sample_bytes;
+	info->steps_per_epoch = pj.spe;
+	info->samples = pj.samples;
+	struct pat_job *p = malloc(sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	*p = pj;
+	*job = p;
+	return 0;
+}
+
+static void pat_job_close(void *ctx, void *job)
+{
+	(void)ctx;
+	free(job);
+}
+
+static void *pat_worker_init(void *ctx, unsigned index)
+{
+	unsigned *w = malloc(sizeof(*w));
+
+	(void)ctx;
+	if (w)
+		*w = index;
+	return w;
+}
+
+static void pat_worker_fini(void *ctx, void *worker)
+{
+	(void)ctx;
+	free(worker);
+}
+
+static int pat_fill(void *ctx, void *worker, struct srv_fill *f)
+{
+	const struct pat_job *pj = f->job;
+	struct ring_slot *s = f->slot;
+	uint64_t step = s->step;
+
+	(void)ctx;
+	if (!worker || f->epoch * pj->spe + f->step_in_epoch != step ||
+	    s->hdr->epoch != f->epoch || s->hdr->step_in_epoch != f->step_in_epoch ||
+	    f->world != pj->world || f->rank >= pj->world) {
+		snprintf(f->why, sizeof(f->why), "srv handed the filler an inconsistent step %"
+			 PRIu64, step);
+		return -EPROTO;
+	}
+	if (pj->kind == PAT_FAIL && step == pj->arg) {
+		snprintf(f->why, sizeof(f->why), "injected failure at step %" PRIu64, step);
+		return -EIO;
+	}
+	if (pj->kind == PAT_BADMSG && step == pj->arg)
+		return -EBADMSG;
+	if (pj->kind == PAT_SLOW)
+		usleep((useconds_t)pj->arg * 1000);
+	for (uint32_t i = 0; i < pj->batch; i++) {
+		uint8_t *p = (uint8_t *)s->payload + i * pj->sample_bytes;
+		s->labels[i] = (int64_t)(step * pj->batch + i);
+		s->ids[i] = pat_id(f->rank, step, i);
+		s->flags[i] = pat_flag(step, i);
+		for (uint64_t j = 0; j < pj->sample_bytes; j++)
+			p[j] = pat_byte(f->rank, step, i, j);
+	}
+	f->count = pj->batch;
+	f->slot_flags = PAT_SLOT_FLAG | RING_SLOT_LAST;  /* LAST is srv's: it must clear it here */
+	f->io_ns = 1;
+	f->decode_ns = 2;
+	return 0;
+}
+
+static void pat_notice(void *ctx, int level, const char *msg)
+{
+	(void)ctx;
+	if (getenv("TEST_SRV_VERBOSE"))
+		fprintf(stderr, "  srv[%d] %s\n", level, msg);
+	if (strstr(msg, "job sleepnotice ") && strstr(msg, " attached"))
+		usleep(500 * 1000);
+}
+
+struct tsrv {
+	unsigned workers;         /* default 2 */
+	unsigned slots;           /* default_slots; 0 = srv's default */
+	uint64_t mem_limit;
+	unsigned ring_flags;
+	int linger_ms;            /* 0 = srv's default */
+};
+
+struct ready_msg {
+	int ret;
+	char why[256];
+};
+
+static struct srv *g_child_srv;
+
+static void child_on_sigterm(int sig)
+{
+	(void)sig;
+	srv_stop(g_child_srv);
+}
+
+/* Fork a server on @path. Returns its pid with srv_create's result in *ret and *why; the child
+ * exits 0 after SIGTERM (srv_stop, srv_run, srv_destroy), 3 if srv_create failed. */
+static pid_t spawn_server(const char *path, const struct tsrv *cfg, int *ret, char *why,
+			  size_t whylen)
+{
+	struct ready_msg msg = { .ret = -EIO, .why = "the server child said nothing" };
+	int p[2];
+
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct srv_opts o = { .socket_path = path,
+				      .workers = cfg->workers ? cfg->workers : 2,
+				      .default_slots = cfg->slots, .mem_limit = cfg->mem_limit,
+				      .group = (gid_t)-1, .ring_flags = cfg->ring_flags,
+				      .linger_ms = cfg->linger_ms };
+		struct srv_ops ops = { .job_open = pat_job_open, .job_close = pat_job_close,
+				       .worker_init = pat_worker_init,
+				       .worker_fini = pat_worker_fini, .fill = pat_fill,
+				       .notice = pat_notice };
+		struct ready_msg m;
+
+		close(p[0]);
+		close_fds_except(p[1]);
+		memset(&m, 0, sizeof(m));
+		m.ret = srv_create(&o, &ops, &g_child_srv, m.why, sizeof(m.why));
+		if (m.ret == 0) {
+			struct sigaction sa = { .sa_handler = child_on_sigterm };
+			sigaction(SIGTERM, &sa, NULL);
+		}
+		(void)!write(p[1], &m, sizeof(m));
+		close(p[1]);
+		if (m.ret < 0)
+			_exit(3);
+		int r = srv_run(g_child_srv);
+		srv_destroy(g_child_srv);
+		_exit(r == 0 ? 0 : 4);
+	}
+	pid_track(pid);
+	close(p[1]);
+	struct pollfd pf = { .fd = p[0], .events = POLLIN };
+	if (poll(&pf, 1, 5000) == 1 && read(p[0], &msg, sizeof(msg)) != (ssize_t)sizeof(msg))
+		msg.ret = -EIO;
+	/* Wait for the child to close its end too, so that its fd count is settled. */
+	char eof;
+	if (msg.ret == 0 && (poll(&pf, 1, 5000) != 1 || read(p[0], &eof, 1) != 0))
+		msg.ret = -EIO;
+	close(p[0]);
+	*ret = msg.ret;
+	snprintf(why, whylen, "%s", msg.why);
+	return pid;
+}
+
+static pid_t start_server(const struct tsrv *cfg)
+{
+	static const struct tsrv dflt;
+	char why[256];
+	int ret;
+	pid_t pid = spawn_server(g_sock, cfg ? cfg : &dflt, &ret, why, sizeof(why));
+
+	if (ret < 0)
+		fail_msg("srv_create: %d %s", ret, why);
+	return pid;
+}
+
+/* SIGTERM the server and expect a clean exit 0 within 5 s. */
+static void stop_server(pid_t pid)
+{
+	int st;
+
+	assert_int_equal(kill(pid, SIGTERM), 0);
+	if (reap(pid, 5000, &st) < 0)
+		fail_msg("the server did not exit within 5 s of SIGTERM");
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fail_msg("the server ended with %s %d", WIFSIGNALED(st) ? "signal" : "exit status",
+			 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+}
+
+/* ---- consumers (no cmocka here: also used in forked children) ---- */
+
+static int bad(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(char *msg, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, len, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+struct expect {
+	uint32_t rank, batch;
+	uint64_t sample_bytes, spe, steps_total;
+};
+
+static struct expect expect_of(const struct ldc_info *in, uint32_t rank)
+{
+	struct expect e = { .rank = rank, .batch = in->ring->batch,
+			    .sample_bytes = in->ring->sample_bytes, .spe = in->steps_per_epoch,
+			    .steps_total = in->steps_total };
+	return e;
+}
+
+/* Is @b step @step of the pattern, every byte of it? */
+static int check_batch(const struct ldc_batch *b, uint64_t step, const struct expect *e, char *msg,
+		       size_t len)
+{
+	uint32_t flags = PAT_SLOT_FLAG;
+
+	if (e->steps_total && step + 1 == e->steps_total)
+		flags |= RING_SLOT_LAST;
+	if (b->step != step)
+		return bad(msg, len, "got step %" PRIu64 ", want %" PRIu64, b->step, step);
+	if (b->epoch != step / e->spe || b->step_in_epoch != step % e->spe)
+		return bad(msg, len, "step %" PRIu64 ": epoch %" PRIu64 " step_in_epoch %" PRIu64
+			   ", want %" PRIu64 " %" PRIu64, step, b->epoch, b->step_in_epoch,
+			   step / e->spe, step % e->spe);
+	if (b->count != e->batch || b->flags != flags || b->sample_bytes != e->sample_bytes)
+		return bad(msg, len, "step %" PRIu64 ": count %u flags 0x%x sample_bytes %" PRIu64
+			   ", want %u 0x%x %" PRIu64, step, b->count, b->flags, b->sample_bytes,
+			   e->batch, flags, e->sample_bytes);
+	if ((uintptr_t)b->data % RING_PAYLOAD_ALIGN)
+		return bad(msg, len, "step %" PRIu64 ": payload not 4 KiB aligned", step);
+	for (uint32_t i = 0; i < b->count; i++) {
+		const uint8_t *p = (const uint8_t *)b->data + i * b->sample_bytes;
+		if (b->labels[i] != (int64_t)(step * e->batch + i) ||
+		    b->ids[i] != pat_id(e->rank, step, i) ||
+		    b->sample_flags[i] != pat_flag(step, i))
+			return bad(msg, len, "step %" PRIu64 " sample %u: label %" PRId64
+				   " id %" PRIu64 " flags 0x%x", step, i, b->labels[i], b->ids[i],
+				   b->sample_flags[i]);
+		for (uint64_t j = 0; j < b->sample_bytes; j++)
+			if (p[j] != pat_byte(e->rank, step, i, j))
+				return bad(msg, len, "step %" PRIu64 " sample %u byte %" PRIu64
+					   ": 0x%02x, want 0x%02x", step, i, j, p[j],
+					   pat_byte(e->rank, step, i, j));
+	}
+	return 0;
+}
+
+/* Acquire, check and release steps [from, to) in order. */
+static int consume(struct ldc *c, const struct expect *e, uint64_t from, uint64_t to, char *msg,
+		   size_t len)
+{
+	for (uint64_t s = from; s < to; s++) {
+		struct ldc_batch b;
+		int r = ldc_acquire(c, ACQUIRE_MS, &b);
+		if (r)
+			return bad(msg, len, "step %" PRIu64 ": ldc_acquire %d: %s", s, r,
+				   ldc_error(c));
+		if (check_batch(&b, s, e, msg, len))
+			return -1;
+		r = ldc_release(c, &b);
+		if (r)
+			return bad(msg, len, "step %" PRIu64 ": ldc_release %d: %s", s, r,
+				   ldc_error(c));
+	}
+	return 0;
+}
+
+static struct ldc_job mkjob(const char *name, const char *dataset, uint32_t batch, uint32_t rank,
+			    uint32_t world, uint32_t epochs)
+{
+	struct ldc_job j = { .job = name, .dataset = dataset, .batch = batch, .rank = rank,
+			     .world = world, .epochs = epochs };
+	return j;
+}
+
+/* A forked consumer: runs @fn, which may write to @out; its return value is the exit status. */
+typedef int (*child_fn)(const void *arg, int out);
+
+static pid_t spawn_child(child_fn fn, const void *arg, int *rfd)
+{
+	int p[2];
+
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(p[0]);
+		close_fds_except(p[1]);
+		_exit(fn(arg, p[1]));
+	}
+	pid_track(pid);
+	close(p[1]);
+	fd_track(p[0]);
+	*rfd = p[0];
+	return pid;
+}
+
+/* Read what the child wrote until it closes the pipe, then reap it; within @ms in all. */
+static void child_wait(pid_t pid, int rfd, int ms, char *out, size_t len, int *status)
+{
+	int64_t end = mono_ms() + ms;
+	size_t got = 0;
+
+	for (;;) {
+		struct pollfd pf = { .fd = rfd, .events = POLLIN };
+		int64_t left = end - mono_ms();
+		if (left <= 0 || poll(&pf, 1, (int)left) != 1)
+			fail_msg("child %d did not finish within %d ms (said \"%.*s\")", (int)pid,
+				 ms, (int)got, out);
+		ssize_t n = read(rfd, out + got, len - 1 - got);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+		if (got == len - 1)
+			break;
+	}
+	out[got] = '\0';
+	fd_close(rfd);
+	if (reap(pid, (int)(end - mono_ms() > 0 ? end - mono_ms() : 0) + 1, status) < 0)
+		fail_msg("child %d did not exit (said \"%s\")", (int)pid, out);
+}
+
+/* ---- this process as a client ---- */
+
+static struct ldc *cli_connect(void)
+{
+	struct ldc *c;
+	char err[256];
+	int r = ldc_connect(g_sock, &c, err, sizeof(err));
+
+	if (r)
+		fail_msg("ldc_connect: %d %s", r, err);
+	cli_track(c);
+	return c;
+}
+
+static void open_ok(struct ldc *c, const struct ldc_job *j, struct ldc_info *in)
+{
+	int r = ldc_open(c, j, in);
+
+	if (r)
+		fail_msg("ldc_open(%s rank %u): %d %s", j->job, j->rank, r, ldc_error(c));
+}
+
+static void consume_ok(struct ldc *c, const struct expect *e, uint64_t from, uint64_t to)
+{
+	char msg[512];
+
+	if (consume(c, e, from, to, msg, sizeof(msg)))
+		fail_msg("%s", msg);
+}
+
+/* A fresh client can open @job and read correct batches: the server is up and serving. */
+static void assert_serves(const char *job)
+{
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob(job, "pattern:1000", 4, 0, 1, 0);
+	struct ldc_info in;
+
+	open_ok(c, &j, &in);
+	struct expect e = expect_of(&in, 0);
+	consume_ok(c, &e, in.first_step, in.first_step + 6);
+	cli_close(c);
+}
+
+/* Expect the next ldc_open on a new connection to fail with @err and a message with @needle. */
+static void open_fails(const struct ldc_job *j, int err, const char *needle)
+{
+	struct ldc *c = cli_connect();
+	struct ldc_info in;
+	int r = ldc_open(c, j, &in);
+
+	if (r != err)
+		fail_msg("ldc_open(%s rank %u): %d (%s), want %d", j->job, j->rank, r, ldc_error(c),
+			 err);
+	assert_has(ldc_error(c), needle);
+	cli_close(c);
+}
+
+/* ---- raw protocol ---- */
+
+static int raw_connect(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct timeval tv = { .tv_sec = 5 };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	fd_track(fd);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", g_sock);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		fail_msg("connect %s: %s", g_sock, strerror(errno));
+	/* A reply that never comes fails the test instead of hanging it. */
+	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+	return fd;
+}
+
+static void good_open(struct ctl_job_open *m, const char *job)
+{
+	memset(m, 0, sizeof(*m));
+	snprintf(m->job, sizeof(m->job), "%s", job);
+	snprintf(m->dataset, sizeof(m->dataset), "pattern:1000");
+	m->batch = 4;
+	m->world = 1;
+}
+
+static size_t make_pkt(void *buf, uint32_t magic, uint16_t version, uint16_t type, uint32_t length,
+		       uint32_t reserved, const void *body, size_t blen)
+{
+	struct ctl_hdr h = { .magic = magic, .version = version, .type = type, .length = length,
+			     .reserved = reserved };
+
+	memcpy(buf, &h, sizeof(h));
+	if (blen)
+		memcpy((char *)buf + sizeof(h), body, blen);
+	return sizeof(h) + blen;
+}
+
+/* The server answers on @fd with CTL_ERROR (@err, text with @needle), then closes. */
+static void expect_refused(int fd, const char *what, int err, const char *needle)
+{
+	char buf[CTL_MSG_MAX];
+	uint16_t type = 0;
+	struct ctl_error e;
+	ssize_t n = ctl_recv(fd, buf, &type, NULL, NULL);
+
+	if (n < 0)
+		fail_msg("%s: no reply from the server: %s", what, strerror((int)-n));
+	if (type != CTL_ERROR || n != (ssize_t)sizeof(e))
+		fail_msg("%s: reply of type %u, %zd bytes; want CTL_ERROR", what, type, n);
+	memcpy(&e, buf, sizeof(e));
+	if (!memchr(e.text, 0, sizeof(e.text)))
+		fail_msg("%s: error text not NUL-terminated", what);
+	if (e.err != err || !strstr(e.text, needle))
+		fail_msg("%s: error %d \"%s\", want %d with \"%s\"", what, e.err, e.text, err,
+			 needle);
+	n = ctl_recv(fd, buf, &type, NULL, NULL);
+	if (n != -EPIPE)
+		fail_msg("%s: the connection stayed open after CTL_ERROR (%zd)", what, n);
+}
+
+/* Send @len bytes of @pkt as one packet on a new connection and expect it refused. */
+static void send_refused(const char *what, const void *pkt, size_t len, int err, const char *needle)
+{
+	int fd = raw_connect();
+
+	if (send(fd, pkt, len, MSG_NOSIGNAL) != (ssize_t)len)
+		fail_msg("%s: send: %s", what, strerror(errno));
+	expect_refused(fd, what, err, needle);
+	fd_close(fd);
+}
+
+/* JOB_OPEN on a raw connection; returns the socket, the ring (mapped, when @ring) and the bell. */
+static int raw_open(const char *job, struct ring **ring, int *bell)
+{
+	struct ctl_job_open m;
+	char buf[CTL_MSG_MAX];
+	uint16_t type = 0;
+	int fds[2], nfds = 0;
+	int fd = raw_connect();
+
+	good_open(&m, job);
+	assert_int_equal(ctl_send(fd, CTL_JOB_OPEN, &m, sizeof(m), NULL, 0), 0);
+	ssize_t n = ctl_recv(fd, buf, &type, fds, &nfds);
+	if (n != (ssize_t)sizeof(struct ctl_job_ok) || type != CTL_JOB_OK || nfds != 2)
+		fail_msg("job %s: reply %zd bytes type %u with %d fds", job, n, type, nfds);
+	*bell = fds[1];
+	fd_track(fds[1]);
+	if (!ring) {
+		close(fds[0]);
+		return fd;
+	}
+	int r = ring_attach(fds[0], ring);
+	if (r) {
+		close(fds[0]);
+		fail_msg("ring_attach: %s", strerror(-r));
+	}
+	return fd;
+}
+
+/* Every slot of a fresh ring published (lap 0, READY or already HELD): no worker is inside it. */
+static void wait_ring_full(void *base, const struct ring_hdr *h)
+{
+	int64_t end = mono_ms() + 3000;
+
+	for (;;) {
+		uint32_t i;
+		for (i = 0; i < h->slots; i++) {
+			uint32_t *w = (uint32_t *)((char *)base + h->states_offset + 64 * i);
+			uint32_t v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+			if (v != (uint32_t)RING_READY && v != (uint32_t)RING_HELD)
+				break;
+		}
+		if (i == h->slots)
+			return;
+		if (mono_ms() > end)
+			fail_msg("the ring was not full within 3 s (slot %u)", i);
+		usleep(1000);
+	}
+}
+
+/* Poll this rank's stats until @n steps are published (3 s at most); then the stats. */
+static void wait_published(struct ldc *c, uint64_t n, struct ctl_stats *st)
+{
+	int64_t end = mono_ms() + 3000;
+
+	for (;;) {
+		int r = ldc_stats(c, st);
+		if (r)
+			fail_msg("ldc_stats: %d %s", r, ldc_error(c));
+		if (st->published >= n)
+			return;
+		if (mono_ms() > end)
+			fail_msg("only %" PRIu64 " of %" PRIu64 " steps published within 3 s",
+				 st->published, n);
+		usleep(2000);
+	}
+}
+
+static int count_fds(pid_t pid)
+{
+	char path[64];
+	struct dirent *de;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return -1;
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* ---- fixtures ---- */
+
+static int setup(void **state)
+{
+	(void)state;
+	snprintf(g_dir, sizeof(g_dir), "/tmp/test_srv.XXXXXX");
+	if (!mkdtemp(g_dir))
+		return -1;
+	snprintf(g_sock, sizeof(g_sock), "%s/s.sock", g_dir);
+	for (int i = 0; i < TRACK_MAX; i++) {
+		g_pids[i] = 0;
+		g_cli[i] = NULL;
+		g_fds[i] = -1;
+	}
+	g_ring = NULL;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[128];
+
+	(void)state;
+	if (g_thread_on) {
+		pthread_join(g_thread, NULL);
+		g_thread_on = 0;
+	}
+	for (int i = 0; i < TRACK_MAX; i++) {
+		if (g_cli[i])
+			ldc_close(g_cli[i]);
+		if (g_fds[i] >= 0)
+			close(g_fds[i]);
+		g_cli[i] = NULL;
+		g_fds[i] = -1;
+	}
+	ring_destroy(g_ring);
+	g_ring = NULL;
+	for (int i = 0; i < TRACK_MAX; i++)
+		if (g_pids[i]) {
+			kill(g_pids[i], SIGKILL);
+			while (waitpid(g_pids[i], NULL, 0) < 0 && errno == EINTR)
+				;
+			g_pids[i] = 0;
+		}
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+/* ---- 1. the happy path ---- */
+
+static void test_srv_job_bounded_read_all_correct(void **state)
+{
+	(void)state;
+	start_server(NULL);
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("happy", "pattern:480", 8, 0, 1, 2);
+	struct ldc_info in;
+	struct ldc_batch b;
+	struct ctl_stats st;
+
+	j.crop_h = 6;
+	j.crop_w = 5;
+	j.seed = 42;
+	open_ok(c, &j, &in);
+	assert_string_equal(ldc_error(c), "");
+	assert_true(in.job_id >= 1);
+	assert_int_equal(in.first_step, 0);
+	assert_int_equal(in.steps_per_epoch, 60);
+	assert_int_equal(in.steps_total, 120);
+	assert_int_equal(in.samples, 480);
+	const struct ring_hdr *h = in.ring;
+	assert_memory_equal(h->magic, RING_MAGIC, 8);
+	assert_int_equal(h->batch, 8);
+	assert_int_equal(h->sample_bytes, 6 * 5 * 3);
+	assert_int_equal(h->ndim, 3);
+	assert_int_equal(h->shape[0], 6);
+	assert_int_equal(h->shape[1], 5);
+	assert_int_equal(h->shape[2], 3);
+	assert_int_equal(h->shape[3], 0);
+	assert_int_equal(h->layout, RING_LAYOUT_NHWC);
+	assert_int_equal(h->dtype, RING_DTYPE_U8);
+	assert_int_equal(h->slots, 4);
+	assert_int_equal(h->rank, 0);
+	assert_int_equal(h->world, 1);
+	assert_int_equal(h->job_id, in.job_id);
+	assert_int_equal(h->first_step, 0);
+	assert_int_equal(h->steps_total, 120);
+	assert_int_equal(h->steps_per_epoch, 60);
+	assert_non_null(ldc_ring_base(c));
+	assert_int_equal(ldc_ring_size(c), h->total_size);
+
+	/* Every batch in order, every byte right; the last one says so. */
+	struct expect e = expect_of(&in, 0);
+	consume_ok(c, &e, 0, 120);
+	assert_int_equal(ldc_acquire(c, ACQUIRE_MS, &b), -ENODATA);
+	assert_has(ldc_error(c), "end of job");
+	assert_has(ldc_error(c), "120");
+	assert_int_equal(ldc_acquire(c, 0, &b), -ENODATA);
+
+	wait_published(c, 120, &st);  /* counted just after the publish: may lag the batch */
+	assert_int_equal(st.job_id, in.job_id);
+	assert_int_equal(st.published, 120);
+	assert_int_equal(st.samples, 120 * 8);
+	assert_int_equal(st.released, 120);
+	assert_int_equal(st.occupancy, 0);
+	assert_int_equal(st.attaches, 1);
+	assert_int_equal(st.ranks_attached, 1);
+	assert_int_equal(st.slots, 4);
+	assert_int_equal(st.bad_records, 0);
+	assert_int_equal(st.io_ns, 120);       /* the filler reports 1 ns of I/O per step */
+	assert_int_equal(st.decode_ns, 240);   /* and 2 ns of decode */
+	assert_true(st.fill_ns > 0);
+	cli_close(c);
+}
+
+/* Stats in the middle of a job: what is published, held and released. */
+static void test_ldc_stats_mid_job(void **state)
+{
+	(void)state;
+	start_server(NULL);
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("mid", "pattern:1000", 4, 0, 1, 0);
+	struct ldc_info in;
+	struct ldc_batch b[3];
+	struct ctl_stats st;
+
+	j.slots = 6;
+	open_ok(c, &j, &in);
+	assert_int_equal(in.steps_total, 0);
+	assert_int_equal(in.ring->slots, 6);
+	struct expect e = expect_of(&in, 0);
+	consume_ok(c, &e, 0, 10);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(ldc_acquire(c, ACQUIRE_MS, &b[i]), 0);
+	/* Held 10, 11, 12: the producer can fill up to step 15 and no further. */
+	wait_published(c, 16, &st);
+	assert_int_equal(st.published, 16);
+	assert_int_equal(st.released, 10);
+	assert_int_equal(st.occupancy, 6);
+	assert_int_equal(st.slots, 6);
+	assert_int_equal(st.samples, 16 * 4);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(ldc_release(c, &b[i]), 0);
+	cli_close(c);
+}
+
+static void test_srv_job_start_epoch_offsets_steps(void **state)
+{
+	(void)state;
+	start_server(NULL);
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("epoch2", "pattern:40", 4, 0, 1, 1);
+	struct ldc_info in;
+	struct ldc_batch b;
+
+	j.start_epoch = 2;
+	open_ok(c, &j, &in);
+	assert_int_equal(in.steps_per_epoch, 10);
+	assert_int_equal(in.first_step, 20);
+	assert_int_equal(in.steps_total, 30);
+	struct expect e = expect_of(&in, 0);
+	consume_ok(c, &e, 20, 30);  /* epoch 2, step_in_epoch 0..9, the last flagged */
+	assert_int_equal(ldc_acquire(c, ACQUIRE_MS, &b), -ENODATA);
+	cli_close(c);
+}
+
+/* ---- 2. ranks ---- */
+
+struct rank_arg {
+	const char *job, *dataset;
+	uint32_t batch, rank, world, epochs, slots, crop;
+};
+
+static int child_read_rank(const void *argp, int out)
+{
+	const struct rank_arg *a = argp;
+	struct ldc_job j = mkjob(a->job, a->dataset, a->batch, a->rank, a->world, a->epochs);
+	struct ldc_info in;
+	struct ldc_batch b;
+	struct ldc *c;
+	char msg[512];
+	int r;
+
+	j.slots = a->slots;
+	j.crop_h = j.crop_w = a->crop;
+	if (ldc_connect(g_sock, &c, msg, sizeof(msg))) {
+		dprintf(out, "rank %u: %s", a->rank, msg);
+		return 1;
+	}
+	r = ldc_open(c, &j, &in);
+	if (r)
+		bad(msg, sizeof(msg), "open: %s", ldc_error(c));
+	else if (in.first_step != 0 || in.steps_total == 0 || in.ring->rank != a->rank)
+		r = bad(msg, sizeof(msg), "first_step %" PRIu64 " steps_total %" PRIu64,
+			in.first_step, in.steps_total);
+	if (r == 0) {
+		struct expect e = expect_of(&in, a->rank);
+		r = consume(c, &e, 0, in.steps_total, msg, sizeof(msg));
+	}
+	if (r == 0 && (r = ldc_acquire(c, ACQUIRE_MS, &b)) != -ENODATA)
+		r = bad(msg, sizeof(msg), "after the last step: %d %s", r, ldc_error(c));
+	else if (r == -ENODATA)
+		r = 0;
+	if (r == 0)
+		snprintf(msg, sizeof(msg), "ok %" PRIu64, in.steps_total);
+	dprintf(out, "%s", msg);
+	ldc_close(c);
+	return r ? 1 : 0;
+}
+
+static void test_srv_ranks_read_concurrently(void **state)
+{
+	(void)state;
+	start_server(NULL);
+	struct rank_arg a[2] = {
+		{ "duo", "pattern:4096", 16, 0, 2, 2, 8, 8 },
+		{ "duo", "pattern:4096", 16, 1, 2, 2, 8, 8 },
+	};
+	pid_t pid[2];
+	int rfd[2], st;
+	char out[600];
+
+	for (int i = 0; i < 2; i++)
+		pid[i] = spawn_child(child_read_rank, &a[i], &rfd[i]);
+	for (int i = 0; i < 2; i++) {
+		child_wait(pid[i], rfd[i], 20000, out, sizeof(out), &st);
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			fail_msg("rank %d: %s", i, out);
+		assert_string_equal(out, "ok 256");  /* 4096 / (16 * 2) = 128 steps, 2 epochs */
+	}
+}
+
+/* One worker only: a rank that stops consuming must not take it from the other rank. */
+static void test_srv_rank_stalled_does_not_block_other(void **state)
+{
+	(void)state;
+	start_server(&(struct tsrv){ .workers = 1 });
+	struct ldc *c0 = cli_connect(), *c1 = cli_connect();
+	struct ldc_job j0 = mkjob("stall", "pattern:800", 8, 0, 2, 1);
+	struct ldc_job j1 = mkjob("stall", "pattern:800", 8, 1, 2, 1);
+	struct ldc_info in0, in1;
+	struct ldc_batch b;
+	struct ctl_stats st;
+
+	open_ok(c0, &j0, &in0);
+	open_ok(c1, &j1, &in1);
+	assert_int_equal(in0.job_id, in1.job_id);
+	assert_int_equal(in0.steps_total, 50);
+	struct expect e0 = expect_of(&in0, 0), e1 = expect_of(&in1, 1);
+	char msg[512];
+	assert_int_equal(ldc_acquire(c0, ACQUIRE_MS, &b), 0);
+	if (check_batch(&b, 0, &e0, msg, sizeof(msg)))
+		fail_msg("%s", msg);
+	/* rank 0 holds step 0 and takes nothing more; rank 1 reads its whole job */
+	consume_ok(c1, &e1, 0, 50);
+	wait_published(c0, 4, &st);
+	assert_int_equal(st.published, 4);   /* its ring is full and stays so */
+	assert_int_equal(st.released, 0);
+	assert_int_equal(st.occupancy, 4);
+	assert_int_equal(st.ranks_attached, 2);
+	wait_published(c1, 50, &st);  /* counted just after the publish: may lag the batch */
+	assert_int_equal(st.published, 50);
+	/* and rank 0 can still finish */
+	assert_int_equal(ldc_release(c0, &b), 0);
+	consume_ok(c0, &e0, 1, 50);
+	assert_int_equal(ldc_acquire(c0, ACQUIRE_MS, &b), -ENODATA);
+	assert_int_equal(ldc_acquire(c1, ACQUIRE_MS, &b), -ENODATA);
+	cli_close(c0);
+	cli_close(c1);
+}
+
+/* ---- 3. a consumer dies holding slots ---- */
+
+#define RE_JOB(rank) mkjob("re", "pattern:640", 8, (rank), 2, 2)  /* 40 steps/epoch, 80 in all */
+
+/* Read steps 0..4, acquire 5, 6, 7, release 5 only, say so, and die by SIGKILL. */
+static int child_hold_and_die(const void *arg, int out)
+{
+	struct ldc_job j = RE_JOB(0);
+	struct ldc_batch b[3];
+	struct ldc_info in;
+	struct ldc *c = NULL;
+	char msg[512];
+
+	(void)arg;
+	if (ldc_connect(g_sock, &c, msg, sizeof(msg)) || ldc_open(c, &j, &in)) {
+		dprintf(out, "open failed: %s", c ? ldc_error(c) : msg);
+		return 1;
+	}
+	struct expect e = expect_of(&in, 0);
+	if (consume(c, &e, 0, 5, msg, sizeof(msg))) {
+		dprintf(out, "%s", msg);
+		return 1;
+	}
+	for (int i = 0; i < 3; i++)
+		if (ldc_acquire(c, ACQUIRE_MS, &b[i]) ||
+		    check_batch(&b[i], 5 + i, &e, msg, sizeof(msg))) {
+			dprintf(out, "step %d: %s %s", 5 + i, msg, ldc_error(c));
+			return 1;
+		}
+	if (ldc_release(c, &b[0])) {
+		dprintf(out, "release: %s", ldc_error(c));
+		return 1;
+	}
+	dprintf(out, "released 0..5, holding 6 7");
+	raise(SIGKILL);
+	return 1;
+}
+
+static void test_srv_consumer_sigkill_reattach_resumes(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(NULL);
+	int rfd, st;
+	char out[600];
+
+	/* Rank 1 starts in this process; rank 0 in a child that dies holding steps 6 and 7. */
+	pid_t child = spawn_child(child_hold_and_die, NULL, &rfd);
+	struct ldc *c1 = cli_connect();
+	struct ldc_job j1 = RE_JOB(1);
+	struct ldc_info in1, in0;
+	struct ldc_batch b;
+	struct ctl_stats s;
+
+	open_ok(c1, &j1, &in1);
+	struct expect e1 = expect_of(&in1, 1);
+	consume_ok(c1, &e1, 0, 10);
+	child_wait(child, rfd, 10000, out, sizeof(out), &st);
+	if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL)
+		fail_msg("the rank 0 child did not die as planned: %s", out);
+	assert_string_equal(out, "released 0..5, holding 6 7");
+
+	/* The other rank goes on. */
+	consume_ok(c1, &e1, 10, 40);
+	assert_alive(srv);
+
+	/* A new rank 0 resumes at the first step the dead one had not released. */
+	struct ldc *c0 = cli_connect();
+	struct ldc_job j0 = RE_JOB(0);
+	open_ok(c0, &j0, &in0);
+	assert_int_equal(in0.job_id, in1.job_id);
+	assert_int_equal(in0.first_step, 6);
+	assert_int_equal(in0.ring->first_step, 6);
+	assert_int_equal(in0.steps_total, 80);
+	struct expect e0 = expect_of(&in0, 0);
+	consume_ok(c0, &e0, 6, 80);  /* contiguous: nothing lost after 5, nothing again before 6 */
+	assert_int_equal(ldc_acquire(c0, ACQUIRE_MS, &b), -ENODATA);
+	assert_int_equal(ldc_stats(c0, &s), 0);
+	assert_int_equal(s.attaches, 2);
+	assert_int_equal(s.released, 80);
+	consume_ok(c1, &e1, 40, 80);
+	assert_int_equal(ldc_acquire(c1, ACQUIRE_MS, &b), -ENODATA);
+	cli_close(c0);
+	cli_close(c1);
+	stop_server(srv);
+}
+
+/* A clean close with held batches resumes at the first one not released. */
+static void test_ldc_close_holding_resumes_at_first_unreleased(void **state)
+{
+	(void)state;
+	start_server(NULL);
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("closer", "pattern:1000", 4, 0, 1, 0);
+	struct ldc_info in;
+	struct ldc_batch b[2];
+
+	open_ok(c, &j, &in);
+	struct expect e = expect_of(&in, 0);
+	consume_ok(c, &e, 0, 7);
+	assert_int_equal(ldc_acquire(c, ACQUIRE_MS, &b[0]), 0);
+	assert_int_equal(ldc_acquire(c, ACQUIRE_MS, &b[1]), 0);
+	cli_close(c);  /* holding 7 and 8 */
+	c = cli_connect();
+	open_ok(c, &j, &in);
+	assert_int_equal(in.first_step, 7);
+	consume_ok(c, &e, 7, 15);
+	cli_close(c);
+}
+
+static void test_srv_reattach_after_end_gets_enodata(void **state)
+{
+	(void)state;
+	start_server(NULL);
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("done", "pattern:40", 4, 0, 1, 1);
+	struct ldc_info in;
+	struct ldc_batch b;
+
+	open_ok(c, &j, &in);
+	struct expect e = expect_of(&in, 0);
+	consume_ok(c, &e, 0, 10);
+	cli_close(c);
+	c = cli_connect();
+	open_ok(c, &j, &in);
+	assert_int_equal(in.first_step, 10);
+	assert_int_equal(in.steps_total, 10);
+	assert_int_equal(ldc_acquire(c, ACQUIRE_MS, &b), -ENODATA);
+	cli_close(c);
+}
+
+/* A job with no rank attached is forgotten after the linger time: its name is free again and a
+ * rank that comes back starts afresh. */
+static void test_srv_job_forgotten_after_linger(void **state)
+{
+	(void)state;
+	start_server(&(struct tsrv){ .linger_ms = 100 });
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("brief", "pattern:1000", 4, 0, 1, 0), j2 = j;
+	struct ldc_info in;
+
+	open_ok(c, &j, &in);
+	struct expect e = expect_of(&in, 0);
+	consume_ok(c, &e, 0, 5);
+	cli_close(c);
+	/* Until it is forgotten, other parameters are refused; then they make a new job. */
+	j2.batch = 8;
+	int64_t end = mono_ms() + 3000;
+	for (;;) {
+		c = cli_connect();
+		int r = ldc_open(c, &j2, &in);
+		if (r == 0)
+			break;
+		if (r != -EEXIST || mono_ms() > end)
+			fail_msg("reopening a lingering job: %d %s", r, ldc_error(c));
+		cli_close(c);
+		usleep(50 * 1000);
+	}
+	assert_int_equal(in.first_step, 0);
+	assert_int_equal(in.ring->batch, 8);
+	e = expect_of(&in, 0);
+	consume_ok(c, &e, 0, 3);
+	cli_close(c);
+}
+
+/* ---- 4. the producer dies ---- */
+
+static void test_ldc_producer_sigkill_acquire_epipe(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(NULL);
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("victim", "pattern:1000", 4, 0, 1, 0);
+	struct ldc_info in;
+	struct ldc_batch held[4], b;
+	char msg[512];
+
+	open_ok(c, &j, &in);
+	struct expect e = expect_of(&in, 0);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(ldc_acquire(c, ACQUIRE_MS, &held[i]), 0);
+	/* Step 4 cannot come: we hold all 4 slots. Kill the daemon while we wait for it. */
+	signal_later(srv, SIGKILL, 300);
+	int r = ldc_acquire(c, -1, &b);
+	int64_t back = mono_ms();
+	int64_t sent = signal_joined();
+	assert_int_equal(r, -EPIPE);
+	assert_has(ldc_error(c), "exited or was killed");
+	if (back - sent >= 3000)
+		fail_msg("ldc_acquire noticed the dead daemon after %" PRId64 " ms", back - sent);
+	/* What was published stays readable. */
+	for (int i = 0; i < 4; i++)
+		if (check_batch(&held[i], (uint64_t)i, &e, msg, sizeof(msg)))
+			fail_msg("after the daemon died: %s", msg);
+	assert_int_equal(ldc_acquire(c, 0, &b), -EPIPE);
+	int st;
+	assert_int_equal(reap(srv, 3000, &st), 0);
+	assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	cli_close(c);
+}
+
+/* ---- 5. a hostile consumer ---- */
+
+static void test_srv_hostile_consumer_dropped(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(NULL);
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("evil", "pattern:1000", 4, 0, 1, 0);
+	struct ldc_info in;
+	struct ldc_batch b0, b;
+
+	open_ok(c, &j, &in);
+	struct expect e = expect_of(&in, 0);
+	assert_int_equal(ldc_acquire(c, ACQUIRE_MS, &b0), 0);
+	wait_ring_full(ldc_ring_base(c), in.ring);  /* wait for step 3; step 0's word is ours */
+
+	/* Garbage in the state words of slots 1..3 and in every slot header, then release step 0:
+	 * the doorbell sends a worker to fill step 4, then to look at step 5's word. */
+	char *base = ldc_ring_base(c);
+	const struct ring_hdr *h = in.ring;
+	for (uint32_t i = 0; i < h->slots; i++) {
+		if (i)
+			__atomic_store_n((uint32_t *)(base + h->states_offset + 64 * i),
+					 0xdeadbeefu ^ i, __ATOMIC_RELEASE);
+		memset(base + h->slots_offset + h->slot_size * i, 0xa5,
+		       sizeof(struct ring_slot_hdr));
+	}
+	assert_int_equal(ldc_release(c, &b0), 0);
+	int r = ldc_acquire(c, 3000, &b);
+	if (r != -EPIPE)
+		fail_msg("the corrupting client was not dropped: %d %s", r, ldc_error(c));
+	assert_has(ldc_error(c), "dropped");
+	assert_has(ldc_error(c), "corrupted");
+	cli_close(c);
+	assert_alive(srv);
+
+	/* Another job works, and the rank resumes at the first step it had not released. */
+	assert_serves("after-evil");
+	c = cli_connect();
+	open_ok(c, &j, &in);
+	assert_int_equal(in.first_step, 1);
+	consume_ok(c, &e, 1, 9);
+	cli_close(c);
+	stop_server(srv);
+}
+
+/* The same, but the consumer corrupts its words and never releases anything, as a hostile (or
+ * broken) consumer would. GAP: srv only reads a ring's words when a worker looks for work in it,
+ * and a full ring is looked at only after a doorbell; with none, the corruption goes unnoticed,
+ * the client is never dropped, and its ldc_acquire(-1) would wait forever. */
+static void test_srv_hostile_consumer_dropped_without_release(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(NULL);
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("evil2", "pattern:1000", 4, 0, 1, 0);
+	struct ldc_info in;
+	struct ldc_batch b;
+
+	open_ok(c, &j, &in);
+	wait_ring_full(ldc_ring_base(c), in.ring);
+	usleep(200 * 1000);  /* the workers have looked at step 4, found it taken, and sleep */
+	char *base = ldc_ring_base(c);
+	const struct ring_hdr *h = in.ring;
+	for (uint32_t i = 0; i < h->slots; i++) {
+		__atomic_store_n((uint32_t *)(base + h->states_offset + 64 * i), 0xdeadbeefu ^ i,
+				 __ATOMIC_RELEASE);
+		memset(base + h->slots_offset + h->slot_size * i, 0xa5,
+		       sizeof(struct ring_slot_hdr));
+	}
+	int r = ldc_acquire(c, 2000, &b);
+	if (r != -EPIPE)
+		fail_msg("the corrupting client was not dropped: %d %s", r, ldc_error(c));
+	assert_has(ldc_error(c), "corrupted");
+	cli_close(c);
+	assert_alive(srv);
+}
+
+/* ---- 6. bad messages ---- */
+
+static void test_srv_ctl_bad_framing_refused(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(NULL);
+	static char pkt[2 * CTL_MSG_MAX];
+	struct ctl_job_open m;
+	size_t n;
+
+	good_open(&m, "framing");
+	send_refused("garbage", "\x01\x02\x03\x04garbage", 11, EBADMSG, "malformed");
+	n = make_pkt(pkt, 0x12345678u, CTL_VERSION, CTL_STATS_REQ, 16, 0, NULL, 0);
+	send_refused("wrong magic", pkt, n, EBADMSG, "malformed");
+	n = make_pkt(pkt, CTL_MAGIC, CTL_VERSION + 1, CTL_JOB_OPEN, 16 + sizeof(m), 0, &m,
+		     sizeof(m));
+	send_refused("wrong version", pkt, n, EPROTO, "version");
+	n = make_pkt(pkt, CTL_MAGIC, CTL_VERSION, CTL_STATS_REQ, 100, 0, NULL, 0);
+	send_refused("length longer than the packet", pkt, n, EBADMSG, "malformed");
+	n = make_pkt(pkt, CTL_MAGIC, CTL_VERSION, CTL_JOB_OPEN, 16, 0, &m, sizeof(m));
+	send_refused("length shorter than the packet", pkt, n, EBADMSG, "malformed");
+	n = make_pkt(pkt, CTL_MAGIC, CTL_VERSION, CTL_STATS_REQ, 16, 7, NULL, 0);
+	send_refused("reserved header field", pkt, n, EBADMSG, "malformed");
+	n = make_pkt(pkt, CTL_MAGIC, CTL_VERSION, 0x7fff, 16, 0, NULL, 0);
+	send_refused("unknown type", pkt, n, EBADMSG, "malformed");
+	n = make_pkt(pkt, CTL_MAGIC, CTL_VERSION, 0, 16, 0, NULL, 0);
+	send_refused("type 0", pkt, n, EBADMSG, "malformed");
+	n = make_pkt(pkt, CTL_MAGIC, CTL_VERSION, CTL_JOB_OK, 16 + 64, 0, pkt + 1024, 64);
+	send_refused("server-only type from a client", pkt, n, EBADMSG, "unexpected message type");
+	n = make_pkt(pkt, CTL_MAGIC, CTL_VERSION, CTL_JOB_OPEN, 16 + sizeof(m) - 8, 0, &m,
+		     sizeof(m) - 8);
+	send_refused("JOB_OPEN body too short", pkt, n, EBADMSG, "unexpected");
+	n = make_pkt(pkt, CTL_MAGIC, CTL_VERSION, CTL_STATS_REQ, 16 + 8, 0, &m, 8);
+	send_refused("STATS_REQ with a body", pkt, n, EBADMSG, "unexpected");
+	memset(pkt, 0, sizeof(pkt));
+	n = make_pkt(pkt, CTL_MAGIC, CTL_VERSION, CTL_JOB_OPEN, 2 * CTL_MSG_MAX, 0, &m, sizeof(m));
+	send_refused("packet larger than CTL_MSG_MAX", pkt, 2 * CTL_MSG_MAX, EBADMSG, "malformed");
+	assert_alive(srv);
+	assert_serves("after-framing");
+	stop_server(srv);
+}
+
+/* BUG (minor): a zero-length packet is read as end of file (ctl_recv returns -EPIPE for n == 0),
+ * so srv closes the connection without the CTL_ERROR every other bad packet gets. */
+static void test_srv_ctl_empty_packet_refused(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(NULL);
+
+	send_refused("empty packet", "", 0, EBADMSG, "malformed");
+	assert_alive(srv);
+	assert_serves("after-empty");
+}
+
+static void test_srv_ctl_bad_job_open_fields_refused(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(NULL);
+	static const struct {
+		const char *what, *needle;
+	} cases[] = {
+		{ "rank >= world", "rank: 2 is not below world size 2" },
+		{ "batch 0", "batch: 0" },
+		{ "job name not NUL-terminated", "job: empty, not NUL-terminated" },
+		{ "reserved not zero", "reserved[3]" },
+		{ "junk after the dataset's NUL", "dataset: " },
+		{ "job name with '/'", "job: only letters" },
+		{ "world 0", "world: 0" },
+		{ "slots 1", "slots: 1" },
+		{ "crop_h without crop_w", "crop: 8x0" },
+		{ "unknown transform bit", "transforms: unknown bits 0x100" },
+		{ "unknown sampling", "sampling: unknown mode 99" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct ctl_job_open m;
+		good_open(&m, "fields");
+		switch (i) {
+		case 0: m.world = 2; m.rank = 2; break;
+		case 1: m.batch = 0; break;
+		case 2: memset(m.job, 'a', sizeof(m.job)); break;
+		case 3: m.reserved[3] = 1; break;
+		case 4: m.dataset[sizeof(m.dataset) - 1] = 'x'; break;
+		case 5: memset(m.job, 0, sizeof(m.job)); memcpy(m.job, "a/b", 3); break;
+		case 6: m.world = 0; break;
+		case 7: m.slots = 1; break;
+		case 8: m.crop_h = 8; break;
+		case 9: m.transforms = 0x100; break;
+		case 10: m.sampling = 99; break;
+		}
+		int fd = raw_connect();
+		assert_int_equal(ctl_send(fd, CTL_JOB_OPEN, &m, sizeof(m), NULL, 0), 0);
+		expect_refused(fd, cases[i].what, EINVAL, cases[i].needle);
+		fd_close(fd);
+	}
+	assert_alive(srv);
+	assert_serves("fields");  /* none of the refused opens created the job */
+	stop_server(srv);
+}
+
+static void test_srv_ctl_stats_before_open_refused(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(NULL);
+	int fd = raw_connect();
+
+	assert_int_equal(ctl_send(fd, CTL_STATS_REQ, NULL, 0, NULL, 0), 0);
+	expect_refused(fd, "stats before open", EINVAL, "before a job");
+	fd_close(fd);
+	assert_alive(srv);
+	assert_serves("after-stats");
+}
+
+/* A second JOB_OPEN on a connection is refused, and the first job's rank is detached with it. */
+static void test_srv_ctl_second_open_refused(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(NULL);
+	struct ctl_job_open m;
+	int bell;
+	int fd = raw_open("first", NULL, &bell);
+
+	good_open(&m, "second");
+	assert_int_equal(ctl_send(fd, CTL_JOB_OPEN, &m, sizeof(m), NULL, 0), 0);
+	expect_refused(fd, "second JOB_OPEN", EINVAL, "already has a job");
+	fd_close(fd);
+	assert_serves("first");  /* rank 0 of "first" is free again (no EBUSY) */
+	assert_alive(srv);
+}
+
+/* More fds than the server takes: the packet is refused and no fd stays open in the server. */
+static void test_srv_ctl_client_many_fds_refused(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(NULL);
+	int before = count_fds(srv);
+	int fd = raw_connect();
+	int five[5];
+
+	assert_true(before > 0);
+	for (int i = 0; i < 5; i++) {
+		five[i] = eventfd(0, EFD_CLOEXEC);
+		assert_true(five[i] >= 0);
+	}
+	/* ctl_send takes at most 2 fds: build this one by hand. */
+	struct ctl_hdr h = { .magic = CTL_MAGIC, .version = CTL_VERSION, .type = CTL_STATS_REQ,
+			     .length = sizeof(h) };
+	union {
+		char b[CMSG_SPACE(5 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { &h, sizeof(h) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+			      .msg_controllen = sizeof(u.b) };
+	memset(&u, 0, sizeof(u));
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(5 * sizeof(int));
+	memcpy(CMSG_DATA(cm), five, sizeof(five));
+	ssize_t sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
+	for (int i = 0; i < 5; i++)
+		close(five[i]);
+	assert_int_equal(sent, sizeof(h));
+	expect_refused(fd, "5 fds", EBADMSG, "malformed");
+	fd_close(fd);
+	/* The server closed what it got: its fd count comes back (give it 3 s to settle). */
+	int64_t end = mono_ms() + 3000;
+	int now;
+	while ((now = count_fds(srv)) != before && mono_ms() < end)
+		usleep(5000);
+	assert_int_equal(now, before);
+	assert_serves("after-fds");
+}
+
+/* The issue: "a client that sends fds gets a CTL_ERROR reply and the connection is closed".
+ * BUG (or a spec gap, see the report): srv passes fds == NULL to ctl_recv, which closes the fds
+ * and lets the message through, so a well-formed JOB_OPEN that carries an fd is served. */
+static void test_srv_ctl_client_fd_with_valid_open_refused(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(NULL);
+	struct ctl_job_open m;
+	char buf[CTL_MSG_MAX];
+	uint16_t type = 0;
+	int got[2], ngot = 0;
+	int fd = raw_connect();
+	int efd = eventfd(0, EFD_CLOEXEC);
+
+	assert_true(efd >= 0);
+	good_open(&m, "fdjob");
+	int r = ctl_send(fd, CTL_JOB_OPEN, &m, sizeof(m), &efd, 1);
+	close(efd);
+	assert_int_equal(r, 0);
+	ssize_t n = ctl_recv(fd, buf, &type, got, &ngot);
+	for (int i = 0; i < ngot; i++)
+		close(got[i]);
+	if (n >= 0 && type == CTL_JOB_OK)
+		fail_msg("the server accepted a JOB_OPEN that carried a file descriptor");
+	if (n != (ssize_t)sizeof(struct ctl_error) || type != CTL_ERROR)
+		fail_msg("JOB_OPEN with an fd: reply %zd bytes of type %u, want CTL_ERROR", n,
+			 type);
+	assert_int_equal(ctl_recv(fd, buf, &type, NULL, NULL), -EPIPE);
+	fd_close(fd);
+	assert_alive(srv);
+	assert_serves("after-fd");
+}
+
+/* ---- 7. job rules ---- */
+
+static void test_srv_job_spec_mismatch_eexist(void **state)
+{
+	(void)state;
+	start_server(NULL);
+	struct ldc *c0 = cli_connect();
+	struct ldc_job j0 = mkjob("rules", "pattern:1000", 8, 0, 2, 1), j;
+	struct ldc_info in;
+
+	j0.seed = 7;
+	open_ok(c0, &j0, &in);
+
+	j = j0, j.rank = 1, j.batch = 16;
+	open_fails(&j, -EEXIST, "batch");
+	j = j0, j.rank = 1, j.dataset = "pattern:2000";
+	open_fails(&j, -EEXIST, "dataset");
+	j = j0, j.rank = 1, j.seed = 8;
+	open_fails(&j, -EEXIST, "seed");
+	j = j0, j.rank = 1, j.world = 4;
+	open_fails(&j, -EEXIST, "world");
+	j = j0, j.rank = 1, j.epochs = 2;
+	open_fails(&j, -EEXIST, "epochs");
+	j = j0, j.rank = 1, j.crop_h = j.crop_w = 8;
+	open_fails(&j, -EEXIST, "crop");
+	j = j0, j.rank = 1, j.sampling = CTL_SAMPLE_SEQUENTIAL;
+	open_fails(&j, -EEXIST, "sampling");
+	j = j0, j.rank = 1, j.tail = CTL_TAIL_DROP;
+	open_fails(&j, -EEXIST, "tail");
+
+	/* The same parameters join; an attached rank is busy. */
+	struct ldc *c1 = cli_connect();
+	j = j0, j.rank = 1;
+	open_ok(c1, &j, &in);
+	open_fails(&j, -EBUSY, "attached");
+	open_fails(&j0, -EBUSY, "attached");
+	cli_close(c1);
+	cli_close(c0);
+}
+
+static void test_srv_job_open_error_reaches_client(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(NULL);
+	struct ldc_job j = mkjob("nods", "nosuch:thing", 4, 0, 1, 0);
+
+	open_fails(&j, -ENOENT, "no such dataset: nosuch:thing");
+	j = mkjob("small", "pattern:10", 8, 0, 2, 0);
+	open_fails(&j, -EINVAL, "fewer than one global batch");
+	assert_alive(srv);
+}
+
+/* Parse "KEY<n> <unit>" in @text as bytes; -1 if absent. */
+static int64_t amount_after(const char *text, const char *key)
+{
+	const char *p = strstr(text, key);
+	char *end;
+
+	if (!p)
+		return -1;
+	p += strlen(key);
+	unsigned long long v = strtoull(p, &end, 10);
+	if (end == p)
+		return -1;
+	while (*end == ' ')
+		end++;
+	if (!strncmp(end, "GiB", 3))
+		return (int64_t)(v << 30);
+	if (!strncmp(end, "MiB", 3))
+		return (int64_t)(v << 20);
+	if (!strncmp(end, "KiB", 3))
+		return (int64_t)(v << 10);
+	if (!strncmp(end, "bytes", 5) || *end == 'B')
+		return (int64_t)v;
+	return -1;
+}
+
+/* The refusal says how much the job needs and what the limit is, within a factor of 2. */
+static void check_mem_message(const char *text, uint64_t need, uint64_t limit)
+{
+	int64_t n = amount_after(text, "needs "), l = amount_after(text, "limit ");
+
+	if (n < (int64_t)(need / 2) || n > (int64_t)(need * 2))
+		fail_msg("\"%s\": the job needs %" PRIu64 " bytes", text, need);
+	if (l < (int64_t)(limit / 2) || l > (int64_t)(limit * 2))
+		fail_msg("\"%s\": the limit is %" PRIu64 " bytes", text, limit);
+}
+
+static uint64_t ring_bytes(uint32_t slots, uint32_t batch, uint32_t crop)
+{
+	struct ring_desc d = { .slots = slots, .batch = batch, .dtype = RING_DTYPE_U8, .world = 1 };
+	uint64_t bytes;
+
+	if (crop) {
+		d.sample_bytes = (uint64_t)crop * crop * 3;
+		d.ndim = 3;
+		d.layout = RING_LAYOUT_NHWC;
+		d.shape[0] = d.shape[1] = crop;
+		d.shape[2] = 3;
+	} else {
+		d.sample_bytes = 64;
+		d.ndim = 1;
+		d.shape[0] = 64;
+	}
+	assert_int_equal(ring_size(&d, &bytes), 0);
+	return bytes;
+}
+
+static void test_srv_job_mem_limit_enomem(void **state)
+{
+	(void)state;
+	start_server(&(struct tsrv){ .mem_limit = 1 << 20, .ring_flags = RING_CREATE_NO_HUGE });
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("big", "pattern:1000", 64, 0, 1, 0);
+	struct ldc_info in;
+
+	j.crop_h = j.crop_w = 64;
+	assert_int_equal(ldc_open(c, &j, &in), -ENOMEM);
+	check_mem_message(ldc_error(c), ring_bytes(4, 64, 64), 1 << 20);
+	cli_close(c);
+	assert_serves("fits");  /* a 40 KiB ring fits */
+}
+
+/* BUG: srv.c reports the need and the limit in whole MiB, rounded down, so a refused small ring
+ * reads "needs 0 MiB of ring memory; limit 0 MiB": it does not say how much the job needs. */
+static void test_srv_job_mem_limit_message_small_ring(void **state)
+{
+	(void)state;
+	start_server(&(struct tsrv){ .mem_limit = 16 << 10, .ring_flags = RING_CREATE_NO_HUGE });
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("small", "pattern:1000", 4, 0, 1, 0);
+	struct ldc_info in;
+
+	assert_int_equal(ldc_open(c, &j, &in), -ENOMEM);
+	check_mem_message(ldc_error(c), ring_bytes(4, 4, 0), 16 << 10);
+	cli_close(c);
+}
+
+/* A ring's memory counts against the limit until its consumer goes, and no longer. */
+static void test_srv_job_mem_released_on_detach(void **state)
+{
+	(void)state;
+	uint64_t one = ring_bytes(4, 4, 0);
+	start_server(&(struct tsrv){ .mem_limit = one * 3 / 2, .ring_flags = RING_CREATE_NO_HUGE });
+	struct ldc *a = cli_connect();
+	struct ldc_job ja = mkjob("mem-a", "pattern:1000", 4, 0, 1, 0);
+	struct ldc_job jb = mkjob("mem-b", "pattern:1000", 4, 0, 1, 0);
+	struct ldc_info in;
+
+	open_ok(a, &ja, &in);
+	wait_ring_full(ldc_ring_base(a), in.ring);  /* no worker inside: its memory goes at close */
+	open_fails(&jb, -ENOMEM, "needs");
+	cli_close(a);
+	struct ldc *b = cli_connect();
+	open_ok(b, &jb, &in);
+	struct expect e = expect_of(&in, 0);
+	consume_ok(b, &e, 0, 5);
+	cli_close(b);
+}
+
+/* A fill that fails fails the job: its clients are told why, after the steps before it. */
+static void test_srv_job_fill_failure_reported(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(NULL);
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("failing", "fail:5", 4, 0, 1, 0);
+	struct ldc_info in;
+	struct ldc_batch b;
+
+	open_ok(c, &j, &in);
+	struct expect e = expect_of(&in, 0);
+	consume_ok(c, &e, 0, 5);
+	int r = ldc_acquire(c, ACQUIRE_MS, &b);
+	if (r != -EPIPE)
+		fail_msg("step 5 of a job whose fill fails there: %d %s", r, ldc_error(c));
+	assert_has(ldc_error(c), "failed");
+	assert_has(ldc_error(c), "injected failure at step 5");
+	cli_close(c);
+	assert_alive(srv);
+	assert_serves("after-failing");
+}
+
+/* BUG (minor): a fill callback that returns -EBADMSG without a message (the -errno STYLE.md gives
+ * corrupt data) is taken for ring_prod_begin's "the consumer rewrote a free word": srv.c marks
+ * the consumer hostile and drops it as a ring corrupter, and the job is not marked failed. */
+static void test_srv_job_fill_ebadmsg_without_why_is_job_failure(void **state)
+{
+	(void)state;
+	start_server(NULL);
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("badmsg", "badmsg:3", 4, 0, 1, 0);
+	struct ldc_info in;
+	struct ldc_batch b;
+
+	open_ok(c, &j, &in);
+	struct expect e = expect_of(&in, 0);
+	consume_ok(c, &e, 0, 3);
+	assert_int_equal(ldc_acquire(c, ACQUIRE_MS, &b), -EPIPE);
+	if (strstr(ldc_error(c), "corrupted"))
+		fail_msg("a failing fill was blamed on the consumer: %s", ldc_error(c));
+	assert_has(ldc_error(c), "failed");
+	cli_close(c);
+}
+
+/* ---- 8. the socket ---- */
+
+static void test_srv_socket_mode_0600(void **state)
+{
+	struct stat st;
+
+	(void)state;
+	start_server(NULL);
+	assert_int_equal(lstat(g_sock, &st), 0);
+	assert_true(S_ISSOCK(st.st_mode));
+	assert_int_equal(st.st_mode & 07777, 0600);
+	assert_int_equal(st.st_uid, geteuid());
+}
+
+static void test_srv_socket_stale_replaced(void **state)
+{
+	struct stat st;
+	char why[256];
+	int ret, status;
+
+	(void)state;
+	pid_t old = start_server(NULL);
+	assert_int_equal(kill(old, SIGKILL), 0);
+	assert_int_equal(reap(old, 3000, &status), 0);
+	assert_int_equal(lstat(g_sock, &st), 0);  /* left behind */
+	assert_true(S_ISSOCK(st.st_mode));
+	int64_t t0 = mono_ms();
+	pid_t srv = spawn_server(g_sock, &(struct tsrv){ 0 }, &ret, why, sizeof(why));
+	if (ret)
+		fail_msg("a new server on a stale socket: %d %s", ret, why);
+	assert_true(mono_ms() - t0 < 3000);
+	assert_serves("fresh");
+	stop_server(srv);
+}
+
+static void test_srv_socket_live_eaddrinuse(void **state)
+{
+	struct srv_opts o = { .socket_path = g_sock, .workers = 1, .group = (gid_t)-1 };
+	struct srv_ops ops = { .job_open = pat_job_open, .job_close = pat_job_close,
+			       .fill = pat_fill };
+	struct srv *s2 = NULL;
+	struct stat st;
+	char why[256] = "";
+
+	(void)state;
+	pid_t srv = start_server(NULL);
+	int r = srv_create(&o, &ops, &s2, why, sizeof(why));
+	if (r == 0) {
+		srv_destroy(s2);
+		fail_msg("a second server took a live socket");
+	}
+	assert_int_equal(r, -EADDRINUSE);
+	assert_null(s2);
+	assert_has(why, "another loaderd");
+	assert_int_equal(lstat(g_sock, &st), 0);
+	assert_serves("still-first");
+	stop_server(srv);
+}
+
+static void test_srv_socket_regular_file_eexist(void **state)
+{
+	struct srv_opts o = { .socket_path = g_sock, .workers = 1, .group = (gid_t)-1 };
+	struct srv_ops ops = { .job_open = pat_job_open, .fill = pat_fill };
+	struct srv *s = NULL;
+	char why[256] = "", back[16] = "";
+
+	(void)state;
+	FILE *f = fopen(g_sock, "w");
+	assert_non_null(f);
+	fputs("keep me", f);
+	fclose(f);
+	int r = srv_create(&o, &ops, &s, why, sizeof(why));
+	if (r == 0) {
+		srv_destroy(s);
+		fail_msg("srv_create replaced a regular file");
+	}
+	assert_int_equal(r, -EEXIST);
+	assert_has(why, "not a socket");
+	f = fopen(g_sock, "r");
+	assert_non_null(f);
+	assert_non_null(fgets(back, sizeof(back), f));
+	fclose(f);
+	assert_string_equal(back, "keep me");
+}
+
+/* BUG: listen_on() probes the path with a SOCK_SEQPACKET connect and unlinks it on any failure.
+ * A live socket of another type (another program's SOCK_STREAM socket at a mistyped path) fails
+ * with EPROTOTYPE, is taken for stale, and is deleted. */
+static void test_srv_socket_foreign_stream_socket_kept(void **state)
+{
+	struct srv_opts o = { .socket_path = g_sock, .workers = 1, .group = (gid_t)-1 };
+	struct srv_ops ops = { .job_open = pat_job_open, .fill = pat_fill };
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat before, after;
+	struct srv *s = NULL;
+	char why[256] = "";
+
+	(void)state;
+	int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(lfd >= 0);
+	fd_track(lfd);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", g_sock);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 4), 0);
+	assert_int_equal(lstat(g_sock, &before), 0);
+	int r = srv_create(&o, &ops, &s, why, sizeof(why));
+	if (r == 0)
+		srv_destroy(s);
+	if (r == 0 || lstat(g_sock, &after) != 0 || after.st_ino != before.st_ino)
+		fail_msg("srv_create replaced a live SOCK_STREAM socket (returned %d)", r);
+	assert_true(r == -EADDRINUSE || r == -EEXIST);
+}
+
+static void test_srv_socket_path_too_long(void **state)
+{
+	struct srv_opts o = { .workers = 1, .group = (gid_t)-1 };
+	struct srv_ops ops = { .job_open = pat_job_open, .fill = pat_fill };
+	struct srv *s = NULL;
+	struct ldc *c = NULL;
+	char path[200], why[256] = "";
+
+	(void)state;
+	memset(path, 'x', sizeof(path) - 1);
+	path[0] = '/';
+	path[sizeof(path) - 1] = '\0';
+	o.socket_path = path;
+	assert_int_equal(srv_create(&o, &ops, &s, why, sizeof(why)), -ENAMETOOLONG);
+	assert_has(why, "longer");
+	assert_int_equal(ldc_connect(path, &c, why, sizeof(why)), -ENAMETOOLONG);
+	assert_null(c);
+	assert_has(why, "too long");
+}
+
+static void test_ldc_connect_missing_socket(void **state)
+{
+	struct ldc *c = NULL;
+	char path[160], err[512] = "";
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/nobody-here.sock", g_dir);
+	assert_int_equal(ldc_connect(path, &c, err, sizeof(err)), -ENOENT);
+	assert_null(c);
+	assert_has(err, path);
+	assert_has(err, "is loaderd running");
+	/* A socket file with no server behind it (left by a killed daemon) reads the same way. */
+	pid_t srv = start_server(NULL);
+	kill(srv, SIGKILL);
+	int st;
+	assert_int_equal(reap(srv, 3000, &st), 0);
+	assert_int_equal(ldc_connect(g_sock, &c, err, sizeof(err)), -ECONNREFUSED);
+	assert_has(err, "is loaderd running");
+}
+
+/* Root only: another user is kept out by the socket's mode, and by SO_PEERCRED past it. */
+static int child_as_nobody(const void *arg, int out)
+{
+	int expect_eacces = *(const int *)arg;
+	struct ldc_job j = mkjob("uid", "pattern:1000", 4, 0, 1, 0);
+	struct ldc_info in;
+	struct ldc *c;
+	char err[512];
+
+	if (setgroups(0, NULL) || setgid(65534) || setuid(65534)) {
+		dprintf(out, "setuid: %s", strerror(errno));
+		return 1;
+	}
+	int r = ldc_connect(g_sock, &c, err, sizeof(err));
+	if (expect_eacces) {
+		dprintf(out, "connect %d %s", r, err);
+		return r == -EACCES ? 0 : 1;
+	}
+	if (r) {
+		dprintf(out, "connect: %s", err);
+		return 1;
+	}
+	r = ldc_open(c, &j, &in);
+	dprintf(out, "open %d %s", r, ldc_error(c));
+	ldc_close(c);
+	return r == -EPIPE ? 0 : 1;
+}
+
+static void test_srv_peer_other_uid_refused(void **state)
+{
+	char out[600];
+	int rfd, st, flag;
+
+	(void)state;
+	if (geteuid() != 0)
+		skip();
+	pid_t srv = start_server(NULL);
+	assert_int_equal(chmod(g_dir, 0711), 0);
+	flag = 1;
+	pid_t child = spawn_child(child_as_nobody, &flag, &rfd);
+	child_wait(child, rfd, 5000, out, sizeof(out), &st);
+	if (!WIFEXITED(st) || WEXITSTATUS(st))
+		fail_msg("uid 65534 on a 0600 socket: %s", out);
+	assert_int_equal(chmod(g_sock, 0666), 0);
+	flag = 0;
+	child = spawn_child(child_as_nobody, &flag, &rfd);
+	child_wait(child, rfd, 5000, out, sizeof(out), &st);
+	if (!WIFEXITED(st) || WEXITSTATUS(st))
+		fail_msg("uid 65534 past the mode: %s", out);
+	assert_alive(srv);
+	assert_serves("uid");
+}
+
+/* ---- 9. SIGTERM ---- */
+
+static void test_srv_sigterm_shuts_down_cleanly(void **state)
+{
+	struct stat sst;
+	int st;
+
+	(void)state;
+	pid_t srv = start_server(NULL);
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("term", "pattern:1000", 4, 0, 1, 0);
+	struct ldc_info in;
+	struct ldc_batch held[4], b;
+
+	open_ok(c, &j, &in);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(ldc_acquire(c, ACQUIRE_MS, &held[i]), 0);
+	signal_later(srv, SIGTERM, 200);
+	int r = ldc_acquire(c, -1, &b);
+	int64_t back = mono_ms(), sent = signal_joined();
+	assert_int_equal(r, -EPIPE);
+	assert_has(ldc_error(c), "loaderd is shutting down");
+	assert_true(back - sent < 3000);
+	assert_int_equal(reap(srv, 5000, &st), 0);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fail_msg("the server ended with %s %d", WIFSIGNALED(st) ? "signal" : "status",
+			 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	assert_int_equal(lstat(g_sock, &sst), -1);
+	assert_int_equal(errno, ENOENT);
+	cli_close(c);
+}
+
+/* ---- 10. timeouts ---- */
+
+static void test_ldc_acquire_timeout(void **state)
+{
+	(void)state;
+	start_server(NULL);
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("slow", "slow:800", 4, 0, 1, 0);
+	struct ldc_info in;
+	struct ldc_batch b;
+	char msg[512];
+
+	open_ok(c, &j, &in);
+	assert_int_equal(ldc_acquire(c, 0, &b), -ETIMEDOUT);
+	int64_t t0 = mono_ms();
+	assert_int_equal(ldc_acquire(c, 50, &b), -ETIMEDOUT);
+	int64_t dt = mono_ms() - t0;
+	assert_has(ldc_error(c), "within 50 ms");
+	if (dt < 45 || dt >= 3000)
+		fail_msg("ldc_acquire(50 ms) returned after %" PRId64 " ms", dt);
+	/* A timeout loses nothing: step 0 still comes, and right. */
+	struct expect e = expect_of(&in, 0);
+	assert_int_equal(ldc_acquire(c, 10000, &b), 0);
+	if (check_batch(&b, 0, &e, msg, sizeof(msg)))
+		fail_msg("%s", msg);
+	assert_int_equal(ldc_release(c, &b), 0);
+	cli_close(c);
+}
+
+/* ---- client API misuse ---- */
+
+static void test_ldc_misuse_einval(void **state)
+{
+	(void)state;
+	start_server(NULL);
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("misuse", "pattern:1000", 4, 0, 1, 0);
+	struct ldc_info in;
+	struct ldc_batch b, fake;
+	struct ctl_stats st;
+
+	assert_int_equal(ldc_acquire(c, 0, &b), -EINVAL);
+	assert_has(ldc_error(c), "no job");
+	assert_int_equal(ldc_stats(c, &st), -EINVAL);
+	assert_null(ldc_ring_base(c));
+	assert_int_equal(ldc_ring_size(c), 0);
+	struct ldc_job badj = j;
+	badj.job = "no spaces";
+	assert_int_equal(ldc_open(c, &badj, &in), -EINVAL);
+	assert_has(ldc_error(c), "job");
+	badj = j;
+	badj.batch = 0;
+	assert_int_equal(ldc_open(c, &badj, &in), -EINVAL);
+	assert_has(ldc_error(c), "batch");
+	badj = j;
+	badj.dataset = NULL;
+	assert_int_equal(ldc_open(c, &badj, &in), -EINVAL);
+	assert_has(ldc_error(c), "dataset");
+	/* The local refusals did not cost the connection. */
+	open_ok(c, &j, &in);
+	assert_int_equal(ldc_open(c, &j, &in), -EINVAL);
+	assert_has(ldc_error(c), "already has a job");
+	assert_int_equal(ldc_acquire(c, ACQUIRE_MS, &b), 0);
+	fake = b;
+	fake.step = 3;
+	assert_int_equal(ldc_release(c, &fake), -EINVAL);
+	assert_int_equal(ldc_release(c, &b), 0);
+	assert_int_equal(ldc_release(c, &b), -EINVAL);
+	assert_has(ldc_error(c), "not held");
+	struct expect e = expect_of(&in, 0);
+	consume_ok(c, &e, 1, 6);
+	ldc_close(NULL);
+	cli_close(c);
+}
+
+/* ---- resources ---- */
+
+/* Clients that come and go, well or badly, leave no fd behind in the server. */
+static void test_srv_no_fd_leak(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(NULL);
+	int before = count_fds(srv), bell;
+	struct ldc_batch b;
+
+	assert_true(before > 0);
+	for (int i = 0; i < 3; i++) {
+		struct ldc *c = cli_connect();
+		struct ldc_job j = mkjob(i == 1 ? "leak-b" : "leak-a", "pattern:1000", 4, 0, 1, 0);
+		struct ldc_info in;
+		open_ok(c, &j, &in);
+		assert_int_equal(ldc_acquire(c, ACQUIRE_MS, &b), 0);
+		cli_close(c);  /* holding a batch */
+	}
+	struct ldc_job j = mkjob("leak-a", "pattern:1000", 8, 0, 1, 0);
+	open_fails(&j, -EEXIST, "batch");
+	send_refused("garbage", "xx", 2, EBADMSG, "malformed");
+	int fd = raw_open("leak-c", NULL, &bell);
+	fd_close(fd);
+	fd_close(bell);
+	int64_t end = mono_ms() + 3000;
+	int now;
+	while ((now = count_fds(srv)) != before && mono_ms() < end)
+		usleep(5000);
+	assert_int_equal(now, before);
+	assert_alive(srv);
+}
+
+/* BUG: srv_run() handles the events of one epoll_wait() in turn, and a connection's hang-up frees
+ * its attachment (att_retire -> att_free) while a doorbell event for that same attachment may
+ * still be waiting later in the same batch: EV_BELL then reads the freed att (heap use after
+ * free; read() on its closed eventfd). Here the control thread is held for 500 ms in the attach
+ * notice of "sleepnotice" while client A hangs up and then rings its doorbell, so both events
+ * come out of one epoll_wait, hang-up first. AddressSanitizer catches it (the server dies); a
+ * plain build usually goes on silently. Ordinary clients hit it too ("release, then exit" while
+ * the server is still reporting the previous doorbell: the level-triggered bell is requeued
+ * behind the hang-up), which is why other tests fail at random in the sanitizer build. */
+static void test_srv_bell_after_hangup_same_wakeup(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(&(struct tsrv){ .workers = 1 });
+	int bell_a, bell_b;
+	int a = raw_open("uaf-a", &g_ring, &bell_a);
+
+	wait_ring_full(ring_base(g_ring), ring_header(g_ring));  /* no worker holds A's ring */
+	int b = raw_open("sleepnotice", NULL, &bell_b);
+	/* The control thread now sleeps in the notice: queue A's hang-up, then A's doorbell. */
+	uint64_t one = 1;
+	fd_close(a);
+	assert_int_equal(write(bell_a, &one, sizeof(one)), (ssize_t)sizeof(one));
+	fd_close(b);
+	usleep(700 * 1000);
+	assert_alive(srv);
+	assert_serves("after-uaf");
+	stop_server(srv);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_srv_job_bounded_read_all_correct),
+		T(test_ldc_stats_mid_job),
+		T(test_srv_job_start_epoch_offsets_steps),
+		T(test_srv_ranks_read_concurrently),
+		T(test_srv_rank_stalled_does_not_block_other),
+		T(test_srv_consumer_sigkill_reattach_resumes),
+		T(test_ldc_close_holding_resumes_at_first_unreleased),
+		T(test_srv_reattach_after_end_gets_enodata),
+		T(test_srv_job_forgotten_after_linger),
+		T(test_ldc_producer_sigkill_acquire_epipe),
+		T(test_srv_hostile_consumer_dropped),
+		T(test_srv_hostile_consumer_dropped_without_release),
+		T(test_srv_ctl_bad_framing_refused),
+		T(test_srv_ctl_empty_packet_refused),
+		T(test_srv_ctl_bad_job_open_fields_refused),
+		T(test_srv_ctl_stats_before_open_refused),
+		T(test_srv_ctl_second_open_refused),
+		T(test_srv_ctl_client_many_fds_refused),
+		T(test_srv_ctl_client_fd_with_valid_open_refused),
+		T(test_srv_job_spec_mismatch_eexist),
+		T(test_srv_job_open_error_reaches_client),
+		T(test_srv_job_mem_limit_enomem),
+		T(test_srv_job_mem_limit_message_small_ring),
+		T(test_srv_job_mem_released_on_detach),
+		T(test_srv_job_fill_failure_reported),
+		T(test_srv_job_fill_ebadmsg_without_why_is_job_failure),
+		T(test_srv_socket_mode_0600),
+		T(test_srv_socket_stale_replaced),
+		T(test_srv_socket_live_eaddrinuse),
+		T(test_srv_socket_regular_file_eexist),
+		T(test_srv_socket_foreign_stream_socket_kept),
+		T(test_srv_socket_path_too_long),
+		T(test_ldc_connect_missing_socket),
+		T(test_srv_peer_other_uid_refused),
+		T(test_srv_sigterm_shuts_down_cleanly),
+		T(test_ldc_acquire_timeout),
+		T(test_ldc_misuse_einval),
+		T(test_srv_no_fd_leak),
+		T(test_srv_bell_after_hangup_same_wakeup),
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
