@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PREFETCH_MAX 8
@@ -34,6 +35,9 @@ struct opts {
 	long steps, epochs;
 	uint64_t seed;
 	int synthetic;
+	int slow_rank;          /* --inject-slow-rank R:F: rank R computes F times as long */
+	double slow_factor;
+	double comm_delay_ms;   /* --inject-comm-delay-ms X: each allreduce is X ms slower */
 	float lr, momentum;
 	double bucket_mb, first_bucket_mb;
 };
@@ -87,6 +91,9 @@ static void usage(FILE *f)
 "  --trace FILE         Chrome trace (Perfetto) of every rank's steps\n"
 "  --dump-params FILE   rank 0 writes the final parameters (float32, forward order)\n"
 "  --log-every N        print loss and accuracy every N steps (default 50; 0 = never)\n"
+"test knobs (known answers for the diagnosis):\n"
+"  --inject-slow-rank R:F      rank R's compute takes F times as long (a straggler)\n"
+"  --inject-comm-delay-ms X    every allreduce takes X ms longer (a slow network)\n"
 "The last line is: trainer: samples_per_s=X au=Y verdict=Z\n", PREFETCH_MAX);
 }
 
@@ -130,13 +137,14 @@ static void parse(int argc, char **argv, struct opts *o)
 		{ "prefetch", 1, 0, 'p' }, { "bucket-mb", 1, 0, 'k' }, { "first-bucket-mb", 1, 0, 'K' },
 		{ "classes", 1, 0, 'C' }, { "job", 1, 0, 'j' }, { "slots", 1, 0, 'r' },
 		{ "warmup", 1, 0, 'w' }, { "dump-params", 1, 0, 'P' }, { "log-every", 1, 0, 'L' },
+		{ "inject-slow-rank", 1, 0, 'I' }, { "inject-comm-delay-ms", 1, 0, 'J' },
 		{ "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
 
 	*o = (struct opts){ .model = "mlp", .batch = 64, .crop = 224, .accum = 1, .prefetch = 2,
 			    .seed = 1, .lr = 0.05f, .momentum = 0.9f, .bucket_mb = 25,
-			    .first_bucket_mb = 1, .warmup = -1, .log_every = 50 };
+			    .first_bucket_mb = 1, .warmup = -1, .log_every = 50, .slow_rank = -1 };
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
 		case 's': o->socket = optarg; break;
@@ -163,6 +171,20 @@ static void parse(int argc, char **argv, struct opts *o)
 		case 'w': o->warmup = (int)parse_long("warmup", optarg, 0, 1 << 30); break;
 		case 'P': o->dump = optarg; break;
 		case 'L': o->log_every = (int)parse_long("log-every", optarg, 0, 1 << 30); break;
+		case 'I': {
+			char *colon = strchr(optarg, ':');
+			if (!colon) {
+				if (g_rank == 0)
+					fprintf(stderr, "trainer: --inject-slow-rank: give RANK:FACTOR, e.g. 1:2\n");
+				MPI_Finalize();
+				exit(2);
+			}
+			*colon = '\0';
+			o->slow_rank = (int)parse_long("inject-slow-rank", optarg, 0, 1 << 20);
+			o->slow_factor = parse_double("inject-slow-rank", colon + 1, 1, 1000);
+			break;
+		}
+		case 'J': o->comm_delay_ms = parse_double("inject-comm-delay-ms", optarg, 0, 1e6); break;
 		case 'h':
 			if (g_rank == 0)
 				usage(stdout);
@@ -561,6 +583,13 @@ int main(int argc, char **argv)
 		if (dev->ops->sync(dev, TRN_STREAM_COMPUTE) < 0)
 			die("device: %s", dev->err);
 		r.ns[PH_COMPUTE] = clk_now_ns() - t0;
+		if (g_rank == o.slow_rank && o.slow_factor > 1) {
+			/* an injected straggler: as if this device were F times slower */
+			uint64_t extra = (uint64_t)((o.slow_factor - 1) * (double)r.ns[PH_COMPUTE]);
+			struct timespec ts = { (time_t)(extra / 1000000000u), (long)(extra % 1000000000u) };
+			nanosleep(&ts, NULL);
+			r.ns[PH_COMPUTE] += extra;
+		}
 		struct trn_ddp_stats st0, st1;
 		trn_ddp_get_stats(ddp, &st0);
 		t0 = clk_now_ns();
@@ -569,6 +598,14 @@ int main(int argc, char **argv)
 		if (dev->ops->sync(dev, TRN_STREAM_COMPUTE) < 0)
 			die("device: %s", dev->err);
 		trn_ddp_get_stats(ddp, &st1);
+		if (sync && o.comm_delay_ms > 0) {
+			/* an injected slow network: the allreduce ends this much later, in full view */
+			uint64_t t1 = clk_now_ns();
+			uint64_t ns = (uint64_t)(o.comm_delay_ms * 1e6);
+			struct timespec ts = { (time_t)(ns / 1000000000u), (long)(ns % 1000000000u) };
+			nanosleep(&ts, NULL);
+			st1.exposed_ns += clk_now_ns() - t1;
+		}
 		uint64_t opt = clk_now_ns() - t0, exposed = st1.exposed_ns - st0.exposed_ns;
 		r.ns[PH_COMM] = exposed;
 		r.ns[PH_OPT] = opt > exposed ? opt - exposed : 0;
@@ -608,9 +645,13 @@ int main(int argc, char **argv)
 		share[p] = wall > 0 ? (double)sum[p] * 1e-9 / wall : 0;
 	struct { double v; int r; } me = { mine, g_rank }, slow;
 	MPI_Allreduce(&me, &slow, 1, MPI_DOUBLE_INT, MPI_MINLOC, MPI_COMM_WORLD);
-	double total_rate = 0, fastest = 0, sh_all[PH_N];
-	MPI_Allreduce(&mine, &total_rate, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-	MPI_Allreduce(&mine, &fastest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+	/* In synchronous DDP every rank runs at the slowest one's pace, so samples/s cannot show a
+	 * straggler; its compute time per step can (the others wait for it in the allreduce). */
+	struct { double v; int r; } cmine = { share[PH_COMPUTE] * wall, g_rank }, cmax, cmin;
+	MPI_Allreduce(&cmine, &cmax, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD);
+	MPI_Allreduce(&cmine, &cmin, 1, MPI_DOUBLE_INT, MPI_MINLOC, MPI_COMM_WORLD);
+	double imbalance = cmin.v > 0 ? cmax.v / cmin.v : 1;
+	double sh_all[PH_N];
 	MPI_Allreduce(share, sh_all, PH_N, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
 	for (int p = 0; p < PH_N; p++)
 		sh_all[p] /= g_world;
@@ -619,6 +660,7 @@ int main(int argc, char **argv)
 	double au = sh_all[PH_COMPUTE];
 	double loader = sh_all[PH_DATA] + sh_all[PH_H2D], comm = sh_all[PH_COMM];
 	const char *verdict = loader >= 0.10 && loader >= comm ? "loader-limited" :
+			      comm >= 0.10 && imbalance > 1.5 ? "straggler-limited" :
 			      comm >= 0.10 ? "communication-limited" : "compute-limited";
 	if (o.trace)
 		write_trace(o.trace, rec, (long)(ran < TRACE_STEPS_MAX ? ran : TRACE_STEPS_MAX), t_first);
@@ -645,13 +687,12 @@ int main(int argc, char **argv)
 		       100 * sh_all[PH_H2D], 100 * sh_all[PH_COMPUTE], 100 * sh_all[PH_COMM],
 		       100 * sh_all[PH_OPT]);
 		if (g_world > 1)
-			printf("  slowest rank %d: %.1f samples/s, %.0f%% below the fastest (%.1f)\n",
-			       slow.r, slow.v, fastest > 0 ? 100 * (1 - slow.v / fastest) : 0, fastest);
+			printf("  slowest rank %d: compute %.2fx the fastest rank's (rank %d); "
+			       "%.1f samples/s per rank\n", cmax.r, imbalance, cmin.r, slow.v);
 		printf("  accelerator utilisation (compute / wall, warm-up excluded) %.2f\n", au);
 		printf("trainer: samples_per_s=%.1f au=%.3f verdict=%s\n", job_rate, au, verdict);
 		fflush(stdout);
 	}
-	(void)total_rate;
 	if (d.c) {
 		dev->ops->host_unregister(dev, ldc_ring_base(d.c));
 		ldc_close(d.c);
