@@ -1,18 +1,64 @@
 #!/bin/sh
-# demo.sh - `make demo`: generate a small ImageNet-like dataset, pack it, verify and inspect it.
-# The loader and trainer stages join here once loaderd and trainer exist.
+# demo.sh - `make demo`: generate a small ImageNet-like dataset, pack it, start loaderd, train a
+# 2-rank mlp through it (mpirun; the GPU when there is one, else the host device) for about half
+# a minute, print the diagnosis, and stop loaderd. Leaves nothing running.
 set -eu
 BIN=${BUILD:-build}/bin
 D=${DEMO_DIR:-build/demo}
+STEPS=${DEMO_STEPS:-1500}
 rm -rf "$D"
 mkdir -p "$D"
-echo "== dsgen: an ImageNet-like JPEG tree (10 classes x 40 images)"
-"$BIN/dsgen" imagefolder "$D/tree" --classes 10 --per-class 40
+LPID=
+cleanup() {
+	if [ -n "$LPID" ] && kill -0 "$LPID" 2>/dev/null; then
+		kill -TERM "$LPID" 2>/dev/null || true
+		wait "$LPID" 2>/dev/null || true
+	fi
+}
+trap cleanup EXIT INT TERM
+
+echo "== dsgen: an ImageNet-like JPEG tree (10 classes x 60 images, 120..360 px)"
+"$BIN/dsgen" imagefolder "$D/tree" --classes 10 --per-class 60 --min-side 120 --max-side 360
 echo "== dpack pack"
 "$BIN/dpack" pack "$D/tree" "$D/demo.dpk"
-echo "== dpack verify"
 "$BIN/dpack" verify "$D/demo.dpk"
-echo "== dpack inspect"
-"$BIN/dpack" inspect "$D/demo.dpk"
+
+echo "== loaderd (2 decode workers) on $D/loaderd.sock"
+"$BIN/loaderd" --socket "$D/loaderd.sock" --workers 2 2>"$D/loaderd.log" &
+LPID=$!
+i=0
+while [ ! -S "$D/loaderd.sock" ]; do
+	i=$((i + 1))
+	if [ $i -gt 100 ] || ! kill -0 "$LPID" 2>/dev/null; then
+		echo "demo: loaderd did not start:" >&2
+		cat "$D/loaderd.log" >&2
+		exit 1
+	fi
+	sleep 0.1
+done
+
+# Open MPI refuses root unless told, and wants --oversubscribe when there are fewer cores than ranks.
+[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+OVERSUB=
+[ "$(nproc)" -lt 4 ] && OVERSUB=--oversubscribe
+
+echo "== trainer: 2 ranks (mpirun), mlp, crop 64, batch 32, $STEPS steps, through loaderd"
+mpirun $OVERSUB -np 2 "$BIN/trainer" --socket "$D/loaderd.sock" --dataset "$D/demo.dpk" \
+	--model mlp --crop 64 --batch 32 --steps "$STEPS" --log-every 250 --trace "$D/trace.json"
 echo
-echo "demo: not yet: loaderd and the trainer are not built yet, so the demo stops after packing."
+echo "== loaderctl stats"
+"$BIN/loaderctl" --socket "$D/loaderd.sock" stats || true
+
+if [ -x "$BIN/ldprobe" ]; then
+	echo
+	echo "== ldprobe: loader ceiling, compute ceiling, the real run, and what to change"
+	"$BIN/ldprobe" --socket "$D/loaderd.sock" --dataset "$D/demo.dpk" --ranks 2 --model mlp \
+		--crop 64 --batch 32 --seconds 5 --out "$D/probe" || true
+fi
+
+echo
+echo "== stopping loaderd"
+kill -TERM "$LPID"
+wait "$LPID" || true
+LPID=
+echo "demo: done. Trace (open in https://ui.perfetto.dev): $D/trace.json; loaderd log: $D/loaderd.log"

@@ -658,7 +658,42 @@ int main(int argc, char **argv)
 	/* Synchronous data parallelism runs at the slowest rank's pace. */
 	double job_rate = slow.v * g_world;
 	double au = sh_all[PH_COMPUTE];
-	double loader = sh_all[PH_DATA] + sh_all[PH_H2D], comm = sh_all[PH_COMM];
+	/* A rank's exposed allreduce includes waiting for peers that were still waiting for data or
+	 * computing: only the rank that arrives last sees the transfer alone. So the cause is read
+	 * from the worst rank's data wait and the least exposed rank's allreduce. */
+	double loader = 0, comm = 0;
+	{
+		/* per step: the worst rank's data wait, the least exposed rank's allreduce */
+		long n = (long)(ran < TRACE_STEPS_MAX ? ran : TRACE_STEPS_MAX) - warmup;
+		double *mine2 = calloc(2 * (size_t)(n > 0 ? n : 1), sizeof(double));
+		double *mx = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+		double *mn = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+		if (!mine2 || !mx || !mn)
+			die("out of memory");
+		for (long i = 0; i < n; i++) {
+			mine2[i] = (double)(rec[warmup + i].ns[PH_DATA] + rec[warmup + i].ns[PH_H2D]);
+			mine2[n + i] = (double)rec[warmup + i].ns[PH_COMM];
+		}
+		if (n > 0) {
+			MPI_Allreduce(mine2, mx, (int)n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+			MPI_Allreduce(mine2 + n, mn, (int)n, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+		}
+		double recorded = 0;
+		for (long i = 0; i < n; i++) {
+			loader += mx[i];
+			comm += mn[i];
+			for (int p = 0; p < PH_N; p++)
+				recorded += (double)rec[warmup + i].ns[p];
+		}
+		/* as shares of the recorded steps' time */
+		loader = recorded > 0 ? loader / recorded : 0;
+		comm = recorded > 0 ? comm / recorded : 0;
+		free(mine2);
+		free(mx);
+		free(mn);
+	}
+	if (imbalance > 1.5)
+		comm = sh_all[PH_COMM];  /* the fast ranks' wait for the straggler is the finding */
 	const char *verdict = loader >= 0.10 && loader >= comm ? "loader-limited" :
 			      comm >= 0.10 && imbalance > 1.5 ? "straggler-limited" :
 			      comm >= 0.10 ? "communication-limited" : "compute-limited";
