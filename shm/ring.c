@@ -105,9 +105,13 @@ static int check_shape(const struct ring_hdr *h)
 	return 0;
 }
 
-static int map_fd(struct ring *r, size_t size)
+/* @populate: MAP_POPULATE (the consumer; huge pages come from the memfd itself). The producer of
+ * a normal-page ring maps without it, asks for transparent huge pages, then populates: populating
+ * first would fault in 4 KiB pages before the advice could take effect. */
+static int map_fd(struct ring *r, size_t size, int populate)
 {
-	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, r->fd, 0);
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0),
+		       r->fd, 0);
 
 	if (p == MAP_FAILED)
 		return -errno;
@@ -129,7 +133,7 @@ static int make_backing(struct ring *r, const char *name, unsigned flags)
 		if (compute_layout(&h) == 0) {
 			r->fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
 			if (r->fd >= 0 && ftruncate(r->fd, (off_t)h.total_size) == 0 &&
-			    fcntl(r->fd, F_ADD_SEALS, seals) == 0 && map_fd(r, h.total_size) == 0) {
+			    fcntl(r->fd, F_ADD_SEALS, seals) == 0 && map_fd(r, h.total_size, 1) == 0) {
 				r->h = h;
 				return 0;
 			}
@@ -148,10 +152,12 @@ static int make_backing(struct ring *r, const char *name, unsigned flags)
 		ret = -errno;
 		goto fail;
 	}
-	ret = map_fd(r, r->h.total_size);
+	ret = map_fd(r, r->h.total_size, 0);
 	if (ret < 0)
 		goto fail;
 	(void)madvise(r->base, r->size, MADV_HUGEPAGE);  /* transparent huge pages, where enabled */
+	if (madvise(r->base, r->size, MADV_POPULATE_WRITE) < 0)
+		memset(r->base, 0, r->size);  /* kernels before 5.14: fault every page in by hand */
 	return 0;
 fail:
 	close(r->fd);
@@ -258,7 +264,7 @@ int ring_attach(int fd, struct ring **out)
 		return -ENOMEM;
 	r->h = h;
 	r->fd = fd;
-	ret = map_fd(r, h.total_size);
+	ret = map_fd(r, h.total_size, 1);
 	if (ret < 0) {
 		free(r);
 		return ret;
@@ -352,6 +358,8 @@ static int classify_for_producer(const struct ring *r, uint64_t step, uint32_t w
 
 int ring_prod_poll(struct ring *r, uint64_t step)
 {
+	if (step < r->h.first_step)
+		return -EINVAL;
 	/* acquire: pairs with the release store in ring_cons_release */
 	uint32_t w = atomic_load_explicit(word_of(r, step), memory_order_acquire);
 
@@ -364,6 +372,8 @@ int ring_prod_poll(struct ring *r, uint64_t step)
 
 int ring_prod_wait(struct ring *r, uint64_t step, int timeout_ms)
 {
+	if (step < r->h.first_step)
+		return -EINVAL;
 	_Atomic uint32_t *wp = word_of(r, step);
 	int64_t deadline = deadline_of(timeout_ms);
 

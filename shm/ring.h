@@ -152,7 +152,8 @@ void ring_shutdown(struct ring *r);
 
 /* Consumer side. */
 /* Wait until @step is published, then take it. 0, -ETIMEDOUT, -EBADMSG (the slot's header
- * names another step), -ENODATA (@step is past steps_total). @timeout_ms < 0 waits without
+ * names another step: the slot is then held, and the ring is not to be trusted), -ENODATA
+ * (@step is past steps_total), -EINVAL (before first_step). @timeout_ms < 0 waits without
  * limit. A step the caller already holds is not published again: asking for it times out. */
 int ring_cons_acquire(struct ring *r, uint64_t step, int timeout_ms, struct ring_slot *out);
 /* Give @step back to the producer. -EINVAL if it is not held. Wakes a waiting producer. */

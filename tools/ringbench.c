@@ -918,8 +918,9 @@ static int run(const struct opts *o)
 		printf("ringbench: producer pinned to cpu %d, consumer to cpu %d (%d CPUs available)\n",
 		       cpu_p, cpu_c, ncpu);
 	else
-		printf("ringbench: not pinned (%d CPU%s available): producer and consumer may share "
-		       "a core; figures are not comparable\n", ncpu, ncpu == 1 ? "" : "s");
+		printf("ringbench: not pinned (%d CPU%s available): producer and consumer %s; "
+		       "figures are not comparable\n", ncpu, ncpu == 1 ? "" : "s",
+		       ncpu == 1 ? "share one CPU" : "may share a CPU");
 	fflush(stdout);
 
 	/* The yardstick first, alone on the machine, on the producer's CPU. */
@@ -973,7 +974,7 @@ static int run(const struct opts *o)
 	steal = (pinned ? steal_ms(cpu_p) + steal_ms(cpu_c) : steal_ms(-1)) - steal;
 	ret = read_result(&b, REPORT_WAIT_MS);
 	if (ret < 0 || b.res.err) {
-		char msg[96];
+		char msg[160];
 		snprintf(msg, sizeof(msg), "all %" PRIu64 " steps published, but no result from the "
 			 "consumer: %s", step, ret < 0 ? strerror(-ret) : "it failed");
 		fail(&b, ret < 0 ? msg : NULL);
