@@ -2,6 +2,7 @@
  * ring of decoded batches. Stays in the foreground and logs to stderr. */
 #include "common/log.h"
 #include "loader/job.h"
+#include "shm/ldc.h"
 #include "shm/srv.h"
 
 #include <errno.h>
@@ -114,11 +115,7 @@ int main(int argc, char **argv)
 	so.workers = ncpu > 0 ? (unsigned)ncpu : 1;
 	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
 	so.mem_limit = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize / 2 : 0;
-	const char *rt = getenv("XDG_RUNTIME_DIR");
-	if (rt && *rt)
-		snprintf(path, sizeof(path), "%s/loaderd.sock", rt);
-	else
-		snprintf(path, sizeof(path), "/tmp/loaderd-%u.sock", (unsigned)getuid());
+	ldc_default_socket(path, sizeof(path));
 	so.socket_path = path;
 
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {

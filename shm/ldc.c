@@ -52,6 +52,17 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+char *ldc_default_socket(char *buf, size_t n)
+{
+	const char *rt = getenv("XDG_RUNTIME_DIR");
+
+	if (rt && *rt)
+		snprintf(buf, n, "%s/loaderd.sock", rt);
+	else
+		snprintf(buf, n, "/tmp/loaderd-%u.sock", (unsigned)getuid());
+	return buf;
+}
+
 int ldc_connect(const char *socket_path, struct ldc **out, char *err, size_t errlen)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };

@@ -62,6 +62,9 @@ struct ldc_batch {
 	uint64_t sample_bytes;
 };
 
+/* The socket loaderd listens on when not told otherwise: $XDG_RUNTIME_DIR/loaderd.sock, else
+ * /tmp/loaderd-UID.sock. Writes it to @buf (@n bytes, truncated if too small) and returns @buf. */
+char *ldc_default_socket(char *buf, size_t n);
 /* Connect to loaderd at @socket_path. 0 or -errno, with the reason in @err. */
 int ldc_connect(const char *socket_path, struct ldc **out, char *err, size_t errlen);
 /* Open (or join, or resume) a job as one of its ranks and map its ring. 0 or -errno. */

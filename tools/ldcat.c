@@ -222,12 +222,7 @@ int main(int argc, char **argv)
 	}
 	job.transforms = tf_bits[tf] | extra_tf;
 	if (!path) {
-		const char *rt = getenv("XDG_RUNTIME_DIR");
-		if (rt && *rt)
-			snprintf(defpath, sizeof(defpath), "%s/loaderd.sock", rt);
-		else
-			snprintf(defpath, sizeof(defpath), "/tmp/loaderd-%u.sock", (unsigned)getuid());
-		path = defpath;
+		path = ldc_default_socket(defpath, sizeof(defpath));
 	}
 
 	struct ldc *cl;

@@ -1,6 +1,7 @@
 /* loaderctl.c - ask a running loaderd what it is doing: status, jobs, per-rank stats, or stop a
  * job. Talks the control protocol (shm/ctl.h) on loaderd's socket. */
 #include "shm/ctl.h"
+#include "shm/ldc.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -52,12 +53,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (!path) {
-		const char *rt = getenv("XDG_RUNTIME_DIR");
-		if (rt && *rt)
-			snprintf(defpath, sizeof(defpath), "%s/loaderd.sock", rt);
-		else
-			snprintf(defpath, sizeof(defpath), "/tmp/loaderd-%u.sock", (unsigned)getuid());
-		path = defpath;
+		path = ldc_default_socket(defpath, sizeof(defpath));
 	}
 	memset(&req, 0, sizeof(req));
 	req.flags = json ? CTL_ADMIN_JSON : 0;

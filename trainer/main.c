@@ -452,12 +452,7 @@ int main(int argc, char **argv)
 		}
 		char sock[256], job[64];
 		if (!o.socket) {
-			const char *rt = getenv("XDG_RUNTIME_DIR");
-			if (rt && *rt)
-				snprintf(sock, sizeof(sock), "%s/loaderd.sock", rt);
-			else
-				snprintf(sock, sizeof(sock), "/tmp/loaderd-%u.sock", (unsigned)getuid());
-			o.socket = sock;
+			o.socket = ldc_default_socket(sock, sizeof(sock));
 		}
 		if (!o.job) {
 			uint64_t h = 1469598103934665603ull;
