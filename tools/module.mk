@@ -12,3 +12,14 @@ $(TOOL_BINS): $(LIBS)
 	$(Q)mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LINKLIBS) $(SYSLIBS)
+
+# tools/NAME.py is the program NAME too: a Python 3 script (standard library only), installed as
+# $(BUILD)/bin/NAME with mode 755. python3 comes from scripts/deps.sh.
+TOOL_PY := $(patsubst tools/%.py,%,$(wildcard tools/*.py))
+TOOL_PY_BINS := $(patsubst %,$(BUILD)/bin/%,$(TOOL_PY))
+BINS += $(TOOL_PY_BINS)
+
+$(TOOL_PY_BINS): $(BUILD)/bin/%: tools/%.py | $(DEPS_STAMP)
+	$(Q)mkdir -p $(@D)
+	$(if $(Q),@echo "  INSTALL $@")
+	$(Q)install -m 755 $< $@

@@ -240,7 +240,7 @@ struct data {
 
 /* Acquire the next ring batch and start its copy into device buffer (issued % depth). Returns
  * 1 when a batch was started, 0 at the end of the job. Adds the blocking time to *wait_ns. */
-static int issue_next(struct data *d, uint64_t *wait_ns)
+static int issue_next(struct data *d, uint64_t *wait_ns, uint64_t *copy_ns)
 {
 	int k = (int)(d->issued % (uint64_t)d->depth);
 	struct inflight *f = &d->q[k];
@@ -265,12 +265,14 @@ static int issue_next(struct data *d, uint64_t *wait_ns)
 		f->valid += !pad;
 	}
 	struct trn_dev *dv = d->dev;
+	uint64_t t1 = clk_now_ns();
 	/* The copy stream reads the pinned ring slot directly: no staging copy on the host. */
 	if (dv->ops->copy_h2d(dv, TRN_STREAM_COPY, d->img[k], f->b.data, (size_t)f->count * d->sample_bytes) < 0 ||
 	    dv->ops->copy_h2d(dv, TRN_STREAM_COPY, d->lab[k], f->b.labels, (size_t)f->count * sizeof(int64_t)) < 0 ||
 	    dv->ops->copy_h2d(dv, TRN_STREAM_COPY, d->wt[k], d->hw + (size_t)k * 65536, (size_t)f->count * sizeof(float)) < 0 ||
 	    dv->ops->event_record(dv, f->ev, TRN_STREAM_COPY) < 0)
 		die("device: %s", dv->err);
+	*copy_ns += clk_now_ns() - t1;  /* issuing only on a GPU; the whole copy on the host */
 	d->issued++;
 	return 1;
 }
@@ -455,11 +457,11 @@ int main(int argc, char **argv)
 			o.socket = ldc_default_socket(sock, sizeof(sock));
 		}
 		if (!o.job) {
-			uint64_t h = 1469598103934665603ull;
-			for (const char *p = o.dataset; *p; p++)
-				h = (h ^ (uint8_t)*p) * 1099511628211ull;
-			h ^= o.seed * 31 + (uint64_t)o.batch * 7 + (uint64_t)g_world;
-			snprintf(job, sizeof(job), "trainer-%016" PRIx64, h);
+			/* A fresh job per launch: rank 0's pid and start time, shared with every rank.
+			 * Rejoining a job (to resume after a crash) takes an explicit --job. */
+			uint64_t id[2] = { (uint64_t)getpid(), clk_now_ns() };
+			MPI_Bcast(id, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+			snprintf(job, sizeof(job), "trainer-%" PRIu64 "-%" PRIx64, id[0], id[1] & 0xffffffffu);
 			o.job = job;
 		}
 		if (ldc_connect(o.socket, &d.c, err, sizeof(err)) < 0)
@@ -554,7 +556,7 @@ int main(int argc, char **argv)
 		if (!o.synthetic) {
 			/* keep `prefetch` copies in flight ahead of this step */
 			while (!d.done && d.issued < d.consumed + (uint64_t)d.depth)
-				issue_next(&d, &r.ns[PH_DATA]);
+				issue_next(&d, &r.ns[PH_DATA], &r.ns[PH_H2D]);
 			if (d.consumed == d.issued)
 				break;  /* end of the job */
 			k = (int)(d.consumed % (uint64_t)d.depth);
@@ -565,7 +567,7 @@ int main(int argc, char **argv)
 			if (dev->ops->event_sync(dev, d.q[k].ev) < 0 ||
 			    dev->ops->stream_wait(dev, TRN_STREAM_COMPUTE, d.q[k].ev) < 0)
 				die("device: %s", dev->err);
-			r.ns[PH_H2D] = clk_now_ns() - t0;
+			r.ns[PH_H2D] += clk_now_ns() - t0;
 			release_copied(&d);
 		}
 		int sync, acc;
@@ -687,13 +689,17 @@ int main(int argc, char **argv)
 		free(mx);
 		free(mn);
 	}
-	if (imbalance > 1.5)
+	if (imbalance > 2.0)
 		comm = sh_all[PH_COMM];  /* the fast ranks' wait for the straggler is the finding */
 	const char *verdict = loader >= 0.10 && loader >= comm ? "loader-limited" :
-			      comm >= 0.10 && imbalance > 1.5 ? "straggler-limited" :
+			      comm >= 0.10 && imbalance > 2.0 ? "straggler-limited" :
 			      comm >= 0.10 ? "communication-limited" : "compute-limited";
-	if (o.trace)
-		write_trace(o.trace, rec, (long)(ran < TRACE_STEPS_MAX ? ran : TRACE_STEPS_MAX), t_first);
+	if (o.trace) {
+		/* one time origin for every rank (CLOCK_MONOTONIC is per node): the earliest start */
+		uint64_t t0_all = t_first;
+		MPI_Allreduce(&t_first, &t0_all, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+		write_trace(o.trace, rec, (long)(ran < TRACE_STEPS_MAX ? ran : TRACE_STEPS_MAX), t0_all);
+	}
 	if (o.dump && g_rank == 0) {
 		float *h = malloc(total * sizeof(float));
 		FILE *f = fopen(o.dump, "wb");

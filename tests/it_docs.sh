@@ -1,0 +1,67 @@
+#!/bin/sh
+# it_docs.sh - runs every ```sh block of README.md, in order, as one script (with /tmp/tour
+# replaced by a temporary folder), so that the commands the docs show keep working. Each block is
+# a check: it passes when the shell ran it with exit status 0.
+# Needs mpirun (exit 77 without).
+set -u
+BUILD=${BUILD:-build}
+command -v mpirun >/dev/null 2>&1 || { echo "# skip: no mpirun"; exit 77; }
+command -v python3 >/dev/null 2>&1 || { echo "# skip: no python3"; exit 77; }
+T=$(mktemp -d /tmp/it_docs.XXXXXX)
+cleanup() {
+	# a failed block may leave loaderd running: stop what this test started
+	pkill -TERM -f "loaderd --socket $T/" 2>/dev/null || true
+	rm -rf "$T"
+}
+trap cleanup EXIT INT TERM
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# Split README.md's sh blocks into $T/block.N, with the paths rewritten.
+python3 - "$T" "$BUILD" <<'EOF'
+import re, sys
+t, build = sys.argv[1], sys.argv[2]
+text = open("README.md").read()
+blocks = re.findall(r"^```sh\n(.*?)^```", text, flags=re.S | re.M)
+for i, b in enumerate(blocks):
+    b = b.replace("/tmp/tour", t + "/tour").replace("build/bin/", build + "/bin/")
+    open("%s/block.%d" % (t, i), "w").write(b)
+print(len(blocks))
+EOF
+mkdir -p "$T/tour"
+n=$(ls "$T"/block.* 2>/dev/null | wc -l)
+pass=0 fail=0 i=0
+# One shell for all blocks, stopping at the first failure: later blocks use variables
+# ($LOADERD) that earlier ones set.
+script="$T/all.sh"
+: >"$script"
+i=0
+while [ $i -lt "$n" ]; do
+	{
+		echo "echo '# block $i'"
+		echo "set -e"
+		cat "$T/block.$i"
+		echo "set +e"
+		echo "echo 'ok $i'"
+	} >>"$script"
+	i=$((i + 1))
+done
+out=$(timeout 300 sh "$script" 2>&1)
+status=$?
+echo "$out" | grep -E '^(# block|ok |trainer: samples_per_s|ldprobe:)' || true
+i=0
+while [ $i -lt "$n" ]; do
+	if echo "$out" | grep -qx "ok $i"; then
+		pass=$((pass + 1))
+	else
+		fail=$((fail + 1))
+		echo "not ok: README.md sh block $i"
+	fi
+	i=$((i + 1))
+done
+if [ $status -ne 0 ]; then
+	echo "# the tour stopped with status $status; its output:"
+	echo "$out" | tail -30
+fi
+[ "$n" -ge 4 ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "not ok: README.md has $n sh blocks, expected the tour's 4"; }
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,1177 @@
+#!/usr/bin/env python3
+# ldprobe.py - installed as build/bin/ldprobe: why doesn't adding GPUs make training faster?
+#
+# One command measures, for a dataset, a transform (crop), a model and a number of ranks:
+#   1. the loader ceiling: loaderd alone, one ldcat per rank draining the rings as fast as they
+#      fill (RandomResizedCrop + flip, as the trainer asks), samples/s from loaderd's own counters
+#      over a window that leaves the start-up out;
+#   2. the compute ceiling: trainer --synthetic (no loader), same model, batch, crop and ranks;
+#   3. the real run: trainer through loaderd with --trace; the per-step attribution is read from
+#      the trace, per rank and per step,
+# and says which of loader, compute, communication or a straggler rank holds the run back, with
+# advice in numbers. It writes report.txt (also printed), timeline.svg, trace.json and the logs
+# of every process into --out DIR. The last line is
+#   ldprobe: loader_per_s=X compute_per_s=Y actual_per_s=Z au=A verdict=V
+#
+# Why Python: the trace is JSON and the project has no JSON parser in C (nor wants a home-made
+# one); this is orchestration of the C programs next to it, standard library only.
+#
+# Processes: loaderd (unless --socket names a running one), ldcat and mpirun are started in their
+# own sessions, with PR_SET_PDEATHSIG so that they die with ldprobe even after a SIGKILL, and are
+# stopped (SIGTERM, then SIGKILL after 5 s) on every path, including SIGINT/SIGTERM to ldprobe.
+# With --socket, ldprobe's jobs on that loaderd are ended with `loaderctl stop` and the daemon
+# is left running.
+import argparse
+import ctypes
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from xml.sax.saxutils import escape
+
+EXIT_USAGE = 2
+STOP_TIMEOUT_S = 5.0
+AU_TARGET = 0.90
+# Verdict thresholds: a cause is named when it costs at least this share of the step time.
+LOST_MIN = 0.10
+IMBALANCE_MIN = 1.5      # slowest rank's compute / fastest's: a straggler (as the trainer)
+STRAGGLER_STEPS = 0.75   # ... and the slowest in at least this share of the steps
+LATENCY_BOUND_MIBS = 200  # exposed allreduce slower than this per MiB of gradient: per-call cost
+COPY_MIN = 0.05          # exposed H2D share that earns ring/prefetch advice
+PREFETCH_MAX = 8
+
+PHASES = ("data", "copy", "compute", "comm", "opt")
+TRACE_NAME = {"data wait": "data", "h2d": "copy", "compute": "compute", "allreduce": "comm",
+              "optimizer": "opt"}
+LABEL = {"data": "data wait", "copy": "exposed copy", "compute": "compute",
+         "comm": "exposed allreduce", "opt": "optimizer", "gap": "unattributed"}
+COLOUR = {"data": "#d62728", "copy": "#ff7f0e", "compute": "#2ca02c", "comm": "#1f77b4",
+          "opt": "#9467bd", "gap": "#d9d9d9"}
+
+
+class Failure(Exception):
+    """A runtime error: message, exit status."""
+
+    def __init__(self, msg, code=1):
+        super().__init__(msg)
+        self.code = code
+
+
+class Interrupted(Exception):
+    pass
+
+
+def say(msg):
+    """Progress, on stderr: stdout is the report."""
+    print("ldprobe: " + msg, file=sys.stderr, flush=True)
+
+
+# ---- child processes ----
+
+_libc = None
+
+
+def _child_setup(parent):
+    """In the child before exec: die with ldprobe (PR_SET_PDEATHSIG = 1), even if it is killed."""
+    def setup():
+        try:
+            _libc.prctl(1, signal.SIGTERM, 0, 0, 0)
+        except Exception:
+            pass
+        if os.getppid() != parent:
+            os._exit(127)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    return setup
+
+
+class Children:
+    """Every process ldprobe starts; each leads its own process group (mpirun's ranks too)."""
+
+    def __init__(self):
+        self.procs = []
+
+    def spawn(self, cmd, stdout, stderr, env=None):
+        global _libc
+        if _libc is None:
+            try:
+                _libc = ctypes.CDLL(None, use_errno=True)
+            except OSError:
+                _libc = False
+        p = subprocess.Popen([str(c) for c in cmd], stdin=subprocess.DEVNULL, stdout=stdout,
+                             stderr=stderr, env=env, start_new_session=True,
+                             preexec_fn=_child_setup(os.getpid()))
+        self.procs.append(p)
+        return p
+
+    def stop(self, p, sig=signal.SIGTERM):
+        """Stop @p and its process group: @sig, then SIGKILL after 5 s. Returns its status."""
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                p.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+        else:
+            # the leader is gone; a rank it left behind would still be in the group
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if p in self.procs:
+            self.procs.remove(p)
+        return p.returncode
+
+    def stop_all(self):
+        for p in list(reversed(self.procs)):
+            self.stop(p)
+
+
+def run_logged(children, cmd, log_path, timeout, env=None):
+    """Run @cmd to completion with stdout+stderr in @log_path. Returns (status, log text)."""
+    with open(log_path, "w") as log:
+        log.write("$ " + " ".join(shlex.quote(str(c)) for c in cmd) + "\n")
+        log.flush()
+        p = children.spawn(cmd, log, subprocess.STDOUT, env=env)
+        try:
+            rc = p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            children.stop(p)
+            raise Failure("%s did not finish within %.0f s (log: %s)" %
+                          (os.path.basename(str(cmd[0])), timeout, log_path))
+        children.stop(p)  # reaps; kills a straggling group member if any
+    with open(log_path) as f:
+        return rc, f.read()
+
+
+def tail(text, n=15):
+    lines = [l for l in text.splitlines() if l.strip()]
+    return "\n".join("  " + l for l in lines[-n:])
+
+
+# ---- loaderd ----
+
+class Loaderd:
+    def __init__(self, args, children, out):
+        self.args, self.children, self.out = args, children, out
+        self.proc = None
+        self.tmpdir = None
+        self.sock = args.socket
+        self.workers = args.workers
+        self.private = args.socket is None
+        self.jobs = []
+        self.busy_ranks = 0      # other jobs' ranks attached to a given loaderd at the start
+
+    def ctl(self, *words, json_out=True, timeout=10):
+        cmd = [self.args.bin_loaderctl, "--socket", self.sock] + (["--json"] if json_out else [])
+        cmd += list(words)
+        try:
+            r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return 1, "", "loaderctl timed out"
+        return r.returncode, r.stdout, r.stderr
+
+    def status(self):
+        rc, out, err = self.ctl("status")
+        if rc != 0:
+            return None, err.strip()
+        try:
+            return json.loads(out), ""
+        except ValueError:
+            return None, "loaderctl status: not JSON"
+
+    def start(self):
+        if not self.private:
+            st, err = self.status()
+            if st is None:
+                raise Failure("--socket %s: %s" % (self.sock, err or "loaderd unreachable"))
+            self.workers = int(st.get("workers", 0)) or None
+            self.busy_ranks = int(st.get("ranks_attached", 0))
+            return
+        base = os.environ.get("TMPDIR") or "/tmp"
+        self.tmpdir = tempfile.mkdtemp(prefix="ldprobe.", dir=base)
+        self.sock = os.path.join(self.tmpdir, "s.sock")
+        if len(self.sock) > 100:
+            raise Failure("TMPDIR %s is too long for a unix socket path" % base)
+        cmd = [self.args.bin_loaderd, "--socket", self.sock, "--workers", self.workers]
+        if self.args.slots:
+            cmd += ["--slots", self.args.slots]
+        if self.args.io:
+            cmd += ["--io", self.args.io]
+        self.log_path = os.path.join(self.out, "loaderd.log")
+        self.log = open(self.log_path, "w")
+        self.log.write("$ " + " ".join(shlex.quote(str(c)) for c in cmd) + "\n")
+        self.log.flush()
+        self.proc = self.children.spawn(cmd, self.log, subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while True:
+            if self.proc.poll() is not None:
+                raise Failure("loaderd exited (status %d) before serving:\n%s" %
+                              (self.proc.returncode, tail(open(self.log_path).read())))
+            if os.path.exists(self.sock):
+                st, _ = self.status()
+                if st is not None:
+                    return
+            if time.monotonic() > deadline:
+                raise Failure("loaderd did not serve within 10 s:\n%s" %
+                              tail(open(self.log_path).read()))
+            time.sleep(0.05)
+
+    def job_stats(self, job):
+        rc, out, _ = self.ctl("stats", job)
+        if rc != 0:
+            return None
+        try:
+            d = json.loads(out)
+        except ValueError:
+            return None
+        for j in d if isinstance(d, list) else [d]:
+            if j.get("job") == job:
+                return j
+        return None
+
+    def stop_job(self, job):
+        self.ctl("stop", job, json_out=False)
+
+    def stop(self):
+        if not self.private:   # our own loaderd takes its jobs with it
+            for j in self.jobs:
+                self.stop_job(j)
+        self.jobs = []
+        if self.proc is not None:
+            rc = self.children.stop(self.proc)
+            self.proc = None
+            self.log.close()
+            if rc not in (0, None):
+                say("loaderd exited with status %s (log: %s)" % (rc, self.log_path))
+        if self.tmpdir:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = None
+
+
+# ---- 1. the loader ceiling ----
+
+def measure_loader(a, ld, children, crop, seconds, tag):
+    """Drain one ring per rank with ldcat; samples/s over a window read from loaderd's counters.
+    Returns dict(rate, seconds, busy (workers' busy share), decode_share)."""
+    job = "ldprobe-%d-%s" % (os.getpid(), tag)
+    ld.jobs.append(job)
+    log_path = os.path.join(a.out, "ldcat-%s.log" % tag)
+    log = open(log_path, "w")
+    procs = []
+    try:
+        for r in range(a.ranks):
+            cmd = [a.bin_ldcat, "--socket", ld.sock, "--dataset", a.dataset_abs, "--job", job,
+                   "--rank", r, "--world", a.ranks, "--batch", a.batch, "--crop", crop,
+                   "--transforms", "rrc", "--flip", "--epochs", 0, "--seed", a.seed,
+                   "--timeout-ms", 60000]
+            if a.slots:
+                cmd += ["--slots", a.slots]
+            procs.append(children.spawn(cmd, subprocess.DEVNULL, log))
+
+        def sample():
+            st = ld.job_stats(job)
+            for p in procs:
+                if p.poll() is not None:
+                    log.flush()
+                    raise Failure("ldcat (loader ceiling) exited with status %d:\n%s" %
+                                  (p.returncode, tail(open(log_path).read())))
+            if st is None:
+                return None
+            ranks = st.get("ranks", [])
+            return (time.monotonic(), sum(int(r.get("samples", 0)) for r in ranks),
+                    min((int(r.get("published", 0)) for r in ranks), default=0),
+                    float(st.get("fill_s", 0)), float(st.get("decode_s", 0)), len(ranks))
+
+        # Warm-up, left out: every rank attached, at least 2 steps each, and a fraction of a second.
+        t_start = time.monotonic()
+        warm = max(0.3, min(1.0, 0.2 * seconds))
+        s0 = None
+        while True:
+            s = sample()
+            if s and s[5] == a.ranks and s[2] >= 2 and s[0] - t_start >= warm:
+                s0 = s
+                break
+            if time.monotonic() - t_start > 60:
+                raise Failure("loader ceiling: loaderd delivered fewer than 2 steps per rank in "
+                              "60 s (log: %s)" % ld_log_hint(ld))
+            time.sleep(0.05)
+        time.sleep(seconds)
+        s1 = sample()
+        if s1 is None:
+            raise Failure("loader ceiling: no stats from loaderd for job %s" % job)
+        dt = s1[0] - s0[0]
+        rate = (s1[1] - s0[1]) / dt if dt > 0 else 0.0
+        workers = ld.workers or 1
+        return {"rate": rate, "seconds": dt, "samples": s1[1] - s0[1],
+                "busy": (s1[3] - s0[3]) / (dt * workers) if dt > 0 else 0.0,
+                "decode_share": (s1[4] - s0[4]) / (s1[3] - s0[3]) if s1[3] > s0[3] else 0.0}
+    finally:
+        for p in procs:
+            children.stop(p)
+        log.close()
+        ld.stop_job(job)
+        if job in ld.jobs:
+            ld.jobs.remove(job)
+
+
+def ld_log_hint(ld):
+    return ld.log_path if ld.private else "the log of the loaderd on %s" % ld.sock
+
+
+# ---- 2. and 3. the trainer ----
+
+RE_LAST = re.compile(r"^trainer: samples_per_s=([0-9.]+) au=([0-9.]+) verdict=(\S+)\s*$", re.M)
+RE_SHARES = re.compile(r"time per step: data wait ([0-9.]+)%, exposed copy ([0-9.]+)%, compute "
+                       r"([0-9.]+)%, exposed allreduce ([0-9.]+)%, optimizer ([0-9.]+)%")
+RE_RUN = re.compile(r"trainer: (\d+) ranks x batch (\d+), (\d+) steps \((\d+) warm-up left out\), "
+                    r"([0-9.]+) s")
+RE_MODEL = re.compile(r"device (\S+), backend (\S+), model .*?: (\d+) parameters in (\d+) buckets")
+RE_SLOW = re.compile(r"slowest rank (\d+): compute ([0-9.]+)x the fastest rank's \(rank (\d+)\)")
+
+
+def mpi_prefix(a):
+    if a.ranks == 1 and not a.mpirun:
+        return []
+    if a.mpirun:
+        return shlex.split(a.mpirun) + ["-np", str(a.ranks)]
+    return ["mpirun"] + a.mpirun_extra + ["-np", str(a.ranks)]
+
+
+def trainer_env():
+    env = dict(os.environ)
+    if os.geteuid() == 0:  # Open MPI refuses root unless told
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return env
+
+
+def parse_trainer(text, what, log_path):
+    m = RE_LAST.search(text)
+    if not m:
+        raise Failure("%s: no 'trainer: samples_per_s=...' line (log: %s):\n%s" %
+                      (what, log_path, tail(text)))
+    r = {"rate": float(m.group(1)), "au": float(m.group(2)), "verdict": m.group(3)}
+    m = RE_SHARES.search(text)
+    r["shares"] = dict(zip(PHASES, (float(x) / 100 for x in m.groups()))) if m else None
+    m = RE_RUN.search(text)
+    if m:
+        r.update(steps=int(m.group(3)), warmup=int(m.group(4)), wall=float(m.group(5)))
+    m = RE_MODEL.search(text)
+    if m:
+        r.update(device=m.group(1), backend=m.group(2), params=int(m.group(3)),
+                 buckets=int(m.group(4)))
+    m = RE_SLOW.search(text)
+    if m:
+        r.update(slow_rank=int(m.group(1)), imbalance=float(m.group(2)), fast_rank=int(m.group(3)))
+    return r
+
+
+def run_trainer(a, children, extra, steps, warmup, name, timeout):
+    log_path = os.path.join(a.out, "trainer-%s.log" % name)
+    cmd = mpi_prefix(a) + [a.bin_trainer] + extra + [
+        "--model", a.model, "--crop", a.crop, "--batch", a.batch, "--steps", steps,
+        "--warmup", warmup, "--log-every", 0, "--seed", a.seed]
+    if a.device:
+        cmd += ["--device", a.device]
+    cmd += a.trainer_args_list
+    rc, text = run_logged(children, cmd, log_path, timeout, env=trainer_env())
+    if rc != 0:
+        usage = rc == EXIT_USAGE or "(see --help)" in text or "usage: trainer" in text
+        raise Failure("trainer (%s) exited with status %d (log: %s):\n%s" %
+                      (name, rc, log_path, tail(text)), EXIT_USAGE if usage else 1)
+    return parse_trainer(text, "trainer (%s)" % name, log_path)
+
+
+def preflight(a, children):
+    """One synthetic step of one rank, before anything is measured: a model or trainer option
+    the trainer refuses is a usage error, found in a second rather than after the loader run."""
+    log_path = os.path.join(a.out, "trainer-check.log")
+    cmd = [a.bin_trainer, "--synthetic", "--model", a.model, "--crop", a.crop, "--batch", 1,
+           "--steps", 1, "--warmup", 0, "--log-every", 0]
+    if a.classes:
+        cmd += ["--classes", a.classes]
+    if a.device:
+        cmd += ["--device", a.device]
+    cmd += a.trainer_args_list
+    rc, text = run_logged(children, cmd, log_path, a.timeout, env=trainer_env())
+    if rc != 0:
+        lines = [l for l in text.splitlines()[1:] if l.strip()]
+        cut = [i for i, l in enumerate(lines) if l.startswith("usage: trainer")]
+        lines = lines[:cut[0]] if cut else lines[-6:]   # the complaint, not the whole --help
+        raise Failure("the trainer refuses these options (status %d; log: %s):\n%s" %
+                      (rc, log_path, "\n".join("  " + l for l in lines)), EXIT_USAGE)
+
+
+def warmup_for(steps):
+    return max(2, min(20, steps // 10))
+
+
+def measure_compute(a, children):
+    """trainer --synthetic; a short first pass sizes a second one to about --seconds."""
+    extra = ["--synthetic"]
+    if a.classes:
+        extra += ["--classes", a.classes]
+    steps = 12
+    r = run_trainer(a, children, extra, steps, 2, "synthetic", a.timeout)
+    measured = r.get("steps", steps) - r.get("warmup", 2)
+    if r.get("wall", 0) < 0.6 * a.seconds and measured > 0:
+        per_step = max(r.get("wall", 0), 1e-4) / measured
+        steps = int(min(1_000_000, max(20, math.ceil(a.seconds / per_step))))
+        steps += warmup_for(steps)
+        r = run_trainer(a, children, extra, steps, warmup_for(steps), "synthetic", a.timeout)
+    return r
+
+
+# ---- the trace ----
+
+def load_trace(path, warmup):
+    """Per rank: {step: {"start": us, "data": us, ...}} for the steps after the warm-up."""
+    with open(path) as f:
+        d = json.load(f)
+    events = d["traceEvents"] if isinstance(d, dict) else d
+    ranks = {}
+    for e in events:
+        if e.get("ph") != "X" or e.get("name") not in TRACE_NAME:
+            continue
+        step = int(e.get("args", {}).get("step", -1))
+        if step < warmup:
+            continue
+        rec = ranks.setdefault(int(e["pid"]), {}).setdefault(
+            step, {"start": float("inf"), **{p: 0.0 for p in PHASES}})
+        rec[TRACE_NAME[e["name"]]] += float(e["dur"])
+        rec["start"] = min(rec["start"], float(e["ts"]))
+    return ranks
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return 0.0 if n == 0 else xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def analyse(ranks):
+    """Shares of step time per rank and for the job, from the trace."""
+    if not ranks:
+        return None
+    rank_ids = sorted(ranks)
+    common = sorted(set.intersection(*(set(ranks[r]) for r in rank_ids)))
+    if len(common) < 2:
+        return None
+    per = {}
+    for r in rank_ids:
+        recs = [ranks[r][s] for s in common]
+        sums = {p: sum(x[p] for x in recs) for p in PHASES}
+        last = recs[-1]
+        wall = last["start"] + sum(last[p] for p in PHASES) - recs[0]["start"]
+        wall = max(wall, sum(sums.values()), 1e-9)
+        per[r] = {"wall_us": wall, "step_us": wall / len(recs),
+                  "share": {p: sums[p] / wall for p in PHASES},
+                  "compute_us": sums["compute"] / len(recs)}
+        per[r]["share"]["gap"] = max(0.0, 1 - sum(sums.values()) / wall)
+    wall = sum(per[r]["wall_us"] for r in rank_ids) / len(rank_ids)
+    # A rank's exposed allreduce includes waiting for peers that were still waiting for data or
+    # computing: only the rank that arrives last sees the transfer alone. So, per step, the worst
+    # rank's data wait is the loader's cost and the least exposed rank's allreduce the network's.
+    loader = comm = strag = 0.0
+    comp = {r: per[r]["compute_us"] for r in rank_ids}
+    slow = max(rank_ids, key=lambda r: comp[r])
+    fast = min(rank_ids, key=lambda r: comp[r])
+    slowest_steps = 0
+    for s in common:
+        loader += max(ranks[r][s]["data"] + ranks[r][s]["copy"] for r in rank_ids)
+        comm += min(ranks[r][s]["comm"] for r in rank_ids)
+        cs = [ranks[r][s]["compute"] for r in rank_ids]
+        # what the slowest rank costs: its compute beyond the others' typical one
+        worst = max(range(len(cs)), key=lambda i: cs[i])
+        if len(cs) > 1:
+            strag += cs[worst] - median(cs[:worst] + cs[worst + 1:])
+        slowest_steps += ranks[slow][s]["compute"] >= cs[worst]
+    job = {p: sum(per[r]["share"][p] for r in rank_ids) / len(rank_ids) for p in PHASES + ("gap",)}
+    # the fast ranks' wait for the slowest one, as a share of their time
+    others = [r for r in rank_ids if r != slow]
+    wait_for_slow = (sum(per[r]["share"]["comm"] for r in others) / len(others)) if others else 0.0
+    return {"ranks": rank_ids, "steps": common, "per": per, "job": job,
+            "loader": loader / wall, "comm": comm / wall, "strag": strag / wall,
+            "slow": slow, "fast": fast,
+            "imbalance": comp[slow] / comp[fast] if comp[fast] > 0 else 1.0,
+            "wait_for_slow": wait_for_slow, "step_us": wall / len(common),
+            # a straggler is the same rank step after step; contention that moves around is not
+            "slow_consistency": slowest_steps / len(common),
+            "compute_us": sum(comp.values()) / len(comp)}
+
+
+def align(ranks, steps):
+    """Per-rank clock offsets (us): the trainer's trace times start at each rank's own start, so
+    ranks are aligned on the end of the allreduce, which they leave together."""
+    off = {}
+    ref = min(ranks)
+
+    def sync(r, s):
+        x = ranks[r][s]
+        return x["start"] + x["data"] + x["copy"] + x["compute"] + x["comm"]
+    for r in ranks:
+        off[r] = median([sync(r, s) - sync(ref, s) for s in steps]) if r != ref else 0.0
+    return off
+
+
+# ---- verdict and advice ----
+
+def fmt_rate(x):
+    return "%.1f" % x if x < 100 else "%.0f" % x
+
+
+def compute_ms_per_step(r):
+    """Mean compute time of a step in a trainer run, from its report; 0 when unknown."""
+    n = r.get("steps", 0) - r.get("warmup", 0)
+    if not r.get("shares") or n <= 0:
+        return 0.0
+    return r["shares"]["compute"] * r.get("wall", 0) * 1e3 / n
+
+
+def diagnose(a, ld, loader, compute, real, an, cheaper, info=None):
+    lines = []   # advice
+    why = []     # reasons
+    L, C, A = loader["rate"], compute["rate"], real["rate"]
+    au = real["au"]
+    host = real.get("device") == "host"
+    cores = os.cpu_count() or 1
+    if an is not None:
+        causes = {"loader-limited": an["loader"], "communication-limited": an["comm"],
+                  "straggler-limited": an["strag"] if an["imbalance"] >= IMBALANCE_MIN and
+                  an["slow_consistency"] >= STRAGGLER_STEPS else 0.0}
+    else:  # no trace: the trainer's average shares
+        sh = real["shares"] or {p: 0.0 for p in PHASES}
+        causes = {"loader-limited": sh["data"] + sh["copy"], "communication-limited": sh["comm"],
+                  "straggler-limited": 0.0}
+    verdict = max(causes, key=lambda k: causes[k])
+    if causes[verdict] < LOST_MIN:
+        verdict = "compute-limited"
+    lower = "loader" if L < C else "compute"
+    step_ms = an["step_us"] / 1e3 if an else 0.0
+
+    if verdict == "loader-limited":
+        why.append("the ranks wait for data %.0f%% of each step (worst rank per step)" %
+                   (100 * causes[verdict]))
+        workers = ld.workers or 1
+        per_worker = L / workers
+        # AU = compute seconds per sample x rate: the rate that gives AU_TARGET, capped by what
+        # compute alone reaches
+        need = AU_TARGET * A / au if au > 0 else C
+        capped = need > C
+        target = min(need, C)
+        n = max(workers + 1, math.ceil(target / per_worker)) if per_worker > 0 else workers + 1
+        s = ("decode workers: %d worker%s deliver%s %s samples/s alone (%s per worker); "
+             % (workers, "" if workers == 1 else "s", "s" if workers == 1 else "",
+                fmt_rate(L), fmt_rate(per_worker)))
+        if not capped:
+            s += ("AU >= %.0f%% needs about %s samples/s -> loaderd --workers %d" %
+                  (100 * AU_TARGET, fmt_rate(target), n))
+        else:
+            s += ("AU >= %.0f%% would need %s samples/s, more than compute alone reaches (%s/s, "
+                  "AU %.2f there): to reach the compute ceiling -> loaderd --workers %d" %
+                  (100 * AU_TARGET, fmt_rate(need), fmt_rate(C), compute["au"], n))
+        if host and n + a.ranks > cores:
+            s += ("; this host has %d cores shared by the decode workers and %d host rank%s, so "
+                  "that many workers need cores of their own (another node, or a GPU device)" %
+                  (cores, a.ranks, "" if a.ranks == 1 else "s"))
+        if not ld.private:
+            s += " (restart the loaderd on %s with it)" % ld.sock
+        lines.append(s)
+        if cheaper and cheaper[1] < 1.15 * L:
+            c2, r2 = cheaper
+            img = (info or {}).get("images") or {}
+            wm = (img.get("width") or {}).get("mean")
+            hm = (img.get("height") or {}).get("mean")
+            lines.append("cheaper transform: a smaller crop does not help here (--crop %d: %s "
+                         "samples/s, measured): decode is not in the crop's size but in the "
+                         "stored images%s: pack them at a lower resolution (the crop window "
+                         "decodes at a DCT scale of 1/2, 1/4 or 1/8 at best)" %
+                         (c2, fmt_rate(r2), " (%.0fx%.0f px on average)" % (wm, hm)
+                          if wm and hm else ""))
+        elif cheaper:
+            c2, r2 = cheaper
+            n2 = max(1, math.ceil(target / (r2 / workers))) if r2 > 0 else 0
+            lines.append("cheaper transform: at --crop %d the same %d worker%s %s samples/s "
+                         "(measured, %.1fx): %s" %
+                         (c2, workers, " delivers" if workers == 1 else "s deliver", fmt_rate(r2),
+                          r2 / L if L else 0,
+                          "enough for the same target" if r2 >= target else
+                          "the same target then needs --workers %d" % n2) +
+                         "; a smaller input changes the model's cost too: re-run ldprobe with "
+                         "--crop %d" % c2)
+        if L >= 1.5 * C or (L > 2 * A and host):
+            lines.append("the loader alone makes %s samples/s but delivered %s in the run: "
+                         "%s" % (fmt_rate(L), fmt_rate(A),
+                                 "decode workers and host ranks share %d cores" % cores if host
+                                 else "look at ring depth (--slots) and --prefetch"))
+    elif verdict == "communication-limited":
+        share = causes[verdict]
+        comm_ms = share * step_ms
+        why.append("exposed allreduce %.0f%% of each step (%.1f ms of %.1f ms, the least "
+                   "exposed rank)" % (100 * share, comm_ms, step_ms))
+        rest = step_ms - comm_ms
+        k_ok = None
+        for k in (2, 4, 8, 16, 32):
+            if rest > 0 and comm_ms / (k * rest + comm_ms) <= LOST_MIN:
+                k_ok = k
+                break
+        if k_ok:
+            lines.append("larger batch: the allreduce costs the same per step, so --batch %d "
+                         "(or --accum %d) brings its share to about %.0f%%" %
+                         (a.batch * k_ok, k_ok, 100 * comm_ms / (k_ok * rest + comm_ms)))
+        else:
+            lines.append("larger batch: even --batch %d (or --accum 32) leaves about %.0f%% "
+                         "exposed: the allreduce itself has to get faster (network, backend)" %
+                         (a.batch * 32, 100 * comm_ms / (32 * rest + comm_ms) if rest > 0 else 100))
+        params, nb = real.get("params"), real.get("buckets")
+        if params and nb and comm_ms > 0:
+            mb = params * 4 / 2**20
+            cap = a.bucket_mb
+            bw = mb / (comm_ms / 1e3)   # MiB/s, were the exposed time all transfer
+            if bw < LATENCY_BOUND_MIBS:
+                s = ("buckets: the gradient is %.2f MiB in %d bucket%s and %.1f ms of allreduce "
+                     "stays exposed: %.0f MiB/s, far below any link, so the cost is per call "
+                     "(latency; a slow or shared network), not volume" %
+                     (mb, nb, "" if nb == 1 else "s", comm_ms, bw))
+                s += ("; fewer, larger buckets: --bucket-mb %.3g" % max(cap * 2, mb)
+                      if nb > 1 else "; bucket size will not hide it, fewer allreduces per "
+                      "sample will (the batch above)")
+            elif nb == 1:
+                s = ("buckets: the whole gradient (%.2f MiB) is one bucket, so its allreduce "
+                     "starts only when backward ends: --bucket-mb %.3g (about 4 buckets) lets "
+                     "it overlap backward" % (mb, max(mb / 4, 0.01)))
+            else:
+                s = ("buckets: %d buckets of about %.2f MiB (cap %g MiB): --bucket-mb %.3g "
+                     "starts the allreduce earlier in backward" % (nb, mb / nb, cap, cap / 2))
+            lines.append(s + (" (pass it with --trainer-args)" if "--bucket-mb" in s else ""))
+        if compute.get("shares") and compute["shares"]["comm"] >= LOST_MIN:
+            lines.append("the compute ceiling (no loader) shows the same: exposed allreduce "
+                         "%.0f%% there" % (100 * compute["shares"]["comm"]))
+    elif verdict == "straggler-limited":
+        an_slow, an_fast = an["slow"], an["fast"]
+        cs = an["per"][an_slow]["compute_us"] / 1e3
+        cf = an["per"][an_fast]["compute_us"] / 1e3
+        why.append("rank %d computes %.2fx as long as rank %d (%.1f ms vs %.1f ms per step, the "
+                   "slowest in %.0f%% of the steps); the other ranks wait for it in the allreduce "
+                   "%.0f%% of their time" % (an_slow, an["imbalance"], an_fast, cs, cf,
+                                            100 * an["slow_consistency"], 100 * an["wait_for_slow"]))
+        est = A * step_ms / (step_ms - causes[verdict] * step_ms) if causes[verdict] < 1 else A
+        est = min(est, L)   # and no faster than the loader feeds it
+        lines.append("straggler: rank %d's compute takes %.2fx as long as rank %d's: a slower "
+                     "or shared device (check what else runs on it, its clocks and temperature, "
+                     "nvidia-smi); with rank %d at the others' pace the job would reach about "
+                     "%s samples/s (%.0f%% more)" % (an_slow, an["imbalance"], an_fast, an_slow,
+                                                   fmt_rate(est), 100 * (est / A - 1) if A else 0))
+    else:
+        why.append("compute takes %.0f%% of the step time; data wait, exposed copy, allreduce and "
+                   "rank imbalance each cost less than %.0f%%" %
+                   (100 * (an["job"]["compute"] if an else (real["shares"] or {}).get("compute", 0)),
+                    100 * LOST_MIN))
+        if L < 1.3 * A:
+            lines.append("headroom: the loader ceiling (%s/s) is only %.0f%% above the actual "
+                         "rate: a faster model or more ranks will make it the limit" %
+                         (fmt_rate(L), 100 * (L / A - 1) if A else 0))
+        else:
+            lines.append("the loader has %.1fx headroom (%s/s alone); to go faster, make compute "
+                         "faster (device, model) or add ranks" % (L / A if A else 0, fmt_rate(L)))
+    # compute slower beside the loader than alone: the device (or the host's cores) is shared
+    c_alone = compute_ms_per_step(compute)
+    if an and c_alone > 0 and an["compute_us"] / 1e3 >= 1.25 * c_alone:
+        lines.append("compute per step takes %.1f ms in the real run but %.1f ms without the "
+                     "loader (%.2fx): %s" %
+                     (an["compute_us"] / 1e3, c_alone, an["compute_us"] / 1e3 / c_alone,
+                      "decode workers and host ranks share this host's %d cores" % cores if host
+                      else "something else runs on the devices during the real run"))
+    # copies that do not overlap, whatever the verdict
+    copy = an["job"]["copy"] if an else (real["shares"] or {}).get("copy", 0)
+    if copy >= COPY_MIN:
+        pf = a.prefetch or 2
+        lines.append("copies: exposed H2D copy %.0f%% of the step: raise --prefetch to %d "
+                     "(now %d) and the ring depth --slots to at least %d" %
+                     (100 * copy, min(PREFETCH_MAX, pf + 2), pf, min(PREFETCH_MAX, pf + 2) + 2))
+    if an and an["job"]["gap"] >= 0.10:
+        lines.append("%.0f%% of the step time is in no phase of the trace%s" %
+                     (100 * an["job"]["gap"], " (on the host device the copy out of the ring is a "
+                      "memcpy the trainer does not attribute)" if host else ""))
+    ceilings = ("the ceilings agree: the %s ceiling is the lower one" % lower
+                if (lower == "loader") == (verdict == "loader-limited") else
+                "the lower ceiling is %s (%s/s vs %s/s)" % (lower, fmt_rate(min(L, C)),
+                                                             fmt_rate(max(L, C))))
+    return verdict, why, ceilings, lines
+
+
+# ---- the picture ----
+
+def svg_report(path, a, ld, loader, compute, real, ranks, an, verdict, why):
+    W = 980
+    left = 120
+    right = 20
+    plot_w = W - left - right
+    row_h, row_gap = 22, 8
+    out = []
+    y = 0
+
+    def text(x, yy, s, size=12, anchor="start", weight="normal", fill="#222"):
+        out.append('<text x="%.1f" y="%.1f" font-size="%d" text-anchor="%s" font-weight="%s" '
+                   'fill="%s">%s</text>' % (x, yy, size, anchor, weight, fill, escape(str(s))))
+
+    def rect(x, yy, w, h, fill, title=None, extra=""):
+        t = "<title>%s</title>" % escape(title) if title else ""
+        out.append('<rect x="%.2f" y="%.2f" width="%.2f" height="%.2f" fill="%s"%s>%s</rect>' %
+                   (x, yy, max(w, 0.0), h, fill, extra, t))
+
+    y += 24
+    text(10, y, "ldprobe: %s - %s, crop %d, batch %d x %d rank%s: %s" %
+         (os.path.basename(a.dataset), a.model, a.crop, a.batch, a.ranks,
+          "" if a.ranks == 1 else "s", verdict), 16, weight="bold")
+    y += 18
+    text(10, y, "loaderd %d worker%s; device %s; %s samples/s actual, AU %.2f" %
+         (ld.workers or 0, "" if ld.workers == 1 else "s", real.get("device", "?"),
+          fmt_rate(real["rate"]), real["au"]), 12, fill="#555")
+    for line in textwrap.wrap(verdict + ": " + "; ".join(why), 150):
+        y += 16
+        text(10, y, line, 12, fill="#222")
+    # legend
+    y += 22
+    x = 10
+    for p in PHASES + ("gap",):
+        rect(x, y - 10, 12, 12, COLOUR[p])
+        text(x + 16, y, LABEL[p], 12)
+        x += 16 + 8 * len(LABEL[p]) + 18
+
+    # step timeline
+    y += 28
+    if an:
+        steps = an["steps"]
+        off = align(ranks, steps)
+        n_show = min(40, len(steps))
+        first = (len(steps) - n_show) // 2
+        show = steps[first:first + n_show]
+        t0 = min(ranks[r][show[0]]["start"] - off[r] for r in an["ranks"])
+        t1 = max(ranks[r][show[-1]]["start"] - off[r] +
+                 sum(ranks[r][show[-1]][p] for p in PHASES) for r in an["ranks"])
+        span = max(t1 - t0, 1e-3)
+        text(10, y, "Step timeline, steps %d-%d of the measured run (%.1f ms; ranks aligned on "
+             "the end of the allreduce)" % (show[0], show[-1], span / 1e3), 13, weight="bold")
+        y += 12
+        sx = plot_w / span
+        for r in an["ranks"]:
+            out.append('<g class="rank-row" data-rank="%d">' % r)
+            text(left - 8, y + row_h - 6, "rank %d" % r, 12, anchor="end")
+            rect(left, y, plot_w, row_h, COLOUR["gap"])
+            for s in show:
+                rec = ranks[r].get(s)
+                if not rec:
+                    continue
+                t = rec["start"] - off[r]
+                for p in PHASES:
+                    d = rec[p]
+                    if d > 0:
+                        x0 = max(t, t0)
+                        x1 = min(t + d, t1)
+                        if x1 > x0:
+                            rect(left + (x0 - t0) * sx, y, (x1 - x0) * sx, row_h, COLOUR[p],
+                                 "rank %d step %d: %s %.2f ms" % (r, s, LABEL[p], d / 1e3))
+                    t += d
+                x = left + (rec["start"] - off[r] - t0) * sx
+                if left < x < left + plot_w:   # where each step begins
+                    out.append('<line x1="%.2f" y1="%.1f" x2="%.2f" y2="%.1f" stroke="#fff" '
+                               'stroke-width="1"/>' % (x, y, x, y + row_h))
+            out.append("</g>")
+            y += row_h + row_gap
+        # time axis
+        for i in range(6):
+            xx = left + plot_w * i / 5
+            out.append('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#888"/>' %
+                       (xx, y - row_gap, xx, y - row_gap + 4))
+            text(xx, y + 8, "%.1f ms" % (span * i / 5 / 1e3), 10, anchor="middle", fill="#555")
+        y += 30
+        # shares per rank
+        text(10, y, "Share of step time per rank (warm-up left out, %d steps)" % len(steps), 13,
+             weight="bold")
+        y += 12
+        for r in an["ranks"]:
+            sh = an["per"][r]["share"]
+            text(left - 8, y + 14, "rank %d" % r, 12, anchor="end")
+            x = left
+            for p in PHASES + ("gap",):
+                w = plot_w * sh[p]
+                rect(x, y, w, 18, COLOUR[p], "rank %d: %s %.1f%%" % (r, LABEL[p], 100 * sh[p]))
+                if w > 34:
+                    text(x + w / 2, y + 13, "%.0f%%" % (100 * sh[p]), 11, anchor="middle",
+                         fill="#fff" if p != "gap" else "#333")
+                x += w
+            y += 18 + 6
+        y += 18
+    else:
+        text(10, y, "no step timeline: the trace was missing or too short", 12, fill="#a00")
+        y += 24
+
+    # ceilings and the actual rate
+    text(10, y, "Throughput, samples/s", 13, weight="bold")
+    y += 12
+    bars = [("loader ceiling", loader["rate"], "#8c564b"), ("compute ceiling", compute["rate"],
+            "#2ca02c"), ("actual", real["rate"], "#17becf")]
+    top = max(b[1] for b in bars) or 1.0
+    bar_w = plot_w - 90
+    for name, v, col in bars:
+        out.append('<g class="rate-bar" data-name="%s">' % escape(name))
+        text(left - 8, y + 15, name, 12, anchor="end")
+        rect(left, y, bar_w * v / top, 20, col, "%s: %.1f samples/s" % (name, v))
+        text(left + bar_w * v / top + 6, y + 15, fmt_rate(v), 12)
+        out.append("</g>")
+        y += 26
+    y += 10
+    text(10, y, "AU = compute / wall time, warm-up excluded. Verdict: %s." % verdict, 12,
+         fill="#555")
+    y += 16
+    head = ('<?xml version="1.0" encoding="UTF-8"?>\n<svg xmlns="http://www.w3.org/2000/svg" '
+            'width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif">\n'
+            '<rect width="100%%" height="100%%" fill="#fff"/>\n' % (W, y, W, y))
+    with open(path, "w") as f:
+        f.write(head + "\n".join(out) + "\n</svg>\n")
+
+
+# ---- main ----
+
+def pos_int(lo, hi):
+    def conv(s):
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError("'%s' is not a whole number" % s)
+        if v < lo or v > hi:
+            raise argparse.ArgumentTypeError("%d is not in %d..%d" % (v, lo, hi))
+        return v
+    return conv
+
+
+def pos_float(lo, hi):
+    def conv(s):
+        try:
+            v = float(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError("'%s' is not a number" % s)
+        if not (lo <= v <= hi):
+            raise argparse.ArgumentTypeError("%g is not in %g..%g" % (v, lo, hi))
+        return v
+    return conv
+
+
+def parse_args(argv):
+    ncpu = os.cpu_count() or 1
+    p = argparse.ArgumentParser(
+        prog="ldprobe", formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="ldprobe --dataset D.dpk [--model M] [--crop N] [--batch B] [--ranks N] "
+              "[--workers N | --socket PATH] [--seconds S] [--out DIR] [options]",
+        description=(
+            "Why doesn't adding GPUs make training faster? Measures in one go\n"
+            "  1. the loader ceiling: loaderd alone, every rank's ring drained as fast as it fills;\n"
+            "  2. the compute ceiling: trainer --synthetic (no loader), same model, batch, crop, ranks;\n"
+            "  3. the real run: trainer through loaderd, per-step attribution and --trace,\n"
+            "and prints the three rates, AU, the verdict (loader-, compute-, communication- or\n"
+            "straggler-limited) and what to change, with numbers. Writes report.txt, timeline.svg\n"
+            "(per-rank step timeline and the ceilings), trace.json and the logs into --out DIR.\n"
+            "Starts its own loaderd on a private socket (--workers N) unless --socket is given,\n"
+            "and always stops what it started. The last line is\n"
+            "  ldprobe: loader_per_s=X compute_per_s=Y actual_per_s=Z au=A verdict=V"),
+        epilog="Exit status: 0 measured, 1 runtime error (the failing program's log is shown), "
+               "2 bad usage.")
+    p.add_argument("--dataset", required=True, metavar="D.dpk", help="packed dataset (dpack)")
+    p.add_argument("--model", default="mlp", metavar="M",
+                   help="trainer model: mlp, mlp:hidden=N, synthetic:resnet50, "
+                        "synthetic:flops=F,params=P (default mlp)")
+    p.add_argument("--crop", type=pos_int(1, 8192), default=224, metavar="N",
+                   help="image side, the transform (RandomResizedCrop + flip) (default 224)")
+    p.add_argument("--batch", type=pos_int(1, 65536), default=64, metavar="B",
+                   help="samples per rank per step (default 64)")
+    p.add_argument("--ranks", type=pos_int(1, 4096), default=1, metavar="N",
+                   help="trainer ranks (mpirun -np N; default 1)")
+    p.add_argument("--workers", type=pos_int(1, 1024), default=None, metavar="N",
+                   help="decode workers of ldprobe's own loaderd (default: all cores, here %d)"
+                        % ncpu)
+    p.add_argument("--socket", metavar="PATH",
+                   help="use the loaderd already serving on PATH instead of starting one "
+                        "(its workers are what is measured; it is left running)")
+    p.add_argument("--slots", type=pos_int(2, 1024), default=None, metavar="N",
+                   help="ring depth asked of loaderd (default: loaderd's)")
+    p.add_argument("--prefetch", type=pos_int(1, PREFETCH_MAX), default=None, metavar="N",
+                   help="trainer --prefetch (default: the trainer's, 2)")
+    p.add_argument("--device", choices=("cuda", "host"), default=None,
+                   help="trainer device (default: the trainer's: cuda when a GPU is visible)")
+    p.add_argument("--seconds", type=pos_float(0.5, 3600), default=5.0, metavar="S",
+                   help="measured time of each of the three runs (default 5)")
+    p.add_argument("--seed", type=pos_int(0, 2**62), default=1, metavar="S",
+                   help="sampling seed (default 1)")
+    p.add_argument("--trainer-args", default="", metavar="'ARGS'",
+                   help="more trainer options for both trainer runs, e.g. '--bucket-mb 4' or the "
+                        "test knobs '--inject-slow-rank 1:3', '--inject-comm-delay-ms 20' "
+                        "(a single word: --trainer-args=--WORD)")
+    p.add_argument("--io", choices=("auto", "buffered", "pread"), default=None,
+                   help="loaderd --io of ldprobe's own loaderd")
+    p.add_argument("--mpirun", metavar="'CMD'", default=None,
+                   help="launcher, given -np N after it (default: mpirun; for Open MPI with "
+                        "--oversubscribe --bind-to none)")
+    p.add_argument("--out", default="ldprobe-report", metavar="DIR",
+                   help="report directory, created if missing (default ./ldprobe-report)")
+    p.add_argument("--timeout", type=pos_float(10, 86400), default=None, metavar="S",
+                   help="longest a single trainer run may take (default max(120, 20 x --seconds))")
+    p.add_argument("--bin", metavar="DIR", default=None,
+                   help="where loaderd, trainer, ldcat and loaderctl are (default: next to "
+                        "ldprobe, else build/bin)")
+    a = p.parse_args(argv)
+
+    def usage_error(msg):
+        p.print_usage(sys.stderr)
+        print("ldprobe: error: %s" % msg, file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+    if a.socket and (a.workers or a.io):
+        usage_error("--workers and --io configure ldprobe's own loaderd: not with --socket")
+    if not os.path.isfile(a.dataset):
+        usage_error("--dataset %s: no such file" % a.dataset)
+    try:
+        a.trainer_args_list = shlex.split(a.trainer_args)
+    except ValueError as e:
+        usage_error("--trainer-args: %s" % e)
+    if a.socket and not os.path.exists(a.socket):
+        usage_error("--socket %s: no such socket (is loaderd running?)" % a.socket)
+    a.workers = a.workers or (None if a.socket else ncpu)
+    a.dataset_abs = os.path.realpath(a.dataset)
+    a.timeout = a.timeout or max(120.0, 20 * a.seconds)
+    # what the trainer will use, for the advice (a later occurrence wins, as with getopt)
+    a.bucket_mb = 25.0
+    ta = a.trainer_args_list
+    for i, w in enumerate(ta):
+        if w.startswith("--bucket-mb"):
+            v = w.split("=", 1)[1] if "=" in w else (ta[i + 1] if i + 1 < len(ta) else "")
+            try:
+                a.bucket_mb = float(v)
+            except ValueError:
+                pass
+        if w.startswith("--prefetch"):
+            v = w.split("=", 1)[1] if "=" in w else (ta[i + 1] if i + 1 < len(ta) else "")
+            try:
+                a.prefetch = int(v)
+            except ValueError:
+                pass
+    # programs
+    here = os.path.dirname(os.path.realpath(__file__))
+    cands = [a.bin] if a.bin else [here, os.path.join(here, "..", "build", "bin"),
+                                   os.path.join("build", "bin")]
+    for d in cands:
+        if os.access(os.path.join(d, "trainer"), os.X_OK):
+            a.bin = d
+            break
+    else:
+        print("ldprobe: trainer not found in %s (build with make, or give --bin DIR)" %
+              ", ".join(cands), file=sys.stderr)
+        sys.exit(1)
+    for prog in ("trainer", "loaderd", "ldcat", "loaderctl"):
+        path = os.path.join(a.bin, prog)
+        if not os.access(path, os.X_OK):
+            print("ldprobe: %s not found (build with make, or give --bin DIR)" % path,
+                  file=sys.stderr)
+            sys.exit(1)
+        setattr(a, "bin_" + prog, path)
+    a.mpirun_extra = []
+    if a.ranks > 1 and not a.mpirun:
+        if not shutil.which("mpirun"):
+            print("ldprobe: --ranks %d needs mpirun (or --mpirun 'CMD')" % a.ranks,
+                  file=sys.stderr)
+            sys.exit(1)
+        try:
+            v = subprocess.run(["mpirun", "--version"], capture_output=True, text=True,
+                               timeout=20).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            v = ""
+        if "Open MPI" in v or "OpenRTE" in v:
+            # ranks + decode workers > cores is the common case; pinning each rank to one core
+            # would make a rank that shares its core with a decode worker look like a straggler
+            a.mpirun_extra = ["--oversubscribe", "--bind-to", "none"]
+    return a
+
+
+def dataset_classes(a):
+    """Classes as the trainer derives them: the class table, else the largest label + 1."""
+    try:
+        r = subprocess.run([os.path.join(a.bin, "dpack"), "inspect", "--json", a.dataset],
+                           capture_output=True, text=True, timeout=60)
+        d = json.loads(r.stdout)
+        n = len(d.get("classes") or [])
+        if n < 2:
+            n = int(d.get("labels", {}).get("max", 1)) + 1
+        return max(2, n), d
+    except (OSError, ValueError, subprocess.TimeoutExpired, AttributeError, TypeError):
+        return None, None
+
+
+def main(argv):
+    a = parse_args(argv)
+    os.makedirs(a.out, exist_ok=True)
+    children = Children()
+    ld = Loaderd(a, children, a.out)
+
+    def on_signal(sig, frame):
+        # once: a second signal must not cut the clean-up short
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_IGN)
+        raise Interrupted()
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, on_signal)
+    try:
+        a.classes, info = dataset_classes(a)
+        trace = os.path.join(a.out, "trace.json")
+        if os.path.exists(trace):
+            os.unlink(trace)
+        if not a.mpirun:
+            preflight(a, children)
+        ld.start()
+        say("loaderd %s (decode workers: %s); measuring the loader ceiling (%.1f s)" %
+            ("started on a private socket" if ld.private else "on " + ld.sock,
+             ld.workers or "?", a.seconds))
+        loader = measure_loader(a, ld, children, a.crop, a.seconds, "ceiling")
+        if loader["rate"] <= 0:
+            raise Failure("loader ceiling: loaderd delivered nothing in %.1f s" % a.seconds)
+        say("loader ceiling %s samples/s; measuring the compute ceiling (trainer --synthetic)" %
+            fmt_rate(loader["rate"]))
+        compute = measure_compute(a, children)
+        say("compute ceiling %s samples/s; the real run through loaderd" % fmt_rate(compute["rate"]))
+        est = min(loader["rate"], compute["rate"])
+        steps = int(min(1_000_000, max(20, math.ceil(a.seconds * est / (a.batch * a.ranks)))))
+        warm = warmup_for(steps)
+        job = "ldprobe-%d-real" % os.getpid()
+        ld.jobs.append(job)
+        extra = ["--socket", ld.sock, "--dataset", a.dataset_abs, "--job", job, "--trace", trace]
+        if a.slots:
+            extra += ["--slots", a.slots]
+        if a.prefetch:
+            extra += ["--prefetch", a.prefetch]
+        real = run_trainer(a, children, extra, steps + warm, warm, "real", a.timeout)
+        ld.stop_job(job)
+        ld.jobs.remove(job)
+        an = None
+        ranks = {}
+        try:
+            ranks = load_trace(trace, real.get("warmup", warm))
+            an = analyse(ranks)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            say("the trace %s could not be read (%s): attribution from the trainer's report" %
+                (trace, e))
+        # a cheaper transform, measured, when the loader is the limit
+        cheaper = None
+        pre_verdict, _, _, _ = diagnose(a, ld, loader, compute, real, an, None)
+        if pre_verdict == "loader-limited" and a.crop >= 32:
+            c2 = a.crop // 2
+            say("loader-limited: measuring the loader at --crop %d" % c2)
+            cheaper = (c2, measure_loader(a, ld, children, c2, max(1.0, a.seconds / 2),
+                                          "crop%d" % c2)["rate"])
+    except Interrupted:
+        say("interrupted; stopping what was started")
+        children.stop_all()
+        ld.stop()
+        return 130
+    except Failure as e:
+        print("ldprobe: %s" % e, file=sys.stderr)
+        children.stop_all()
+        ld.stop()
+        return e.code
+    finally:
+        children.stop_all()
+        ld.stop()
+
+    verdict, why, ceilings, advice = diagnose(a, ld, loader, compute, real, an, cheaper, info)
+    L, C, A = loader["rate"], compute["rate"], real["rate"]
+    rep = []
+    w = ld.workers or 0
+    rep.append("ldprobe: %s (%s samples, %s classes), model %s, crop %d, batch %d x %d rank%s, "
+               "device %s" % (a.dataset, info.get("samples", "?") if info else "?",
+                              a.classes or "?", a.model, a.crop, a.batch, a.ranks,
+                              "" if a.ranks == 1 else "s", real.get("device", "?")))
+    rep.append("  loaderd: %d decode worker%s (%s)%s" %
+               (w, "" if w == 1 else "s", "private, started by ldprobe" if ld.private else
+                "on " + ld.sock, ("; trainer options: " + a.trainer_args) if a.trainer_args else ""))
+    if ld.busy_ranks:
+        rep.append("  (that loaderd was serving %d other rank%s when ldprobe started: the "
+                   "ceilings and the run share its workers with them)" %
+                   (ld.busy_ranks, "" if ld.busy_ranks == 1 else "s"))
+    rep.append("")
+    rep.append("  loader ceiling  %10.1f samples/s  loaderd alone, %d ring%s drained (%s per "
+               "worker; workers busy %.0f%%, decoding %.0f%% of that)" %
+               (L, a.ranks, "" if a.ranks == 1 else "s", fmt_rate(L / w) if w else "?",
+                100 * loader["busy"], 100 * loader["decode_share"]))
+    rep.append("  compute ceiling %10.1f samples/s  trainer --synthetic, no loader (AU %.2f)" %
+               (C, compute["au"]))
+    rep.append("  actual          %10.1f samples/s  trainer through loaderd, %s steps, %.1f s "
+               "(AU %.2f)" % (A, real.get("steps", "?"), real.get("wall", 0), real["au"]))
+    rep.append("  actual / lower ceiling: %.0f%%; %s" % (100 * A / min(L, C), ceilings))
+    if A > 1.1 * min(L, C):
+        rep.append("  (the actual rate is above a ceiling: the three runs are measured one after "
+                   "the other, and the load on this machine changed between them; a longer "
+                   "--seconds averages more)")
+    rep.append("")
+    sh = real["shares"]
+    if sh:
+        rep.append("time per step (trainer, average rank): data wait %.1f%%, exposed copy %.1f%%, "
+                   "compute %.1f%%, exposed allreduce %.1f%%, optimizer %.1f%%" %
+                   tuple(100 * sh[p] for p in PHASES))
+    if an:
+        for r in an["ranks"]:
+            s = an["per"][r]["share"]
+            rep.append("  rank %d: data %.1f%%, copy %.1f%%, compute %.1f%%, allreduce %.1f%%, "
+                       "optimizer %.1f%%, unattributed %.1f%%; %.2f ms per step, compute %.2f ms" %
+                       (r, *(100 * s[p] for p in PHASES + ("gap",)), an["per"][r]["step_us"] / 1e3,
+                        an["per"][r]["compute_us"] / 1e3))
+        if len(an["ranks"]) > 1:
+            rep.append("  per step, from the trace: worst rank's data wait + copy %.1f%%, least "
+                       "exposed allreduce %.1f%%; compute, slowest rank %d / fastest rank %d: "
+                       "%.2fx (the slowest in %.0f%% of the steps)" %
+                       (100 * an["loader"], 100 * an["comm"], an["slow"], an["fast"],
+                        an["imbalance"], 100 * an["slow_consistency"]))
+    rep.append("")
+    rep.append("verdict: %s%s" % (verdict, "" if real["verdict"] == verdict else
+                                  " (the trainer's own verdict: %s)" % real["verdict"]))
+    for x in why:
+        rep.append("  " + x)
+    rep.append("advice:")
+    for x in advice:
+        rep.append("  - " + x)
+    rep.append("files: %s" % ", ".join(os.path.join(a.out, f) for f in
+                                        ("report.txt", "timeline.svg", "trace.json")))
+    rep.append("ldprobe: loader_per_s=%.1f compute_per_s=%.1f actual_per_s=%.1f au=%.3f verdict=%s"
+               % (L, C, A, real["au"], verdict))
+    text = "\n".join(rep) + "\n"
+    try:
+        with open(os.path.join(a.out, "report.txt"), "w") as f:
+            f.write(text)
+        svg_report(os.path.join(a.out, "timeline.svg"), a, ld, loader, compute, real, ranks, an,
+                   verdict, why)
+    except OSError as e:
+        print("ldprobe: writing the report into %s: %s" % (a.out, e), file=sys.stderr)
+        sys.stdout.write(text)
+        return 1
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
