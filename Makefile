@@ -88,8 +88,9 @@ test-unit: $(TESTS)
 test-san:
 	$(Q)$(MAKE) --no-print-directory SAN=address,undefined BUILD=build/san test-unit
 
-test-gpu: all
-	$(Q)BUILD=$(BUILD) sh tests/run.sh $(sort $(wildcard $(BUILD)/tests/gpu_*))
+# GPU tests (tests/module.mk): each exits 77 (SKIP) without a GPU or in a build without CUDA.
+test-gpu: all $(GPU_TESTS)
+	$(Q)BUILD=$(BUILD) sh tests/run.sh $(GPU_TESTS) $(GPU_SCRIPTS)
 
 check: test
 

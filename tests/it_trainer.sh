@@ -165,7 +165,7 @@ check "data came from loaderd: both ranks attached" [ "$(grep -c "rank [01]/2 at
 last=$(tail -n 1 "$T/learn.out")
 echo "# $last"
 check "last line: trainer: samples_per_s=X au=Y verdict=Z" matches "$last" \
-	'^trainer: samples_per_s=[0-9]+(\.[0-9]+)? au=[0-9]+(\.[0-9]+)? verdict=(loader|compute|communication)-limited$'
+	'^trainer: samples_per_s=[0-9]+(\.[0-9]+)? au=[0-9]+(\.[0-9]+)? verdict=(loader|compute|communication|straggler)-limited$'
 [ $rc -eq 0 ] && [ -n "$acc" ] || { show "$T/learn.err"; show "$T/learn.out"; }
 
 # ---- loaderd killed under a running job: the ranks exit with a message ----

@@ -28,3 +28,22 @@ build/fuzz/%: tests/%.c $(FUZZ_LIBSRC) | $(DEPS_STAMP)
 	$(Q)$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
 		-o $@ $< $(FUZZ_LIBSRC) -lxxhash -lzstd -lm -pthread
 fuzz: $(FUZZ_BINS)
+
+# GPU tests (`make test-gpu`; not in TESTS, so `make test` never runs them): tests/gpu_NAME.c is
+# one plain C program, linked like build/bin/trainer: libtrainer.a (the CUDA device and NCCL when
+# nvcc was found, else nocuda.o, whose trn_dev_cuda_open says -ENODEV so that every test exits
+# 77), MPI and OpenBLAS. With CUDA they may call the CUDA runtime directly (TRN_TEST_CUDA, e.g.
+# cudaMallocHost for the H2D baseline). tests/gpu_*.sh run after them; they find the binaries
+# through $BUILD. `make all` builds them too, so that a bundle for the GPU machine has them.
+GPU_SRC := $(if $(TRN_LIB),$(wildcard tests/gpu_*.c))
+GPU_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(GPU_SRC))
+GPU_SCRIPTS := $(sort $(wildcard tests/gpu_*.sh))
+$(BUILD)/obj/tests/gpu_%.o: override CFLAGS += $(MPI_CFLAGS)
+ifneq ($(filter %.cu.o,$(TRAINER_GPU_OBJ)),)
+$(BUILD)/obj/tests/gpu_%.o: override CPPFLAGS += -DTRN_TEST_CUDA -I$(CUDA_HOME)/include
+endif
+$(GPU_TESTS): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TRN_LIB) $(LIBS)
+	$(Q)mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TRN_LIB) $(LINKLIBS) $(SYSLIBS) $(TRN_SYSLIBS)
+all: $(GPU_TESTS)

@@ -491,6 +491,13 @@ int main(int argc, char **argv)
 	if (o.synthetic || o.steps)
 		micro_total = (uint64_t)o.steps * (uint64_t)o.accum;
 
+	if (!o.synthetic && (uint32_t)d.depth > d.info.ring->slots) {
+		/* holding more batches than the ring has slots would wait for a slot forever */
+		if (g_rank == 0)
+			LOG_WARN("--prefetch %d needs %d ring slots; the ring has %u: prefetching %u",
+				 o.prefetch, d.depth, d.info.ring->slots, d.info.ring->slots - 1);
+		d.depth = (int)d.info.ring->slots;
+	}
 	d.hw = calloc((size_t)d.depth * 65536, sizeof(float));
 	for (int k = 0; k < d.depth; k++) {
 		d.img[k] = dev->ops->alloc(dev, d.sample_bytes * (size_t)o.batch);
@@ -555,8 +562,10 @@ int main(int argc, char **argv)
 			t_begin = r.start_ns;
 		if (!o.synthetic) {
 			/* keep `prefetch` copies in flight ahead of this step */
-			while (!d.done && d.issued < d.consumed + (uint64_t)d.depth)
+			while (!d.done && d.issued < d.consumed + (uint64_t)d.depth) {
+				release_copied(&d);  /* slots whose bytes are on the device already */
 				issue_next(&d, &r.ns[PH_DATA], &r.ns[PH_H2D]);
+			}
 			if (d.consumed == d.issued)
 				break;  /* end of the job */
 			k = (int)(d.consumed % (uint64_t)d.depth);

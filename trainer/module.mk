@@ -18,6 +18,8 @@ $(BUILD)/obj/%.cu.o: %.cu | $(DEPS_STAMP)
 	$(Q)mkdir -p $(@D)
 	$(if $(Q),@echo "  NVCC    $<")
 	$(Q)$(NVCC) -std=c++17 -O2 -arch=sm_90 -I. $(MPI_CFLAGS) -Xcompiler -Wall,-Wextra -MMD -MP -c $< -o $@
+# flags live here: objects compiled with older ones (e.g. without -arch=sm_90) are rebuilt
+$(TRAINER_GPU_OBJ): trainer/module.mk
 else
 TRAINER_GPU_OBJ := $(BUILD)/obj/trainer/nocuda.o
 endif
