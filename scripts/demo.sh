@@ -1,5 +1,6 @@
 #!/bin/sh
-# demo.sh - `make demo`: generate a small ImageNet-like dataset, pack it, start loaderd, train a
+# demo.sh - `make demo`: generate a small ImageNet-like dataset, pack it, start loaderd (one decode
+# worker by default, DEMO_WORKERS to change it), train a
 # 2-rank mlp through it (mpirun; the GPU when there is one, else the host device) for about half
 # a minute, print the diagnosis, and stop loaderd. Leaves nothing running.
 set -eu
@@ -23,8 +24,8 @@ echo "== dpack pack"
 "$BIN/dpack" pack "$D/tree" "$D/demo.dpk"
 "$BIN/dpack" verify "$D/demo.dpk"
 
-echo "== loaderd (2 decode workers) on $D/loaderd.sock"
-"$BIN/loaderd" --socket "$D/loaderd.sock" --workers 2 2>"$D/loaderd.log" &
+echo "== loaderd (1 decode worker: try --workers 2 and compare) on $D/loaderd.sock"
+"$BIN/loaderd" --socket "$D/loaderd.sock" --workers "${DEMO_WORKERS:-1}" 2>"$D/loaderd.log" &
 LPID=$!
 i=0
 while [ ! -S "$D/loaderd.sock" ]; do
