@@ -165,7 +165,7 @@ for f in "$O"/bin/*; do
 	[ -f "$f" ] && cp -p "$f" "$B/build/bin/"
 done
 cp -p "$O"/tests/gpu_* "$B/build/tests/"
-cp -p tests/run.sh "$B/tests/"
+cp -p tests/run.sh tests/lib.sh "$B/tests/"
 cp -p tests/gpu_*.sh "$B/tests/" 2>/dev/null || true
 cp -p scripts/gpu-run.sh "$B/gpu-run.sh"
 

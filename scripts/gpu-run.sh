@@ -44,6 +44,8 @@ else
 	ROOT=$(cd "$here/.." && pwd)
 fi
 cd "$ROOT" || exit 1
+# stop_loaderd and friends (the bundle carries tests/lib.sh too)
+. "$ROOT/tests/lib.sh"
 BUILD=build
 BIN=$BUILD/bin
 export BUILD
@@ -79,15 +81,6 @@ say() { echo "== $*"; }
 # sum LINE...: append to summary.txt (and show)
 sum() { printf '%s\n' "$*" | tee -a "$SUMMARY"; }
 fail() { echo "gpu-run: $*" >&2; failed="$failed $stage"; }
-stop_loaderd() {
-	[ -n "$LPID" ] || return 0
-	kill -TERM "$LPID" 2>/dev/null
-	i=0
-	while kill -0 "$LPID" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
-	kill -KILL "$LPID" 2>/dev/null
-	wait "$LPID" 2>/dev/null
-	LPID=""
-}
 trap 'stop_loaderd' EXIT
 trap 'exit 130' INT TERM HUP
 

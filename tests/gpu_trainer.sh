@@ -25,25 +25,9 @@ for b in trainer loaderd dsgen dpack; do
 	[ -x "$BIN/$b" ] || { echo "# $BIN/$b not built"; exit 1; }
 done
 T=$(mktemp -d /tmp/gpu_trainer.XXXXXX)
-LPID=""
-stop_loaderd() {
-	[ -n "$LPID" ] || return 0
-	kill -TERM "$LPID" 2>/dev/null
-	i=0
-	while kill -0 "$LPID" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
-	kill -KILL "$LPID" 2>/dev/null
-	wait "$LPID" 2>/dev/null
-	LPID=""
-}
+. "$(dirname "$0")/lib.sh"
 trap 'stop_loaderd; rm -rf "$T"' EXIT
 trap 'exit 130' INT TERM HUP
-fails=0 n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-no() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
-check() { desc=$1; shift; if "$@"; then ok "$desc"; else no "$desc"; fi; }
-show() { [ -f "$1" ] && tail -n "${2:-15}" "$1" | sed 's/^/#   /'; }
-matches() { printf '%s\n' "$1" | grep -Eq "$2"; }
-lt() { python3 -c "import sys; sys.exit(not $1 < $2)"; }
 GUARD="timeout -k 5 300"
 if [ "${1:-}" = --self-check ]; then
 	echo "# --self-check: the host device stands in for CUDA; this checks the script, not the GPU"

@@ -6,11 +6,7 @@ set -u
 BIN=${BUILD:-build}/bin
 T=$(mktemp -d /tmp/it_dpack.XXXXXX)
 trap 'umount "$T/full" 2>/dev/null; rm -rf "$T"' EXIT
-fails=0 n=0
-
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-no() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
-check() { desc=$1; shift; if "$@"; then ok "$desc"; else no "$desc"; fi; }
+. "$(dirname "$0")/lib.sh"
 json() { python3 -c "import json,sys; d=json.load(open('$1')); print($2)"; }
 
 # ---- ImageFolder, with bad files mixed in ----

@@ -22,14 +22,7 @@ for p in ldprobe trainer loaderd ldcat loaderctl dsgen dpack; do
 done
 T=$(mktemp -d /tmp/it_ldprobe.XXXXXX)
 LPID="" PROBE_PID=""
-stop_pid() {
-	[ -n "$1" ] || return 0
-	kill -TERM "$1" 2>/dev/null
-	i=0
-	while kill -0 "$1" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
-	kill -KILL "$1" 2>/dev/null
-	wait "$1" 2>/dev/null
-}
+. "$(dirname "$0")/lib.sh"
 cleanup() {
 	stop_pid "$PROBE_PID"
 	stop_pid "$LPID"
@@ -37,12 +30,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
-fails=0 n=0
-
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-no() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
-check() { desc=$1; shift; if "$@"; then ok "$desc"; else no "$desc"; fi; }
-show() { [ -f "$1" ] && tail -n "${2:-20}" "$1" | sed 's/^/#   /'; }
+SHOW_LINES=20
 # No process whose command line holds the test directory (ldprobe's private socket, the
 # datasets and the report all live under it; TMPDIR points there).
 # The test's own loaderd ($LPID, in (a)) is not ldprobe's to stop.

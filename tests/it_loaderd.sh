@@ -8,23 +8,9 @@
 set -u
 BIN=${BUILD:-build}/bin
 T=$(mktemp -d /tmp/it_loaderd.XXXXXX)
-LPID=""
-stop_loaderd() {
-	[ -n "$LPID" ] || return 0
-	kill -TERM "$LPID" 2>/dev/null
-	i=0
-	while kill -0 "$LPID" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
-	kill -KILL "$LPID" 2>/dev/null
-	wait "$LPID" 2>/dev/null
-	LPID=""
-}
+. "$(dirname "$0")/lib.sh"
 trap 'stop_loaderd; rm -rf "$T"' EXIT
 trap 'exit 130' INT TERM HUP
-fails=0 n=0
-
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-no() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
-check() { desc=$1; shift; if "$@"; then ok "$desc"; else no "$desc"; fi; }
 
 # Start loaderd on $T/s.sock with extra options; its log goes to $T/$1.log. Waits until it serves.
 start_loaderd() {

@@ -20,27 +20,9 @@ command -v mpirun >/dev/null 2>&1 || { echo "# skip: no mpirun"; exit 77; }
 command -v python3 >/dev/null 2>&1 || { echo "# skip: no python3"; exit 77; }
 [ -x "$BIN/trainer" ] || { echo "# $BIN/trainer not built"; exit 1; }
 T=$(mktemp -d /tmp/it_trainer.XXXXXX)
-LPID=""
-stop_loaderd() {
-	[ -n "$LPID" ] || return 0
-	kill -TERM "$LPID" 2>/dev/null
-	i=0
-	while kill -0 "$LPID" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
-	kill -KILL "$LPID" 2>/dev/null
-	wait "$LPID" 2>/dev/null
-	LPID=""
-}
+. "$(dirname "$0")/lib.sh"
 trap 'stop_loaderd; rm -rf "$T"' EXIT
 trap 'exit 130' INT TERM HUP
-fails=0 n=0
-
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-no() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
-check() { desc=$1; shift; if "$@"; then ok "$desc"; else no "$desc"; fi; }
-# Show a file's tail as comments (after a failure).
-show() { [ -f "$1" ] && tail -n "${2:-15}" "$1" | sed 's/^/#   /'; }
-matches() { printf '%s\n' "$1" | grep -Eq "$2"; }
-lt() { python3 -c "import sys; sys.exit(not $1 < $2)"; }
 now() { date +%s.%N; }
 since() { python3 -c "print('%.1f' % ($(now) - $1))"; }
 # No process whose command line holds $1 (this script's own does not).

@@ -1,0 +1,30 @@
+# lib.sh - shared by the integration scripts (tests/it_*.sh, tests/gpu_*.sh, scripts/gpu-run.sh):
+# source it with `. "$(dirname "$0")/lib.sh"`. Functions only; nothing runs on load.
+
+fails=0 n=0
+# TAP-like checks: ok DESC, no DESC, check DESC COMMAND... (ok when COMMAND succeeds).
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+no() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
+check() { desc=$1; shift; if "$@"; then ok "$desc"; else no "$desc"; fi; }
+# show FILE [LINES]: a file's tail as comments (after a failure); SHOW_LINES sets the default.
+show() { [ -f "$1" ] && tail -n "${2:-${SHOW_LINES:-15}}" "$1" | sed 's/^/#   /'; }
+# matches TEXT ERE
+matches() { printf '%s\n' "$1" | grep -Eq "$2"; }
+# lt A B: A < B as numbers (floats too)
+lt() { python3 -c "import sys; sys.exit(not $1 < $2)"; }
+
+# stop_pid PID: SIGTERM, up to 5 s, then SIGKILL, and reap it. No-op when PID is empty.
+stop_pid() {
+	[ -n "$1" ] || return 0
+	kill -TERM "$1" 2>/dev/null
+	i=0
+	while kill -0 "$1" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+	kill -KILL "$1" 2>/dev/null
+	wait "$1" 2>/dev/null
+}
+# The test's loaderd is $LPID; stop_loaderd stops it and forgets it.
+LPID=""
+stop_loaderd() {
+	stop_pid "$LPID"
+	LPID=""
+}
