@@ -1,5 +1,6 @@
 /* main.c - loaderd: one per node. Serves jobs over a unix socket; each rank of a job gets its own
  * ring of decoded batches. Stays in the foreground and logs to stderr. */
+#include "common/args.h"
 #include "common/log.h"
 #include "loader/job.h"
 #include "shm/ldc.h"
@@ -49,41 +50,6 @@ static void usage(FILE *f)
 		sysconf(_SC_NPROCESSORS_ONLN));
 }
 
-static int parse_bytes(const char *s, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	uint64_t mul = 1;
-
-	if (errno || end == s || *s == '-')
-		return -1;
-	switch (*end) {
-	case 'K': case 'k': mul = 1ull << 10; end++; break;
-	case 'M': case 'm': mul = 1ull << 20; end++; break;
-	case 'G': case 'g': mul = 1ull << 30; end++; break;
-	case 'T': case 't': mul = 1ull << 40; end++; break;
-	}
-	if (*end == 'i' || *end == 'B')
-		end += *end == 'i' && end[1] == 'B' ? 2 : 1;
-	if (*end || v > UINT64_MAX / mul)
-		return -1;
-	*out = v * mul;
-	return 0;
-}
-
-static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-
-	if (errno || end == s || *end || *s == '-' || v < lo || v > hi)
-		return -1;
-	*out = (unsigned)v;
-	return 0;
-}
-
 static void notice(void *ctx, int level, const char *msg)
 {
 	(void)ctx;
@@ -124,15 +90,15 @@ int main(int argc, char **argv)
 			snprintf(path, sizeof(path), "%s", optarg);
 			break;
 		case 'w':
-			if (parse_uint(optarg, 1, 1024, &so.workers) < 0)
+			if (arg_uint(optarg, 1, 1024, &so.workers) < 0)
 				goto bad_value;
 			break;
 		case 'm':
-			if (parse_bytes(optarg, &so.mem_limit) < 0 || so.mem_limit == 0)
+			if (arg_bytes(optarg, 1, UINT64_MAX, &so.mem_limit) < 0)
 				goto bad_value;
 			break;
 		case 'n':
-			if (parse_uint(optarg, 2, RING_SLOTS_MAX, &so.default_slots) < 0)
+			if (arg_uint(optarg, 2, RING_SLOTS_MAX, &so.default_slots) < 0)
 				goto bad_value;
 			break;
 		case 'i':
@@ -155,7 +121,7 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'L':
-			if (parse_uint(optarg, 1, 86400 * 7, &linger) < 0)
+			if (arg_uint(optarg, 1, 86400 * 7, &linger) < 0)
 				goto bad_value;
 			break;
 		case 'l':

@@ -20,7 +20,9 @@
  * serves both waits (room in the window, slot ready); every change is broadcast. The first error
  * is kept in pool.err and stops everybody.
  */
+#include "common/args.h"
 #include "common/log.h"
+#include "common/tjcheck.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -335,21 +337,11 @@ static void usage(FILE *f)
 		CLASSES_MAX);
 }
 
-/* Strict unsigned decimal: digits only, no sign, no spaces, within [min, max]. */
+/* arg_u64, and a message that names the option. */
 static int parse_u64(const char *name, const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	if (s[0] < '0' || s[0] > '9')
-		goto bad;
-	v = strtoull(s, &end, 10);
-	if (errno || *end || v < min || v > max)
-		goto bad;
-	*out = v;
-	return 0;
-bad:
+	if (arg_u64(s, min, max, out) == 0)
+		return 0;
 	LOG_ERROR("--%s: '%s' is not an integer in %" PRIu64 "..%" PRIu64, name, s, min, max);
 	return -EINVAL;
 }
@@ -737,15 +729,6 @@ static void pool_fail(struct pool *p, int err)
 	pthread_cond_broadcast(&p->cond);
 	pthread_mutex_unlock(&p->lock);
 }
-
-/* TurboJPEG failures carry their message in the handle, not in errno. */
-#define TJCHECK(call, tj, ret, label) do { \
-	if ((call) < 0) { \
-		LOG_ERROR("%s:%d: %s: %s", __FILE__, __LINE__, #call, tjGetErrorStr2(tj)); \
-		(ret) = -EIO; \
-		goto label; \
-	} \
-} while (0)
 
 struct worker {
 	struct pool *pool;

@@ -18,8 +18,10 @@
  *
  * loaderd runs in its own process group (a Ctrl-C reaches ldbench, which then stops it), dies with
  * ldbench (PR_SET_PDEATHSIG), and is stopped with SIGTERM, then SIGKILL after 5 s, on every path. */
+#include "common/args.h"
 #include "common/clk.h"
 #include "common/log.h"
+#include "common/tjcheck.h"
 #include "formats/dpk.h"
 #include "loader/decode.h"
 #include "loader/sampler.h"
@@ -93,55 +95,7 @@ static void usage(FILE *f)
 		sysconf(_SC_NPROCESSORS_ONLN));
 }
 
-static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-
-	if (errno || end == s || *end || *s == '-' || v < lo || v > hi)
-		return -1;
-	*out = (unsigned)v;
-	return 0;
-}
-
-static int parse_seconds(const char *s, double lo, double *out)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-
-	if (errno || end == s || *end || !(v >= lo) || v > 86400.0)
-		return -1;
-	*out = v;
-	return 0;
-}
-
-static int parse_crop(const char *s, uint32_t *h, uint32_t *w)
-{
-	unsigned a, b;
-	char tail;
-
-	if (sscanf(s, "%ux%u%c", &a, &b, &tail) == 2 && *s != '-') {
-		*h = a, *w = b;
-	} else if (parse_uint(s, 1, CTL_CROP_MAX, &a) == 0) {
-		*h = *w = a;
-	} else {
-		return -1;
-	}
-	return *h >= 1 && *w >= 1 && *h <= CTL_CROP_MAX && *w <= CTL_CROP_MAX ? 0 : -1;
-}
-
 /* ---- the ceiling: full-size decode on one core ---- */
-
-/* TurboJPEG failures carry their message in the handle, not in errno. */
-#define TJCHECK(call, tj, ret, label) do { \
-	if ((call) < 0) { \
-		LOG_ERROR("%s:%d: %s: %s", __FILE__, __LINE__, #call, tjGetErrorStr2(tj)); \
-		(ret) = -EIO; \
-		goto label; \
-	} \
-} while (0)
 
 struct ceiling {
 	unsigned records;         /* records decoded */
@@ -661,13 +615,13 @@ int main(int argc, char **argv)
 		int bad = 0;
 		switch (c) {
 		case O_DATASET: o.dataset = optarg; break;
-		case O_WORKERS: bad = parse_uint(optarg, 1, 1024, &o.workers); break;
-		case O_BATCH: bad = parse_uint(optarg, 1, RING_BATCH_MAX, &o.batch); break;
-		case O_CROP: bad = parse_crop(optarg, &o.crop_h, &o.crop_w); break;
-		case O_SECONDS: bad = parse_seconds(optarg, 0.1, &o.seconds); break;
-		case O_WARMUP: bad = parse_seconds(optarg, 0, &o.warmup); break;
-		case O_CREC: bad = parse_uint(optarg, 1, 100000, &o.ceil_records); break;
-		case O_CSEC: bad = parse_seconds(optarg, 0.1, &o.ceil_seconds); break;
+		case O_WORKERS: bad = arg_uint(optarg, 1, 1024, &o.workers); break;
+		case O_BATCH: bad = arg_uint(optarg, 1, RING_BATCH_MAX, &o.batch); break;
+		case O_CROP: bad = arg_size2(optarg, CTL_CROP_MAX, &o.crop_h, &o.crop_w) < 0 || o.crop_h == 0; break;
+		case O_SECONDS: bad = arg_double(optarg, 0.1, 86400, &o.seconds); break;
+		case O_WARMUP: bad = arg_double(optarg, 0, 86400, &o.warmup); break;
+		case O_CREC: bad = arg_uint(optarg, 1, 100000, &o.ceil_records); break;
+		case O_CSEC: bad = arg_double(optarg, 0.1, 86400, &o.ceil_seconds); break;
 		case O_LOADERD: o.loaderd = optarg; break;
 		case O_IO:
 			o.io = optarg;

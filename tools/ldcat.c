@@ -1,6 +1,7 @@
 /* ldcat.c - attach to a loaderd job as one rank and print what it delivers, one line per sample:
  * "STEP ID LABEL FLAGS". For tests and for looking at a job by hand: the ids and labels are the
  * ring's, so what is printed is exactly what a trainer of that rank would have been given. */
+#include "common/args.h"
 #include "shm/ldc.h"
 
 #include <errno.h>
@@ -52,42 +53,6 @@ static void usage(FILE *f)
 "  --help               this text\n"
 "Exit status: 0 the job ended (or --steps were taken), 1 runtime error (message from loaderd or\n"
 "the client library), 2 bad usage.\n");
-}
-
-static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-
-	if (errno || end == s || *end || *s == '-' || v < lo || v > hi)
-		return -1;
-	*out = v;
-	return 0;
-}
-
-/* "HxW" or "N" (square). 0 alone = as stored. */
-static int parse_crop(const char *s, uint32_t *h, uint32_t *w)
-{
-	char *end;
-	errno = 0;
-	unsigned long a = strtoul(s, &end, 10), b;
-
-	if (errno || end == s || *s == '-' || a > CTL_CROP_MAX)
-		return -1;
-	if (*end == '\0') {
-		*h = *w = (uint32_t)a;
-		return 0;
-	}
-	if (*end != 'x' && *end != 'X')
-		return -1;
-	const char *p = end + 1;
-	b = strtoul(p, &end, 10);
-	if (errno || end == p || *end || *p == '-' || b > CTL_CROP_MAX || a == 0 || b == 0)
-		return -1;
-	*h = (uint32_t)a;
-	*w = (uint32_t)b;
-	return 0;
 }
 
 static int pick(const char *s, const char *const *names, uint32_t *out)
@@ -152,39 +117,39 @@ int main(int argc, char **argv)
 		case O_DATASET: job.dataset = optarg; break;
 		case O_JOB: job.job = optarg; break;
 		case O_RANK:
-			bad = parse_u64(optarg, 0, CTL_WORLD_MAX - 1, &v);
+			bad = arg_u64(optarg, 0, CTL_WORLD_MAX - 1, &v);
 			job.rank = (uint32_t)v;
 			break;
 		case O_WORLD:
-			bad = parse_u64(optarg, 1, CTL_WORLD_MAX, &v);
+			bad = arg_u64(optarg, 1, CTL_WORLD_MAX, &v);
 			job.world = (uint32_t)v;
 			break;
 		case O_BATCH:
-			bad = parse_u64(optarg, 1, RING_BATCH_MAX, &v);
+			bad = arg_u64(optarg, 1, RING_BATCH_MAX, &v);
 			job.batch = (uint32_t)v;
 			break;
-		case O_CROP: bad = parse_crop(optarg, &job.crop_h, &job.crop_w); break;
+		case O_CROP: bad = arg_size2(optarg, CTL_CROP_MAX, &job.crop_h, &job.crop_w); break;
 		case O_TF:
 			bad = pick(optarg, tfs, &tf);
 			tf_given = 1;
 			break;
 		case O_FLIP: extra_tf |= CTL_TF_HFLIP; break;
 		case O_NCHW: extra_tf |= CTL_TF_NCHW; break;
-		case O_SEED: bad = parse_u64(optarg, 0, UINT64_MAX, &job.seed); break;
+		case O_SEED: bad = arg_u64(optarg, 0, UINT64_MAX, &job.seed); break;
 		case O_EPOCHS:
-			bad = parse_u64(optarg, 0, UINT32_MAX, &v);
+			bad = arg_u64(optarg, 0, UINT32_MAX, &v);
 			job.epochs = (uint32_t)v;
 			break;
-		case O_START: bad = parse_u64(optarg, 0, UINT64_MAX, &job.start_epoch); break;
+		case O_START: bad = arg_u64(optarg, 0, UINT64_MAX, &job.start_epoch); break;
 		case O_SAMPLING: bad = pick(optarg, samplings, &job.sampling); break;
 		case O_TAIL: bad = pick(optarg, tails, &job.tail); break;
 		case O_BAD: bad = pick(optarg, bads, &job.on_bad); break;
 		case O_SLOTS:
-			bad = parse_u64(optarg, 2, RING_SLOTS_MAX, &v);
+			bad = arg_u64(optarg, 2, RING_SLOTS_MAX, &v);
 			job.slots = (uint32_t)v;
 			break;
-		case O_STEPS: bad = parse_u64(optarg, 1, UINT64_MAX, &max_steps); break;
-		case O_TIMEOUT: bad = parse_u64(optarg, 0, INT_MAX, &timeout_ms); break;
+		case O_STEPS: bad = arg_u64(optarg, 1, UINT64_MAX, &max_steps); break;
+		case O_TIMEOUT: bad = arg_u64(optarg, 0, INT_MAX, &timeout_ms); break;
 		case 'h':
 			usage(stdout);
 			return 0;

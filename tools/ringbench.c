@@ -33,6 +33,7 @@
  * Both sides read their run-queue wait (/proc/self/schedstat) around the steps: time spent runnable
  * while another task had the CPU. It is printed, with a warning past RUNQ_IDLE_PERMILLE, because
  * on a busy machine it, not the ring, decides throughput and p99. */
+#include "common/args.h"
 #include "common/clk.h"
 #include "common/log.h"
 #include "shm/ring.h"
@@ -126,40 +127,12 @@ static void usage(FILE *f)
 		RING_SLOTS_MAX, LAT_STEPS_MAX, LAT_STEPS_DEFAULT);
 }
 
-/* Strict unsigned decimal with an optional binary suffix (K, M, G, optionally followed by "iB")
- * when @suffix; within [min, max]. */
+/* arg_u64, or arg_bytes when @suffix, and a message that names the option. */
 static int parse_u64(const char *name, const char *s, int suffix, uint64_t min, uint64_t max,
 		     uint64_t *out)
 {
-	unsigned long long v;
-	unsigned shift = 0;
-	char *end;
-
-	errno = 0;
-	if (s[0] < '0' || s[0] > '9')
-		goto bad;
-	v = strtoull(s, &end, 10);
-	if (errno)
-		goto bad;
-	if (suffix && *end) {
-		switch (*end) {
-		case 'k': case 'K': shift = 10; break;
-		case 'm': case 'M': shift = 20; break;
-		case 'g': case 'G': shift = 30; break;
-		default: goto bad;
-		}
-		end++;
-		if (!strcmp(end, "iB"))
-			end += 2;
-		if (v > (UINT64_MAX >> shift))
-			goto bad;
-		v <<= shift;
-	}
-	if (*end || v < min || v > max)
-		goto bad;
-	*out = v;
-	return 0;
-bad:
+	if ((suffix ? arg_bytes(s, min, max, out) : arg_u64(s, min, max, out)) == 0)
+		return 0;
 	LOG_ERROR("--%s: '%s' is not %s in %" PRIu64 "..%" PRIu64, name, s,
 		  suffix ? "a byte count (suffix K, M or G allowed)" : "an integer", min, max);
 	return -EINVAL;
@@ -167,17 +140,10 @@ bad:
 
 static int parse_seconds(const char *s, double *out)
 {
-	char *end;
-	double v;
-
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || *end || !isfinite(v) || v <= 0 || v > SECONDS_MAX) {
-		LOG_ERROR("--seconds: '%s' is not a number of seconds in (0, %.0f]", s, SECONDS_MAX);
-		return -EINVAL;
-	}
-	*out = v;
-	return 0;
+	if (arg_double(s, 0, SECONDS_MAX, out) == 0 && *out > 0)
+		return 0;
+	LOG_ERROR("--seconds: '%s' is not a number of seconds in (0, %.0f]", s, SECONDS_MAX);
+	return -EINVAL;
 }
 
 static void desc_of(const struct opts *o, struct ring_desc *d)

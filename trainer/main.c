@@ -2,6 +2,7 @@
  * batches from its loaderd ring (or makes a synthetic batch once), copies them to the device while
  * the previous step computes, averages gradients with the DDP core, and attributes every step's
  * time: data wait, exposed copy, compute, exposed allreduce, optimizer. */
+#include "common/args.h"
 #include "common/clk.h"
 #include "common/log.h"
 #include "formats/dpk.h"
@@ -99,25 +100,22 @@ static void usage(FILE *f)
 
 static long parse_long(const char *name, const char *s, long lo, long hi)
 {
-	char *end;
-	errno = 0;
-	long v = strtol(s, &end, 10);
+	uint64_t v;
 
-	if (errno || end == s || *end || v < lo || v > hi) {
+	if (lo < 0 || arg_u64(s, (uint64_t)lo, (uint64_t)hi, &v) < 0) {
 		if (g_rank == 0)
 			fprintf(stderr, "trainer: --%s: '%s' is not a number in %ld..%ld\n", name, s, lo, hi);
 		MPI_Finalize();
 		exit(2);
 	}
-	return v;
+	return (long)v;
 }
 
 static double parse_double(const char *name, const char *s, double lo, double hi)
 {
-	char *end;
-	double v = strtod(s, &end);
+	double v;
 
-	if (end == s || *end || !(v >= lo && v <= hi)) {
+	if (arg_double(s, lo, hi, &v) < 0) {
 		if (g_rank == 0)
 			fprintf(stderr, "trainer: --%s: '%s' is not a number in %g..%g\n", name, s, lo, hi);
 		MPI_Finalize();
