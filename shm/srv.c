@@ -194,19 +194,28 @@ static void reap(struct srv *s)
 	}
 }
 
+/* Under mu. The first step the consumer of @a has not released, read from the state words. With
+ * garbage in them the scan still stops at the first step not cleanly released; never below what
+ * the producer itself saw released (a->floor). */
+static uint64_t att_released(const struct att *a)
+{
+	uint64_t frontier;
+	int ret = ring_prod_scan(a->ring, a->first, a->next, &frontier);
+
+	if (ret < 0 && ret != -EBADMSG)
+		return a->floor;
+	return frontier > a->floor ? frontier : a->floor;
+}
+
 /* Under mu. Detach @a from its rank and connection; free it now or when its last worker is done. */
 static void att_retire(struct srv *s, struct att *a)
 {
 	struct rank_state *rs = &a->job->ranks[a->rank];
-	uint64_t frontier;
 
 	if (a->dead)
 		return;
 	a->dead = 1;
-	int ret = ring_prod_scan(a->ring, a->first, a->next, &frontier);
-	/* With garbage in the words, the scan still stops at the first step not cleanly released;
-	 * never resume below what the producer itself saw released. */
-	rs->resume = ret == 0 || ret == -EBADMSG ? (frontier > a->floor ? frontier : a->floor) : a->floor;
+	rs->resume = att_released(a);
 	rs->att = NULL;
 	if (--a->job->attached == 0)
 		a->job->idle_since_ns = now_ns();
@@ -530,9 +539,7 @@ static void on_stats(struct srv *s, struct conn *c)
 				.decode_ns = rs->decode_ns, .attaches = rs->attaches,
 				.ranks_attached = a->job->attached,
 				.slots = ring_header(a->ring)->slots };
-	uint64_t frontier = a->floor;
-	if (ring_prod_scan(a->ring, a->first, a->next, &frontier) < 0)
-		frontier = a->floor;
+	uint64_t frontier = att_released(a);
 	st.released = frontier;
 	st.occupancy = (uint32_t)(a->next - frontier);
 	if (ctl_send(c->fd, CTL_STATS, &st, sizeof(st), NULL, 0) < 0)
@@ -620,9 +627,7 @@ static void admin_job(struct text *t, struct job *j, int json, int stats)
 			for (uint32_t r = 0; r < sp->world; r++) {
 				struct rank_state *rs = &j->ranks[r];
 				struct att *a = rs->att;
-				uint64_t rel = 0;
-				if (a && ring_prod_scan(a->ring, a->first, a->next, &rel) < 0)
-					rel = a->floor;
+				uint64_t rel = a ? att_released(a) : 0;
 				put(t, "%s{\"rank\":%u,\"attached\":%s,\"pid\":%d,\"published\":%llu,"
 				    "\"released\":%llu,\"samples\":%llu,\"samples_per_s\":%.1f,"
 				    "\"ring_slots\":%u,\"ring_occupancy\":%llu,\"attaches\":%u}",
@@ -657,9 +662,7 @@ static void admin_job(struct text *t, struct job *j, int json, int stats)
 	for (uint32_t r = 0; r < sp->world; r++) {
 		struct rank_state *rs = &j->ranks[r];
 		struct att *a = rs->att;
-		uint64_t rel = 0;
-		if (a && ring_prod_scan(a->ring, a->first, a->next, &rel) < 0)
-			rel = a->floor;
+		uint64_t rel = a ? att_released(a) : 0;
 		if (a)
 			put(t, "  rank %u: pid %d, step %llu, %.1f samples/s, ring %llu/%u slots full\n",
 			    r, (int)a->conn->pid, (unsigned long long)rel, rs->rate,
