@@ -81,14 +81,23 @@ static int add_overflows(uint64_t a, uint64_t b, uint64_t *sum)
 	return __builtin_add_overflow(a, b, sum);
 }
 
+/* One row per enum dpk_kind: adding a kind is its enum value and its row here. */
+static const struct dpk_kind_info kind_infos[DPK_KIND_MAX + 1] = {
+	[DPK_KIND_JPEG] = { "jpeg", DPK_KF_IMAGE | DPK_KF_SUBSAMP },
+	[DPK_KIND_RAW] = { "raw", DPK_KF_STORED_RAW },
+	[DPK_KIND_RAW_ZSTD] = { "raw+zstd", 0 },
+};
+
+const struct dpk_kind_info *dpk_kind_info(unsigned kind)
+{
+	return kind <= DPK_KIND_MAX && kind_infos[kind].name ? &kind_infos[kind] : NULL;
+}
+
 const char *dpk_kind_name(unsigned kind)
 {
-	switch (kind) {
-	case DPK_KIND_JPEG: return "jpeg";
-	case DPK_KIND_RAW: return "raw";
-	case DPK_KIND_RAW_ZSTD: return "raw+zstd";
-	default: return "?";
-	}
+	const struct dpk_kind_info *k = dpk_kind_info(kind);
+
+	return k ? k->name : "?";
 }
 
 const char *dpk_subsamp_name(unsigned s)
@@ -109,9 +118,10 @@ const char *dpk_subsamp_name(unsigned s)
 static int shape_check(unsigned kind, unsigned ndim, const uint32_t *shape, unsigned subsamp,
 		       uint64_t *raw_size, const char **why)
 {
+	const struct dpk_kind_info *ki = dpk_kind_info(kind);
 	uint64_t n = 1;
 
-	if (kind < DPK_KIND_JPEG || kind > DPK_KIND_MAX)
+	if (!ki)
 		return *why = "unknown record kind", -EBADMSG;
 	if (ndim < 1 || ndim > DPK_NDIM_MAX)
 		return *why = "ndim out of range 1..4", -EBADMSG;
@@ -126,13 +136,14 @@ static int shape_check(unsigned kind, unsigned ndim, const uint32_t *shape, unsi
 		if (__builtin_mul_overflow(n, (uint64_t)shape[k], &n) || n > DPK_RECORD_MAX)
 			return *why = "tensor larger than 16 GiB", -EBADMSG;
 	}
-	if (kind == DPK_KIND_JPEG) {
-		if (ndim != 3 || (shape[2] != 1 && shape[2] != 3) || shape[0] > 65535 || shape[1] > 65535)
-			return *why = "JPEG shape is not H x W x {1,3} with sides <= 65535", -EBADMSG;
+	if ((ki->flags & DPK_KF_IMAGE) &&
+	    (ndim != 3 || (shape[2] != 1 && shape[2] != 3) || shape[0] > 65535 || shape[1] > 65535))
+		return *why = "image shape is not H x W x {1,3} with sides <= 65535", -EBADMSG;
+	if (ki->flags & DPK_KF_SUBSAMP) {
 		if (subsamp > DPK_SUB_411 && subsamp != DPK_SUB_OTHER)
 			return *why = "unknown chroma subsampling", -EBADMSG;
 	} else if (subsamp != 0) {
-		return *why = "subsampling set on a raw record", -EBADMSG;
+		return *why = "subsampling set on a kind without one", -EBADMSG;
 	}
 	*raw_size = n;
 	return 0;
@@ -264,7 +275,7 @@ static int check_entries(const struct dpk *d, char *err, size_t errlen)
 			return fail(err, errlen, -EBADMSG, "sample %llu: record [%llu, %llu) runs past the data section (ends at %llu)",
 				    id, (unsigned long long)e->offset, (unsigned long long)end,
 				    (unsigned long long)data_end);
-		if (e->kind == DPK_KIND_RAW && e->length != e->raw_size)
+		if ((dpk_kind_info(e->kind)->flags & DPK_KF_STORED_RAW) && e->length != e->raw_size)
 			return fail(err, errlen, -EBADMSG, "sample %llu: raw record of %llu bytes for shape of %llu",
 				    id, (unsigned long long)e->length, (unsigned long long)e->raw_size);
 		if (h->class_count && (e->label < 0 || e->label >= (int64_t)h->class_count))
@@ -637,7 +648,8 @@ int dpk_writer_add(struct dpk_writer *w, const struct dpk_record *r)
 		return -EINVAL;
 	if (shape_check(r->kind, r->ndim, r->shape, r->subsamp, &raw_size, &why) < 0 ||
 	    r->length == 0 || r->length > DPK_RECORD_MAX ||
-	    (r->kind == DPK_KIND_RAW && r->length != raw_size) || (r->flags & ~DPK_F_PROGRESSIVE))
+	    ((dpk_kind_info(r->kind)->flags & DPK_KF_STORED_RAW) && r->length != raw_size) ||
+	    (r->flags & ~DPK_F_PROGRESSIVE))
 		return -EINVAL;
 	if (w->count == w->cap) {
 		uint64_t cap = w->cap ? w->cap * 2 : 1024;

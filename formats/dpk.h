@@ -29,6 +29,16 @@ enum dpk_kind {
 };
 #define DPK_KIND_MAX 3
 
+/* What the format itself knows of a kind: one row per kind in formats/dpk.c (how a kind is
+ * decoded is the loader's business: loader/kind.h). */
+#define DPK_KF_IMAGE 0x1u       /* shape is H x W x {1,3}, sides <= 65535 */
+#define DPK_KF_SUBSAMP 0x2u     /* entry.subsamp holds its chroma subsampling (else it is 0) */
+#define DPK_KF_STORED_RAW 0x4u  /* the stored bytes are the tensor: length == raw_size */
+struct dpk_kind_info {
+	const char *name;       /* "jpeg", "raw", "raw+zstd" */
+	unsigned flags;         /* DPK_KF_* */
+};
+
 /* JPEG chroma subsampling, as parsed from the SOF sampling factors (values = TJSAMP_*). */
 enum dpk_subsamp {
 	DPK_SUB_444 = 0, DPK_SUB_422 = 1, DPK_SUB_420 = 2, DPK_SUB_GRAY = 3,
@@ -165,6 +175,8 @@ void dpk_writer_destroy(struct dpk_writer *w);
 /* The temporary file's path (for a signal handler that must unlink it). */
 const char *dpk_writer_tmp_path(const struct dpk_writer *w);
 
+/* @kind's row, or NULL for an unknown kind (0 or above DPK_KIND_MAX). Static storage. */
+const struct dpk_kind_info *dpk_kind_info(unsigned kind);
 /* Human name of a kind ("jpeg", "raw", "raw+zstd") or "?". */
 const char *dpk_kind_name(unsigned kind);
 const char *dpk_subsamp_name(unsigned subsamp);

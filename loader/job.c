@@ -14,6 +14,7 @@
 #include "common/clk.h"
 #include "common/log.h"
 #include "loader/decode.h"
+#include "loader/kind.h"
 #include "loader/sampler.h"
 
 #include <errno.h>
@@ -47,6 +48,23 @@ struct worker {
 };
 
 /* ---- job open ---- */
+
+/* Can record @i be delivered as j->out asks (its kind's verdict)? 0, or -EINVAL with @why. */
+static int accepts(struct job *j, uint64_t i, char *why, size_t whylen)
+{
+	const struct dpk_entry *e = dpk_entry_get(j->d, i);
+	const struct ldr_kind *k = ldr_kind_get(e->kind);
+	char reason[200];
+
+	if (!k)
+		snprintf(reason, sizeof(reason), "sample %" PRIu64 ": record kind %s has no decoder in "
+			 "this build", i, dpk_kind_name(e->kind));
+	if (!k || k->accepts(e, i, &j->out, reason, sizeof(reason)) < 0) {
+		snprintf(why, whylen, "dataset %s %s", j->spec.dataset, reason);
+		return -EINVAL;
+	}
+	return 0;
+}
 
 static int job_open(void *ctx, const struct ctl_job_open *spec, void **out, struct srv_job_info *info,
 		    char *why, size_t whylen)
@@ -95,26 +113,16 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, void **out, stru
 		} else {
 			rd->shape[0] = spec->crop_h, rd->shape[1] = spec->crop_w, rd->shape[2] = 3;
 		}
-		for (uint64_t i = 0; i < n; i++) {
-			const struct dpk_entry *e = dpk_entry_get(j->d, i);
-			if (e->kind != DPK_KIND_JPEG && (e->ndim != 3 || e->shape[2] != 3)) {
-				snprintf(why, whylen, "dataset %s sample %" PRIu64 ": a %u-d raw tensor "
-					 "cannot be cropped (HxWx3 images only)", spec->dataset, i, e->ndim);
-				ret = -EINVAL;
+		for (uint64_t i = 0; i < n; i++)
+			if ((ret = accepts(j, i, why, whylen)) < 0)
 				goto fail;
-			}
-		}
 	} else {
-		/* Records as stored: every one must be a raw tensor of the same shape. */
+		/* Records as stored: every one must be a tensor of the same shape. */
 		const struct dpk_entry *e0 = dpk_entry_get(j->d, 0);
 		for (uint64_t i = 0; i < n; i++) {
 			const struct dpk_entry *e = dpk_entry_get(j->d, i);
-			if (e->kind == DPK_KIND_JPEG) {
-				snprintf(why, whylen, "dataset %s holds JPEG records: give a crop size "
-					 "(e.g. 224x224)", spec->dataset);
-				ret = -EINVAL;
+			if ((ret = accepts(j, i, why, whylen)) < 0)
 				goto fail;
-			}
 			if (e->ndim != e0->ndim || memcmp(e->shape, e0->shape, sizeof(e->shape))) {
 				snprintf(why, whylen, "dataset %s: sample %" PRIu64 " has another shape "
 					 "than sample 0; give a crop size to resize", spec->dataset, i);
@@ -215,26 +223,8 @@ static int decode_one(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 	} else {
 		memset(&crop, 0, sizeof(crop));
 	}
-	if (e->kind == DPK_KIND_JPEG) {
-		ret = ldr_decode_jpeg(w->dec, bytes, e->length, &crop, &o, dst, why, whylen);
-	} else {
-		const uint8_t *raw = bytes;
-		if (e->kind == DPK_KIND_RAW_ZSTD) {
-			raw = ldr_decode_zstd(w->dec, bytes, e->length, e->raw_size, why, whylen);
-			if (!raw)
-				return -EBADMSG;
-		}
-		if (o.h == 0) {
-			/* as stored: job_open made sure every record has sample_bytes bytes */
-			memcpy(dst, raw, j->sample_bytes);
-			ret = 0;
-		} else {
-			ret = ldr_decode_raw(w->dec, raw, e->shape[0], e->shape[1], e->shape[2], &crop, &o,
-					     dst);
-			if (ret < 0)
-				snprintf(why, whylen, "raw record cannot be resized");
-		}
-	}
+	/* as stored (o.h == 0), job_open made sure every record has sample_bytes bytes */
+	ret = ldr_kind_get(e->kind)->decode(w->dec, e, bytes, &crop, &o, dst, why, whylen);
 	*decode_ns += clk_now_ns() - t0;
 	return ret;
 }

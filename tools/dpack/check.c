@@ -208,6 +208,7 @@ struct stats {
 	uint64_t bytes_hist[HIST_BUCKETS];      /* bucket k: [2^k, 2^(k+1)) bytes */
 	uint64_t images, w_min, w_max, h_min, h_max, w_sum, h_sum;
 	uint64_t side_hist[HIST_BUCKETS];       /* bucket k: longer side in [128k, 128(k+1)) */
+	uint64_t subsampled;                    /* records of a kind with chroma subsampling */
 	uint64_t subsamp[256];
 	uint64_t progressive;
 	int64_t label_min, label_max;
@@ -230,6 +231,7 @@ static void collect(const struct dpk *d, struct stats *s)
 	s->label_max = INT64_MIN;
 	for (uint64_t i = 0; i < n; i++) {
 		const struct dpk_entry *e = dpk_entry_get(d, i);
+		unsigned kf = dpk_kind_info(e->kind)->flags;  /* a known kind: checked at open */
 
 		s->kinds[e->kind]++;
 		s->bytes_total += e->length;
@@ -242,7 +244,7 @@ static void collect(const struct dpk *d, struct stats *s)
 			s->label_max = e->label;
 		if (nc)
 			s->class_counts[e->label]++;  /* in range: checked at open */
-		if (e->kind == DPK_KIND_JPEG || e->ndim == 3) {
+		if ((kf & DPK_KF_IMAGE) || e->ndim == 3) {
 			uint64_t h = e->shape[0], w = e->shape[1], side = h > w ? h : w;
 			s->images++;
 			s->h_sum += h;
@@ -253,7 +255,8 @@ static void collect(const struct dpk *d, struct stats *s)
 			s->w_max = w > s->w_max ? w : s->w_max;
 			s->side_hist[side / 128 < HIST_BUCKETS ? side / 128 : HIST_BUCKETS - 1]++;
 		}
-		if (e->kind == DPK_KIND_JPEG) {
+		if (kf & DPK_KF_SUBSAMP) {
+			s->subsampled++;
 			s->subsamp[e->subsamp]++;
 			s->progressive += e->flags & DPK_F_PROGRESSIVE;
 		}
@@ -328,7 +331,7 @@ static void print_json(const char *path, const struct dpk *d, const struct stats
 			}
 		printf("]");
 	}
-	if (s->kinds[DPK_KIND_JPEG]) {
+	if (s->subsampled) {
 		printf(",\n    \"subsampling\": {");
 		sep = "";
 		for (unsigned k = 0; k < 256; k++)
@@ -412,7 +415,7 @@ static void print_text(const char *path, const struct dpk *d, const struct stats
 				bar(s->side_hist[k], mx);
 			}
 	}
-	if (s->kinds[DPK_KIND_JPEG]) {
+	if (s->subsampled) {
 		printf("subsampling ");
 		for (unsigned k = 0; k < 256; k++)
 			if (s->subsamp[k])

@@ -3,7 +3,7 @@
  *
  * DESIGN: the source is first listed into items (path or byte range, label) in the order
  * torchvision would give them. Worker threads then take items in index order, read them,
- * probe JPEGs (dimensions, subsampling, truncation), compress raw tensors and checksum, and
+ * probe image files for their record kind (loader/kind.h), compress raw tensors and checksum, and
  * leave the result in a slot of a reorder window; the main thread writes slots strictly in item
  * order, so the output does not depend on --jobs. Workers never run more than WINDOW items ahead
  * of the writer, which bounds memory. Any fatal error (read error, full disk, signal) stops the
@@ -11,9 +11,9 @@
 #include "common/clk.h"
 #include "common/log.h"
 #include "formats/dpk.h"
-#include "formats/jpeg_probe.h"
 #include "formats/npy.h"
 #include "formats/tarx.h"
+#include "loader/kind.h"
 #include "tools/dpack/dpack.h"
 
 #include <ctype.h>
@@ -541,20 +541,11 @@ static void process(struct pack *pk, uint64_t i, struct slot *s, ZSTD_CCtx *cctx
 		goto fatal;
 
 	if (pk->kind != SRC_NPY) {
-		struct dpk_jpeg_info ji;
-
-		ret = dpk_jpeg_probe(s->buf, len, &ji, s->why, sizeof(s->why));
+		ret = ldr_kind_probe(s->buf, len, r, s->why, sizeof(s->why));
 		if (ret < 0) {
 			s->status = SLOT_SKIP;
 			goto out;
 		}
-		r->kind = DPK_KIND_JPEG;
-		r->ndim = 3;
-		r->shape[0] = ji.height;
-		r->shape[1] = ji.width;
-		r->shape[2] = ji.components;
-		r->subsamp = ji.subsamp;
-		r->flags = ji.progressive ? DPK_F_PROGRESSIVE : 0;
 		r->label = pk->items[i].label;
 	} else {
 		r->ndim = (uint8_t)(pk->img.ndim - 1);

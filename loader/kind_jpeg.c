@@ -1,0 +1,60 @@
+/* kind_jpeg.c - JPEG records (DPK_KIND_JPEG): probed at pack time from the frame header
+ * (formats/jpeg_probe.h), decoded crop-aware at a reduced DCT scale (loader/decode.h). They have
+ * no "as stored" form: a job must give a crop size. */
+#include "formats/jpeg_probe.h"
+#include "loader/kind.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+static int jpeg_probe(const uint8_t *buf, size_t len, struct dpk_record *r, char *why, size_t whylen)
+{
+	struct dpk_jpeg_info ji;
+	int ret = dpk_jpeg_probe(buf, len, &ji, why, whylen);
+
+	if (ret < 0)
+		return len < 2 || buf[0] != 0xFF || buf[1] != 0xD8 ? -ENOMSG : ret;  /* no SOI */
+	r->kind = DPK_KIND_JPEG;
+	r->ndim = 3;
+	r->shape[0] = ji.height;
+	r->shape[1] = ji.width;
+	r->shape[2] = ji.components;
+	r->shape[3] = 0;
+	r->subsamp = ji.subsamp;
+	r->flags = ji.progressive ? DPK_F_PROGRESSIVE : 0;
+	return 0;
+}
+
+static int jpeg_accepts(const struct dpk_entry *e, uint64_t id, const struct ldr_out *o, char *why,
+			size_t whylen)
+{
+	(void)e, (void)id;
+	if (o->h)
+		return 0;
+	snprintf(why, whylen, "holds JPEG records: give a crop size (e.g. 224x224)");
+	return -EINVAL;
+}
+
+static int jpeg_decode(struct ldr_decoder *d, const struct dpk_entry *e, const uint8_t *src,
+		       const struct ldr_crop *crop, const struct ldr_out *o, uint8_t *dst, char *why,
+		       size_t whylen)
+{
+	return ldr_decode_jpeg(d, src, e->length, crop, o, dst, why, whylen);
+}
+
+static unsigned jpeg_scale(const struct ldr_crop *crop, const struct ldr_out *o)
+{
+	return ldr_jpeg_scale(crop, o->h, o->w);
+}
+
+static const char *const jpeg_exts[] = { ".jpg", ".jpeg", NULL };
+
+const struct ldr_kind ldr_kind_jpeg = {
+	.kind = DPK_KIND_JPEG,
+	.name = "jpeg",
+	.exts = jpeg_exts,
+	.probe = jpeg_probe,
+	.accepts = jpeg_accepts,
+	.decode = jpeg_decode,
+	.scale = jpeg_scale,
+};
