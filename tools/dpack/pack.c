@@ -2,8 +2,9 @@
  * one .dpk file.
  *
  * DESIGN: the source is first listed into items (path or byte range, label) in the order
- * torchvision would give them. Worker threads then take items in index order, read them,
- * probe image files for their record kind (loader/kind.h), compress raw tensors and checksum, and
+ * torchvision would give them, by its input format (tools/dpack/input.h). Worker threads then take
+ * items in index order, read them, probe image files for their record kind (loader/kind.h: for a
+ * JPEG its dimensions, subsampling, truncation), compress raw tensors and checksum, and
  * leave the result in a slot of a reorder window; the main thread writes slots strictly in item
  * order, so the output does not depend on --jobs. Workers never run more than WINDOW items ahead
  * of the writer, which bounds memory. Any fatal error (read error, full disk, signal) stops the
@@ -11,13 +12,10 @@
 #include "common/clk.h"
 #include "common/log.h"
 #include "formats/dpk.h"
-#include "formats/npy.h"
-#include "formats/tarx.h"
 #include "loader/kind.h"
 #include "tools/dpack/dpack.h"
+#include "tools/dpack/input.h"
 
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -27,20 +25,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 #include <zstd.h>
-
-enum src_kind { SRC_FOLDER, SRC_TAR, SRC_NPY };
-
-struct item {
-	char *name;        /* path (folder) or member/key name (tar), for messages; NULL for npy */
-	uint64_t offset;   /* tar: member data offset */
-	uint64_t size;     /* tar: member size */
-	int64_t label;
-};
 
 enum slot_status { SLOT_OK, SLOT_SKIP, SLOT_FATAL };
 
@@ -54,18 +42,9 @@ struct slot {
 };
 
 struct pack {
-	enum src_kind kind;
-	const char *src;
-	int src_fd;              /* tar archive or images .npy */
-	struct npy_info img;     /* SRC_NPY */
-	uint64_t sample_bytes;   /* SRC_NPY */
-	int64_t *npy_labels;     /* SRC_NPY */
-	struct item *items;
-	uint64_t n;
-	char **classes;
-	uint32_t nclasses;
+	const struct dpack_input *in;  /* the source's format */
+	struct dpack_src src;
 	int zstd_level;          /* 0: store raw uncompressed */
-	int strict;
 
 	pthread_mutex_t lock;
 	pthread_cond_t cv_done;  /* a slot became done (workers -> writer) */
@@ -90,397 +69,6 @@ static void on_signal(int sig)
 	raise(sig);
 }
 
-/* ---- listing sources ---- */
-
-static int has_ext(const char *name, const char *const *exts)
-{
-	const char *dot = strrchr(name, '.');
-
-	if (!dot)
-		return 0;
-	for (; *exts; exts++)
-		if (!strcasecmp(dot, *exts))
-			return 1;
-	return 0;
-}
-
-/* torchvision's IMG_EXTENSIONS: listed and probed; only JPEGs pack, the rest are reported. */
-static const char *const img_exts[] = { ".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif",
-					".tiff", ".webp", NULL };
-
-struct vec {
-	char **v;
-	size_t n, cap;
-};
-
-static int vec_push(struct vec *s, char *p)
-{
-	if (!p)
-		return -ENOMEM;
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 64;
-		char **t = realloc(s->v, cap * sizeof(*t));
-		if (!t) {
-			free(p);
-			return -ENOMEM;
-		}
-		s->v = t;
-		s->cap = cap;
-	}
-	s->v[s->n++] = p;
-	return 0;
-}
-
-static void vec_free(struct vec *s)
-{
-	for (size_t i = 0; i < s->n; i++)
-		free(s->v[i]);
-	free(s->v);
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static char *path_join(const char *a, const char *b)
-{
-	char *p;
-
-	return asprintf(&p, "%s/%s", a, b) < 0 ? NULL : p;
-}
-
-/* Collect image files under @dir in torchvision order: directories by full path, files by name
- * within a directory (sorted(os.walk(...)) then sorted(fnames)). Symlinks are followed. */
-static int walk(const char *dir, struct vec *files)
-{
-	struct vec names = { 0 }, subdirs = { 0 };
-	DIR *d = opendir(dir);
-	struct dirent *de;
-	int ret = 0;
-
-	if (!d) {
-		ret = -errno;
-		LOG_ERROR("cannot read directory %s: %s", dir, strerror(errno));
-		return ret;
-	}
-	errno = 0;
-	while ((de = readdir(d))) {
-		struct stat st;
-
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		char *p = path_join(dir, de->d_name);
-		if (!p || stat(p, &st) < 0) {
-			ret = p ? -errno : -ENOMEM;
-			LOG_ERROR("cannot stat %s: %s", p ? p : de->d_name, strerror(-ret));
-			free(p);
-			goto out;
-		}
-		if (S_ISDIR(st.st_mode))
-			ret = vec_push(&subdirs, p);
-		else if (S_ISREG(st.st_mode) && has_ext(de->d_name, img_exts))
-			ret = vec_push(&names, p);
-		else
-			free(p);
-		if (ret < 0)
-			goto out;
-		errno = 0;
-	}
-	if (errno) {
-		ret = -errno;
-		LOG_ERROR("cannot read directory %s: %s", dir, strerror(errno));
-		goto out;
-	}
-	if (names.n > 1)  /* qsort(NULL, 0) is undefined behaviour */
-		qsort(names.v, names.n, sizeof(char *), cmp_str);
-	for (size_t i = 0; i < names.n; i++) {
-		ret = vec_push(files, names.v[i]);
-		names.v[i] = NULL;
-		if (ret < 0)
-			goto out;
-	}
-	/* A sub-directory "a/b" sorts after files of "a" (its path is longer than "a"), and
-	 * before a sibling "a!"-like path only by byte order: sorting the full paths matches. */
-	if (subdirs.n > 1)
-		qsort(subdirs.v, subdirs.n, sizeof(char *), cmp_str);
-	for (size_t i = 0; i < subdirs.n && ret == 0; i++)
-		ret = walk(subdirs.v[i], files);
-out:
-	closedir(d);
-	vec_free(&names);
-	vec_free(&subdirs);
-	return ret;
-}
-
-static int list_folder(struct pack *pk)
-{
-	struct vec classes = { 0 };
-	DIR *d = opendir(pk->src);
-	struct dirent *de;
-	int ret = 0;
-
-	if (!d) {
-		LOG_ERROR("cannot read directory %s: %s", pk->src, strerror(errno));
-		return -errno;
-	}
-	while ((de = readdir(d))) {
-		struct stat st;
-
-		if (de->d_name[0] == '.')
-			continue;  /* hidden entries are not classes (torchvision skips them too) */
-		char *p = path_join(pk->src, de->d_name);
-		if (!p) {
-			ret = -ENOMEM;
-			break;
-		}
-		if (stat(p, &st) == 0 && S_ISDIR(st.st_mode))
-			ret = vec_push(&classes, strdup(de->d_name));
-		free(p);
-		if (ret < 0)
-			break;
-	}
-	closedir(d);
-	if (ret < 0)
-		goto out;
-	if (classes.n == 0) {
-		LOG_ERROR("%s: no class sub-folders (an ImageFolder tree is ROOT/CLASS/IMAGE.jpg)", pk->src);
-		ret = -ENOENT;
-		goto out;
-	}
-	if (classes.n > 1)
-		qsort(classes.v, classes.n, sizeof(char *), cmp_str);
-
-	struct vec files = { 0 };
-	for (size_t c = 0; c < classes.n; c++) {
-		size_t before = files.n;
-		char *dir = path_join(pk->src, classes.v[c]);
-
-		ret = dir ? walk(dir, &files) : -ENOMEM;
-		free(dir);
-		if (ret < 0) {
-			vec_free(&files);
-			goto out;
-		}
-		if (files.n == before)
-			LOG_WARN("class '%s' has no image files", classes.v[c]);
-		struct item *t = realloc(pk->items, files.n * sizeof(*t) + 1);
-		if (!t) {
-			vec_free(&files);
-			ret = -ENOMEM;
-			goto out;
-		}
-		pk->items = t;
-		for (size_t i = before; i < files.n; i++) {
-			memset(&t[i], 0, sizeof(t[i]));
-			t[i].name = files.v[i];
-			t[i].label = (int64_t)c;
-		}
-	}
-	pk->n = files.n;
-	free(files.v);  /* the strings now belong to the items */
-	pk->nclasses = (uint32_t)classes.n;
-	pk->classes = classes.v;
-	return 0;
-out:
-	vec_free(&classes);
-	return ret;
-}
-
-/* WebDataset key: the path up to the first '.' of its last component. */
-static size_t wds_key_len(const char *name)
-{
-	const char *base = strrchr(name, '/');
-	const char *dot = strchr(base ? base + 1 : name, '.');
-
-	return dot ? (size_t)(dot - name) : strlen(name);
-}
-
-static int parse_label(const char *s, size_t len, int64_t *out)
-{
-	char buf[32];
-	char *end;
-
-	while (len && isspace((unsigned char)s[len - 1]))
-		len--;
-	while (len && isspace((unsigned char)*s))
-		s++, len--;
-	if (len == 0 || len >= sizeof(buf))
-		return -EINVAL;
-	memcpy(buf, s, len);
-	buf[len] = '\0';
-	errno = 0;
-	long long v = strtoll(buf, &end, 10);
-	if (errno || *end)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
-struct wds_group {
-	char key[TARX_NAME_MAX];
-	size_t key_len;
-	int has_img, has_cls;
-	uint64_t img_off, img_size;
-	int64_t label;
-	char bad[160];
-};
-
-static int wds_flush(struct pack *pk, struct wds_group *g, uint64_t *cap, uint64_t *bad)
-{
-	int ret = 0;
-
-	if (!g->key_len)
-		return 0;
-	if (!g->has_img && !g->has_cls)
-		goto out;  /* a key with neither, e.g. only .json: not a sample for us */
-	if (!g->bad[0] && !g->has_img)
-		snprintf(g->bad, sizeof(g->bad), "no .jpg/.jpeg member");
-	if (!g->bad[0] && !g->has_cls)
-		snprintf(g->bad, sizeof(g->bad), "no .cls member");
-	if (g->bad[0]) {
-		LOG_WARN("%s: %s: %s", pk->strict ? "error" : "skipped", g->key, g->bad);
-		(*bad)++;
-		ret = pk->strict ? -EBADMSG : 0;
-		goto out;
-	}
-	if (pk->n == *cap) {
-		uint64_t c = *cap ? *cap * 2 : 1024;
-		struct item *t = realloc(pk->items, c * sizeof(*t));
-		if (!t)
-			return -ENOMEM;
-		pk->items = t;
-		*cap = c;
-	}
-	struct item *it = &pk->items[pk->n++];
-	it->name = strdup(g->key);
-	it->offset = g->img_off;
-	it->size = g->img_size;
-	it->label = g->label;
-	if (!it->name)
-		ret = -ENOMEM;
-out:
-	g->key_len = 0;
-	g->has_img = g->has_cls = 0;
-	g->bad[0] = '\0';
-	return ret;
-}
-
-static int list_tar(struct pack *pk, uint64_t *bad)
-{
-	static struct tarx t;          /* big (name buffers); dpack lists one source */
-	static struct tarx_member m;
-	static struct wds_group g;
-	static const char *const jpg_exts[] = { ".jpg", ".jpeg", NULL };
-	struct stat st;
-	uint64_t cap = 0;
-	int ret;
-
-	if (fstat(pk->src_fd, &st) < 0)
-		return -errno;
-	tarx_init(&t, pk->src_fd, (uint64_t)st.st_size);
-	memset(&g, 0, sizeof(g));
-	while ((ret = tarx_next(&t, &m)) == 1) {
-		size_t kl = wds_key_len(m.name);
-		const char *ext = m.name + kl;
-
-		if (g.key_len != kl || memcmp(g.key, m.name, kl) != 0) {
-			ret = wds_flush(pk, &g, &cap, bad);
-			if (ret < 0)
-				return ret;
-			memcpy(g.key, m.name, kl);
-			g.key[kl] = '\0';
-			g.key_len = kl;
-		}
-		if (has_ext(ext, jpg_exts) && !strchr(ext + 1, '.')) {
-			if (g.has_img)
-				snprintf(g.bad, sizeof(g.bad), "more than one image member");
-			g.has_img = 1;
-			g.img_off = m.offset;
-			g.img_size = m.size;
-		} else if (!strcmp(ext, ".cls")) {
-			char buf[32];
-
-			g.has_cls = 1;
-			if (m.size == 0 || m.size >= sizeof(buf) ||
-			    pread(pk->src_fd, buf, m.size, (off_t)m.offset) != (ssize_t)m.size ||
-			    parse_label(buf, m.size, &g.label) < 0)
-				snprintf(g.bad, sizeof(g.bad), ".cls is not an integer label");
-		}
-	}
-	if (ret < 0) {
-		LOG_ERROR("%s: %s", pk->src, t.err);
-		return ret;
-	}
-	return wds_flush(pk, &g, &cap, bad);
-}
-
-static int list_npy(struct pack *pk, const char *labels_path)
-{
-	struct npy_info lab;
-	char err[256];
-	int lfd = -1, ret;
-
-	ret = npy_read_header(pk->src_fd, &pk->img, err, sizeof(err));
-	if (ret < 0) {
-		LOG_ERROR("%s: %s", pk->src, err);
-		return ret;
-	}
-	if (pk->img.kind != 'u' || pk->img.itemsize != 1 || pk->img.ndim < 2 ||
-	    pk->img.ndim > DPK_NDIM_MAX + 1) {
-		LOG_ERROR("%s: need a uint8 array of 2 to %d dimensions (N x ...), found %c%u with %d",
-			  pk->src, DPK_NDIM_MAX + 1, pk->img.kind, pk->img.itemsize * 8, pk->img.ndim);
-		return -EINVAL;
-	}
-	for (int k = 1; k < pk->img.ndim; k++)
-		if (pk->img.shape[k] == 0 || pk->img.shape[k] > DPK_DIM_MAX) {
-			LOG_ERROR("%s: dimension %d is %llu (1..%u)", pk->src, k,
-				  (unsigned long long)pk->img.shape[k], DPK_DIM_MAX);
-			return -EINVAL;
-		}
-	pk->n = pk->img.shape[0];
-	pk->sample_bytes = pk->n ? pk->img.data_size / pk->n : 0;
-
-	lfd = open(labels_path, O_RDONLY | O_CLOEXEC);
-	if (lfd < 0) {
-		LOG_ERROR("cannot open %s: %s", labels_path, strerror(errno));
-		return -errno;
-	}
-	ret = npy_read_header(lfd, &lab, err, sizeof(err));
-	if (ret < 0) {
-		LOG_ERROR("%s: %s", labels_path, err);
-		goto out;
-	}
-	if (lab.ndim != 1 || (lab.kind != 'i' && lab.kind != 'u')) {
-		LOG_ERROR("%s: labels must be a 1-D integer array, found %d dimensions of '%c'",
-			  labels_path, lab.ndim, lab.kind);
-		ret = -EINVAL;
-		goto out;
-	}
-	if (lab.shape[0] != pk->n) {
-		LOG_ERROR("%s has %llu labels but %s has %llu images", labels_path,
-			  (unsigned long long)lab.shape[0], pk->src, (unsigned long long)pk->n);
-		ret = -EINVAL;
-		goto out;
-	}
-	pk->npy_labels = malloc(pk->n * sizeof(int64_t) + 1);
-	if (!pk->npy_labels) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	for (uint64_t i = 0; i < pk->n; i++) {
-		ret = npy_read_int(lfd, &lab, i, &pk->npy_labels[i]);
-		if (ret < 0) {
-			LOG_ERROR("%s: label %llu: %s", labels_path, (unsigned long long)i, strerror(-ret));
-			goto out;
-		}
-	}
-	ret = 0;
-out:
-	close(lfd);
-	return ret;
-}
-
 /* ---- workers ---- */
 
 static int read_all(int fd, uint8_t *buf, uint64_t len, uint64_t off)
@@ -503,28 +91,15 @@ static int read_all(int fd, uint8_t *buf, uint64_t len, uint64_t off)
 static void process(struct pack *pk, uint64_t i, struct slot *s, ZSTD_CCtx *cctx)
 {
 	struct dpk_record *r = &s->rec;
-	uint64_t len, off = 0;
-	int fd = pk->src_fd, ret;
+	uint64_t len, off;
+	int fd = -1, ret;
 
 	memset(r, 0, sizeof(*r));
 	s->status = SLOT_OK;
 	s->buf = NULL;
-	if (pk->kind == SRC_FOLDER) {
-		struct stat st;
-
-		fd = open(pk->items[i].name, O_RDONLY | O_CLOEXEC);
-		if (fd < 0 || fstat(fd, &st) < 0) {
-			ret = -errno;
-			goto fatal;
-		}
-		len = (uint64_t)st.st_size;
-	} else if (pk->kind == SRC_TAR) {
-		off = pk->items[i].offset;
-		len = pk->items[i].size;
-	} else {
-		off = pk->img.data_offset + i * pk->sample_bytes;
-		len = pk->sample_bytes;
-	}
+	ret = pk->in->locate(&pk->src, i, &fd, &off, &len);
+	if (ret < 0)
+		goto fatal;
 	if (len > DPK_RECORD_MAX) {
 		s->status = SLOT_SKIP;
 		snprintf(s->why, sizeof(s->why), "%llu bytes is larger than a record may be",
@@ -540,19 +115,15 @@ static void process(struct pack *pk, uint64_t i, struct slot *s, ZSTD_CCtx *cctx
 	if (ret < 0)
 		goto fatal;
 
-	if (pk->kind != SRC_NPY) {
+	if (!pk->in->tensor) {
 		ret = ldr_kind_probe(s->buf, len, r, s->why, sizeof(s->why));
 		if (ret < 0) {
 			s->status = SLOT_SKIP;
 			goto out;
 		}
-		r->label = pk->items[i].label;
+		r->label = pk->src.items[i].label;
 	} else {
-		r->ndim = (uint8_t)(pk->img.ndim - 1);
-		for (int k = 1; k < pk->img.ndim; k++)
-			r->shape[k - 1] = (uint32_t)pk->img.shape[k];
-		r->label = pk->npy_labels[i];
-		r->kind = DPK_KIND_RAW;
+		pk->in->tensor(&pk->src, i, r);
 		if (pk->zstd_level) {
 			size_t bound = ZSTD_compressBound(len);
 			uint8_t *z = malloc(bound);
@@ -585,7 +156,7 @@ fatal:
 	s->err = ret;
 	snprintf(s->why, sizeof(s->why), "%s", strerror(-ret));
 out:
-	if (pk->kind == SRC_FOLDER && fd >= 0)
+	if (fd >= 0 && fd != pk->src.fd)
 		close(fd);
 }
 
@@ -596,9 +167,9 @@ static void *worker(void *arg)
 
 	for (;;) {
 		pthread_mutex_lock(&pk->lock);
-		while (!pk->abort && pk->next < pk->n && pk->next >= pk->written + pk->window)
+		while (!pk->abort && pk->next < pk->src.n && pk->next >= pk->written + pk->window)
 			pthread_cond_wait(&pk->cv_space, &pk->lock);
-		if (pk->abort || pk->next >= pk->n) {
+		if (pk->abort || pk->next >= pk->src.n) {
 			pthread_mutex_unlock(&pk->lock);
 			break;
 		}
@@ -663,12 +234,12 @@ int dpack_pack_main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	struct pack pk = { .src_fd = -1 };
+	struct pack pk = { .src.fd = -1 };
 	struct dpk_writer *w = NULL;
 	pthread_t *th = NULL;
 	int jobs = dpack_cores(), nth = 0, c, ret, status = 1, no_fsync = 0;
 	uint64_t skipped = 0, bytes = 0, written = 0;
-	const char *out, *labels = NULL;
+	const char *out;
 	char *end;
 
 	while ((c = getopt_long(argc, argv, "hj:", opts, NULL)) != -1) {
@@ -698,7 +269,7 @@ int dpack_pack_main(int argc, char **argv)
 			break;
 		}
 		case 's':
-			pk.strict = 1;
+			pk.src.strict = 1;
 			break;
 		case 'F':
 			no_fsync = 1;
@@ -714,7 +285,7 @@ int dpack_pack_main(int argc, char **argv)
 	argc -= optind;
 	argv += optind;
 	if (argc == 3) {
-		labels = argv[1];
+		pk.src.labels = argv[1];
 		out = argv[2];
 	} else if (argc == 2) {
 		out = argv[1];
@@ -722,52 +293,40 @@ int dpack_pack_main(int argc, char **argv)
 		fputs(pack_usage, stderr);
 		return 2;
 	}
-	pk.src = argv[0];
+	pk.src.path = argv[0];
 
 	struct stat st;
-	if (stat(pk.src, &st) < 0) {
-		LOG_ERROR("cannot open %s: %s", pk.src, strerror(errno));
+	if (stat(pk.src.path, &st) < 0) {
+		LOG_ERROR("cannot open %s: %s", pk.src.path, strerror(errno));
 		return 1;
 	}
-	size_t sl = strlen(pk.src);
-	if (S_ISDIR(st.st_mode)) {
-		pk.kind = SRC_FOLDER;
-	} else if (sl > 4 && !strcmp(pk.src + sl - 4, ".tar")) {
-		pk.kind = SRC_TAR;
-	} else if (sl > 4 && !strcmp(pk.src + sl - 4, ".npy")) {
-		pk.kind = SRC_NPY;
-		if (!labels) {
-			LOG_ERROR("%s: .npy images need a labels .npy: dpack pack IMAGES.npy LABELS.npy OUT.dpk",
-				  pk.src);
-			return 2;
-		}
-	} else {
-		LOG_ERROR("%s: not a directory, .tar or .npy", pk.src);
+	pk.in = dpack_input_detect(pk.src.path, &st);
+	if (!pk.in) {
+		char whats[128];
+		dpack_input_whats(whats, sizeof(whats));
+		LOG_ERROR("%s: not %s", pk.src.path, whats);
 		return 2;
 	}
-	if (labels && pk.kind != SRC_NPY) {
+	if (pk.in->need_labels && !pk.src.labels) {
+		LOG_ERROR("%s: %s", pk.src.path, pk.in->need_labels);
+		return 2;
+	}
+	if (pk.src.labels && !pk.in->need_labels) {
 		fputs(pack_usage, stderr);
 		return 2;
 	}
-	if (pk.zstd_level && pk.kind != SRC_NPY)
+	if (pk.zstd_level && !pk.in->tensor)
 		LOG_WARN("--compress applies to raw tensors; JPEGs are stored as they are");
-	if (pk.kind != SRC_FOLDER) {
-		pk.src_fd = open(pk.src, O_RDONLY | O_CLOEXEC);
-		if (pk.src_fd < 0) {
-			LOG_ERROR("cannot open %s: %s", pk.src, strerror(errno));
-			return 1;
-		}
-	}
 
 	double t0 = clk_now_s();
-	ret = pk.kind == SRC_FOLDER ? list_folder(&pk) :
-	      pk.kind == SRC_TAR ? list_tar(&pk, &skipped) : list_npy(&pk, labels);
+	ret = pk.in->list(&pk.src);
 	if (ret < 0)
 		goto out;
-	if (pk.n == 0) {
-		LOG_ERROR("%s: no samples found", pk.src);
+	if (pk.src.n == 0) {
+		LOG_ERROR("%s: no samples found", pk.src.path);
 		goto out;
 	}
+	skipped = pk.src.skipped;
 
 	ret = dpk_writer_create(out, no_fsync ? DPK_WRITE_NO_SYNC : 0, &w);
 	if (ret < 0) {
@@ -778,8 +337,8 @@ int dpack_pack_main(int argc, char **argv)
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	signal(SIGHUP, on_signal);
-	if (pk.nclasses) {
-		ret = dpk_writer_set_classes(w, (const char *const *)pk.classes, pk.nclasses);
+	if (pk.src.nclasses) {
+		ret = dpk_writer_set_classes(w, (const char *const *)pk.src.classes, pk.src.nclasses);
 		if (ret < 0) {
 			LOG_ERROR("class names: %s", strerror(-ret));
 			goto out;
@@ -804,9 +363,9 @@ int dpack_pack_main(int argc, char **argv)
 
 	int tty = isatty(STDERR_FILENO);
 	double last = 0;
-	for (uint64_t i = 0; i < pk.n; i++) {
+	for (uint64_t i = 0; i < pk.src.n; i++) {
 		struct slot *s = &pk.slots[i % pk.window];
-		const char *name = pk.items ? pk.items[i].name : NULL;
+		const char *name = pk.src.items ? pk.src.items[i].name : NULL;
 
 		pthread_mutex_lock(&pk.lock);
 		while (!s->done)
@@ -817,15 +376,15 @@ int dpack_pack_main(int argc, char **argv)
 			if (name)
 				LOG_ERROR("%s: %s", name, s->why);
 			else
-				LOG_ERROR("%s: sample %llu: %s", pk.src, (unsigned long long)i, s->why);
+				LOG_ERROR("%s: sample %llu: %s", pk.src.path, (unsigned long long)i, s->why);
 			ret = s->err;
 			goto stop;
 		} else if (s->status == SLOT_SKIP) {
 			skipped++;
 			if (tty)
 				fputs("\r\033[K", stderr);
-			LOG_WARN("%s %s: %s", pk.strict ? "bad image" : "skipped", name, s->why);
-			if (pk.strict) {
+			LOG_WARN("%s %s: %s", pk.src.strict ? "bad image" : "skipped", name, s->why);
+			if (pk.src.strict) {
 				LOG_ERROR("--strict: stopping at the first bad image");
 				ret = -EBADMSG;
 				goto stop;
@@ -848,12 +407,12 @@ int dpack_pack_main(int argc, char **argv)
 
 		if (tty && clk_now_s() - last > 0.1) {
 			last = clk_now_s();
-			progress(i + 1, pk.n, bytes, t0, 0);
+			progress(i + 1, pk.src.n, bytes, t0, 0);
 		}
 	}
 	written = dpk_writer_count(w);
 	if (written == 0) {
-		LOG_ERROR("%s: no valid samples (%llu skipped)", pk.src, (unsigned long long)skipped);
+		LOG_ERROR("%s: no valid samples (%llu skipped)", pk.src.path, (unsigned long long)skipped);
 		ret = -ENOENT;
 		goto stop;
 	}
@@ -861,7 +420,7 @@ int dpack_pack_main(int argc, char **argv)
 	if (ret < 0)
 		LOG_ERROR("finishing %s: %s", out, strerror(-ret));
 	if (tty)
-		progress(pk.n, pk.n, bytes, t0, 1);
+		progress(pk.src.n, pk.src.n, bytes, t0, 1);
 stop:
 	pthread_mutex_lock(&pk.lock);
 	pk.abort = 1;
@@ -874,22 +433,23 @@ stop:
 	if (ret == 0) {
 		double dt = clk_now_s() - t0;
 		printf("dpack: %s: %llu samples, %u classes, %llu skipped, %.1f MB in %.2f s (%.0f MB/s)\n",
-		       out, (unsigned long long)written, pk.nclasses, (unsigned long long)skipped,
+		       out, (unsigned long long)written, pk.src.nclasses, (unsigned long long)skipped,
 		       bytes / 1e6, dt, dt > 0 ? bytes / dt / 1e6 : 0.0);
 		status = 0;
 	}
 out:
 	tmp_to_unlink = NULL;
 	dpk_writer_destroy(w);  /* removes the temporary file unless finish succeeded */
-	if (pk.src_fd >= 0)
-		close(pk.src_fd);
-	for (uint64_t i = 0; pk.items && i < pk.n; i++)
-		free(pk.items[i].name);
-	free(pk.items);
-	for (uint32_t k = 0; k < pk.nclasses; k++)
-		free(pk.classes[k]);
-	free(pk.classes);
-	free(pk.npy_labels);
+	if (pk.in && pk.in->fini)
+		pk.in->fini(&pk.src);
+	if (pk.src.fd >= 0)
+		close(pk.src.fd);
+	for (uint64_t i = 0; pk.src.items && i < pk.src.n; i++)
+		free(pk.src.items[i].name);
+	free(pk.src.items);
+	for (uint32_t k = 0; k < pk.src.nclasses; k++)
+		free(pk.src.classes[k]);
+	free(pk.src.classes);
 	free(pk.slots);
 	free(th);
 	return status;

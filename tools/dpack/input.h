@@ -1,0 +1,63 @@
+/* input.h - dpack's input formats: one row each (ImageFolder tree, WebDataset tar, npy arrays),
+ * so that pack.c knows none of them. A row recognises its source, lists its samples in the order
+ * torchvision would give them, and says where each sample's bytes are. Files (images) become
+ * records of whichever kind recognises them (loader/kind.h); tensors become raw records.
+ * Adding a format is one tools/dpack/input_NAME.c that defines its struct dpack_input and one row
+ * in dpack_inputs[] (input.c). */
+#ifndef LOADERD_DPACK_INPUT_H
+#define LOADERD_DPACK_INPUT_H
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "formats/dpk.h"
+
+struct dpack_item {
+	char *name;        /* path (folder) or member/key name (tar), for messages; owned */
+	uint64_t offset;   /* tar: member data offset */
+	uint64_t size;     /* tar: member size */
+	int64_t label;
+};
+
+/* A source being packed: pack.c fills the first fields, the format's list() the rest. */
+struct dpack_src {
+	const char *path;           /* the SRC operand */
+	const char *labels;         /* the LABELS operand, or NULL */
+	int strict;                 /* --strict: a bad sample stops the listing */
+	int fd;                     /* the source opened as one file (tar, npy), or -1; pack.c closes it */
+	struct dpack_item *items;   /* n items, or NULL (tensor formats); pack.c frees them */
+	uint64_t n;                 /* samples */
+	char **classes;             /* nclasses class names, or NULL; pack.c frees them */
+	uint32_t nclasses;
+	uint64_t skipped;           /* samples the listing dropped (logged) */
+	void *priv;                 /* the format's own state, freed by its fini() */
+};
+
+struct dpack_input {
+	const char *name;           /* "folder", "tar", "npy" */
+	const char *what;           /* what SRC must be, for "not a directory, .tar or .npy" */
+	/* @path, stat'd as @st, is this format. */
+	int (*detect)(const char *path, const struct stat *st);
+	/* Non-NULL: the format takes a LABELS operand and this is the error without one. */
+	const char *need_labels;
+	/* List the samples into @s (n, items or priv, classes). Logs its errors; 0 or -errno. */
+	int (*list)(struct dpack_src *s);
+	/* Where sample @i's bytes are: *fd (s->fd, or a file opened for it that the caller closes),
+	 * *off, *len. 0 or -errno. Thread-safe. */
+	int (*locate)(const struct dpack_src *s, uint64_t i, int *fd, uint64_t *off, uint64_t *len);
+	/* Tensor formats: @r's kind (DPK_KIND_RAW), shape, ndim and label for sample @i.
+	 * NULL: samples are files, typed by ldr_kind_probe(), labelled by their item. */
+	void (*tensor)(const struct dpack_src *s, uint64_t i, struct dpk_record *r);
+	void (*fini)(struct dpack_src *s);  /* frees priv; NULL when none */
+};
+
+extern const struct dpack_input *const dpack_inputs[];  /* NULL-terminated */
+
+/* The first row that detects @path (stat'd as @st), or NULL. */
+const struct dpack_input *dpack_input_detect(const char *path, const struct stat *st);
+/* "a directory, .tar or .npy": what every row takes, for the error on an unknown source. */
+void dpack_input_whats(char *buf, size_t len);
+/* @name ends in one of @exts (NULL-terminated, with the dot), compared without case. */
+int dpack_has_ext(const char *name, const char *const *exts);
+
+#endif
