@@ -1,0 +1,462 @@
+/* test_job.c - loader/job.c through its ops (ldr_job_ops), without a server: small .dpk files
+ * made here with the formats/ writer (JPEGs from TurboJPEG, raw and zstd tensors), jobs opened
+ * on them and steps filled into a slot in memory. Checks the ring shape a job announces, ids,
+ * labels and decoded pixels (against a plain tjDecompress2 of the same record, cropped), a bad
+ * record (checksum or decode) substituted by the next sample and flagged with its sample id, the
+ * fail policy naming the sample, and bad job specs refused with a message naming the field. */
+#include "formats/dpk.h"
+#include "loader/job.h"
+#include "loader/kind.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <turbojpeg.h>
+#include <zstd.h>
+#include <cmocka.h>
+
+#include "tests/tmpdir.h"
+
+#define SIDE 64   /* images are SIDE x SIDE; a 56 x 56 center crop of them is exactly 1:1 */
+#define OUT 56
+#define OFF ((SIDE - OUT) / 2)
+#define NJPEG 6
+
+static char dir[64];
+
+static uint8_t px(unsigned i, unsigned y, unsigned x, unsigned c)
+{
+	return (uint8_t)(x * 3 + y * 5 + c * 40 + i * 17);
+}
+
+static void path_of(char *buf, size_t len, const char *name)
+{
+	snprintf(buf, len, "%s/%s", dir, name);
+}
+
+/* Image @i as RGB, SIDE x SIDE. Caller frees. */
+static uint8_t *image(unsigned i)
+{
+	uint8_t *p = malloc(SIDE * SIDE * 3);
+
+	assert_non_null(p);
+	for (unsigned y = 0; y < SIDE; y++)
+		for (unsigned x = 0; x < SIDE; x++)
+			for (unsigned c = 0; c < 3; c++)
+				p[(y * SIDE + x) * 3 + c] = px(i, y, x, c);
+	return p;
+}
+
+/* Image @i as a 4:4:4 JPEG (tjFree the buffer). */
+static uint8_t *jpeg(unsigned i, unsigned long *len)
+{
+	tjhandle tj = tjInitCompress();
+	uint8_t *rgb = image(i), *buf = NULL;
+
+	assert_non_null(tj);
+	if (tjCompress2(tj, rgb, SIDE, 0, SIDE, TJPF_RGB, &buf, len, TJSAMP_444, 95, 0) != 0)
+		fail_msg("tjCompress2: %s", tjGetErrorStr2(tj));
+	tjDestroy(tj);
+	free(rgb);
+	return buf;
+}
+
+static void add(struct dpk_writer *w, enum dpk_kind kind, int64_t label, const void *data,
+		uint64_t len, uint32_t h, uint32_t wd, uint32_t c)
+{
+	struct dpk_record r = { .kind = kind, .label = label, .data = data, .length = len,
+				.shape = { h, wd, c }, .ndim = c ? 3 : 2 };
+
+	assert_int_equal(dpk_writer_add(w, &r), 0);
+}
+
+/* jpeg.dpk: NJPEG JPEGs, label 100 + i. With @bad_decode, record 3 is not a JPEG (its checksum is
+ * right: it fails at decode). */
+static void write_jpegs(const char *name, int bad_decode)
+{
+	struct dpk_writer *w;
+	char p[128];
+
+	path_of(p, sizeof(p), name);
+	assert_int_equal(dpk_writer_create(p, DPK_WRITE_NO_SYNC, &w), 0);
+	for (unsigned i = 0; i < NJPEG; i++) {
+		unsigned long len;
+		uint8_t *j = jpeg(i, &len);
+		if (bad_decode && i == 3)
+			memset(j + 2, 0x5a, len - 2);
+		add(w, DPK_KIND_JPEG, 100 + i, j, len, SIDE, SIDE, 3);
+		tjFree(j);
+	}
+	assert_int_equal(dpk_writer_finish(w), 0);
+	dpk_writer_destroy(w);
+}
+
+/* @name: 4 tensors h x w x c (c = 0: 2-d h x w) of image(i)'s bytes, raw and zstd in turn,
+ * label 10 + i; with @odd_shape, sample 1 is w x h. */
+static void write_tensors(const char *name, uint32_t h, uint32_t wd, uint32_t c, int odd_shape)
+{
+	struct dpk_writer *w;
+	char p[128];
+
+	path_of(p, sizeof(p), name);
+	assert_int_equal(dpk_writer_create(p, DPK_WRITE_NO_SYNC, &w), 0);
+	for (unsigned i = 0; i < 4; i++) {
+		uint8_t *t = image(i), z[SIDE * SIDE * 4];
+		size_t n = (size_t)h * wd * (c ? c : 1);
+		uint32_t hh = odd_shape && i == 1 ? wd : h, ww = odd_shape && i == 1 ? h : wd;
+		if (i % 2 == 0) {
+			add(w, DPK_KIND_RAW, 10 + i, t, n, hh, ww, c);
+		} else {
+			size_t zn = ZSTD_compress(z, sizeof(z), t, n, 3);
+			assert_false(ZSTD_isError(zn));
+			add(w, DPK_KIND_RAW_ZSTD, 10 + i, z, zn, hh, ww, c);
+		}
+		free(t);
+	}
+	assert_int_equal(dpk_writer_finish(w), 0);
+	dpk_writer_destroy(w);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	assert_int_equal(tmpdir_create(dir, sizeof(dir), "test_job"), 0);
+	write_jpegs("jpeg.dpk", 0);
+	write_tensors("img.dpk", SIDE, SIDE, 3, 0);
+	write_tensors("t2d.dpk", 5, 7, 0, 0);
+	write_tensors("mixed.dpk", 5, 7, 0, 1);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	return tmpdir_remove(dir);
+}
+
+/* ---- a job and a slot, without a server ---- */
+
+struct t {
+	struct ldr_config cfg;
+	struct srv_ops ops;
+	void *job, *worker;
+	struct srv_job_info info;
+	struct ring_slot slot;
+	char why[CTL_TEXT_MAX];
+};
+
+static struct ctl_job_open spec_for(const char *name, uint32_t batch, uint32_t crop)
+{
+	struct ctl_job_open s;
+
+	memset(&s, 0, sizeof(s));
+	snprintf(s.job, sizeof(s.job), "test");
+	path_of(s.dataset, sizeof(s.dataset), name);
+	s.batch = batch;
+	s.crop_h = s.crop_w = crop;
+	s.world = 1;
+	s.sampling = CTL_SAMPLE_SEQUENTIAL;
+	return s;
+}
+
+static int t_open(struct t *t, const struct ctl_job_open *spec)
+{
+	memset(t, 0, sizeof(*t));
+	t->cfg.io = LDR_IO_AUTO;
+	ldr_job_ops(&t->cfg, &t->ops);
+	return t->ops.job_open(t->ops.ctx, spec, &t->job, &t->info, t->why, sizeof(t->why));
+}
+
+static void t_start(struct t *t, const struct ctl_job_open *spec)
+{
+	int ret = t_open(t, spec);
+
+	if (ret < 0)
+		fail_msg("job_open: %s", t->why);
+	t->worker = t->ops.worker_init(t->ops.ctx, 0);
+	assert_non_null(t->worker);
+	uint32_t b = t->info.ring.batch;
+	t->slot.ids = calloc(b, sizeof(uint64_t));
+	t->slot.labels = calloc(b, sizeof(int64_t));
+	t->slot.flags = calloc(b, 1);
+	t->slot.payload = calloc(b, t->info.ring.sample_bytes);
+	assert_true(t->slot.ids && t->slot.labels && t->slot.flags && t->slot.payload);
+}
+
+static int t_fill(struct t *t, uint64_t step, struct srv_fill *f)
+{
+	memset(f, 0, sizeof(*f));
+	memset(t->slot.flags, 0, t->info.ring.batch);
+	f->job = t->job;
+	f->world = 1;
+	f->step_in_epoch = step;
+	f->slot = &t->slot;
+	return t->ops.fill(t->ops.ctx, t->worker, f);
+}
+
+static void t_stop(struct t *t)
+{
+	t->ops.worker_fini(t->ops.ctx, t->worker);
+	t->ops.job_close(t->ops.ctx, t->job);
+	free(t->slot.ids);
+	free(t->slot.labels);
+	free(t->slot.flags);
+	free(t->slot.payload);
+}
+
+/* Sample @id of jpeg.dpk decoded by tjDecompress2 at full size, then the 56 x 56 center window:
+ * what a 56 x 56 center crop must deliver (the crop is the window, 1:1, no resize). */
+static void expect_jpeg(unsigned id, uint8_t *out)
+{
+	unsigned long len;
+	uint8_t *j = jpeg(id, &len), full[SIDE * SIDE * 3];
+	tjhandle tj = tjInitDecompress();
+
+	assert_non_null(tj);
+	if (tjDecompress2(tj, j, len, full, SIDE, 0, SIDE, TJPF_RGB, 0) != 0)
+		fail_msg("tjDecompress2: %s", tjGetErrorStr2(tj));
+	for (unsigned y = 0; y < OUT; y++)
+		memcpy(out + y * OUT * 3, full + ((y + OFF) * SIDE + OFF) * 3, OUT * 3);
+	tjDestroy(tj);
+	tjFree(j);
+}
+
+static void check_jpeg_sample(const struct t *t, unsigned i)
+{
+	uint8_t want[OUT * OUT * 3];
+	const uint8_t *got = (const uint8_t *)t->slot.payload + (size_t)i * OUT * OUT * 3;
+
+	expect_jpeg((unsigned)t->slot.ids[i], want);
+	for (size_t k = 0; k < sizeof(want); k++)
+		if (got[k] != want[k])
+			fail_msg("sample %llu byte %zu: %u, want %u", (unsigned long long)t->slot.ids[i], k,
+				 got[k], want[k]);
+}
+
+/* ---- cases ---- */
+
+static void test_job_open_announces_ring_shape(void **state)
+{
+	struct ctl_job_open s = spec_for("jpeg.dpk", 4, OUT);
+	struct t t;
+
+	(void)state;
+	assert_int_equal(t_open(&t, &s), 0);
+	assert_int_equal(t.info.samples, NJPEG);
+	assert_int_equal(t.info.steps_per_epoch, 2);  /* 6 samples, batch 4 */
+	assert_int_equal(t.info.ring.batch, 4);
+	assert_int_equal(t.info.ring.ndim, 3);
+	assert_int_equal(t.info.ring.layout, RING_LAYOUT_NHWC);
+	assert_int_equal(t.info.ring.shape[0], OUT);
+	assert_int_equal(t.info.ring.shape[2], 3);
+	assert_int_equal(t.info.ring.sample_bytes, OUT * OUT * 3);
+	t.ops.job_close(t.ops.ctx, t.job);
+
+	s.transforms = CTL_TF_NCHW;
+	s.crop_w = 48;
+	assert_int_equal(t_open(&t, &s), 0);
+	assert_int_equal(t.info.ring.layout, RING_LAYOUT_NCHW);
+	assert_int_equal(t.info.ring.shape[0], 3);
+	assert_int_equal(t.info.ring.shape[1], OUT);
+	assert_int_equal(t.info.ring.shape[2], 48);
+	t.ops.job_close(t.ops.ctx, t.job);
+
+	s = spec_for("t2d.dpk", 2, 0);  /* as stored: the tensors' own shape */
+	assert_int_equal(t_open(&t, &s), 0);
+	assert_int_equal(t.info.ring.ndim, 2);
+	assert_int_equal(t.info.ring.shape[0], 5);
+	assert_int_equal(t.info.ring.shape[1], 7);
+	assert_int_equal(t.info.ring.layout, RING_LAYOUT_RAW);
+	assert_int_equal(t.info.ring.sample_bytes, 35);
+	t.ops.job_close(t.ops.ctx, t.job);
+}
+
+/* JPEG records decoded into the slot equal a plain full-size decode, cropped. */
+static void test_job_fill_jpeg_matches_tjdecompress(void **state)
+{
+	struct ctl_job_open s = spec_for("jpeg.dpk", 4, OUT);
+	struct srv_fill f;
+	struct t t;
+
+	(void)state;
+	t_start(&t, &s);
+	for (uint64_t step = 0; step < 2; step++) {
+		assert_int_equal(t_fill(&t, step, &f), 0);
+		assert_int_equal(f.count, step ? 2 : 4);  /* one rank: the last batch is short */
+		assert_int_equal(f.bad, 0);
+		for (unsigned i = 0; i < f.count; i++) {
+			uint64_t want = step * 4 + i;  /* sequential */
+			assert_int_equal(t.slot.ids[i], want);
+			assert_int_equal(t.slot.labels[i], 100 + (int64_t)want);
+			assert_int_equal(t.slot.flags[i] & RING_SAMPLE_SUBSTITUTED, 0);
+			check_jpeg_sample(&t, i);
+		}
+	}
+	t_stop(&t);
+}
+
+/* Raw and zstd tensors: as stored byte for byte, and HxWx3 ones cropped like images. */
+static void test_job_fill_raw_and_zstd(void **state)
+{
+	struct ctl_job_open s = spec_for("t2d.dpk", 4, 0);
+	struct srv_fill f;
+	struct t t;
+
+	(void)state;
+	t_start(&t, &s);
+	assert_int_equal(t_fill(&t, 0, &f), 0);
+	assert_int_equal(f.count, 4);
+	for (unsigned i = 0; i < 4; i++) {
+		uint8_t *want = image(i);
+		assert_int_equal(t.slot.ids[i], i);
+		assert_int_equal(t.slot.labels[i], 10 + i);
+		assert_memory_equal((uint8_t *)t.slot.payload + i * 35, want, 35);
+		free(want);
+	}
+	t_stop(&t);
+
+	s = spec_for("img.dpk", 4, OUT);
+	t_start(&t, &s);
+	assert_int_equal(t_fill(&t, 0, &f), 0);
+	for (unsigned i = 0; i < 4; i++) {
+		const uint8_t *got = (const uint8_t *)t.slot.payload + (size_t)i * OUT * OUT * 3;
+		for (unsigned y = 0; y < OUT; y++)
+			for (unsigned x = 0; x < OUT; x++)
+				for (unsigned c = 0; c < 3; c++)
+					if (got[(y * OUT + x) * 3 + c] != px(i, y + OFF, x + OFF, c))
+						fail_msg("sample %u (%s) at %u,%u,%u", i, i % 2 ? "zstd" : "raw",
+							 y, x, c);
+	}
+	t_stop(&t);
+}
+
+/* Flip one stored byte of record @id of @name on disk (its checksum then fails). */
+static void corrupt(const char *name, uint64_t id)
+{
+	struct dpk *d;
+	char p[128], err[256];
+	uint8_t b;
+
+	path_of(p, sizeof(p), name);
+	assert_int_equal(dpk_open(p, 0, &d, err, sizeof(err)), 0);
+	off_t off = (off_t)(dpk_entry_get(d, id)->offset + dpk_entry_get(d, id)->length / 2);
+	dpk_close(d);
+	int fd = open(p, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &b, 1, off), 1);
+	b ^= 0xff;
+	assert_int_equal(pwrite(fd, &b, 1, off), 1);
+	close(fd);
+}
+
+/* Record 1 fails its checksum, record 3 its decode: each is replaced by the next sample of the
+ * order, flagged, counted and named; the rest of the batch is untouched. */
+static void test_job_bad_records_substituted_and_flagged(void **state)
+{
+	struct ctl_job_open s = spec_for("bad.dpk", 4, OUT);
+	struct srv_fill f;
+	struct t t;
+
+	(void)state;
+	write_jpegs("bad.dpk", 1);
+	corrupt("bad.dpk", 1);
+	t_start(&t, &s);
+	assert_int_equal(t_fill(&t, 0, &f), 0);  /* ids 0, 1, 2, 3 */
+	assert_int_equal(f.count, 4);
+	assert_int_equal(f.bad, 2);
+	assert_int_equal(f.nbad_ids, 2);
+	assert_int_equal(f.bad_ids[0], 1);
+	assert_int_equal(f.bad_ids[1], 3);
+	assert_int_equal(t.slot.ids[1], 2);  /* sequential: the sample at position 1 + 1 */
+	assert_int_equal(t.slot.labels[1], 102);
+	assert_int_equal(t.slot.ids[3], 4);
+	assert_int_equal(t.slot.labels[3], 104);
+	for (unsigned i = 0; i < 4; i++) {
+		assert_int_equal(t.slot.flags[i] & RING_SAMPLE_SUBSTITUTED,
+				 i % 2 ? RING_SAMPLE_SUBSTITUTED : 0);
+		check_jpeg_sample(&t, i);
+	}
+
+	assert_int_equal(t_fill(&t, 1, &f), 0);  /* ids 4, 5: good */
+	assert_int_equal(f.count, 2);
+	assert_int_equal(f.bad, 0);
+	assert_int_equal(t.slot.flags[0] | t.slot.flags[1], 0);
+	t_stop(&t);
+
+	s.batch = 2;
+	s.on_bad = CTL_BAD_FAIL;  /* the job stops, naming the sample */
+	t_start(&t, &s);
+	assert_int_equal(t_fill(&t, 0, &f), -EBADMSG);
+	assert_non_null(strstr(f.why, "sample 1: checksum mismatch (policy: fail)"));
+	assert_int_equal(t_fill(&t, 1, &f), -EBADMSG);
+	assert_non_null(strstr(f.why, "sample 3: "));
+	t_stop(&t);
+}
+
+static void expect_refused(const struct ctl_job_open *s, const char *needle)
+{
+	struct t t;
+
+	assert_true(t_open(&t, s) < 0);
+	assert_null(t.job);
+	if (!strstr(t.why, needle))
+		fail_msg("refusal '%s' does not say '%s'", t.why, needle);
+}
+
+/* Specs the dataset cannot serve are refused, and the message names what to change. */
+static void test_job_open_refuses_bad_specs(void **state)
+{
+	struct ctl_job_open s;
+
+	(void)state;
+	s = spec_for("none.dpk", 4, OUT);
+	expect_refused(&s, "none.dpk: ");
+	s = spec_for("jpeg.dpk", 4, 0);
+	expect_refused(&s, "holds JPEG records: give a crop size (e.g. 224x224)");
+	s = spec_for("t2d.dpk", 4, OUT);
+	expect_refused(&s, "t2d.dpk sample 0: a 2-d raw tensor cannot be cropped (HxWx3 images only)");
+	s = spec_for("mixed.dpk", 4, 0);
+	expect_refused(&s, "sample 1 has another shape than sample 0; give a crop size to resize");
+	s = spec_for("jpeg.dpk", 4, OUT);
+	s.world = 7;
+	s.rank = 1;
+	s.tail = CTL_TAIL_DROP;
+	expect_refused(&s, "has 6 samples: too few for 7 ranks with tail policy drop");
+}
+
+/* A worker that could not start makes its fills fail with a message, not a crash. */
+static void test_job_fill_without_worker_fails(void **state)
+{
+	struct ctl_job_open s = spec_for("jpeg.dpk", 4, OUT);
+	struct srv_fill f;
+	struct t t;
+
+	(void)state;
+	t_start(&t, &s);
+	t.ops.worker_fini(t.ops.ctx, t.worker);
+	t.worker = NULL;
+	assert_int_equal(t_fill(&t, 0, &f), -ENOMEM);
+	assert_non_null(strstr(f.why, "worker could not start"));
+	t_stop(&t);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_job_open_announces_ring_shape),
+		cmocka_unit_test(test_job_fill_jpeg_matches_tjdecompress),
+		cmocka_unit_test(test_job_fill_raw_and_zstd),
+		cmocka_unit_test(test_job_bad_records_substituted_and_flagged),
+		cmocka_unit_test(test_job_open_refuses_bad_specs),
+		cmocka_unit_test(test_job_fill_without_worker_fails),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

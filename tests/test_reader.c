@@ -1,0 +1,255 @@
+/* test_reader.c - loader/reader.c: a worker's batched record reads. Each case runs on the three
+ * paths (io_uring with O_DIRECT, io_uring through the page cache, pread; io_uring degrades to
+ * pread where the kernel refuses it, and the path used is printed): exact bytes for records
+ * asked in any order and repeated, batches larger than the queue depth and than the arena, a
+ * record larger than the arena, a file cut short after open (-EBADMSG for the records past the
+ * end), and a closed fd (-EBADF, not garbage). */
+#include "formats/dpk.h"
+#include "loader/reader.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "tests/tmpdir.h"
+
+#define NREC 300          /* more than the reader's queue depth (64) */
+#define BIG_REC 3         /* this record is larger than the small arena */
+
+static char dir[64];
+static char path[128];
+static uint64_t lens[NREC];
+
+static uint8_t byte_at(uint64_t rec, uint64_t i)
+{
+	return (uint8_t)(rec * 151 + i * 7 + (i >> 8));
+}
+
+/* Record i: a 1-d raw tensor of lens[i] bytes, byte j = byte_at(i, j); lengths straddle the
+ * 4 KiB blocks O_DIRECT reads (1 byte .. ~13 KiB, and 64 KiB for BIG_REC). */
+static int setup(void **state)
+{
+	struct dpk_writer *w;
+	uint8_t *buf = malloc(64 << 10);
+
+	(void)state;
+	assert_non_null(buf);
+	assert_int_equal(tmpdir_create(dir, sizeof(dir), "test_reader"), 0);
+	snprintf(path, sizeof(path), "%s/r.dpk", dir);
+	assert_int_equal(dpk_writer_create(path, DPK_WRITE_NO_SYNC, &w), 0);
+	for (uint64_t i = 0; i < NREC; i++) {
+		lens[i] = i == BIG_REC ? 64u << 10 : 1 + (i * 2654435761u) % 13000;
+		for (uint64_t j = 0; j < lens[i]; j++)
+			buf[j] = byte_at(i, j);
+		struct dpk_record r = { .kind = DPK_KIND_RAW, .label = (int64_t)i, .data = buf,
+					.length = lens[i], .shape = { (uint32_t)lens[i] }, .ndim = 1 };
+		assert_int_equal(dpk_writer_add(w, &r), 0);
+	}
+	assert_int_equal(dpk_writer_finish(w), 0);
+	dpk_writer_destroy(w);
+	free(buf);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	return tmpdir_remove(dir);
+}
+
+static const enum ldr_io modes[] = { LDR_IO_AUTO, LDR_IO_BUFFERED, LDR_IO_PREAD };
+
+/* Read ids[0..n) through @r, batch after batch, and check every record's bytes (or, where
+ * @want_err is nonzero, that records from id @bad_from on fail with it). */
+static void read_all_check(struct ldr_reader *r, const struct dpk *d, int fd_direct,
+			   const uint64_t *ids, uint32_t n, uint64_t bad_from, int want_err,
+			   unsigned *calls)
+{
+	const uint8_t *bufs[NREC];
+	int errs[NREC];
+
+	*calls = 0;
+	for (uint32_t i = 0; i < n;) {
+		int k = ldr_reader_read(r, d, fd_direct, ids + i, n - i, bufs, errs);
+		assert_true(k >= 1 && (uint32_t)k <= n - i);
+		(*calls)++;
+		for (int q = 0; q < k; q++, i++) {
+			uint64_t id = ids[i];
+			if (want_err && id >= bad_from) {
+				assert_int_equal(errs[q], want_err);
+				continue;
+			}
+			if (errs[q] != 0)
+				fail_msg("record %llu: %s", (unsigned long long)id, strerror(-errs[q]));
+			for (uint64_t j = 0; j < lens[id]; j++)
+				if (bufs[q][j] != byte_at(id, j))
+					fail_msg("record %llu byte %llu: %u, want %u", (unsigned long long)id,
+						 (unsigned long long)j, bufs[q][j], byte_at(id, j));
+		}
+	}
+}
+
+/* Run @body once per path over a reader of @arena bytes, on the dataset and its O_DIRECT fd. */
+static void each_mode(size_t arena, void (*body)(struct ldr_reader *r, const struct dpk *d,
+						 int fd_direct))
+{
+	struct dpk *d;
+	char err[256];
+
+	assert_int_equal(dpk_open(path, 0, &d, err, sizeof(err)), 0);
+	int fd_direct = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+		struct ldr_reader *r;
+
+		assert_int_equal(ldr_reader_create(modes[m], arena, &r), 0);
+		printf("mode %d: %s\n", (int)modes[m], ldr_reader_path(r, fd_direct));
+		body(r, d, fd_direct);
+		ldr_reader_destroy(r);
+	}
+	if (fd_direct >= 0)
+		close(fd_direct);
+	dpk_close(d);
+}
+
+static void exact_bytes(struct ldr_reader *r, const struct dpk *d, int fd_direct)
+{
+	uint64_t ids[NREC];
+	unsigned calls;
+
+	for (uint32_t i = 0; i < NREC; i++)
+		ids[i] = i;
+	read_all_check(r, d, fd_direct, ids, NREC, 0, 0, &calls);
+	assert_int_equal(calls, 1);  /* 300 records > queue depth 64, one call */
+	for (uint32_t i = 0; i < NREC; i++)
+		ids[i] = (NREC - 1 - i) / 2 * 2;  /* 298, 298, 296, 296, ... */
+	read_all_check(r, d, fd_direct, ids, NREC, 0, 0, &calls);
+	assert_int_equal(calls, 1);
+}
+
+/* Every record, in order, then backwards with repeats: one call each when the arena holds them. */
+static void test_reader_exact_bytes_any_order(void **state)
+{
+	(void)state;
+	each_mode(16u << 20, exact_bytes);
+}
+
+static void small_arena(struct ldr_reader *r, const struct dpk *d, int fd_direct)
+{
+	uint64_t ids[NREC];
+	const uint8_t *bufs[4];
+	int errs[4];
+	unsigned calls;
+
+	for (uint32_t i = 0; i < NREC; i++)
+		ids[i] = i;
+	read_all_check(r, d, fd_direct, ids, NREC, 0, 0, &calls);
+	assert_true(calls > 10);
+	/* the big record goes to a buffer of its own when it leads a call, else it waits for the
+	 * next call */
+	uint64_t two[2] = { BIG_REC, 0 };
+	assert_int_equal(ldr_reader_read(r, d, fd_direct, two, 2, bufs, errs), 2);
+	assert_int_equal(errs[0], 0);
+	assert_int_equal(errs[1], 0);
+	assert_int_equal(bufs[0][lens[BIG_REC] - 1], byte_at(BIG_REC, lens[BIG_REC] - 1));
+	assert_int_equal(bufs[1][0], byte_at(0, 0));
+	two[0] = 0, two[1] = BIG_REC;
+	assert_int_equal(ldr_reader_read(r, d, fd_direct, two, 2, bufs, errs), 1);
+	assert_int_equal(ldr_reader_read(r, d, fd_direct, two, 0, bufs, errs), 0);
+}
+
+/* A 16 KiB arena: batches are cut where the arena is full (several calls), and the 64 KiB record
+ * is read into a buffer of its own. */
+static void test_reader_small_arena_splits_batches(void **state)
+{
+	(void)state;
+	each_mode(16u << 10, small_arena);
+}
+
+/* The file is cut short under an open dataset, in the middle of record @cut (its fd is made to
+ * point at a truncated copy; the index stays mapped from the whole file): that record and every
+ * later one fails with -EBADMSG (the file ended early); those before it read back exactly. */
+static void test_reader_short_file_is_ebadmsg(void **state)
+{
+	uint64_t ids[NREC];
+	const uint64_t cut = 200;
+	char short_path[160], cmd[400];
+
+	(void)state;
+	for (uint32_t i = 0; i < NREC; i++)
+		ids[i] = i;
+	snprintf(short_path, sizeof(short_path), "%s/short.dpk", dir);
+	snprintf(cmd, sizeof(cmd), "cp %s %s", path, short_path);
+	assert_int_equal(system(cmd), 0);
+	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+		struct ldr_reader *r;
+		struct dpk *d;
+		char err[256];
+		unsigned calls;
+
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		assert_true(fd >= 0);
+		assert_int_equal(dpk_open_fd(fd, 0, &d, err, sizeof(err)), 0);
+		const struct dpk_entry *e = dpk_entry_get(d, cut);
+		assert_int_equal(truncate(short_path, (off_t)(e->offset + e->length / 2)), 0);
+		int sfd = open(short_path, O_RDONLY | O_CLOEXEC);
+		assert_true(sfd >= 0);
+		assert_int_equal(dup2(sfd, fd), fd);
+		close(sfd);
+		int fd_direct = open(short_path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+		assert_int_equal(ldr_reader_create(modes[m], 16u << 20, &r), 0);
+		read_all_check(r, d, fd_direct, ids, NREC, cut, -EBADMSG, &calls);
+		ldr_reader_destroy(r);
+		if (fd_direct >= 0)
+			close(fd_direct);
+		dpk_close(d);
+		close(fd);
+	}
+}
+
+/* The dataset's fd is closed under the reader (and an O_DIRECT fd that is not open is given):
+ * every record reports -EBADF; nothing is delivered as data. */
+static void test_reader_closed_fd_is_ebadf(void **state)
+{
+	uint64_t ids[100];
+
+	(void)state;
+	for (uint32_t i = 0; i < 100; i++)
+		ids[i] = i;
+	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+		struct ldr_reader *r;
+		struct dpk *d;
+		char err[256];
+		unsigned calls;
+
+		assert_int_equal(ldr_reader_create(modes[m], 16u << 20, &r), 0);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		assert_true(fd >= 0);
+		assert_int_equal(dpk_open_fd(fd, 0, &d, err, sizeof(err)), 0);
+		close(fd);  /* the index stays mapped; reads of records must fail */
+		read_all_check(r, d, -1, ids, 100, 0, -EBADF, &calls);
+		if (modes[m] == LDR_IO_AUTO)  /* the O_DIRECT fd given is not open either */
+			read_all_check(r, d, fd, ids, 100, 0, -EBADF, &calls);
+		ldr_reader_destroy(r);
+		dpk_close(d);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_reader_exact_bytes_any_order),
+		cmocka_unit_test(test_reader_small_arena_splits_batches),
+		cmocka_unit_test(test_reader_short_file_is_ebadmsg),
+		cmocka_unit_test(test_reader_closed_fd_is_ebadf),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
