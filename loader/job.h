@@ -1,13 +1,13 @@
-/* job.h - loaderd's jobs: what srv (shm/srv.h) calls to open a job on a .dpk and to fill a slot:
- * sampler -> batched reads -> checksum -> crop-aware decode straight into the slot, with the
- * bad-record policy. */
+/* job.h - loaderd's jobs: what the server (loader/srv.h) calls to open a job on a .dpk and to
+ * fill a slot: sampler -> batched reads -> checksum -> crop-aware decode straight into the slot,
+ * with the bad-record policy. */
 #ifndef LOADERD_JOB_H
 #define LOADERD_JOB_H
 #include <stddef.h>
 #include <stdint.h>
 
 #include "loader/reader.h"
-#include "shm/srv.h"
+#include "loader/srv.h"
 
 struct ldr_config {
 	enum ldr_io io;            /* AUTO (io_uring, O_DIRECT where possible), BUFFERED, PREAD */

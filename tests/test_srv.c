@@ -22,7 +22,7 @@
 #include "shm/ctl.h"
 #include "shm/ldc.h"
 #include "shm/ring.h"
-#include "shm/srv.h"
+#include "loader/srv.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* srv.c - control loop, jobs, attachments and producer threads (see srv.h).
+/* srv.c - loaderd's server core: control loop, jobs, attachments and producer threads (see srv.h).
  *
  * DESIGN
  * A job is known by its name; each of its ranks is either attached (a live connection, a ring and
@@ -22,7 +22,7 @@
  * step the producer itself saw released). A consumer whose words break the state machine is
  * dropped with an error message: the workers notice (-EBADMSG from ring_prod_poll), mark the att
  * hostile and wake the control loop, which does the dropping. */
-#include "shm/srv.h"
+#include "loader/srv.h"
 
 #include <errno.h>
 #include <fcntl.h>
