@@ -1,7 +1,10 @@
-/* srv.h - the producer side of the control protocol: listens on the unix socket, checks peers,
- * keeps jobs and their ranks, creates one ring per attached rank, runs the producer threads that
- * fill slots through a callback, and reclaims a rank's ring when its consumer dies. loaderd is
- * this plus a fill callback (sampler, readers, decoders); tests use it with a pattern filler.
+/* srv.h - loaderd's server core, the producer side of the control protocol (shm/ctl.h): listens
+ * on the unix socket, checks peers, keeps jobs and their ranks, creates one ring per attached
+ * rank, runs the worker threads that fill slots through a callback, reclaims a rank's ring when
+ * its consumer dies, and answers loaderctl. It knows nothing of datasets or decoding: loaderd is
+ * this plus the callbacks of loader/job.h (sampler, readers, decoders); tests use it with a
+ * pattern filler (tests/srv_harness.h). The implementation is split by role over
+ * loader/srv_conn.c, srv_jobs.c, srv_workers.c and srv_admin.c (map in loader/srv_impl.h).
  *
  * Threads: srv_run() is the control loop (one thread, the caller's); srv_create() starts the
  * worker threads, which call ops->fill. Callbacks may run on any of these threads at once, but a
