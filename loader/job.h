@@ -14,6 +14,10 @@ struct ldr_config {
 	size_t arena_bytes;        /* per worker, for batched reads (default 16 MiB) */
 };
 
+/* The phases of a fill whose time loaderd reports (srv_fill.phase_ns, ctl_stats.phase_ns):
+ * reading the records, and checking and decoding them. */
+enum ldr_phase { LDR_PHASE_IO = 0, LDR_PHASE_DECODE = 1 };
+
 /* Fill @ops with loaderd's callbacks; @cfg must outlive the server. */
 void ldr_job_ops(const struct ldr_config *cfg, struct srv_ops *ops);
 

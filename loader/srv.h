@@ -20,6 +20,15 @@
 
 struct srv;
 
+/* Phases of a fill whose time the server adds up per rank and reports (CTL_STATS, loaderctl):
+ * the callbacks name them (struct srv_ops), the server knows only their index. */
+#define SRV_PHASES_MAX CTL_PHASES_MAX
+
+struct srv_phase {
+	const char *name;          /* [a-z_]+: loaderctl's JSON key is "<name>_s"; NULL = unused */
+	const char *doing;         /* its text: "fill time 1.00 s: 20% <doing>, ..." */
+};
+
 /* What a job's callbacks tell the server about it. */
 struct srv_job_info {
 	struct ring_desc ring;     /* slots, batch, sample_bytes, shape, ndim, dtype, layout */
@@ -35,7 +44,7 @@ struct srv_fill {
 	struct ring_slot *slot;    /* owned by the callback until it returns */
 	uint32_t count;            /* out: samples written (<= batch) */
 	uint32_t slot_flags;       /* out: RING_SLOT_* (the server sets RING_SLOT_LAST itself) */
-	uint64_t io_ns, decode_ns; /* out, optional: where the time went */
+	uint64_t phase_ns[SRV_PHASES_MAX]; /* out, optional: where the time went (ops->phases) */
 	uint64_t bad;              /* out: records found bad while filling */
 	uint64_t bad_ids[8];       /* out: the first of them (for stats) */
 	uint32_t nbad_ids;
@@ -44,6 +53,7 @@ struct srv_fill {
 
 struct srv_ops {
 	void *ctx;
+	struct srv_phase phases[SRV_PHASES_MAX];  /* what srv_fill.phase_ns[i] measures */
 	/* Validate @spec (already checked field by field) and describe the job. Returns 0 and a job
 	 * handle in *job, or -errno with a message in @why that the client will see. */
 	int (*job_open)(void *ctx, const struct ctl_job_open *spec, void **job,

@@ -64,16 +64,18 @@ static void put_json_str(struct text *t, const char *s)
 	put(t, "\"");
 }
 
-static void admin_job(struct text *t, struct job *j, int json, int stats)
+/* @phases: the callbacks' names for the phases of a fill (unnamed ones are left out). */
+static void admin_job(struct text *t, const struct srv_phase *phases, struct job *j, int json,
+		      int stats)
 {
 	const struct ctl_job_open *sp = &j->spec;
-	uint64_t fill = 0, io = 0, dec = 0;
+	uint64_t fill = 0, phase[SRV_PHASES_MAX] = { 0 };
 	double rate = 0;
 
 	for (uint32_t r = 0; r < sp->world; r++) {
 		fill += j->ranks[r].fill_ns;
-		io += j->ranks[r].io_ns;
-		dec += j->ranks[r].decode_ns;
+		for (unsigned p = 0; p < SRV_PHASES_MAX; p++)
+			phase[p] += j->ranks[r].phase_ns[p];
 		rate += j->ranks[r].rate;
 	}
 	unsigned nb = j->nbad_ids < 16 ? j->nbad_ids : 16;
@@ -90,8 +92,11 @@ static void admin_job(struct text *t, struct job *j, int json, int stats)
 			put(t, "%s%llu", b ? "," : "", (unsigned long long)j->bad_ids[b]);
 		put(t, "],\"failed\":%s", j->failed ? "true" : "false");
 		if (stats) {
-			put(t, ",\"fill_s\":%.3f,\"io_s\":%.3f,\"decode_s\":%.3f,\"ranks\":[", fill * 1e-9,
-			    io * 1e-9, dec * 1e-9);
+			put(t, ",\"fill_s\":%.3f", fill * 1e-9);
+			for (unsigned p = 0; p < SRV_PHASES_MAX; p++)
+				if (phases[p].name)
+					put(t, ",\"%s_s\":%.3f", phases[p].name, phase[p] * 1e-9);
+			put(t, ",\"ranks\":[");
 			for (uint32_t r = 0; r < sp->world; r++) {
 				struct rank_state *rs = &j->ranks[r];
 				struct att *a = rs->att;
@@ -124,9 +129,14 @@ static void admin_job(struct text *t, struct job *j, int json, int stats)
 	put(t, "%s\n", j->failed ? ", FAILED" : "");
 	if (!stats)
 		return;
-	if (fill)
-		put(t, "  fill time %.2f s: %.0f%% reading, %.0f%% decoding\n", fill * 1e-9,
-		    100.0 * io / fill, 100.0 * dec / fill);
+	if (fill) {
+		put(t, "  fill time %.2f s", fill * 1e-9);
+		for (unsigned p = 0, n = 0; p < SRV_PHASES_MAX; p++)
+			if (phases[p].name)
+				put(t, "%s %.0f%% %s", n++ ? "," : ":", 100.0 * phase[p] / fill,
+				    phases[p].doing ? phases[p].doing : phases[p].name);
+		put(t, "\n");
+	}
 	for (uint32_t r = 0; r < sp->world; r++) {
 		struct rank_state *rs = &j->ranks[r];
 		struct att *a = rs->att;
@@ -192,7 +202,7 @@ void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 				continue;
 			if (json && n++)
 				put(&t, ",");
-			admin_job(&t, j, json, req->op == CTL_OP_STATS);
+			admin_job(&t, s->ops.phases, j, json, req->op == CTL_OP_STATS);
 		}
 		if (json)
 			put(&t, "]\n");

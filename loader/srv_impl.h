@@ -69,7 +69,8 @@ struct rank_state {
 	struct att *att;         /* NULL when detached */
 	int started;             /* attached at least once: resume from @resume */
 	uint64_t resume;
-	uint64_t published, samples, fill_ns, io_ns, decode_ns;
+	uint64_t published, samples, fill_ns;
+	uint64_t phase_ns[SRV_PHASES_MAX];  /* of fill_ns, per ops->phases */
 	uint64_t rate_samples;   /* samples at the last rate snapshot */
 	double rate;             /* samples/s over the last snapshot interval */
 	uint32_t attaches;

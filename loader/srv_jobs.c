@@ -299,10 +299,11 @@ void srv_on_stats(struct srv *s, struct conn *c)
 	struct rank_state *rs = &a->job->ranks[a->rank];
 	struct ctl_stats st = { .job_id = a->job->id, .published = rs->published,
 				.samples = rs->samples, .bad_records = a->job->bad,
-				.fill_ns = rs->fill_ns, .io_ns = rs->io_ns,
-				.decode_ns = rs->decode_ns, .attaches = rs->attaches,
+				.fill_ns = rs->fill_ns, .attaches = rs->attaches,
 				.ranks_attached = a->job->attached,
 				.slots = ring_header(a->ring)->slots };
+	_Static_assert(sizeof(st.phase_ns) == sizeof(rs->phase_ns), "one slot per phase");
+	memcpy(st.phase_ns, rs->phase_ns, sizeof(st.phase_ns));
 	uint64_t frontier = srv_att_released(a);
 	st.released = frontier;
 	st.occupancy = (uint32_t)(a->next - frontier);

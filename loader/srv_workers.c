@@ -129,8 +129,8 @@ static void *worker_main(void *p)
 			rs->published++;
 			rs->samples += f.count;
 			rs->fill_ns += (uint64_t)dt;
-			rs->io_ns += f.io_ns;
-			rs->decode_ns += f.decode_ns;
+			for (unsigned k = 0; k < SRV_PHASES_MAX; k++)
+				rs->phase_ns[k] += f.phase_ns[k];
 			pthread_mutex_unlock(&s->mu);
 			ring_prod_publish(a->ring, &slot, f.count, flags_of(j, step, f.slot_flags));
 			pthread_mutex_lock(&s->mu);

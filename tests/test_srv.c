@@ -357,8 +357,8 @@ static int pat_fill(void *ctx, void *worker, struct srv_fill *f)
 	}
 	f->count = pj->batch;
 	f->slot_flags = PAT_SLOT_FLAG | RING_SLOT_LAST;  /* LAST is srv's: it must clear it here */
-	f->io_ns = 1;
-	f->decode_ns = 2;
+	f->phase_ns[0] = 1;
+	f->phase_ns[1] = 2;
 	return 0;
 }
 
@@ -412,7 +412,8 @@ static pid_t spawn_server(const char *path, const struct tsrv *cfg, int *ret, ch
 		struct srv_ops ops = { .job_open = pat_job_open, .job_close = pat_job_close,
 				       .worker_init = pat_worker_init,
 				       .worker_fini = pat_worker_fini, .fill = pat_fill,
-				       .notice = pat_notice };
+				       .notice = pat_notice,
+				       .phases = { { "io", "reading" }, { "decode", "decoding" } } };
 		struct ready_msg m;
 
 		close(p[0]);
@@ -931,8 +932,8 @@ static void test_srv_job_bounded_read_all_correct(void **state)
 	assert_int_equal(st.ranks_attached, 1);
 	assert_int_equal(st.slots, 4);
 	assert_int_equal(st.bad_records, 0);
-	assert_int_equal(st.io_ns, 120);       /* the filler reports 1 ns of I/O per step */
-	assert_int_equal(st.decode_ns, 240);   /* and 2 ns of decode */
+	assert_int_equal(st.phase_ns[0], 120); /* the filler reports 1 ns of I/O per step */
+	assert_int_equal(st.phase_ns[1], 240); /* and 2 ns of decode */
 	assert_true(st.fill_ns > 0);
 	cli_close(c);
 }
