@@ -9,8 +9,8 @@
  *
  * Threads and the lock: the control thread (srv_run) and the workers share everything below under
  * s->mu, except what a field says otherwise. Functions here that say "under mu" expect the caller
- * to hold it. Only the control thread frees: a job (housekeeping), an att or a conn (srv_reap,
- * after each epoll batch).
+ * to hold it. Only the control thread frees a job (housekeeping), an att or a conn (srv_reap,
+ * after each epoll batch), and srv_destroy's caller once the workers are joined.
  *
  * Ownership: s->jobs owns its jobs; a job owns its ranks array and ops->job_open's state. A conn
  * is owned by s->conns, and once closed by s->conn_grave. An att is referenced by its conn and
@@ -166,7 +166,8 @@ void srv_housekeeping(struct srv *s);
 /* Start opts->workers threads (s->threads, s->nthreads). 0 or -errno with @why; the threads that
  * did start are stopped by srv_workers_stop. */
 int srv_workers_start(struct srv *s, char *why, size_t whylen);
-/* Tell the workers to stop, shut the attached rings down (so no worker waits on one), join them. */
+/* Tell the workers to stop, shut the attached rings down (ring_shutdown wakes their waiters), and
+ * join the workers. */
 void srv_workers_stop(struct srv *s);
 
 /* ---- srv_admin.c ---- */
