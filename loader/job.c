@@ -247,8 +247,9 @@ static int substitute(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 		}
 		uint64_t t0 = clk_now_ns();
 		ssize_t n = dpk_read(j->d, sid, w->sub, w->sub_cap);
-		f->io_ns += clk_now_ns() - t0;
-		if (n >= 0 && decode_one(j, w, epoch, sid, w->sub, dst, &f->decode_ns, why, sizeof(why)) == 0) {
+		f->phase_ns[LDR_PHASE_IO] += clk_now_ns() - t0;
+		if (n >= 0 && decode_one(j, w, epoch, sid, w->sub, dst, &f->phase_ns[LDR_PHASE_DECODE],
+					 why, sizeof(why)) == 0) {
 			*id = sid;
 			return 0;
 		}
@@ -279,7 +280,7 @@ static int fill(void *ctx, void *wp, struct srv_fill *f)
 		uint64_t t0 = clk_now_ns();
 		uint32_t want = count - i > 1024 ? 1024 : count - i;
 		int k = ldr_reader_read(w->rd, j->d, j->fd_direct, s->ids + i, want, w->bufs, w->errs);
-		f->io_ns += clk_now_ns() - t0;
+		f->phase_ns[LDR_PHASE_IO] += clk_now_ns() - t0;
 		for (int q = 0; q < k; q++, i++) {
 			uint64_t id = s->ids[i];
 			uint8_t *dst = payload + (size_t)i * j->sample_bytes;
@@ -287,8 +288,8 @@ static int fill(void *ctx, void *wp, struct srv_fill *f)
 			if (ret < 0)
 				snprintf(why, sizeof(why), "read: %.100s", strerror(-ret));
 			else
-				ret = decode_one(j, w, f->epoch, id, w->bufs[q], dst, &f->decode_ns, why,
-						 sizeof(why));
+				ret = decode_one(j, w, f->epoch, id, w->bufs[q], dst,
+						 &f->phase_ns[LDR_PHASE_DECODE], why, sizeof(why));
 			if (ret < 0) {
 				f->bad++;
 				if (f->nbad_ids < 8)
@@ -326,4 +327,6 @@ void ldr_job_ops(const struct ldr_config *cfg, struct srv_ops *ops)
 	ops->worker_init = worker_init;
 	ops->worker_fini = worker_fini;
 	ops->fill = fill;
+	ops->phases[LDR_PHASE_IO] = (struct srv_phase){ "io", "reading" };
+	ops->phases[LDR_PHASE_DECODE] = (struct srv_phase){ "decode", "decoding" };
 }

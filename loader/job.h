@@ -1,18 +1,22 @@
-/* job.h - loaderd's jobs: what srv (shm/srv.h) calls to open a job on a .dpk and to fill a slot:
- * sampler -> batched reads -> checksum -> crop-aware decode straight into the slot, with the
- * bad-record policy. */
+/* job.h - loaderd's jobs: what the server (loader/srv.h) calls to open a job on a .dpk and to
+ * fill a slot: sampler -> batched reads -> checksum -> crop-aware decode straight into the slot,
+ * with the bad-record policy. */
 #ifndef LOADERD_JOB_H
 #define LOADERD_JOB_H
 #include <stddef.h>
 #include <stdint.h>
 
 #include "loader/reader.h"
-#include "shm/srv.h"
+#include "loader/srv.h"
 
 struct ldr_config {
 	enum ldr_io io;            /* AUTO (io_uring, O_DIRECT where possible), BUFFERED, PREAD */
 	size_t arena_bytes;        /* per worker, for batched reads (default 16 MiB) */
 };
+
+/* The phases of a fill whose time loaderd reports (srv_fill.phase_ns, ctl_stats.phase_ns):
+ * reading the records, and checking and decoding them. */
+enum ldr_phase { LDR_PHASE_IO = 0, LDR_PHASE_DECODE = 1 };
 
 /* Fill @ops with loaderd's callbacks; @cfg must outlive the server. */
 void ldr_job_ops(const struct ldr_config *cfg, struct srv_ops *ops);

@@ -4,7 +4,7 @@
 #include "common/log.h"
 #include "loader/job.h"
 #include "shm/ldc.h"
-#include "shm/srv.h"
+#include "loader/srv.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -21,6 +21,7 @@ extern "C" {
 #define CTL_TEXT_MAX 256u         /* error text, bytes including the NUL */
 #define CTL_WORLD_MAX 65536u
 #define CTL_CROP_MAX 8192u
+#define CTL_PHASES_MAX 2u         /* phase time slots in struct ctl_stats */
 
 enum ctl_type {
 	CTL_JOB_OPEN = 1,   /* client: struct ctl_job_open */
@@ -89,8 +90,8 @@ struct ctl_stats {
 	uint64_t samples;             /* samples delivered */
 	uint64_t bad_records;         /* records that failed checksum or decode (job-wide) */
 	uint64_t fill_ns;             /* producer time spent filling this rank's slots */
-	uint64_t io_ns;               /* of which reading */
-	uint64_t decode_ns;           /* of which decoding */
+	uint64_t phase_ns[CTL_PHASES_MAX]; /* of which each phase of the fill, as the server names
+					    * them (loaderd's: docs/RING.md) */
 	uint32_t attaches;            /* times a consumer attached to this rank */
 	uint32_t ranks_attached;      /* consumers attached to the job now */
 	uint32_t slots;
@@ -98,6 +99,7 @@ struct ctl_stats {
 	uint64_t reserved[4];
 };
 _Static_assert(sizeof(struct ctl_stats) == 112, "on the wire");
+_Static_assert(offsetof(struct ctl_stats, phase_ns) == 48, "the bytes of io_ns, decode_ns before");
 
 enum ctl_admin_op { CTL_OP_STATUS = 1, CTL_OP_JOBS = 2, CTL_OP_STATS = 3, CTL_OP_STOP = 4 };
 #define CTL_ADMIN_JSON 0x1u

@@ -5,8 +5,8 @@ LIBS += $(BUILD)/lib/libshm.a
 
 # libldc.so: the client API as a shared library, for bindings that load it at run time (the Python
 # package in python/ uses it through ctypes). Position-independent objects of their own in
-# $(BUILD)/pic/, so libshm.a keeps its non-PIC code. A version script exports ldc_* only; ring_*,
-# ctl_* and srv_* stay local (srv.c comes along unused, so the set of files needs no list).
+# $(BUILD)/pic/, so libshm.a keeps its non-PIC code. A version script exports ldc_* only; ring_*
+# and ctl_* stay local. shm/ holds no server code (that is loader/srv_*.c), so libldc.so has none.
 BINS += $(BUILD)/lib/libldc.so
 $(BUILD)/pic/%.o: %.c | $(DEPS_STAMP)
 	$(Q)mkdir -p $(@D)

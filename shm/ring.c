@@ -19,8 +19,8 @@
  * does not overwrite bytes the consumer is still reading).
  *
  * Wakeups are futex wakes on the shared word (not FUTEX_PRIVATE: the two sides are different
- * processes). A wait always has a timeout path; the caller (ldc.c, srv.c) uses it to check that the
- * peer is still there. */
+ * processes). A wait always has a timeout path; the caller (ldc.c) uses it to check that the peer
+ * is still there (loaderd's server polls instead and learns of a peer's death from its socket). */
 #include "shm/ring.h"
 
 #include <errno.h>

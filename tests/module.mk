@@ -1,19 +1,26 @@
 # tests/: tests/test_NAME.c is one cmocka binary; a line "/* link: FLAGS */" in it adds link flags
 # (e.g. -Wl,--wrap=pwrite for fault injection). tests/fuzz_NAME.c is a libFuzzer target (clang).
+# Any other tests/NAME.c (with its NAME.h) is a helper the tests share, e.g. srv_harness.c (a
+# server core with a pattern filler to test clients against): the helpers make libtests.a, which
+# every test links before the libraries, so a test gets the helpers it calls and no others.
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS += $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+TEST_HELPER_SRC := $(filter-out tests/test_% tests/fuzz_% tests/gpu_%,$(wildcard tests/*.c))
+TEST_HELPER_LIB := $(if $(TEST_HELPER_SRC),$(BUILD)/lib/libtests.a)
+$(BUILD)/lib/libtests.a: $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_HELPER_SRC))
 
 define test_rule
 $(BUILD)/tests/$(1): $(BUILD)/obj/tests/$(1).o
 	$$(Q)mkdir -p $$(@D)
 	$$(if $$(Q),@echo "  LD      $$@")
-	$$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$< $$(if $$(filter test_trn_%,$(1)),$$(TRN_LIB)) \
-		$$(LINKLIBS) $$(SYSLIBS) -lcmocka $$(if $$(filter test_trn_%,$(1)),$$(TRN_SYSLIBS)) \
+	$$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$< $$(TEST_HELPER_LIB) \
+		$$(if $$(filter test_trn_%,$(1)),$$(TRN_LIB)) $$(LINKLIBS) $$(SYSLIBS) -lcmocka \
+		$$(if $$(filter test_trn_%,$(1)),$$(TRN_SYSLIBS)) \
 		$$(shell sed -n 's|^/\* link: \(.*\) \*/$$$$|\1|p' tests/$(1).c)
 endef
 # test_trn_*: trainer tests, linked with libtrainer, MPI and OpenBLAS too.
 $(foreach t,$(patsubst tests/%.c,%,$(TEST_SRC)),$(eval $(call test_rule,$(t))))
-$(TESTS): $(LIBS)
+$(TESTS): $(LIBS) $(TEST_HELPER_LIB)
 $(filter $(BUILD)/tests/test_trn_%,$(TESTS)): $(TRN_LIB)
 
 # libFuzzer targets: built with clang against the formats/ and common/ sources directly.

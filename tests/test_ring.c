@@ -1543,7 +1543,7 @@ static void test_ring_fill_scrambled_publish_order(void **state)
 struct ooo {
 	struct ring *prod, *cons;
 	uint64_t first, end;
-	pthread_mutex_t mu;          /* dispatch: steps are begun in order, as srv.c's pick() does */
+	pthread_mutex_t mu;          /* dispatch: steps begun in order, as srv_workers.c's pick() */
 	uint64_t next;               /* under mu */
 	pthread_mutex_t turn_mu;     /* publish order within a group */
 	pthread_cond_t turn_cv;
@@ -1717,8 +1717,8 @@ static int spec_scan_step(const struct ring_hdr *h, uint64_t step, uint32_t w)
 
 /* (k, FREE) in the word of a step of lap k means "handed out but not begun yet" (and, for poll of
  * the step one lap later, "the lap before is not begun yet"). Both functions call it -EBADMSG:
- * right for srv.c, whose workers begin a step as they take it, but ring.h does not say so, and
- * the random test leaves it out rather than pin it down. */
+ * right for loaderd's server, whose workers begin a step as they take it, but ring.h does not say
+ * so, and the random test leaves it out rather than pin it down. */
 static int ambiguous_word(const struct ring_hdr *h, uint64_t step, uint32_t w)
 {
 	return w == W(lap_of(h, step), RING_FREE);

@@ -1,35 +1,30 @@
-/* test_srv.c - the server library (srv), the client API (ldc) and the control protocol (ctl) end
- * to end, with real processes and real sockets. Each test gets a fresh mkdtemp directory for its
- * socket and a server forked into a child, so that it can be SIGKILLed; consumers are this process
- * or forked children. Every child pid, connection, fd and helper thread is recorded and torn down
- * in teardown(), also when a test fails, so that no process is left behind.
+/* test_srv.c - the server core (loader/srv.h), the client API (shm/ldc.h) and the control protocol
+ * (shm/ctl.h) end to end, with real processes and real sockets, on the harness of
+ * tests/srv_harness.h: a server forked into a child with a pattern filler whose every byte the
+ * consumers check, and teardown that leaves no process behind, also when a test fails.
  *
- * The test server's filler writes a pattern whose every byte the consumer checks:
- *     labels[i] = step * batch + i, ids[i] = pat_id(rank, step, i), flags[i] = pat_flag(step, i),
- *     payload byte j of sample i = pat_byte(rank, step, i, j), slot flags PAT_SLOT_FLAG
- * (the filler also sets RING_SLOT_LAST on every step: srv must own that bit). The dataset string
- * picks the job: "pattern:N" (N samples; steps per epoch = N / (batch * world)), "fail:K" (the
- * fill of step K fails with a message), "badmsg:K" (the fill of step K returns -EBADMSG and no
- * message), "slow:MS" (every fill takes MS ms); anything else is "no such dataset". crop 0 gives
- * raw 64-byte samples, else NHWC crop_h x crop_w x 3. The attach notice of a job named
- * "sleepnotice" sleeps 500 ms on srv's control thread, which lets a test queue events behind it.
+ * What it covers: (1) a bounded job read in full and correct, stats mid-job, start epochs; (2)
+ * ranks read concurrently, and a stalled rank does not hold up another; (3) a consumer that dies
+ * or closes holding slots: they are reclaimed and it resumes at its first unreleased step; after
+ * the end it gets ENODATA; an idle job is forgotten after the linger time; (4) a producer that
+ * dies: a blocked acquire returns EPIPE; (5) consumers that corrupt their ring's state words are
+ * dropped, with or without a release; (6) malformed packets, bad fields, fds sent by a client,
+ * stats before open and a second open are refused with CTL_ERROR, and the server goes on; (7) job
+ * rules: a spec mismatch is EEXIST, job_open's and the fill's errors reach the client, the ring
+ * memory limit, its message and its release on detach; (8) the socket: mode 0600, a stale socket
+ * replaced, a live one refused, a regular file or another program's socket kept, a path too long,
+ * a missing socket, a peer of another uid refused; (9) SIGTERM: a blocked client is told, the
+ * server exits 0 and removes its socket; (10) timeouts and misuse of ldc; and resources: no fd
+ * leak, and a doorbell event queued behind its connection's hang-up in one epoll batch (once a
+ * use after free; an att is now buried until the batch is done, see srv_jobs.c).
  *
- * Tests that expose a bug or a gap in shm/ say so in their comment ("BUG:", "GAP:"); they fail
- * until it is fixed. Until the use after free in srv_run() is fixed (see
- * test_srv_bell_after_hangup_same_wakeup), the sanitizer build can also fail other tests at
- * random: any client that releases a batch and then goes away may set it off.
- * TEST_SRV_VERBOSE=1 prints the server's notices. */
-#include "shm/ctl.h"
-#include "shm/ldc.h"
-#include "shm/ring.h"
-#include "shm/srv.h"
+ * Tests named after a bug or gap that was fixed say so ("Regression:"); they keep it fixed. */
+#include "tests/srv_harness.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -40,7 +35,6 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <setjmp.h>
@@ -48,827 +42,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-
-#define TRACK_MAX 32
-#define PAT_SLOT_FLAG 0x80u       /* slot flag the filler sets on every batch */
-#define ACQUIRE_MS 5000           /* "the batch should be there": generous on a loaded machine */
-
-#define assert_has(text, needle) do {						\
-	if (!strstr((text), (needle)))						\
-		fail_msg("\"%s\" lacks \"%s\"", (text), (needle));		\
-} while (0)
-
-/* ---- time, bookkeeping ---- */
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static char g_dir[64];
-static char g_sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
-static pid_t g_pids[TRACK_MAX];
-static struct ldc *g_cli[TRACK_MAX];
-static int g_fds[TRACK_MAX];
-static struct ring *g_ring;
-static pthread_t g_thread;
-static int g_thread_on;
-
-static void pid_track(pid_t pid)
-{
-	for (int i = 0; i < TRACK_MAX; i++)
-		if (!g_pids[i]) {
-			g_pids[i] = pid;
-			return;
-		}
-	kill(pid, SIGKILL);
-	fail_msg("too many children");
-}
-
-static void pid_forget(pid_t pid)
-{
-	for (int i = 0; i < TRACK_MAX; i++)
-		if (g_pids[i] == pid)
-			g_pids[i] = 0;
-}
-
-static void fd_track(int fd)
-{
-	for (int i = 0; i < TRACK_MAX; i++)
-		if (g_fds[i] < 0) {
-			g_fds[i] = fd;
-			return;
-		}
-	close(fd);
-	fail_msg("too many fds");
-}
-
-static void fd_close(int fd)
-{
-	for (int i = 0; i < TRACK_MAX; i++)
-		if (g_fds[i] == fd)
-			g_fds[i] = -1;
-	close(fd);
-}
-
-static void cli_track(struct ldc *c)
-{
-	for (int i = 0; i < TRACK_MAX; i++)
-		if (!g_cli[i]) {
-			g_cli[i] = c;
-			return;
-		}
-	ldc_close(c);
-	fail_msg("too many clients");
-}
-
-static void cli_close(struct ldc *c)
-{
-	for (int i = 0; i < TRACK_MAX; i++)
-		if (g_cli[i] == c)
-			g_cli[i] = NULL;
-	ldc_close(c);
-}
-
-/* Wait up to @ms for @pid to end. 0 (and *status), -ETIMEDOUT, or -errno. */
-static int reap(pid_t pid, int ms, int *status)
-{
-	int64_t end = mono_ms() + ms;
-
-	for (;;) {
-		pid_t r = waitpid(pid, status, WNOHANG);
-		if (r == pid) {
-			pid_forget(pid);
-			return 0;
-		}
-		if (r < 0 && errno != EINTR)
-			return -errno;
-		if (mono_ms() >= end)
-			return -ETIMEDOUT;
-		usleep(2000);
-	}
-}
-
-static void assert_alive(pid_t pid)
-{
-	int st;
-
-	if (waitpid(pid, &st, WNOHANG) == pid) {
-		pid_forget(pid);
-		fail_msg("the server died: %s %d", WIFSIGNALED(st) ? "signal" : "exit status",
-			 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-	}
-}
-
-/* A forked child must not keep the parent's connections open (the server would not see them hang
- * up) nor anything else: keep stdio and @keep. */
-static void close_fds_except(int keep)
-{
-	if (keep > 3)
-		close_range(3, (unsigned)keep - 1, 0);
-	close_range((unsigned)keep + 1, ~0u, 0);
-}
-
-/* Delayed signal from a helper thread, for "while the consumer is blocked". */
-struct delayed {
-	pid_t pid;
-	int sig, delay_ms;
-	int64_t sent_ms;
-};
-static struct delayed g_delayed;
-
-static void *delayed_main(void *p)
-{
-	struct delayed *d = p;
-
-	usleep((useconds_t)d->delay_ms * 1000);
-	d->sent_ms = mono_ms();
-	kill(d->pid, d->sig);
-	return NULL;
-}
-
-static void signal_later(pid_t pid, int sig, int delay_ms)
-{
-	g_delayed = (struct delayed){ .pid = pid, .sig = sig, .delay_ms = delay_ms };
-	assert_int_equal(pthread_create(&g_thread, NULL, delayed_main, &g_delayed), 0);
-	g_thread_on = 1;
-}
-
-/* Join the helper; when the signal went out (monotonic ms). */
-static int64_t signal_joined(void)
-{
-	pthread_join(g_thread, NULL);
-	g_thread_on = 0;
-	return g_delayed.sent_ms;
-}
-
-/* ---- the pattern ---- */
-
-static uint64_t pat_id(uint32_t rank, uint64_t step, uint32_t i)
-{
-	return step * 100003ull + i * 17ull + rank * 1000000007ull;
-}
-
-static uint8_t pat_flag(uint64_t step, uint32_t i)
-{
-	return (step + i) % 5 == 0 ? RING_SAMPLE_SUBSTITUTED : 0;
-}
-
-static uint8_t pat_byte(uint32_t rank, uint64_t step, uint32_t i, uint64_t j)
-{
-	return (uint8_t)(step * 31 + i * 7 + j * 13 + (j >> 8) + rank * 101);
-}
-
-/* ---- the test server (runs in a forked child) ---- */
-
-enum pat_kind { PAT_PATTERN, PAT_FAIL, PAT_BADMSG, PAT_SLOW };
-
-struct pat_job {
-	enum pat_kind kind;
-	uint64_t samples, arg, spe, sample_bytes;
-	uint32_t batch, world;
-};
-
-static int parse_u64(const char *s, const char *prefix, uint64_t *v)
-{
-	size_t n = strlen(prefix);
-	char *end;
-
-	if (strncmp(s, prefix, n) || !s[n])
-		return 0;
-	errno = 0;
-	*v = strtoull(s + n, &end, 10);
-	return !*end && !errno;
-}
-
-static int pat_job_open(void *ctx, const struct ctl_job_open *spec, void **job,
-			struct srv_job_info *info, char *why, size_t whylen)
-{
-	struct pat_job pj = { .samples = 1000, .batch = spec->batch, .world = spec->world };
-
-	(void)ctx;
-	if (parse_u64(spec->dataset, "pattern:", &pj.samples))
-		pj.kind = PAT_PATTERN;
-	else if (parse_u64(spec->dataset, "fail:", &pj.arg))
-		pj.kind = PAT_FAIL;
-	else if (parse_u64(spec->dataset, "badmsg:", &pj.arg))
-		pj.kind = PAT_BADMSG;
-	else if (parse_u64(spec->dataset, "slow:", &pj.arg))
-		pj.kind = PAT_SLOW;
-	else {
-		snprintf(why, whylen, "no such dataset: %s", spec->dataset);
-		return -ENOENT;
-	}
-	uint64_t per = (uint64_t)spec->batch * spec->world;
-	if (pj.samples < per) {
-		snprintf(why, whylen, "%" PRIu64 " samples are fewer than one global batch of %"
-			 PRIu64, pj.samples, per);
-		return -EINVAL;
-	}
-	pj.spe = pj.samples / per;
-	memset(info, 0, sizeof(*info));
-	info->ring.batch = spec->batch;
-	info->ring.dtype = RING_DTYPE_U8;
-	if (spec->crop_h) {
-		info->ring.ndim = 3;
-		info->ring.sample_bytes = (uint64_t)spec->crop_h * spec->crop_w * 3;
-		if (spec->transforms & CTL_TF_NCHW) {
-			info->ring.layout = RING_LAYOUT_NCHW;
-			info->ring.shape[0] = 3;
-			info->ring.shape[1] = spec->crop_h;
-			info->ring.shape[2] = spec->crop_w;
-		} else {
-			info->ring.layout = RING_LAYOUT_NHWC;
-			info->ring.shape[0] = spec->crop_h;
-			info->ring.shape[1] = spec->crop_w;
-			info->ring.shape[2] = 3;
-		}
-	} else {
-		info->ring.layout = RING_LAYOUT_RAW;
-		info->ring.ndim = 1;
-		info->ring.shape[0] = 64;
-		info->ring.sample_bytes = 64;
-	}
-	pj.sample_bytes = info->ring.sample_bytes;
-	info->steps_per_epoch = pj.spe;
-	info->samples = pj.samples;
-	struct pat_job *p = malloc(sizeof(*p));
-	if (!p)
-		return -ENOMEM;
-	*p = pj;
-	*job = p;
-	return 0;
-}
-
-static void pat_job_close(void *ctx, void *job)
-{
-	(void)ctx;
-	free(job);
-}
-
-static void *pat_worker_init(void *ctx, unsigned index)
-{
-	unsigned *w = malloc(sizeof(*w));
-
-	(void)ctx;
-	if (w)
-		*w = index;
-	return w;
-}
-
-static void pat_worker_fini(void *ctx, void *worker)
-{
-	(void)ctx;
-	free(worker);
-}
-
-static int pat_fill(void *ctx, void *worker, struct srv_fill *f)
-{
-	const struct pat_job *pj = f->job;
-	struct ring_slot *s = f->slot;
-	uint64_t step = s->step;
-
-	(void)ctx;
-	if (!worker || f->epoch * pj->spe + f->step_in_epoch != step ||
-	    s->hdr->epoch != f->epoch || s->hdr->step_in_epoch != f->step_in_epoch ||
-	    f->world != pj->world || f->rank >= pj->world) {
-		snprintf(f->why, sizeof(f->why), "srv handed the filler an inconsistent step %"
-			 PRIu64, step);
-		return -EPROTO;
-	}
-	if (pj->kind == PAT_FAIL && step == pj->arg) {
-		snprintf(f->why, sizeof(f->why), "injected failure at step %" PRIu64, step);
-		return -EIO;
-	}
-	if (pj->kind == PAT_BADMSG && step == pj->arg)
-		return -EBADMSG;
-	if (pj->kind == PAT_SLOW)
-		usleep((useconds_t)pj->arg * 1000);
-	for (uint32_t i = 0; i < pj->batch; i++) {
-		uint8_t *p = (uint8_t *)s->payload + i * pj->sample_bytes;
-		s->labels[i] = (int64_t)(step * pj->batch + i);
-		s->ids[i] = pat_id(f->rank, step, i);
-		s->flags[i] = pat_flag(step, i);
-		for (uint64_t j = 0; j < pj->sample_bytes; j++)
-			p[j] = pat_byte(f->rank, step, i, j);
-	}
-	f->count = pj->batch;
-	f->slot_flags = PAT_SLOT_FLAG | RING_SLOT_LAST;  /* LAST is srv's: it must clear it here */
-	f->io_ns = 1;
-	f->decode_ns = 2;
-	return 0;
-}
-
-static void pat_notice(void *ctx, int level, const char *msg)
-{
-	(void)ctx;
-	if (getenv("TEST_SRV_VERBOSE"))
-		fprintf(stderr, "  srv[%d] %s\n", level, msg);
-	if (strstr(msg, "job sleepnotice ") && strstr(msg, " attached"))
-		usleep(500 * 1000);
-}
-
-struct tsrv {
-	unsigned workers;         /* default 2 */
-	unsigned slots;           /* default_slots; 0 = srv's default */
-	uint64_t mem_limit;
-	unsigned ring_flags;
-	int linger_ms;            /* 0 = srv's default */
-};
-
-struct ready_msg {
-	int ret;
-	char why[256];
-};
-
-static struct srv *g_child_srv;
-
-static void child_on_sigterm(int sig)
-{
-	(void)sig;
-	srv_stop(g_child_srv);
-}
-
-/* Fork a server on @path. Returns its pid with srv_create's result in *ret and *why; the child
- * exits 0 after SIGTERM (srv_stop, srv_run, srv_destroy), 3 if srv_create failed. */
-static pid_t spawn_server(const char *path, const struct tsrv *cfg, int *ret, char *why,
-			  size_t whylen)
-{
-	struct ready_msg msg = { .ret = -EIO, .why = "the server child said nothing" };
-	int p[2];
-
-	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		struct srv_opts o = { .socket_path = path,
-				      .workers = cfg->workers ? cfg->workers : 2,
-				      .default_slots = cfg->slots, .mem_limit = cfg->mem_limit,
-				      .group = (gid_t)-1, .ring_flags = cfg->ring_flags,
-				      .linger_ms = cfg->linger_ms };
-		struct srv_ops ops = { .job_open = pat_job_open, .job_close = pat_job_close,
-				       .worker_init = pat_worker_init,
-				       .worker_fini = pat_worker_fini, .fill = pat_fill,
-				       .notice = pat_notice };
-		struct ready_msg m;
-
-		close(p[0]);
-		close_fds_except(p[1]);
-		memset(&m, 0, sizeof(m));
-		m.ret = srv_create(&o, &ops, &g_child_srv, m.why, sizeof(m.why));
-		if (m.ret == 0) {
-			struct sigaction sa = { .sa_handler = child_on_sigterm };
-			sigaction(SIGTERM, &sa, NULL);
-		}
-		(void)!write(p[1], &m, sizeof(m));
-		close(p[1]);
-		if (m.ret < 0)
-			_exit(3);
-		int r = srv_run(g_child_srv);
-		srv_destroy(g_child_srv);
-		_exit(r == 0 ? 0 : 4);
-	}
-	pid_track(pid);
-	close(p[1]);
-	struct pollfd pf = { .fd = p[0], .events = POLLIN };
-	if (poll(&pf, 1, 5000) == 1 && read(p[0], &msg, sizeof(msg)) != (ssize_t)sizeof(msg))
-		msg.ret = -EIO;
-	/* Wait for the child to close its end too, so that its fd count is settled. */
-	char eof;
-	if (msg.ret == 0 && (poll(&pf, 1, 5000) != 1 || read(p[0], &eof, 1) != 0))
-		msg.ret = -EIO;
-	close(p[0]);
-	*ret = msg.ret;
-	snprintf(why, whylen, "%s", msg.why);
-	return pid;
-}
-
-static pid_t start_server(const struct tsrv *cfg)
-{
-	static const struct tsrv dflt;
-	char why[256];
-	int ret;
-	pid_t pid = spawn_server(g_sock, cfg ? cfg : &dflt, &ret, why, sizeof(why));
-
-	if (ret < 0)
-		fail_msg("srv_create: %d %s", ret, why);
-	return pid;
-}
-
-/* SIGTERM the server and expect a clean exit 0 within 5 s. */
-static void stop_server(pid_t pid)
-{
-	int st;
-
-	assert_int_equal(kill(pid, SIGTERM), 0);
-	if (reap(pid, 5000, &st) < 0)
-		fail_msg("the server did not exit within 5 s of SIGTERM");
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-		fail_msg("the server ended with %s %d", WIFSIGNALED(st) ? "signal" : "exit status",
-			 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-}
-
-/* ---- consumers (no cmocka here: also used in forked children) ---- */
-
-static int bad(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad(char *msg, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, len, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
-struct expect {
-	uint32_t rank, batch;
-	uint64_t sample_bytes, spe, steps_total;
-};
-
-static struct expect expect_of(const struct ldc_info *in, uint32_t rank)
-{
-	struct expect e = { .rank = rank, .batch = in->ring->batch,
-			    .sample_bytes = in->ring->sample_bytes, .spe = in->steps_per_epoch,
-			    .steps_total = in->steps_total };
-	return e;
-}
-
-/* Is @b step @step of the pattern, every byte of it? */
-static int check_batch(const struct ldc_batch *b, uint64_t step, const struct expect *e, char *msg,
-		       size_t len)
-{
-	uint32_t flags = PAT_SLOT_FLAG;
-
-	if (e->steps_total && step + 1 == e->steps_total)
-		flags |= RING_SLOT_LAST;
-	if (b->step != step)
-		return bad(msg, len, "got step %" PRIu64 ", want %" PRIu64, b->step, step);
-	if (b->epoch != step / e->spe || b->step_in_epoch != step % e->spe)
-		return bad(msg, len, "step %" PRIu64 ": epoch %" PRIu64 " step_in_epoch %" PRIu64
-			   ", want %" PRIu64 " %" PRIu64, step, b->epoch, b->step_in_epoch,
-			   step / e->spe, step % e->spe);
-	if (b->count != e->batch || b->flags != flags || b->sample_bytes != e->sample_bytes)
-		return bad(msg, len, "step %" PRIu64 ": count %u flags 0x%x sample_bytes %" PRIu64
-			   ", want %u 0x%x %" PRIu64, step, b->count, b->flags, b->sample_bytes,
-			   e->batch, flags, e->sample_bytes);
-	if ((uintptr_t)b->data % RING_PAYLOAD_ALIGN)
-		return bad(msg, len, "step %" PRIu64 ": payload not 4 KiB aligned", step);
-	for (uint32_t i = 0; i < b->count; i++) {
-		const uint8_t *p = (const uint8_t *)b->data + i * b->sample_bytes;
-		if (b->labels[i] != (int64_t)(step * e->batch + i) ||
-		    b->ids[i] != pat_id(e->rank, step, i) ||
-		    b->sample_flags[i] != pat_flag(step, i))
-			return bad(msg, len, "step %" PRIu64 " sample %u: label %" PRId64
-				   " id %" PRIu64 " flags 0x%x", step, i, b->labels[i], b->ids[i],
-				   b->sample_flags[i]);
-		for (uint64_t j = 0; j < b->sample_bytes; j++)
-			if (p[j] != pat_byte(e->rank, step, i, j))
-				return bad(msg, len, "step %" PRIu64 " sample %u byte %" PRIu64
-					   ": 0x%02x, want 0x%02x", step, i, j, p[j],
-					   pat_byte(e->rank, step, i, j));
-	}
-	return 0;
-}
-
-/* Acquire, check and release steps [from, to) in order. */
-static int consume(struct ldc *c, const struct expect *e, uint64_t from, uint64_t to, char *msg,
-		   size_t len)
-{
-	for (uint64_t s = from; s < to; s++) {
-		struct ldc_batch b;
-		int r = ldc_acquire(c, ACQUIRE_MS, &b);
-		if (r)
-			return bad(msg, len, "step %" PRIu64 ": ldc_acquire %d: %s", s, r,
-				   ldc_error(c));
-		if (check_batch(&b, s, e, msg, len))
-			return -1;
-		r = ldc_release(c, &b);
-		if (r)
-			return bad(msg, len, "step %" PRIu64 ": ldc_release %d: %s", s, r,
-				   ldc_error(c));
-	}
-	return 0;
-}
-
-static struct ldc_job mkjob(const char *name, const char *dataset, uint32_t batch, uint32_t rank,
-			    uint32_t world, uint32_t epochs)
-{
-	struct ldc_job j = { .job = name, .dataset = dataset, .batch = batch, .rank = rank,
-			     .world = world, .epochs = epochs };
-	return j;
-}
-
-/* A forked consumer: runs @fn, which may write to @out; its return value is the exit status. */
-typedef int (*child_fn)(const void *arg, int out);
-
-static pid_t spawn_child(child_fn fn, const void *arg, int *rfd)
-{
-	int p[2];
-
-	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		close(p[0]);
-		close_fds_except(p[1]);
-		_exit(fn(arg, p[1]));
-	}
-	pid_track(pid);
-	close(p[1]);
-	fd_track(p[0]);
-	*rfd = p[0];
-	return pid;
-}
-
-/* Read what the child wrote until it closes the pipe, then reap it; within @ms in all. */
-static void child_wait(pid_t pid, int rfd, int ms, char *out, size_t len, int *status)
-{
-	int64_t end = mono_ms() + ms;
-	size_t got = 0;
-
-	for (;;) {
-		struct pollfd pf = { .fd = rfd, .events = POLLIN };
-		int64_t left = end - mono_ms();
-		if (left <= 0 || poll(&pf, 1, (int)left) != 1)
-			fail_msg("child %d did not finish within %d ms (said \"%.*s\")", (int)pid,
-				 ms, (int)got, out);
-		ssize_t n = read(rfd, out + got, len - 1 - got);
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-		if (got == len - 1)
-			break;
-	}
-	out[got] = '\0';
-	fd_close(rfd);
-	if (reap(pid, (int)(end - mono_ms() > 0 ? end - mono_ms() : 0) + 1, status) < 0)
-		fail_msg("child %d did not exit (said \"%s\")", (int)pid, out);
-}
-
-/* ---- this process as a client ---- */
-
-static struct ldc *cli_connect(void)
-{
-	struct ldc *c;
-	char err[256];
-	int r = ldc_connect(g_sock, &c, err, sizeof(err));
-
-	if (r)
-		fail_msg("ldc_connect: %d %s", r, err);
-	cli_track(c);
-	return c;
-}
-
-static void open_ok(struct ldc *c, const struct ldc_job *j, struct ldc_info *in)
-{
-	int r = ldc_open(c, j, in);
-
-	if (r)
-		fail_msg("ldc_open(%s rank %u): %d %s", j->job, j->rank, r, ldc_error(c));
-}
-
-static void consume_ok(struct ldc *c, const struct expect *e, uint64_t from, uint64_t to)
-{
-	char msg[512];
-
-	if (consume(c, e, from, to, msg, sizeof(msg)))
-		fail_msg("%s", msg);
-}
-
-/* A fresh client can open @job and read correct batches: the server is up and serving. */
-static void assert_serves(const char *job)
-{
-	struct ldc *c = cli_connect();
-	struct ldc_job j = mkjob(job, "pattern:1000", 4, 0, 1, 0);
-	struct ldc_info in;
-
-	open_ok(c, &j, &in);
-	struct expect e = expect_of(&in, 0);
-	consume_ok(c, &e, in.first_step, in.first_step + 6);
-	cli_close(c);
-}
-
-/* Expect the next ldc_open on a new connection to fail with @err and a message with @needle. */
-static void open_fails(const struct ldc_job *j, int err, const char *needle)
-{
-	struct ldc *c = cli_connect();
-	struct ldc_info in;
-	int r = ldc_open(c, j, &in);
-
-	if (r != err)
-		fail_msg("ldc_open(%s rank %u): %d (%s), want %d", j->job, j->rank, r, ldc_error(c),
-			 err);
-	assert_has(ldc_error(c), needle);
-	cli_close(c);
-}
-
-/* ---- raw protocol ---- */
-
-static int raw_connect(void)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct timeval tv = { .tv_sec = 5 };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	assert_true(fd >= 0);
-	fd_track(fd);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", g_sock);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		fail_msg("connect %s: %s", g_sock, strerror(errno));
-	/* A reply that never comes fails the test instead of hanging it. */
-	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
-	return fd;
-}
-
-static void good_open(struct ctl_job_open *m, const char *job)
-{
-	memset(m, 0, sizeof(*m));
-	snprintf(m->job, sizeof(m->job), "%s", job);
-	snprintf(m->dataset, sizeof(m->dataset), "pattern:1000");
-	m->batch = 4;
-	m->world = 1;
-}
-
-static size_t make_pkt(void *buf, uint32_t magic, uint16_t version, uint16_t type, uint32_t length,
-		       uint32_t reserved, const void *body, size_t blen)
-{
-	struct ctl_hdr h = { .magic = magic, .version = version, .type = type, .length = length,
-			     .reserved = reserved };
-
-	memcpy(buf, &h, sizeof(h));
-	if (blen)
-		memcpy((char *)buf + sizeof(h), body, blen);
-	return sizeof(h) + blen;
-}
-
-/* The server answers on @fd with CTL_ERROR (@err, text with @needle), then closes. */
-static void expect_refused(int fd, const char *what, int err, const char *needle)
-{
-	char buf[CTL_MSG_MAX];
-	uint16_t type = 0;
-	struct ctl_error e;
-	ssize_t n = ctl_recv(fd, buf, &type, NULL, NULL);
-
-	if (n < 0)
-		fail_msg("%s: no reply from the server: %s", what, strerror((int)-n));
-	if (type != CTL_ERROR || n != (ssize_t)sizeof(e))
-		fail_msg("%s: reply of type %u, %zd bytes; want CTL_ERROR", what, type, n);
-	memcpy(&e, buf, sizeof(e));
-	if (!memchr(e.text, 0, sizeof(e.text)))
-		fail_msg("%s: error text not NUL-terminated", what);
-	if (e.err != err || !strstr(e.text, needle))
-		fail_msg("%s: error %d \"%s\", want %d with \"%s\"", what, e.err, e.text, err,
-			 needle);
-	n = ctl_recv(fd, buf, &type, NULL, NULL);
-	if (n != -EPIPE)
-		fail_msg("%s: the connection stayed open after CTL_ERROR (%zd)", what, n);
-}
-
-/* Send @len bytes of @pkt as one packet on a new connection and expect it refused. */
-static void send_refused(const char *what, const void *pkt, size_t len, int err, const char *needle)
-{
-	int fd = raw_connect();
-
-	if (send(fd, pkt, len, MSG_NOSIGNAL) != (ssize_t)len)
-		fail_msg("%s: send: %s", what, strerror(errno));
-	expect_refused(fd, what, err, needle);
-	fd_close(fd);
-}
-
-/* JOB_OPEN on a raw connection; returns the socket, the ring (mapped, when @ring) and the bell. */
-static int raw_open(const char *job, struct ring **ring, int *bell)
-{
-	struct ctl_job_open m;
-	char buf[CTL_MSG_MAX];
-	uint16_t type = 0;
-	int fds[2], nfds = 0;
-	int fd = raw_connect();
-
-	good_open(&m, job);
-	assert_int_equal(ctl_send(fd, CTL_JOB_OPEN, &m, sizeof(m), NULL, 0), 0);
-	ssize_t n = ctl_recv(fd, buf, &type, fds, &nfds);
-	if (n != (ssize_t)sizeof(struct ctl_job_ok) || type != CTL_JOB_OK || nfds != 2)
-		fail_msg("job %s: reply %zd bytes type %u with %d fds", job, n, type, nfds);
-	*bell = fds[1];
-	fd_track(fds[1]);
-	if (!ring) {
-		close(fds[0]);
-		return fd;
-	}
-	int r = ring_attach(fds[0], ring);
-	if (r) {
-		close(fds[0]);
-		fail_msg("ring_attach: %s", strerror(-r));
-	}
-	return fd;
-}
-
-/* Every slot of a fresh ring published (lap 0, READY or already HELD): no worker is inside it. */
-static void wait_ring_full(void *base, const struct ring_hdr *h)
-{
-	int64_t end = mono_ms() + 3000;
-
-	for (;;) {
-		uint32_t i;
-		for (i = 0; i < h->slots; i++) {
-			uint32_t *w = (uint32_t *)((char *)base + h->states_offset + 64 * i);
-			uint32_t v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
-			if (v != (uint32_t)RING_READY && v != (uint32_t)RING_HELD)
-				break;
-		}
-		if (i == h->slots)
-			return;
-		if (mono_ms() > end)
-			fail_msg("the ring was not full within 3 s (slot %u)", i);
-		usleep(1000);
-	}
-}
-
-/* Poll this rank's stats until @n steps are published (3 s at most); then the stats. */
-static void wait_published(struct ldc *c, uint64_t n, struct ctl_stats *st)
-{
-	int64_t end = mono_ms() + 3000;
-
-	for (;;) {
-		int r = ldc_stats(c, st);
-		if (r)
-			fail_msg("ldc_stats: %d %s", r, ldc_error(c));
-		if (st->published >= n)
-			return;
-		if (mono_ms() > end)
-			fail_msg("only %" PRIu64 " of %" PRIu64 " steps published within 3 s",
-				 st->published, n);
-		usleep(2000);
-	}
-}
-
-static int count_fds(pid_t pid)
-{
-	char path[64];
-	struct dirent *de;
-	int n = 0;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	DIR *d = opendir(path);
-	if (!d)
-		return -1;
-	while ((de = readdir(d)))
-		n += de->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
-/* ---- fixtures ---- */
-
-static int setup(void **state)
-{
-	(void)state;
-	snprintf(g_dir, sizeof(g_dir), "/tmp/test_srv.XXXXXX");
-	if (!mkdtemp(g_dir))
-		return -1;
-	snprintf(g_sock, sizeof(g_sock), "%s/s.sock", g_dir);
-	for (int i = 0; i < TRACK_MAX; i++) {
-		g_pids[i] = 0;
-		g_cli[i] = NULL;
-		g_fds[i] = -1;
-	}
-	g_ring = NULL;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	char cmd[128];
-
-	(void)state;
-	if (g_thread_on) {
-		pthread_join(g_thread, NULL);
-		g_thread_on = 0;
-	}
-	for (int i = 0; i < TRACK_MAX; i++) {
-		if (g_cli[i])
-			ldc_close(g_cli[i]);
-		if (g_fds[i] >= 0)
-			close(g_fds[i]);
-		g_cli[i] = NULL;
-		g_fds[i] = -1;
-	}
-	ring_destroy(g_ring);
-	g_ring = NULL;
-	for (int i = 0; i < TRACK_MAX; i++)
-		if (g_pids[i]) {
-			kill(g_pids[i], SIGKILL);
-			while (waitpid(g_pids[i], NULL, 0) < 0 && errno == EINTR)
-				;
-			g_pids[i] = 0;
-		}
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-	return system(cmd) == 0 ? 0 : -1;
-}
 
 /* ---- 1. the happy path ---- */
 
@@ -931,8 +104,8 @@ static void test_srv_job_bounded_read_all_correct(void **state)
 	assert_int_equal(st.ranks_attached, 1);
 	assert_int_equal(st.slots, 4);
 	assert_int_equal(st.bad_records, 0);
-	assert_int_equal(st.io_ns, 120);       /* the filler reports 1 ns of I/O per step */
-	assert_int_equal(st.decode_ns, 240);   /* and 2 ns of decode */
+	assert_int_equal(st.phase_ns[0], 120); /* the filler reports 1 ns of I/O per step */
+	assert_int_equal(st.phase_ns[1], 240); /* and 2 ns of decode */
 	assert_true(st.fill_ns > 0);
 	cli_close(c);
 }
@@ -1013,16 +186,16 @@ static int child_read_rank(const void *argp, int out)
 	}
 	r = ldc_open(c, &j, &in);
 	if (r)
-		bad(msg, sizeof(msg), "open: %s", ldc_error(c));
+		msg_bad(msg, sizeof(msg), "open: %s", ldc_error(c));
 	else if (in.first_step != 0 || in.steps_total == 0 || in.ring->rank != a->rank)
-		r = bad(msg, sizeof(msg), "first_step %" PRIu64 " steps_total %" PRIu64,
+		r = msg_bad(msg, sizeof(msg), "first_step %" PRIu64 " steps_total %" PRIu64,
 			in.first_step, in.steps_total);
 	if (r == 0) {
 		struct expect e = expect_of(&in, a->rank);
 		r = consume(c, &e, 0, in.steps_total, msg, sizeof(msg));
 	}
 	if (r == 0 && (r = ldc_acquire(c, ACQUIRE_MS, &b)) != -ENODATA)
-		r = bad(msg, sizeof(msg), "after the last step: %d %s", r, ldc_error(c));
+		r = msg_bad(msg, sizeof(msg), "after the last step: %d %s", r, ldc_error(c));
 	else if (r == -ENODATA)
 		r = 0;
 	if (r == 0)
@@ -1288,7 +461,7 @@ static void test_ldc_producer_sigkill_acquire_epipe(void **state)
 			fail_msg("after the daemon died: %s", msg);
 	assert_int_equal(ldc_acquire(c, 0, &b), -EPIPE);
 	int st;
-	assert_int_equal(reap(srv, 3000, &st), 0);
+	assert_int_equal(pid_reap(srv, 3000, &st), 0);
 	assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
 	cli_close(c);
 }
@@ -1340,9 +513,9 @@ static void test_srv_hostile_consumer_dropped(void **state)
 }
 
 /* The same, but the consumer corrupts its words and never releases anything, as a hostile (or
- * broken) consumer would. GAP: srv only reads a ring's words when a worker looks for work in it,
- * and a full ring is looked at only after a doorbell; with none, the corruption goes unnoticed,
- * the client is never dropped, and its ldc_acquire(-1) would wait forever. */
+ * broken) consumer would. Regression: srv once read a ring's words only when a worker looked for
+ * work in it, and a full ring only after a doorbell; with none, the corruption went unnoticed and
+ * the client's ldc_acquire(-1) waited forever. Housekeeping now sweeps every attached ring. */
 static void test_srv_hostile_consumer_dropped_without_release(void **state)
 {
 	(void)state;
@@ -1413,8 +586,8 @@ static void test_srv_ctl_bad_framing_refused(void **state)
 	stop_server(srv);
 }
 
-/* BUG (minor): a zero-length packet is read as end of file (ctl_recv returns -EPIPE for n == 0),
- * so srv closes the connection without the CTL_ERROR every other bad packet gets. */
+/* Regression: a zero-length packet was read as end of file (ctl_recv returned -EPIPE for n == 0),
+ * so srv closed the connection without the CTL_ERROR every other bad packet gets. */
 static void test_srv_ctl_empty_packet_refused(void **state)
 {
 	(void)state;
@@ -1547,8 +720,8 @@ static void test_srv_ctl_client_many_fds_refused(void **state)
 }
 
 /* The issue: "a client that sends fds gets a CTL_ERROR reply and the connection is closed".
- * BUG (or a spec gap, see the report): srv passes fds == NULL to ctl_recv, which closes the fds
- * and lets the message through, so a well-formed JOB_OPEN that carries an fd is served. */
+ * Regression: srv passed fds == NULL to ctl_recv, which closed the fds and let the message
+ * through, so a well-formed JOB_OPEN that carried an fd was served. */
 static void test_srv_ctl_client_fd_with_valid_open_refused(void **state)
 {
 	(void)state;
@@ -1702,8 +875,8 @@ static void test_srv_job_mem_limit_enomem(void **state)
 	assert_serves("fits");  /* a 40 KiB ring fits */
 }
 
-/* BUG: srv.c reports the need and the limit in whole MiB, rounded down, so a refused small ring
- * reads "needs 0 MiB of ring memory; limit 0 MiB": it does not say how much the job needs. */
+/* Regression: srv reported the need and the limit in whole MiB, rounded down, so a refused small
+ * ring read "needs 0 MiB of ring memory; limit 0 MiB": it did not say how much the job needs. */
 static void test_srv_job_mem_limit_message_small_ring(void **state)
 {
 	(void)state;
@@ -1762,9 +935,9 @@ static void test_srv_job_fill_failure_reported(void **state)
 	assert_serves("after-failing");
 }
 
-/* BUG (minor): a fill callback that returns -EBADMSG without a message (the -errno STYLE.md gives
- * corrupt data) is taken for ring_prod_begin's "the consumer rewrote a free word": srv.c marks
- * the consumer hostile and drops it as a ring corrupter, and the job is not marked failed. */
+/* Regression: a fill callback that returned -EBADMSG without a message (the -errno STYLE.md gives
+ * corrupt data) was taken for ring_prod_begin's "the consumer rewrote a free word": srv marked
+ * the consumer hostile and dropped it as a ring corrupter, and the job was not marked failed. */
 static void test_srv_job_fill_ebadmsg_without_why_is_job_failure(void **state)
 {
 	(void)state;
@@ -1807,7 +980,7 @@ static void test_srv_socket_stale_replaced(void **state)
 	(void)state;
 	pid_t old = start_server(NULL);
 	assert_int_equal(kill(old, SIGKILL), 0);
-	assert_int_equal(reap(old, 3000, &status), 0);
+	assert_int_equal(pid_reap(old, 3000, &status), 0);
 	assert_int_equal(lstat(g_sock, &st), 0);  /* left behind */
 	assert_true(S_ISSOCK(st.st_mode));
 	int64_t t0 = mono_ms();
@@ -1869,9 +1042,9 @@ static void test_srv_socket_regular_file_eexist(void **state)
 	assert_string_equal(back, "keep me");
 }
 
-/* BUG: listen_on() probes the path with a SOCK_SEQPACKET connect and unlinks it on any failure.
- * A live socket of another type (another program's SOCK_STREAM socket at a mistyped path) fails
- * with EPROTOTYPE, is taken for stale, and is deleted. */
+/* Regression: listen_on() probed the path with a SOCK_SEQPACKET connect and unlinked it on any
+ * failure. A live socket of another type (another program's SOCK_STREAM socket at a mistyped
+ * path) fails with EPROTOTYPE, was taken for stale, and was deleted. */
 static void test_srv_socket_foreign_stream_socket_kept(void **state)
 {
 	struct srv_opts o = { .socket_path = g_sock, .workers = 1, .group = (gid_t)-1 };
@@ -1932,7 +1105,7 @@ static void test_ldc_connect_missing_socket(void **state)
 	pid_t srv = start_server(NULL);
 	kill(srv, SIGKILL);
 	int st;
-	assert_int_equal(reap(srv, 3000, &st), 0);
+	assert_int_equal(pid_reap(srv, 3000, &st), 0);
 	assert_int_equal(ldc_connect(g_sock, &c, err, sizeof(err)), -ECONNREFUSED);
 	assert_has(err, "is loaderd running");
 }
@@ -2013,7 +1186,7 @@ static void test_srv_sigterm_shuts_down_cleanly(void **state)
 	assert_int_equal(r, -EPIPE);
 	assert_has(ldc_error(c), "loaderd is shutting down");
 	assert_true(back - sent < 3000);
-	assert_int_equal(reap(srv, 5000, &st), 0);
+	assert_int_equal(pid_reap(srv, 5000, &st), 0);
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
 		fail_msg("the server ended with %s %d", WIFSIGNALED(st) ? "signal" : "status",
 			 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
@@ -2130,15 +1303,15 @@ static void test_srv_no_fd_leak(void **state)
 	assert_alive(srv);
 }
 
-/* BUG: srv_run() handles the events of one epoll_wait() in turn, and a connection's hang-up frees
- * its attachment (att_retire -> att_free) while a doorbell event for that same attachment may
- * still be waiting later in the same batch: EV_BELL then reads the freed att (heap use after
- * free; read() on its closed eventfd). Here the control thread is held for 500 ms in the attach
+/* Regression: srv_run() handles the events of one epoll_wait() in turn, and a connection's
+ * hang-up used to free its attachment (att_retire -> att_free) while a doorbell event for that
+ * same attachment could still be waiting later in the same batch: EV_BELL then read the freed att
+ * (heap use after free; read() on its closed eventfd). Now srv_att_free buries the att and
+ * srv_reap frees it after the batch. Here the control thread is held for 500 ms in the attach
  * notice of "sleepnotice" while client A hangs up and then rings its doorbell, so both events
- * come out of one epoll_wait, hang-up first. AddressSanitizer catches it (the server dies); a
- * plain build usually goes on silently. Ordinary clients hit it too ("release, then exit" while
- * the server is still reporting the previous doorbell: the level-triggered bell is requeued
- * behind the hang-up), which is why other tests fail at random in the sanitizer build. */
+ * come out of one epoll_wait, hang-up first; AddressSanitizer would catch a use after free (the
+ * server dies). Ordinary clients could hit it too ("release, then exit" while the server is still
+ * reporting the previous doorbell: the level-triggered bell is requeued behind the hang-up). */
 static void test_srv_bell_after_hangup_same_wakeup(void **state)
 {
 	(void)state;
@@ -2159,7 +1332,7 @@ static void test_srv_bell_after_hangup_same_wakeup(void **state)
 	stop_server(srv);
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, srvh_setup, srvh_teardown)
 
 int main(void)
 {

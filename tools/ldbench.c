@@ -24,6 +24,7 @@
 #include "common/tjcheck.h"
 #include "formats/dpk.h"
 #include "loader/decode.h"
+#include "loader/job.h"
 #include "loader/kind.h"
 #include "loader/sampler.h"
 #include "shm/ldc.h"
@@ -549,8 +550,9 @@ static int bench_loaderd(const struct opts *o, const char *exe, const struct cei
 	printf("ldbench: drained %" PRIu64 " steps, %" PRIu64 " samples in %.2f s: %.1f samples/s, "
 	       "%.1f steps/s (crop-aware decode to %ux%u)\n", steps, samples, dt, *rate,
 	       (double)steps / dt, o->crop_h, o->crop_w);
-	uint64_t fill = s1.fill_ns - s0.fill_ns, io = s1.io_ns - s0.io_ns;
-	uint64_t dec = s1.decode_ns - s0.decode_ns, pub = s1.published - s0.published;
+	uint64_t fill = s1.fill_ns - s0.fill_ns, pub = s1.published - s0.published;
+	uint64_t io = s1.phase_ns[LDR_PHASE_IO] - s0.phase_ns[LDR_PHASE_IO];
+	uint64_t dec = s1.phase_ns[LDR_PHASE_DECODE] - s0.phase_ns[LDR_PHASE_DECODE];
 	uint64_t other = fill > io + dec ? fill - io - dec : 0;
 	printf("ldbench: loaderd stats over the window: %" PRIu64 " steps filled, %.2f ms per step "
 	       "(%.1f us per sample); of fill time: io %.1f%%, decode %.1f%%, other %.1f%%; "

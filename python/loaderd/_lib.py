@@ -143,14 +143,18 @@ class ctl_stats(ctypes.Structure):
         ("samples", c_u64),
         ("bad_records", c_u64),
         ("fill_ns", c_u64),
-        ("io_ns", c_u64),
-        ("decode_ns", c_u64),
+        ("phase_ns", c_u64 * 2),  # CTL_PHASES_MAX; what each measures: PHASES
         ("attaches", c_u32),
         ("ranks_attached", c_u32),
         ("slots", c_u32),
         ("occupancy", c_u32),
         ("reserved", c_u64 * 4),
     ]
+
+
+# The phases of loaderd's fill in ctl_stats.phase_ns order (loader/job.h, enum ldr_phase), by the
+# keys Loader.stats() gives their times under.
+PHASES = ("io_ns", "decode_ns")
 
 
 # Sizes and offsets the C side has (ring.h and ctl.h assert theirs; the ldc_* structs are the
@@ -166,7 +170,7 @@ ABI = {
                      "ndim": 80, "flags_off": 84, "payload_off": 96, "job_id": 112,
                      "first_step": 120, "steps_per_epoch": 136}),
     ring_slot_hdr: (64, {"count": 24, "fill_ns": 32}),
-    ctl_stats: (112, {"attaches": 64, "occupancy": 76, "reserved": 80}),
+    ctl_stats: (112, {"phase_ns": 48, "attaches": 64, "occupancy": 76, "reserved": 80}),
 }
 
 

@@ -433,7 +433,13 @@ class Loader:
         rc = self._lib.ldc_stats(self._conn.ptr, ctypes.byref(st))
         if rc < 0:
             raise LoaderdError(-rc, self._conn.error())
-        return {f: getattr(st, f) for f, _ in L.ctl_stats._fields_ if f != "reserved"}
+        out = {}
+        for f, _ in L.ctl_stats._fields_:
+            if f == "phase_ns":
+                out.update(zip(L.PHASES, st.phase_ns))
+            elif f != "reserved":
+                out[f] = getattr(st, f)
+        return out
 
     # ---- internals ----
 

@@ -1,7 +1,10 @@
-/* srv.h - the producer side of the control protocol: listens on the unix socket, checks peers,
- * keeps jobs and their ranks, creates one ring per attached rank, runs the producer threads that
- * fill slots through a callback, and reclaims a rank's ring when its consumer dies. loaderd is
- * this plus a fill callback (sampler, readers, decoders); tests use it with a pattern filler.
+/* srv.h - loaderd's server core, the producer side of the control protocol (shm/ctl.h): listens
+ * on the unix socket, checks peers, keeps jobs and their ranks, creates one ring per attached
+ * rank, runs the worker threads that fill slots through a callback, reclaims a rank's ring when
+ * its consumer dies, and answers loaderctl. It knows nothing of datasets or decoding: loaderd is
+ * this plus the callbacks of loader/job.h (sampler, readers, decoders); tests use it with a
+ * pattern filler (tests/srv_harness.h). The implementation is split by role over
+ * loader/srv_conn.c, srv_jobs.c, srv_workers.c and srv_admin.c (map in loader/srv_impl.h).
  *
  * Threads: srv_run() is the control loop (one thread, the caller's); srv_create() starts the
  * worker threads, which call ops->fill. Callbacks may run on any of these threads at once, but a
@@ -16,6 +19,15 @@
 #include <sys/types.h>
 
 struct srv;
+
+/* Phases of a fill whose time the server adds up per rank and reports (CTL_STATS, loaderctl):
+ * the callbacks name them (struct srv_ops), the server knows only their index. */
+#define SRV_PHASES_MAX CTL_PHASES_MAX
+
+struct srv_phase {
+	const char *name;          /* [a-z_]+: loaderctl's JSON key is "<name>_s"; NULL = unused */
+	const char *doing;         /* its text: "fill time 1.00 s: 20% <doing>, ..." */
+};
 
 /* What a job's callbacks tell the server about it. */
 struct srv_job_info {
@@ -32,7 +44,7 @@ struct srv_fill {
 	struct ring_slot *slot;    /* owned by the callback until it returns */
 	uint32_t count;            /* out: samples written (<= batch) */
 	uint32_t slot_flags;       /* out: RING_SLOT_* (the server sets RING_SLOT_LAST itself) */
-	uint64_t io_ns, decode_ns; /* out, optional: where the time went */
+	uint64_t phase_ns[SRV_PHASES_MAX]; /* out, optional: where the time went (ops->phases) */
 	uint64_t bad;              /* out: records found bad while filling */
 	uint64_t bad_ids[8];       /* out: the first of them (for stats) */
 	uint32_t nbad_ids;
@@ -41,6 +53,7 @@ struct srv_fill {
 
 struct srv_ops {
 	void *ctx;
+	struct srv_phase phases[SRV_PHASES_MAX];  /* what srv_fill.phase_ns[i] measures */
 	/* Validate @spec (already checked field by field) and describe the job. Returns 0 and a job
 	 * handle in *job, or -errno with a message in @why that the client will see. */
 	int (*job_open)(void *ctx, const struct ctl_job_open *spec, void **job,

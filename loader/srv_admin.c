@@ -1,0 +1,238 @@
+/* srv_admin.c - loaderctl's answers (CTL_ADMIN): daemon status, the jobs, per-rank stats, and
+ * stopping a job, rendered as text for people or as JSON for programs.
+ *
+ * Threads: srv_on_admin runs on the control thread under s->mu, so it reads a consistent picture
+ * of every job and rank; the answer is built in memory that this file allocates and frees, then
+ * sent in CTL_ADMIN_TEXT chunks. Rendering reads the shared state and changes nothing but a
+ * stopped job's failure fields. */
+#include "loader/srv_impl.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* An answer being built: @p (@len bytes used of @cap) grows as put() needs; @oom once it could
+ * not, after which put() does nothing and the answer is an error. */
+struct text {
+	char *p;
+	size_t len, cap;
+	int oom;
+};
+
+static void put(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct text *t, const char *fmt, ...)
+{
+	va_list ap;
+
+	for (;;) {
+		va_start(ap, fmt);
+		int n = vsnprintf(t->p ? t->p + t->len : NULL, t->p ? t->cap - t->len : 0, fmt, ap);
+		va_end(ap);
+		if (n < 0 || t->oom)
+			return;
+		if (t->p && t->len + (size_t)n < t->cap) {
+			t->len += (size_t)n;
+			return;
+		}
+		size_t cap = (t->cap + (size_t)n + 1) * 2;
+		char *q = realloc(t->p, cap);
+		if (!q) {
+			t->oom = 1;
+			return;
+		}
+		t->p = q;
+		t->cap = cap;
+	}
+}
+
+/* A JSON string: quotes, backslashes and control bytes escaped. */
+static void put_json_str(struct text *t, const char *s)
+{
+	put(t, "\"");
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch == '"' || ch == '\\')
+			put(t, "\\%c", ch);
+		else if (ch < 0x20)
+			put(t, "\\u%04x", ch);
+		else
+			put(t, "%c", ch);
+	}
+	put(t, "\"");
+}
+
+/* @phases: the callbacks' names for the phases of a fill (unnamed ones are left out). */
+static void admin_job(struct text *t, const struct srv_phase *phases, struct job *j, int json,
+		      int stats)
+{
+	const struct ctl_job_open *sp = &j->spec;
+	uint64_t fill = 0, phase[SRV_PHASES_MAX] = { 0 };
+	double rate = 0;
+
+	for (uint32_t r = 0; r < sp->world; r++) {
+		fill += j->ranks[r].fill_ns;
+		for (unsigned p = 0; p < SRV_PHASES_MAX; p++)
+			phase[p] += j->ranks[r].phase_ns[p];
+		rate += j->ranks[r].rate;
+	}
+	unsigned nb = j->nbad_ids < 16 ? j->nbad_ids : 16;
+	if (json) {
+		put(t, "{\"job\":");
+		put_json_str(t, j->name);
+		put(t, ",\"id\":%llu,\"dataset\":", (unsigned long long)j->id);
+		put_json_str(t, sp->dataset);
+		put(t, ",\"world\":%u,\"attached\":%u,\"batch\":%u,\"steps_per_epoch\":%llu,"
+		    "\"steps_total\":%llu,\"samples_per_s\":%.1f,\"bad_records\":%llu,\"bad_ids\":[",
+		    sp->world, j->attached, sp->batch, (unsigned long long)j->info.steps_per_epoch,
+		    (unsigned long long)j->steps_total, rate, (unsigned long long)j->bad);
+		for (unsigned b = 0; b < nb; b++)
+			put(t, "%s%llu", b ? "," : "", (unsigned long long)j->bad_ids[b]);
+		put(t, "],\"failed\":%s", j->failed ? "true" : "false");
+		if (stats) {
+			put(t, ",\"fill_s\":%.3f", fill * 1e-9);
+			for (unsigned p = 0; p < SRV_PHASES_MAX; p++)
+				if (phases[p].name)
+					put(t, ",\"%s_s\":%.3f", phases[p].name, phase[p] * 1e-9);
+			put(t, ",\"ranks\":[");
+			for (uint32_t r = 0; r < sp->world; r++) {
+				struct rank_state *rs = &j->ranks[r];
+				struct att *a = rs->att;
+				uint64_t rel = a ? srv_att_released(a) : 0;
+				put(t, "%s{\"rank\":%u,\"attached\":%s,\"pid\":%d,\"published\":%llu,"
+				    "\"released\":%llu,\"samples\":%llu,\"samples_per_s\":%.1f,"
+				    "\"ring_slots\":%u,\"ring_occupancy\":%llu,\"attaches\":%u}",
+				    r ? "," : "", r, a ? "true" : "false", a ? (int)a->conn->pid : 0,
+				    (unsigned long long)rs->published,
+				    (unsigned long long)(a ? rel : rs->resume),
+				    (unsigned long long)rs->samples, rs->rate,
+				    a ? ring_header(a->ring)->slots : 0,
+				    (unsigned long long)(a ? a->next - rel : 0), rs->attaches);
+			}
+			put(t, "]");
+		}
+		put(t, "}");
+		return;
+	}
+	put(t, "job %s (id %llu): %s\n  %u/%u ranks attached, batch %u, %llu steps/epoch, "
+	    "%.1f samples/s, %llu bad records", j->name, (unsigned long long)j->id, sp->dataset,
+	    j->attached, sp->world, sp->batch, (unsigned long long)j->info.steps_per_epoch, rate,
+	    (unsigned long long)j->bad);
+	if (nb) {
+		put(t, " (sample ids:");
+		for (unsigned b = 0; b < nb; b++)
+			put(t, " %llu", (unsigned long long)j->bad_ids[b]);
+		put(t, ")");
+	}
+	put(t, "%s\n", j->failed ? ", FAILED" : "");
+	if (!stats)
+		return;
+	if (fill) {
+		put(t, "  fill time %.2f s", fill * 1e-9);
+		for (unsigned p = 0, n = 0; p < SRV_PHASES_MAX; p++)
+			if (phases[p].name)
+				put(t, "%s %.0f%% %s", n++ ? "," : ":", 100.0 * phase[p] / fill,
+				    phases[p].doing ? phases[p].doing : phases[p].name);
+		put(t, "\n");
+	}
+	for (uint32_t r = 0; r < sp->world; r++) {
+		struct rank_state *rs = &j->ranks[r];
+		struct att *a = rs->att;
+		uint64_t rel = a ? srv_att_released(a) : 0;
+		if (a)
+			put(t, "  rank %u: pid %d, step %llu, %.1f samples/s, ring %llu/%u slots full\n",
+			    r, (int)a->conn->pid, (unsigned long long)rel, rs->rate,
+			    (unsigned long long)(a->next - rel), ring_header(a->ring)->slots);
+		else
+			put(t, "  rank %u: %s, resumes at step %llu\n", r,
+			    rs->started ? "detached" : "never attached", (unsigned long long)rs->resume);
+	}
+}
+
+/* Under mu. loaderctl's requests: answered as text chunks, then an empty chunk. */
+void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
+{
+	char why[CTL_TEXT_MAX];
+	struct text t = { 0 };
+	int json = !!(req->flags & CTL_ADMIN_JSON), n = 0;
+
+	if (ctl_check_admin(req, why, sizeof(why)) < 0) {
+		srv_conn_fail(s, c, EINVAL, "%s", why);
+		return;
+	}
+	struct job *only = req->job[0] ? srv_job_find(s, req->job) : NULL;
+	if (req->job[0] && !only) {
+		srv_conn_fail(s, c, ENOENT, "no job named %s", req->job);
+		return;
+	}
+	switch (req->op) {
+	case CTL_OP_STATUS: {
+		unsigned jobs = 0, clients = 0, attached = 0;
+		for (struct job *j = s->jobs; j; j = j->next)
+			jobs++, attached += j->attached;
+		for (struct conn *k = s->conns; k; k = k->next)
+			clients++;
+		double up = (double)(now_ns() - s->start_ns) * 1e-9;
+		if (json)
+			put(&t, "{\"pid\":%d,\"uptime_s\":%.1f,\"workers\":%u,\"workers_busy\":%.3f,"
+			    "\"jobs\":%u,\"ranks_attached\":%u,\"clients\":%u,\"ring_bytes\":%llu,"
+			    "\"ring_bytes_limit\":%llu,\"socket\":", (int)getpid(), up, s->nthreads,
+			    s->busy_share, jobs, attached, clients, (unsigned long long)s->mem_used,
+			    (unsigned long long)s->opts.mem_limit);
+		else
+			put(&t, "loaderd pid %d, up %.0f s, socket %s\n%u workers, %.0f%% busy\n"
+			    "%u jobs, %u ranks attached, %u clients\nring memory %llu MiB of %llu MiB\n",
+			    (int)getpid(), up, s->path, s->nthreads, 100 * s->busy_share, jobs, attached,
+			    clients, (unsigned long long)(s->mem_used >> 20),
+			    (unsigned long long)(s->opts.mem_limit >> 20));
+		if (json) {
+			put_json_str(&t, s->path);
+			put(&t, "}\n");
+		}
+		break;
+	}
+	case CTL_OP_JOBS:
+	case CTL_OP_STATS:
+		if (json)
+			put(&t, "[");
+		for (struct job *j = s->jobs; j; j = j->next) {
+			if (only && j != only)
+				continue;
+			if (json && n++)
+				put(&t, ",");
+			admin_job(&t, s->ops.phases, j, json, req->op == CTL_OP_STATS);
+		}
+		if (json)
+			put(&t, "]\n");
+		else if (!s->jobs)
+			put(&t, "no jobs\n");
+		break;
+	case CTL_OP_STOP:
+		if (!only->failed) {
+			only->failed = 1;
+			only->fail_err = ECANCELED;
+			snprintf(only->fail_msg, sizeof(only->fail_msg), "stopped by loaderctl");
+			srv_notice(s, 1, "job %s: stopped by loaderctl (pid %d)", only->name, (int)c->pid);
+			srv_wake_control(s);
+		}
+		put(&t, json ? "{\"stopped\":\"%s\"}\n" : "job %s stopped\n", only->name);
+		break;
+	}
+	if (t.oom) {
+		free(t.p);
+		srv_conn_fail(s, c, ENOMEM, "out of memory for the answer");
+		return;
+	}
+	int ret = 0;
+	const size_t chunk = CTL_MSG_MAX - sizeof(struct ctl_hdr);
+	for (size_t off = 0; ret == 0 && off < t.len; off += chunk)
+		ret = ctl_send(c->fd, CTL_ADMIN_TEXT, t.p + off, t.len - off < chunk ? t.len - off : chunk,
+			       NULL, 0);
+	if (ret == 0)
+		ret = ctl_send(c->fd, CTL_ADMIN_TEXT, NULL, 0, NULL, 0);
+	free(t.p);
+	if (ret < 0)
+		srv_conn_close(s, c);
+}

@@ -1,0 +1,408 @@
+/* srv_conn.c - the server's control loop: the listening socket, peer checks, connections and
+ * their messages, and the server's lifecycle (srv_create, srv_run, srv_stop, srv_destroy). The
+ * shared state is in srv_impl.h; jobs in srv_jobs.c, workers in srv_workers.c, loaderctl's
+ * answers in srv_admin.c.
+ *
+ * DESIGN
+ * One thread, srv_run's caller, waits in epoll on the listening socket, a wake eventfd, every
+ * connection and every attached ring's doorbell. Each message is handled under s->mu; nothing a
+ * client sends is parsed before its peer credentials are checked (SO_PEERCRED, SO_PEERGROUPS).
+ * After each batch of events the control loop frees what was buried during it (srv_reap) and
+ * runs housekeeping; the wake eventfd cuts the wait short when a worker or srv_stop needs that.
+ *
+ * Peer death is learned from the kernel: the connection hangs up (EPOLLHUP/EPOLLRDHUP, or recv
+ * returns 0), and the connection's att is retired (srv_jobs.c). A closed conn is buried, not
+ * freed, until the end of the batch, since a later event of the same batch may point at it.
+ *
+ * Ownership: s->conns owns the open connections; each conn owns its socket fd. The server owns
+ * the listening socket and removes its file in srv_destroy. */
+#include "loader/srv_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void srv_notice(struct srv *s, int level, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	if (!s->ops.notice)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	s->ops.notice(s->ops.ctx, level, msg);
+}
+
+void srv_wake_control(struct srv *s)
+{
+	uint64_t one = 1;
+
+	(void)!write(s->wake, &one, sizeof(one));
+}
+
+/* ---- connections ---- */
+
+void srv_conn_close(struct srv *s, struct conn *c)
+{
+	struct conn **pp;
+
+	if (c->att)
+		srv_att_retire(s, c->att);
+	epoll_ctl(s->ep, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	c->closed = 1;
+	for (pp = &s->conns; *pp; pp = &(*pp)->next)
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	c->next = s->conn_grave;  /* freed by srv_reap(), after the event batch */
+	s->conn_grave = c;
+}
+
+/* Tell the client why, then close. */
+void srv_conn_fail(struct srv *s, struct conn *c, int err, const char *fmt, ...)
+{
+	struct ctl_error e;
+	va_list ap;
+
+	memset(&e, 0, sizeof(e));
+	e.err = err < 0 ? -err : err;
+	va_start(ap, fmt);
+	vsnprintf(e.text, sizeof(e.text), fmt, ap);
+	va_end(ap);
+	(void)ctl_send(c->fd, CTL_ERROR, &e, sizeof(e), NULL, 0);
+	srv_notice(s, 1, "client pid %d: %s", (int)c->pid, e.text);
+	srv_conn_close(s, c);
+}
+
+/* Owner, root, or (when configured) a member of the group. Checked before any byte is parsed. */
+static int peer_allowed(struct srv *s, int fd, pid_t *pid)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
+		return 0;
+	*pid = cr.pid;
+	if (cr.uid == 0 || cr.uid == geteuid())
+		return 1;
+	if (s->opts.group == (gid_t)-1)
+		return 0;
+	if (cr.gid == s->opts.group)
+		return 1;
+	gid_t groups[256];
+	len = sizeof(groups);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+		return 0;
+	for (size_t i = 0; i < len / sizeof(gid_t); i++)
+		if (groups[i] == s->opts.group)
+			return 1;
+	return 0;
+}
+
+static void on_accept(struct srv *s)
+{
+	for (;;) {
+		int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		pid_t pid = 0;
+
+		if (fd < 0)
+			return;  /* EAGAIN, or a transient error: epoll tells us again */
+		if (!peer_allowed(s, fd, &pid)) {
+			srv_notice(s, 1, "refused a client (pid %d): not the owner, root or the allowed group",
+			       (int)pid);
+			close(fd);
+			continue;
+		}
+		struct conn *c = calloc(1, sizeof(*c));
+		struct epoll_event ee = { .events = EPOLLIN | EPOLLRDHUP };
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		c->ev.kind = EV_CONN;
+		c->ev.p = c;
+		c->fd = fd;
+		c->pid = pid;
+		ee.data.ptr = &c->ev;
+		if (epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &ee) < 0) {
+			close(fd);
+			free(c);
+			continue;
+		}
+		pthread_mutex_lock(&s->mu);
+		c->next = s->conns;
+		s->conns = c;
+		pthread_mutex_unlock(&s->mu);
+	}
+}
+
+static void on_conn(struct srv *s, struct conn *c, uint32_t events)
+{
+	char buf[CTL_MSG_MAX];
+	uint16_t type;
+	int fds[2], nfds = 0;
+	ssize_t n;
+
+	if (c->closed)
+		return;  /* closed earlier in this event batch */
+	if (events & EPOLLIN) {
+		n = ctl_recv(c->fd, buf, &type, fds, &nfds);
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		pthread_mutex_lock(&s->mu);
+		if (n == -EAGAIN) {
+			/* spurious */
+		} else if (n >= 0 && nfds > 0) {
+			srv_conn_fail(s, c, EBADMSG, "a client may not send file descriptors");
+		} else if (n == -EPIPE) {
+			struct att *a = c->att;
+			if (a) {
+				struct job *j = a->job;
+				uint32_t rank = a->rank;
+				srv_att_retire(s, a);
+				uint64_t at = j->ranks[rank].resume;
+				if (j->steps_total && at >= j->steps_total)
+					srv_notice(s, 2, "job %s rank %u: consumer (pid %d) finished and left",
+					       j->name, rank, (int)c->pid);
+				else
+					srv_notice(s, 1, "job %s rank %u: consumer (pid %d) went away; its slots "
+					       "are reclaimed; it resumes at step %llu", j->name, rank,
+					       (int)c->pid, (unsigned long long)at);
+			}
+			srv_conn_close(s, c);
+		} else if (n < 0) {
+			srv_conn_fail(s, c, n, "bad message: %s", n == -EPROTO ?
+				  "protocol version mismatch (this loaderd speaks version 1)" :
+				  n == -EBADMSG ? "malformed packet" : strerror((int)-n));
+		} else if (type == CTL_JOB_OPEN && (size_t)n == sizeof(struct ctl_job_open)) {
+			struct ctl_job_open spec;
+			memcpy(&spec, buf, sizeof(spec));
+			srv_on_job_open(s, c, &spec);
+		} else if (type == CTL_ADMIN && (size_t)n == sizeof(struct ctl_admin) && !c->att) {
+			struct ctl_admin req;
+			memcpy(&req, buf, sizeof(req));
+			srv_on_admin(s, c, &req);
+		} else if (type == CTL_STATS_REQ && n == 0) {
+			srv_on_stats(s, c);
+		} else {
+			srv_conn_fail(s, c, EBADMSG, "unexpected message type %u with %zd bytes", type, n);
+		}
+		pthread_mutex_unlock(&s->mu);
+		return;
+	}
+	if (events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
+		pthread_mutex_lock(&s->mu);
+		srv_conn_close(s, c);
+		pthread_mutex_unlock(&s->mu);
+	}
+}
+
+/* ---- socket ---- */
+
+static int listen_on(struct srv *s, char *why, size_t whylen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int fd, ret;
+
+	if (strlen(s->opts.socket_path) >= sizeof(sa.sun_path)) {
+		snprintf(why, whylen, "socket path %s is longer than %zu bytes", s->opts.socket_path,
+			 sizeof(sa.sun_path) - 1);
+		return -ENAMETOOLONG;
+	}
+	strcpy(sa.sun_path, s->opts.socket_path);
+	snprintf(s->path, sizeof(s->path), "%s", s->opts.socket_path);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		goto sys;
+	if (lstat(sa.sun_path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode)) {
+			close(fd);
+			snprintf(why, whylen, "%s exists and is not a socket", sa.sun_path);
+			return -EEXIST;
+		}
+		int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		int rc = probe < 0 ? -1 : connect(probe, (struct sockaddr *)&sa, sizeof(sa));
+		int e = rc < 0 ? errno : 0;
+		if (probe >= 0)
+			close(probe);
+		if (rc == 0) {
+			close(fd);
+			snprintf(why, whylen, "another loaderd is serving %s", sa.sun_path);
+			return -EADDRINUSE;
+		}
+		if (e != ECONNREFUSED) {
+			/* a live socket of another kind (EPROTOTYPE), or one we may not probe */
+			close(fd);
+			snprintf(why, whylen, "%s is a socket in use by another program (%s); not "
+				 "replacing it", sa.sun_path, strerror(e));
+			return -EADDRINUSE;
+		}
+		unlink(sa.sun_path);  /* nobody listens: left by a daemon that was killed */
+	}
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		goto sys;
+	/* Nobody can connect before listen(), so tightening the mode here leaves no window. */
+	if (chmod(sa.sun_path, s->opts.group == (gid_t)-1 ? 0600 : 0660) < 0 ||
+	    (s->opts.group != (gid_t)-1 && chown(sa.sun_path, (uid_t)-1, s->opts.group) < 0))
+		goto sys_unlink;
+	if (listen(fd, 128) < 0)
+		goto sys_unlink;
+	s->lfd = fd;
+	return 0;
+sys_unlink:
+	ret = -errno;
+	unlink(sa.sun_path);
+	goto out;
+sys:
+	ret = -errno;
+out:
+	snprintf(why, whylen, "%s: %s", sa.sun_path, strerror(-ret));
+	if (fd >= 0)
+		close(fd);
+	return ret;
+}
+
+/* ---- lifecycle ---- */
+
+int srv_create(const struct srv_opts *opts, const struct srv_ops *ops, struct srv **out,
+	       char *why, size_t whylen)
+{
+	struct srv *s;
+	int ret;
+
+	*out = NULL;
+	if (!opts->socket_path || opts->workers == 0 || opts->workers > 1024 || !ops->job_open ||
+	    !ops->fill || opts->default_slots == 1 || opts->default_slots > RING_SLOTS_MAX) {
+		snprintf(why, whylen, "bad server options");
+		return -EINVAL;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->opts = *opts;
+	s->ops = *ops;
+	if (!s->opts.default_slots)
+		s->opts.default_slots = 4;
+	if (s->opts.linger_ms <= 0)
+		s->opts.linger_ms = 60000;
+	s->lfd = s->wake = s->ep = -1;
+	s->start_ns = s->rate_ns = now_ns();
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	ret = listen_on(s, why, whylen);
+	if (ret < 0)
+		goto fail;
+	s->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	s->ep = epoll_create1(EPOLL_CLOEXEC);
+	if (s->wake < 0 || s->ep < 0) {
+		ret = -errno;
+		snprintf(why, whylen, "eventfd/epoll: %s", strerror(-ret));
+		goto fail;
+	}
+	s->lev = (struct ev){ EV_LISTEN, NULL };
+	s->wev = (struct ev){ EV_WAKE, NULL };
+	struct epoll_event e1 = { .events = EPOLLIN, .data.ptr = &s->lev };
+	struct epoll_event e2 = { .events = EPOLLIN, .data.ptr = &s->wev };
+	if (epoll_ctl(s->ep, EPOLL_CTL_ADD, s->lfd, &e1) < 0 ||
+	    epoll_ctl(s->ep, EPOLL_CTL_ADD, s->wake, &e2) < 0) {
+		ret = -errno;
+		snprintf(why, whylen, "epoll: %s", strerror(-ret));
+		goto fail;
+	}
+	ret = srv_workers_start(s, why, whylen);
+	if (ret < 0)
+		goto fail;
+	*out = s;
+	return 0;
+fail:
+	srv_destroy(s);
+	return ret;
+}
+
+void srv_stop(struct srv *s)
+{
+	atomic_store(&s->stop, 1);  /* pairs with the load in srv_run */
+	srv_wake_control(s);        /* one write(2): async-signal-safe */
+}
+
+int srv_run(struct srv *s)
+{
+	struct epoll_event evs[64];
+
+	s->ran = 1;
+	while (!atomic_load(&s->stop)) {
+		int n = epoll_wait(s->ep, evs, 64, 500);
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		for (int i = 0; i < n; i++) {
+			struct ev *e = evs[i].data.ptr;
+			uint64_t v;
+			switch (e->kind) {
+			case EV_LISTEN:
+				on_accept(s);
+				break;
+			case EV_WAKE:
+				(void)!read(s->wake, &v, sizeof(v));
+				break;
+			case EV_CONN:
+				on_conn(s, e->p, evs[i].events);
+				break;
+			case EV_BELL:
+				pthread_mutex_lock(&s->mu);
+				/* retired earlier in this batch: buried, not freed, so this is safe */
+				if (!((struct att *)e->p)->dead)
+					(void)!read(((struct att *)e->p)->bell, &v, sizeof(v));
+				pthread_cond_broadcast(&s->cv);
+				pthread_mutex_unlock(&s->mu);
+				break;
+			}
+		}
+		pthread_mutex_lock(&s->mu);
+		srv_reap(s);
+		srv_housekeeping(s);
+		pthread_mutex_unlock(&s->mu);
+	}
+	pthread_mutex_lock(&s->mu);
+	while (s->conns)
+		srv_conn_fail(s, s->conns, ESHUTDOWN, "loaderd is shutting down");
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+void srv_destroy(struct srv *s)
+{
+	if (!s)
+		return;
+	srv_workers_stop(s);
+	while (s->conns)
+		srv_conn_close(s, s->conns);
+	srv_reap(s);
+	while (s->jobs)
+		srv_job_free(s, s->jobs);
+	srv_reap(s);
+	if (s->lfd >= 0) {
+		close(s->lfd);
+		unlink(s->path);
+	}
+	if (s->wake >= 0)
+		close(s->wake);
+	if (s->ep >= 0)
+		close(s->ep);
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv);
+	free(s);
+}
