@@ -28,3 +28,13 @@ stop_loaderd() {
 	stop_pid "$LPID"
 	LPID=""
 }
+
+# wait_socket SOCK PID: wait up to 10 s for a loaderd (PID) to create its socket SOCK; 1 if it
+# exited or timed out. (Until loaderd's --ready-fd is used here.)
+wait_socket() {
+	i=0
+	while [ ! -S "$1" ]; do
+		kill -0 "$2" 2>/dev/null && [ $i -lt 100 ] || return 1
+		sleep 0.1; i=$((i + 1))
+	done
+}
