@@ -9,15 +9,9 @@
 . "$(dirname "$0")/lib.sh"
 BUILD=${BUILD:-build}
 BIN=$BUILD/bin
-PY=${LOADERD_PYTHON:-/usr/bin/python3}
-if ! "$PY" -c 'import venv, ensurepip, setuptools, wheel, numpy' 2>/dev/null; then
-	echo "skip: $PY lacks venv/ensurepip, setuptools, wheel or numpy (scripts/deps.sh installs" \
-		"python3-venv python3-setuptools python3-wheel python3-numpy)"
-	exit 77
-fi
-for b in loaderd dsgen dpack; do
-	[ -x "$BIN/$b" ] || { echo "not built: $BIN/$b (run make)"; exit 1; }
-done
+need_python 'import venv, ensurepip, setuptools, wheel, numpy' \
+	"python3-venv python3-setuptools python3-wheel python3-numpy"
+need_bins loaderd dsgen dpack
 REPO=$(pwd)
 T=$(mktemp -d /tmp/it_pip.XXXXXX)
 trap 'stop_loaderd; rm -rf "$T"' EXIT
@@ -32,9 +26,7 @@ tar -C "$REPO" --exclude=build --exclude='*.egg-info' --exclude=__pycache__ \
 "$BIN/dsgen" npy "$T/x.npy" "$T/y.npy" --count 30 --height 8 --width 8 --channels 3 \
 	--classes 5 >/dev/null && "$BIN/dpack" pack "$T/x.npy" "$T/y.npy" "$T/d.dpk" >/dev/null ||
 	{ echo "not ok - dataset"; exit 1; }
-"$BIN/loaderd" --socket "$T/s.sock" --workers 1 2>"$T/loaderd.log" &
-LPID=$!
-wait_socket "$T/s.sock" "$LPID" || { echo "# loaderd did not start"; show "$T/loaderd.log"; exit 1; }
+serve_loaderd "$T/s.sock" "$T/loaderd.log"
 
 # One epoch from loaderd through the installed package; prints where its library came from.
 cat >"$T/client.py" <<'PYEOF'

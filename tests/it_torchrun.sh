@@ -7,15 +7,9 @@
 . "$(dirname "$0")/lib.sh"
 BUILD=${BUILD:-build}
 BIN=$BUILD/bin
-PY=${LOADERD_PYTHON:-/usr/bin/python3}
-if ! "$PY" -c 'import numpy, torch.distributed as d; assert d.is_available() and d.is_gloo_available()' 2>/dev/null; then
-	echo "skip: $PY lacks numpy or torch with torch.distributed and gloo (scripts/deps.sh" \
-		"installs python3-numpy python3-torch)"
-	exit 77
-fi
-for b in loaderd dsgen dpack; do
-	[ -x "$BIN/$b" ] || { echo "not built: $BIN/$b (run make)"; exit 1; }
-done
+need_python 'import numpy, torch.distributed as d; assert d.is_gloo_available()' \
+	"python3-numpy python3-torch"
+need_bins loaderd dsgen dpack
 T=$(mktemp -d /tmp/it_torchrun.XXXXXX)
 trap 'stop_loaderd; rm -rf "$T"' EXIT
 CLASSES=4 EPOCHS=6
@@ -23,9 +17,7 @@ CLASSES=4 EPOCHS=6
 "$BIN/dsgen" imagefolder "$T/tree" --classes $CLASSES --per-class 48 --min-side 48 \
 	--max-side 96 >/dev/null && "$BIN/dpack" pack "$T/tree" "$T/train.dpk" >/dev/null ||
 	{ echo "not ok - dataset"; exit 1; }
-"$BIN/loaderd" --socket "$T/s.sock" --workers 1 2>"$T/loaderd.log" &
-LPID=$!
-wait_socket "$T/s.sock" "$LPID" || { echo "# loaderd did not start"; show "$T/loaderd.log"; exit 1; }
+serve_loaderd "$T/s.sock" "$T/loaderd.log"
 
 # `python3 -m torch.distributed.run` is torchrun; the module form runs under $PY for sure.
 # --standalone: a local rendezvous on a free port. OMP: one thread per rank on a small machine.
