@@ -15,8 +15,10 @@
 #define LOADERD_LDC_H
 #include <stddef.h>
 #include <stdint.h>
-#include "shm/ctl.h"
-#include "shm/ring.h"
+/* Relative to this file, not to -I.: the same lines work in the tree (shm/) and installed
+ * (include/loaderd/, where a client writes #include <loaderd/ldc.h>). */
+#include "ctl.h"
+#include "ring.h"
 #ifdef __cplusplus
 extern "C" {
 #endif

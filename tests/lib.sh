@@ -28,3 +28,38 @@ stop_loaderd() {
 	stop_pid "$LPID"
 	LPID=""
 }
+
+# wait_socket SOCK PID: wait up to 10 s for a loaderd (PID) to create its socket SOCK; 1 if it
+# exited or timed out. (Until loaderd's --ready-fd is used here.)
+wait_socket() {
+	i=0
+	while [ ! -S "$1" ]; do
+		kill -0 "$2" 2>/dev/null && [ $i -lt 100 ] || return 1
+		sleep 0.1; i=$((i + 1))
+	done
+}
+
+# need_python CODE PACKAGES: set PY to the Python tests' interpreter, Debian's /usr/bin/python3 (it
+# sees what scripts/deps.sh installs; a pyenv python3 first on PATH does not; LOADERD_PYTHON
+# overrides), and skip (exit 77, saying why) unless it runs CODE; PACKAGES go into the reason.
+need_python() {
+	PY=${LOADERD_PYTHON:-/usr/bin/python3}
+	"$PY" -c "$1" 2>/dev/null && return 0
+	echo "skip: $PY cannot run '$1' (scripts/deps.sh installs $2)"
+	exit 77
+}
+# need_bins NAME...: exit 1 unless $BUILD/bin/NAME is built, for each NAME.
+need_bins() {
+	for b in "$@"; do
+		[ -x "${BUILD:-build}/bin/$b" ] || { echo "not built: ${BUILD:-build}/bin/$b (run make)"; exit 1; }
+	done
+}
+# serve_loaderd SOCK LOG [OPTION...]: start $BUILD/bin/loaderd on SOCK with one worker as the
+# test's loaderd ($LPID), its log in LOG; exit 1, showing the log, unless it serves within 10 s.
+serve_loaderd() {
+	s=$1 log=$2
+	shift 2
+	"${BUILD:-build}/bin/loaderd" --socket "$s" --workers 1 "$@" 2>"$log" &
+	LPID=$!
+	wait_socket "$s" "$LPID" || { echo "# loaderd did not start"; show "$log"; exit 1; }
+}
