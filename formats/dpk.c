@@ -38,6 +38,8 @@ struct dpk {
 	size_t map_len;
 	char *class_blob;               /* class names, each NUL-terminated */
 	const char **class_names;       /* class_count pointers into class_blob */
+	uint8_t identity[DPK_IDENTITY_SIZE]; /* XXH3-128 of the index, seeded by the class table's
+					      * checksum: computed once here (dpk_identity) */
 };
 
 static int fail(char *err, size_t errlen, int ret, const char *fmt, ...)
@@ -362,6 +364,14 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 	ret = check_entries(d, err, errlen);
 	if (ret < 0)
 		goto fail;
+	/* The index holds every record's checksum, offset, label and shape: its digest names the
+	 * content (not the path) for resume tokens. Little-endian bytes, high half first. */
+	XXH128_hash_t id = XXH3_128bits_withSeed(d->index, d->index ? d->hdr.index_size : 0,
+						 d->hdr.classes_xxh3 ^ d->hdr.count);
+	for (int i = 0; i < 8; i++) {
+		d->identity[i] = (uint8_t)(id.high64 >> (8 * i));
+		d->identity[8 + i] = (uint8_t)(id.low64 >> (8 * i));
+	}
 	*out = d;
 	return 0;
 fail:
@@ -397,6 +407,11 @@ void dpk_close(struct dpk *d)
 	free(d->class_names);
 	free(d->class_blob);
 	free(d);
+}
+
+void dpk_identity(const struct dpk *d, uint8_t out[DPK_IDENTITY_SIZE])
+{
+	memcpy(out, d->identity, DPK_IDENTITY_SIZE);
 }
 
 uint64_t dpk_count(const struct dpk *d)

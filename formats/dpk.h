@@ -21,6 +21,7 @@ extern "C" {
 #define DPK_CLASS_NAME_MAX 1024u     /* bytes, without the terminating NUL */
 #define DPK_RECORD_MAX (1ull << 34)  /* 16 GiB: larger stored or decoded records are corrupt */
 #define DPK_DIM_MAX (1u << 20)       /* no dimension of a tensor or image exceeds this */
+#define DPK_IDENTITY_SIZE 16u        /* bytes of dpk_identity() */
 
 enum dpk_kind {
 	DPK_KIND_JPEG = 1,      /* JPEG file stored as is; shape = H, W, C from its SOF */
@@ -108,6 +109,10 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 void dpk_close(struct dpk *d);  /* NULL ok */
 
 uint64_t dpk_count(const struct dpk *d);
+/* The dataset's identity: a 128-bit digest of its index (every record's checksum, offset, label
+ * and shape) and class table, computed once at open. Equal for copies of one file wherever they
+ * lie; different when any record differs. What a resume token binds to (shm/token.h). */
+void dpk_identity(const struct dpk *d, uint8_t out[DPK_IDENTITY_SIZE]);
 uint32_t dpk_class_count(const struct dpk *d);
 /* NUL-terminated name of class @i, or NULL when out of range. Lives until dpk_close. */
 const char *dpk_class_name(const struct dpk *d, uint32_t i);
