@@ -138,6 +138,8 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, void **out, stru
 	rd->sample_bytes = j->sample_bytes;
 	info->steps_per_epoch = j->smp.steps;
 	info->samples = n;
+	_Static_assert(CTL_DATASET_ID_SIZE == DPK_IDENTITY_SIZE, "one identity");
+	dpk_identity(j->d, info->dataset_id);
 
 	/* O_DIRECT when the file system allows it (tmpfs does not: open fails with EINVAL). */
 	j->fd_direct = open(spec->dataset, O_RDONLY | O_DIRECT | O_CLOEXEC);

@@ -34,6 +34,9 @@ struct srv_job_info {
 	struct ring_desc ring;     /* slots, batch, sample_bytes, shape, ndim, dtype, layout */
 	uint64_t steps_per_epoch;  /* >= 1 */
 	uint64_t samples;          /* samples in the dataset */
+	uint8_t dataset_id[CTL_DATASET_ID_SIZE]; /* the dataset's identity (dpk_identity); all zero:
+						  * unknown, and start positions are not checked
+						  * against it */
 };
 
 /* A step to fill, as the fill callback sees it. */

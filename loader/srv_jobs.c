@@ -143,6 +143,41 @@ static const char *spec_diff(const struct ctl_job_open *a, const struct ctl_job_
 	return NULL;
 }
 
+/* Under mu. A start position (CTL_START_AT) checked against job @j: the dataset's identity when
+ * the client names one, the step within the epoch and the job's end. 0 with *first set to the
+ * step to start at, or -EINVAL with @c failed and closed. Nothing before *first is filled: the
+ * sampler computes any step directly. */
+static int start_at(struct srv *s, struct conn *c, struct job *j, const struct ctl_job_open *spec,
+		    uint64_t *first)
+{
+	static const uint8_t zero[CTL_DATASET_ID_SIZE];
+	uint64_t spe = j->info.steps_per_epoch;
+
+	if (memcmp(spec->dataset_id, zero, sizeof(zero)) &&
+	    memcmp(j->info.dataset_id, zero, sizeof(zero)) &&
+	    memcmp(spec->dataset_id, j->info.dataset_id, sizeof(zero))) {
+		srv_conn_fail(s, c, EINVAL, "job %s: resume token: dataset: %s is not the dataset the "
+			      "token was made for (its index and checksums differ)", j->name,
+			      j->spec.dataset);
+		return -EINVAL;
+	}
+	if (spec->at_step >= spe) {
+		srv_conn_fail(s, c, EINVAL, "job %s: start: at_step %llu is not below the %llu steps "
+			      "of an epoch", j->name, (unsigned long long)spec->at_step,
+			      (unsigned long long)spe);
+		return -EINVAL;
+	}
+	if (spec->at_epoch > (UINT64_MAX - spec->at_step) / spe ||
+	    (j->steps_total && spec->at_epoch * spe + spec->at_step > j->steps_total)) {
+		srv_conn_fail(s, c, EINVAL, "job %s: start: epoch %llu step %llu is past the job's "
+			      "end (%llu steps)", j->name, (unsigned long long)spec->at_epoch,
+			      (unsigned long long)spec->at_step, (unsigned long long)j->steps_total);
+		return -EINVAL;
+	}
+	*first = spec->at_epoch * spe + spec->at_step;
+	return 0;
+}
+
 /* Under mu. Handle CTL_JOB_OPEN from @c. On failure the connection is closed with the reason. */
 void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *spec)
 {
@@ -159,7 +194,11 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 		srv_conn_fail(s, c, EINVAL, "job open: %s", why);
 		return;
 	}
+	/* What the ranks agree on: not their rank, nor where each starts. */
 	key.rank = 0;
+	key.start = 0;
+	key.at_epoch = key.at_step = 0;
+	memset(key.dataset_id, 0, sizeof(key.dataset_id));
 	j = srv_job_find(s, spec->job);
 	if (j) {
 		const char *d = spec_diff(&j->spec, &key);
@@ -205,12 +244,15 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 	}
 
 	struct rank_state *rs = &j->ranks[spec->rank];
+	uint64_t first = rs->started ? rs->resume : spec->start_epoch * j->info.steps_per_epoch;
+	if (spec->start == CTL_START_AT && start_at(s, c, j, spec, &first) < 0)
+		goto drop_idle;
 	struct ring_desc d = j->info.ring;
 	d.slots = spec->slots ? spec->slots : s->opts.default_slots;
 	d.rank = spec->rank;
 	d.world = spec->world;
 	d.job_id = j->id;
-	d.first_step = rs->started ? rs->resume : spec->start_epoch * j->info.steps_per_epoch;
+	d.first_step = first;
 	d.steps_total = j->steps_total;
 	if (d.steps_total && d.first_step > d.steps_total)
 		d.first_step = d.steps_total;
@@ -260,6 +302,7 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 				 .steps_total = j->steps_total,
 				 .steps_per_epoch = j->info.steps_per_epoch,
 				 .samples = j->info.samples };
+	memcpy(ok.dataset_id, j->info.dataset_id, sizeof(ok.dataset_id));
 	int fds[2] = { ring_fd(a->ring), a->bell };
 	struct epoll_event ee = { .events = EPOLLIN, .data.ptr = &a->bell_ev };
 	ret = ctl_send(c->fd, CTL_JOB_OK, &ok, sizeof(ok), fds, 2);

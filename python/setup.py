@@ -5,7 +5,7 @@ Metadata lives in pyproject.toml; this file only adds the build step. The librar
 as an extension so that setuptools runs build_ext (also for `pip install -e`, in place) and tags
 the wheel for the platform, but it is a plain shared object that Python never imports: ctypes
 loads it (loaderd/_lib.py). It is compiled with $CC (default cc), like the Makefile's
-$(BUILD)/lib/libldc.so: the same three files, -fPIC, a version script that exports ldc_* only.
+$(BUILD)/lib/libldc.so: the same four files, -fPIC, a version script that exports ldc_* only.
 
 Where the C sources come from: csrc/shm/ inside an sdist (the sdist command below copies them
 there), else ../shm/ of the loaderd checkout this folder sits in.
@@ -19,10 +19,11 @@ from setuptools.command.build_ext import build_ext
 from setuptools.command.sdist import sdist
 
 HERE = Path(__file__).resolve().parent
-# The client library is these files and nothing else (ldc.c -> ctl.c, ring.c; libc only): a
+# The client library is these files and nothing else (ldc.c -> ctl.c, ring.c, token.c; libc only): a
 # link with --no-undefined below proves it on every build.
-C_FILES = ("shm/ring.c", "shm/ctl.c", "shm/ldc.c", "shm/ring.h", "shm/ctl.h", "shm/ldc.h")
-SONAME = "libldc.so.0"  # shm/module.mk's LDC_SOVERSION
+C_FILES = ("shm/ring.c", "shm/ctl.c", "shm/ldc.c", "shm/token.c", "shm/ring.h", "shm/ctl.h",
+           "shm/ldc.h", "shm/token.h")
+SONAME = "libldc.so.1"  # shm/module.mk's LDC_SOVERSION
 
 
 def source_root() -> Path:

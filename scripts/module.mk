@@ -1,7 +1,7 @@
 # scripts/: `make install` and `make uninstall`. PREFIX (default /usr/local) is where the files
 # will live; DESTDIR, prepended to every path, is where they are written (a package's staging
 # tree). Installed: the programs into bin/; libldc.so.$(LDC_SOVERSION) with its libldc.so link
-# into lib/; loaderd.pc into lib/pkgconfig/; the client API's headers (shm/ldc.h and the two it
+# into lib/; loaderd.pc into lib/pkgconfig/; the client API's headers (shm/ldc.h and the three it
 # includes) into include/loaderd/; the docs (python/README.md as python.md) into
 # share/doc/loaderd/; loaderd.service into lib/systemd/system/. loaderd.pc and loaderd.service
 # are made from scripts/*.in with PREFIX's paths filled in. `make uninstall` (same PREFIX and DESTDIR) removes exactly those files, and the
@@ -15,7 +15,7 @@ UNITDIR ?= $(PREFIX)/lib/systemd/system
 LOADERD_VERSION := 0.1.0
 
 INSTALL_PROGS := $(notdir $(filter $(BUILD)/bin/%,$(BINS)))
-INSTALL_HDRS := shm/ldc.h shm/ctl.h shm/ring.h
+INSTALL_HDRS := shm/ldc.h shm/ctl.h shm/ring.h shm/token.h
 INSTALL_DOCS := README.md $(wildcard docs/*.md docs/*.svg)
 # Where each kind goes, DESTDIR included.
 I_BIN := $(DESTDIR)$(BINDIR)

@@ -162,6 +162,13 @@ int ctl_check_job_open(const struct ctl_job_open *j, char *why, size_t whylen)
 		return BAD("on_bad: unknown policy %u", j->on_bad);
 	if (j->slots == 1 || j->slots > RING_SLOTS_MAX)
 		return BAD("slots: %u is not in 2..%u (0 = default)", j->slots, RING_SLOTS_MAX);
+	if (j->start > CTL_START_AT)
+		return BAD("start: unknown mode %u", j->start);
+	if (j->start == CTL_START_DEFAULT) {
+		static const uint8_t zero[CTL_DATASET_ID_SIZE];
+		if (j->at_epoch || j->at_step || memcmp(j->dataset_id, zero, sizeof(zero)))
+			return BAD("start: at_epoch, at_step and dataset_id are for start AT only");
+	}
 	for (size_t i = 0; i < sizeof(j->reserved) / sizeof(j->reserved[0]); i++)
 		if (j->reserved[i])
 			return BAD("reserved[%zu]: not zero", i);

@@ -14,7 +14,7 @@ extern "C" {
 #endif
 
 #define CTL_MAGIC 0x3143444cu     /* "LDC1" read as little-endian bytes 'L','D','C','1' */
-#define CTL_VERSION 1u
+#define CTL_VERSION 2u          /* 2: a job open may give a start step (resume tokens) */
 #define CTL_MSG_MAX 4096u         /* bytes, header included; longer packets are refused */
 #define CTL_JOB_NAME_MAX 64u      /* bytes including the NUL */
 #define CTL_PATH_MAX 1024u        /* bytes including the NUL */
@@ -46,6 +46,11 @@ _Static_assert(sizeof(struct ctl_hdr) == 16, "ctl_hdr is on the wire");
 enum ctl_sampling { CTL_SAMPLE_SHUFFLE = 0, CTL_SAMPLE_SEQUENTIAL = 1, CTL_SAMPLE_BLOCK = 2 };
 enum ctl_tail { CTL_TAIL_PAD = 0, CTL_TAIL_DROP = 1, CTL_TAIL_MASK = 2 };
 enum ctl_bad { CTL_BAD_SUBSTITUTE = 0, CTL_BAD_FAIL = 1 };
+/* Where a rank starts. DEFAULT: a fresh job at start_epoch; a rank that re-attaches to a job the
+ * daemon still holds, at its first unreleased step. AT: exactly (at_epoch, at_step), whatever the
+ * daemon remembers: the client's checkpoint is the authority on what was consumed. */
+enum ctl_start { CTL_START_DEFAULT = 0, CTL_START_AT = 1 };
+#define CTL_DATASET_ID_SIZE 16u   /* = DPK_IDENTITY_SIZE */
 
 /* Transforms (bits). */
 #define CTL_TF_RANDOM_RESIZED_CROP 0x01u /* torchvision RandomResizedCrop(scale 0.08-1, ratio 3/4-4/3) */
@@ -69,9 +74,14 @@ struct ctl_job_open {
 	uint32_t tail;                /* enum ctl_tail */
 	uint32_t on_bad;              /* enum ctl_bad */
 	uint32_t slots;               /* ring depth, 2..RING_SLOTS_MAX; 0 = server default */
-	uint32_t reserved[7];         /* zero */
+	uint32_t start;               /* enum ctl_start: where this rank starts */
+	uint64_t at_epoch, at_step;   /* CTL_START_AT: step at_step (< steps per epoch) of at_epoch */
+	uint8_t dataset_id[CTL_DATASET_ID_SIZE]; /* CTL_START_AT: not all zero = the identity the
+					    * dataset must have (from a resume token), else refused */
+	uint64_t reserved[2];         /* zero */
 };
-_Static_assert(sizeof(struct ctl_job_open) == CTL_JOB_NAME_MAX + CTL_PATH_MAX + 88, "on the wire");
+_Static_assert(sizeof(struct ctl_job_open) == CTL_JOB_NAME_MAX + CTL_PATH_MAX + 112, "on the wire");
+_Static_assert(offsetof(struct ctl_job_open, at_epoch) % 8 == 0, "on the wire");
 
 struct ctl_job_ok {
 	uint64_t job_id;
@@ -79,7 +89,8 @@ struct ctl_job_ok {
 	uint64_t steps_total;         /* 0 = unbounded */
 	uint64_t steps_per_epoch;
 	uint64_t samples;             /* samples in the dataset */
-	uint64_t reserved[3];
+	uint8_t dataset_id[CTL_DATASET_ID_SIZE]; /* the dataset's identity (zero: unknown) */
+	uint64_t reserved[1];
 };
 _Static_assert(sizeof(struct ctl_job_ok) == 64, "on the wire");
 

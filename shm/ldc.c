@@ -28,6 +28,7 @@ struct ldc {
 	int bell;
 	struct ring *ring;
 	uint64_t next;          /* next step to acquire */
+	struct ldc_token job;   /* the open job's identity and shape, for ldc_token */
 	int gone;               /* the daemon hung up or dropped us */
 	int gone_err;
 	char err[CTL_TEXT_MAX + 128];
@@ -193,6 +194,28 @@ int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 	m.tail = job->tail;
 	m.on_bad = job->on_bad;
 	m.slots = job->slots;
+	struct ldc_token want = { .seed = job->seed, .world = job->world, .batch = job->batch,
+				  .sampling = job->sampling, .tail = job->tail,
+				  .transforms = job->transforms, .crop_h = job->crop_h,
+				  .crop_w = job->crop_w };
+	struct ldc_token tok;
+	if (job->token) {
+		/* Untrusted bytes: intact, this version, and for this job shape before anything is
+		 * sent; the dataset's identity is checked by loaderd, which has it. */
+		ret = ldc_token_parse(job->token, job->token_len, &tok, why, sizeof(why));
+		if (ret == 0)
+			ret = ldc_token_match(&tok, &want, why, sizeof(why));
+		if (ret < 0)
+			return set_err(c, ret, "job %.64s: %s", job->job ? job->job : "", why);
+		m.start = CTL_START_AT;
+		m.at_epoch = tok.epoch;
+		m.at_step = tok.step;
+		memcpy(m.dataset_id, tok.dataset, sizeof(m.dataset_id));
+	} else if (job->start_at) {
+		m.start = CTL_START_AT;
+		m.at_epoch = job->at_epoch;
+		m.at_step = job->at_step;
+	}
 	/* Same check the daemon makes: a mistake is reported here, in the caller's words. */
 	if (ctl_check_job_open(&m, why, sizeof(why)) < 0)
 		return set_err(c, -EINVAL, "job %s: %s", m.job, why);
@@ -224,7 +247,24 @@ int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 		c->ring = NULL;
 		return set_err(c, -EBADMSG, "the ring loaderd sent is for another rank or step");
 	}
+	if (job->token) {
+		/* loaderd checked the identity; what it answered must agree with the token too */
+		want.samples = ok.samples;
+		want.steps_per_epoch = ok.steps_per_epoch;
+		memcpy(want.dataset, ok.dataset_id, sizeof(want.dataset));
+		ret = ldc_token_match(&tok, &want, why, sizeof(why));
+		if (ret < 0) {
+			ring_destroy(c->ring);
+			c->ring = NULL;
+			return set_err(c, ret, "job %s: %s", m.job, why);
+		}
+	}
+	want.samples = ok.samples;
+	want.steps_per_epoch = ok.steps_per_epoch;
+	memcpy(want.dataset, ok.dataset_id, sizeof(want.dataset));
+	c->job = want;
 	c->next = ok.first_step;
+	memcpy(info->dataset_id, ok.dataset_id, sizeof(info->dataset_id));
 	info->job_id = ok.job_id;
 	info->first_step = ok.first_step;
 	info->steps_total = ok.steps_total;
@@ -306,6 +346,24 @@ int ldc_release(struct ldc *c, const struct ldc_batch *b)
 	/* The doorbell is non-blocking; a full counter (never, in practice) still wakes the daemon. */
 	(void)!write(c->bell, &one, sizeof(one));
 	return 0;
+}
+
+int ldc_token(struct ldc *c, uint64_t step, void *buf, size_t cap)
+{
+	struct ldc_token t;
+
+	if (!c->ring)
+		return set_err(c, -EINVAL, "no job is open on this connection");
+	if (cap < sizeof(t))
+		return set_err(c, -ENOSPC, "a resume token needs %u bytes", LDC_TOKEN_SIZE);
+	if (step == LDC_TOKEN_NEXT)
+		step = c->next;
+	t = c->job;
+	t.epoch = step / t.steps_per_epoch;
+	t.step = step % t.steps_per_epoch;
+	ldc_token_seal(&t);
+	memcpy(buf, &t, sizeof(t));
+	return (int)sizeof(t);
 }
 
 int ldc_stats(struct ldc *c, struct ctl_stats *st)

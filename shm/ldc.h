@@ -19,6 +19,7 @@
  * (include/loaderd/, where a client writes #include <loaderd/ldc.h>). */
 #include "ctl.h"
 #include "ring.h"
+#include "token.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -40,7 +41,15 @@ struct ldc_job {
 	uint32_t on_bad;          /* enum ctl_bad */
 	uint32_t slots;           /* ring depth; 0 = daemon default */
 	uint32_t epochs;          /* 0 = unbounded */
-	uint64_t start_epoch;
+	uint64_t start_epoch;     /* first epoch of a fresh job (epochs count from it) */
+	/* Where this rank starts. Neither given: a fresh job at start_epoch, or, when the rank
+	 * re-attaches to a job loaderd still holds, the first step it had not released. */
+	int start_at;             /* 1: exactly step at_step (< steps per epoch) of epoch at_epoch */
+	uint64_t at_epoch, at_step;
+	const void *token;        /* a resume token (token_len bytes, from ldc_token): start where it
+				   * says; refused unless it is intact and made for this dataset and
+				   * job shape. Takes precedence over start_at. */
+	size_t token_len;
 };
 
 struct ldc_info {
@@ -50,6 +59,7 @@ struct ldc_info {
 	uint64_t steps_per_epoch;
 	uint64_t samples;
 	const struct ring_hdr *ring;  /* layout of the slots: shape, dtype, layout, sample_bytes */
+	uint8_t dataset_id[LDC_TOKEN_ID_SIZE];  /* the dataset's identity (dpk_identity) */
 };
 
 /* One batch, valid from acquire until release. */
@@ -69,8 +79,17 @@ struct ldc_batch {
 char *ldc_default_socket(char *buf, size_t n);
 /* Connect to loaderd at @socket_path. 0 or -errno, with the reason in @err. */
 int ldc_connect(const char *socket_path, struct ldc **out, char *err, size_t errlen);
-/* Open (or join, or resume) a job as one of its ranks and map its ring. 0 or -errno. */
+/* Open (or join, or resume) a job as one of its ranks and map its ring. 0 or -errno; a resume
+ * token that is damaged (-EBADMSG), of another version (-EPROTO) or made for another dataset or
+ * job shape (-EINVAL) is refused, and ldc_error names the field. */
 int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info);
+/* The resume token for global step @step (epoch * steps_per_epoch + step in epoch) of the open
+ * job: the first step not consumed, i.e. the step after the last batch whose effect is in the
+ * checkpoint it is saved with. LDC_TOKEN_NEXT: the next step ldc_acquire would return. Writes
+ * LDC_TOKEN_SIZE bytes to @buf (capacity @cap) and returns that count, or -errno (-ENOSPC: @cap
+ * too small; -EINVAL: no job open). */
+#define LDC_TOKEN_NEXT UINT64_MAX
+int ldc_token(struct ldc *c, uint64_t step, void *buf, size_t cap);
 /* The next batch in step order, waiting up to @timeout_ms (< 0: no limit; the wait still ends
  * within about 100 ms of the daemon going away). 0; -ENODATA at the end of the job; -ETIMEDOUT;
  * -EPIPE when loaderd exited, was killed or dropped this client (ldc_error says which). */

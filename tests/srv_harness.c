@@ -266,6 +266,10 @@ int pat_job_open(void *ctx, const struct ctl_job_open *spec, void **job,
 	pj.sample_bytes = info->ring.sample_bytes;
 	info->steps_per_epoch = pj.spe;
 	info->samples = pj.samples;
+	/* An identity per dataset name, as dpk_identity is per content: "pattern:40" is another
+	 * dataset than "pattern:80" for resume tokens. */
+	for (size_t i = 0; spec->dataset[i] && i < 2 * sizeof(info->dataset_id); i++)
+		info->dataset_id[i % sizeof(info->dataset_id)] ^= (uint8_t)(spec->dataset[i] + i);
 	struct pat_job *p = malloc(sizeof(*p));
 	if (!p)
 		return -ENOMEM;

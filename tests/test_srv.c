@@ -161,6 +161,119 @@ static void test_srv_job_start_epoch_offsets_steps(void **state)
 	cli_close(c);
 }
 
+/* A start position: the ring begins there, and nothing before it is filled (published counts
+ * every step the workers filled for this rank). */
+static void test_srv_job_start_at_fills_nothing_before(void **state)
+{
+	(void)state;
+	start_server(NULL);
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("at", "pattern:40", 4, 0, 1, 3);
+	struct ldc_info in;
+	struct ldc_batch b;
+	struct ctl_stats st;
+
+	j.start_at = 1;
+	j.at_epoch = 1;
+	j.at_step = 7;
+	open_ok(c, &j, &in);
+	assert_int_equal(in.first_step, 17);
+	struct expect e = expect_of(&in, 0);
+	consume_ok(c, &e, 17, 30);
+	assert_int_equal(ldc_acquire(c, ACQUIRE_MS, &b), -ENODATA);
+	assert_int_equal(ldc_stats(c, &st), 0);
+	assert_int_equal(st.published, 13);
+	assert_int_equal(st.samples, 13 * 4);
+	cli_close(c);
+
+	/* out of range: a step past the epoch, a position past the job's end */
+	j = mkjob("at2", "pattern:40", 4, 0, 1, 3);
+	j.start_at = 1;
+	j.at_step = 10;
+	open_fails(&j, -EINVAL, "at_step 10 is not below the 10 steps of an epoch");
+	j.at_epoch = 3;
+	j.at_step = 1;
+	open_fails(&j, -EINVAL, "past the job's end");
+}
+
+/* A rank that comes back with a position starts there, not where loaderd last saw it: its
+ * checkpoint is the authority on what was consumed. */
+static void test_srv_job_start_at_overrides_reattach_resume(void **state)
+{
+	(void)state;
+	start_server(NULL);
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("back", "pattern:40", 4, 0, 1, 2);
+	struct ldc_info in;
+
+	open_ok(c, &j, &in);
+	struct expect e = expect_of(&in, 0);
+	consume_ok(c, &e, 0, 6);
+	cli_close(c);
+	c = cli_connect();
+	j.start_at = 1;
+	j.at_step = 3;
+	open_ok(c, &j, &in);
+	assert_int_equal(in.first_step, 3);
+	consume_ok(c, &e, 3, 8);
+	cli_close(c);
+	c = cli_connect();
+	j.start_at = 0;  /* without one: where loaderd saw the rank last */
+	j.at_step = 0;
+	open_ok(c, &j, &in);
+	assert_int_equal(in.first_step, 8);
+	cli_close(c);
+}
+
+/* ldc_token at step S, then a fresh job (another name, as after a daemon restart) opened with it
+ * starts at S; tokens that do not fit are refused, naming the field. */
+static void test_srv_token_resumes_a_fresh_job(void **state)
+{
+	(void)state;
+	start_server(NULL);
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("tok", "pattern:40", 4, 0, 1, 2);
+	struct ldc_info in;
+	uint8_t tok[LDC_TOKEN_SIZE + 8];
+	struct ldc_token t;
+	char why[256];
+
+	open_ok(c, &j, &in);
+	struct expect e = expect_of(&in, 0);
+	consume_ok(c, &e, 0, 3);
+	assert_int_equal(ldc_token(c, 1, tok, 8), -ENOSPC);
+	assert_int_equal(ldc_token(c, LDC_TOKEN_NEXT, tok, sizeof(tok)), LDC_TOKEN_SIZE);
+	assert_int_equal(ldc_token_parse(tok, LDC_TOKEN_SIZE, &t, why, sizeof(why)), 0);
+	assert_int_equal(t.epoch, 0);
+	assert_int_equal(t.step, 3);
+	assert_int_equal(ldc_token(c, 13, tok, sizeof(tok)), LDC_TOKEN_SIZE);
+	assert_memory_equal(t.dataset, in.dataset_id, sizeof(t.dataset));
+	cli_close(c);
+
+	c = cli_connect();
+	struct ldc_job k = mkjob("tok-after-restart", "pattern:40", 4, 0, 1, 2);
+	k.token = tok;
+	k.token_len = LDC_TOKEN_SIZE;
+	open_ok(c, &k, &in);
+	assert_int_equal(in.first_step, 13);
+	consume_ok(c, &e, 13, 20);
+	cli_close(c);
+
+	k.job = "tok-world";
+	k.world = 2;
+	open_fails(&k, -EINVAL, "resume token: world: the token is for 1 ranks, this job has 2");
+	k = mkjob("tok-data", "pattern:80", 4, 0, 1, 2);
+	k.token = tok;
+	k.token_len = LDC_TOKEN_SIZE;
+	open_fails(&k, -EINVAL, "resume token: dataset: pattern:80 is not the dataset");
+	k.dataset = "pattern:40";
+	k.token_len = LDC_TOKEN_SIZE - 1;
+	open_fails(&k, -EBADMSG, "resume token: truncated");
+	k.token_len = LDC_TOKEN_SIZE;
+	tok[20] ^= 1;
+	open_fails(&k, -EBADMSG, "resume token: checksum");
+}
+
 /* ---- 2. ranks ---- */
 
 struct rank_arg {
@@ -608,7 +721,7 @@ static void test_srv_ctl_bad_job_open_fields_refused(void **state)
 		{ "rank >= world", "rank: 2 is not below world size 2" },
 		{ "batch 0", "batch: 0" },
 		{ "job name not NUL-terminated", "job: empty, not NUL-terminated" },
-		{ "reserved not zero", "reserved[3]" },
+		{ "reserved not zero", "reserved[1]" },
 		{ "junk after the dataset's NUL", "dataset: " },
 		{ "job name with '/'", "job: only letters" },
 		{ "world 0", "world: 0" },
@@ -625,7 +738,7 @@ static void test_srv_ctl_bad_job_open_fields_refused(void **state)
 		case 0: m.world = 2; m.rank = 2; break;
 		case 1: m.batch = 0; break;
 		case 2: memset(m.job, 'a', sizeof(m.job)); break;
-		case 3: m.reserved[3] = 1; break;
+		case 3: m.reserved[1] = 1; break;
 		case 4: m.dataset[sizeof(m.dataset) - 1] = 'x'; break;
 		case 5: memset(m.job, 0, sizeof(m.job)); memcpy(m.job, "a/b", 3); break;
 		case 6: m.world = 0; break;
@@ -1340,6 +1453,9 @@ int main(void)
 		T(test_srv_job_bounded_read_all_correct),
 		T(test_ldc_stats_mid_job),
 		T(test_srv_job_start_epoch_offsets_steps),
+		T(test_srv_job_start_at_fills_nothing_before),
+		T(test_srv_job_start_at_overrides_reattach_resume),
+		T(test_srv_token_resumes_a_fresh_job),
 		T(test_srv_ranks_read_concurrently),
 		T(test_srv_rank_stalled_does_not_block_other),
 		T(test_srv_consumer_sigkill_reattach_resumes),

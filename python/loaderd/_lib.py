@@ -62,6 +62,38 @@ class ldc_job(ctypes.Structure):
         ("slots", c_u32),
         ("epochs", c_u32),
         ("start_epoch", c_u64),
+        ("start_at", ctypes.c_int),
+        ("at_epoch", c_u64),
+        ("at_step", c_u64),
+        ("token", ctypes.c_void_p),
+        ("token_len", ctypes.c_size_t),
+    ]
+
+
+TOKEN_SIZE = 104    # shm/token.h LDC_TOKEN_SIZE
+TOKEN_ID_SIZE = 16
+
+
+class ldc_token(ctypes.Structure):
+    _fields_ = [
+        ("magic", c_u32),
+        ("version", ctypes.c_uint16),
+        ("length", ctypes.c_uint16),
+        ("seed", c_u64),
+        ("epoch", c_u64),
+        ("step", c_u64),
+        ("dataset", c_u8 * TOKEN_ID_SIZE),
+        ("samples", c_u64),
+        ("steps_per_epoch", c_u64),
+        ("world", c_u32),
+        ("batch", c_u32),
+        ("sampling", c_u32),
+        ("tail", c_u32),
+        ("transforms", c_u32),
+        ("crop_h", c_u32),
+        ("crop_w", c_u32),
+        ("reserved", c_u32),
+        ("check", c_u64),
     ]
 
 
@@ -117,6 +149,7 @@ class ldc_info(ctypes.Structure):
         ("steps_per_epoch", c_u64),
         ("samples", c_u64),
         ("ring", ctypes.POINTER(ring_hdr)),
+        ("dataset_id", c_u8 * TOKEN_ID_SIZE),
     ]
 
 
@@ -161,9 +194,11 @@ PHASES = ("io_ns", "decode_ns")
 # x86-64/aarch64 LP64 layout of shm/ldc.h). A field added on either side without the other shows
 # up here, before any byte crosses.
 ABI = {
-    ldc_job: (80, {"batch": 16, "seed": 32, "rank": 40, "slots": 60, "epochs": 64,
-                   "start_epoch": 72}),
-    ldc_info: (48, {"samples": 32, "ring": 40}),
+    ldc_job: (120, {"batch": 16, "seed": 32, "rank": 40, "slots": 60, "epochs": 64,
+                    "start_epoch": 72, "start_at": 80, "at_epoch": 88, "token": 104,
+                    "token_len": 112}),
+    ldc_info: (64, {"samples": 32, "ring": 40, "dataset_id": 48}),
+    ldc_token: (TOKEN_SIZE, {"dataset": 32, "world": 64, "check": 96}),
     ldc_batch: (72, {"count": 24, "flags": 28, "sample_flags": 32, "labels": 40, "ids": 48,
                      "data": 56, "sample_bytes": 64}),
     ring_hdr: (176, {"total_size": 16, "slot_size": 40, "sample_bytes": 56, "shape": 64,
@@ -231,6 +266,9 @@ def _declare(lib):
         "ldc_error": (ctypes.c_char_p, [P]),
         "ldc_ring_base": (P, [P]),
         "ldc_ring_size": (S, [P]),
+        "ldc_token": (I, [P, ctypes.c_uint64, P, S]),
+        "ldc_token_parse": (I, [P, S, ctypes.POINTER(ldc_token), ctypes.c_char_p, S]),
+        "ldc_token_seal": (V, [ctypes.POINTER(ldc_token)]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)

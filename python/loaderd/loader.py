@@ -282,14 +282,15 @@ class Loader:
         self._conn = None
         self._closed = False
         self._pos = (0, 0)            # (epoch, step_in_epoch) of the next batch, while unopened
-        self._resume_job = None       # (daemon job name, its start epoch) from load_state_dict
+        self._resume_job = None       # daemon job name from load_state_dict
+        self._tok = None              # the job's resume token (L.ldc_token), once known
         self._expect_spe = None
         self._spe = None
         self._samples = None
         self._finished = False
         self.job_name = None          # the daemon job this rank is attached to
-        self.job_start_epoch = None
-        self.skipped_steps = 0        # steps taken and dropped to reach a resume point
+        self.skipped_steps = 0        # steps taken and dropped to reach a position: always 0,
+                                      # loaderd starts at any step
         self.last_batch = None
         self._reset_conn_state()
 
@@ -361,10 +362,13 @@ class Loader:
 
     def state_dict(self) -> dict:
         """Where this rank stands: the position of the next batch (the batches yielded so far
-        count as consumed), and what it takes to check a resume is compatible."""
+        count as consumed) as a resume token, bytes bound to the dataset's identity and the job's
+        shape (loaderd refuses it for another dataset, world size, batch, ...), plus the same
+        position and parameters in plain fields for people to read."""
         e, k = self.position
         return {
-            "version": 1,
+            "version": 2,
+            "token": self._token_at(e, k),
             "epoch": e,
             "step_in_epoch": k,
             "step": e * self._spe + k if self._spe else None,
@@ -376,31 +380,51 @@ class Loader:
             "tail": self.tail,
             "crop": list(self.crop) if self.crop else None,
             "transforms": self.transforms,
-            "job": self.job_name or (self._resume_job[0] if self._resume_job else None),
-            "job_start_epoch": (self.job_start_epoch if self.job_name else
-                                (self._resume_job[1] if self._resume_job else None)),
+            "job": self.job_name or self._resume_job,
         }
 
     def load_state_dict(self, sd: dict):
         """Continue from @sd (a state_dict() of this or an earlier run, any rank): the next batch
-        is step (sd["epoch"], sd["step_in_epoch"]). Batch size, world size, seed, sampling, tail,
-        crop and transforms must match; steps per epoch is checked at the next attach."""
-        if sd.get("version") != 1:
-            raise ValueError(f"state_dict version {sd.get('version')!r}; this client reads 1")
+        is the step its token names, and loaderd starts filling there (nothing before it is read
+        or decoded). A token that is damaged, of another version, or made for another dataset or
+        job shape is refused with the field named (ValueError here, or LoaderdError at attach
+        for the dataset, which only loaderd can check). A version 1 state (no token) is taken by
+        its (epoch, step_in_epoch), without the dataset check."""
+        if sd.get("version") not in (1, 2):
+            raise ValueError(f"state_dict version {sd.get('version')!r}; this client reads 1 and 2")
         mine = self.state_dict()
         for k in ("batch_size", "world_size", "seed", "sampling", "tail", "crop", "transforms"):
             if sd.get(k) != mine[k]:
                 raise ValueError(f"state_dict has {k}={sd.get(k)!r}, this Loader {mine[k]!r}: "
                                  "the steps would not line up")
-        spe = sd.get("steps_per_epoch")
-        if spe and self._spe and spe != self._spe:
-            raise ValueError(f"state_dict has {spe} steps per epoch, loaderd {self._spe}")
-        self.seek(int(sd["epoch"]), int(sd["step_in_epoch"]))
+        tok = sd.get("token")
+        if tok is not None:
+            t = self._parse_token(bytes(tok))
+            want = (("world", self.world_size, "world_size"), ("batch", self.batch_size, "batch_size"),
+                    ("seed", self.seed, "seed"), ("sampling", self._sampling, "sampling"),
+                    ("tail", self._tail, "tail"), ("transforms", self.transforms, "transforms"),
+                    ("crop_h", self.crop[0] if self.crop else 0, "crop"),
+                    ("crop_w", self.crop[1] if self.crop else 0, "crop"))
+            for f, v, name in want:
+                if getattr(t, f) != v:
+                    raise ValueError(f"resume token: {f}: the token has {getattr(t, f)}, this "
+                                     f"Loader's {name} is {v}")
+            if self._spe and t.steps_per_epoch != self._spe:
+                raise ValueError(f"resume token: steps_per_epoch: the token has "
+                                 f"{t.steps_per_epoch}, loaderd {self._spe}")
+            epoch, step, spe = t.epoch, t.step, t.steps_per_epoch
+        else:
+            epoch, step, spe = int(sd["epoch"]), int(sd["step_in_epoch"]), sd.get("steps_per_epoch")
+            if spe and self._spe and spe != self._spe:
+                raise ValueError(f"state_dict has {spe} steps per epoch, loaderd {self._spe}")
+            t = None
+        self.seek(epoch, step)
         self._expect_spe = spe
-        job, e0 = sd.get("job"), sd.get("job_start_epoch")
-        if job and isinstance(job, str) and _NAME_OK.match(job) and len(job) < L.JOB_NAME_MAX \
-                and isinstance(e0, int) and 0 <= e0 <= int(sd["epoch"]):
-            self._resume_job = (job, e0)
+        if t is not None:
+            self._tok = t
+        job = sd.get("job")
+        if job and isinstance(job, str) and _NAME_OK.match(job) and len(job) < L.JOB_NAME_MAX:
+            self._resume_job = job
 
     # ---- iteration ----
 
@@ -473,9 +497,9 @@ class Loader:
         if self._conn is None and not (self._finished and self._spe):
             self._attach()
 
-    def _spec(self, name: str, start_epoch: int) -> L.ldc_job:
+    def _spec(self, name: str, pos) -> L.ldc_job:
         j = L.ldc_job()
-        j._keep = (name.encode(), self.dataset.encode())  # c_char_p does not own its bytes
+        j._keep = [name.encode(), self.dataset.encode()]  # c_char_p does not own its bytes
         j.job, j.dataset = j._keep
         j.batch = self.batch_size
         j.crop_h, j.crop_w = self.crop if self.crop else (0, 0)
@@ -484,9 +508,36 @@ class Loader:
         j.rank, j.world = self.rank, self.world_size
         j.sampling, j.tail, j.on_bad = self._sampling, self._tail, self._on_bad
         j.slots = self.slots
-        j.epochs = self.epochs - start_epoch if self.epochs is not None else 0
-        j.start_epoch = start_epoch
+        j.epochs = self.epochs if self.epochs is not None else 0
+        j.start_epoch = 0
+        # Always an exact start: loaderd computes that step's samples directly.
+        j.start_at, (j.at_epoch, j.at_step) = 1, pos
+        tok = self._token_at(*pos)
+        if tok is not None:
+            buf = ctypes.create_string_buffer(tok, len(tok))
+            j._keep.append(buf)
+            j.token, j.token_len = ctypes.addressof(buf), len(tok)
         return j
+
+    def _parse_token(self, tok: bytes) -> L.ldc_token:
+        lib = L.lib()
+        t = L.ldc_token()
+        why = ctypes.create_string_buffer(256)
+        rc = lib.ldc_token_parse(tok, len(tok), ctypes.byref(t), why, len(why))
+        if rc < 0:
+            raise ValueError(why.value.decode("utf-8", "replace"))
+        return t
+
+    def _token_at(self, epoch: int, step: int):
+        """The resume token for (epoch, step) of this job, or None before the job's identity is
+        known (no attach yet and no state loaded)."""
+        t = self._tok
+        if t is None or step >= t.steps_per_epoch:
+            return None
+        u = L.ldc_token.from_buffer_copy(t)
+        u.epoch, u.step = epoch, step
+        L.lib().ldc_token_seal(ctypes.byref(u))
+        return ctypes.string_at(ctypes.addressof(u), ctypes.sizeof(u))
 
     def _connect(self) -> _Conn:
         lib = self._lib = L.lib()
@@ -497,33 +548,28 @@ class Loader:
             raise LoaderdError(-rc, err.value.decode("utf-8", "replace"))
         return _Conn(lib, p)
 
-    def _candidates(self, want_e: int):
-        """Daemon jobs to try, in order, as (name, start epoch). First the job a loaded state
-        came from (reattaching resumes at the rank's first unreleased step: no replay), then
-        fresh names that start at the wanted epoch."""
-        out = []
-        if self._resume_job and self._resume_job[1] <= want_e:
-            out.append(self._resume_job)
-        base = self.job if want_e == 0 else f"{self.job}.e{want_e}"
-        out += [(base, want_e)] + [(f"{base}.{i}", want_e) for i in range(1, _NAME_TRIES)]
-        return [(n, e) for n, e in out if len(n) < L.JOB_NAME_MAX]
+    def _candidates(self):
+        """Daemon job names to try, in order: the job a loaded state came from, then this
+        Loader's name and NAME.1 .. NAME.7. Every one is opened at the exact position, so which
+        one it is changes nothing but sharing: ranks that run together attach to one job."""
+        out = [self._resume_job] if self._resume_job else []
+        out += [self.job] + [f"{self.job}.{i}" for i in range(1, _NAME_TRIES)]
+        return [n for n in out if len(n) < L.JOB_NAME_MAX]
 
     def _attach(self):
-        """Attach at self._pos = (E, k). Each candidate job answers with its first step F; with
-        W = E * steps_per_epoch + k the wanted step, a candidate is taken when F <= W and
-        W - F < steps_per_epoch, and the W - F steps between are taken and dropped. A candidate
-        that exists with other parameters (EEXIST), whose rank is attached elsewhere (EBUSY), or
-        that is past W is left for the next name."""
+        """Attach at self._pos = (E, k): loaderd starts this rank's ring at step E * spe + k and
+        fills nothing before it. A job name that exists with other parameters (EEXIST) or whose
+        rank is attached elsewhere (EBUSY) is left for the next name."""
         pos_e, pos_k = self._pos
         # At or past the end of a bounded run, attach to the last epoch only to learn
         # steps_per_epoch; the Loader is finished.
         past_end = self.epochs is not None and pos_e >= self.epochs
         want_e, want_k = (self.epochs - 1, 0) if past_end else (pos_e, pos_k)
         last = None
-        for name, e0 in self._candidates(want_e):
+        for name in self._candidates():
             conn = self._connect()
             info = L.ldc_info()
-            job = self._spec(name, e0)
+            job = self._spec(name, (want_e, want_k))
             rc = conn.lib.ldc_open(conn.ptr, ctypes.byref(job), ctypes.byref(info))
             if rc in (-_errno.EEXIST, -_errno.EBUSY):
                 last = LoaderdError(-rc, conn.error())
@@ -532,19 +578,18 @@ class Loader:
             if rc < 0:
                 e = LoaderdError(-rc, conn.error())
                 conn.close()
+                if rc == -_errno.EINVAL and "at_step" in str(e):
+                    raise ValueError(f"position step {pos_k} is not in an epoch of this job: {e}")
                 raise e
             spe, first = info.steps_per_epoch, info.first_step
             if self._expect_spe is not None and spe != self._expect_spe:
                 conn.close()
                 raise ValueError(f"the state_dict has {self._expect_spe} steps per epoch, loaderd "
                                  f"now {spe}: another dataset, or another tail policy")
-            if pos_k >= spe:
+            if first != want_e * spe + want_k:
                 conn.close()
-                raise ValueError(f"position step {pos_k} of an epoch of {spe} steps")
-            want = want_e * spe + want_k
-            if first > want or want - first >= spe:
-                conn.close()
-                continue
+                raise LoaderdError(_errno.EBADMSG, f"loaderd started the ring at step {first}, "
+                                   f"asked for {want_e * spe + want_k}")
             try:
                 self._map(conn, info)
             except Exception:
@@ -554,13 +599,14 @@ class Loader:
             self._spe, self._samples = spe, info.samples
             self._steps_total = info.steps_total
             self._next = first
-            self.job_name, self.job_start_epoch = name, e0
+            self.job_name = name
+            buf = ctypes.create_string_buffer(L.TOKEN_SIZE)
+            if conn.lib.ldc_token(conn.ptr, first, buf, len(buf)) == L.TOKEN_SIZE:
+                self._tok = self._parse_token(buf.raw)
             if past_end:
                 self._next = pos_e * spe + pos_k
                 self._finished = True
                 self._disconnect()
-                return
-            self._skip_to(want)
             return
         raise last if last else LoaderdError(_errno.EEXIST, f"no job name left for {self.job!r}")
 
@@ -611,15 +657,6 @@ class Loader:
         self.last_batch = None
         self._reset_conn_state()
         conn.close()
-
-    def _skip_to(self, want: int):
-        b = L.ldc_batch()
-        while self._next < want:
-            if not self._acquire(b):
-                return
-            self._release_step(b.step)
-            self._next += 1
-            self.skipped_steps += 1
 
     def _acquire(self, b: L.ldc_batch) -> bool:
         """Take the next step into @b. False at the end of the job; raises on anything else."""

@@ -13,7 +13,7 @@ import pytest
 np = pytest.importorskip("numpy", reason="the Python client tests need numpy (pip install numpy)")
 
 import loaderd  # noqa: E402  (conftest puts python/ first on sys.path)
-from conftest import REPO  # noqa: E402
+from conftest import BIN, REPO  # noqa: E402
 
 BATCH = 5        # 48 samples: 10 steps per epoch, the last one of 3
 CROP = 32
@@ -147,9 +147,9 @@ def test_views_are_zero_copy_and_released_on_next(daemon, imagefolder):
 
 
 def test_state_dict_resume_continues_exactly(daemon, imagefolder):
-    """Reference: 2 epochs in one go. Then: stop at epoch 1 step 3 and resume, (a) in a new job
-    (fresh at epoch 1, 3 steps dropped) and (b) reattaching to the same job (loaderd resumes at
-    the first unreleased step: only the held one is dropped)."""
+    """Reference: 2 epochs in one go. Then: stop at epoch 1 step 3 and resume from the state's
+    token, (a) in a new job (as after a loaderd restart), (b) reattaching to the same job, (c) at
+    a position of another rank's state: each starts exactly there, nothing taken and dropped."""
     with loader(daemon, imagefolder, job="ref", epochs=2, seed=3) as it:
         ref = steps(it) + steps(it)
     assert len(ref) == 20
@@ -158,34 +158,70 @@ def test_state_dict_resume_continues_exactly(daemon, imagefolder):
         first = steps(it) + steps(it, 3)
         sd = it.state_dict()
     assert (sd["epoch"], sd["step_in_epoch"], sd["step"]) == (1, 3, 13)
+    assert isinstance(sd["token"], bytes) and len(sd["token"]) == 104
 
-    # (a) a fresh job (the state names none): it starts at epoch 1 and drops 3 steps
+    # (a) a fresh job (the state names none)
     with loader(daemon, imagefolder, job="other", epochs=2, seed=3) as it:
         it.load_state_dict(dict(sd, job=None))
         assert len(it) == 10
         for epoch in range(sd["epoch"], 2):
             it.set_epoch(epoch)           # the usual loop: a no-op mid-way through epoch 1
             rest = steps(it)
-        assert it.job_name == "other.e1" and it.skipped_steps == 3
+        assert it.job_name == "other" and it.skipped_steps == 0
+        assert it.stats()["published"] == 7, "loaderd filled steps 13..19 only"
     same(first + rest, ref)
 
-    # (b) the loop of a restarted process: same job, resumes where loaderd left the rank
+    # (b) the loop of a restarted process: same job, exactly at the state's step
     with loader(daemon, imagefolder, job="stop2", epochs=2, seed=3) as it:
         first = steps(it) + steps(it, 3)
         sd = it.state_dict()
     with loader(daemon, imagefolder, job="stop2", epochs=2, seed=3) as it:
         it.load_state_dict(sd)
         rest = steps(it)
-        assert it.job_name == "stop2" and it.skipped_steps == 1
+        assert it.job_name == "stop2" and it.skipped_steps == 0
         assert list(it) == []
     same(first + rest, ref)
 
     # (c) a fresh job that starts mid-epoch 0, at a position saved by another rank's Loader
     with loader(daemon, imagefolder, job="stop3", epochs=2, seed=3) as it:
-        it.load_state_dict(dict(sd, epoch=0, step_in_epoch=7, step=7, job=None))
+        it.load_state_dict(dict(sd, token=None, version=1, epoch=0, step_in_epoch=7, step=7,
+                                job=None))
         rest = steps(it)
-        assert it.skipped_steps == 7 and it.position == (1, 0)
+        assert it.skipped_steps == 0 and it.position == (1, 0)
     same(rest, ref[7:10])
+
+
+def test_state_dict_token_refused_when_it_does_not_fit(daemon, imagefolder, tmp_path):
+    """A damaged token, and tokens for another seed or another dataset, are refused by name."""
+    with loader(daemon, imagefolder, job="tk", epochs=2, seed=3) as it:
+        steps(it, 2)
+        sd = it.state_dict()
+    bad = bytearray(sd["token"])
+    bad[24] ^= 1
+    with loader(daemon, imagefolder, job="tk2", epochs=2, seed=3) as it:
+        with pytest.raises(ValueError, match="checksum"):
+            it.load_state_dict(dict(sd, token=bytes(bad)))
+        with pytest.raises(ValueError, match="truncated"):
+            it.load_state_dict(dict(sd, token=sd["token"][:50]))
+    with loader(daemon, imagefolder, job="tk3", epochs=2, seed=4) as it:
+        with pytest.raises(ValueError, match="seed"):
+            it.load_state_dict(dict(sd, seed=4))
+    # the same images packed again with one moved to another class: as many samples and
+    # steps, another dataset identity (its index differs), so loaderd refuses the token
+    tree = tmp_path / "tree"
+    shutil.copytree(imagefolder.tree, tree)
+    a, b = sorted(p for p in tree.iterdir() if p.is_dir())[:2]
+    f = sorted(a.iterdir())[0]
+    shutil.move(str(f), str(b / f.name))
+    subprocess.run([str(BIN / "dpack"), "pack", str(tree),
+                    str(tmp_path / "moved.dpk")], check=True, capture_output=True)
+
+    class Moved:
+        path = tmp_path / "moved.dpk"
+    with loader(daemon, Moved, job="tk4", epochs=2, seed=3) as it:
+        it.load_state_dict(sd)
+        with pytest.raises(loaderd.LoaderdError, match="resume token: dataset"):
+            it.open()
 
 
 def test_state_dict_refuses_another_configuration(daemon, imagefolder):
