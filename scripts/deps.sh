@@ -5,7 +5,7 @@ set -eu
 
 PKGS="build-essential pkg-config liburing-dev libturbojpeg0-dev libjpeg62-turbo-dev libzstd-dev
 libxxhash-dev libcmocka-dev libopenmpi-dev openmpi-bin libopenblas-dev clang libclang-rt-14-dev
-python3 bc"
+python3 python3-pytest bc"
 
 missing=""
 for p in $PKGS; do
