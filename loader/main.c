@@ -2,6 +2,7 @@
  * ring of decoded batches. Stays in the foreground and logs to stderr. */
 #include "common/args.h"
 #include "common/log.h"
+#include "common/proc.h"
 #include "loader/job.h"
 #include "shm/ldc.h"
 #include "shm/srv.h"
@@ -37,7 +38,7 @@ static void usage(FILE *f)
 "options:\n"
 "  --socket PATH        control socket (default: $XDG_RUNTIME_DIR/loaderd.sock, else\n"
 "                       /tmp/loaderd-UID.sock); mode 0600 unless --group is given\n"
-"  --workers N          decode threads (default: all cores, here %ld)\n"
+"  --workers N          decode threads (default: all cores, here %u)\n"
 "  --mem-limit BYTES    ring memory over all ranks, suffix K, M, G (default: half of RAM)\n"
 "  --slots N            ring depth when a client does not ask (default 4)\n"
 "  --io MODE            auto (io_uring, O_DIRECT where the file system allows; default),\n"
@@ -47,7 +48,7 @@ static void usage(FILE *f)
 "  --log-level LEVEL    error, warn, info (default) or debug\n"
 "  --help               this text\n"
 "Exit status: 0 stopped by a signal, 1 runtime error, 2 bad usage.\n",
-		sysconf(_SC_NPROCESSORS_ONLN));
+		proc_cpu_count());
 }
 
 static void notice(void *ctx, int level, const char *msg)
@@ -77,8 +78,7 @@ int main(int argc, char **argv)
 	int c, lvl;
 
 	log_prog = "loaderd";
-	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	so.workers = ncpu > 0 ? (unsigned)ncpu : 1;
+	so.workers = proc_cpu_count();
 	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
 	so.mem_limit = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize / 2 : 0;
 	ldc_default_socket(path, sizeof(path));
@@ -158,11 +158,7 @@ bad_value:
 		LOG_ERROR("cannot start: %s", why);
 		return 1;
 	}
-	struct sigaction sa = { .sa_handler = on_signal };
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	proc_on_stop_signals(on_signal, 0);
 	LOG_INFO("serving on %s: %u workers, io %s, ring memory limit %llu MiB", path, so.workers,
 		 cfg.io == LDR_IO_PREAD ? "pread" : cfg.io == LDR_IO_BUFFERED ? "io_uring (buffered)" :
 		 "io_uring (O_DIRECT where possible)", (unsigned long long)(so.mem_limit >> 20));

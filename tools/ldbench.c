@@ -21,6 +21,7 @@
 #include "common/args.h"
 #include "common/clk.h"
 #include "common/log.h"
+#include "common/proc.h"
 #include "common/tjcheck.h"
 #include "formats/dpk.h"
 #include "loader/decode.h"
@@ -81,7 +82,7 @@ static void usage(FILE *f)
 "options:\n"
 "  --dataset D.dpk        packed dataset with JPEG records (required)\n"
 "  --workers N            loaderd decode threads, and the ceiling's multiplier (default: all\n"
-"                         cores, here %ld)\n"
+"                         cores, here %u)\n"
 "  --batch B              samples per step (default 64)\n"
 "  --crop HxW | N         output size (default 224)\n"
 "  --seconds S            measured drain time (default 10)\n"
@@ -92,7 +93,7 @@ static void usage(FILE *f)
 "  --io MODE              passed to loaderd --io (auto, buffered, pread)\n"
 "  --help                 this text\n"
 "Exit status: 0 measured, 1 runtime error (loaderd's log is shown), 2 bad usage.\n",
-		sysconf(_SC_NPROCESSORS_ONLN));
+		proc_cpu_count());
 }
 
 /* ---- the ceiling: full-size decode on one core ---- */
@@ -602,9 +603,8 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	struct opts o = {
-		.workers = ncpu > 0 ? (unsigned)ncpu : 1, .batch = 64, .crop_h = 224, .crop_w = 224,
+		.workers = proc_cpu_count(), .batch = 64, .crop_h = 224, .crop_w = 224,
 		.seconds = 10, .warmup = 1, .ceil_records = 200, .ceil_seconds = 3,
 	};
 	char exe[PATH_MAX], err[512];
@@ -650,12 +650,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ldbench: --dataset is required (see --help)\n");
 		return EXIT_USAGE;
 	}
-	struct sigaction sa = { .sa_handler = on_signal };
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	proc_on_stop_signals(on_signal, PROC_SIG_HUP);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 
 	if (find_loaderd(&o, exe, sizeof(exe)) < 0)

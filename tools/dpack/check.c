@@ -3,6 +3,7 @@
  * JSON). */
 #include "common/clk.h"
 #include "common/log.h"
+#include "common/proc.h"
 #include "formats/dpk.h"
 #include "tools/dpack/dpack.h"
 
@@ -135,7 +136,7 @@ int dpack_verify_main(int argc, char **argv)
 	};
 	struct verify v = { 0 };
 	struct dpk *d = NULL;
-	int jobs = dpack_cores(), c, status = 1;
+	int jobs = (int)proc_cpu_count(), c, status = 1;
 	char err[512], *end;
 
 	while ((c = getopt_long(argc, argv, "hj:", opts, NULL)) != -1) {

@@ -10,6 +10,7 @@
  * workers and removes the temporary file: OUT either is a whole dataset or was not touched. */
 #include "common/clk.h"
 #include "common/log.h"
+#include "common/proc.h"
 #include "formats/dpk.h"
 #include "formats/jpeg_probe.h"
 #include "formats/npy.h"
@@ -675,7 +676,7 @@ int dpack_pack_main(int argc, char **argv)
 	struct pack pk = { .src_fd = -1 };
 	struct dpk_writer *w = NULL;
 	pthread_t *th = NULL;
-	int jobs = dpack_cores(), nth = 0, c, ret, status = 1, no_fsync = 0;
+	int jobs = (int)proc_cpu_count(), nth = 0, c, ret, status = 1, no_fsync = 0;
 	uint64_t skipped = 0, bytes = 0, written = 0;
 	const char *out, *labels = NULL;
 	char *end;
@@ -784,9 +785,7 @@ int dpack_pack_main(int argc, char **argv)
 		goto out;
 	}
 	tmp_to_unlink = dpk_writer_tmp_path(w);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
-	signal(SIGHUP, on_signal);
+	proc_on_stop_signals(on_signal, PROC_SIG_HUP);
 	if (pk.nclasses) {
 		ret = dpk_writer_set_classes(w, (const char *const *)pk.classes, pk.nclasses);
 		if (ret < 0) {
