@@ -354,8 +354,17 @@ static int daemon_start(struct daemon *dm, const struct opts *o, const char *exe
 			close(nullfd);
 		return -e;
 	}
+	/* loaderd writes one line on the pipe (its fd 3) once it serves: --ready-fd. */
+	int ready[2];
+	if (pipe2(ready, O_CLOEXEC) < 0) {
+		int e = errno;
+		LOG_ERROR("pipe: %s", strerror(e));
+		close(logfd);
+		close(nullfd);
+		return -e;
+	}
 	snprintf(workers, sizeof(workers), "%u", o->workers);
-	const char *argv[] = { exe, "--socket", dm->sock, "--workers", workers,
+	const char *argv[] = { exe, "--socket", dm->sock, "--workers", workers, "--ready-fd", "3",
 			       o->io ? "--io" : NULL, o->io, NULL };
 	fflush(NULL);
 	pid_t pid = fork();
@@ -364,6 +373,8 @@ static int daemon_start(struct daemon *dm, const struct opts *o, const char *exe
 		LOG_ERROR("fork: %s", strerror(e));
 		close(logfd);
 		close(nullfd);
+		close(ready[0]);
+		close(ready[1]);
 		return -e;
 	}
 	if (pid == 0) {
@@ -375,6 +386,11 @@ static int daemon_start(struct daemon *dm, const struct opts *o, const char *exe
 		dup2(nullfd, STDIN_FILENO);
 		dup2(logfd, STDOUT_FILENO);
 		dup2(logfd, STDERR_FILENO);
+		/* dup2 clears close-on-exec; a pipe end that is fd 3 already keeps it unless told. */
+		if (ready[1] == 3)
+			fcntl(3, F_SETFD, 0);
+		else
+			dup2(ready[1], 3);
 		signal(SIGINT, SIG_DFL);
 		signal(SIGTERM, SIG_DFL);
 		signal(SIGHUP, SIG_DFL);
@@ -385,28 +401,36 @@ static int daemon_start(struct daemon *dm, const struct opts *o, const char *exe
 	dm->pid = pid;
 	close(logfd);
 	close(nullfd);
+	close(ready[1]);
 
-	/* Wait until the socket accepts; a daemon that exits meanwhile ends the wait at once. */
-	uint64_t deadline = clk_now_ns() + (uint64_t)START_TIMEOUT_MS * 1000000u;
-	for (;;) {
+	/* Wait for the ready line; a daemon that exits meanwhile closes the pipe: EOF at once. */
+	char line[PATH_MAX + 64];
+	int ret;
+	while ((ret = proc_wait_ready(ready[0], START_TIMEOUT_MS, line, sizeof(line))) == -EINTR &&
+	       !g_stop)
+		;
+	close(ready[0]);
+	if (ret == -ECHILD) {
 		int status;
-		if (waitpid(pid, &status, WNOHANG) == pid) {
+		if (waitpid(pid, &status, 0) == pid) {
 			dm->pid = 0;
 			LOG_ERROR("loaderd exited before serving (%s %d)", WIFEXITED(status) ?
 				  "status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) :
 				  WTERMSIG(status));
-			return -ECHILD;
+		} else {
+			LOG_ERROR("loaderd closed its --ready-fd without saying it serves");
 		}
-		int ret = ldc_connect(dm->sock, out, err, sizeof(err));
-		if (ret == 0)
-			return 0;
-		if ((ret != -ENOENT && ret != -ECONNREFUSED) || clk_now_ns() > deadline || g_stop) {
-			LOG_ERROR("%s%s", g_stop ? "interrupted while waiting for loaderd: " :
-				  clk_now_ns() > deadline ? "loaderd did not accept within 10 s: " : "", err);
-			return ret == 0 ? -EINTR : ret;
-		}
-		usleep(20000);
+		return -ECHILD;
 	}
+	if (ret < 0) {
+		LOG_ERROR("%s", g_stop ? "interrupted while waiting for loaderd" :
+			  ret == -ETIMEDOUT ? "loaderd did not serve within 10 s" : strerror(-ret));
+		return ret;
+	}
+	ret = ldc_connect(dm->sock, out, err, sizeof(err));
+	if (ret < 0)
+		LOG_ERROR("%s", err);
+	return ret;
 }
 
 /* SIGTERM, wait up to 5 s, then SIGKILL; remove the temporary directory unless @keep_log (then
