@@ -166,10 +166,7 @@ int main(int argc, char **argv)
 		}
 		continue;
 bad_value:
-		for (const struct option *o = opts; o->name; o++)
-			if (o->val == c)
-				fprintf(stderr, "loaderd: --%s: bad value '%s' (see --help)\n", o->name, optarg);
-		return 2;
+		return arg_bad_value(opts, c, optarg);
 	}
 	if (optind < argc) {
 		fprintf(stderr, "loaderd: unexpected argument '%s' (see --help)\n", argv[optind]);

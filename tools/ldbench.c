@@ -658,13 +658,8 @@ int main(int argc, char **argv)
 			fprintf(stderr, "ldbench: see --help\n");
 			return EXIT_USAGE;
 		}
-		if (bad) {
-			for (const struct option *p = lopts; p->name; p++)
-				if (p->val == c)
-					fprintf(stderr, "ldbench: --%s: bad value '%s' (see --help)\n",
-						p->name, optarg);
-			return EXIT_USAGE;
-		}
+		if (bad)
+			return arg_bad_value(lopts, c, optarg);
 	}
 	if (optind < argc) {
 		fprintf(stderr, "ldbench: unexpected argument '%s' (see --help)\n", argv[optind]);
