@@ -857,28 +857,27 @@ def svg_report(path, a, ld, loader, compute, real, ranks, an, verdict, why):
 
 # ---- main ----
 
-def pos_int(lo, hi):
+def ranged(kind, lo, hi):
+    """An argparse type: @kind (int or float) within [lo, hi]."""
+    what, fmt = ("a whole number", "%d") if kind is int else ("a number", "%g")
+
     def conv(s):
         try:
-            v = int(s)
+            v = kind(s)
         except ValueError:
-            raise argparse.ArgumentTypeError("'%s' is not a whole number" % s)
-        if v < lo or v > hi:
-            raise argparse.ArgumentTypeError("%d is not in %d..%d" % (v, lo, hi))
+            raise argparse.ArgumentTypeError("'%s' is not %s" % (s, what))
+        if not (lo <= v <= hi):
+            raise argparse.ArgumentTypeError((fmt + " is not in " + fmt + ".." + fmt) % (v, lo, hi))
         return v
     return conv
+
+
+def pos_int(lo, hi):
+    return ranged(int, lo, hi)
 
 
 def pos_float(lo, hi):
-    def conv(s):
-        try:
-            v = float(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError("'%s' is not a number" % s)
-        if not (lo <= v <= hi):
-            raise argparse.ArgumentTypeError("%g is not in %g..%g" % (v, lo, hi))
-        return v
-    return conv
+    return ranged(float, lo, hi)
 
 
 def parse_args(argv):
@@ -966,18 +965,13 @@ def parse_args(argv):
     a.bucket_mb = 25.0
     ta = a.trainer_args_list
     for i, w in enumerate(ta):
-        if w.startswith("--bucket-mb"):
-            v = w.split("=", 1)[1] if "=" in w else (ta[i + 1] if i + 1 < len(ta) else "")
-            try:
-                a.bucket_mb = float(v)
-            except ValueError:
-                pass
-        if w.startswith("--prefetch"):
-            v = w.split("=", 1)[1] if "=" in w else (ta[i + 1] if i + 1 < len(ta) else "")
-            try:
-                a.prefetch = int(v)
-            except ValueError:
-                pass
+        for opt, attr, kind in (("--bucket-mb", "bucket_mb", float), ("--prefetch", "prefetch", int)):
+            if w.startswith(opt):
+                v = w.split("=", 1)[1] if "=" in w else (ta[i + 1] if i + 1 < len(ta) else "")
+                try:
+                    setattr(a, attr, kind(v))
+                except ValueError:
+                    pass
     # programs
     here = os.path.dirname(os.path.realpath(__file__))
     cands = [a.bin] if a.bin else [here, os.path.join(here, "..", "build", "bin"),
