@@ -39,7 +39,8 @@ ssize_t __wrap_write(int fd, const void *buf, size_t n)
 
 static void set_plan(int n, const int *p)
 {
-	memcpy(plan, p, sizeof(int) * (size_t)n);
+	if (n)
+		memcpy(plan, p, sizeof(int) * (size_t)n);
 	planned = n;
 	calls = 0;
 }
