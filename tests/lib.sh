@@ -58,16 +58,6 @@ stop_loaderd() {
 	LPID=""
 }
 
-# wait_socket SOCK PID: wait up to 10 s for a loaderd (PID) to create its socket SOCK; 1 if it
-# exited or timed out. (Until loaderd's --ready-fd is used here.)
-wait_socket() {
-	i=0
-	while [ ! -S "$1" ]; do
-		kill -0 "$2" 2>/dev/null && [ $i -lt 100 ] || return 1
-		sleep 0.1; i=$((i + 1))
-	done
-}
-
 # need_python CODE PACKAGES: set PY to the Python tests' interpreter, Debian's /usr/bin/python3 (it
 # sees what scripts/deps.sh installs; a pyenv python3 first on PATH does not; LOADERD_PYTHON
 # overrides), and skip (exit 77, saying why) unless it runs CODE; PACKAGES go into the reason.
@@ -83,12 +73,11 @@ need_bins() {
 		[ -x "${BUILD:-build}/bin/$b" ] || { echo "not built: ${BUILD:-build}/bin/$b (run make)"; exit 1; }
 	done
 }
-# serve_loaderd SOCK LOG [OPTION...]: start $BUILD/bin/loaderd on SOCK with one worker as the
-# test's loaderd ($LPID), its log in LOG; exit 1, showing the log, unless it serves within 10 s.
+# serve_loaderd SOCK LOG [OPTION...]: start_loaderd on SOCK with one worker as the test's
+# loaderd ($LPID), its log in LOG; exit 1, showing the log, unless it serves.
 serve_loaderd() {
-	s=$1 log=$2
+	_sv_sock=$1 _sv_log=$2
 	shift 2
-	"${BUILD:-build}/bin/loaderd" --socket "$s" --workers 1 "$@" 2>"$log" &
-	LPID=$!
-	wait_socket "$s" "$LPID" || { echo "# loaderd did not start"; show "$log"; exit 1; }
+	start_loaderd "$_sv_log" --socket "$_sv_sock" --workers 1 "$@" ||
+		{ echo "# loaderd did not start"; exit 1; }
 }
