@@ -13,6 +13,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define WEIGHTS_MAX 65536   /* host weight staging per buffer: --batch is at most this */
@@ -39,8 +40,9 @@ static int dataset_classes(const char *path)
 	return classes;
 }
 
-/* Attach to loaderd and open this rank's part of the job. */
-static void open_job(struct trn_data *d, const struct trn_opts *o, int rank, int world)
+/* Attach to loaderd and open this rank's part of the job at @start. */
+static void open_job(struct trn_data *d, const struct trn_opts *o, int rank, int world,
+		     const struct trn_start *start)
 {
 	char sock[256], job[64], err[512];
 	const char *socket = o->socket, *name = o->job;
@@ -62,9 +64,21 @@ static void open_job(struct trn_data *d, const struct trn_opts *o, int rank, int
 			     .transforms = CTL_TF_RANDOM_RESIZED_CROP | CTL_TF_HFLIP,
 			     .seed = o->seed, .rank = (uint32_t)rank, .world = (uint32_t)world,
 			     .tail = CTL_TAIL_MASK, .slots = (uint32_t)o->slots,
-			     .epochs = (uint32_t)o->epochs };
+			     .epochs = (uint32_t)o->epochs,
+			     /* exactly step 0 when not resuming, even if a job of this name lingers */
+			     .start_at = 1 };
+	if (start && !start->token)
+		trn_die("the checkpoint has no loader token (written by a --synthetic run)");
+	if (start) {
+		j.token = start->token;
+		j.token_len = start->token_len;
+	}
 	if (ldc_open(d->c, &j, &d->info) < 0)
 		trn_die("loaderd: %s", ldc_error(d->c));
+	if (start && d->info.first_step != start->step)
+		trn_die("loaderd started at step %" PRIu64 ", the checkpoint is at step %" PRIu64,
+			d->info.first_step, start->step);
+	d->first_step = d->info.first_step;
 	d->sample_bytes = d->info.ring->sample_bytes;
 	d->nchw = d->info.ring->layout == RING_LAYOUT_NCHW;
 	/* Pin the whole ring once: every copy from a slot is then a DMA. */
@@ -113,7 +127,7 @@ static void make_synthetic(struct trn_data *d, int batch, int crop, int rank, in
 }
 
 void trn_data_open(struct trn_data *d, const struct trn_opts *o, struct trn_dev *dev, int rank,
-		   int world)
+		   int world, const struct trn_start *start)
 {
 	*d = (struct trn_data){ .dev = dev, .depth = o->prefetch + 1, .synthetic = o->synthetic,
 				.batch = o->batch, .classes = o->classes };
@@ -123,12 +137,16 @@ void trn_data_open(struct trn_data *d, const struct trn_opts *o, struct trn_dev 
 	d->micro_total = (uint64_t)o->steps * (uint64_t)o->accum;
 	if (o->synthetic) {
 		d->sample_bytes = (size_t)o->crop * o->crop * 3;
+		d->first_step = start ? start->step : 0;
 	} else {
-		open_job(d, o, rank, world);
+		open_job(d, o, rank, world, start);
 		if (o->epochs)
-			d->micro_total = (d->info.steps_total - d->info.first_step) * (uint64_t)o->accum;
+			d->micro_total = d->info.steps_total;  /* one ring step per micro-step */
 	}
 	d->hw = calloc((size_t)d->depth * WEIGHTS_MAX, sizeof(float));
+	d->hid = calloc((size_t)d->depth * (size_t)o->batch, sizeof(uint64_t));
+	if (!d->hid)
+		trn_die("out of memory");
 	for (int k = 0; k < d->depth; k++) {
 		d->img[k] = dev->ops->alloc(dev, d->sample_bytes * (size_t)o->batch);
 		d->lab[k] = dev->ops->alloc(dev, sizeof(int64_t) * (size_t)o->batch);
@@ -160,6 +178,8 @@ static int issue_next(struct trn_data *d, uint64_t *wait_ns, uint64_t *copy_ns)
 	f->count = (int)f->b.count;
 	f->ev = k + 1;  /* event 0 belongs to the DDP core */
 	f->valid = 0;
+	f->step = f->b.step;
+	memcpy(d->hid + (size_t)k * (size_t)d->batch, f->b.ids, f->b.count * sizeof(uint64_t));
 	for (uint32_t i = 0; i < f->b.count; i++) {
 		int pad = !!(f->b.sample_flags[i] & RING_SAMPLE_PADDING);
 		d->hw[(size_t)k * WEIGHTS_MAX + i] = pad ? 0.0f : 1.0f;
@@ -197,7 +217,8 @@ int trn_data_next(struct trn_data *d, uint64_t *wait_ns, uint64_t *copy_ns, stru
 	struct trn_dev *dev = d->dev;
 
 	if (d->synthetic) {
-		*b = (struct trn_batch){ d->img[0], d->lab[0], d->wt[0], d->batch, d->batch };
+		*b = (struct trn_batch){ d->img[0], d->lab[0], d->wt[0], d->batch, d->batch,
+					 d->first_step + d->consumed, NULL };
 		return 1;
 	}
 	/* keep `prefetch` copies in flight ahead of this step */
@@ -215,14 +236,24 @@ int trn_data_next(struct trn_data *d, uint64_t *wait_ns, uint64_t *copy_ns, stru
 		trn_die("device: %s", dev->err);
 	*copy_ns += clk_now_ns() - t0;
 	release_copied(d);
-	*b = (struct trn_batch){ d->img[k], d->lab[k], d->wt[k], d->q[k].count, d->q[k].valid };
+	*b = (struct trn_batch){ d->img[k], d->lab[k], d->wt[k], d->q[k].count, d->q[k].valid,
+				 d->q[k].step, d->hid + (size_t)k * (size_t)d->batch };
 	return 1;
 }
 
 void trn_data_consumed(struct trn_data *d)
 {
-	if (!d->synthetic)
-		d->consumed++;
+	d->consumed++;
+}
+
+uint32_t trn_data_token(struct trn_data *d, uint64_t step, uint8_t *buf)
+{
+	if (d->synthetic)
+		return 0;
+	int n = ldc_token(d->c, step, buf, LDC_TOKEN_SIZE);
+	if (n < 0)
+		trn_die("loaderd: %s", ldc_error(d->c));
+	return (uint32_t)n;
 }
 
 void trn_data_close(struct trn_data *d)
@@ -238,6 +269,7 @@ void trn_data_close(struct trn_data *d)
 		d->c = NULL;
 	}
 	free(d->hw);
+	free(d->hid);
 	for (int k = 0; k < d->depth; k++) {
 		dev->ops->free(dev, d->img[k]);
 		dev->ops->free(dev, d->lab[k]);

@@ -19,6 +19,7 @@ struct trn_inflight {
 	int ev;                    /* copy-done event (1..depth; event 0 is the DDP core's) */
 	int count;
 	int valid;                 /* samples with weight > 0 (not tail padding) */
+	uint64_t step;             /* the ring step */
 };
 
 struct trn_data {
@@ -33,12 +34,23 @@ struct trn_data {
 	struct trn_inflight q[TRN_PREFETCH_MAX + 1];
 	uint64_t issued, consumed;   /* batches whose copy was issued / that were computed */
 	float *hw;                   /* host staging for weights */
+	uint64_t *hid;               /* host copy of each buffer's sample ids (batch per buffer): the
+	                                slot goes back before the step, the ids are logged after */
 	int synthetic, batch;
 	int done;                    /* the job has no more steps */
 	/* what the data decides for the rest of the trainer */
 	int classes;                 /* --classes, else from the dataset (once, here), else 10 */
 	int nchw;                    /* the ring's layout */
-	uint64_t micro_total;        /* micro-steps to run */
+	uint64_t micro_total;        /* the micro-step to stop before (micro-steps count from the
+	                                job's start, one ring step each, across resumes) */
+	uint64_t first_step;         /* the ring step this run starts at */
+};
+
+/* Where a run starts: a checkpoint's step and the loader's resume token for it. */
+struct trn_start {
+	uint64_t step;
+	const uint8_t *token;        /* token_len bytes (shm/token.h), NULL with --synthetic */
+	uint32_t token_len;
 };
 
 /* One batch ready on the device for compute. */
@@ -47,12 +59,17 @@ struct trn_batch {
 	const int64_t *lab;
 	const float *wt;
 	int count, valid;
+	uint64_t step;               /* the ring step (--synthetic: the micro-step) */
+	const uint64_t *ids;         /* count sample ids; NULL with --synthetic */
 };
 
-/* Set up the data of this rank (@rank of @world): attach to loaderd and open the job, or make the
- * synthetic batch; device buffers for @o->prefetch batches. */
+/* Set up the data of this rank (@rank of @world): attach to loaderd and open the job at @start
+ * (NULL: step 0), or make the synthetic batch; device buffers for @o->prefetch batches. */
 void trn_data_open(struct trn_data *d, const struct trn_opts *o, struct trn_dev *dev, int rank,
-		   int world);
+		   int world, const struct trn_start *start);
+/* The loader's resume token for ring step @step into @buf (LDC_TOKEN_SIZE bytes). Its length, or
+ * 0 with --synthetic. */
+uint32_t trn_data_token(struct trn_data *d, uint64_t step, uint8_t *buf);
 /* The next batch: keeps `prefetch` copies in flight, then waits until this one's bytes are on the
  * device (the compute stream waits for its copy). Adds the blocking time to *wait_ns (data wait)
  * and *copy_ns (exposed copy). Returns 1 with *b, or 0 at the end of the job. */

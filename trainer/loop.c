@@ -1,15 +1,18 @@
 /* loop.c - the training loop (loop.h). Injected faults for the diagnosis tests live here too:
- * a straggler (--inject-slow-rank: this rank's compute takes F times as long) and a slow network
- * (--inject-comm-delay-ms: every allreduce ends X ms later, in full view). */
+ * a straggler (--inject-slow-rank: this rank's compute takes F times as long), a slow network
+ * (--inject-comm-delay-ms: every allreduce ends X ms later, in full view), and a crash at an exact
+ * step for the resume tests (--inject-kill-at: SIGKILL while the step's batch is held). */
 #include "trainer/loop.h"
 
 #include "common/clk.h"
 #include "common/log.h"
 #include "trainer/fatal.h"
+#include "trainer/resume.h"
 
 #include <inttypes.h>
 #include <math.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -79,35 +82,43 @@ static void step(struct trn_train *t, uint64_t micro, const struct trn_batch *b,
 void trn_train_run(struct trn_train *t)
 {
 	const struct trn_opts *o = t->o;
-	uint64_t micro_total = t->data->micro_total, t_begin = 0, micro;
+	uint64_t start = t->data->first_step, t_begin = 0, micro;
+	uint64_t micro_total = t->data->micro_total, todo = micro_total > start ? micro_total - start : 0;
 	double win_loss = 0, win_correct = 0, win_n = 0;
 	struct trn_rank_run *run = &t->run;
 
-	t->warmup = warmup_steps(o, micro_total, t->rank);
-	t->rec = calloc((size_t)(micro_total < TRN_STEPS_RECORDED_MAX ? micro_total :
-				 TRN_STEPS_RECORDED_MAX) + 1, sizeof(*t->rec));
+	t->warmup = warmup_steps(o, todo, t->rank);
+	t->rec = calloc((size_t)(todo < TRN_STEPS_RECORDED_MAX ? todo : TRN_STEPS_RECORDED_MAX) + 1,
+			sizeof(*t->rec));
 	if (!t->rec)
 		trn_die("out of memory");
 	*run = (struct trn_rank_run){ 0 };
 	t->t_first = clk_now_ns();
-	for (micro = 0; micro < micro_total; micro++) {
+	/* micro counts from the job's start (one ring step each), so that a resumed run accumulates
+	 * and logs as the uninterrupted one; i counts this process's steps, for the figures. */
+	for (micro = start; micro < micro_total; micro++) {
+		uint64_t i = micro - start;
 		struct trn_step r = { .start_ns = clk_now_ns() };
 		struct trn_batch b;
 		double out[2] = { 0, 0 };
 
-		if (micro == (uint64_t)t->warmup)
+		if (i == (uint64_t)t->warmup)
 			t_begin = r.start_ns;
 		if (!trn_data_next(t->data, &r.ns[TRN_PH_DATA], &r.ns[TRN_PH_COPY], &b))
 			break;  /* end of the job */
+		if (b.step != micro)
+			trn_die("loaderd delivered step %" PRIu64 " for micro-step %" PRIu64, b.step, micro);
+		if (t->rank == o->kill_rank && micro == (uint64_t)o->kill_step)
+			raise(SIGKILL);
 		step(t, micro, &b, &r, out);
 		trn_data_consumed(t->data);
-		if ((long)micro >= t->warmup) {
+		if ((long)i >= t->warmup) {
 			for (int p = 0; p < TRN_PH_N; p++)
 				run->sum_ns[p] += r.ns[p];
 			run->samples += (uint64_t)b.count;
 		}
-		if (micro < TRN_STEPS_RECORDED_MAX)
-			t->rec[micro] = r;
+		if (i < TRN_STEPS_RECORDED_MAX)
+			t->rec[i] = r;
 		win_loss += out[0];
 		win_correct += out[1];
 		win_n += b.valid;  /* loss and accuracy count weighted samples only */
@@ -119,9 +130,13 @@ void trn_train_run(struct trn_train *t)
 					 all[0] / all[2], all[1] / all[2], 1.0 / t->data->classes);
 			win_loss = win_correct = win_n = 0;
 		}
+		if (trn_resume_step(t->resume, t, micro, &b)) {
+			micro++;
+			break;  /* a stop signal: checkpointed after this step */
+		}
 	}
 	uint64_t t_end = clk_now_ns();
-	t->ran = micro;
+	t->ran = micro - start;
 	if (!t_begin)
 		t_begin = t->t_first;  /* too few steps for a warm-up */
 	t->n_rec = (long)(t->ran < TRN_STEPS_RECORDED_MAX ? t->ran : TRN_STEPS_RECORDED_MAX);

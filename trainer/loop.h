@@ -13,6 +13,8 @@
 
 #define TRN_STEPS_RECORDED_MAX 20000   /* steps kept for the report and the trace */
 
+struct trn_resume;
+
 struct trn_train {
 	/* in: borrowed */
 	const struct trn_opts *o;
@@ -22,9 +24,10 @@ struct trn_train {
 	float *params, *grads, *mom;   /* device, the DDP core's flat layout */
 	struct trn_data *data;
 	int rank;
+	struct trn_resume *resume;     /* checkpoints and the consumed log (resume.h), or NULL */
 	/* out */
 	long warmup;                   /* micro-steps left out of the figures */
-	uint64_t ran;                  /* micro-steps run */
+	uint64_t ran;                  /* micro-steps run (by this process: from data->first_step) */
 	struct trn_step *rec;          /* the first min(ran, TRN_STEPS_RECORDED_MAX) steps, warm-up
 	                                  included; free() it */
 	long n_rec;
@@ -32,7 +35,8 @@ struct trn_train {
 	struct trn_rank_run run;       /* the measured run: steps = rec + warmup */
 };
 
-/* Run the loop to the end of the job or data->micro_total micro-steps. Errors end the job. */
+/* Run the loop from micro-step data->first_step (0, or a checkpoint's) to the end of the job or
+ * micro-step data->micro_total, or until a stop signal (checkpointed). Errors end the job. */
 void trn_train_run(struct trn_train *t);
 
 #endif

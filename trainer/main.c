@@ -4,8 +4,8 @@
  * time: data wait, exposed copy, compute, exposed allreduce, optimizer.
  *
  * This file is the driver over the units: opts (command line), registry (device and backend by
- * name), data (loaderd ring or synthetic batch, prefetch), loop (the steps), steps (gather and
- * trace) and report (figures, verdict, JSON). */
+ * name), resume (checkpoints and the consumed log), data (loaderd ring or synthetic batch,
+ * prefetch), loop (the steps), steps (gather and trace) and report (figures, verdict, JSON). */
 #include "common/log.h"
 #include "trainer/coll.h"
 #include "trainer/data.h"
@@ -17,6 +17,7 @@
 #include "trainer/opts.h"
 #include "trainer/registry.h"
 #include "trainer/report.h"
+#include "trainer/resume.h"
 #include "trainer/steps.h"
 
 #include <errno.h>
@@ -131,9 +132,13 @@ int main(int argc, char **argv)
 		trn_die("--device %s: %s", o.device ? o.device : "auto", err);
 	if (trn_coll_open_named(o.backend, dev, &coll, err, sizeof(err)) < 0)
 		trn_die("%s", err);
-	trn_data_open(&d, &o, dev, rank, world);
-	struct trn_train t = { .o = &o, .dev = dev, .data = &d, .rank = rank };
+	struct trn_resume *res;
+	struct trn_start start;
+	int resumed = trn_resume_open(&o, rank, world, &start, &res);
+	trn_data_open(&d, &o, dev, rank, world, resumed ? &start : NULL);
+	struct trn_train t = { .o = &o, .dev = dev, .data = &d, .rank = rank, .resume = res };
 	model_open(&t, &o, coll);
+	trn_resume_begin(res, &t);
 	if (rank == 0) {
 		const struct trn_bucket *bk;
 		LOG_INFO("%d ranks, device %s, backend %s, model %s: %zu parameters in %d buckets, "
@@ -145,6 +150,7 @@ int main(int argc, char **argv)
 
 	trn_train_run(&t);
 	trn_data_close(&d);
+	trn_resume_close(res);
 
 	report(&t, &o, coll, rank, world);
 	if (o.trace)

@@ -45,9 +45,20 @@ static void usage(FILE *f)
 "                       verdict) as JSON\n"
 "  --dump-params FILE   rank 0 writes the final parameters (float32, forward order)\n"
 "  --log-every N        print loss and accuracy every N steps (default 50; 0 = never)\n"
+"checkpoints (the run's result does not depend on them):\n"
+"  --checkpoint-dir DIR     write checkpoints here: parameters, momentum, step and the\n"
+"                           loader's resume token, atomically; also on SIGTERM or SIGINT,\n"
+"                           which then end the run after that step\n"
+"  --checkpoint-every N     every N optimizer steps (default: on SIGTERM only)\n"
+"  --resume                 continue from DIR's newest checkpoint (same options); from the\n"
+"                           start when there is none; a damaged one is refused\n"
+"  --log-consumed PREFIX    rank r appends each batch it trained on to PREFIX.r:\n"
+"                           'step S N id...' lines, 'resume S' when a run starts at S\n"
 "test knobs (known answers for the diagnosis):\n"
 "  --inject-slow-rank R:F      rank R's compute takes F times as long (a straggler)\n"
 "  --inject-comm-delay-ms X    every allreduce takes X ms longer (a slow network)\n"
+"  --inject-kill-at R:S         rank R SIGKILLs itself when micro-step S has its batch (a crash,\n"
+"                              for the resume tests)\n"
 "The last line is: trainer: samples_per_s=X au=Y verdict=Z\n", PREFETCH_MAX);
 }
 
@@ -89,13 +100,16 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 		{ "classes", 1, 0, 'C' }, { "job", 1, 0, 'j' }, { "slots", 1, 0, 'r' },
 		{ "warmup", 1, 0, 'w' }, { "dump-params", 1, 0, 'P' }, { "log-every", 1, 0, 'L' },
 		{ "inject-slow-rank", 1, 0, 'I' }, { "inject-comm-delay-ms", 1, 0, 'J' },
-		{ "report-json", 1, 0, 'R' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "report-json", 1, 0, 'R' }, { "checkpoint-dir", 1, 0, 'x' },
+		{ "checkpoint-every", 1, 0, 'X' }, { "resume", 0, 0, 'Z' },
+		{ "log-consumed", 1, 0, 'G' }, { "inject-kill-at", 1, 0, 'Q' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
 
 	*o = (struct trn_opts){ .model = "mlp", .batch = 64, .crop = 224, .accum = 1, .prefetch = 2,
 				.seed = 1, .lr = 0.05f, .momentum = 0.9f, .bucket_mb = 25,
-				.first_bucket_mb = 1, .warmup = -1, .log_every = 50, .slow_rank = -1 };
+				.first_bucket_mb = 1, .warmup = -1, .log_every = 50, .slow_rank = -1,
+				.kill_rank = -1 };
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
 		case 's': o->socket = optarg; break;
@@ -122,6 +136,10 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 		case 'w': o->warmup = (int)parse_long("warmup", optarg, 0, 1 << 30); break;
 		case 'P': o->dump = optarg; break;
 		case 'R': o->report_json = optarg; break;
+		case 'x': o->ckpt_dir = optarg; break;
+		case 'X': o->ckpt_every = parse_long("checkpoint-every", optarg, 1, 1L << 40); break;
+		case 'Z': o->resume = 1; break;
+		case 'G': o->log_consumed = optarg; break;
 		case 'L': o->log_every = (int)parse_long("log-every", optarg, 0, 1 << 30); break;
 		case 'I': {
 			char *colon = strchr(optarg, ':');
@@ -134,6 +152,19 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 			*colon = '\0';
 			o->slow_rank = (int)parse_long("inject-slow-rank", optarg, 0, 1 << 20);
 			o->slow_factor = parse_double("inject-slow-rank", colon + 1, 1, 1000);
+			break;
+		}
+		case 'Q': {
+			char *colon = strchr(optarg, ':');
+			if (!colon) {
+				if (rank == 0)
+					fprintf(stderr, "trainer: --inject-kill-at: give RANK:STEP, e.g. 1:12\n");
+				MPI_Finalize();
+				exit(2);
+			}
+			*colon = '\0';
+			o->kill_rank = (int)parse_long("inject-kill-at", optarg, 0, 1 << 20);
+			o->kill_step = parse_long("inject-kill-at", colon + 1, 0, 1L << 40);
 			break;
 		}
 		case 'J': o->comm_delay_ms = parse_double("inject-comm-delay-ms", optarg, 0, 1e6); break;
@@ -150,12 +181,14 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 		}
 	}
 	if (optind < argc || (!o->synthetic && !o->dataset) || (o->steps && o->epochs) ||
-	    (o->synthetic && o->epochs)) {
+	    (o->synthetic && o->epochs) || ((o->ckpt_every || o->resume) && !o->ckpt_dir)) {
 		if (rank == 0)
 			fprintf(stderr, "trainer: %s (see --help)\n", optind < argc ? "unexpected argument" :
 				o->steps && o->epochs ? "give --steps or --epochs, not both" :
 				o->synthetic && o->epochs ? "--synthetic has no epochs: give --steps" :
-				"give --dataset D.dpk (with loaderd running) or --synthetic");
+				!o->synthetic && !o->dataset ?
+				"give --dataset D.dpk (with loaderd running) or --synthetic" :
+				"--checkpoint-every and --resume need --checkpoint-dir");
 		MPI_Finalize();
 		exit(2);
 	}

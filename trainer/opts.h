@@ -14,8 +14,14 @@ struct trn_opts {
 	int slow_rank;             /* --inject-slow-rank R:F: rank R computes F times as long */
 	double slow_factor;
 	double comm_delay_ms;      /* --inject-comm-delay-ms X: each allreduce is X ms slower */
+	int kill_rank;             /* --inject-kill-at R:S: rank R SIGKILLs itself at micro-step S */
+	long kill_step;
 	float lr, momentum;
 	double bucket_mb, first_bucket_mb;
+	const char *ckpt_dir;      /* --checkpoint-dir: checkpoints here (ckpt.h), also on SIGTERM */
+	long ckpt_every;           /* --checkpoint-every N optimizer steps; 0: on SIGTERM only */
+	int resume;                /* --resume: from ckpt_dir's newest checkpoint, if any */
+	const char *log_consumed;  /* --log-consumed PREFIX: rank r appends its batches to PREFIX.r */
 };
 
 /* Parse the command line into @o. On --help (exit 0) or bad usage (exit 2, rank 0 says why)

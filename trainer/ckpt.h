@@ -1,0 +1,61 @@
+/* ckpt.h - the trainer's checkpoints: everything that decides the rest of a run, in one file that
+ * appears whole or not at all (common/afile.h: temporary file, fsync, rename, directory fsync).
+ *
+ * A checkpoint holds the step to run next, the parameters, the optimizer state (SGD momentum) and
+ * the loader's resume token for that step (shm/token.h), plus what must match to continue: world
+ * size, seed, parameter count. DIR/ckpt-STEP.ldck, STEP in 16 zero-padded digits so that names
+ * sort by step; the newest two are kept. Little-endian; a checksum (XXH3-64) over everything.
+ *
+ * Layout: struct trn_ckpt_hdr | params (n float32, the DDP core's flat layout) | momentum (n
+ * float32) | u64 XXH3-64 of all the bytes before it.
+ *
+ * Rank 0 writes and reads them (every rank holds the same parameters and momentum after each
+ * optimizer step); no MPI here. Never logs: errors come back as -errno with a sentence. */
+#ifndef LOADERD_TRN_CKPT_H
+#define LOADERD_TRN_CKPT_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shm/token.h"
+
+#define TRN_CKPT_MAGIC "LDCKPT\0\1"
+#define TRN_CKPT_VERSION 1u
+#define TRN_CKPT_KEEP 2              /* checkpoints left in DIR after a save */
+
+struct trn_ckpt_hdr {
+	char magic[8];               /* TRN_CKPT_MAGIC */
+	uint32_t version;            /* TRN_CKPT_VERSION */
+	uint32_t hdr_size;           /* sizeof(struct trn_ckpt_hdr) */
+	uint64_t step;               /* the micro-step to run next (the ring step of its batch) */
+	uint64_t world;
+	uint64_t seed;
+	uint64_t n;                  /* floats in the parameters, and in the momentum */
+	uint64_t file_size;          /* bytes of the whole file */
+	uint32_t token_len;          /* LDC_TOKEN_SIZE, or 0 (--synthetic: no loader) */
+	uint32_t reserved;           /* zero */
+	uint8_t token[LDC_TOKEN_SIZE];
+};
+_Static_assert(sizeof(struct trn_ckpt_hdr) == 168, "on disk");
+
+/* A checkpoint in memory. @params and @mom: n floats each, host memory. */
+struct trn_ckpt {
+	uint64_t step, world, seed;
+	size_t n;
+	const uint8_t *token;        /* token_len bytes, or NULL */
+	uint32_t token_len;
+	float *params, *mom;
+};
+
+/* Write @c as DIR/ckpt-STEP.ldck atomically, then remove all but the newest TRN_CKPT_KEEP.
+ * The path written goes to @path (@cap bytes). 0 or -errno with @why. */
+int trn_ckpt_save(const char *dir, const struct trn_ckpt *c, char *path, size_t cap, char *why,
+		  size_t whylen);
+/* The newest checkpoint of @dir into @c (params and mom malloc'd: the caller frees them; token
+ * points into @tok, LDC_TOKEN_SIZE bytes). Returns 1 when one was loaded, 0 when @dir holds none
+ * (or does not exist), or -errno with a sentence naming the file and the fault in @why: -EBADMSG
+ * corrupt (truncated, checksum, sizes), -EPROTO another version. Temporary files of an
+ * interrupted save are not checkpoints. */
+int trn_ckpt_load_newest(const char *dir, struct trn_ckpt *c, uint8_t tok[LDC_TOKEN_SIZE],
+			 char *path, size_t cap, char *why, size_t whylen);
+
+#endif
