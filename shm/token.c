@@ -24,7 +24,8 @@ static int refuse(char *why, size_t whylen, int ret, const char *fmt, ...)
 
 /* 64-bit checksum of the bytes before t->check: each little-endian word folded in with the
  * splitmix64 finaliser. Not cryptographic (neither is XXH3): it catches damage and casual edits.
- * Self-contained because the client library depends on libc only (python/setup.py). */
+ * Written out here, not taken from xxhash or common/mix.h, because the client library is shm/
+ * alone and links libc only (python/setup.py builds it from shm/ and nothing else). */
 static uint64_t checksum(const struct ldc_token *t)
 {
 	const uint8_t *p = (const uint8_t *)t;
@@ -34,10 +35,8 @@ static uint64_t checksum(const struct ldc_token *t)
 		uint64_t w;
 		memcpy(&w, p + i, 8);
 		h = (h ^ w) * 0x9e3779b97f4a7c15ull;
-		h ^= h >> 30;
-		h *= 0xbf58476d1ce4e5b9ull;
-		h ^= h >> 27;
-		h *= 0x94d049bb133111ebull;
+		h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+		h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
 		h ^= h >> 31;
 	}
 	return h;

@@ -32,6 +32,23 @@ static int say(char *why, size_t whylen, int ret, const char *fmt, ...)
 	return ret;
 }
 
+/* XXH3-64 of header, parameters and momentum (@bytes each) into *out. 0 or -ENOMEM. */
+static int digest(const struct trn_ckpt_hdr *h, const float *params, const float *mom, size_t bytes,
+		  uint64_t *out)
+{
+	XXH3_state_t *st = XXH3_createState();
+
+	if (!st)
+		return -ENOMEM;
+	XXH3_64bits_reset(st);
+	XXH3_64bits_update(st, h, sizeof(*h));
+	XXH3_64bits_update(st, params, bytes);
+	XXH3_64bits_update(st, mom, bytes);
+	*out = XXH3_64bits_digest(st);
+	XXH3_freeState(st);
+	return 0;
+}
+
 /* The step of a checkpoint's file name, or -1 for any other name (temporary files included). */
 static int64_t name_step(const char *name)
 {
@@ -107,15 +124,9 @@ int trn_ckpt_save(const char *dir, const struct trn_ckpt *c, char *path, size_t 
 	if (c->token)
 		memcpy(h.token, c->token, h.token_len);
 
-	XXH3_state_t *st = XXH3_createState();
-	if (!st)
+	uint64_t sum;
+	if (digest(&h, c->params, c->mom, bytes, &sum) < 0)
 		return say(why, whylen, -ENOMEM, "out of memory");
-	XXH3_64bits_reset(st);
-	XXH3_64bits_update(st, &h, sizeof(h));
-	XXH3_64bits_update(st, c->params, bytes);
-	XXH3_64bits_update(st, c->mom, bytes);
-	uint64_t sum = XXH3_64bits_digest(st);
-	XXH3_freeState(st);
 
 	ret = afile_open(&f, path, 0);
 	if (ret < 0)
@@ -199,17 +210,11 @@ static int load(const char *path, struct trn_ckpt *c, uint8_t tok[LDC_TOKEN_SIZE
 		ret = say(why, whylen, -EBADMSG, "%s: short read", path);
 		goto out;
 	}
-	XXH3_state_t *st = XXH3_createState();
-	if (!st) {
+	uint64_t want;
+	if (digest(&h, c->params, c->mom, bytes, &want) < 0) {
 		ret = say(why, whylen, -ENOMEM, "out of memory");
 		goto out;
 	}
-	XXH3_64bits_reset(st);
-	XXH3_64bits_update(st, &h, sizeof(h));
-	XXH3_64bits_update(st, c->params, bytes);
-	XXH3_64bits_update(st, c->mom, bytes);
-	uint64_t want = XXH3_64bits_digest(st);
-	XXH3_freeState(st);
 	if (want != sum) {
 		ret = say(why, whylen, -EBADMSG, "%s: checksum mismatch: the file is damaged", path);
 		goto out;

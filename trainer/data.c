@@ -51,7 +51,7 @@ static void open_job(struct trn_data *d, const struct trn_opts *o, int rank, int
 		socket = ldc_default_socket(sock, sizeof(sock));
 	if (!name) {
 		/* A fresh job per launch: rank 0's pid and start time, shared with every rank.
-		 * Rejoining a job (to resume after a crash) takes an explicit --job. */
+		 * Resuming after a crash is --resume: the checkpoint's token names the step. */
 		uint64_t id[2] = { (uint64_t)getpid(), clk_now_ns() };
 		MPI_Bcast(id, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
 		snprintf(job, sizeof(job), "trainer-%" PRIu64 "-%" PRIx64, id[0], id[1] & 0xffffffffu);

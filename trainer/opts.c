@@ -88,6 +88,22 @@ static double parse_double(const char *name, const char *s, double lo, double hi
 	return v;
 }
 
+/* --NAME RANK:VALUE: the rank into *@r; returns the VALUE part of @arg (cut at the colon). */
+static char *rank_and_value(const char *name, char *arg, const char *form, int *r)
+{
+	char *colon = strchr(arg, ':');
+
+	if (!colon) {
+		if (rank == 0)
+			fprintf(stderr, "trainer: --%s: give %s\n", name, form);
+		MPI_Finalize();
+		exit(2);
+	}
+	*colon = '\0';
+	*r = (int)parse_long(name, arg, 0, 1 << 20);
+	return colon + 1;
+}
+
 void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 {
 	static const struct option lo[] = {
@@ -142,29 +158,15 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 		case 'G': o->log_consumed = optarg; break;
 		case 'L': o->log_every = (int)parse_long("log-every", optarg, 0, 1 << 30); break;
 		case 'I': {
-			char *colon = strchr(optarg, ':');
-			if (!colon) {
-				if (rank == 0)
-					fprintf(stderr, "trainer: --inject-slow-rank: give RANK:FACTOR, e.g. 1:2\n");
-				MPI_Finalize();
-				exit(2);
-			}
-			*colon = '\0';
-			o->slow_rank = (int)parse_long("inject-slow-rank", optarg, 0, 1 << 20);
-			o->slow_factor = parse_double("inject-slow-rank", colon + 1, 1, 1000);
+			char *v = rank_and_value("inject-slow-rank", optarg, "RANK:FACTOR, e.g. 1:2",
+						 &o->slow_rank);
+			o->slow_factor = parse_double("inject-slow-rank", v, 1, 1000);
 			break;
 		}
 		case 'Q': {
-			char *colon = strchr(optarg, ':');
-			if (!colon) {
-				if (rank == 0)
-					fprintf(stderr, "trainer: --inject-kill-at: give RANK:STEP, e.g. 1:12\n");
-				MPI_Finalize();
-				exit(2);
-			}
-			*colon = '\0';
-			o->kill_rank = (int)parse_long("inject-kill-at", optarg, 0, 1 << 20);
-			o->kill_step = parse_long("inject-kill-at", colon + 1, 0, 1L << 40);
+			char *v = rank_and_value("inject-kill-at", optarg, "RANK:STEP, e.g. 1:12",
+						 &o->kill_rank);
+			o->kill_step = parse_long("inject-kill-at", v, 0, 1L << 40);
 			break;
 		}
 		case 'J': o->comm_delay_ms = parse_double("inject-comm-delay-ms", optarg, 0, 1e6); break;
