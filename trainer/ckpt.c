@@ -183,8 +183,9 @@ static int load(const char *path, struct trn_ckpt *c, uint8_t tok[LDC_TOKEN_SIZE
 			  "version %u", path, h.version, TRN_CKPT_VERSION);
 		goto out;
 	}
-	/* Sizes before allocations: n comes from the file. */
-	if (h.n == 0 || h.n > ((uint64_t)sb.st_size) / 8 ||
+	/* Sizes before allocations: n comes from the file (bounded first, so no product overflows;
+	 * then the file's real size bounds it). */
+	if (h.n == 0 || h.n > (1ull << 58) ||
 	    h.file_size != sizeof(h) + 2 * h.n * sizeof(float) + sizeof(uint64_t) ||
 	    h.token_len > sizeof(h.token) || h.reserved) {
 		ret = say(why, whylen, -EBADMSG, "%s: corrupt header (sizes)", path);

@@ -1,0 +1,195 @@
+/* test_trn_ckpt.c - the trainer's checkpoint files (trainer/ckpt.c): a save loads back byte for
+ * byte; the newest is the one loaded and only the newest two are kept; an empty or missing
+ * directory has none; an interrupted save's temporary file is not a checkpoint; a truncated,
+ * damaged, foreign or other-version file is refused with the file and the fault named. */
+#include "trainer/ckpt.h"
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include "tests/tmpdir.h"
+
+#define N 1000
+
+static char dir[64];
+static float params[N], mom[N];
+static uint8_t token[LDC_TOKEN_SIZE];
+
+static int setup(void **state)
+{
+	(void)state;
+	for (int i = 0; i < N; i++)
+		params[i] = (float)i * 0.5f - 7, mom[i] = (float)i * -0.25f;
+	for (unsigned i = 0; i < LDC_TOKEN_SIZE; i++)
+		token[i] = (uint8_t)(i * 7);
+	return tmpdir_create(dir, sizeof(dir), "test_trn_ckpt");
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	return tmpdir_remove(dir);
+}
+
+static void save(uint64_t step)
+{
+	struct trn_ckpt c = { .step = step, .world = 2, .seed = 9, .n = N, .token = token,
+			      .token_len = LDC_TOKEN_SIZE, .params = params, .mom = mom };
+	char path[4096], why[4352];
+
+	if (trn_ckpt_save(dir, &c, path, sizeof(path), why, sizeof(why)) < 0)
+		fail_msg("save: %s", why);
+}
+
+/* Load the newest: expect @ret and, for an error, @needle in the reason. */
+static int load(int ret, const char *needle, struct trn_ckpt *c)
+{
+	uint8_t tok[LDC_TOKEN_SIZE];
+	char path[4096], why[4352] = "";
+	int r = trn_ckpt_load_newest(dir, c, tok, path, sizeof(path), why, sizeof(why));
+
+	if (r != ret || (needle && !strstr(why, needle)))
+		fail_msg("expected %d with '%s'; got %d: '%s'", ret, needle ? needle : "", r, why);
+	if (r == 1)
+		assert_memory_equal(c->token, token, LDC_TOKEN_SIZE);
+	return r;
+}
+
+/* The path of step @step's file. */
+static const char *file_of(uint64_t step)
+{
+	static char p[128];
+
+	snprintf(p, sizeof(p), "%s/ckpt-%016llu.ldck", dir, (unsigned long long)step);
+	return p;
+}
+
+static void patch(uint64_t step, long off, const void *bytes, size_t n)
+{
+	FILE *f = fopen(file_of(step), "r+b");
+
+	assert_non_null(f);
+	assert_int_equal(fseek(f, off, SEEK_SET), 0);
+	assert_int_equal(fwrite(bytes, 1, n, f), n);
+	assert_int_equal(fclose(f), 0);
+}
+
+static void test_ckpt_save_load_roundtrip(void **state)
+{
+	(void)state;
+	struct trn_ckpt c;
+
+	save(12);
+	load(1, NULL, &c);
+	assert_int_equal(c.step, 12);
+	assert_int_equal(c.world, 2);
+	assert_int_equal(c.seed, 9);
+	assert_int_equal(c.n, N);
+	assert_int_equal(c.token_len, LDC_TOKEN_SIZE);
+	assert_memory_equal(c.params, params, sizeof(params));
+	assert_memory_equal(c.mom, mom, sizeof(mom));
+	free(c.params);
+	free(c.mom);
+}
+
+static void test_ckpt_none_in_empty_or_missing_dir(void **state)
+{
+	(void)state;
+	struct trn_ckpt c;
+	char missing[128];
+
+	load(0, NULL, &c);
+	snprintf(missing, sizeof(missing), "%s/nope", dir);
+	uint8_t tok[LDC_TOKEN_SIZE];
+	char path[4096], why[256];
+	assert_int_equal(trn_ckpt_load_newest(missing, &c, tok, path, sizeof(path), why, sizeof(why)), 0);
+}
+
+static void test_ckpt_newest_loaded_two_kept(void **state)
+{
+	(void)state;
+	struct trn_ckpt c;
+
+	save(2);
+	save(10);
+	save(4);  /* names sort by step, not by time */
+	save(6);
+	assert_int_equal(access(file_of(2), F_OK), -1);
+	assert_int_equal(access(file_of(4), F_OK), -1);
+	assert_int_equal(access(file_of(6), F_OK), 0);
+	assert_int_equal(access(file_of(10), F_OK), 0);
+	load(1, NULL, &c);
+	assert_int_equal(c.step, 10);
+	free(c.params);
+	free(c.mom);
+}
+
+static void test_ckpt_interrupted_save_is_not_a_checkpoint(void **state)
+{
+	(void)state;
+	struct trn_ckpt c;
+	char tmp[256];
+
+	save(3);
+	snprintf(tmp, sizeof(tmp), "%s.tmp.4242", file_of(99));
+	FILE *f = fopen(tmp, "wb");
+	assert_non_null(f);
+	fputs("half a checkpoint", f);
+	fclose(f);
+	load(1, NULL, &c);
+	assert_int_equal(c.step, 3);
+	free(c.params);
+	free(c.mom);
+}
+
+static void test_ckpt_damaged_refused(void **state)
+{
+	(void)state;
+	struct trn_ckpt c;
+	uint8_t x = 0x5a;
+	uint32_t v = 7;
+	uint64_t huge = 1ull << 40;
+
+	save(5);
+	patch(5, sizeof(struct trn_ckpt_hdr) + 100, &x, 1);  /* a parameter's byte */
+	load(-EBADMSG, "ckpt-0000000000000005.ldck: checksum mismatch", &c);
+
+	save(5);
+	assert_int_equal(truncate(file_of(5), 4000), 0);
+	load(-EBADMSG, "truncated or extended: 4000 bytes", &c);
+	assert_int_equal(truncate(file_of(5), 10), 0);
+	load(-EBADMSG, "truncated: 10 bytes", &c);
+
+	save(5);
+	patch(5, 8, &v, sizeof(v));
+	load(-EPROTO, "checkpoint version 7", &c);
+
+	save(5);
+	patch(5, 0, "NOTACKPT", 8);
+	load(-EBADMSG, "not a trainer checkpoint", &c);
+
+	save(5);
+	patch(5, offsetof(struct trn_ckpt_hdr, n), &huge, sizeof(huge));
+	load(-EBADMSG, "corrupt header", &c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_ckpt_save_load_roundtrip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ckpt_none_in_empty_or_missing_dir, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ckpt_newest_loaded_two_kept, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ckpt_interrupted_save_is_not_a_checkpoint, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_ckpt_damaged_refused, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
