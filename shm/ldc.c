@@ -247,22 +247,16 @@ int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 		c->ring = NULL;
 		return set_err(c, -EBADMSG, "the ring loaderd sent is for another rank or step");
 	}
-	if (job->token) {
-		/* loaderd checked the identity; what it answered must agree with the token too */
-		want.samples = ok.samples;
-		want.steps_per_epoch = ok.steps_per_epoch;
-		memcpy(want.dataset, ok.dataset_id, sizeof(want.dataset));
-		ret = ldc_token_match(&tok, &want, why, sizeof(why));
-		if (ret < 0) {
-			ring_destroy(c->ring);
-			c->ring = NULL;
-			return set_err(c, ret, "job %s: %s", m.job, why);
-		}
-	}
 	want.samples = ok.samples;
 	want.steps_per_epoch = ok.steps_per_epoch;
 	memcpy(want.dataset, ok.dataset_id, sizeof(want.dataset));
-	c->job = want;
+	/* loaderd checked the identity; what it answered must agree with the token too */
+	if (job->token && (ret = ldc_token_match(&tok, &want, why, sizeof(why))) < 0) {
+		ring_destroy(c->ring);
+		c->ring = NULL;
+		return set_err(c, ret, "job %s: %s", m.job, why);
+	}
+	c->job = want;  /* ldc_token's template */
 	c->next = ok.first_step;
 	memcpy(info->dataset_id, ok.dataset_id, sizeof(info->dataset_id));
 	info->job_id = ok.job_id;
