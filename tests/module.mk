@@ -23,11 +23,12 @@ $(foreach t,$(patsubst tests/%.c,%,$(TEST_SRC)),$(eval $(call test_rule,$(t))))
 $(TESTS): $(LIBS) $(TEST_HELPER_LIB)
 $(filter $(BUILD)/tests/test_trn_%,$(TESTS)): $(TRN_LIB)
 
-# libFuzzer targets: built with clang against the formats/ and common/ sources directly.
+# libFuzzer targets: built with clang against the formats/ and common/ sources (and shm/token.c,
+# the resume token parser) directly.
 FUZZ_CC ?= clang
 FUZZ_SRC := $(wildcard tests/fuzz_*.c)
 FUZZ_BINS := $(patsubst tests/%.c,build/fuzz/%,$(FUZZ_SRC))
-FUZZ_LIBSRC := $(wildcard formats/*.c common/*.c)
+FUZZ_LIBSRC := $(wildcard formats/*.c common/*.c) shm/token.c
 FUZZ_RUNS := $(patsubst tests/%.c,fuzz:%,$(FUZZ_SRC))
 build/fuzz/%: tests/%.c $(FUZZ_LIBSRC) | $(DEPS_STAMP)
 	$(Q)mkdir -p $(@D)
