@@ -1,5 +1,7 @@
 """test_torch.py - the torch face of the client: tensors over the ring without a copy, the same
-bytes as the numpy face, NCHW, weights; pinned memory and non-blocking copies on a GPU."""
+bytes as the numpy face, NCHW, weights; a checkpoint in the README's three lines resumes bit for
+bit; pinned memory and non-blocking copies on a GPU."""
+import os
 import signal
 import time
 
@@ -49,6 +51,56 @@ def test_nchw_is_the_transpose(daemon, imagefolder):
         for (images, _), r in zip(it, ref):
             assert images.shape == (r.count, 3, CROP, CROP)
             assert torch.equal(images, r.images.permute(0, 3, 1, 2))
+
+
+def _train(it, model, opt, stop=None, path=None):
+    """Train over the rest of a 2-epoch job; with @stop, checkpoint after that many steps (the
+    README's three lines) and return."""
+    n = 0
+    for epoch in range(it.position[0], 2):
+        it.set_epoch(epoch)
+        for images, labels in it:
+            x = images.reshape(len(images), -1).float() / 255
+            loss = torch.nn.functional.cross_entropy(model(x), labels)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            n += 1
+            if n == stop:
+                tmp = path + ".tmp"
+                torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
+                            "data": it.state_dict()}, tmp)
+                os.replace(tmp, path)
+                return
+
+
+def _model():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(CROP * CROP * 3, 4)
+    return model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+@pytest.mark.parametrize("stop", [1, 10, 13])
+def test_checkpoint_resumes_bit_for_bit(daemon, imagefolder, tmp_path, stop):
+    """Model, optimizer and loader state saved together after @stop steps (the first step, an
+    epoch boundary, mid-epoch), then loaded by new objects in a new job: the same final weights
+    as the uninterrupted run, byte for byte."""
+    ref, opt = _model()
+    with make(daemon, imagefolder, job=f"ref{stop}", epochs=2) as it:
+        _train(it, ref, opt)
+    path = str(tmp_path / "ck.pt")
+    model, opt = _model()
+    with make(daemon, imagefolder, job=f"a{stop}", epochs=2) as it:
+        _train(it, model, opt, stop, path)
+    model, opt = _model()
+    with make(daemon, imagefolder, job=f"b{stop}", epochs=2) as it:
+        ck = torch.load(path)
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        it.load_state_dict(ck["data"])
+        _train(it, model, opt)
+    for a, b in zip(ref.parameters(), model.parameters()):
+        assert torch.equal(a, b)
 
 
 def test_torch_killed_daemon_raises(daemon, imagefolder):
