@@ -12,6 +12,8 @@
 #   Chaos: a 2-rank job over 16 whole epochs with CHAOS_KILLS (default 21) random SIGKILLs of
 #     ranks and of loaderd (seed printed; CHAOS_SEED replays it), resumed each time: the same
 #     final parameters and the same committed stream, none missing, none twice.
+#   Checkpointing does not change the result; SIGTERM writes a checkpoint after the step the ranks
+#     agree on and stops them, and the run resumes from it bit for bit.
 #   A damaged checkpoint is refused, naming the file.
 # Needs mpirun and python3 (exit 77 without). About 2 minutes on 2 shared cores.
 set -u
@@ -166,24 +168,58 @@ for np in 1 2; do
 done
 echo "# equivalence: $(($(date +%s) - t0)) s"
 
+# ---- checkpoints do not change the result ----
+D=$T/every
+mkdir -p "$D"
+train 2 --checkpoint-dir "$D/ck" --checkpoint-every 1 --dump-params "$D/p.bin" >"$D/1.out" 2>&1
+check "a checkpoint after every step: the same parameters as without" \
+	cmp -s "$T/ref2.bin" "$D/p.bin"
+# ---- 16 epochs: SIGTERM, then the chaos ----
+EPOCHS=16
+TOTAL=$((EPOCHS * 6))
+train 2 --dump-params "$T/cref.bin" --log-consumed "$T/cref" >"$T/cref.out" 2>&1
+check "reference: 2 ranks, $EPOCHS epochs, uninterrupted" [ $? -eq 0 ]
+D=$T/term
+mkdir -p "$D"
+# not through train(): the signal goes to timeout, which passes it to mpirun (alone: --foreground),
+# which passes it to the ranks, about a second later
+timeout --foreground -k 5 60 mpirun --oversubscribe -np 2 "$BIN/trainer" --socket "$SOCK" --dataset "$T/d.dpk" \
+	--device host --crop 16 --batch 8 --epochs "$EPOCHS" --log-every 0 --model mlp:hidden=32 \
+	--checkpoint-dir "$D/ck" --resume --inject-comm-delay-ms 30 --log-consumed "$D/log" \
+	</dev/null >"$D/1.out" 2>&1 &
+MP=$!
+wait_step "$D/log.0" 8
+kill -TERM "$MP"
+wait "$MP"
+MP=""
+at=$(ls "$D"/ck/ckpt-*.ldck 2>/dev/null | tail -n 1 | sed 's/.*ckpt-0*\([0-9][0-9]*\)\.ldck/\1/')
+train 2 --checkpoint-dir "$D/ck" --resume --dump-params "$D/p.bin" --log-consumed "$D/log" \
+	>"$D/2.out" 2>&1
+rc=$?
+term_ok() {
+	[ -n "$at" ] && [ "$rc" -eq 0 ] && grep -q "stopped by a signal" "$D/1.out" &&
+		[ "$(resumed_at "$D/2.out")" = "$at" ]
+}
+check "SIGTERM to mpirun at step 8 (of $TOTAL): a checkpoint at step ${at:-none}, the ranks stop; resumed there (exit $rc)" \
+	term_ok
+check "  parameters byte-identical to the uninterrupted run" cmp -s "$T/cref.bin" "$D/p.bin"
+out=$($STREAM "$T/cref" "$D/log" 2)
+check "  $out" [ $? -eq 0 ]
+
 # ---- a damaged checkpoint is refused ----
 D=$T/r2-9
 f=$(ls "$D"/ck/ckpt-*.ldck | tail -n 1)
 printf 'X' | dd of="$f" bs=1 seek=400 conv=notrunc 2>/dev/null
 train 2 --checkpoint-dir "$D/ck" --resume >"$D/3.out" 2>&1
 rc=$?
-check "a damaged checkpoint: refused (exit $rc), naming the file" \
-	[ "$rc" -ne 0 ] && grep -q "$(basename "$f"): checksum mismatch" "$D/3.out"
+refused() { [ "$rc" -ne 0 ] && grep -q "$(basename "$f"): checksum mismatch" "$D/3.out"; }
+check "a damaged checkpoint: refused (exit $rc), naming the file" refused
 
 # ---- chaos: random SIGKILLs of ranks and loaderd over whole epochs ----
 t0=$(date +%s)
-EPOCHS=16
 SEED=${CHAOS_SEED:-$(date +%s)}
 KILLS=${CHAOS_KILLS:-21}
 echo "# chaos: seed $SEED (CHAOS_SEED=$SEED replays it), $KILLS kills"
-train 2 --dump-params "$T/cref.bin" --log-consumed "$T/cref" >"$T/cref.out" 2>&1
-check "chaos reference: 2 ranks, $EPOCHS epochs, uninterrupted" [ $? -eq 0 ]
-TOTAL=$((EPOCHS * 6))
 # the schedule: one "KIND OFFSET" line per kill; KIND 0, 1 = that rank, 2 = loaderd
 python3 -c "
 import random
