@@ -36,6 +36,9 @@ struct trn_ckpt_hdr {
 	uint8_t token[LDC_TOKEN_SIZE];
 };
 _Static_assert(sizeof(struct trn_ckpt_hdr) == 168, "on disk");
+_Static_assert(offsetof(struct trn_ckpt_hdr, step) == 16, "on disk");
+_Static_assert(offsetof(struct trn_ckpt_hdr, token_len) == 56, "on disk");
+_Static_assert(offsetof(struct trn_ckpt_hdr, token) == 64, "on disk");
 
 /* A checkpoint in memory. @params and @mom: n floats each, host memory. */
 struct trn_ckpt {

@@ -134,9 +134,10 @@ void trn_resume_begin(struct trn_resume *r, struct trn_train *t)
  * line without its final " ." that a reader drops. */
 static void log_batch(struct trn_resume *r, const struct trn_batch *b)
 {
-	size_t len = (size_t)snprintf(r->line, r->line_cap, "step %" PRIu64 " %d", b->step, b->count);
+	int n = b->ids ? b->count : 0;  /* --synthetic: no sample ids */
+	size_t len = (size_t)snprintf(r->line, r->line_cap, "step %" PRIu64 " %d", b->step, n);
 
-	for (int i = 0; i < b->count && b->ids; i++)
+	for (int i = 0; i < n; i++)
 		len += (size_t)snprintf(r->line + len, r->line_cap - len, " %" PRIu64, b->ids[i]);
 	len += (size_t)snprintf(r->line + len, r->line_cap - len, " .\n");
 	if (write(r->log_fd, r->line, len) != (ssize_t)len)
