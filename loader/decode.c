@@ -7,6 +7,7 @@
  * (1/8, 1/4, 1/2: the fast ones in libjpeg-turbo) is the smallest whose scaled window still has at
  * least the output's pixels in each direction, so the resize only ever shrinks or stays near 1. */
 #include "loader/decode.h"
+#include "loader/jpeg_rst.h"
 #include "loader/sampler.h"
 
 #include <errno.h>
@@ -30,6 +31,8 @@ struct ldr_decoder {
 	struct err_mgr err;
 	uint8_t *scratch;          /* decoded window rows, or a decompressed zstd record */
 	size_t scratch_size;
+	uint8_t *splice;           /* the small JPEG spliced from a restart-indexed record */
+	size_t splice_size;
 	ZSTD_DCtx *zd;
 	int32_t *xi;               /* resize tables: per output column, left and right byte offset */
 	uint16_t *xw;              /* and the right one's weight in 1/256 */
@@ -153,6 +156,7 @@ void ldr_decoder_destroy(struct ldr_decoder *d)
 	jpeg_destroy_decompress(&d->cinfo);
 	ZSTD_freeDCtx(d->zd);
 	free(d->scratch);
+	free(d->splice);
 	free(d->xi);
 	free(d->xw);
 	free(d->hrow);
@@ -268,39 +272,46 @@ static int resize(struct ldr_decoder *d, const uint8_t *src, uint32_t src_w, uin
 	return 0;
 }
 
-int ldr_decode_jpeg(struct ldr_decoder *d, const uint8_t *jpg, size_t len, const struct ldr_crop *crop,
-		    const struct ldr_out *o, uint8_t *dst, char *why, size_t whylen)
+/* Clip @crop to a @w x @h stream: the window was planned from the index, and the stream has the
+ * last word on the size. A window that starts outside the image becomes the whole image. */
+static void clip_window(struct ldr_crop *win, uint32_t w, uint32_t h)
+{
+	if (win->x >= w || win->y >= h) {
+		win->x = win->y = 0;
+		win->w = w;
+		win->h = h;
+	}
+	if (win->w > w - win->x)
+		win->w = w - win->x;
+	if (win->h > h - win->y)
+		win->h = h - win->y;
+}
+
+/* Decode the rows and columns of the JPEG @jpg that cover @crop (in its pixels) at DCT scale
+ * 1/@den (0: chosen from the clipped window and @out_h x @out_w) into the scratch buffer, and
+ * describe them in @win (positions in the stream's scaled pixels).
+ * @exact: decode every row from the top and every column, so that the pixels equal a full
+ * decode's; else jpeg_crop_scanline() and jpeg_skip_scanlines() save the columns and rows outside
+ * the window (the path for records without restart markers). */
+static __attribute__((noinline)) int rows_body(struct ldr_decoder *d, const uint8_t *jpg,
+		size_t len, const struct ldr_crop *crop, unsigned den, uint32_t out_h, uint32_t out_w,
+		int exact, struct ldr_window *win, char *why, size_t whylen)
 {
 	struct jpeg_decompress_struct *c = &d->cinfo;
-	struct ldr_crop win = *crop;
+	struct ldr_crop cw0 = *crop;
 
-	if (setjmp(d->err.jb)) {
-		char msg[JMSG_LENGTH_MAX];
-		c->err->format_message((j_common_ptr)c, msg);
-		snprintf(why, whylen, "JPEG: %s", msg);
-		jpeg_abort_decompress(c);
-		return -EBADMSG;
-	}
 	jpeg_mem_src(c, jpg, (unsigned long)len);
 	jpeg_read_header(c, TRUE);
-	/* The window was planned from the index; the stream has the last word on the size. */
-	if (win.x >= c->image_width || win.y >= c->image_height) {
-		win.x = win.y = 0;
-		win.w = c->image_width;
-		win.h = c->image_height;
-	}
-	if (win.w > c->image_width - win.x)
-		win.w = c->image_width - win.x;
-	if (win.h > c->image_height - win.y)
-		win.h = c->image_height - win.y;
-	unsigned den = ldr_jpeg_scale(&win, o->h, o->w);
+	clip_window(&cw0, c->image_width, c->image_height);
+	if (!den)
+		den = ldr_jpeg_scale(&cw0, out_h, out_w);
 	c->out_color_space = JCS_RGB;
 	c->scale_num = 1;
 	c->scale_denom = den;
 	jpeg_start_decompress(c);
 
-	JDIMENSION sx = win.x / den, sy = win.y / den;
-	JDIMENSION ex = (win.x + win.w + den - 1) / den, ey = (win.y + win.h + den - 1) / den;
+	JDIMENSION sx = cw0.x / den, sy = cw0.y / den;
+	JDIMENSION ex = (cw0.x + cw0.w + den - 1) / den, ey = (cw0.y + cw0.h + den - 1) / den;
 	if (ex > c->output_width)
 		ex = c->output_width;
 	if (ey > c->output_height)
@@ -309,32 +320,132 @@ int ldr_decode_jpeg(struct ldr_decoder *d, const uint8_t *jpg, size_t len, const
 		ex = sx + 1;
 	if (ey <= sy)
 		ey = sy + 1;
-	JDIMENSION xoff = sx, cw = ex - sx;
-	if (cw < c->output_width)
+	JDIMENSION xoff = sx, cw = ex - sx, top = exact ? 0 : sy;
+	if (!exact && cw < c->output_width)
 		jpeg_crop_scanline(c, &xoff, &cw);  /* widens to iMCU boundaries: xoff <= sx */
 	else
 		xoff = 0, cw = c->output_width;
 	size_t stride = (size_t)cw * 3;
-	if (reserve(d, stride * (ey - sy)) < 0) {
+	if (reserve(d, stride * (ey - top)) < 0) {
 		jpeg_abort_decompress(c);
-		snprintf(why, whylen, "out of memory for a %ux%u window", cw, ey - sy);
+		snprintf(why, whylen, "out of memory for a %ux%u window", cw, ey - top);
 		return -ENOMEM;
 	}
-	if (sy > 0)
-		jpeg_skip_scanlines(c, sy);
+	if (top > 0)
+		jpeg_skip_scanlines(c, top);
 	while (c->output_scanline < ey) {
 		JSAMPROW rows[16];
 		JDIMENSION n = ey - c->output_scanline;
 		if (n > 16)
 			n = 16;
 		for (JDIMENSION i = 0; i < n; i++)
-			rows[i] = d->scratch + stride * (c->output_scanline - sy + i);
+			rows[i] = d->scratch + stride * (c->output_scanline - top + i);
 		jpeg_read_scanlines(c, rows, n);
 	}
 	jpeg_abort_decompress(c);  /* the rows below the window are not needed */
 
-	return resize(d, d->scratch, cw, ey - sy, stride, (double)win.x / den - xoff,
-		      (double)win.y / den - sy, (double)win.w / den, (double)win.h / den, o, dst);
+	win->px = d->scratch + stride * (sy - top);
+	win->stride = stride;
+	win->w = cw;
+	win->h = ey - sy;
+	win->ox = xoff;
+	win->oy = sy;
+	win->den = den;
+	win->x0 = (double)cw0.x / den - xoff;
+	win->y0 = (double)cw0.y / den - sy;
+	win->sw = (double)cw0.w / den;
+	win->sh = (double)cw0.h / den;
+	return 0;
+}
+
+/* libjpeg's errors longjmp here; rows_body() holds every local that changes after the setjmp. */
+static int decode_rows(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
+		       const struct ldr_crop *crop, unsigned den, uint32_t out_h, uint32_t out_w,
+		       int exact, struct ldr_window *win, char *why, size_t whylen)
+{
+	struct jpeg_decompress_struct *c = &d->cinfo;
+
+	if (setjmp(d->err.jb)) {
+		char msg[JMSG_LENGTH_MAX];
+		c->err->format_message((j_common_ptr)c, msg);
+		snprintf(why, whylen, "JPEG: %s", msg);
+		jpeg_abort_decompress(c);
+		return -EBADMSG;
+	}
+	return rows_body(d, jpg, len, crop, den, out_h, out_w, exact, win, why, whylen);
+}
+
+int ldr_jpeg_window(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
+		    const struct ldr_crop *crop, uint32_t out_h, uint32_t out_w,
+		    struct ldr_window *win, char *why, size_t whylen)
+{
+	return decode_rows(d, jpg, len, crop, 0, out_h, out_w, 0, win, why, whylen);
+}
+
+int ldr_jpeg_rst_window(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
+			const struct ldr_crop *crop, uint32_t out_h, uint32_t out_w,
+			struct ldr_window *win, char *why, size_t whylen)
+{
+	struct ldr_rst_info info;
+	struct ldr_rst_plan plan;
+	struct ldr_crop c = *crop;
+	char tmp[160];
+	int ret = ldr_rst_parse(jpg, len, &info, tmp, sizeof(tmp));
+
+	if (ret < 0) {
+		snprintf(why, whylen, "JPEG: %s", tmp);
+		return ret;
+	}
+	clip_window(&c, info.width, info.height);
+	ldr_rst_plan(&info, c.x, c.y, c.w, c.h, &plan);
+	unsigned den = ldr_jpeg_scale(&c, out_h, out_w);
+	if (plan.whole)
+		return decode_rows(d, jpg, len, &c, den, out_h, out_w, 1, win, why, whylen);
+
+	size_t need = ldr_rst_splice_bound(len);
+	if (need > d->splice_size) {
+		uint8_t *p = realloc(d->splice, need);
+		if (!p) {
+			snprintf(why, whylen, "out of memory for a %zu-byte splice", need);
+			return -ENOMEM;
+		}
+		d->splice = p;
+		d->splice_size = need;
+	}
+	long n = ldr_rst_splice(jpg, len, &info, &plan, d->splice, tmp, sizeof(tmp));
+	if (n < 0) {
+		snprintf(why, whylen, "JPEG: %s", tmp);
+		return (int)n;
+	}
+	/* the splice starts on an MCU boundary, a multiple of 8 pixels: exact at every scale */
+	struct ldr_crop rel = { c.x - plan.x, c.y - plan.y, c.w, c.h };
+	ret = decode_rows(d, d->splice, (size_t)n, &rel, den, out_h, out_w, 1, win, why, whylen);
+	if (ret == 0) {
+		win->ox += plan.x / den;
+		win->oy += plan.y / den;
+	}
+	return ret;
+}
+
+int ldr_decode_jpeg(struct ldr_decoder *d, const uint8_t *jpg, size_t len, const struct ldr_crop *crop,
+		    const struct ldr_out *o, uint8_t *dst, char *why, size_t whylen)
+{
+	struct ldr_window w;
+	int ret = ldr_jpeg_window(d, jpg, len, crop, o->h, o->w, &w, why, whylen);
+
+	return ret < 0 ? ret : resize(d, w.px, w.w, w.h, w.stride, w.x0, w.y0, w.sw, w.sh, o, dst);
+}
+
+int ldr_decode_jpeg_rst(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
+			const struct ldr_crop *crop, const struct ldr_out *o, uint8_t *dst,
+			char *why, size_t whylen)
+{
+	struct ldr_window w;
+	int ret = ldr_jpeg_rst_window(d, jpg, len, crop, o->h, o->w, &w, why, whylen);
+
+	if (ret == -ENOTSUP)  /* a JPEG, but not one that splices: decode it the usual way */
+		return ldr_decode_jpeg(d, jpg, len, crop, o, dst, why, whylen);
+	return ret < 0 ? ret : resize(d, w.px, w.w, w.h, w.stride, w.x0, w.y0, w.sw, w.sh, o, dst);
 }
 
 int ldr_decode_raw(struct ldr_decoder *d, const uint8_t *src, uint32_t h, uint32_t w, uint32_t c,
