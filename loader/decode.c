@@ -290,9 +290,12 @@ static void clip_window(struct ldr_crop *win, uint32_t w, uint32_t h)
 /* Decode the rows and columns of the JPEG @jpg that cover @crop (in its pixels) at DCT scale
  * 1/@den (0: chosen from the clipped window and @out_h x @out_w) into the scratch buffer, and
  * describe them in @win (positions in the stream's scaled pixels).
- * @exact: decode every row from the top and every column, so that the pixels equal a full
- * decode's; else jpeg_crop_scanline() and jpeg_skip_scanlines() save the columns and rows outside
- * the window (the path for records without restart markers). */
+ * Columns outside the window's iMCU columns are left out (jpeg_crop_scanline()). @exact: every
+ * row is decoded from the top and one more iMCU column is kept on each side where chroma is
+ * subsampled horizontally, so that the pixels equal a full decode's (fancy upsampling looks one
+ * chroma sample across the edge of what is decoded); else jpeg_skip_scanlines() saves the rows
+ * above the window (the path for records without restart markers, whose window edges may differ
+ * slightly from a full decode). */
 static __attribute__((noinline)) int rows_body(struct ldr_decoder *d, const uint8_t *jpg,
 		size_t len, const struct ldr_crop *crop, unsigned den, uint32_t out_h, uint32_t out_w,
 		int exact, struct ldr_window *win, char *why, size_t whylen)
@@ -321,7 +324,12 @@ static __attribute__((noinline)) int rows_body(struct ldr_decoder *d, const uint
 	if (ey <= sy)
 		ey = sy + 1;
 	JDIMENSION xoff = sx, cw = ex - sx, top = exact ? 0 : sy;
-	if (!exact && cw < c->output_width)
+	if (exact && c->num_components > 1 && c->max_h_samp_factor > 1) {
+		JDIMENSION imcu = (JDIMENSION)c->max_h_samp_factor * DCTSIZE / den;
+		xoff = sx > imcu ? sx - imcu : 0;
+		cw = (ex + imcu < c->output_width ? ex + imcu : c->output_width) - xoff;
+	}
+	if (cw < c->output_width)
 		jpeg_crop_scanline(c, &xoff, &cw);  /* widens to iMCU boundaries: xoff <= sx */
 	else
 		xoff = 0, cw = c->output_width;

@@ -12,7 +12,14 @@
  *
  * The segment index is found by scanning the entropy data for markers at decode time rather than
  * stored: memchr over the bytes before the last segment needed costs about 1% of decoding them
- * (measured with callgrind, docs/BENCHMARKS.md), and the markers cannot disagree with an index. */
+ * (measured with callgrind, docs/BENCHMARKS.md), and the markers cannot disagree with an index.
+ *
+ * What it costs (callgrind, docs/BENCHMARKS.md): libjpeg-turbo decodes every MCU of a scan that
+ * has a restart interval on its slow Huffman path (decode_mcu() turns the fast one off whenever
+ * cinfo->restart_interval is set), which costs about as many instructions per MCU as skipping the
+ * other MCUs saves on ImageNet-sized photographs; on larger images the splice wins. A splice
+ * without markers (DC predictions re-coded from a stored per-segment index, segments joined at
+ * bit level) would keep the fast path: not done yet. */
 #include "loader/jpeg_rst.h"
 
 #include <errno.h>

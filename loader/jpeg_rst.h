@@ -46,7 +46,7 @@ void ldr_rst_plan(const struct ldr_rst_info *info, uint32_t x, uint32_t y, uint3
 		  struct ldr_rst_plan *plan);
 /* An upper bound on the splice's size for a record of @len bytes. */
 size_t ldr_rst_splice_bound(size_t len);
-/* Write the splice of @plan into @out (at least ldr_rst_splice_bound(len) bytes): the header with
+/* Write the splice of @plan into @out (at least ldr_rst_splice_bound() bytes): the header with
  * the SOF resized, the planned segments with their restart markers renumbered, EOI. Returns its
  * length, or -EBADMSG with @why when the entropy data is not a sequence of correctly numbered
  * restart segments as far as the plan needs. Reads only inside @jpg[0, len). */
