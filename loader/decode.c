@@ -35,8 +35,8 @@ struct ldr_decoder {
 	size_t splice_size;
 	ZSTD_DCtx *zd;
 	int32_t *xi;               /* resize tables: per output column, left and right byte offset */
-	uint16_t *xw;              /* and the right one's weight in 1/256 */
-	uint16_t *hrow;            /* one vertically blended source row */
+	uint32_t *xw;              /* and the weights in 1/256: left | right << 16 (pmaddwd pairs) */
+	uint16_t *hrow;            /* one vertically blended source row, + HROW_PAD elements */
 	size_t hcap;               /* its capacity, in elements */
 	size_t xcap;
 };
@@ -163,6 +163,9 @@ void ldr_decoder_destroy(struct ldr_decoder *d)
 	free(d);
 }
 
+/* The horizontal pass loads 4 elements at a pixel's 3: one past the row's last pixel. */
+#define HROW_PAD 4
+
 /* Grow-only buffers: after the first few samples a worker never allocates again. */
 static int reserve(struct ldr_decoder *d, size_t n)
 {
@@ -182,7 +185,7 @@ static int reserve_x(struct ldr_decoder *d, size_t w, size_t src_row)
 		int32_t *xi = realloc(d->xi, 2 * w * sizeof(*xi));
 		if (xi)
 			d->xi = xi;
-		uint16_t *xw = realloc(d->xw, w * sizeof(*xw));
+		uint32_t *xw = realloc(d->xw, w * sizeof(*xw));
 		if (xw)
 			d->xw = xw;
 		if (!xi || !xw)
@@ -190,7 +193,7 @@ static int reserve_x(struct ldr_decoder *d, size_t w, size_t src_row)
 		d->xcap = w;
 	}
 	if (src_row > d->hcap) {
-		uint16_t *hr = realloc(d->hrow, src_row * sizeof(*hr));
+		uint16_t *hr = realloc(d->hrow, (src_row + HROW_PAD) * sizeof(*hr));
 		if (!hr)
 			return -ENOMEM;
 		d->hrow = hr;
@@ -199,15 +202,32 @@ static int reserve_x(struct ldr_decoder *d, size_t w, size_t src_row)
 	return 0;
 }
 
+/* Blend of two pixels of the vertically blended row: @l and @r (3 values each, 15-bit), weights
+ * @w = left | right << 16 in 1/256, as 4 int32 lanes (the 4th is junk). SSE2 (x86-64's baseline):
+ * one pmaddwd does the three multiply-adds. */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+static inline __m128i blend2(const uint16_t *l, const uint16_t *r, uint32_t w)
+{
+	__m128i a = _mm_loadl_epi64((const __m128i *)(const void *)l);
+	__m128i b = _mm_loadl_epi64((const __m128i *)(const void *)r);
+	__m128i s = _mm_madd_epi16(_mm_unpacklo_epi16(a, b), _mm_set1_epi32((int)w));
+	return _mm_srli_epi32(_mm_add_epi32(s, _mm_set1_epi32(1 << 14)), 15);
+}
+#endif
+
 /* Bilinear resize of the window (x0, y0, sw, sh) (fractional, in pixels of @src, which is
  * @src_w x @src_h x 3 with @stride bytes per row) to @o, flipped if asked, into @dst.
  *
- * Separable, in 8-bit fixed point, vertical pass first: for each output row, the two source rows
- * are blended over the columns the window uses (contiguous, so it vectorises), then that one row
- * is resized horizontally through the column tables, into which the flip is folded. Measured
- * with perf, this order halves the time of the horizontal-first one: the gathers run once per
- * output row instead of once per source row. The DCT scale has already done the bulk of any
- * shrink (an averaging filter), so what is left is a factor below 2 and bilinear does not alias. */
+ * Separable, in fixed point, vertical pass first: for each output row, the two source rows are
+ * blended over the columns the window uses (contiguous, so it vectorises) into 15-bit values,
+ * then that one row is resized horizontally through the column tables, into which the flip is
+ * folded: per output pixel one SSE2 multiply-add of the (left, right) value pairs of its three
+ * channels, two pixels per step. Measured with callgrind on 224x224 crops of photographs, the
+ * horizontal pass was 88% of the resize's instructions as scalar code (40 per pixel); this order
+ * halves the time of the horizontal-first one, as the gathers run once per output row instead of
+ * once per source row. The DCT scale has already done the bulk of any shrink (an averaging
+ * filter), so what is left is a factor below 2 and bilinear does not alias. */
 static int resize(struct ldr_decoder *d, const uint8_t *src, uint32_t src_w, uint32_t src_h,
 		  size_t stride, double x0, double y0, double sw, double sh, const struct ldr_out *o,
 		  uint8_t *dst)
@@ -225,9 +245,10 @@ static int resize(struct ldr_decoder *d, const uint8_t *src, uint32_t src_w, uin
 			sx = src_w - 1;
 		uint32_t xl = (uint32_t)sx, xr = xl + 1 < src_w ? xl + 1 : xl;
 		uint32_t col = o->flip ? o->w - 1 - ox : ox;
+		uint32_t wr = (uint32_t)lround((sx - xl) * 256);
 		d->xi[2 * col] = (int32_t)xl * 3;
 		d->xi[2 * col + 1] = (int32_t)xr * 3;
-		d->xw[col] = (uint16_t)lround((sx - xl) * 256);
+		d->xw[col] = (256 - wr) | wr << 16;
 		if (xl < lo)
 			lo = xl;
 		if (xr > hi)
@@ -237,8 +258,9 @@ static int resize(struct ldr_decoder *d, const uint8_t *src, uint32_t src_w, uin
 	/* Locals with restrict: stores to the uint8_t output may alias anything, and without them
 	 * the compiler reloads the tables on every pixel. */
 	const int32_t *restrict xi = d->xi;
-	const uint16_t *restrict xw = d->xw;
-	uint16_t *restrict v = d->hrow;  /* one vertically blended row, value x 256, indexed like @src */
+	const uint32_t *restrict xw = d->xw;
+	uint16_t *restrict v = d->hrow;  /* one vertically blended row, value x 128, indexed like @src */
+	memset(v + c1, 0, HROW_PAD * sizeof(*v));  /* read, never used: keep them defined */
 	for (uint32_t oy = 0; oy < o->h; oy++) {
 		double sy = y0 + (oy + 0.5) * sh / o->h - 0.5;
 		if (sy < 0)
@@ -246,26 +268,56 @@ static int resize(struct ldr_decoder *d, const uint8_t *src, uint32_t src_w, uin
 		if (sy > src_h - 1)
 			sy = src_h - 1;
 		uint32_t yt = (uint32_t)sy, yb = yt + 1 < src_h ? yt + 1 : yt;
-		uint32_t wb = (uint32_t)lround((sy - yt) * 256), wt = 256 - wb;
+		/* weights in 1/128, so that the blend fits 16-bit lanes (the compiler vectorises it
+		 * 16 wide; a 1/256 blend shifted down does not) */
+		uint16_t wb = (uint16_t)lround((sy - yt) * 128), wt = (uint16_t)(128 - wb);
 		const uint8_t *restrict t = src + stride * yt, *restrict b = src + stride * yb;
 		for (size_t i = c0; i < c1; i++)
 			v[i] = (uint16_t)(t[i] * wt + b[i] * wb);
+		uint32_t ox = 0;
 		if (!o->nchw) {
 			uint8_t *restrict drow = dst + (size_t)o->w * 3 * oy;
-			for (uint32_t ox = 0; ox < o->w; ox++) {
+#if defined(__SSE2__)
+			/* 4-byte stores of 3-byte pixels: the junk byte is overwritten by the next
+			 * pixel, so the row's last pixel is left to the scalar loop */
+			for (; ox + 2 < o->w; ox += 2) {
+				__m128i p = _mm_packs_epi32(blend2(v + xi[2 * ox], v + xi[2 * ox + 1], xw[ox]),
+							    blend2(v + xi[2 * ox + 2], v + xi[2 * ox + 3],
+								   xw[ox + 1]));
+				p = _mm_packus_epi16(p, p);
+				uint32_t a = (uint32_t)_mm_cvtsi128_si32(p);
+				uint32_t b2 = (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(p, 4));
+				memcpy(drow + 3 * ox, &a, 4);
+				memcpy(drow + 3 * ox + 3, &b2, 4);
+			}
+#endif
+			for (; ox < o->w; ox++) {
 				const uint16_t *l = v + xi[2 * ox], *r = v + xi[2 * ox + 1];
-				uint32_t wr = xw[ox], wl = 256 - wr;
-				drow[3 * ox] = (uint8_t)((l[0] * wl + r[0] * wr + 32768) >> 16);
-				drow[3 * ox + 1] = (uint8_t)((l[1] * wl + r[1] * wr + 32768) >> 16);
-				drow[3 * ox + 2] = (uint8_t)((l[2] * wl + r[2] * wr + 32768) >> 16);
+				uint32_t wl = xw[ox] & 0xffff, wr = xw[ox] >> 16;
+				for (int ch = 0; ch < 3; ch++)
+					drow[3 * ox + ch] = (uint8_t)((l[ch] * wl + r[ch] * wr + 16384) >> 15);
 			}
 		} else {
 			uint8_t *d0 = dst + (size_t)oy * o->w;
-			for (uint32_t ox = 0; ox < o->w; ox++) {
+#if defined(__SSE2__)
+			for (; ox + 1 < o->w; ox += 2) {
+				__m128i p = _mm_packs_epi32(blend2(v + xi[2 * ox], v + xi[2 * ox + 1], xw[ox]),
+							    blend2(v + xi[2 * ox + 2], v + xi[2 * ox + 3],
+								   xw[ox + 1]));
+				p = _mm_packus_epi16(p, p);
+				uint8_t px[8];
+				_mm_storel_epi64((__m128i *)(void *)px, p);
+				for (int ch = 0; ch < 3; ch++) {
+					d0[ch * plane + ox] = px[ch];
+					d0[ch * plane + ox + 1] = px[4 + ch];
+				}
+			}
+#endif
+			for (; ox < o->w; ox++) {
 				const uint16_t *l = v + xi[2 * ox], *r = v + xi[2 * ox + 1];
-				uint32_t wr = xw[ox], wl = 256 - wr;
+				uint32_t wl = xw[ox] & 0xffff, wr = xw[ox] >> 16;
 				for (int ch = 0; ch < 3; ch++)
-					d0[ch * plane + ox] = (uint8_t)((l[ch] * wl + r[ch] * wr + 32768) >> 16);
+					d0[ch * plane + ox] = (uint8_t)((l[ch] * wl + r[ch] * wr + 16384) >> 15);
 			}
 		}
 	}
