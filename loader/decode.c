@@ -342,12 +342,12 @@ static void clip_window(struct ldr_crop *win, uint32_t w, uint32_t h)
 /* Decode the rows and columns of the JPEG @jpg that cover @crop (in its pixels) at DCT scale
  * 1/@den (0: chosen from the clipped window and @out_h x @out_w) into the scratch buffer, and
  * describe them in @win (positions in the stream's scaled pixels).
- * Columns outside the window's iMCU columns are left out (jpeg_crop_scanline()). @exact: every
- * row is decoded from the top and one more iMCU column is kept on each side where chroma is
- * subsampled horizontally, so that the pixels equal a full decode's (fancy upsampling looks one
- * chroma sample across the edge of what is decoded); else jpeg_skip_scanlines() saves the rows
- * above the window (the path for records without restart markers, whose window edges may differ
- * slightly from a full decode). */
+ * Columns outside the window's iMCU columns are left out (jpeg_crop_scanline()), and the rows
+ * above it are skipped (jpeg_skip_scanlines(), which keeps the context rows that upsampling
+ * needs). @exact: one more iMCU column is kept on each side where chroma is subsampled
+ * horizontally, so that the pixels equal a full decode's (fancy upsampling looks one chroma
+ * sample across the edge of what is decoded); without it (the path for records without restart
+ * markers) the window's edge columns may differ slightly from a full decode. */
 static __attribute__((noinline)) int rows_body(struct ldr_decoder *d, const uint8_t *jpg,
 		size_t len, const struct ldr_crop *crop, unsigned den, uint32_t out_h, uint32_t out_w,
 		int exact, struct ldr_window *win, char *why, size_t whylen)
@@ -375,7 +375,7 @@ static __attribute__((noinline)) int rows_body(struct ldr_decoder *d, const uint
 		ex = sx + 1;
 	if (ey <= sy)
 		ey = sy + 1;
-	JDIMENSION xoff = sx, cw = ex - sx, top = exact ? 0 : sy;
+	JDIMENSION xoff = sx, cw = ex - sx;
 	if (exact && c->num_components > 1 && c->max_h_samp_factor > 1) {
 		JDIMENSION imcu = (JDIMENSION)c->max_h_samp_factor * DCTSIZE / den;
 		xoff = sx > imcu ? sx - imcu : 0;
@@ -386,25 +386,25 @@ static __attribute__((noinline)) int rows_body(struct ldr_decoder *d, const uint
 	else
 		xoff = 0, cw = c->output_width;
 	size_t stride = (size_t)cw * 3;
-	if (reserve(d, stride * (ey - top)) < 0) {
+	if (reserve(d, stride * (ey - sy)) < 0) {
 		jpeg_abort_decompress(c);
-		snprintf(why, whylen, "out of memory for a %ux%u window", cw, ey - top);
+		snprintf(why, whylen, "out of memory for a %ux%u window", cw, ey - sy);
 		return -ENOMEM;
 	}
-	if (top > 0)
-		jpeg_skip_scanlines(c, top);
+	if (sy > 0)
+		jpeg_skip_scanlines(c, sy);
 	while (c->output_scanline < ey) {
 		JSAMPROW rows[16];
 		JDIMENSION n = ey - c->output_scanline;
 		if (n > 16)
 			n = 16;
 		for (JDIMENSION i = 0; i < n; i++)
-			rows[i] = d->scratch + stride * (c->output_scanline - top + i);
+			rows[i] = d->scratch + stride * (c->output_scanline - sy + i);
 		jpeg_read_scanlines(c, rows, n);
 	}
 	jpeg_abort_decompress(c);  /* the rows below the window are not needed */
 
-	win->px = d->scratch + stride * (sy - top);
+	win->px = d->scratch;
 	win->stride = stride;
 	win->w = cw;
 	win->h = ey - sy;
