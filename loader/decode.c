@@ -214,7 +214,25 @@ static inline __m128i blend2(const uint16_t *l, const uint16_t *r, uint32_t w)
 	__m128i s = _mm_madd_epi16(_mm_unpacklo_epi16(a, b), _mm_set1_epi32((int)w));
 	return _mm_srli_epi32(_mm_add_epi32(s, _mm_set1_epi32(1 << 14)), 15);
 }
+
+/* Output pixels @ox and @ox + 1 of the row @v: bytes 0..2 and 4..6 (3 and 7 are junk). */
+static inline __m128i blend_pair(const uint16_t *v, const int32_t *xi, const uint32_t *xw,
+				 uint32_t ox)
+{
+	__m128i p = _mm_packs_epi32(blend2(v + xi[2 * ox], v + xi[2 * ox + 1], xw[ox]),
+				    blend2(v + xi[2 * ox + 2], v + xi[2 * ox + 3], xw[ox + 1]));
+	return _mm_packus_epi16(p, p);
+}
 #endif
+
+/* Channel @ch of output pixel @ox of the row @v, without SSE2 (the row's tail). */
+static inline uint8_t blend1(const uint16_t *v, const int32_t *xi, const uint32_t *xw, uint32_t ox,
+			     int ch)
+{
+	uint32_t l = v[xi[2 * ox] + ch], r = v[xi[2 * ox + 1] + ch];
+
+	return (uint8_t)((l * (xw[ox] & 0xffff) + r * (xw[ox] >> 16) + 16384) >> 15);
+}
 
 /* Bilinear resize of the window (x0, y0, sw, sh) (fractional, in pixels of @src, which is
  * @src_w x @src_h x 3 with @stride bytes per row) to @o, flipped if asked, into @dst.
@@ -281,44 +299,31 @@ static int resize(struct ldr_decoder *d, const uint8_t *src, uint32_t src_w, uin
 			/* 4-byte stores of 3-byte pixels: the junk byte is overwritten by the next
 			 * pixel, so the row's last pixel is left to the scalar loop */
 			for (; ox + 2 < o->w; ox += 2) {
-				__m128i p = _mm_packs_epi32(blend2(v + xi[2 * ox], v + xi[2 * ox + 1], xw[ox]),
-							    blend2(v + xi[2 * ox + 2], v + xi[2 * ox + 3],
-								   xw[ox + 1]));
-				p = _mm_packus_epi16(p, p);
+				__m128i p = blend_pair(v, xi, xw, ox);
 				uint32_t a = (uint32_t)_mm_cvtsi128_si32(p);
 				uint32_t b2 = (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(p, 4));
 				memcpy(drow + 3 * ox, &a, 4);
 				memcpy(drow + 3 * ox + 3, &b2, 4);
 			}
 #endif
-			for (; ox < o->w; ox++) {
-				const uint16_t *l = v + xi[2 * ox], *r = v + xi[2 * ox + 1];
-				uint32_t wl = xw[ox] & 0xffff, wr = xw[ox] >> 16;
+			for (; ox < o->w; ox++)
 				for (int ch = 0; ch < 3; ch++)
-					drow[3 * ox + ch] = (uint8_t)((l[ch] * wl + r[ch] * wr + 16384) >> 15);
-			}
+					drow[3 * ox + ch] = blend1(v, xi, xw, ox, ch);
 		} else {
 			uint8_t *d0 = dst + (size_t)oy * o->w;
 #if defined(__SSE2__)
 			for (; ox + 1 < o->w; ox += 2) {
-				__m128i p = _mm_packs_epi32(blend2(v + xi[2 * ox], v + xi[2 * ox + 1], xw[ox]),
-							    blend2(v + xi[2 * ox + 2], v + xi[2 * ox + 3],
-								   xw[ox + 1]));
-				p = _mm_packus_epi16(p, p);
 				uint8_t px[8];
-				_mm_storel_epi64((__m128i *)(void *)px, p);
+				_mm_storel_epi64((__m128i *)(void *)px, blend_pair(v, xi, xw, ox));
 				for (int ch = 0; ch < 3; ch++) {
 					d0[ch * plane + ox] = px[ch];
 					d0[ch * plane + ox + 1] = px[4 + ch];
 				}
 			}
 #endif
-			for (; ox < o->w; ox++) {
-				const uint16_t *l = v + xi[2 * ox], *r = v + xi[2 * ox + 1];
-				uint32_t wl = xw[ox] & 0xffff, wr = xw[ox] >> 16;
+			for (; ox < o->w; ox++)
 				for (int ch = 0; ch < 3; ch++)
-					d0[ch * plane + ox] = (uint8_t)((l[ch] * wl + r[ch] * wr + 16384) >> 15);
-			}
+					d0[ch * plane + ox] = blend1(v, xi, xw, ox, ch);
 		}
 	}
 	return 0;

@@ -22,22 +22,11 @@
 #include <zstd.h>
 #include <cmocka.h>
 
-static uint64_t xorshift(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
+#include "tests/seed.h"
 
-/* A seed from TEST_DECODE_SEED or the clock, printed so that a failure can be replayed. */
 static uint64_t test_seed(const char *test)
 {
-	const char *env = getenv("TEST_DECODE_SEED");
-	uint64_t seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
-
-	printf("%s: seed %" PRIu64 " (TEST_DECODE_SEED=%" PRIu64 " to replay)\n", test, seed, seed);
-	return seed * 0x9e3779b97f4a7c15ull + 1;
+	return test_seed_env(test, "TEST_DECODE_SEED");
 }
 
 /* ---- crop windows ---- */

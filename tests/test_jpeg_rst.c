@@ -22,21 +22,11 @@
 #include <turbojpeg.h>
 #include <cmocka.h>
 
-static uint64_t xorshift(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
+#include "tests/seed.h"
 
 static uint64_t test_seed(const char *test)
 {
-	const char *env = getenv("TEST_JPEG_RST_SEED");
-	uint64_t seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
-
-	printf("%s: seed %" PRIu64 " (TEST_JPEG_RST_SEED=%" PRIu64 " to replay)\n", test, seed, seed);
-	return seed * 0x9e3779b97f4a7c15ull + 1;
+	return test_seed_env(test, "TEST_JPEG_RST_SEED");
 }
 
 /* Texture with edges and noise, so that any difference in upsampling or IDCT shows. */
@@ -110,19 +100,15 @@ static int setup(void **state)
 	tjd = tjInitDecompress();
 	assert_non_null(tjd);
 	assert_int_equal(ldr_decoder_create(&dec), 0);
-	make_img(&imgs[0], 333, 517, TJSAMP_420, 0, 1);
-	make_img(&imgs[1], 640, 480, TJSAMP_420, 0, 2);
-	make_img(&imgs[2], 517, 333, TJSAMP_422, 0, 3);
-	make_img(&imgs[3], 301, 299, TJSAMP_444, 0, 4);
-	make_img(&imgs[4], 333, 211, TJSAMP_GRAY, 0, 5);
-	make_img(&imgs[5], 419, 287, TJSAMP_420, 1, 6);
-	make_img(&imgs[6], 287, 419, TJSAMP_422, 1, 7);
-	make_img(&imgs[7], 250, 190, TJSAMP_444, 1, 8);
-	make_img(&imgs[8], 203, 177, TJSAMP_GRAY, 1, 9);
-	make_img(&imgs[9], 277, 263, TJSAMP_440, 0, 10);
-	make_img(&imgs[10], 17, 9, TJSAMP_420, 0, 11);
-	make_img(&imgs[11], 1, 1, TJSAMP_420, 0, 12);
-	make_img(&imgs[12], 1031, 97, TJSAMP_420, 0, 13);  /* a row of 65 MCUs: 5 x 13 */
+	static const struct { int w, h, samp, progressive; } set[NIMG] = {
+		{ 333, 517, TJSAMP_420, 0 },  { 640, 480, TJSAMP_420, 0 },  { 517, 333, TJSAMP_422, 0 },
+		{ 301, 299, TJSAMP_444, 0 },  { 333, 211, TJSAMP_GRAY, 0 }, { 419, 287, TJSAMP_420, 1 },
+		{ 287, 419, TJSAMP_422, 1 },  { 250, 190, TJSAMP_444, 1 },  { 203, 177, TJSAMP_GRAY, 1 },
+		{ 277, 263, TJSAMP_440, 0 },  { 17, 9, TJSAMP_420, 0 },     { 1, 1, TJSAMP_420, 0 },
+		{ 1031, 97, TJSAMP_420, 0 },  /* a row of 65 MCUs: 5 x 13 */
+	};
+	for (int i = 0; i < NIMG; i++)
+		make_img(&imgs[i], set[i].w, set[i].h, set[i].samp, set[i].progressive, (uint64_t)i + 1);
 	return 0;
 }
 
@@ -191,8 +177,8 @@ static void test_rst_rewrite_lossless(void **state)
 }
 
 /* The crop's pixels of @win (at its scale) against the full decode of the original. */
-static void check_window(const struct img *m, const struct ldr_crop *c, const struct ldr_window *win,
-			 const char *what)
+static void check_window(const struct img *m, const struct ldr_crop *c,
+			 const struct ldr_window *win, const char *what)
 {
 	int s = __builtin_ctz(win->den);
 	uint32_t x0 = c->x / win->den, y0 = c->y / win->den;
