@@ -21,6 +21,11 @@
 #include <jerror.h>
 #include <zstd.h>
 
+#if defined(__SSE2__) && defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define HAVE_AVX2_PATH 1  /* resize() has an AVX2 loop, taken when the CPU has AVX2 */
+#endif
+
 struct err_mgr {
 	struct jpeg_error_mgr pub;
 	jmp_buf jb;
@@ -38,6 +43,7 @@ struct ldr_decoder {
 	uint32_t *xw;              /* and the weights in 1/256: left | right << 16 (pmaddwd pairs) */
 	uint16_t *hrow;            /* one vertically blended source row, + HROW_PAD elements */
 	size_t hcap;               /* its capacity, in elements */
+	int avx2;                  /* the CPU has AVX2: resize's horizontal pass takes 4 pixels a step */
 	size_t xcap;
 };
 
@@ -136,6 +142,9 @@ int ldr_decoder_create(struct ldr_decoder **out)
 	*out = NULL;
 	if (!d)
 		return -ENOMEM;
+#ifdef HAVE_AVX2_PATH
+	d->avx2 = __builtin_cpu_supports("avx2");
+#endif
 	d->cinfo.err = jpeg_std_error(&d->err.pub);
 	d->err.pub.error_exit = on_error;
 	d->err.pub.emit_message = on_message;
@@ -225,6 +234,53 @@ static inline __m128i blend_pair(const uint16_t *v, const int32_t *xi, const uin
 }
 #endif
 
+#ifdef HAVE_AVX2_PATH
+/* NHWC output pixels [0, n) of the row @v into @drow, four a step with AVX2 (the same arithmetic
+ * as blend2(): one vpmaddwd per pixel pair of lanes); returns how many it wrote, leaving at least
+ * the last pixel to the caller (4-byte stores of 3-byte pixels). Measured with callgrind: half
+ * the instructions of the SSE2 loop per pixel. */
+__attribute__((target("avx2"))) static uint32_t hrow_avx2(const uint16_t *v, const int32_t *xi,
+							  const uint32_t *xw, uint32_t n,
+							  uint8_t *drow)
+{
+	const __m256i round = _mm256_set1_epi32(1 << 14);
+	const __m256i even = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
+	const __m256i odd = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
+	uint32_t ox = 0;
+
+	for (; ox + 4 < n; ox += 4) {
+		const int32_t *x = xi + 2 * ox;
+		/* lane 0: pixels ox, ox + 1; lane 1: ox + 2, ox + 3 (4 values each, 3 used) */
+		__m128i l01 = _mm_loadl_epi64((const __m128i *)(const void *)(v + x[0]));
+		__m128i r01 = _mm_loadl_epi64((const __m128i *)(const void *)(v + x[1]));
+		__m128i l23 = _mm_loadl_epi64((const __m128i *)(const void *)(v + x[4]));
+		__m128i r23 = _mm_loadl_epi64((const __m128i *)(const void *)(v + x[5]));
+		l01 = _mm_unpacklo_epi64(l01, _mm_loadl_epi64((const __m128i *)(const void *)(v + x[2])));
+		r01 = _mm_unpacklo_epi64(r01, _mm_loadl_epi64((const __m128i *)(const void *)(v + x[3])));
+		l23 = _mm_unpacklo_epi64(l23, _mm_loadl_epi64((const __m128i *)(const void *)(v + x[6])));
+		r23 = _mm_unpacklo_epi64(r23, _mm_loadl_epi64((const __m128i *)(const void *)(v + x[7])));
+		__m256i l = _mm256_inserti128_si256(_mm256_castsi128_si256(l01), l23, 1);
+		__m256i r = _mm256_inserti128_si256(_mm256_castsi128_si256(r01), r23, 1);
+		__m256i w = _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(xw + ox)));
+		/* unpacklo pairs pixels ox and ox + 2, unpackhi ox + 1 and ox + 3 */
+		__m256i a = _mm256_madd_epi16(_mm256_unpacklo_epi16(l, r), _mm256_permutevar8x32_epi32(w, even));
+		__m256i b = _mm256_madd_epi16(_mm256_unpackhi_epi16(l, r), _mm256_permutevar8x32_epi32(w, odd));
+		a = _mm256_srli_epi32(_mm256_add_epi32(a, round), 15);
+		b = _mm256_srli_epi32(_mm256_add_epi32(b, round), 15);
+		__m256i p = _mm256_packs_epi32(a, b);
+		p = _mm256_packus_epi16(p, p);
+		__m128i p01 = _mm256_castsi256_si128(p), p23 = _mm256_extracti128_si256(p, 1);
+		uint32_t q[4] = { (uint32_t)_mm_cvtsi128_si32(p01),
+				  (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(p01, 4)),
+				  (uint32_t)_mm_cvtsi128_si32(p23),
+				  (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(p23, 4)) };
+		for (int k = 0; k < 4; k++)
+			memcpy(drow + 3 * (ox + (uint32_t)k), &q[k], 4);
+	}
+	return ox;
+}
+#endif
+
 /* Channel @ch of output pixel @ox of the row @v, without SSE2 (the row's tail). */
 static inline uint8_t blend1(const uint16_t *v, const int32_t *xi, const uint32_t *xw, uint32_t ox,
 			     int ch)
@@ -298,6 +354,10 @@ static int resize(struct ldr_decoder *d, const uint8_t *src, uint32_t src_w, uin
 #if defined(__SSE2__)
 			/* 4-byte stores of 3-byte pixels: the junk byte is overwritten by the next
 			 * pixel, so the row's last pixel is left to the scalar loop */
+#ifdef HAVE_AVX2_PATH
+			if (d->avx2)
+				ox = hrow_avx2(v, xi, xw, o->w, drow);
+#endif
 			for (; ox + 2 < o->w; ox += 2) {
 				__m128i p = blend_pair(v, xi, xw, ox);
 				uint32_t a = (uint32_t)_mm_cvtsi128_si32(p);
