@@ -127,14 +127,22 @@ if ! { "$BIN/dsgen" imagefolder "$T/tree" --classes 4 --per-class 25 --min-side 
 fi
 rm -rf "$T/tree"
 NSAMP=100
-# start_ld NODE: node NODE's loaderd on $V/ld.sock (one worker), pid in LDA/LDB (the agent execs
-# into it), its log in $T/ld-NODE.log
+# start_ld NODE: node NODE's loaderd on $V/ld.sock (one worker), through a wrapper that runs it
+# there (the agent execs into it, so its pid is loaderd's); pid in LDA or LDB, log in
+# $T/ld-NODE.log. start_loaderd (lib.sh) waits for its --ready-fd line.
 start_ld() {
-	"$T/agent" "node-$1" "exec '$BIN/loaderd' --socket '$V/ld.sock' --workers 1 --linger 5" \
-		2>"$T/ld-$1.log" &
-	pid=$!
-	if [ "$1" = a ]; then LDA=$pid; else LDB=$pid; fi
-	wait_socket "$T/node-$1/ld.sock" "$pid" || { echo "# loaderd on node $1 did not start"; show "$T/ld-$1.log"; return 1; }
+	cat >"$T/loaderd-$1" <<EOF
+#!/bin/sh
+cmd="exec '$BIN/loaderd'"
+for a in "\$@"; do cmd="\$cmd '\$a'"; done
+exec "$T/agent" node-$1 "\$cmd"
+EOF
+	chmod +x "$T/loaderd-$1"
+	LOADERD=$T/loaderd-$1 start_loaderd "$T/ld-$1.log" --socket "$V/ld.sock" --workers 1 --linger 5
+	rc=$?
+	if [ "$1" = a ]; then LDA=$LPID; else LDB=$LPID; fi
+	LPID=""
+	return $rc
 }
 check "a loaderd on node a" start_ld a
 check "a loaderd on node b" start_ld b
