@@ -106,15 +106,15 @@ GUARD="timeout -k 5 90"
 # on NODE CMD...: CMD (one shell string) on node a or b
 on() { node=$1; shift; "$T/agent" "node-$node" "$@"; }
 # mp NAME NP [trainer options...]: mpirun -np NP trainer on both nodes (from node a), output in
-# $T/NAME.out. Returns mpirun's status.
+# $T/NAME.out. Returns mpirun's status. In the background and waited for, so that a signal to
+# this script is handled (cleanup) at once, not after the run.
 mp() {
 	name=$1 np=$2
 	shift 2
 	$GUARD "$T/agent" "$IPA" "exec mpirun --hostfile '$T/hosts' -np $np '$BIN/trainer' $*" \
-		>"$T/$name.out" 2>&1
+		>"$T/$name.out" 2>&1 &
+	wait $!
 }
-now() { date +%s.%N; }
-since() { python3 -c "print('%.1f' % ($(now) - $1))"; }
 # veth bytes sent from node a
 txbytes() { ip -n "$NSA" -s -j link show "$VA" | python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["stats64"]["tx"]["bytes"])'; }
 
@@ -231,7 +231,8 @@ check "tc: both ends of the veth limited to $RATE" sh -c \
 t0=$(now)
 $GUARD "$T/agent" "$IPA" "exec '$BIN/ldprobe' --hostfile '$T/hosts' --launch-agent '$T/agent' \
 	--socket '$V/ld.sock' --dataset '$V/d.dpk' --model $MODEL --crop 32 --batch 1 \
-	--device host --seconds 1.5 --out '$T/probe'" >"$T/probe.out" 2>"$T/probe.err"
+	--device host --seconds 1.5 --out '$T/probe'" >"$T/probe.out" 2>"$T/probe.err" &
+wait $!
 rc=$?
 echo "# ldprobe: $(since "$t0") s"
 check "ldprobe --hostfile across the nodes: exit 0 (exit $rc)" [ $rc -eq 0 ]
@@ -278,13 +279,8 @@ mpid=$!
 i=0
 while [ "$(grep -c 'attached' "$T/ld-b.log")" -lt $((base + 2)) ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
 sleep 0.5
-kill -KILL "$LDB"
-wait "$LDB" 2>/dev/null
+kill_wait "$LDB" $mpid
 LDB=""
-t1=$(now)
-wait $mpid
-rc=$?
-dt=$(since "$t1")
 check "node b's loaderd killed: mpirun exits non-zero (exit $rc)" [ $rc -ne 0 ]
 check "  within $dt s of the kill (< 15)" lt "$dt" 15
 check "  a rank of node b says loaderd went away" \

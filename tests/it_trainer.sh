@@ -24,8 +24,6 @@ T=$(mktemp -d /tmp/it_trainer.XXXXXX)
 . "$(dirname "$0")/lib.sh"
 trap 'stop_loaderd; rm -rf "$T"' EXIT
 trap 'exit 130' INT TERM HUP
-now() { date +%s.%N; }
-since() { python3 -c "print('%.1f' % ($(now) - $1))"; }
 # No process whose command line holds $1 (this script's own does not).
 noproc() { ! pgrep -f "$1" >/dev/null; }
 
@@ -124,13 +122,8 @@ while [ "$(grep -c "rank [01]/2 attached" "$T/loaderd.log")" -lt 4 ] && [ $i -lt
 	i=$((i + 1))
 done
 sleep 0.5
-kill -KILL "$LPID"
-wait "$LPID" 2>/dev/null
+kill_wait "$LPID" $mp
 LPID=""
-t1=$(now)
-wait $mp
-rc=$?
-dt=$(since "$t1")
 check "loaderd killed: mpirun exits non-zero (exit $rc)" [ $rc -ne 0 ]
 check "  within $dt s of the kill (< 15)" lt "$dt" 15
 check "  and says loaderd went away" grep -q "loaderd closed the connection" "$T/lk.out"

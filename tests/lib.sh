@@ -82,6 +82,20 @@ serve_loaderd() {
 		{ echo "# loaderd did not start"; exit 1; }
 }
 
+# now: the time in seconds; since T0: seconds from T0 (a now) to now, "%.1f"
+now() { date +%s.%N; }
+since() { python3 -c "print('%.1f' % ($(now) - $1))"; }
+# kill_wait VICTIM JOB: SIGKILL the process VICTIM and reap it, then wait for the background
+# process JOB; sets rc (JOB's exit status) and dt (seconds from the kill to JOB's end, "%.1f").
+kill_wait() {
+	kill -KILL "$1"
+	wait "$1" 2>/dev/null
+	_kw_t=$(now)
+	wait "$2"
+	rc=$?
+	dt=$(since "$_kw_t")
+}
+
 # cmp_params same|differ A.bin B.bin INIT.bin: trainer --dump-params files. "same": they agree to
 # 1e-5, as ||a-b|| / ||a|| and as max|a-b| <= 1e-5 max|a|; "differ": they are clearly apart
 # (relative L2 difference > 1e-3), which shows that the comparison can fail. Prints the figures.
