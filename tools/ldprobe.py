@@ -442,7 +442,11 @@ def measure_nodes(a, children):
             if rc != 0 or not lines:
                 raise Failure("loader ceiling on node %s: status %d (log: %s):\n%s" %
                               (host, rc, log_path, tail(open(log_path).read())))
-            d = json.loads(lines[-1][len("ldprobe-node: "):])
+            try:
+                d = json.loads(lines[-1][len("ldprobe-node: "):])
+            except ValueError as e:
+                raise Failure("loader ceiling on node %s: unreadable answer (%s; log: %s)" %
+                              (host, e, log_path))
             d.update(host=host, first=first, count=count)
             nodes.append(d)
     finally:
