@@ -20,7 +20,7 @@
 #     ldprobe across the nodes (--hostfile, --launch-agent) measures each node's loader ceiling
 #     on that node and says communication-limited; its batch advice (from how compute grows with
 #     the batch, which it measures), applied, gives the exposed allreduce share it says, within
-#     15 points, the allreduce costing about the same per step;
+#     20 points, the allreduce costing about the same per step;
 #   - node b's loaderd killed under a running job: node b's ranks fail saying loaderd went away,
 #     and mpirun exits within seconds (nothing hangs on node a).
 # Everything made here (namespaces, veth, qdiscs, processes, files) is removed on exit, failure
@@ -187,11 +187,15 @@ $GUARD "$BIN/trainer" $DDP --batch $B --lr 0 --dump-params "$T/init.bin" >"$T/in
 	no "initial parameters (--lr 0)"
 $GUARD "$BIN/trainer" $DDP --batch $B --dump-params "$T/r1.bin" >"$T/r1.out" 2>&1
 check "1 rank x $B (the reference)" [ $? -eq 0 ]
+tx0=$(txbytes)
 mp r4 4 $DDP --batch $((B / 4)) --first-bucket-mb 0.005 --bucket-mb 0.01 --dump-params "$T/r4.bin"
 rc=$?
+tx1=$(txbytes)
 check "4 ranks x $((B / 4)) on 2 nodes, 4 buckets (exit $rc)" [ $rc -eq 0 ]
 [ $rc -eq 0 ] || show "$T/r4.out"
 check "  same parameters as 1 rank x $B (1e-5)" cmp_params same "$T/r1.bin" "$T/r4.bin" "$T/init.bin"
+# 20 allreduces of 199434 floats: at least one gradient's worth (0.8 MB) each way per step
+check "  the gradients went over the veth ($((tx1 - tx0)) bytes sent by node a)" [ $((tx1 - tx0)) -gt 16000000 ]
 $GUARD "$BIN/trainer" $DDP --batch $((B / 4)) --dump-params "$T/h1.bin" >"$T/h1.out" 2>&1
 check "  differs from 1 rank x $((B / 4)) (the check can fail)" cmp_params differ "$T/r4.bin" "$T/h1.bin" "$T/init.bin"
 
@@ -262,8 +266,8 @@ check "the advice applied: --batch $nb through the loaderds (exit $rc)" [ $rc -e
 set -- $(figures "$T/after.json" 2>/dev/null || echo 0 1 0 none)
 after_ms=$1 after=$2
 echo "# exposed allreduce at $RATE: batch 1 $before_ms ms/step (share $before), batch $nb $after_ms ms/step (share $after; ldprobe said about $want%)"
-check "  its share is what ldprobe said, within 15 points ($want% said, $(python3 -c "print(round(100 * $after))")% measured)" \
-	python3 -c "import sys; sys.exit(not abs(100 * $after - $want) <= 15)"
+check "  its share is what ldprobe said, within 20 points ($want% said, $(python3 -c "print(round(100 * $after))")% measured)" \
+	python3 -c "import sys; sys.exit(not abs(100 * $after - $want) <= 20)"
 check "  the allreduce costs about the same per step ($before_ms -> $after_ms ms, within 2x)" \
 	python3 -c "import sys; a, b = $before_ms, $after_ms; sys.exit(not (b > 0 and a / 2 <= b <= 2 * a))"
 for x in "$NSA $VA" "$NSB $VB"; do
