@@ -116,7 +116,10 @@ mp() {
 	wait $!
 }
 # veth bytes sent from node a
-txbytes() { ip -n "$NSA" -s -j link show "$VA" | python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["stats64"]["tx"]["bytes"])'; }
+txbytes() {
+	ip -n "$NSA" -s -j link show "$VA" |
+		python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["stats64"]["tx"]["bytes"])'
+}
 
 # ---- a dataset, one copy per node; a loaderd per node ----
 if ! { "$BIN/dsgen" imagefolder "$T/tree" --classes 4 --per-class 25 --min-side 48 --max-side 96 \
@@ -160,10 +163,10 @@ rc=$?
 echo "# epoch run: $(since "$t0") s"
 check "mpirun -np 4 across the nodes, one epoch: exit 0 (exit $rc)" [ $rc -eq 0 ]
 [ $rc -eq 0 ] || show "$T/epoch.out"
-check "node a's loaderd served ranks 0 and 1 only" sh -c \
-	"grep -o 'rank [0-9]/4 attached' '$T/ld-a.log' | sort | tr '\n' ' ' | grep -qx 'rank 0/4 attached rank 1/4 attached '"
-check "node b's loaderd served ranks 2 and 3 only" sh -c \
-	"grep -o 'rank [0-9]/4 attached' '$T/ld-b.log' | sort | tr '\n' ' ' | grep -qx 'rank 2/4 attached rank 3/4 attached '"
+# served NODE: the ranks its loaderd attached, in order, on one line
+served() { grep -o 'rank [0-9]/4 attached' "$T/ld-$1.log" | cut -c6 | sort | tr '\n' ' '; }
+check "node a's loaderd served ranks 0 and 1 only ($(served a))" [ "$(served a)" = "0 1 " ]
+check "node b's loaderd served ranks 2 and 3 only ($(served b))" [ "$(served b)" = "2 3 " ]
 check "the 4 ranks' samples (not padding) are disjoint and cover the $NSAMP samples exactly" \
 	python3 - "$T/samples" "$NSAMP" <<'PY'
 import sys
@@ -227,8 +230,8 @@ for x in "$NSA $VA" "$NSB $VB"; do
 	ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$RATE" burst 1mb latency 100ms ||
 		no "tc qdisc add dev $2 root tbf rate $RATE"
 done
-check "tc: both ends of the veth limited to $RATE" sh -c \
-	"ip netns exec '$NSA' tc qdisc show dev '$VA' | grep -q tbf && ip netns exec '$NSB' tc qdisc show dev '$VB' | grep -q tbf"
+tbf() { ip netns exec "$1" tc qdisc show dev "$2" | grep -q tbf; }
+check "tc: both ends of the veth limited to $RATE" eval 'tbf "$NSA" "$VA" && tbf "$NSB" "$VB"'
 
 # ldprobe across the nodes, from node a: each node's loader ceiling on that node, the verdict
 # and the advice; its real run (trainer-real.json) is the same model and batch as the run above

@@ -53,7 +53,7 @@ STOP_TIMEOUT_S = 5.0
 READY_TIMEOUT_S = 10
 AU_TARGET = 0.90
 LATENCY_BOUND_MIBS = 200  # exposed allreduce slower than this per MiB of gradient: per-call cost
-PER_CALL_MS = 5          # ... when each bucket's allreduce takes less than this; else the link's rate
+PER_CALL_MS = 5          # ... when each bucket's allreduce is shorter; else it is the link's rate
 BATCH_KS = (2, 4, 8, 16, 32)   # the larger batches (x --batch) the advice considers
 COPY_MIN = 0.05          # exposed H2D share that earns ring/prefetch advice
 GAP_MIN = 0.10           # time in no phase worth a remark
@@ -1123,7 +1123,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="ldprobe", formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="ldprobe --dataset D.dpk [--model M] [--crop N] [--batch B] [--ranks N] "
-              "[--workers N | --socket PATH] [--seconds S] [--out DIR] [options]",
+              "[--workers N | --socket PATH] [--hostfile FILE] [--seconds S] [--out DIR] "
+              "[options]",
         description=(
             "Why doesn't adding GPUs make training faster? Measures in one go\n"
             "  1. the loader ceiling: loaderd alone, every rank's ring drained as fast as it fills;\n"
@@ -1133,7 +1134,10 @@ def parse_args(argv):
             "straggler-limited) and what to change, with numbers. Writes report.txt, timeline.svg\n"
             "(per-rank step timeline and the ceilings), trace.json and the logs into --out DIR.\n"
             "Starts its own loaderd on a private socket (--workers N) unless --socket is given,\n"
-            "and always stops what it started. The last line is\n"
+            "and always stops what it started. Several nodes: --hostfile FILE --socket PATH, and\n"
+            "step 1 runs on every node (through --launch-agent), naming the slowest node when the\n"
+            "loader limits the run. Communication-limited: it also measures how compute grows\n"
+            "with the batch, for the --batch and --accum advice. The last line is\n"
             "  ldprobe: loader_per_s=X compute_per_s=Y actual_per_s=Z au=A verdict=V"),
         epilog="Exit status: 0 measured, 1 runtime error (the failing program's log is shown), "
                "2 bad usage.")
