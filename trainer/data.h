@@ -8,6 +8,7 @@
 #define LOADERD_TRN_DATA_H
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "shm/ldc.h"
 #include "trainer/dev.h"
@@ -36,6 +37,7 @@ struct trn_data {
 	float *hw;                   /* host staging for weights */
 	uint64_t *hid;               /* host copy of each buffer's sample ids (batch per buffer): the
 	                                slot goes back before the step, the ids are logged after */
+	FILE *slog;                  /* --log-samples: this rank's PREFIX.RANK, else NULL */
 	int synthetic, batch;
 	int done;                    /* the job has no more steps */
 	/* what the data decides for the rest of the trainer */

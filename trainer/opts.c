@@ -44,6 +44,8 @@ static void usage(FILE *f)
 "  --report-json FILE   rank 0 writes the report (per-rank, per-phase figures, thresholds,\n"
 "                       verdict) as JSON\n"
 "  --dump-params FILE   rank 0 writes the final parameters (float32, forward order)\n"
+"  --log-samples PREFIX each rank writes PREFIX.RANK, one line per sample it takes from its\n"
+"                       ring: STEP ID LABEL FLAGS (as ldcat prints them)\n"
 "  --log-every N        print loss and accuracy every N steps (default 50; 0 = never)\n"
 "checkpoints (the run's result does not depend on them):\n"
 "  --checkpoint-dir DIR     write checkpoints here: parameters, momentum, step and the\n"
@@ -116,9 +118,10 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 		{ "classes", 1, 0, 'C' }, { "job", 1, 0, 'j' }, { "slots", 1, 0, 'r' },
 		{ "warmup", 1, 0, 'w' }, { "dump-params", 1, 0, 'P' }, { "log-every", 1, 0, 'L' },
 		{ "inject-slow-rank", 1, 0, 'I' }, { "inject-comm-delay-ms", 1, 0, 'J' },
-		{ "report-json", 1, 0, 'R' }, { "checkpoint-dir", 1, 0, 'x' },
-		{ "checkpoint-every", 1, 0, 'X' }, { "resume", 0, 0, 'Z' },
-		{ "log-consumed", 1, 0, 'G' }, { "inject-kill-at", 1, 0, 'Q' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "report-json", 1, 0, 'R' }, { "log-samples", 1, 0, 'g' },
+		{ "checkpoint-dir", 1, 0, 'x' }, { "checkpoint-every", 1, 0, 'X' },
+		{ "resume", 0, 0, 'Z' }, { "log-consumed", 1, 0, 'G' },
+		{ "inject-kill-at", 1, 0, 'Q' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
 
@@ -156,6 +159,7 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 		case 'X': o->ckpt_every = parse_long("checkpoint-every", optarg, 1, 1L << 40); break;
 		case 'Z': o->resume = 1; break;
 		case 'G': o->log_consumed = optarg; break;
+		case 'g': o->log_samples = optarg; break;
 		case 'L': o->log_every = (int)parse_long("log-every", optarg, 0, 1 << 30); break;
 		case 'I': {
 			char *v = rank_and_value("inject-slow-rank", optarg, "RANK:FACTOR, e.g. 1:2",
@@ -183,11 +187,14 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 		}
 	}
 	if (optind < argc || (!o->synthetic && !o->dataset) || (o->steps && o->epochs) ||
-	    (o->synthetic && o->epochs) || ((o->ckpt_every || o->resume) && !o->ckpt_dir)) {
+	    (o->synthetic && o->epochs) || (o->synthetic && o->log_samples) ||
+	    ((o->ckpt_every || o->resume) && !o->ckpt_dir)) {
 		if (rank == 0)
 			fprintf(stderr, "trainer: %s (see --help)\n", optind < argc ? "unexpected argument" :
 				o->steps && o->epochs ? "give --steps or --epochs, not both" :
 				o->synthetic && o->epochs ? "--synthetic has no epochs: give --steps" :
+				o->synthetic && o->log_samples ? "--log-samples logs loaderd's samples: "
+				"not with --synthetic" :
 				!o->synthetic && !o->dataset ?
 				"give --dataset D.dpk (with loaderd running) or --synthetic" :
 				"--checkpoint-every and --resume need --checkpoint-dir");
