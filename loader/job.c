@@ -1,9 +1,13 @@
 /* job.c - a loaderd job on one dataset, and the fill of one slot (see job.h).
  *
  * DESIGN
- * The sampler writes the step's sample ids and flags straight into the slot; the worker's reader
- * brings the records in with one batched submission; each record's checksum is checked, then it is
- * decoded into its place in the slot's payload. Nothing is staged in a batch buffer.
+ * The sampler writes the step's sample ids and flags into the worker's own arrays; the worker's
+ * reader brings the records in with one batched submission; each record's checksum is checked,
+ * then it is decoded into its place in the slot's payload. Ids, flags and labels are copied into
+ * the slot at the end. Shared memory is write-only for the producer: the consumer can write into
+ * its slots at any time (a bug, or malice), so nothing read back from them may steer a worker (an
+ * id read back twice could change in between and send the checksum past its record's buffer).
+ * Pixels are not staged: the decoders only write the payload, never read it.
  *
  * A record that fails its checksum or its decode is never delivered. With the default policy it is
  * replaced by the sample at the next position of the epoch's order (then the one after, ...), read
@@ -17,6 +21,7 @@
 #include "loader/kind.h"
 #include "loader/sampler.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -45,6 +50,10 @@ struct worker {
 	size_t sub_cap;
 	const uint8_t *bufs[1024];
 	int errs[1024];
+	/* The step's sampler output, private to the worker, RING_BATCH_MAX entries each. */
+	uint64_t *ids;
+	uint8_t *flags;
+	int64_t *labels;
 };
 
 /* ---- job open ---- */
@@ -171,11 +180,18 @@ static void *worker_init(void *ctx, unsigned index)
 
 	if (!w)
 		return NULL;
-	if (ldr_reader_create(cfg->io, cfg->arena_bytes ? cfg->arena_bytes : 16u << 20, &w->rd) < 0 ||
+	w->ids = calloc(RING_BATCH_MAX, sizeof(*w->ids));
+	w->flags = calloc(RING_BATCH_MAX, sizeof(*w->flags));
+	w->labels = calloc(RING_BATCH_MAX, sizeof(*w->labels));
+	if (!w->ids || !w->flags || !w->labels ||
+	    ldr_reader_create(cfg->io, cfg->arena_bytes ? cfg->arena_bytes : 16u << 20, &w->rd) < 0 ||
 	    ldr_decoder_create(&w->dec) < 0) {
 		LOG_ERROR("worker %u: cannot set up its reader or decoder", index);
 		ldr_reader_destroy(w->rd);
 		ldr_decoder_destroy(w->dec);
+		free(w->ids);
+		free(w->flags);
+		free(w->labels);
 		free(w);
 		return NULL;
 	}
@@ -192,6 +208,9 @@ static void worker_fini(void *ctx, void *p)
 	ldr_reader_destroy(w->rd);
 	ldr_decoder_destroy(w->dec);
 	free(w->sub);
+	free(w->ids);
+	free(w->flags);
+	free(w->labels);
 	free(w);
 }
 
@@ -275,14 +294,15 @@ static int fill(void *ctx, void *wp, struct srv_fill *f)
 		snprintf(f->why, sizeof(f->why), "a worker could not start (see loaderd's log)");
 		return -ENOMEM;
 	}
-	uint32_t count = ldr_sampler_batch(&j->smp, f->epoch, f->step_in_epoch, f->rank, s->ids, s->flags);
+	uint32_t count = ldr_sampler_batch(&j->smp, f->epoch, f->step_in_epoch, f->rank, w->ids, w->flags);
+	assert(count <= j->spec.batch && j->spec.batch <= RING_BATCH_MAX);
 	for (uint32_t i = 0; i < count;) {
 		uint64_t t0 = clk_now_ns();
 		uint32_t want = count - i > 1024 ? 1024 : count - i;
-		int k = ldr_reader_read(w->rd, j->d, j->fd_direct, s->ids + i, want, w->bufs, w->errs);
+		int k = ldr_reader_read(w->rd, j->d, j->fd_direct, w->ids + i, want, w->bufs, w->errs);
 		f->phase_ns[LDR_PHASE_IO] += clk_now_ns() - t0;
 		for (int q = 0; q < k; q++, i++) {
-			uint64_t id = s->ids[i];
+			uint64_t id = w->ids[i];
 			uint8_t *dst = payload + (size_t)i * j->sample_bytes;
 			int ret = w->errs[q];
 			if (ret < 0)
@@ -308,12 +328,16 @@ static int fill(void *ctx, void *wp, struct srv_fill *f)
 				}
 				LOG_WARN("job %s: sample %" PRIu64 " is bad (%s); substituted by sample %"
 					 PRIu64, j->spec.job, id, why, sid);
-				s->ids[i] = sid;
-				s->flags[i] |= RING_SAMPLE_SUBSTITUTED;
+				w->ids[i] = sid;
+				w->flags[i] |= RING_SAMPLE_SUBSTITUTED;
 			}
-			s->labels[i] = dpk_entry_get(j->d, s->ids[i])->label;
+			w->labels[i] = dpk_entry_get(j->d, w->ids[i])->label;
 		}
 	}
+	/* Write-only: the consumer may have scribbled on these; they are overwritten, never read. */
+	memcpy(s->ids, w->ids, count * sizeof(*w->ids));
+	memcpy(s->flags, w->flags, count * sizeof(*w->flags));
+	memcpy(s->labels, w->labels, count * sizeof(*w->labels));
 	f->count = count;
 	return 0;
 }
