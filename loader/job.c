@@ -28,13 +28,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define SUBSTITUTE_TRIES 16
 
 struct job {
 	struct dpk *d;
-	int fd_direct;             /* O_DIRECT fd of the dataset, or -1 */
+	int fd;                    /* the dataset, as the client passed it (our dup) */
+	int fd_direct;             /* O_DIRECT fd of the same file, or -1 */
 	struct ldr_sampler smp;
 	struct ctl_job_open spec;
 	struct ldr_out out;        /* output size (0x0 = records as stored), layout */
@@ -75,8 +77,8 @@ static int accepts(struct job *j, uint64_t i, char *why, size_t whylen)
 	return 0;
 }
 
-static int job_open(void *ctx, const struct ctl_job_open *spec, void **out, struct srv_job_info *info,
-		    char *why, size_t whylen)
+static int job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **out,
+		    struct srv_job_info *info, char *why, size_t whylen)
 {
 	const struct ldr_config *cfg = ctx;
 	struct job *j = calloc(1, sizeof(*j));
@@ -88,8 +90,23 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, void **out, stru
 	if (!j)
 		return -ENOMEM;
 	j->fd_direct = -1;
+	j->fd = -1;
 	j->spec = *spec;
-	ret = dpk_open(spec->dataset, 0, &j->d, err, sizeof(err));
+	/* The client opened the dataset with its own rights (ldc_open): loaderd never opens a path
+	 * a client names, so it reads nothing that client could not read itself. */
+	if (fd < 0) {
+		snprintf(why, whylen, "dataset %s: the client did not pass it open (clients open the "
+			 "dataset themselves and send the descriptor; ldc_open does)", spec->dataset);
+		ret = -EBADF;
+		goto fail;
+	}
+	j->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (j->fd < 0) {
+		ret = -errno;
+		snprintf(why, whylen, "dataset %s: %s", spec->dataset, strerror(-ret));
+		goto fail;
+	}
+	ret = dpk_open_fd(j->fd, 0, &j->d, err, sizeof(err));
 	if (ret < 0) {
 		snprintf(why, whylen, "dataset %s: %s", spec->dataset, err);
 		goto fail;
@@ -148,12 +165,17 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, void **out, stru
 	info->steps_per_epoch = j->smp.steps;
 	info->samples = n;
 
-	/* O_DIRECT when the file system allows it (tmpfs does not: open fails with EINVAL). */
-	j->fd_direct = open(spec->dataset, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	/* O_DIRECT when the file system allows it (tmpfs does not: open fails with EINVAL). The
+	 * same file, reopened through /proc: not the path, which may name another file by now. */
+	char self[64];
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", j->fd);
+	j->fd_direct = open(self, O_RDONLY | O_DIRECT | O_CLOEXEC);
 	*out = j;
 	return 0;
 fail:
 	dpk_close(j->d);
+	if (j->fd >= 0)
+		close(j->fd);
 	free(j);
 	return ret;
 }
@@ -168,6 +190,7 @@ static void job_close(void *ctx, void *p)
 	if (j->fd_direct >= 0)
 		close(j->fd_direct);
 	dpk_close(j->d);
+	close(j->fd);
 	free(j);
 }
 
@@ -281,6 +304,22 @@ static int substitute(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 	return -EBADMSG;
 }
 
+/* A read ended early: has the file been cut shorter than it was when the job opened it? Then
+ * no record past the cut can ever be read again: the job stops with that, not with a string of
+ * "bad records" (1 with f->why set, else 0). */
+static int truncated(struct job *j, struct srv_fill *f)
+{
+	struct stat st;
+	uint64_t want = dpk_header_get(j->d)->file_size;
+
+	if (fstat(j->fd, &st) < 0 || (uint64_t)st.st_size >= want)
+		return 0;
+	snprintf(f->why, sizeof(f->why), "dataset %.*s was truncated while the job ran (%lld bytes "
+		 "now, %llu when it was opened); the job stops", 120, j->spec.dataset,
+		 (long long)st.st_size, (unsigned long long)want);
+	return 1;
+}
+
 static int fill(void *ctx, void *wp, struct srv_fill *f)
 {
 	struct job *j = f->job;
@@ -305,6 +344,8 @@ static int fill(void *ctx, void *wp, struct srv_fill *f)
 			uint64_t id = w->ids[i];
 			uint8_t *dst = payload + (size_t)i * j->sample_bytes;
 			int ret = w->errs[q];
+			if (ret == -EBADMSG && truncated(j, f))
+				return -EBADMSG;
 			if (ret < 0)
 				snprintf(why, sizeof(why), "read: %.100s", strerror(-ret));
 			else

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static struct srv *g_srv;
@@ -44,10 +45,35 @@ static void usage(FILE *f)
 "                       buffered (io_uring through the page cache), pread (no io_uring)\n"
 "  --group NAME         let members of this group connect too (socket mode 0660)\n"
 "  --linger SECONDS     keep a job with no rank attached this long (default 60)\n"
+"\n"
+"limits (a client past one is refused with a message naming the option; docs/TUNING.md):\n"
+"  --max-conns N        connections at once, all users (default 1024)\n"
+"  --max-conns-per-uid N  connections at once per user (default 256)\n"
+"  --max-jobs-per-uid N jobs per user (default 64)\n"
+"  --max-world N        ranks per job (default and most 65536)\n"
+"  --mem-share PERCENT  share of --mem-limit one user's rings may take (default 100)\n"
+"  --idle-timeout SECONDS  close a connection that opens no job this long (default 10)\n"
+"  --max-pixels N       pixels per record (height x width), suffix K, M (default 64M);\n"
+"                       larger records are refused at job open or substituted as bad\n"
 "  --log-level LEVEL    error, warn, info (default) or debug\n"
 "  --help               this text\n"
 "Exit status: 0 stopped by a signal, 1 runtime error, 2 bad usage.\n",
 		sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+/* One loaderd serves every client of the node, each with a socket, a ring memfd and a doorbell:
+ * take all the descriptors the hard limit allows (the soft default, 1024, is a few hundred
+ * ranks). */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			LOG_WARN("cannot raise the open file limit to %llu: %s",
+				 (unsigned long long)rl.rlim_max, strerror(errno));
+	}
 }
 
 static void notice(void *ctx, int level, const char *msg)
@@ -67,13 +93,20 @@ int main(int argc, char **argv)
 		{ "group", required_argument, NULL, 'g' },
 		{ "linger", required_argument, NULL, 'L' },
 		{ "log-level", required_argument, NULL, 'l' },
+		{ "max-conns", required_argument, NULL, 'C' },
+		{ "max-conns-per-uid", required_argument, NULL, 'U' },
+		{ "max-jobs-per-uid", required_argument, NULL, 'J' },
+		{ "max-world", required_argument, NULL, 'W' },
+		{ "mem-share", required_argument, NULL, 'S' },
+		{ "idle-timeout", required_argument, NULL, 'T' },
+		{ "max-pixels", required_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct srv_opts so = { .group = (gid_t)-1 };
 	struct ldr_config cfg = { .io = LDR_IO_AUTO };
 	char path[PATH_MAX], why[512];
-	unsigned linger = 60;
+	unsigned linger = 60, idle = 10;
 	int c, lvl;
 
 	log_prog = "loaderd";
@@ -124,6 +157,34 @@ int main(int argc, char **argv)
 			if (arg_uint(optarg, 1, 86400 * 7, &linger) < 0)
 				goto bad_value;
 			break;
+		case 'C':
+			if (arg_uint(optarg, 1, 1u << 20, &so.max_conns) < 0)
+				goto bad_value;
+			break;
+		case 'U':
+			if (arg_uint(optarg, 1, 1u << 20, &so.max_conns_uid) < 0)
+				goto bad_value;
+			break;
+		case 'J':
+			if (arg_uint(optarg, 1, 1u << 20, &so.max_jobs_uid) < 0)
+				goto bad_value;
+			break;
+		case 'W':
+			if (arg_uint(optarg, 1, CTL_WORLD_MAX, &so.max_world) < 0)
+				goto bad_value;
+			break;
+		case 'S':
+			if (arg_uint(optarg, 1, 100, &so.mem_share_uid) < 0)
+				goto bad_value;
+			break;
+		case 'T':
+			if (arg_uint(optarg, 1, 86400, &idle) < 0)
+				goto bad_value;
+			break;
+		case 'P':
+			if (arg_bytes(optarg, 1, 1ull << 40, &cfg.max_pixels) < 0)
+				goto bad_value;
+			break;
 		case 'l':
 			lvl = log_level_parse(optarg);
 			if (lvl < 0)
@@ -149,6 +210,8 @@ bad_value:
 		return 2;
 	}
 	so.linger_ms = (int)(linger * 1000u);
+	so.idle_ms = (int)(idle * 1000u);
+	raise_nofile();
 
 	struct srv_ops ops;
 	ldr_job_ops(&cfg, &ops);

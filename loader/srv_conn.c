@@ -62,6 +62,10 @@ void srv_conn_close(struct srv *s, struct conn *c)
 	epoll_ctl(s->ep, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	c->closed = 1;
+	struct uid_use *u = srv_uid(s, c->uid);
+	if (u && u->conns)
+		u->conns--;
+	s->nconns--;
 	for (pp = &s->conns; *pp; pp = &(*pp)->next)
 		if (*pp == c) {
 			*pp = c->next;
@@ -88,7 +92,7 @@ void srv_conn_fail(struct srv *s, struct conn *c, int err, const char *fmt, ...)
 }
 
 /* Owner, root, or (when configured) a member of the group. Checked before any byte is parsed. */
-static int peer_allowed(struct srv *s, int fd, pid_t *pid)
+static int peer_allowed(struct srv *s, int fd, pid_t *pid, uid_t *uid)
 {
 	struct ucred cr;
 	socklen_t len = sizeof(cr);
@@ -96,6 +100,7 @@ static int peer_allowed(struct srv *s, int fd, pid_t *pid)
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
 		return 0;
 	*pid = cr.pid;
+	*uid = cr.uid;
 	if (cr.uid == 0 || cr.uid == geteuid())
 		return 1;
 	if (s->opts.group == (gid_t)-1)
@@ -112,18 +117,84 @@ static int peer_allowed(struct srv *s, int fd, pid_t *pid)
 	return 0;
 }
 
+/* Refuse a connection before it becomes a conn: tell the client why, then close. */
+static void refuse(struct srv *s, int fd, pid_t pid, int err, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+static void refuse(struct srv *s, int fd, pid_t pid, int err, const char *fmt, ...)
+{
+	struct ctl_error e;
+	va_list ap;
+
+	memset(&e, 0, sizeof(e));
+	e.err = err;
+	va_start(ap, fmt);
+	vsnprintf(e.text, sizeof(e.text), fmt, ap);
+	va_end(ap);
+	(void)ctl_send(fd, CTL_ERROR, &e, sizeof(e), NULL, 0);
+	srv_notice(s, 1, "refused a client (pid %d): %s", (int)pid, e.text);
+	close(fd);
+}
+
+/* Out of descriptors (or memory) for a new connection: the pending one stays in the backlog, so
+ * epoll would report the socket readable again at once. Take it out of epoll for a while instead
+ * of spinning; srv_run puts it back (accept_resume). */
+#define ACCEPT_PAUSE_NS 100000000  /* 100 ms */
+
+static void accept_pause(struct srv *s, int err)
+{
+	struct epoll_event ee = { .events = 0, .data.ptr = &s->lev };
+	static int64_t last_log;
+	int64_t now = now_ns();
+
+	epoll_ctl(s->ep, EPOLL_CTL_MOD, s->lfd, &ee);
+	s->accept_paused_until = now + ACCEPT_PAUSE_NS;
+	if (now - last_log >= 10 * 1000000000ll) {
+		last_log = now;
+		srv_notice(s, 1, "cannot accept connections: %s; retrying every %d ms", strerror(err),
+			   ACCEPT_PAUSE_NS / 1000000);
+	}
+}
+
+static void accept_resume(struct srv *s)
+{
+	struct epoll_event ee = { .events = EPOLLIN, .data.ptr = &s->lev };
+
+	if (s->accept_paused_until && now_ns() >= s->accept_paused_until) {
+		s->accept_paused_until = 0;
+		epoll_ctl(s->ep, EPOLL_CTL_MOD, s->lfd, &ee);
+	}
+}
+
 static void on_accept(struct srv *s)
 {
 	for (;;) {
 		int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		pid_t pid = 0;
+		uid_t uid = (uid_t)-1;
 
-		if (fd < 0)
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+				accept_pause(s, errno);
 			return;  /* EAGAIN, or a transient error: epoll tells us again */
-		if (!peer_allowed(s, fd, &pid)) {
+		}
+		if (!peer_allowed(s, fd, &pid, &uid)) {
 			srv_notice(s, 1, "refused a client (pid %d): not the owner, root or the allowed group",
 			       (int)pid);
 			close(fd);
+			continue;
+		}
+		pthread_mutex_lock(&s->mu);
+		struct uid_use *u = srv_uid(s, uid);
+		unsigned total = s->nconns, mine = u ? u->conns : 0;
+		pthread_mutex_unlock(&s->mu);
+		if (total >= s->opts.max_conns) {
+			refuse(s, fd, pid, EUSERS, "loaderd has %u connections, its limit (loaderd "
+			       "--max-conns)", total);
+			continue;
+		}
+		if (!u || mine >= s->opts.max_conns_uid) {
+			refuse(s, fd, pid, EUSERS, "uid %u has %u connections to loaderd, the limit "
+			       "(loaderd --max-conns-per-uid)", (unsigned)uid, mine);
 			continue;
 		}
 		struct conn *c = calloc(1, sizeof(*c));
@@ -136,6 +207,8 @@ static void on_accept(struct srv *s)
 		c->ev.p = c;
 		c->fd = fd;
 		c->pid = pid;
+		c->uid = uid;
+		c->since_ns = now_ns();
 		ee.data.ptr = &c->ev;
 		if (epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &ee) < 0) {
 			close(fd);
@@ -145,6 +218,8 @@ static void on_accept(struct srv *s)
 		pthread_mutex_lock(&s->mu);
 		c->next = s->conns;
 		s->conns = c;
+		s->nconns++;
+		u->conns++;
 		pthread_mutex_unlock(&s->mu);
 	}
 }
@@ -160,13 +235,26 @@ static void on_conn(struct srv *s, struct conn *c, uint32_t events)
 		return;  /* closed earlier in this event batch */
 	if (events & EPOLLIN) {
 		n = ctl_recv(c->fd, buf, &type, fds, &nfds);
-		for (int i = 0; i < nfds; i++)
-			close(fds[i]);
+		/* Only a job open carries a descriptor: exactly one, the dataset the client opened
+		 * with its own rights. Any other fd is closed unread. */
+		int dataset_fd = -1;
+		if (n >= 0 && type == CTL_JOB_OPEN && nfds == 1)
+			dataset_fd = fds[0];
+		else
+			for (int i = 0; i < nfds; i++)
+				close(fds[i]);
 		pthread_mutex_lock(&s->mu);
 		if (n == -EAGAIN) {
 			/* spurious */
-		} else if (n >= 0 && nfds > 0) {
-			srv_conn_fail(s, c, EBADMSG, "a client may not send file descriptors");
+		} else if (n >= 0 && nfds > 1) {
+			srv_conn_fail(s, c, EBADMSG, "a job open carries one file descriptor (the "
+				      "dataset), not %d", nfds);
+		} else if (n >= 0 && nfds > 0 && type != CTL_JOB_OPEN) {
+			srv_conn_fail(s, c, EBADMSG, "a client may send a file descriptor only with a "
+				      "job open");
+		} else if (n >= 0 && c->opening) {
+			srv_conn_fail(s, c, EBADMSG, "message type %u while its job is being opened",
+				      type);
 		} else if (n == -EPIPE) {
 			struct att *a = c->att;
 			if (a) {
@@ -190,7 +278,8 @@ static void on_conn(struct srv *s, struct conn *c, uint32_t events)
 		} else if (type == CTL_JOB_OPEN && (size_t)n == sizeof(struct ctl_job_open)) {
 			struct ctl_job_open spec;
 			memcpy(&spec, buf, sizeof(spec));
-			srv_on_job_open(s, c, &spec);
+			srv_on_job_open(s, c, &spec, dataset_fd);
+			dataset_fd = -1;  /* taken over */
 		} else if (type == CTL_ADMIN && (size_t)n == sizeof(struct ctl_admin) && !c->att) {
 			struct ctl_admin req;
 			memcpy(&req, buf, sizeof(req));
@@ -200,6 +289,8 @@ static void on_conn(struct srv *s, struct conn *c, uint32_t events)
 		} else {
 			srv_conn_fail(s, c, EBADMSG, "unexpected message type %u with %zd bytes", type, n);
 		}
+		if (dataset_fd >= 0)
+			close(dataset_fd);
 		pthread_mutex_unlock(&s->mu);
 		return;
 	}
@@ -299,10 +390,23 @@ int srv_create(const struct srv_opts *opts, const struct srv_ops *ops, struct sr
 		s->opts.default_slots = 4;
 	if (s->opts.linger_ms <= 0)
 		s->opts.linger_ms = 60000;
+	if (!s->opts.max_conns)
+		s->opts.max_conns = 1024;
+	if (!s->opts.max_conns_uid)
+		s->opts.max_conns_uid = 256;
+	if (!s->opts.max_jobs_uid)
+		s->opts.max_jobs_uid = 64;
+	if (!s->opts.max_world || s->opts.max_world > CTL_WORLD_MAX)
+		s->opts.max_world = CTL_WORLD_MAX;
+	if (!s->opts.mem_share_uid || s->opts.mem_share_uid > 100)
+		s->opts.mem_share_uid = 100;
+	if (s->opts.idle_ms <= 0)
+		s->opts.idle_ms = 10000;
 	s->lfd = s->wake = s->ep = -1;
 	s->start_ns = s->rate_ns = now_ns();
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
+	pthread_cond_init(&s->open_cv, NULL);
 	ret = listen_on(s, why, whylen);
 	if (ret < 0)
 		goto fail;
@@ -345,7 +449,7 @@ int srv_run(struct srv *s)
 
 	s->ran = 1;
 	while (!atomic_load(&s->stop)) {
-		int n = epoll_wait(s->ep, evs, 64, 500);
+		int n = epoll_wait(s->ep, evs, 64, s->accept_paused_until ? 20 : 500);
 		if (n < 0 && errno != EINTR)
 			return -errno;
 		for (int i = 0; i < n; i++) {
@@ -371,7 +475,9 @@ int srv_run(struct srv *s)
 				break;
 			}
 		}
+		accept_resume(s);
 		pthread_mutex_lock(&s->mu);
+		srv_open_finish(s);
 		srv_reap(s);
 		srv_housekeeping(s);
 		pthread_mutex_unlock(&s->mu);
@@ -388,8 +494,21 @@ void srv_destroy(struct srv *s)
 	if (!s)
 		return;
 	srv_workers_stop(s);
+	pthread_mutex_lock(&s->mu);
 	while (s->conns)
 		srv_conn_close(s, s->conns);
+	/* An opener thread may be stuck in a dataset on a hung file system: give up on it after a
+	 * while, and leave the server's memory to it (the process is about to exit). */
+	if (srv_open_drain(s, 5000) < 0) {
+		srv_notice(s, 0, "%u job opens still running at exit; not waiting for them",
+			   s->openers);
+		pthread_mutex_unlock(&s->mu);
+		if (s->lfd >= 0)
+			unlink(s->path);
+		return;
+	}
+	srv_open_finish(s);
+	pthread_mutex_unlock(&s->mu);
 	srv_reap(s);
 	while (s->jobs)
 		srv_job_free(s, s->jobs);
@@ -404,5 +523,11 @@ void srv_destroy(struct srv *s)
 		close(s->ep);
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);
+	pthread_cond_destroy(&s->open_cv);
+	while (s->uids) {
+		struct uid_use *u = s->uids;
+		s->uids = u->next;
+		free(u);
+	}
 	free(s);
 }

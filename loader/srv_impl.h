@@ -36,17 +36,50 @@ struct ev {
 };
 
 struct att;
+struct open_req;
 
 struct conn {
 	struct ev ev;
 	int fd;
 	pid_t pid;
+	uid_t uid;
 	struct att *att;         /* NULL until CTL_JOB_OPEN succeeds */
+	int64_t since_ns;        /* accepted at (the idle timeout counts from here) */
+	struct open_req *opening; /* a job open in progress on an opener thread; srv_reap keeps
+				  * the conn until it is finished (srv_open_finish) */
 	int closed;              /* closed: events still queued for it are ignored */
 	struct conn *next;
 };
 
+/* A CTL_JOB_OPEN being served off the control thread (srv_jobs.c). Owned by its opener thread
+ * until it is put on s->opened; then by the control thread, which finishes and frees it. */
+struct open_req {
+	struct srv *srv;
+	struct conn *conn;
+	struct job *job;
+	struct ctl_job_open spec;
+	int fd;                  /* the client's dataset fd, or -1; closed when the req is freed */
+	int creator;             /* this request made the job: it runs ops->job_open */
+	struct ring_desc d;
+	struct ring *ring;       /* made by the opener thread */
+	int bell;
+	uint64_t bytes;          /* ring memory reserved in s->mem_used (and the uid's) */
+	int ret;
+	char why[CTL_TEXT_MAX];
+	uid_t uid;               /* the client's */
+	struct open_req *next;
+};
+
 struct job;
+
+/* What one uid holds, for the per-uid limits (srv_jobs.c). One per uid ever seen (a node has
+ * few), freed by srv_destroy. */
+struct uid_use {
+	uid_t uid;
+	unsigned conns, jobs;
+	uint64_t mem;            /* ring bytes reserved or attached */
+	struct uid_use *next;
+};
 
 /* One attachment: one connection's ring. Never reused (srv_jobs.c). */
 struct att {
@@ -62,11 +95,13 @@ struct att {
 	uint64_t first, next;    /* first step of this ring; next step to hand to a worker */
 	uint64_t floor;          /* every step below it is known released */
 	uint64_t bytes;          /* ring memory, for the limit */
+	uid_t uid;               /* its client's, for the per-uid memory limit */
 	struct att *grave_next;  /* buried: freed after the current event batch */
 };
 
 struct rank_state {
 	struct att *att;         /* NULL when detached */
+	int pending;             /* an open request for this rank is in progress */
 	int started;             /* attached at least once: resume from @resume */
 	uint64_t resume;
 	uint64_t published, samples, fill_ns;
@@ -86,6 +121,11 @@ struct job {
 	struct rank_state *ranks;     /* world entries */
 	unsigned attached;
 	unsigned atts;                /* att objects alive (attached or retired with a worker in) */
+	unsigned pending;             /* open requests for it on opener threads */
+	int opening;                  /* ops->job_open runs: info and state are not there yet */
+	uid_t uid;                    /* who made it (admin in --group mode shows it to them) */
+	dev_t dev;                    /* the dataset file: a joining rank must pass the same one */
+	ino_t ino;
 	int64_t idle_since_ns;        /* when the last rank detached */
 	int failed;                   /* a fill failed: fail_msg goes to every rank */
 	char fail_msg[CTL_TEXT_MAX];
@@ -104,12 +144,18 @@ struct srv {
 	struct ev lev, wev;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
+	pthread_cond_t open_cv;       /* a job's open finished, or an opener thread ended */
+	struct open_req *opened;      /* done by their opener threads, for the control thread */
+	unsigned openers;             /* opener threads running */
 	struct job *jobs;
 	struct conn *conns;
 	struct att *att_grave;        /* retired atts whose memory waits for srv_reap() */
 	struct conn *conn_grave;
 	uint64_t next_job_id;
 	uint64_t mem_used;
+	struct uid_use *uids;
+	unsigned nconns;              /* open connections */
+	int64_t accept_paused_until;  /* out of fds: the listening socket rests until then (ns) */
 	unsigned rr;                  /* round-robin start for workers */
 	int64_t start_ns;
 	int64_t rate_ns;              /* last rate snapshot */
@@ -150,12 +196,22 @@ void srv_att_retire(struct srv *s, struct att *a);
 uint64_t srv_att_released(const struct att *a);
 /* Under mu, control thread, between event batches: free buried atts and conns. */
 void srv_reap(struct srv *s);
+/* Under mu. @uid's usage, made on first use; NULL when out of memory. */
+struct uid_use *srv_uid(struct srv *s, uid_t uid);
+/* Under mu. Add @delta bytes of ring memory to the total and to @uid's. */
+void srv_mem_add(struct srv *s, uid_t uid, int64_t delta);
 /* Under mu. The job named @name, or NULL. */
 struct job *srv_job_find(struct srv *s, const char *name);
 /* Under mu. Unlink @j, close its state (ops->job_close) and free it. */
 void srv_job_free(struct srv *s, struct job *j);
-/* Under mu, control thread. CTL_JOB_OPEN, CTL_STATS_REQ from @c; on failure @c is closed. */
-void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *spec);
+/* Under mu, control thread. CTL_JOB_OPEN from @c with the dataset @fd (-1: none; taken over
+ * either way): checks it, then hands it to an opener thread (the conn waits). CTL_STATS_REQ.
+ * On failure @c is closed. */
+void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *spec, int fd);
+/* Under mu, control thread: finish the opens the opener threads are done with. */
+void srv_open_finish(struct srv *s);
+/* Under mu. Wait (up to @ms) for the opener threads to end; 0 or -ETIMEDOUT. */
+int srv_open_drain(struct srv *s, int ms);
 void srv_on_stats(struct srv *s, struct conn *c);
 /* Under mu, control thread, after each event batch: rates, hostile consumers, failed and idle
  * jobs. */

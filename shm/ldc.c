@@ -10,12 +10,14 @@
 #include "shm/ldc.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -196,10 +198,25 @@ int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 	/* Same check the daemon makes: a mistake is reported here, in the caller's words. */
 	if (ctl_check_job_open(&m, why, sizeof(why)) < 0)
 		return set_err(c, -EINVAL, "job %s: %s", m.job, why);
-	ret = ctl_send(c->fd, CTL_JOB_OPEN, &m, sizeof(m), NULL, 0);
+	/* The dataset is opened here, with this process's rights, and passed to loaderd: the
+	 * daemon reads only what its client could read itself (docs/RING.md). Non-blocking, so that
+	 * a FIFO cannot hang the open; loaderd takes regular files only. */
+	int dfd = open(job->dataset, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	int open_err = dfd < 0 ? errno : 0;
+	struct stat st;
+	if (dfd >= 0 && fstat(dfd, &st) == 0 && !S_ISREG(st.st_mode)) {
+		close(dfd);
+		return set_err(c, -EINVAL, "dataset %s is not a regular file", job->dataset);
+	}
+	ret = ctl_send(c->fd, CTL_JOB_OPEN, &m, sizeof(m), dfd >= 0 ? &dfd : NULL, dfd >= 0);
+	if (dfd >= 0)
+		close(dfd);
 	if (ret < 0)
 		return set_err(c, ret, "sending the job to loaderd: %s", strerror(-ret));
 	n = wait_reply(c, CTL_JOB_OK, buf, fds, &nfds);
+	if (n == -EBADF && open_err)  /* loaderd: "the client did not pass it open" */
+		return set_err(c, -open_err, "cannot open dataset %s: %s", job->dataset,
+			       strerror(open_err));
 	if (n < 0)
 		return (int)n;
 	if ((size_t)n != sizeof(struct ctl_job_ok) || nfds != 2) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -59,6 +60,30 @@ static int connects(const char *sock)
 
 pid_t ld_start(const char *sock, const char *log, const char *const *extra)
 {
+	return ld_start_nofile(sock, log, extra, 0);
+}
+
+long ld_cpu_ms(pid_t pid)
+{
+	char path[64], buf[1024];
+	unsigned long ut, st;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *p = strrchr(buf, ')');
+	/* after the name: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+		return -1;
+	return (long)((ut + st) * 1000 / (unsigned long)sysconf(_SC_CLK_TCK));
+}
+
+pid_t ld_start_nofile(const char *sock, const char *log, const char *const *extra, unsigned nofile)
+{
 	const char *argv[40] = { ld_bin(), "--socket", sock, "--workers", "2" };
 	int argc = 5;
 
@@ -72,6 +97,10 @@ pid_t ld_start(const char *sock, const char *log, const char *const *extra)
 		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		if (fd >= 0)
 			dup2(fd, 2);
+		if (nofile) {
+			struct rlimit rl = { nofile, nofile };
+			setrlimit(RLIMIT_NOFILE, &rl);
+		}
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}

@@ -5,6 +5,7 @@
  *
  * Tests named after a bug that was fixed say so ("Regression:"); they keep it fixed. */
 #include "tests/ld_real.h"
+#include "shm/ctl.h"
 #include "shm/ldc.h"
 #include "shm/ring.h"
 
@@ -16,7 +17,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <setjmp.h>
@@ -28,7 +35,7 @@
 #define SIDE 8                   /* samples are SIDE x SIDE x 3 raw bytes */
 #define NSAMPLES 4096
 
-static char dir[64], sock[128], logp[128], ds[128];
+static char dir[64], sock[100], logp[128], ds[128];
 static pid_t daemon_pid;
 
 static int setup(void **state)
@@ -131,6 +138,89 @@ static void consume_honest(const char *name, uint32_t batch, uint32_t epochs)
 	ldc_close(c);
 }
 
+/* ---- raw protocol ---- */
+
+static int raw_conn(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct timeval tv = { .tv_sec = 5 };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		fail_msg("connect %s: %s", sock, strerror(errno));
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+/* loaderctl's request @op on a fresh connection; the whole answer into @out. Returns its length,
+ * or -errno (a CTL_ERROR's errno, with its text in @out). */
+static ssize_t admin(uint32_t op, uint32_t flags, const char *job, char *out, size_t cap)
+{
+	struct ctl_admin a = { .op = op, .flags = flags };
+	char buf[CTL_MSG_MAX];
+	uint16_t type;
+	size_t len = 0;
+	int fd = raw_conn();
+
+	if (job)
+		snprintf(a.job, sizeof(a.job), "%s", job);
+	assert_int_equal(ctl_send(fd, CTL_ADMIN, &a, sizeof(a), NULL, 0), 0);
+	for (;;) {
+		ssize_t n = ctl_recv(fd, buf, &type, NULL, NULL);
+		if (n < 0) {
+			close(fd);
+			return n;
+		}
+		if (type == CTL_ERROR) {
+			struct ctl_error e;
+			memcpy(&e, buf, sizeof(e));
+			snprintf(out, cap, "%s", e.text);
+			close(fd);
+			return -e.err;
+		}
+		if (n == 0)
+			break;
+		if (len + (size_t)n < cap) {
+			memcpy(out + len, buf, (size_t)n);
+			len += (size_t)n;
+		}
+	}
+	out[len < cap ? len : cap - 1] = '\0';
+	close(fd);
+	return (ssize_t)len;
+}
+
+/* A JOB_OPEN for @name on @path with @fd (or none) on a raw connection; the error text, or
+ * "OK" when it was accepted. */
+static void raw_open(const char *name, const char *path, int dfd, char *text, size_t cap)
+{
+	struct ctl_job_open m;
+	char buf[CTL_MSG_MAX];
+	uint16_t type;
+	int got[2], ngot = 0;
+	int fd = raw_conn();
+
+	memset(&m, 0, sizeof(m));
+	snprintf(m.job, sizeof(m.job), "%s", name);
+	snprintf(m.dataset, sizeof(m.dataset), "%s", path);
+	m.batch = 4;
+	m.world = 1;
+	assert_int_equal(ctl_send(fd, CTL_JOB_OPEN, &m, sizeof(m), dfd >= 0 ? &dfd : NULL, dfd >= 0), 0);
+	ssize_t n = ctl_recv(fd, buf, &type, got, &ngot);
+	for (int i = 0; i < ngot; i++)
+		close(got[i]);
+	if (n >= 0 && type == CTL_ERROR) {
+		struct ctl_error e;
+		memcpy(&e, buf, sizeof(e));
+		snprintf(text, cap, "%s", e.text);
+	} else {
+		snprintf(text, cap, n >= 0 && type == CTL_JOB_OK ? "OK" : "reply %zd type %u", n, type);
+	}
+	close(fd);
+}
+
 /* ---- shared memory is write-only for the producer ---- */
 
 struct scribbler {
@@ -194,11 +284,352 @@ static void test_hostile_scribbled_ids_do_not_crash(void **state)
 	assert_daemon_alive();
 }
 
+/* ---- datasets: opened by the client, regular files only ---- */
+
+static int64_t ms_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A FIFO, /dev/zero, a directory, an empty file, and no fd at all: each is refused with a
+ * sentence naming the path; none blocks loaderd (status answers at once meanwhile). Regression:
+ * loaderd opened the path itself on its control thread, and a FIFO blocked it there. */
+static void test_hostile_dataset_not_a_dpk_refused(void **state)
+{
+	char text[4096], path[160], err[512];
+
+	(void)state;
+	start(NULL);
+	snprintf(path, sizeof(path), "%s/fifo", dir);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	int fifo = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	assert_true(fifo >= 0);
+	raw_open("fifo", path, fifo, text, sizeof(text));
+	assert_non_null(strstr(text, "is not a regular file"));
+	close(fifo);
+	int64_t t0 = ms_now();
+	assert_true(admin(CTL_OP_STATUS, 0, NULL, text, sizeof(text)) > 0);
+	assert_true(ms_now() - t0 < 2000);
+
+	int zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+	raw_open("zero", "/dev/zero", zero, text, sizeof(text));
+	assert_non_null(strstr(text, "/dev/zero is not a regular file"));
+	close(zero);
+	int d = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	raw_open("dir", dir, d, text, sizeof(text));
+	assert_non_null(strstr(text, "is not a regular file"));
+	close(d);
+	snprintf(path, sizeof(path), "%s/empty.dpk", dir);
+	int e = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	raw_open("empty", path, e, text, sizeof(text));
+	assert_non_null(strstr(text, "shorter than a header"));
+	close(e);
+	raw_open("nofd", ds, -1, text, sizeof(text));
+	assert_non_null(strstr(text, "the client did not pass it open"));
+
+	/* Through the client API: a FIFO is refused by the client itself, without blocking. */
+	struct ldc *c;
+	snprintf(path, sizeof(path), "%s/fifo", dir);
+	struct ldc_job j = job_of("fifo2", 4, 1);
+	j.dataset = path;
+	if (ldc_connect(sock, &c, err, sizeof(err)) < 0)
+		fail_msg("%s", err);
+	assert_int_equal(ldc_open(c, &j, &(struct ldc_info){ 0 }), -EINVAL);
+	assert_non_null(strstr(ldc_error(c), "is not a regular file"));
+	ldc_close(c);
+	/* A path the client cannot open: its own error, in its own words. */
+	snprintf(path, sizeof(path), "%s/nope.dpk", dir);
+	j.dataset = path;
+	if (ldc_connect(sock, &c, err, sizeof(err)) < 0)
+		fail_msg("%s", err);
+	assert_int_equal(ldc_open(c, &j, &(struct ldc_info){ 0 }), -ENOENT);
+	assert_non_null(strstr(ldc_error(c), "cannot open dataset"));
+	ldc_close(c);
+	assert_daemon_alive();
+	consume_honest("after", 64, 1);
+}
+
+/* The dataset is read through the client's fd, not its path: after the path is replaced by a
+ * rename, the job keeps serving the file that was opened, and a second rank that opens the new
+ * file under the same job name is refused. */
+static void test_hostile_dataset_renamed_keeps_serving(void **state)
+{
+	char err[512], tmp[160];
+	struct ldc *c, *c2;
+	struct ldc_info in;
+	struct ldc_batch b;
+	uint8_t *seen = calloc(NSAMPLES, 1);
+
+	(void)state;
+	start(NULL);
+	struct ldc_job j = job_of("renamed", 64, 1);
+	j.world = 2;
+	if (ldc_connect(sock, &c, err, sizeof(err)) < 0)
+		fail_msg("%s", err);
+	if (ldc_open(c, &j, &in) < 0)
+		fail_msg("open: %s", ldc_error(c));
+	snprintf(tmp, sizeof(tmp), "%s/other.dpk", dir);
+	assert_int_equal(ld_dataset(tmp, 100, 4), 0);
+	assert_int_equal(rename(tmp, ds), 0);
+	j.rank = 1;
+	if (ldc_connect(sock, &c2, err, sizeof(err)) < 0)
+		fail_msg("%s", err);
+	assert_int_equal(ldc_open(c2, &j, &(struct ldc_info){ 0 }), -EEXIST);
+	assert_non_null(strstr(ldc_error(c2), "another dataset file"));
+	ldc_close(c2);
+	char msg[256];
+	for (uint64_t s = 0; s < in.steps_total; s++) {
+		if (ldc_acquire(c, 10000, &b) < 0)
+			fail_msg("step %" PRIu64 ": %s", s, ldc_error(c));
+		if (batch_ok(&b, seen, msg, sizeof(msg)) < 0)
+			fail_msg("%s", msg);
+		ldc_release(c, &b);
+	}
+	free(seen);
+	ldc_close(c);
+	assert_daemon_alive();
+}
+
+/* Read a job of unbounded epochs; after step @at, call @change on the dataset; then read until
+ * the job stops. Every batch delivered is honest; returns the error text. */
+static void read_through_change(const char *name, void (*change)(void), char *text, size_t cap)
+{
+	char err[512], msg[256];
+	struct ldc *c;
+	struct ldc_info in;
+	struct ldc_batch b;
+	struct ldc_job j = job_of(name, 64, 0);
+	uint8_t *seen = calloc(NSAMPLES, 1);
+
+	j.slots = 2;
+	if (ldc_connect(sock, &c, err, sizeof(err)) < 0)
+		fail_msg("%s", err);
+	if (ldc_open(c, &j, &in) < 0)
+		fail_msg("open: %s", ldc_error(c));
+	for (uint64_t s = 0;; s++) {
+		if (s == 3)
+			change();
+		if (s % in.steps_per_epoch == 0)
+			memset(seen, 0, NSAMPLES);
+		if (s > 3 * in.steps_per_epoch)
+			fail_msg("%s: the job goes on after its dataset changed", name);
+		int ret = ldc_acquire(c, 10000, &b);
+		if (ret < 0) {
+			snprintf(text, cap, "%s", ldc_error(c));
+			break;
+		}
+		if (batch_ok(&b, seen, msg, sizeof(msg)) < 0)
+			fail_msg("%s: %s", name, msg);
+		ldc_release(c, &b);
+	}
+	free(seen);
+	ldc_close(c);
+}
+
+static void cut_in_half(void)
+{
+	assert_int_equal(truncate(ds, 4096 + NSAMPLES / 2 * SIDE * SIDE * 3), 0);
+}
+
+static void overwrite_records(void)
+{
+	int fd = open(ds, O_WRONLY | O_CLOEXEC);
+	size_t len = (size_t)NSAMPLES * SIDE * SIDE * 3;
+	uint8_t *junk = malloc(len);
+
+	assert_true(fd >= 0 && junk);
+	memset(junk, 0x5a, len);
+	assert_int_equal(pwrite(fd, junk, len, 4096), (ssize_t)len);
+	free(junk);
+	close(fd);
+}
+
+/* Truncated mid-job: the job stops with a sentence that says so; no SIGBUS, no wrong byte. */
+static void test_hostile_dataset_truncated_mid_job(void **state)
+{
+	char text[512] = "";
+
+	(void)state;
+	start(NULL);
+	read_through_change("cut", cut_in_half, text, sizeof(text));
+	if (!strstr(text, "was truncated while the job ran"))
+		fail_msg("error: %s", text);
+	assert_daemon_alive();
+}
+
+/* Rewritten in place mid-job: every record fails its checksum; the job stops naming that, and
+ * not one byte of the junk is delivered. */
+static void test_hostile_dataset_rewritten_mid_job(void **state)
+{
+	char text[512] = "";
+
+	(void)state;
+	start(NULL);
+	read_through_change("rewritten", overwrite_records, text, sizeof(text));
+	if (!strstr(text, "checksum mismatch"))
+		fail_msg("error: %s", text);
+	assert_daemon_alive();
+}
+
+/* ---- limits ---- */
+
+/* Connections past --max-conns-per-uid are refused with a message naming the option; jobs past
+ * --max-jobs-per-uid, a world above --max-world and rings past --mem-share too. */
+static void test_hostile_limits_refused_with_option_named(void **state)
+{
+	char buf[CTL_MSG_MAX], err[512];
+	int fds[5];
+	uint16_t type;
+
+	(void)state;
+	const char *opts[] = { "--max-conns-per-uid", "5", "--max-jobs-per-uid", "2", "--max-world",
+			       "8", "--mem-limit", "64M", "--mem-share", "10", "--linger", "1", NULL };
+	start(opts);
+	for (int i = 0; i < 5; i++)
+		fds[i] = raw_conn();
+	int extra = raw_conn();
+	ssize_t n = ctl_recv(extra, buf, &type, NULL, NULL);
+	assert_int_equal(n, sizeof(struct ctl_error));
+	assert_int_equal(type, CTL_ERROR);
+	assert_non_null(strstr(((struct ctl_error *)buf)->text, "--max-conns-per-uid"));
+	close(extra);
+	for (int i = 0; i < 5; i++)
+		close(fds[i]);
+	usleep(100000);
+
+	struct ldc *c[3];
+	struct ldc_info in;
+	const char *names[3] = { "one", "two", "three" };
+	for (int i = 0; i < 3; i++) {
+		struct ldc_job j = job_of(names[i], 4, 1);
+		if (ldc_connect(sock, &c[i], err, sizeof(err)) < 0)
+			fail_msg("%s", err);
+		int ret = ldc_open(c[i], &j, &in);
+		if (i < 2 && ret < 0)
+			fail_msg("open %s: %s", names[i], ldc_error(c[i]));
+		if (i == 2) {
+			assert_int_equal(ret, -EUSERS);
+			assert_non_null(strstr(ldc_error(c[i]), "--max-jobs-per-uid"));
+		}
+	}
+	for (int i = 0; i < 3; i++)
+		ldc_close(c[i]);
+	struct ldc_job j = job_of("wide", 4, 1);
+	j.world = 9;
+	if (ldc_connect(sock, &c[0], err, sizeof(err)) < 0)
+		fail_msg("%s", err);
+	assert_int_equal(ldc_open(c[0], &j, &in), -EINVAL);
+	assert_non_null(strstr(ldc_error(c[0]), "--max-world"));
+	ldc_close(c[0]);
+	usleep(1600000);  /* the jobs linger 1 s, then no longer count */
+	/* 10% of 64 MiB is 6.4 MiB; a ring of 4 x 2048 x 192 bytes (1.5 MiB + headers) fits, five
+	 * do not. */
+	j = job_of("big", 2048, 1);
+	j.world = 5;
+	struct ldc *held[5] = { 0 };
+	int refused = 0;
+	for (uint32_t r = 0; r < 5 && !refused; r++) {
+		j.rank = r;
+		if (ldc_connect(sock, &held[r], err, sizeof(err)) < 0)
+			fail_msg("%s", err);
+		if (ldc_open(held[r], &j, &in) < 0) {
+			if (!strstr(ldc_error(held[r]), "--mem-share"))
+				fail_msg("rank %u: %s", r, ldc_error(held[r]));
+			refused = 1;
+		}
+	}
+	for (int r = 0; r < 5; r++)
+		ldc_close(held[r]);
+	assert_true(refused);
+	assert_daemon_alive();
+}
+
+static void close_all(int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
+/* 1,000 connections that open no job: loaderd takes them all, serves a job beside them, and
+ * closes each after --idle-timeout with a reason. */
+static void test_hostile_thousand_idle_connections(void **state)
+{
+	enum { N = 1000 };
+	static int fds[N];
+	char buf[CTL_MSG_MAX];
+	uint16_t type;
+
+	(void)state;
+	const char *opts[] = { "--max-conns-per-uid", "2000", "--max-conns", "2000", "--idle-timeout",
+			       "2", NULL };
+	start(opts);
+	for (int i = 0; i < N; i++)
+		fds[i] = raw_conn();
+	int64_t t0 = ms_now();
+	consume_honest("beside-idle", 64, 1);
+	assert_daemon_alive();
+	int told = 0;
+	for (int i = 0; i < N; i++) {
+		ssize_t n = ctl_recv(fds[i], buf, &type, NULL, NULL);
+		told += n == sizeof(struct ctl_error) && type == CTL_ERROR &&
+			strstr(((struct ctl_error *)buf)->text, "no job opened");
+	}
+	assert_int_equal(told, N);
+	assert_true(ms_now() - t0 < 8000);
+	close_all(fds, N);
+	assert_true(ld_log_has(logp, "no job opened within"));
+}
+
+/* Out of descriptors (a low RLIMIT_NOFILE): loaderd does not spin on accept; it pauses, says so,
+ * and serves again once descriptors are free. */
+static void test_hostile_fd_exhaustion_no_spin(void **state)
+{
+	enum { N = 100 };
+	int fds[N];
+
+	(void)state;
+	daemon_pid = ld_start_nofile(sock, logp, NULL, 48);
+	if (daemon_pid < 0)
+		fail_msg("loaderd did not start: %s", strerror((int)-daemon_pid));
+	for (int i = 0; i < N; i++)
+		fds[i] = raw_conn();
+	usleep(200000);
+	long cpu0 = ld_cpu_ms(daemon_pid);
+	usleep(1000000);
+	long cpu = ld_cpu_ms(daemon_pid) - cpu0;
+	if (cpu > 300)
+		fail_msg("loaderd used %ld ms of CPU in 1 s with no descriptors left", cpu);
+	assert_true(ld_log_has(logp, "cannot accept connections"));
+	close_all(fds, N);
+	assert_daemon_alive();
+	/* The refused backlog drains; then a job is served. */
+	usleep(300000);
+	consume_honest("after-emfile", 64, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_hostile_scribbled_ids_do_not_crash, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_dataset_not_a_dpk_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_dataset_renamed_keeps_serving, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_dataset_truncated_mid_job, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_dataset_rewritten_mid_job, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_limits_refused_with_option_named, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_thousand_idle_connections, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_fd_exhaustion_no_spin, setup, teardown),
 	};
+	struct rlimit rl;
 	signal(SIGPIPE, SIG_IGN);
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;  /* 1,000 connections */
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
