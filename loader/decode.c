@@ -10,6 +10,7 @@
 #include "loader/sampler.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdio.h>
@@ -36,6 +37,7 @@ struct ldr_decoder {
 	uint16_t *hrow;            /* one vertically blended source row */
 	size_t hcap;               /* its capacity, in elements */
 	size_t xcap;
+	uint64_t max_pixels;       /* per JPEG frame; 0 = no bound (ldr_decoder_limit) */
 };
 
 /* ---- crop windows ---- */
@@ -144,6 +146,21 @@ int ldr_decoder_create(struct ldr_decoder **out)
 	}
 	*out = d;
 	return 0;
+}
+
+void ldr_decoder_limit(struct ldr_decoder *d, uint64_t max_pixels)
+{
+	d->max_pixels = max_pixels;
+	/* libjpeg's own allocations (progressive coefficient buffers: 2 bytes per coefficient,
+	 * up to 3 components) stay within 8 bytes a pixel of the largest frame allowed; past that
+	 * it fails (no backing store) instead of taking the daemon's memory. */
+	d->cinfo.mem->max_memory_to_use = (long)(max_pixels > (uint64_t)(LONG_MAX / 8) ?
+						 LONG_MAX : max_pixels * 8);
+	/* A frame whose window is larger than the largest tensor allowed is refused by zstd. */
+	int log = 10;
+	while (log < 31 && (1ull << log) < max_pixels * 4)
+		log++;
+	ZSTD_DCtx_setParameter(d->zd, ZSTD_d_windowLogMax, log);
 }
 
 void ldr_decoder_destroy(struct ldr_decoder *d)
@@ -283,6 +300,13 @@ int ldr_decode_jpeg(struct ldr_decoder *d, const uint8_t *jpg, size_t len, const
 	}
 	jpeg_mem_src(c, jpg, (unsigned long)len);
 	jpeg_read_header(c, TRUE);
+	if (d->max_pixels && (uint64_t)c->image_width * c->image_height > d->max_pixels) {
+		snprintf(why, whylen, "JPEG of %ux%u pixels, above the limit of %llu (loaderd "
+			 "--max-pixels)", c->image_width, c->image_height,
+			 (unsigned long long)d->max_pixels);
+		jpeg_abort_decompress(c);
+		return -EBADMSG;
+	}
 	/* The window was planned from the index; the stream has the last word on the size. */
 	if (win.x >= c->image_width || win.y >= c->image_height) {
 		win.x = win.y = 0;

@@ -40,6 +40,7 @@ struct job {
 	struct ldr_sampler smp;
 	struct ctl_job_open spec;
 	struct ldr_out out;        /* output size (0x0 = records as stored), layout */
+	uint64_t max_pixels;       /* per record (ldr_config) */
 	uint64_t sample_bytes;
 	int rrc;                   /* RandomResizedCrop, else center crop */
 	int hflip;
@@ -85,13 +86,13 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **o
 	char err[256];
 	int ret;
 
-	(void)cfg;
 	*out = NULL;
 	if (!j)
 		return -ENOMEM;
 	j->fd_direct = -1;
 	j->fd = -1;
 	j->spec = *spec;
+	j->max_pixels = cfg->max_pixels ? cfg->max_pixels : LDR_MAX_PIXELS_DEFAULT;
 	/* The client opened the dataset with its own rights (ldc_open): loaderd never opens a path
 	 * a client names, so it reads nothing that client could not read itself. */
 	if (fd < 0) {
@@ -196,6 +197,11 @@ static void job_close(void *ctx, void *p)
 
 /* ---- workers ---- */
 
+static uint64_t max_pixels(const struct ldr_config *cfg)
+{
+	return cfg->max_pixels ? cfg->max_pixels : LDR_MAX_PIXELS_DEFAULT;
+}
+
 static void *worker_init(void *ctx, unsigned index)
 {
 	const struct ldr_config *cfg = ctx;
@@ -218,6 +224,7 @@ static void *worker_init(void *ctx, unsigned index)
 		free(w);
 		return NULL;
 	}
+	ldr_decoder_limit(w->dec, max_pixels(cfg));
 	return w;
 }
 
@@ -255,6 +262,13 @@ static int decode_one(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 	}
 	uint32_t ih = e->shape[0];  /* JPEG and HxWxC raw alike */
 	uint32_t iw = e->shape[1];
+	/* Checked at use, not only at open: a record this large is bad, whatever its index says
+	 * its kind allows (the decoders check the stream's own size again). */
+	if (o.h && (uint64_t)ih * iw > j->max_pixels) {
+		snprintf(why, whylen, "%ux%u pixels, above the limit of %llu (loaderd --max-pixels)",
+			 ih, iw, (unsigned long long)j->max_pixels);
+		return -EBADMSG;
+	}
 	if (o.h) {
 		uint64_t key = ldr_mix(j->spec.seed, epoch, id);
 		if (j->rrc)

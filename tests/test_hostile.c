@@ -5,6 +5,7 @@
  *
  * Tests named after a bug that was fixed say so ("Regression:"); they keep it fixed. */
 #include "tests/ld_real.h"
+#include "formats/dpk.h"
 #include "shm/ctl.h"
 #include "shm/ldc.h"
 #include "shm/ring.h"
@@ -24,6 +25,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <turbojpeg.h>
 #include <unistd.h>
 
 #include <setjmp.h>
@@ -611,6 +613,88 @@ static void test_hostile_fd_exhaustion_no_spin(void **state)
 	consume_honest("after-emfile", 64, 1);
 }
 
+/* ---- decoder bounds ---- */
+
+/* A 16x16 JPEG whose frame header is patched to claim @side x @side pixels. */
+static unsigned char *jpeg_bomb(uint16_t side, unsigned long *len)
+{
+	unsigned char px[16 * 16 * 3], *jpg = NULL;
+	tjhandle tj = tjInitCompress();
+
+	for (size_t i = 0; i < sizeof(px); i++)
+		px[i] = (unsigned char)(i * 7);
+	assert_int_equal(tjCompress2(tj, px, 16, 0, 16, TJPF_RGB, &jpg, len, TJSAMP_444, 90, 0), 0);
+	tjDestroy(tj);
+	for (unsigned long i = 0; i + 8 < *len; i++)
+		if (jpg[i] == 0xFF && jpg[i + 1] == 0xC0) {  /* SOF0: len, precision, height, width */
+			jpg[i + 5] = jpg[i + 7] = (unsigned char)(side >> 8);
+			jpg[i + 6] = jpg[i + 8] = (unsigned char)side;
+			return jpg;
+		}
+	fail_msg("no SOF0 in the JPEG");
+	return NULL;
+}
+
+/* A JPEG bomb is a bad record, not an out-of-memory kill: sample 5's index says 60000 x 60000
+ * pixels (caught before decode), sample 9's index says 16 x 16 but its frame says 60000 x 60000
+ * (caught by the decoder). Both are substituted and logged with the limit's option. */
+static void test_hostile_jpeg_bomb_is_a_bad_record(void **state)
+{
+	char err[512], path[160];
+	uint8_t raw[16 * 16 * 3];
+	struct dpk_writer *w;
+	unsigned long blen;
+	unsigned char *bomb = jpeg_bomb(60000, &blen);
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/bomb.dpk", dir);
+	assert_int_equal(dpk_writer_create(path, DPK_WRITE_NO_SYNC, &w), 0);
+	for (int i = 0; i < 32; i++) {
+		memset(raw, i, sizeof(raw));
+		struct dpk_record r = { .kind = DPK_KIND_RAW, .label = i, .data = raw,
+					.length = sizeof(raw), .shape = { 16, 16, 3 }, .ndim = 3 };
+		if (i == 5 || i == 9) {
+			uint32_t side = i == 5 ? 60000 : 16;
+			r = (struct dpk_record){ .kind = DPK_KIND_JPEG, .label = i, .data = bomb,
+						 .length = blen, .shape = { side, side, 3 }, .ndim = 3,
+						 .subsamp = DPK_SUB_444 };
+		}
+		assert_int_equal(dpk_writer_add(w, &r), 0);
+	}
+	assert_int_equal(dpk_writer_finish(w), 0);
+	dpk_writer_destroy(w);
+	tjFree(bomb);
+
+	start(NULL);
+	struct ldc *c;
+	struct ldc_info in;
+	struct ldc_batch b;
+	struct ldc_job j = { .job = "bomb", .dataset = path, .batch = 16, .world = 1, .epochs = 1,
+			     .crop_h = 8, .crop_w = 8, .transforms = CTL_TF_CENTER_CROP,
+			     .sampling = CTL_SAMPLE_SEQUENTIAL };
+	if (ldc_connect(sock, &c, err, sizeof(err)) < 0)
+		fail_msg("%s", err);
+	if (ldc_open(c, &j, &in) < 0)
+		fail_msg("open: %s", ldc_error(c));
+	int substituted = 0;
+	for (uint64_t s = 0; s < in.steps_total; s++) {
+		if (ldc_acquire(c, 10000, &b) < 0)
+			fail_msg("step %" PRIu64 ": %s", s, ldc_error(c));
+		for (uint32_t i = 0; i < b.count; i++) {
+			int bad = b.step * 16 + i == 5 || b.step * 16 + i == 9;
+			assert_int_equal(!!(b.sample_flags[i] & RING_SAMPLE_SUBSTITUTED), bad);
+			assert_true(b.ids[i] != 5 && b.ids[i] != 9);
+			substituted += bad;
+		}
+		ldc_release(c, &b);
+	}
+	ldc_close(c);
+	assert_int_equal(substituted, 2);
+	assert_daemon_alive();
+	assert_true(ld_log_has(logp, "sample 5 is bad (60000x60000 pixels, above the limit"));
+	assert_true(ld_log_has(logp, "sample 9 is bad (JPEG of 60000x60000 pixels"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -624,6 +708,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_thousand_idle_connections, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_fd_exhaustion_no_spin, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_jpeg_bomb_is_a_bad_record, setup, teardown),
 	};
 	struct rlimit rl;
 	signal(SIGPIPE, SIG_IGN);
