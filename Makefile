@@ -4,7 +4,8 @@
 # Knobs: V=1 (echo commands), SAN=address,undefined (sanitizer build, in build/san unless BUILD
 # is given), WERROR=1 (default on when CI=true), CUDA_HOME (default: from nvcc on PATH),
 # FUZZ_SECONDS (per fuzz target in `make test`, default 15).
-# Targets: all, test, test-unit, test-san, test-gpu, fuzz, demo, check, clean.
+# Targets: all, test, test-unit, test-san, test-gpu, fuzz, demo, check, clean, install, uninstall
+# (PREFIX=/usr/local, DESTDIR: scripts/module.mk).
 
 CC ?= cc
 CFLAGS ?= -O2 -g
@@ -54,6 +55,7 @@ include loader/module.mk
 include trainer/module.mk
 include tools/module.mk
 include tests/module.mk
+include scripts/module.mk
 
 # Link order: dependents first.
 LINKLIBS := $(filter %/libloader.a,$(LIBS)) $(filter %/libshm.a,$(LIBS)) \

@@ -7,6 +7,9 @@ LIBS += $(BUILD)/lib/libshm.a
 # package in python/ uses it through ctypes). Position-independent objects of their own in
 # $(BUILD)/pic/, so libshm.a keeps its non-PIC code. A version script exports ldc_* only; ring_*
 # and ctl_* stay local. shm/ holds no server code (that is loader/srv_*.c), so libldc.so has none.
+# The soname carries LDC_SOVERSION (make install adds libldc.so.$(LDC_SOVERSION) and the
+# libldc.so link; python/setup.py names the same): bump it when the ABI of shm/ldc.h changes.
+LDC_SOVERSION := 0
 BINS += $(BUILD)/lib/libldc.so
 $(BUILD)/pic/%.o: %.c | $(DEPS_STAMP)
 	$(Q)mkdir -p $(@D)
@@ -17,10 +20,10 @@ $(BUILD)/pic/libldc.map: shm/module.mk
 	$(Q)mkdir -p $(@D)
 	$(Q)printf '{\n  global: ldc_*;\n  local: *;\n};\n' >$@
 
-$(BUILD)/lib/libldc.so: $(patsubst %.c,$(BUILD)/pic/%.o,$(SHM_SRC)) $(BUILD)/pic/libldc.map
+$(BUILD)/lib/libldc.so: $(patsubst %.c,$(BUILD)/pic/%.o,$(SHM_SRC)) $(BUILD)/pic/libldc.map shm/module.mk
 	$(Q)mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libldc.so -Wl,--no-undefined \
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libldc.so.$(LDC_SOVERSION) -Wl,--no-undefined \
 		-Wl,--version-script=$(BUILD)/pic/libldc.map -o $@ $(filter %.o,$^)
 DEPFILES += $(shell find $(BUILD)/pic -name '*.d' 2>/dev/null)
 endif

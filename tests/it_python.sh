@@ -1,22 +1,17 @@
 #!/bin/sh
 # it_python.sh - the Python client (python/loaderd) under pytest against a loaderd of its own:
 # every sample once with its label, exact resume from state_dict(), a killed daemon raising
-# within a second (python/tests/). Skipped (exit 77) without python3, numpy or pytest; torch
-# tests skip inside pytest when torch is absent. Nothing is installed from here.
+# within a second, numpy views and torch tensors over the ring (python/tests/). Debian's
+# interpreter (LOADERD_PYTHON overrides): a pyenv python3 on PATH cannot see Debian's numpy,
+# pytest and torch, which scripts/deps.sh installs. Skipped (exit 77) when that interpreter lacks
+# numpy, pytest or torch, so that a missing package is counted and never passes for a run.
+. "$(dirname "$0")/lib.sh"
 BUILD=${BUILD:-build}
 export BUILD
-if ! command -v python3 >/dev/null 2>&1; then
-	echo "skip: no python3"
-	exit 77
-fi
-if ! python3 -c 'import numpy, pytest' 2>/dev/null; then
-	echo "skip: python3 lacks numpy or pytest (pip install numpy pytest)"
-	exit 77
-fi
-if [ ! -e "$BUILD/lib/libldc.so" ] || [ ! -x "$BUILD/bin/loaderd" ]; then
-	echo "not built: $BUILD/lib/libldc.so and $BUILD/bin/loaderd (run make)"
-	exit 1
-fi
+need_python 'import numpy, pytest, torch' "python3-numpy python3-pytest python3-torch"
+need_bins loaderd dsgen dpack
+[ -e "$BUILD/lib/libldc.so" ] || { echo "not built: $BUILD/lib/libldc.so (run make)"; exit 1; }
 # No bytecode or cache directories in the source tree; LOADERD_LIB: this build's library.
+# -rs: the reason of every skipped case (the GPU case without a GPU) in the log.
 LOADERD_LIB=$(cd "$BUILD/lib" && pwd)/libldc.so PYTHONDONTWRITEBYTECODE=1 \
-	exec python3 -m pytest -q -p no:cacheprovider python/tests
+	exec "$PY" -m pytest -q -rs -p no:cacheprovider python/tests

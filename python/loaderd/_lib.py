@@ -240,8 +240,9 @@ def _declare(lib):
 
 
 def lib():
-    """libldc.so, loaded once: $LOADERD_LIB, else the repository's build/lib/, else the package
-    directory, else the dynamic linker's search path."""
+    """libldc.so, loaded once: $LOADERD_LIB, else the repository's build/lib/ (a checkout), else
+    the package directory (where pip's build put it, python/setup.py), else the dynamic linker's
+    search path (a `make install`)."""
     global _lib
     with _lib_lock:
         if _lib is not None:
@@ -269,5 +270,6 @@ def lib():
             else:
                 tried.append("libldc.so on the linker path (not found)")
         raise OSError(errno.ENOENT, "cannot load loaderd's client library libldc.so; tried: " +
-                      "; ".join(tried) + ". Build it with `make` in the loaderd repository and "
-                      "set LOADERD_LIB=/path/to/build/lib/libldc.so")
+                      "; ".join(tried) + ". `pip install ./python` (from the loaderd "
+                      "repository) builds it into the package; or set "
+                      "LOADERD_LIB=/path/to/build/lib/libldc.so")
