@@ -695,6 +695,57 @@ static void test_hostile_jpeg_bomb_is_a_bad_record(void **state)
 	assert_true(ld_log_has(logp, "sample 9 is bad (JPEG of 60000x60000 pixels"));
 }
 
+/* ---- the client checks the daemon ---- */
+
+/* Another user's process listens on the socket path (a squatter in /tmp): the client refuses it
+ * before it sends anything, naming the socket and the uid that serves it. */
+static void test_hostile_squatted_socket_refused(void **state)
+{
+	char err[512];
+	struct ldc *c = NULL;
+	int pipefd[2];
+
+	(void)state;
+	if (geteuid() != 0)
+		skip();  /* needs to become another user */
+	assert_int_equal(chmod(dir, 0777), 0);
+	assert_int_equal(pipe(pipefd), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct sockaddr_un sa = { .sun_family = AF_UNIX };
+		if (setgid(65534) < 0 || setuid(65534) < 0)
+			_exit(2);
+		int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 8) < 0)
+			_exit(3);
+		chmod(sock, 0666);
+		(void)!write(pipefd[1], "x", 1);
+		for (;;) {
+			int a = accept(fd, NULL, NULL);
+			char b[CTL_MSG_MAX];
+			if (a >= 0 && recv(a, b, sizeof(b), 0) > 0)
+				_exit(4);  /* the client sent something: the test fails */
+		}
+	}
+	char x;
+	close(pipefd[1]);
+	assert_int_equal(read(pipefd[0], &x, 1), 1);
+	close(pipefd[0]);
+	int ret = ldc_connect(sock, &c, err, sizeof(err));
+	int st = 0;
+	usleep(100000);
+	pid_t done = waitpid(pid, &st, WNOHANG);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	ldc_close(c);
+	assert_int_equal(ret, -EPERM);
+	assert_non_null(strstr(err, sock));
+	assert_non_null(strstr(err, "served by uid 65534"));
+	assert_int_equal(done, 0);  /* still waiting for bytes that never came */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -709,6 +760,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_hostile_thousand_idle_connections, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_fd_exhaustion_no_spin, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_jpeg_bomb_is_a_bad_record, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_squatted_socket_refused, setup, teardown),
 	};
 	struct rlimit rl;
 	signal(SIGPIPE, SIG_IGN);
