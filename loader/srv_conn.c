@@ -41,7 +41,16 @@ void srv_notice(struct srv *s, int level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	s->ops.notice(s->ops.ctx, level, msg);
+	char safe[sizeof(msg) * 4];
+	size_t k = 0;
+	for (const unsigned char *p = (const unsigned char *)msg; *p && k + 5 < sizeof(safe); p++) {
+		if (*p < 0x20 || *p == 0x7f)
+			k += (size_t)snprintf(safe + k, sizeof(safe) - k, "\\x%02x", *p);
+		else
+			safe[k++] = (char)*p;
+	}
+	safe[k] = '\0';
+	s->ops.notice(s->ops.ctx, level, safe);
 }
 
 void srv_wake_control(struct srv *s)
@@ -73,6 +82,50 @@ void srv_conn_close(struct srv *s, struct conn *c)
 		}
 	c->next = s->conn_grave;  /* freed by srv_reap(), after the event batch */
 	s->conn_grave = c;
+}
+
+static void want_out(struct srv *s, struct conn *c, int on)
+{
+	struct epoll_event ee = { .events = EPOLLIN | EPOLLRDHUP | (on ? EPOLLOUT : 0),
+				  .data.ptr = &c->ev };
+
+	epoll_ctl(s->ep, EPOLL_CTL_MOD, c->fd, &ee);
+}
+
+/* Send what the socket takes of c->out; the empty chunk that ends it once all is sent. */
+static void conn_flush(struct srv *s, struct conn *c)
+{
+	const size_t chunk = CTL_MSG_MAX - sizeof(struct ctl_hdr);
+	int ret = 0;
+
+	while (ret == 0 && c->out_off <= c->out_len) {
+		size_t n = c->out_len - c->out_off < chunk ? c->out_len - c->out_off : chunk;
+		ret = ctl_send(c->fd, CTL_ADMIN_TEXT, n ? c->out + c->out_off : NULL, n, NULL, 0);
+		if (ret == 0) {
+			c->out_off += n ? n : 1;  /* past the end once the empty chunk is out */
+			c->since_ns = now_ns();   /* progress: not idle */
+		}
+	}
+	if (ret == -EAGAIN || ret == -EWOULDBLOCK) {
+		want_out(s, c, 1);
+		return;
+	}
+	free(c->out);
+	c->out = NULL;
+	c->out_len = c->out_off = 0;
+	if (ret < 0)
+		srv_conn_close(s, c);  /* the client went away */
+	else
+		want_out(s, c, 0);
+}
+
+void srv_conn_send_text(struct srv *s, struct conn *c, char *text, size_t len)
+{
+	free(c->out);
+	c->out = text;
+	c->out_len = len;
+	c->out_off = 0;
+	conn_flush(s, c);
 }
 
 /* Tell the client why, then close. */
@@ -233,6 +286,13 @@ static void on_conn(struct srv *s, struct conn *c, uint32_t events)
 
 	if (c->closed)
 		return;  /* closed earlier in this event batch */
+	if ((events & EPOLLOUT) && c->out) {
+		pthread_mutex_lock(&s->mu);
+		conn_flush(s, c);
+		pthread_mutex_unlock(&s->mu);
+		if (c->closed)
+			return;
+	}
 	if (events & EPOLLIN) {
 		n = ctl_recv(c->fd, buf, &type, fds, &nfds);
 		/* Only a job open carries a descriptor: exactly one, the dataset the client opened
@@ -280,6 +340,9 @@ static void on_conn(struct srv *s, struct conn *c, uint32_t events)
 			memcpy(&spec, buf, sizeof(spec));
 			srv_on_job_open(s, c, &spec, dataset_fd);
 			dataset_fd = -1;  /* taken over */
+		} else if (type == CTL_ADMIN && c->out) {
+			srv_conn_fail(s, c, EBUSY, "one request at a time: the last answer is still "
+				      "being sent");
 		} else if (type == CTL_ADMIN && (size_t)n == sizeof(struct ctl_admin) && !c->att) {
 			struct ctl_admin req;
 			memcpy(&req, buf, sizeof(req));

@@ -48,6 +48,8 @@ struct conn {
 	struct open_req *opening; /* a job open in progress on an opener thread; srv_reap keeps
 				  * the conn until it is finished (srv_open_finish) */
 	int closed;              /* closed: events still queued for it are ignored */
+	char *out;               /* an answer being sent (srv_conn_send_text), NULL when none */
+	size_t out_len, out_off; /* its bytes, and how many are sent */
 	struct conn *next;
 };
 
@@ -175,13 +177,19 @@ static inline int64_t now_ns(void)
 
 /* ---- srv_conn.c ---- */
 
-/* Pass a message to ops->notice (level: 0 error, 1 warn, 2 info). Any thread. */
+/* Pass a message to ops->notice (level: 0 error, 1 warn, 2 info), control characters escaped
+ * (a dataset path is the client's bytes). Any thread. */
 void srv_notice(struct srv *s, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /* Make srv_run's epoll_wait return, so that it runs housekeeping now. Any thread. */
 void srv_wake_control(struct srv *s);
 /* Under mu, control thread. Retire @c's att, close the socket, bury @c (srv_reap frees it). */
 void srv_conn_close(struct srv *s, struct conn *c);
+/* Under mu, control thread. Send @text (@len bytes, takes ownership, malloc'd) to @c as
+ * CTL_ADMIN_TEXT chunks and an empty one: as much as the socket takes now, the rest whenever it
+ * can take more (EPOLLOUT), so that an answer of any size arrives whole and a client that does
+ * not read stalls only itself. */
+void srv_conn_send_text(struct srv *s, struct conn *c, char *text, size_t len);
 /* Under mu, control thread. Send @c a CTL_ERROR (errno @err, either sign), then close it. */
 void srv_conn_fail(struct srv *s, struct conn *c, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));

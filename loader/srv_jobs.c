@@ -87,6 +87,7 @@ void srv_reap(struct srv *s)
 			continue;
 		}
 		*pp = c->next;
+		free(c->out);
 		free(c);
 	}
 }

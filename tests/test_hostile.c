@@ -11,6 +11,7 @@
 #include "shm/ring.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -746,6 +747,164 @@ static void test_hostile_squatted_socket_refused(void **state)
 	assert_int_equal(done, 0);  /* still waiting for bytes that never came */
 }
 
+/* ---- admin ---- */
+
+/* A job of world 65,536: it opens, serves, and loaderctl's stats for it (about 15 MB of JSON,
+ * far more than a socket buffer) arrive whole while status stays quick. */
+static void test_hostile_world_65536_stats_whole(void **state)
+{
+	char err[512], path[160], *text = NULL;
+	struct ldc *c;
+	struct ldc_info in;
+	struct ldc_batch b;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/wide.dpk", dir);
+	assert_int_equal(ld_dataset(path, 65536, 1), 0);
+	start(NULL);
+	struct ldc_job j = { .job = "wide", .dataset = path, .batch = 1, .world = 65536,
+			     .epochs = 1, .rank = 65535 };
+	if (ldc_connect(sock, &c, err, sizeof(err)) < 0)
+		fail_msg("%s", err);
+	if (ldc_open(c, &j, &in) < 0)
+		fail_msg("open: %s", ldc_error(c));
+	assert_int_equal(in.steps_per_epoch, 1);
+	assert_int_equal(ldc_acquire(c, 10000, &b), 0);
+	assert_int_equal(b.count, 1);
+	ldc_release(c, &b);
+	int64_t t0 = ms_now();
+	if (ldc_admin(sock, CTL_OP_STATS, CTL_ADMIN_JSON, "wide", &text, err, sizeof(err)) < 0)
+		fail_msg("stats: %s", err);
+	size_t len = strlen(text), ranks = 0;
+	for (const char *p = text; (p = strstr(p, "{\"rank\":")); p++)
+		ranks++;
+	assert_int_equal(ranks, 65536);
+	assert_true(len > 4u << 20);
+	assert_non_null(strstr(text + len - 8, "]}]"));
+	free(text);
+	printf("# stats of 65536 ranks: %zu bytes in %lld ms\n", len, (long long)(ms_now() - t0));
+	char st[4096];
+	t0 = ms_now();
+	assert_true(admin(CTL_OP_STATUS, 0, NULL, st, sizeof(st)) > 0);
+	assert_true(ms_now() - t0 < 2000);
+	ldc_close(c);
+	assert_daemon_alive();
+}
+
+/* Control characters in a dataset path are escaped in loaderctl's text and in the log: they
+ * cannot forge lines or move a terminal's cursor. */
+static void test_hostile_control_chars_escaped(void **state)
+{
+	char err[512], path[160], *text = NULL;
+	struct ldc *c;
+	struct ldc_info in;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/a\nFAKE\x1b[31m.dpk", dir);
+	assert_int_equal(ld_dataset(path, 64, 2), 0);
+	start(NULL);
+	struct ldc_job j = { .job = "ctrl", .dataset = path, .batch = 4, .world = 1, .epochs = 1 };
+	if (ldc_connect(sock, &c, err, sizeof(err)) < 0)
+		fail_msg("%s", err);
+	if (ldc_open(c, &j, &in) < 0)
+		fail_msg("open: %s", ldc_error(c));
+	if (ldc_admin(sock, CTL_OP_JOBS, 0, NULL, &text, err, sizeof(err)) < 0)
+		fail_msg("jobs: %s", err);
+	assert_non_null(strstr(text, "a\\x0aFAKE\\x1b[31m.dpk"));
+	assert_null(strchr(text, 0x1b));
+	free(text);
+	ldc_close(c);
+	assert_int_equal(truncate(path, 4096), 0);  /* a failure that logs the path */
+	usleep(300000);
+	assert_false(ld_log_has(logp, "\x1b"));
+	assert_daemon_alive();
+}
+
+/* --group: a member (uid 65534 in group nogroup) cannot read root's dataset through loaderd
+ * (it cannot open it, and loaderd opens nothing for it), sees only its own jobs and cannot stop
+ * root's. */
+static void test_hostile_group_member_isolated(void **state)
+{
+	char err[512], text_path[160], mine[160];
+	struct ldc *c;
+	struct ldc_info in;
+	int pipefd[2];
+
+	(void)state;
+	if (geteuid() != 0 || !getgrgid(65534))
+		skip();
+	const struct group *g = getgrgid(65534);
+	const char *opts[] = { "--group", g->gr_name, NULL };
+	assert_int_equal(chmod(dir, 0711), 0);
+	snprintf(mine, sizeof(mine), "%s/public.dpk", dir);
+	assert_int_equal(ld_dataset(mine, 64, 2), 0);
+	assert_int_equal(chmod(mine, 0644), 0);
+	assert_int_equal(chmod(ds, 0600), 0);
+	start(opts);
+	struct ldc_job j = job_of("rootjob", 4, 0);
+	if (ldc_connect(sock, &c, err, sizeof(err)) < 0)
+		fail_msg("%s", err);
+	if (ldc_open(c, &j, &in) < 0)
+		fail_msg("open: %s", ldc_error(c));
+	snprintf(text_path, sizeof(text_path), "%s/child.out", dir);
+	assert_int_equal(pipe(pipefd), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		FILE *out = fdopen(pipefd[1], "w");
+		struct ldc *m;
+		char *t = NULL, e[512];
+		close(pipefd[0]);
+		if (setgid(65534) < 0 || setuid(65534) < 0)
+			_exit(2);
+		/* root's dataset: the member cannot open it, so loaderd never reads it for it */
+		struct ldc_job mj = job_of("steal", 4, 1);
+		if (ldc_connect(sock, &m, e, sizeof(e)) < 0)
+			_exit(3);
+		fprintf(out, "steal=%d %s\n", ldc_open(m, &mj, &(struct ldc_info){ 0 }), ldc_error(m));
+		ldc_close(m);
+		mj = (struct ldc_job){ .job = "memberjob", .dataset = mine, .batch = 4, .world = 1 };
+		if (ldc_connect(sock, &m, e, sizeof(e)) < 0)
+			_exit(4);
+		fprintf(out, "own=%d\n", ldc_open(m, &mj, &(struct ldc_info){ 0 }));
+		int r = ldc_admin(sock, CTL_OP_JOBS, 0, NULL, &t, e, sizeof(e));
+		fprintf(out, "jobs=%d [%s]\n", r, r == 0 ? t : e);
+		free(t);
+		r = ldc_admin(sock, CTL_OP_STOP, 0, "rootjob", &t, e, sizeof(e));
+		fprintf(out, "stop=%d %s\n", r, r == 0 ? t : e);
+		free(t);
+		fclose(out);
+		ldc_close(m);
+		_exit(0);
+	}
+	close(pipefd[1]);
+	char got[4096];
+	size_t n = 0;
+	ssize_t k;
+	while ((k = read(pipefd[0], got + n, sizeof(got) - 1 - n)) > 0)
+		n += (size_t)k;
+	got[n] = '\0';
+	close(pipefd[0]);
+	int st;
+	waitpid(pid, &st, 0);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fail_msg("member child: status %d, said: %s", st, got);
+	assert_non_null(strstr(got, "steal=-13 cannot open dataset"));
+	assert_non_null(strstr(got, "own=0"));
+	assert_non_null(strstr(got, "memberjob"));
+	assert_null(strstr(got, "rootjob ("));
+	assert_non_null(strstr(got, "stop=-2 loaderd: no job named rootjob"));
+	char *all = NULL;
+	if (ldc_admin(sock, CTL_OP_JOBS, 0, NULL, &all, err, sizeof(err)) < 0)
+		fail_msg("%s", err);
+	assert_non_null(strstr(all, "rootjob"));
+	assert_non_null(strstr(all, "memberjob"));
+	assert_null(strstr(all, "FAILED"));
+	free(all);
+	ldc_close(c);
+	assert_daemon_alive();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -761,6 +920,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_hostile_fd_exhaustion_no_spin, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_jpeg_bomb_is_a_bad_record, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_squatted_socket_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_world_65536_stats_whole, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_control_chars_escaped, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_group_member_isolated, setup, teardown),
 	};
 	struct rlimit rl;
 	signal(SIGPIPE, SIG_IGN);
