@@ -3,6 +3,14 @@
  * (tests/ld_real.h), lets a client do its worst, and checks that loaderd is still alive and still
  * serves a well-behaved client correctly.
  *
+ * What it covers: a consumer scribbling its slots' ids (the SIGSEGV of issue 13); datasets that
+ * are a FIFO, /dev/zero, a directory, an empty file, not passed at all, renamed over, truncated
+ * and rewritten mid-job; every limit with its option named; 1,000 idle connections; descriptor
+ * exhaustion without a spin; a JPEG bomb; a squatted socket; a job of world 65,536 and its stats;
+ * control characters in a path; a --group member's isolation; and the hostile client: several
+ * hundred random moves from a replayable seed beside a job whose every byte is checked and whose
+ * rate is compared with its rate alone.
+ *
  * Tests named after a bug that was fixed say so ("Regression:"); they keep it fixed. */
 #include "tests/ld_real.h"
 #include "formats/dpk.h"
@@ -905,6 +913,259 @@ static void test_hostile_group_member_isolated(void **state)
 	assert_daemon_alive();
 }
 
+/* ---- the hostile client ---- */
+
+static uint64_t rnd(uint64_t *x)
+{
+	*x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+	return *x;
+}
+
+static void sleep_us(long us)
+{
+	struct timespec ts = { us / 1000000, us % 1000000 * 1000 };
+	nanosleep(&ts, NULL);
+}
+
+/* Write @n random bytes at random places of the ring's mapping: the header, the state words,
+ * ids, labels, flags, payload; anywhere. */
+static void scribble(struct ldc *c, uint64_t *x, int n)
+{
+	uint8_t *base = ldc_ring_base(c);
+	size_t size = ldc_ring_size(c);
+
+	for (int i = 0; i < n && base; i++) {
+		size_t off;
+		switch (rnd(x) % 4) {
+		case 0: off = rnd(x) % 4096; break;                    /* header page */
+		case 1: off = 4096 + rnd(x) % 4096; break;             /* state words */
+		default: off = rnd(x) % size; break;
+		}
+		base[off] = (uint8_t)rnd(x);
+	}
+}
+
+/* One of the hostile client's moves, in a process of its own (which may die anywhere). */
+static void hostile_move(uint64_t x)
+{
+	char err[512], buf[CTL_MSG_MAX + 64];
+	struct ldc *c;
+	struct ldc_info in;
+	struct ldc_batch b;
+	int move = (int)(rnd(&x) % 8);
+
+	if (rnd(&x) % 8 == 0)  /* SIGKILL itself at a random point of the move */
+		alarm(0), signal(SIGALRM, SIG_DFL), ualarm((useconds_t)(rnd(&x) % 20000 + 1), 0);
+	switch (move) {
+	case 0: case 1: case 2: {  /* a job whose ring it scribbles while acquiring and releasing */
+		char name[32];
+		int k = (int)(rnd(&x) % 6);
+		snprintf(name, sizeof(name), "h%d", k);
+		struct ldc_job j = job_of(name, 4 + 4 * (uint32_t)k, 0);  /* one spec per name */
+		j.slots = 2 + (uint32_t)k % 3;
+		if (ldc_connect(sock, &c, err, sizeof(err)) < 0 || ldc_open(c, &j, &in) < 0)
+			break;
+		int rounds = (int)(rnd(&x) % 20);
+		for (int r = 0; r < rounds; r++) {
+			scribble(c, &x, (int)(rnd(&x) % 16));
+			if (ldc_acquire(c, 20, &b) == 0) {
+				scribble(c, &x, (int)(rnd(&x) % 16));
+				if (rnd(&x) % 4)
+					ldc_release(c, &b);
+			}
+		}
+		if (rnd(&x) % 2)
+			raise(SIGKILL);  /* die holding whatever it holds */
+		ldc_close(c);
+		break;
+	}
+	case 3: {  /* a packet of random bytes, or a damaged good one */
+		int fd = raw_conn();
+		size_t len = (size_t)(rnd(&x) % sizeof(buf));
+		for (size_t i = 0; i < len; i++)
+			buf[i] = (char)rnd(&x);
+		if (rnd(&x) % 2 && len >= sizeof(struct ctl_hdr)) {
+			struct ctl_hdr h = { .magic = CTL_MAGIC, .version = CTL_VERSION,
+					     .type = (uint16_t)(rnd(&x) % 9), .length = (uint32_t)len };
+			if (rnd(&x) % 3 == 0)
+				h.length = (uint32_t)rnd(&x);
+			memcpy(buf, &h, sizeof(h));
+		}
+		(void)!send(fd, buf, len, MSG_NOSIGNAL);
+		(void)!recv(fd, buf, sizeof(buf), 0);
+		close(fd);
+		break;
+	}
+	case 4: {  /* a job open cut short: truncated, or abandoned before the answer */
+		struct ctl_job_open m;
+		memset(&m, 0, sizeof(m));
+		snprintf(m.job, sizeof(m.job), "h-cut%d", (int)(rnd(&x) % 3));
+		snprintf(m.dataset, sizeof(m.dataset), "%s", ds);
+		m.batch = 4;
+		m.world = 1 + (uint32_t)(rnd(&x) % 4);
+		int fd = raw_conn(), dfd = open(ds, O_RDONLY | O_CLOEXEC);
+		struct ctl_hdr h = { .magic = CTL_MAGIC, .version = CTL_VERSION, .type = CTL_JOB_OPEN,
+				     .length = sizeof(h) + sizeof(m) };
+		memcpy(buf, &h, sizeof(h));
+		memcpy(buf + sizeof(h), &m, sizeof(m));
+		size_t len = rnd(&x) % 2 ? sizeof(h) + sizeof(m) : rnd(&x) % (sizeof(h) + sizeof(m));
+		if (rnd(&x) % 2)
+			(void)!send(fd, buf, len, MSG_NOSIGNAL);
+		else
+			(void)ctl_send(fd, CTL_JOB_OPEN, &m, sizeof(m), &dfd, 1);
+		close(dfd);
+		close(fd);  /* gone before the answer */
+		break;
+	}
+	case 5: {  /* descriptors that are not a dataset, or too many */
+		int fd = raw_conn(), fds[2];
+		struct ctl_job_open m;
+		memset(&m, 0, sizeof(m));
+		snprintf(m.job, sizeof(m.job), "h-fd");
+		snprintf(m.dataset, sizeof(m.dataset), "/dev/zero");
+		m.batch = 4;
+		m.world = 1;
+		fds[0] = open(rnd(&x) % 2 ? "/dev/zero" : dir, O_RDONLY | O_CLOEXEC);
+		fds[1] = open(ds, O_RDONLY | O_CLOEXEC);
+		(void)ctl_send(fd, rnd(&x) % 3 ? CTL_JOB_OPEN : CTL_STATS_REQ, &m, sizeof(m), fds,
+			       1 + (int)(rnd(&x) % 2));
+		(void)!recv(fd, buf, sizeof(buf), 0);
+		close(fds[0]);
+		close(fds[1]);
+		close(fd);
+		break;
+	}
+	case 6: {  /* loaderctl requests, valid and not, read or not */
+		struct ctl_admin a = { .op = (uint32_t)(rnd(&x) % 6), .flags = (uint32_t)(rnd(&x) % 3) };
+		if (rnd(&x) % 2)
+			snprintf(a.job, sizeof(a.job), "h%d", (int)(rnd(&x) % 6));
+		int fd = raw_conn();
+		(void)ctl_send(fd, CTL_ADMIN, &a, sizeof(a), NULL, 0);
+		if (rnd(&x) % 2)
+			(void)!recv(fd, buf, sizeof(buf), 0);
+		close(fd);
+		break;
+	}
+	default:  /* a connection that says nothing and goes */
+		close(raw_conn());
+		break;
+	}
+}
+
+/* The hostile client: @iters moves, each in a child that may be SIGKILLed (by itself or here).
+ * The seed makes it replay. */
+static int hostile_main(uint64_t seed, int iters)
+{
+	for (int i = 0; i < iters; i++) {
+		uint64_t x = seed ^ ((uint64_t)i * 0x9e3779b97f4a7c15ull) ^ 1;
+		rnd(&x);
+		pid_t pid = fork();
+		if (pid == 0) {
+			hostile_move(x);
+			_exit(0);
+		}
+		if (pid < 0)
+			return 1;
+		int kill_after = rnd(&x) % 6 == 0 ? (int)(rnd(&x) % 30000) : -1;
+		if (kill_after >= 0) {
+			sleep_us(kill_after);
+			kill(pid, SIGKILL);
+		}
+		waitpid(pid, NULL, 0);
+		sleep_us((long)(rnd(&x) % 3000));
+	}
+	return 0;
+}
+
+/* Read job @name for @ms, checking every batch (every id once per epoch, labels, bytes);
+ * returns samples per second. */
+static double honest_rate(struct ldc *c, const struct ldc_info *in, uint8_t *seen, uint64_t *step,
+			  int64_t ms)
+{
+	struct ldc_batch b;
+	char msg[256];
+	uint64_t samples = 0;
+	int64_t t0 = ms_now(), t;
+
+	while ((t = ms_now()) - t0 < ms) {
+		if (*step % in->steps_per_epoch == 0)
+			memset(seen, 0, NSAMPLES);
+		if (ldc_acquire(c, 10000, &b) < 0)
+			fail_msg("honest step %" PRIu64 ": %s", *step, ldc_error(c));
+		if (b.step != *step)
+			fail_msg("honest: step %" PRIu64 ", want %" PRIu64, b.step, *step);
+		if (batch_ok(&b, seen, msg, sizeof(msg)) < 0)
+			fail_msg("honest: %s", msg);
+		samples += b.count;
+		ldc_release(c, &b);
+		(*step)++;
+	}
+	return (double)samples * 1000.0 / (double)(t - t0);
+}
+
+/* A well-behaved job runs beside a hostile client that, for several hundred moves picked from a
+ * replayable seed (TEST_HOSTILE_SEED, TEST_HOSTILE_ITERS), scribbles any byte of its rings while
+ * acquiring and releasing, sends malformed, oversized and truncated packets, abandons
+ * connections half-way and is SIGKILLed at random points. loaderd never dies; the honest job
+ * gets exactly its sampler's ids, every byte right, at >= 80% of its rate alone; the hostile
+ * client is dropped with reasons in the log. */
+static void test_hostile_random_client_beside_honest_job(void **state)
+{
+	const char *e = getenv("TEST_HOSTILE_SEED"), *it = getenv("TEST_HOSTILE_ITERS");
+	uint64_t seed = e ? strtoull(e, NULL, 0) : (uint64_t)time(NULL) * 2654435761u;
+	int iters = it ? atoi(it) : 300;
+	char err[512];
+	struct ldc *c;
+	struct ldc_info in;
+	uint8_t *seen = calloc(NSAMPLES, 1);
+	uint64_t step = 0;
+
+	(void)state;
+	printf("# hostile client: TEST_HOSTILE_SEED=0x%llx TEST_HOSTILE_ITERS=%d\n",
+	       (unsigned long long)seed, iters);
+	fflush(stdout);
+	start(NULL);
+	struct ldc_job j = job_of("honest", 64, 0);
+	if (ldc_connect(sock, &c, err, sizeof(err)) < 0)
+		fail_msg("%s", err);
+	if (ldc_open(c, &j, &in) < 0)
+		fail_msg("open: %s", ldc_error(c));
+	double alone = 0;
+	for (int r = 0; r < 3; r++) {  /* the best of three: the machine is shared */
+		double v = honest_rate(c, &in, seen, &step, 500);
+		alone = v > alone ? v : alone;
+	}
+	pid_t h = fork();
+	assert_true(h >= 0);
+	if (h == 0) {
+		signal(SIGPIPE, SIG_IGN);
+		_exit(hostile_main(seed, iters));
+	}
+	double beside = 0, sum = 0;
+	int windows = 0, st = 0;
+	while (waitpid(h, &st, WNOHANG) == 0) {
+		double v = honest_rate(c, &in, seen, &step, 500);
+		beside = v > beside ? v : beside;
+		sum += v;
+		windows++;
+		assert_daemon_alive();
+	}
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	printf("# honest job: %.0f samples/s alone, beside the hostile client %.0f best, %.0f mean "
+	       "over %d windows (best ratio %.2f, mean ratio %.2f); %" PRIu64 " steps checked\n",
+	       alone, beside, windows ? sum / windows : 0, windows, beside / alone,
+	       windows ? sum / windows / alone : 0, step);
+	assert_true(windows > 0);
+	assert_true(beside >= 0.8 * alone);
+	(void)honest_rate(c, &in, seen, &step, 300);  /* and after it */
+	ldc_close(c);
+	free(seen);
+	assert_daemon_alive();
+	assert_true(ld_log_has(logp, "bad message") || ld_log_has(logp, "malformed"));
+	assert_true(ld_log_has(logp, "corrupted by the consumer; dropped") ||
+		    ld_log_has(logp, "went away"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -923,6 +1184,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_hostile_world_65536_stats_whole, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_control_chars_escaped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_group_member_isolated, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_random_client_beside_honest_job, setup,
+						teardown),
 	};
 	struct rlimit rl;
 	signal(SIGPIPE, SIG_IGN);
