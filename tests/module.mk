@@ -23,17 +23,22 @@ $(foreach t,$(patsubst tests/%.c,%,$(TEST_SRC)),$(eval $(call test_rule,$(t))))
 $(TESTS): $(LIBS) $(TEST_HELPER_LIB)
 $(filter $(BUILD)/tests/test_trn_%,$(TESTS)): $(TRN_LIB)
 
-# libFuzzer targets: built with clang against the formats/ and common/ sources directly.
+# libFuzzer targets: built with clang against the formats/ and common/ sources directly (and, for
+# fuzz_srv, the server core and shm/: FUZZ_EXTRA).
 FUZZ_CC ?= clang
 FUZZ_SRC := $(wildcard tests/fuzz_*.c)
 FUZZ_BINS := $(patsubst tests/%.c,build/fuzz/%,$(FUZZ_SRC))
 FUZZ_LIBSRC := $(wildcard formats/*.c common/*.c)
 FUZZ_RUNS := $(patsubst tests/%.c,fuzz:%,$(FUZZ_SRC))
+# fuzz_srv drives the server core itself: it links loader/srv_*.c and shm/ as well.
+FUZZ_SRV_SRC := $(wildcard loader/srv_*.c shm/*.c)
+build/fuzz/fuzz_srv: FUZZ_EXTRA := $(FUZZ_SRV_SRC)
+build/fuzz/fuzz_srv: $(FUZZ_SRV_SRC)
 build/fuzz/%: tests/%.c $(FUZZ_LIBSRC) | $(DEPS_STAMP)
 	$(Q)mkdir -p $(@D)
 	$(if $(Q),@echo "  FUZZ    $@")
 	$(Q)$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
-		-o $@ $< $(FUZZ_LIBSRC) -lxxhash -lzstd -lm -pthread
+		-o $@ $< $(FUZZ_LIBSRC) $(FUZZ_EXTRA) -lxxhash -lzstd -lm -pthread
 fuzz: $(FUZZ_BINS)
 
 # GPU tests (`make test-gpu`; not in TESTS, so `make test` never runs them): tests/gpu_NAME.c is
