@@ -184,8 +184,8 @@ class Loader:
 
     Arguments (names as in torch's DataLoader/DistributedSampler where there is one):
       socket        loaderd's control socket; None: $LOADERD_SOCKET or loaderd's default path.
-      dataset       a .dpk file (made by dpack); made absolute here, so loaderd must see the
-                    same path (same node, same mount namespace).
+      dataset       a .dpk file (made by dpack), opened by this process with its own rights
+                    (the C client passes it open to loaderd; the path is only displayed).
       batch_size    samples per step, 1..65536.
       crop          output size: int (square) or (h, w); None: records as stored (raw tensors
                     of one shape, e.g. a packed .npy).
