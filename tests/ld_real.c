@@ -1,5 +1,6 @@
 /* ld_real.c - the real daemon for tests (see ld_real.h). */
 #include "tests/ld_real.h"
+#include "common/proc.h"
 #include "formats/dpk.h"
 
 #include <errno.h>
@@ -9,8 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,48 +44,21 @@ const char *ld_bin(void)
 	return path;
 }
 
-static int connects(const char *sock)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	int ok;
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
-	ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-	if (fd >= 0)
-		close(fd);
-	return ok;
-}
-
 pid_t ld_start(const char *sock, const char *log, const char *const *extra)
 {
 	return ld_start_nofile(sock, log, extra, 0);
 }
 
-long ld_cpu_ms(pid_t pid)
-{
-	char path[64], buf[1024];
-	unsigned long ut, st;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return -1;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	const char *p = strrchr(buf, ')');
-	/* after the name: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-		return -1;
-	return (long)((ut + st) * 1000 / (unsigned long)sysconf(_SC_CLK_TCK));
-}
-
 pid_t ld_start_nofile(const char *sock, const char *log, const char *const *extra, unsigned nofile)
 {
-	const char *argv[40] = { ld_bin(), "--socket", sock, "--workers", "2" };
-	int argc = 5;
+	const char *argv[40] = { ld_bin(), "--socket", sock, "--workers", "2", "--ready-fd" };
+	char fdarg[16], line[256];
+	int argc = 7, ready[2];
 
+	if (pipe2(ready, O_CLOEXEC) < 0)
+		return -errno;
+	snprintf(fdarg, sizeof(fdarg), "%d", ready[1]);
+	argv[6] = fdarg;
 	for (; extra && *extra && argc < 38; extra++)
 		argv[argc++] = *extra;
 	argv[argc] = NULL;
@@ -97,6 +69,7 @@ pid_t ld_start_nofile(const char *sock, const char *log, const char *const *extr
 		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		if (fd >= 0)
 			dup2(fd, 2);
+		fcntl(ready[1], F_SETFD, 0);  /* the one fd loaderd inherits */
 		if (nofile) {
 			struct rlimit rl = { nofile, nofile };
 			setrlimit(RLIMIT_NOFILE, &rl);
@@ -104,16 +77,14 @@ pid_t ld_start_nofile(const char *sock, const char *log, const char *const *extr
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
-	for (int i = 0; i < 500; i++) {
-		if (connects(sock))
-			return pid;
-		if (!ld_alive(pid))
-			break;
-		struct timespec ts = { 0, 10 * 1000000 };
-		nanosleep(&ts, NULL);
+	close(ready[1]);
+	int ret = proc_wait_ready(ready[0], 10000, line, sizeof(line));
+	close(ready[0]);
+	if (ret < 0) {
+		ld_stop(pid);
+		return ret;
 	}
-	ld_stop(pid);
-	return -ETIMEDOUT;
+	return pid;
 }
 
 int ld_alive(pid_t pid)

@@ -26,12 +26,11 @@ int ld_dataset(const char *path, uint64_t n, uint32_t side);
 /* The loaderd binary: $BUILD/bin/loaderd (BUILD defaults to "build"). */
 const char *ld_bin(void);
 /* Start loaderd on @sock with --workers 2 and the NULL-terminated @extra options; stderr goes to
- * @log. Waits until the socket accepts (5 s at most). Returns the pid, or -errno. */
+ * @log. Waits for its --ready-fd line (10 s at most). Returns the pid, or -errno. */
 pid_t ld_start(const char *sock, const char *log, const char *const *extra);
 /* The same with RLIMIT_NOFILE set to @nofile (soft and hard) for loaderd. */
 pid_t ld_start_nofile(const char *sock, const char *log, const char *const *extra, unsigned nofile);
-/* CPU time (user + system) @pid has used, in ms, or -1. */
-long ld_cpu_ms(pid_t pid);
+
 /* Is @pid alive (not a zombie)? */
 int ld_alive(pid_t pid);
 /* SIGTERM, then SIGKILL after 5 s; reaps. Returns its wait status, or -1. */
