@@ -587,6 +587,7 @@ void srv_destroy(struct srv *s)
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);
 	pthread_cond_destroy(&s->open_cv);
+	free(s->live);
 	while (s->uids) {
 		struct uid_use *u = s->uids;
 		s->uids = u->next;

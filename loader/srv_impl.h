@@ -98,6 +98,7 @@ struct att {
 	uint64_t floor;          /* every step below it is known released */
 	uint64_t bytes;          /* ring memory, for the limit */
 	uid_t uid;               /* its client's, for the per-uid memory limit */
+	unsigned live;           /* its index in s->live while attached */
 	struct att *grave_next;  /* buried: freed after the current event batch */
 };
 
@@ -159,6 +160,8 @@ struct srv {
 	unsigned nconns;              /* open connections */
 	int64_t accept_paused_until;  /* out of fds: the listening socket rests until then (ns) */
 	unsigned rr;                  /* round-robin start for workers */
+	struct att **live;            /* attached atts, in no order: what workers pick from */
+	unsigned nlive, live_cap;
 	int64_t start_ns;
 	int64_t rate_ns;              /* last rate snapshot */
 	uint64_t busy_ns, busy_snap;  /* worker time spent filling, all jobs */
@@ -196,6 +199,9 @@ void srv_conn_fail(struct srv *s, struct conn *c, int err, const char *fmt, ...)
 
 /* ---- srv_jobs.c ---- */
 
+/* Under mu. Add @a to / remove it from s->live (the rings workers may pick). 0 or -ENOMEM. */
+int srv_live_add(struct srv *s, struct att *a);
+void srv_live_del(struct srv *s, struct att *a);
 /* Under mu. Free @a now that neither a rank nor a worker holds it (buried until srv_reap). */
 void srv_att_free(struct srv *s, struct att *a);
 /* Under mu. Detach @a from its rank and connection; freed now or by its last worker. */

@@ -113,6 +113,7 @@ void srv_att_retire(struct srv *s, struct att *a)
 	if (a->dead)
 		return;
 	a->dead = 1;
+	srv_live_del(s, a);
 	rs->resume = srv_att_released(a);
 	rs->att = NULL;
 	if (--a->job->attached == 0)
@@ -353,6 +354,8 @@ static void open_finish(struct srv *s, struct open_req *r)
 	ret = ctl_send(c->fd, CTL_JOB_OK, &ok, sizeof(ok), fds, 2);
 	if (ret == 0 && epoll_ctl(s->ep, EPOLL_CTL_ADD, a->bell, &ee) < 0)
 		ret = -errno;
+	if (ret == 0)
+		ret = srv_live_add(s, a);
 	a->dead = 1;  /* not attached yet: att_free alone undoes it */
 	if (ret < 0) {
 		srv_att_free(s, a);
