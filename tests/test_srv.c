@@ -8,8 +8,9 @@
  * or closes holding slots: they are reclaimed and it resumes at its first unreleased step; after
  * the end it gets ENODATA; an idle job is forgotten after the linger time; (4) a producer that
  * dies: a blocked acquire returns EPIPE; (5) consumers that corrupt their ring's state words are
- * dropped, with or without a release; (6) malformed packets, bad fields, fds sent by a client,
- * stats before open and a second open are refused with CTL_ERROR, and the server goes on; (7) job
+ * dropped, with or without a release; (6) malformed packets, bad fields, fds other than one
+ * regular file with a job open, stats before open and a second open are refused with CTL_ERROR,
+ * and the server goes on; (7) job
  * rules: a spec mismatch is EEXIST, job_open's and the fill's errors reach the client, the ring
  * memory limit, its message and its release on detach; (8) the socket: mode 0600, a stale socket
  * replaced, a live one refused, a regular file or another program's socket kept, a path too long,
