@@ -511,6 +511,8 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 	pthread_attr_t at;
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	/* At most one per connection (--max-conns): keep each small. */
+	pthread_attr_setstacksize(&at, 1u << 20);
 	ret = pthread_create(&th, &at, opener_main, r);
 	pthread_attr_destroy(&at);
 	if (ret != 0) {

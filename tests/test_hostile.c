@@ -67,16 +67,25 @@ static int teardown(void **state)
 {
 	char cmd[160];
 
+	int bad = 0;
+
 	(void)state;
-	if (daemon_pid > 0)
-		ld_stop(daemon_pid);
+	if (daemon_pid > 0) {
+		/* SIGTERM after whatever the test did: loaderd still stops cleanly */
+		int st = ld_stop(daemon_pid);
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+			fprintf(stderr, "loaderd did not exit 0 on SIGTERM (status 0x%x); log %s\n", st,
+				logp);
+			bad = 1;
+		}
+	}
 	daemon_pid = 0;
 	if (getenv("TEST_HOSTILE_LOG")) {
 		snprintf(cmd, sizeof(cmd), "cat %s >&2", logp);
 		(void)!system(cmd);
 	}
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return system(cmd) == 0 && !bad ? 0 : -1;
 }
 
 static void start(const char *const *extra)
