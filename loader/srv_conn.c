@@ -75,6 +75,9 @@ void srv_conn_close(struct srv *s, struct conn *c)
 	if (u && u->conns)
 		u->conns--;
 	s->nconns--;
+	srv_out_forget(s, c);
+	free(c->out);
+	c->out = NULL;
 	for (pp = &s->conns; *pp; pp = &(*pp)->next)
 		if (*pp == c) {
 			*pp = c->next;
@@ -90,6 +93,15 @@ static void want_out(struct srv *s, struct conn *c, int on)
 				  .data.ptr = &c->ev };
 
 	epoll_ctl(s->ep, EPOLL_CTL_MOD, c->fd, &ee);
+}
+
+/* c->out is sent or dropped: it no longer counts against its uid. */
+void srv_out_forget(struct srv *s, struct conn *c)
+{
+	struct uid_use *u = c->out ? srv_uid(s, c->uid) : NULL;
+
+	if (u)
+		u->out -= c->out_len;
 }
 
 /* Send what the socket takes of c->out; the empty chunk that ends it once all is sent. */
@@ -110,6 +122,7 @@ static void conn_flush(struct srv *s, struct conn *c)
 		want_out(s, c, 1);
 		return;
 	}
+	srv_out_forget(s, c);
 	free(c->out);
 	c->out = NULL;
 	c->out_len = c->out_off = 0;
@@ -121,6 +134,18 @@ static void conn_flush(struct srv *s, struct conn *c)
 
 void srv_conn_send_text(struct srv *s, struct conn *c, char *text, size_t len)
 {
+	struct uid_use *u = srv_uid(s, c->uid);
+
+	if (u && u->out + len > SRV_OUT_UID_MAX) {
+		free(text);
+		srv_conn_fail(s, c, EAGAIN, "uid %u has %llu MiB of answers not yet read; this one "
+			      "(%zu KiB) waits until they are", (unsigned)c->uid,
+			      (unsigned long long)(u->out >> 20), len >> 10);
+		return;
+	}
+	if (u)
+		u->out += len;
+	srv_out_forget(s, c);
 	free(c->out);
 	c->out = text;
 	c->out_len = len;

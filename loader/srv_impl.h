@@ -80,6 +80,7 @@ struct uid_use {
 	uid_t uid;
 	unsigned conns, jobs;
 	uint64_t mem;            /* ring bytes reserved or attached */
+	uint64_t out;            /* bytes of admin answers queued on its connections */
 	struct uid_use *next;
 };
 
@@ -193,6 +194,11 @@ void srv_conn_close(struct srv *s, struct conn *c);
  * can take more (EPOLLOUT), so that an answer of any size arrives whole and a client that does
  * not read stalls only itself. */
 void srv_conn_send_text(struct srv *s, struct conn *c, char *text, size_t len);
+/* Under mu. @c's queued answer (if any) stops counting against its uid. */
+void srv_out_forget(struct srv *s, struct conn *c);
+/* Bytes of admin answers one uid may have queued at once (answers it does not read): past it a
+ * request is refused with EAGAIN. A world-65,536 job's stats are about 10 MB. */
+#define SRV_OUT_UID_MAX (64ull << 20)
 /* Under mu, control thread. Send @c a CTL_ERROR (errno @err, either sign), then close it. */
 void srv_conn_fail(struct srv *s, struct conn *c, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
