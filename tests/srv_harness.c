@@ -229,6 +229,8 @@ int pat_job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **job,
 		pj.kind = PAT_BADMSG;
 	else if (parse_u64(spec->dataset, "slow:", &pj.arg))
 		pj.kind = PAT_SLOW;
+	else if (parse_u64(spec->dataset, "slowopen:", &pj.arg))
+		usleep((useconds_t)pj.arg * 1000);  /* a dataset on a hung file system */
 	else {
 		snprintf(why, whylen, "no such dataset: %s", spec->dataset);
 		return -ENOENT;

@@ -790,6 +790,61 @@ static void test_srv_ctl_job_open_fds_checked(void **state)
 	assert_serves("after-fd");
 }
 
+/* A job open that takes long (a dataset on a hung file system) delays only its own client: the
+ * server's control loop goes on serving other jobs and loaderctl meanwhile, and the slow client
+ * gets its job when the open is done. Regression: the open ran on the control thread under the
+ * server lock, so a FIFO as dataset stalled every job on the node. */
+static int child_open_slow(const void *arg, int out)
+{
+	struct ldc_job j = mkjob("slowopen", "slowopen:1500", 4, 0, 1, 1);
+	struct ldc_info in;
+	struct ldc *c = NULL;
+	char msg[512];
+
+	(void)arg;
+	int64_t t0 = mono_ms();
+	if (ldc_connect(g_sock, &c, msg, sizeof(msg)) || ldc_open(c, &j, &in)) {
+		dprintf(out, "open failed: %s", c ? ldc_error(c) : msg);
+		return 1;
+	}
+	struct expect e = expect_of(&in, 0);
+	if (consume(c, &e, 0, 3, msg, sizeof(msg))) {
+		dprintf(out, "%s", msg);
+		return 1;
+	}
+	dprintf(out, "opened after %lld ms", (long long)(mono_ms() - t0));
+	ldc_close(c);
+	return 0;
+}
+
+static void test_srv_slow_job_open_delays_only_its_client(void **state)
+{
+	char out[512];
+	int rfd, status;
+
+	(void)state;
+	start_server(NULL);
+	pid_t pid = spawn_child(child_open_slow, NULL, &rfd);
+	usleep(200000);  /* the child's open is under way */
+	int64_t t0 = mono_ms();
+	assert_serves("beside-slow");
+	int fd = raw_connect();
+	struct ctl_admin a = { .op = CTL_OP_STATUS };
+	char buf[CTL_MSG_MAX];
+	uint16_t type;
+	assert_int_equal(ctl_send(fd, CTL_ADMIN, &a, sizeof(a), NULL, 0), 0);
+	assert_true(ctl_recv(fd, buf, &type, NULL, NULL) > 0);
+	assert_int_equal(type, CTL_ADMIN_TEXT);
+	fd_close(fd);
+	int64_t took = mono_ms() - t0;
+	if (took >= 1000)
+		fail_msg("another client waited %lld ms behind a slow job open", (long long)took);
+	child_wait(pid, rfd, 10000, out, sizeof(out), &status);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail_msg("slow client: %s", out);
+	assert_has(out, "opened after");
+}
+
 /* ---- 7. job rules ---- */
 
 static void test_srv_job_spec_mismatch_eexist(void **state)
@@ -1394,6 +1449,7 @@ int main(void)
 		T(test_srv_ctl_second_open_refused),
 		T(test_srv_ctl_client_many_fds_refused),
 		T(test_srv_ctl_job_open_fds_checked),
+		T(test_srv_slow_job_open_delays_only_its_client),
 		T(test_srv_job_spec_mismatch_eexist),
 		T(test_srv_job_open_error_reaches_client),
 		T(test_srv_job_mem_limit_enomem),
