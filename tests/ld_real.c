@@ -46,10 +46,11 @@ const char *ld_bin(void)
 
 pid_t ld_start(const char *sock, const char *log, const char *const *extra)
 {
-	return ld_start_nofile(sock, log, extra, 0);
+	return ld_start_nofile(sock, log, extra, 0, 0);
 }
 
-pid_t ld_start_nofile(const char *sock, const char *log, const char *const *extra, unsigned nofile)
+pid_t ld_start_nofile(const char *sock, const char *log, const char *const *extra, unsigned soft,
+		      unsigned hard)
 {
 	const char *argv[40] = { ld_bin(), "--socket", sock, "--workers", "2", "--ready-fd" };
 	char fdarg[16], line[256];
@@ -70,8 +71,8 @@ pid_t ld_start_nofile(const char *sock, const char *log, const char *const *extr
 		if (fd >= 0)
 			dup2(fd, 2);
 		fcntl(ready[1], F_SETFD, 0);  /* the one fd loaderd inherits */
-		if (nofile) {
-			struct rlimit rl = { nofile, nofile };
+		if (hard) {
+			struct rlimit rl = { soft, hard };
 			setrlimit(RLIMIT_NOFILE, &rl);
 		}
 		execv(argv[0], (char *const *)argv);

@@ -28,8 +28,9 @@ const char *ld_bin(void);
 /* Start loaderd on @sock with --workers 2 and the NULL-terminated @extra options; stderr goes to
  * @log. Waits for its --ready-fd line (10 s at most). Returns the pid, or -errno. */
 pid_t ld_start(const char *sock, const char *log, const char *const *extra);
-/* The same with RLIMIT_NOFILE set to @nofile (soft and hard) for loaderd. */
-pid_t ld_start_nofile(const char *sock, const char *log, const char *const *extra, unsigned nofile);
+/* The same with RLIMIT_NOFILE set to @soft and @hard for loaderd (0, 0: inherited). */
+pid_t ld_start_nofile(const char *sock, const char *log, const char *const *extra, unsigned soft,
+		      unsigned hard);
 
 /* Is @pid alive (not a zombie)? */
 int ld_alive(pid_t pid);

@@ -613,7 +613,7 @@ static void test_hostile_fd_exhaustion_no_spin(void **state)
 	int fds[N];
 
 	(void)state;
-	daemon_pid = ld_start_nofile(sock, logp, NULL, 48);
+	daemon_pid = ld_start_nofile(sock, logp, NULL, 48, 48);
 	if (daemon_pid < 0)
 		fail_msg("loaderd did not start: %s", strerror((int)-daemon_pid));
 	for (int i = 0; i < N; i++)
@@ -630,6 +630,31 @@ static void test_hostile_fd_exhaustion_no_spin(void **state)
 	/* The refused backlog drains; then a job is served. */
 	usleep(300000);
 	consume_honest("after-emfile", 64, 1);
+}
+
+/* At start loaderd raises its soft RLIMIT_NOFILE to the hard limit. */
+static void test_hostile_nofile_raised_to_hard_limit(void **state)
+{
+	char path[64], line[256];
+	int found = 0;
+
+	(void)state;
+	daemon_pid = ld_start_nofile(sock, logp, NULL, 64, 4096);
+	if (daemon_pid < 0)
+		fail_msg("loaderd did not start: %s", strerror((int)-daemon_pid));
+	snprintf(path, sizeof(path), "/proc/%d/limits", (int)daemon_pid);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "Max open files", 14)) {
+			unsigned long soft = 0, hard = 0;
+			assert_int_equal(sscanf(line + 14, "%lu %lu", &soft, &hard), 2);
+			assert_int_equal(soft, 4096);
+			assert_int_equal(hard, 4096);
+			found = 1;
+		}
+	fclose(f);
+	assert_true(found);
 }
 
 /* ---- decoder bounds ---- */
@@ -1211,6 +1236,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_thousand_idle_connections, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_fd_exhaustion_no_spin, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_nofile_raised_to_hard_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_jpeg_bomb_is_a_bad_record, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_squatted_socket_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_world_65536_stats_whole, setup, teardown),
