@@ -1002,6 +1002,12 @@ static void scribble(struct ldc *c, uint64_t *x, int n)
 	}
 }
 
+static void die_now(int sig)
+{
+	(void)sig;
+	raise(SIGKILL);
+}
+
 /* One of the hostile client's moves, in a process of its own (which may die anywhere). */
 static void hostile_move(uint64_t x)
 {
@@ -1011,8 +1017,10 @@ static void hostile_move(uint64_t x)
 	struct ldc_batch b;
 	int move = (int)(rnd(&x) % 8);
 
-	if (rnd(&x) % 8 == 0)  /* SIGKILL itself at a random point of the move */
-		alarm(0), signal(SIGALRM, SIG_DFL), ualarm((useconds_t)(rnd(&x) % 20000 + 1), 0);
+	if (rnd(&x) % 8 == 0) {  /* SIGKILL itself at a random point of the move */
+		signal(SIGALRM, die_now);
+		ualarm((useconds_t)(rnd(&x) % 20000 + 1), 0);
+	}
 	switch (move) {
 	case 0: case 1: case 2: {  /* a job whose ring it scribbles while acquiring and releasing */
 		char name[32];
