@@ -184,6 +184,26 @@ void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 		srv_conn_fail(s, c, EINVAL, "%s", why);
 		return;
 	}
+	/* Rendering runs on the control thread under the lock the workers need, and its cost is
+	 * the answer's size (a job of 65,536 ranks: 10 MB, 100 ms): each uid has a budget of
+	 * answer bytes per second, with a burst, so that a client asking again and again cannot
+	 * take the lock from everyone's workers. Status and stop answers are a few lines: always. */
+	struct uid_use *u = srv_uid(s, c->uid);
+	if (u && (req->op == CTL_OP_JOBS || req->op == CTL_OP_STATS)) {
+		int64_t now = now_ns();
+		double burst = 8.0 * (double)s->opts.admin_rate;
+		u->admin_tokens += (double)(now - u->admin_ns) * 1e-9 * (double)s->opts.admin_rate;
+		if (u->admin_tokens > burst)
+			u->admin_tokens = burst;
+		u->admin_ns = now;
+		if (u->admin_tokens < 0) {
+			srv_conn_fail(s, c, EAGAIN, "uid %u asks loaderd for more than %llu KiB/s of "
+				      "answers (loaderd --admin-rate); try again in %.0f ms",
+				      (unsigned)c->uid, (unsigned long long)(s->opts.admin_rate >> 10),
+				      -u->admin_tokens * 1e3 / (double)s->opts.admin_rate + 1);
+			return;
+		}
+	}
 	struct job *only = req->job[0] ? srv_job_find(s, req->job) : NULL;
 	if (only && !visible(s, c, only))
 		only = NULL;  /* another user's job: as if there were none */
@@ -252,5 +272,7 @@ void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 		srv_conn_fail(s, c, ENOMEM, "out of memory for the answer");
 		return;
 	}
+	if (u)
+		u->admin_tokens -= (double)t.len;
 	srv_conn_send_text(s, c, t.p, t.len);
 }

@@ -490,6 +490,8 @@ int srv_create(const struct srv_opts *opts, const struct srv_ops *ops, struct sr
 		s->opts.mem_share_uid = 100;
 	if (s->opts.idle_ms <= 0)
 		s->opts.idle_ms = 10000;
+	if (!s->opts.admin_rate)
+		s->opts.admin_rate = 4ull << 20;
 	s->lfd = s->wake = s->ep = -1;
 	s->start_ns = s->rate_ns = now_ns();
 	pthread_mutex_init(&s->mu, NULL);

@@ -81,6 +81,8 @@ struct uid_use {
 	unsigned conns, jobs;
 	uint64_t mem;            /* ring bytes reserved or attached */
 	uint64_t out;            /* bytes of admin answers queued on its connections */
+	double admin_tokens;     /* bytes of answers it may have rendered now (opts.admin_rate) */
+	int64_t admin_ns;        /* when admin_tokens was last brought up to date */
 	struct uid_use *next;
 };
 
