@@ -167,6 +167,7 @@ struct srv {
 	unsigned nlive, live_cap;
 	int64_t start_ns;
 	int64_t rate_ns;              /* last rate snapshot */
+	int64_t sweep_ns;             /* last sweep of the state words for hostile consumers */
 	uint64_t busy_ns, busy_snap;  /* worker time spent filling, all jobs */
 	double busy_share;            /* of the workers, over the last snapshot interval */
 	atomic_int stop;              /* set by srv_stop (any thread, a signal handler); srv_run reads */

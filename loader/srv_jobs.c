@@ -578,12 +578,17 @@ void srv_housekeeping(struct srv *s)
 	}
 
 	/* Workers check the words only when they look for work; a consumer that scribbles over a
-	 * full ring and never releases would go unnoticed without this sweep. */
-	for (struct conn *c = s->conns; c; c = c->next) {
-		uint64_t fr;
-		if (c->att && !c->att->hostile &&
-		    ring_prod_scan(c->att->ring, c->att->first, c->att->next, &fr) == -EBADMSG)
-			c->att->hostile = 1;
+	 * full ring and never releases would go unnoticed without this sweep. It reads up to
+	 * slots words per ring, so it runs at most every 100 ms, not after every event batch (a
+	 * client with many deep rings would otherwise make every doorbell cost everyone that). */
+	if (now - s->sweep_ns >= 100000000) {
+		s->sweep_ns = now;
+		for (struct conn *c = s->conns; c; c = c->next) {
+			uint64_t fr;
+			if (c->att && !c->att->hostile &&
+			    ring_prod_scan(c->att->ring, c->att->first, c->att->next, &fr) == -EBADMSG)
+				c->att->hostile = 1;
+		}
 	}
 	for (struct conn *c = s->conns, *next; c; c = next) {
 		next = c->next;
