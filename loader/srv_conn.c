@@ -7,8 +7,9 @@
  * One thread, srv_run's caller, waits in epoll on the listening socket, a wake eventfd, every
  * connection and every attached ring's doorbell. Each message is handled under s->mu; nothing a
  * client sends is parsed before its peer credentials are checked (SO_PEERCRED, SO_PEERGROUPS).
- * After each batch of events the control loop frees what was buried during it (srv_reap) and
- * runs housekeeping; the wake eventfd cuts the wait short when a worker or srv_stop needs that.
+ * After each batch of events the control loop frees what was buried during it (srv_reap; rings
+ * are unmapped without the lock, srv_reap_free) and runs housekeeping; the wake eventfd cuts the
+ * wait short when a worker or srv_stop needs that.
  *
  * Peer death is learned from the kernel: the connection hangs up (EPOLLHUP/EPOLLRDHUP, or recv
  * returns 0), and the connection's att is retired (srv_jobs.c). A closed conn is buried, not
@@ -568,9 +569,10 @@ int srv_run(struct srv *s)
 		accept_resume(s);
 		pthread_mutex_lock(&s->mu);
 		srv_open_finish(s);
-		srv_reap(s);
+		struct att *dead = srv_reap(s);
 		srv_housekeeping(s);
 		pthread_mutex_unlock(&s->mu);
+		srv_reap_free(dead);
 	}
 	pthread_mutex_lock(&s->mu);
 	while (s->conns)
@@ -599,10 +601,10 @@ void srv_destroy(struct srv *s)
 	}
 	srv_open_finish(s);
 	pthread_mutex_unlock(&s->mu);
-	srv_reap(s);
+	srv_reap_free(srv_reap(s));
 	while (s->jobs)
 		srv_job_free(s, s->jobs);
-	srv_reap(s);
+	srv_reap_free(srv_reap(s));
 	if (s->lfd >= 0) {
 		close(s->lfd);
 		unlink(s->path);

@@ -217,8 +217,12 @@ void srv_att_free(struct srv *s, struct att *a);
 void srv_att_retire(struct srv *s, struct att *a);
 /* Under mu. The first step @a's consumer has not released (never below a->floor). */
 uint64_t srv_att_released(const struct att *a);
-/* Under mu, control thread, between event batches: free buried atts and conns. */
-void srv_reap(struct srv *s);
+/* Under mu, control thread, between event batches: free buried conns, and take the buried atts
+ * off s->att_grave for srv_reap_free. */
+struct att *srv_reap(struct srv *s);
+/* Control thread, without the lock (unmapping a large ring takes a while, and a client chose its
+ * size), before the next event batch: close and free the atts srv_reap returned. */
+void srv_reap_free(struct att *dead);
 /* Under mu. @uid's usage, made on first use; NULL when out of memory. */
 struct uid_use *srv_uid(struct srv *s, uid_t uid);
 /* Under mu. Add @delta bytes of ring memory to the total and to @uid's. */

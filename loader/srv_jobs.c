@@ -72,16 +72,11 @@ void srv_att_free(struct srv *s, struct att *a)
 }
 
 /* Under mu, on the control thread, between event batches. */
-void srv_reap(struct srv *s)
+struct att *srv_reap(struct srv *s)
 {
-	while (s->att_grave) {
-		struct att *a = s->att_grave;
-		s->att_grave = a->grave_next;
-		if (a->bell >= 0)
-			close(a->bell);
-		ring_destroy(a->ring);
-		free(a);
-	}
+	struct att *dead = s->att_grave;
+
+	s->att_grave = NULL;
 	for (struct conn **pp = &s->conn_grave; *pp;) {
 		struct conn *c = *pp;
 		if (c->opening) {  /* its opener thread still points at it */
@@ -91,6 +86,19 @@ void srv_reap(struct srv *s)
 		*pp = c->next;
 		free(c->out);
 		free(c);
+	}
+	return dead;
+}
+
+void srv_reap_free(struct att *dead)
+{
+	while (dead) {
+		struct att *a = dead;
+		dead = a->grave_next;
+		if (a->bell >= 0)
+			close(a->bell);
+		ring_destroy(a->ring);
+		free(a);
 	}
 }
 
