@@ -571,8 +571,11 @@ int srv_run(struct srv *s)
 		srv_open_finish(s);
 		struct att *dead = srv_reap(s);
 		srv_housekeeping(s);
+		struct job *gone = s->job_grave;
+		s->job_grave = NULL;
 		pthread_mutex_unlock(&s->mu);
 		srv_reap_free(dead);
+		srv_job_close_all(s, gone);
 	}
 	pthread_mutex_lock(&s->mu);
 	while (s->conns)
@@ -604,6 +607,8 @@ void srv_destroy(struct srv *s)
 	srv_reap_free(srv_reap(s));
 	while (s->jobs)
 		srv_job_free(s, s->jobs);
+	srv_job_close_all(s, s->job_grave);
+	s->job_grave = NULL;
 	srv_reap_free(srv_reap(s));
 	if (s->lfd >= 0) {
 		close(s->lfd);

@@ -157,6 +157,7 @@ struct srv {
 	struct conn *conns;
 	struct att *att_grave;        /* retired atts whose memory waits for srv_reap() */
 	struct conn *conn_grave;
+	struct job *job_grave;        /* forgotten jobs, for srv_job_close_all */
 	uint64_t next_job_id;
 	uint64_t mem_used;
 	struct uid_use *uids;
@@ -229,8 +230,11 @@ struct uid_use *srv_uid(struct srv *s, uid_t uid);
 void srv_mem_add(struct srv *s, uid_t uid, int64_t delta);
 /* Under mu. The job named @name, or NULL. */
 struct job *srv_job_find(struct srv *s, const char *name);
-/* Under mu. Unlink @j, close its state (ops->job_close) and free it. */
+/* Under mu. Unlink @j and bury it on s->job_grave (srv_job_close_all closes and frees it). */
 void srv_job_free(struct srv *s, struct job *j);
+/* Control thread, without the lock: ops->job_close and free the jobs of a job_grave list that
+ * was taken off s->job_grave under the lock. */
+void srv_job_close_all(struct srv *s, struct job *dead);
 /* Under mu, control thread. CTL_JOB_OPEN from @c with the dataset @fd (-1: none; taken over
  * either way): checks it, then hands it to an opener thread (the conn waits). CTL_STATS_REQ.
  * On failure @c is closed. */

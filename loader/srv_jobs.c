@@ -156,13 +156,24 @@ void srv_job_free(struct srv *s, struct job *j)
 			*pp = j->next;
 			break;
 		}
-	if (s->ops.job_close)
-		s->ops.job_close(s->ops.ctx, j->state);
 	struct uid_use *u = srv_uid(s, j->uid);
 	if (u && u->jobs)
 		u->jobs--;
-	free(j->ranks);
-	free(j);
+	/* Closed by srv_job_close_all, without the lock: freeing a large index takes a while. */
+	j->next = s->job_grave;
+	s->job_grave = j;
+}
+
+void srv_job_close_all(struct srv *s, struct job *dead)
+{
+	while (dead) {
+		struct job *j = dead;
+		dead = j->next;
+		if (s->ops.job_close)
+			s->ops.job_close(s->ops.ctx, j->state);
+		free(j->ranks);
+		free(j);
+	}
 }
 
 /* The first field where two job specs differ, for the error message. */
