@@ -3,19 +3,27 @@
  * The server is one struct srv, split by role over four files:
  *   srv_conn.c     the control loop (epoll), the listening socket, peer checks, connections, and
  *                  the lifecycle (srv_create, srv_run, srv_stop, srv_destroy)
- *   srv_jobs.c     the job registry, ranks and attachments, resume, linger and housekeeping
+ *   srv_jobs.c     the job registry, ranks and attachments, job opens (opener threads), resume,
+ *                  per-uid usage, linger and housekeeping
  *   srv_workers.c  the worker pool: which (ring, step) to fill next, the fill and the publish
  *   srv_admin.c    loaderctl's answers, rendered as text or JSON
  *
- * Threads and the lock: the control thread (srv_run) and the workers share everything below under
+ * Threads and the lock: the control thread (srv_run), the workers and the opener threads (one
+ * per job open in progress, detached; s->openers counts them) share everything below under
  * s->mu, except what a field says otherwise. Functions here that say "under mu" expect the caller
- * to hold it. Only the control thread frees a job (housekeeping), an att or a conn (srv_reap,
- * after each epoll batch), and srv_destroy's caller once the workers are joined.
+ * to hold it. Nothing a client controls is done under the lock at a cost it chooses: a job open
+ * (index, ring) runs on its opener thread without it; rings are unmapped and jobs closed after
+ * the control loop let go of it (srv_reap_free, srv_job_close_all); answers are rendered under it
+ * within a per-uid budget (srv_admin.c). Only the control thread frees a job (housekeeping), an
+ * att or a conn (srv_reap, after each epoll batch), and srv_destroy's caller once the workers
+ * and the openers are done.
  *
  * Ownership: s->jobs owns its jobs; a job owns its ranks array and ops->job_open's state. A conn
  * is owned by s->conns, and once closed by s->conn_grave. An att is referenced by its conn and
  * its rank while attached, and by every worker filling one of its slots (a->refs); the last of
- * them to let go moves it to s->att_grave, which owns it until srv_reap() frees it. */
+ * them to let go moves it to s->att_grave, which owns it until srv_reap() frees it. An open_req
+ * is owned by its opener thread, then by s->opened until srv_open_finish; its conn is kept (on
+ * the grave if closed) until then. */
 #ifndef LOADERD_SRV_IMPL_H
 #define LOADERD_SRV_IMPL_H
 #include "common/clk.h"
