@@ -57,7 +57,7 @@ static void usage(FILE *f)
 "  --mem-share PERCENT  share of --mem-limit one user's rings may take (default 100)\n"
 "  --idle-timeout SECONDS  close a connection that opens no job this long (default 10)\n"
 "  --admin-rate BYTES   loaderctl answers per second and user, suffix K, M (default 4M,\n"
-"                       bursts of 8 s worth); past it a request is refused for a while\n"
+"                       bursts of 2 s worth); past it a request is refused for a while\n"
 "  --max-pixels N       pixels per record (height x width), suffix K, M (default 64M);\n"
 "                       larger records are refused at job open or substituted as bad\n"
 "  --log-level LEVEL    error, warn, info (default) or debug\n"

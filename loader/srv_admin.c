@@ -191,7 +191,7 @@ void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 	struct uid_use *u = srv_uid(s, c->uid);
 	if (u && (req->op == CTL_OP_JOBS || req->op == CTL_OP_STATS)) {
 		int64_t now = now_ns();
-		double burst = 8.0 * (double)s->opts.admin_rate;
+		double burst = SRV_ADMIN_BURST_S * (double)s->opts.admin_rate;
 		u->admin_tokens += (double)(now - u->admin_ns) * 1e-9 * (double)s->opts.admin_rate;
 		if (u->admin_tokens > burst)
 			u->admin_tokens = burst;

@@ -211,6 +211,8 @@ void srv_out_forget(struct srv *s, struct conn *c);
 /* Bytes of admin answers one uid may have queued at once (answers it does not read): past it a
  * request is refused with EAGAIN. A world-65,536 job's stats are about 10 MB. */
 #define SRV_OUT_UID_MAX (64ull << 20)
+/* Seconds of opts.admin_rate a uid may spend at once (a fresh uid starts with them). */
+#define SRV_ADMIN_BURST_S 2.0
 /* Under mu, control thread. Send @c a CTL_ERROR (errno @err, either sign), then close it. */
 void srv_conn_fail(struct srv *s, struct conn *c, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
