@@ -56,8 +56,8 @@ static void usage(FILE *f)
 "  --max-world N        ranks per job (default and most 65536)\n"
 "  --mem-share PERCENT  share of --mem-limit one user's rings may take (default 100)\n"
 "  --idle-timeout SECONDS  close a connection that opens no job this long (default 10)\n"
-"  --admin-rate BYTES   loaderctl answers per second and user, suffix K, M (default 4M,\n"
-"                       bursts of 2 s worth); past it a request is refused for a while\n"
+"  --admin-share PERCENT  of the control thread's time one user's loaderctl answers may\n"
+"                       take (default 2); past it, jobs/stats are refused for a while\n"
 "  --max-pixels N       pixels per record (height x width), suffix K, M (default 64M);\n"
 "                       larger records are refused at job open or substituted as bad\n"
 "  --log-level LEVEL    error, warn, info (default) or debug\n"
@@ -121,7 +121,7 @@ int main(int argc, char **argv)
 		{ "mem-share", required_argument, NULL, 'S' },
 		{ "idle-timeout", required_argument, NULL, 'T' },
 		{ "max-pixels", required_argument, NULL, 'P' },
-		{ "admin-rate", required_argument, NULL, 'A' },
+		{ "admin-share", required_argument, NULL, 'A' },
 		{ "ready-fd", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -204,7 +204,7 @@ int main(int argc, char **argv)
 				goto bad_value;
 			break;
 		case 'A':
-			if (arg_bytes(optarg, 1024, 1ull << 40, &so.admin_rate) < 0)
+			if (arg_uint(optarg, 1, 100, &so.admin_share) < 0)
 				goto bad_value;
 			break;
 		case 'P':

@@ -88,8 +88,9 @@ struct srv_opts {
 	unsigned max_world;        /* ranks per job (CTL_WORLD_MAX) */
 	unsigned mem_share_uid;    /* percent of mem_limit one uid's rings may take (100) */
 	int idle_ms;               /* close a connection that opened no job this long (10000) */
-	uint64_t admin_rate;       /* bytes/s of loaderctl answers one uid may have rendered, with
-				    * a burst of 2 s worth (4 MiB/s): rendering holds the lock */
+	unsigned admin_share;      /* percent of the control thread's time one uid's loaderctl
+				    * answers may take, rendering and sending (2): both hold the
+				    * lock the workers need */
 };
 
 /* Bind and listen on opts->socket_path (a stale socket from a killed daemon is replaced; a live

@@ -184,23 +184,20 @@ void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 		srv_conn_fail(s, c, EINVAL, "%s", why);
 		return;
 	}
-	/* Rendering runs on the control thread under the lock the workers need, and its cost is
-	 * the answer's size (a job of 65,536 ranks: 10 MB, 100 ms): each uid has a budget of
-	 * answer bytes per second, with a burst, so that a client asking again and again cannot
-	 * take the lock from everyone's workers. Status and stop answers are a few lines: always. */
+	/* Rendering and sending run on the control thread under the lock the workers need, and
+	 * their cost is the answer's size (a job of 65,536 ranks: 10 MB, ~100 ms): each uid may
+	 * take opts.admin_share of that thread's time, so that a client asking again and again
+	 * cannot take the lock from everyone's workers. Status and stop answers are a few lines:
+	 * always served. */
 	struct uid_use *u = srv_uid(s, c->uid);
+	int64_t t0 = now_ns();
 	if (u && (req->op == CTL_OP_JOBS || req->op == CTL_OP_STATS)) {
-		int64_t now = now_ns();
-		double burst = SRV_ADMIN_BURST_S * (double)s->opts.admin_rate;
-		u->admin_tokens += (double)(now - u->admin_ns) * 1e-9 * (double)s->opts.admin_rate;
-		if (u->admin_tokens > burst)
-			u->admin_tokens = burst;
-		u->admin_ns = now;
+		srv_admin_charge(s, u, 0);
 		if (u->admin_tokens < 0) {
-			srv_conn_fail(s, c, EAGAIN, "uid %u asks loaderd for more than %llu KiB/s of "
-				      "answers (loaderd --admin-rate); try again in %.0f ms",
-				      (unsigned)c->uid, (unsigned long long)(s->opts.admin_rate >> 10),
-				      -u->admin_tokens * 1e3 / (double)s->opts.admin_rate + 1);
+			srv_conn_fail(s, c, EAGAIN, "uid %u's loaderctl answers take more than %u%% of "
+				      "loaderd's control thread (loaderd --admin-share); try again in "
+				      "%.0f ms", (unsigned)c->uid, s->opts.admin_share,
+				      -u->admin_tokens * 1e-6 * 100 / s->opts.admin_share + 1);
 			return;
 		}
 	}
@@ -272,7 +269,19 @@ void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 		srv_conn_fail(s, c, ENOMEM, "out of memory for the answer");
 		return;
 	}
-	if (u)
-		u->admin_tokens -= (double)t.len;
 	srv_conn_send_text(s, c, t.p, t.len);
+	if (u)
+		srv_admin_charge(s, u, now_ns() - t0);
+}
+
+void srv_admin_charge(struct srv *s, struct uid_use *u, int64_t ns)
+{
+	int64_t now = now_ns();
+	double burst = SRV_ADMIN_BURST_S * 1e9 * s->opts.admin_share / 100;
+
+	u->admin_tokens += (double)(now - u->admin_ns) * s->opts.admin_share / 100;
+	if (u->admin_tokens > burst)
+		u->admin_tokens = burst;
+	u->admin_ns = now;
+	u->admin_tokens -= (double)ns;
 }

@@ -32,13 +32,53 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Warnings and info are what clients cause (a refusal, a drop): a client that connects and
+ * misbehaves in a loop would otherwise write the log as fast as it can. At most NOTICE_RATE a
+ * second (bursts of NOTICE_BURST) pass; the next one that does says how many were left out.
+ * Errors always pass. */
+#define NOTICE_RATE 100.0
+#define NOTICE_BURST 200.0
+
+static int notice_allowed(int level, unsigned *suppressed)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static double tokens = NOTICE_BURST;
+	static int64_t last;
+	static unsigned dropped;
+	int ok;
+
+	pthread_mutex_lock(&mu);
+	int64_t now = now_ns();
+	tokens += (double)(now - last) * 1e-9 * NOTICE_RATE;
+	if (tokens > NOTICE_BURST)
+		tokens = NOTICE_BURST;
+	last = now;
+	ok = level == 0 || tokens >= 1;
+	if (ok) {
+		tokens -= level == 0 ? 0 : 1;
+		*suppressed = dropped;
+		dropped = 0;
+	} else {
+		dropped++;
+	}
+	pthread_mutex_unlock(&mu);
+	return ok;
+}
+
 void srv_notice(struct srv *s, int level, const char *fmt, ...)
 {
 	char msg[512];
+	unsigned suppressed = 0;
 	va_list ap;
 
-	if (!s->ops.notice)
+	if (!s->ops.notice || !notice_allowed(level, &suppressed))
 		return;
+	if (suppressed) {
+		char m[96];
+		snprintf(m, sizeof(m), "(%u notices about clients left out: more than %.0f a second)",
+			 suppressed, NOTICE_RATE);
+		s->ops.notice(s->ops.ctx, 1, m);
+	}
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
@@ -314,7 +354,12 @@ static void on_conn(struct srv *s, struct conn *c, uint32_t events)
 		return;  /* closed earlier in this event batch */
 	if ((events & EPOLLOUT) && c->out) {
 		pthread_mutex_lock(&s->mu);
+		int64_t t0 = now_ns();
+		uid_t uid = c->uid;
 		conn_flush(s, c);
+		struct uid_use *u = srv_uid(s, uid);
+		if (u)
+			srv_admin_charge(s, u, now_ns() - t0);
 		pthread_mutex_unlock(&s->mu);
 		if (c->closed)
 			return;
@@ -491,8 +536,8 @@ int srv_create(const struct srv_opts *opts, const struct srv_ops *ops, struct sr
 		s->opts.mem_share_uid = 100;
 	if (s->opts.idle_ms <= 0)
 		s->opts.idle_ms = 10000;
-	if (!s->opts.admin_rate)
-		s->opts.admin_rate = 4ull << 20;
+	if (!s->opts.admin_share || s->opts.admin_share > 100)
+		s->opts.admin_share = 2;
 	s->lfd = s->wake = s->ep = -1;
 	s->start_ns = s->rate_ns = now_ns();
 	pthread_mutex_init(&s->mu, NULL);

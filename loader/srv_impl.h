@@ -89,7 +89,8 @@ struct uid_use {
 	unsigned conns, jobs;
 	uint64_t mem;            /* ring bytes reserved or attached */
 	uint64_t out;            /* bytes of admin answers queued on its connections */
-	double admin_tokens;     /* bytes of answers it may have rendered now (opts.admin_rate) */
+	double admin_tokens;     /* ns of control-thread time its answers may take now
+				  * (opts.admin_share of the time since, up to SRV_ADMIN_BURST_S) */
 	int64_t admin_ns;        /* when admin_tokens was last brought up to date */
 	struct uid_use *next;
 };
@@ -211,8 +212,11 @@ void srv_out_forget(struct srv *s, struct conn *c);
 /* Bytes of admin answers one uid may have queued at once (answers it does not read): past it a
  * request is refused with EAGAIN. A world-65,536 job's stats are about 10 MB. */
 #define SRV_OUT_UID_MAX (64ull << 20)
-/* Seconds of opts.admin_rate a uid may spend at once (a fresh uid starts with them). */
+/* Seconds of the uid's share it may spend at once (a fresh uid starts with them): at 2%, 40 ms.
+ * An answer is never cut: a longer one (10 MB, ~100 ms) is made and the uid then waits it off. */
 #define SRV_ADMIN_BURST_S 2.0
+/* Under mu. Bring @u's admin budget up to date; then charge it @ns (0: only update). */
+void srv_admin_charge(struct srv *s, struct uid_use *u, int64_t ns);
 /* Under mu, control thread. Send @c a CTL_ERROR (errno @err, either sign), then close it. */
 void srv_conn_fail(struct srv *s, struct conn *c, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));

@@ -41,7 +41,7 @@ struct uid_use *srv_uid(struct srv *s, uid_t uid)
 	if (!u)
 		return NULL;
 	u->uid = uid;
-	u->admin_tokens = SRV_ADMIN_BURST_S * (double)s->opts.admin_rate;  /* a full burst */
+	u->admin_tokens = SRV_ADMIN_BURST_S * 1e9 * s->opts.admin_share / 100;  /* a full burst */
 	u->admin_ns = now_ns();
 	u->next = s->uids;
 	s->uids = u;
