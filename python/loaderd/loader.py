@@ -437,7 +437,7 @@ class Loader:
         for f, _ in L.ctl_stats._fields_:
             if f == "phase_ns":
                 out.update(zip(L.PHASES, st.phase_ns))
-            elif f != "reserved":
+            elif not f.startswith("reserved"):
                 out[f] = getattr(st, f)
         return out
 
