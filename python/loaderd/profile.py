@@ -76,14 +76,65 @@ def _timed(hook):
     return timed_hook
 
 
+class _Waiter:
+    """A thread of ours that waits for gloo's allreduce works and completes the hook's futures.
+    A Python callback chained on gloo's own future (fut.then) would run, and be freed, on gloo's
+    threads, which need the GIL for it; when the process group is destroyed (the model freed
+    after destroy_process_group) the main thread joins those threads holding the GIL: a
+    deadlock at exit, seen with torch 1.13. Here gloo's threads never touch a Python object."""
+
+    def __init__(self):
+        import queue
+        self.q = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="loaderd-allreduce", daemon=True).start()
+
+    def _run(self):
+        while True:
+            t0, work, buf, fut, nbytes = self.q.get()
+            try:
+                work.wait()
+                with _comm_lock:
+                    _comm.append((t0, _now(), nbytes))
+                fut.set_result(buf)
+            except Exception as e:   # the collective failed: DDP raises it in backward
+                fut.set_exception(e)
+
+
+_waiter = None
+
+
+def _gloo_allreduce_hook(state, bucket):
+    """DDP's default allreduce (average of the bucket over the group), completed by _Waiter,
+    which notes when it ended."""
+    global _waiter
+    import torch
+    import torch.distributed as dist
+    t0 = _now()
+    group = state if state is not None else dist.group.WORLD
+    buf = bucket.buffer()
+    buf.div_(dist.get_world_size(group))
+    work = dist.all_reduce(buf, group=group, async_op=True)
+    fut = torch.futures.Future()
+    if _waiter is None:
+        _waiter = _Waiter()
+    _waiter.q.put((t0, work, buf, fut, buf.numel() * buf.element_size()))
+    return fut
+
+
 def _register(ddp):
     """Register the timed default allreduce on @ddp, unless the script registered its own (then
     that one is timed already: see install_ddp_patch)."""
     if ddp in _ddp_hooked:
         return
     try:
+        import torch.distributed as dist
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-        _orig_register(ddp, None, _timed(default_hooks.allreduce_hook))
+        pg = getattr(ddp, "process_group", None)
+        if dist.get_backend(pg) == "gloo":
+            hook = _gloo_allreduce_hook
+        else:   # NCCL: its futures complete from CUDA callbacks, no thread join at exit
+            hook = _timed(default_hooks.allreduce_hook)
+        _orig_register(ddp, None, hook)
         _ddp_hooked.add(ddp)
     except Exception as e:   # a hook registered by other means, or an older torch
         _ddp_hooked.add(ddp)
