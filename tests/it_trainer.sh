@@ -121,21 +121,7 @@ check "  differs from 2 ranks x $((B / 2)) (no sum in place of the average)" dif
 "$BIN/dpack" pack --no-fsync "$T/tree" "$T/d.dpk" >/dev/null 2>&1
 check "dataset: 4 classes x 40 generated and packed" [ -s "$T/d.dpk" ]
 
-start_loaderd() {
-	log=$T/$1.log
-	"$BIN/loaderd" --socket "$T/s.sock" --workers 2 --linger 5 2>"$log" &
-	LPID=$!
-	i=0
-	while ! grep -q "serving on" "$log" 2>/dev/null; do
-		if ! kill -0 "$LPID" 2>/dev/null || [ $i -ge 100 ]; then
-			echo "# loaderd did not start:"; show "$log"
-			return 1
-		fi
-		sleep 0.05
-		i=$((i + 1))
-	done
-}
-check "loaderd starts" start_loaderd loaderd
+check "loaderd starts" start_loaderd "$T/loaderd.log" --socket "$T/s.sock" --workers 2 --linger 5
 $GUARD $MPIRUN -np 2 "$BIN/trainer" --dataset "$T/d.dpk" --socket "$T/s.sock" --crop 32 --batch 16 \
 	--steps 300 --device host --log-every 100 --report-json "$T/learn.json" >"$T/learn.out" 2>"$T/learn.err"
 rc=$?

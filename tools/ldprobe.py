@@ -29,6 +29,7 @@ import ctypes
 import json
 import math
 import os
+import select
 import shlex
 import shutil
 import signal
@@ -40,6 +41,7 @@ import time
 EXIT_USAGE = 2
 STOP_TIMEOUT_S = 5.0
 # Advice only (the verdict's thresholds are the trainer's, in its report):
+READY_TIMEOUT_S = 10
 AU_TARGET = 0.90
 LATENCY_BOUND_MIBS = 200  # exposed allreduce slower than this per MiB of gradient: per-call cost
 COPY_MIN = 0.05          # exposed H2D share that earns ring/prefetch advice
@@ -117,7 +119,7 @@ class Children:
     def __init__(self):
         self.procs = []
 
-    def spawn(self, cmd, stdout, stderr, env=None):
+    def spawn(self, cmd, stdout, stderr, env=None, pass_fds=()):
         global _libc
         if _libc is None:
             try:
@@ -125,7 +127,7 @@ class Children:
             except OSError:
                 _libc = False
         p = subprocess.Popen([str(c) for c in cmd], stdin=subprocess.DEVNULL, stdout=stdout,
-                             stderr=stderr, env=env, start_new_session=True,
+                             stderr=stderr, env=env, start_new_session=True, pass_fds=pass_fds,
                              preexec_fn=_child_setup(os.getpid()))
         self.procs.append(p)
         return p
@@ -236,20 +238,23 @@ class Loaderd:
         self.log = open(self.log_path, "w")
         self.log.write("$ " + " ".join(shlex.quote(str(c)) for c in cmd) + "\n")
         self.log.flush()
-        self.proc = self.children.spawn(cmd, self.log, subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while True:
-            if self.proc.poll() is not None:
-                raise Failure("loaderd exited (status %d) before serving:\n%s" %
-                              (self.proc.returncode, tail(open(self.log_path).read())))
-            if os.path.exists(self.sock):
-                st, _ = self.status()
-                if st is not None:
-                    return
-            if time.monotonic() > deadline:
-                raise Failure("loaderd did not serve within 10 s:\n%s" %
-                              tail(open(self.log_path).read()))
-            time.sleep(0.05)
+        # --ready-fd: loaderd writes one line on the pipe once it serves; EOF if it exits first
+        r, w = os.pipe()
+        try:
+            self.proc = self.children.spawn(cmd + ["--ready-fd", w], self.log, subprocess.STDOUT,
+                                            pass_fds=(w,))
+        finally:
+            os.close(w)
+        with os.fdopen(r, "rb") as ready:
+            got = select.select([ready], [], [], READY_TIMEOUT_S)[0] and ready.readline()
+        if not got or not got.startswith(b"READY"):
+            rc = self.proc.poll()
+            self.children.stop(self.proc)
+            self.proc = None
+            self.log.close()
+            why = ("did not serve within %d s" % READY_TIMEOUT_S if rc is None else
+                   "exited (status %d) before serving" % rc)
+            raise Failure("loaderd %s:\n%s" % (why, tail(open(self.log_path).read())))
 
     def job_stats(self, job):
         rc, out, _ = self.ctl("stats", job)
@@ -677,28 +682,27 @@ def svg_report(path, a, ld, loader, compute, real, ranks, verdict, why):
 
 # ---- main ----
 
-def pos_int(lo, hi):
+def ranged(kind, lo, hi):
+    """An argparse type: @kind (int or float) within [lo, hi]."""
+    what, fmt = ("a whole number", "%d") if kind is int else ("a number", "%g")
+
     def conv(s):
         try:
-            v = int(s)
+            v = kind(s)
         except ValueError:
-            raise argparse.ArgumentTypeError("'%s' is not a whole number" % s)
-        if v < lo or v > hi:
-            raise argparse.ArgumentTypeError("%d is not in %d..%d" % (v, lo, hi))
+            raise argparse.ArgumentTypeError("'%s' is not %s" % (s, what))
+        if not (lo <= v <= hi):
+            raise argparse.ArgumentTypeError((fmt + " is not in " + fmt + ".." + fmt) % (v, lo, hi))
         return v
     return conv
+
+
+def pos_int(lo, hi):
+    return ranged(int, lo, hi)
 
 
 def pos_float(lo, hi):
-    def conv(s):
-        try:
-            v = float(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError("'%s' is not a number" % s)
-        if not (lo <= v <= hi):
-            raise argparse.ArgumentTypeError("%g is not in %g..%g" % (v, lo, hi))
-        return v
-    return conv
+    return ranged(float, lo, hi)
 
 
 def parse_args(argv):
