@@ -91,7 +91,7 @@ def runs_of(recs, warmup=None):
     return runs, len(order), warm
 
 
-def loader_side(recs, wall_s):
+def loader_side(recs):
     """loaderd's side over the ranks: fill time per sample, the workers' busy share for this
     job, what its workers could deliver."""
     ld = [r["loaderd"] for r in recs if r.get("loaderd")]
@@ -135,7 +135,7 @@ def analyse(records, warmup=None, info=None, cores=None):
     rep["world"] = world
     if len(recs) < world:
         rep["missing_ranks"] = sorted(set(range(world)) - set(rep["rank_ids"]))
-    rep["loaderd"] = loader_side(recs, rep["wall_s"])
+    rep["loaderd"] = loader_side(recs)
     rep["why"], rep["advice"] = advise(rep, cores or os.cpu_count() or 1)
     # the timeline's input: per rank, measured step k -> its start and phases in us
     rep["_ranks"] = {i: {k: dict({"start": s[0] / 1e3},

@@ -757,7 +757,7 @@ class Loader:
         n = b.count
         out = Batch(images[:n], labels[:n], ids[:n], flags[:n], b.step, b.epoch,
                     b.step_in_epoch, n, bool(b.flags & L.SLOT_LAST), self._torch is not None)
-        if self.device is not None:
+        if self.device is not None and self.device.type != "cpu":
             self._to_device(out)
         elif self.copy:
             out = out.copy()
@@ -774,7 +774,7 @@ class Loader:
         current stream stalled on the copy (the exposed copy)."""
         torch, dev = self._torch, self.device
         self._copy_ev = None
-        if dev.type != "cuda":
+        if dev.type != "cuda":   # another device: a synchronous copy, the slot as usual
             out.images, out.labels = out.images.to(dev), out.labels.to(dev)
             return
         cur = torch.cuda.current_stream(dev)

@@ -220,14 +220,17 @@ class Recorder:
         self.t_first = None
         self.written = False
         self.where = None          # (rank, world, backend) seen while the run was on
+        self.device = None
         _live.add(self)
-        install_ddp_patch()
+        if "torch" in sys.modules:  # no DDP without torch; $LOADERD_PROFILE patches at import
+            install_ddp_patch()
 
     # called by the Loader
     def first_batch(self, loader):
         self.t_first = _now()
         self.st0 = _stats(loader)
         self.where = _dist_rank_world(loader)
+        self.device = loader.device_type()   # while the ring is mapped (and maybe pinned)
 
     def begin(self):
         """A batch is requested."""
@@ -307,7 +310,8 @@ class Recorder:
              "params": params, "bucket_mb": cap, "ddp": bool(_ddp)}
         if lo is not None:
             d.update({"job": lo.job_name, "dataset": lo.dataset, "batch": lo.batch_size,
-                      "crop": lo.crop[0] if lo.crop else None, "device": lo.device_type(),
+                      "crop": lo.crop[0] if lo.crop else None,
+                      "device": self.device or lo.device_type(),
                       "socket": lo.socket})
         b, t_last = self.st1, getattr(self, "t_last", None)
         if b is None and self.st0 is not None and lo is not None and lo._conn is not None:

@@ -149,3 +149,29 @@ def test_profile_off_by_default(daemon, imagefolder, monkeypatch):
     monkeypatch.setenv(P.ENV, "1")
     with loaderd.Loader(daemon.sock, imagefolder.path, 4, crop=16, output="numpy") as it:
         assert it._prof is not None
+
+
+def test_profile_report_without_distributed(daemon, imagefolder, monkeypatch):
+    import loaderd
+    monkeypatch.delenv(P.ENV_DIR, raising=False)
+    with loaderd.Loader(daemon.sock, imagefolder.path, 4, crop=16, output="numpy",
+                        profile=True, epochs=1) as it:
+        for _ in it:
+            pass
+        rep = it.profile_report()
+    assert rep["schema"] == "loaderd-trainer-report/1" and rep["ranks"] == 1
+    assert rep["verdict"] in ("loader-limited", "compute-limited")
+    assert rep["loaderd"]["workers"] == 2
+    with loaderd.Loader(daemon.sock, imagefolder.path, 4, crop=16, output="numpy") as it:
+        with pytest.raises(ValueError):
+            it.profile_report()
+
+
+def test_device_cpu_keeps_views_and_copy(daemon, imagefolder):
+    torch = pytest.importorskip("torch")
+    import loaderd
+    with loaderd.Loader(daemon.sock, imagefolder.path, 4, crop=16, device="cpu",
+                        copy=True) as it:
+        images, labels = next(iter(it))
+        assert images.device == torch.device("cpu") and images.shape == (4, 16, 16, 3)
+        assert not it._held   # copy=True: the slot went back at once
