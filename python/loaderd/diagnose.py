@@ -350,8 +350,11 @@ def main(argv=None):
     if "--" in argv:
         i = argv.index("--")
         opts, cmd = argv[:i], argv[i + 1:]
-    else:
-        opts, cmd = [], argv
+    else:   # the options before the first word that is none of theirs
+        i = 0
+        while i < len(argv) and argv[i].startswith("-"):
+            i += 2 if argv[i] in ("--out", "--warmup") else 1
+        opts, cmd = argv[:i], argv[i:]
     p = argparse.ArgumentParser(
         prog="python -m loaderd.diagnose",
         usage="python -m loaderd.diagnose [--out DIR] [--warmup N] -- CMD ...",
