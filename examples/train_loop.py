@@ -51,6 +51,10 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     ap.add_argument("--device", default=None, help="Loader(device=...): e.g. cuda")
+    ap.add_argument("--profile-report", action="store_true",
+                    help="at the end, Loader.profile_report() (every rank: a collective under "
+                         "torch.distributed); rank 0 prints its verdict. Needs profiling on "
+                         "(LOADERD_PROFILE=1, as loaderd.diagnose sets)")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -77,6 +81,11 @@ def main():
                 step += 1
                 if step >= a.steps:
                     break
+        if a.profile_report:
+            rep = it.profile_report()
+            if int(os.environ.get("RANK", "0")) == 0:
+                print("train_loop: profile_report ranks=%d verdict=%s" %
+                      (rep["ranks"], rep["verdict"]), flush=True)
     if world > 1:
         torch.distributed.destroy_process_group()
     print("train_loop: %d steps, last loss %.4f" % (step, loss.item()), flush=True)

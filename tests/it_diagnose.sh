@@ -6,7 +6,8 @@
 #       report has loaderd's side (1 worker, its fill time per sample);
 #   (b) small crops (32) and a convolutional model: compute-limited;
 #   (c) two processes under torchrun, DDP over gloo: the report names rank 0 and rank 1, with the
-#       gloo backend and timed allreduce buckets;
+#       gloo backend and timed allreduce buckets; Loader.profile_report() in the script gathers
+#       both ranks through torch.distributed;
 # each writes report.json (the trainer's schema), report.txt and timeline.svg, and ends on
 # "loaderd.diagnose: samples_per_s=X data_wait=Y verdict=V". The analysis itself has pytest
 # tests on constructed records (python/tests/test_report.py, test_diagnose.py, run by
@@ -83,13 +84,15 @@ r["au"] > 0.8'
 # (c) DDP: two processes under torchrun (Debian's: --redirects 1 --tee 1), gloo
 diag ddp "$PY" -m torch.distributed.run --standalone --nproc_per_node 2 --redirects 1 --tee 1 \
 	--log_dir "$T/logs" $TRAIN $SOCK --dpk "$T/small.dpk" --classes 4 --model conv \
-	--crop 32 --batch 16 --steps 24
+	--crop 32 --batch 16 --steps 24 --profile-report
 check "ddp: the report names rank 0 and rank 1" \
 	sh -c "grep -q '^  rank 0: ' '$T/ddp.out' && grep -q '^  rank 1: ' '$T/ddp.out'"
 check "ddp: report.json: 2 ranks, gloo, allreduce buckets timed, a row per rank" \
 	json ddp 'r["ranks"] == 2 and r["rank_ids"] == [0, 1] and r["backend"] == "gloo" and
 [x["rank"] for x in r["per_rank"]] == [0, 1] and (r["buckets"] or 0) >= 1 and
 r["params"] > 0 and rows == ["0", "1"]'
+check "ddp: Loader.profile_report() gathered 2 ranks through torch.distributed" \
+	grep -q 'profile_report ranks=2 verdict=' "$T/ddp.out"
 check "ddp: a verdict on the last line" last_line ddp \
 	'(loader|compute|communication|straggler)-limited'
 
