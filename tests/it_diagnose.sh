@@ -4,7 +4,7 @@
 # worker (README "Is my training loader-limited?"):
 #   (a) full-size crops (224 of 480-640 px JPEGs) and a tiny model: loader-limited, and the
 #       report has loaderd's side (1 worker, its fill time per sample);
-#   (b) small crops (32) and a convolutional model: compute-limited;
+#   (b) small crops (48 of 40-64 px images) and a convolutional model: compute-limited;
 #   (c) two processes under torchrun, DDP over gloo: the report names rank 0 and rank 1, with the
 #       gloo backend and timed allreduce buckets; Loader.profile_report() in the script gathers
 #       both ranks through torch.distributed;
@@ -73,9 +73,11 @@ r["loaderd"]["workers"] == 1 and r["loaderd"]["fill_ms_per_sample"] > 0 and
 r["steps_compared"] >= 20 and rows == ["0"] and
 any("loaderd --workers" in a for a in r["advice"])'
 
-# (b) compute-limited: small crops, three convolutions at full resolution
-diag compute "$PY" $TRAIN $SOCK --dpk "$T/small.dpk" --classes 4 --model conv --crop 32 \
-	--batch 16 --steps 30
+# (b) compute-limited: small crops of small images (cheap to decode), three convolutions at full
+# resolution: over 10 ms of compute per sample against well under 1 ms of fill, a margin that a
+# loaded host (the fill time swells when the worker gets no core) does not eat
+diag compute "$PY" $TRAIN $SOCK --dpk "$T/small.dpk" --classes 4 --model conv --crop 48 \
+	--batch 16 --steps 24
 check "compute: verdict compute-limited on the last line" last_line compute compute-limited
 check "compute: report.json: data wait under 10%, AU over 0.8" \
 	json compute 'r["verdict"] == "compute-limited" and r["shares"]["data"] < 0.1 and
