@@ -2,7 +2,6 @@
 trainer's report, loaderd's side and advice in numbers out; the exposed allreduce from bucket
 timings; and a Loader with profile=True against a real loaderd (numpy output: no torch needed)."""
 import json
-import os
 import xml.dom.minidom
 
 import pytest
@@ -103,8 +102,6 @@ def test_outputs_and_last_line(tmp_path):
 
 def test_exposed_allreduce_from_bucket_times():
     """Buckets launched during backward; what is left after the last launch is exposed."""
-    class Lo:
-        pass
     rec = P.Recorder.__new__(P.Recorder)
     rec.steps, rec.dropped, rec.pending_copy = [], 0, []
     t = 1000 * MS
