@@ -568,7 +568,8 @@ void srv_on_stats(struct srv *s, struct conn *c)
 				.samples = rs->samples, .bad_records = a->job->bad,
 				.fill_ns = rs->fill_ns, .attaches = rs->attaches,
 				.ranks_attached = a->job->attached,
-				.slots = ring_header(a->ring)->slots };
+				.slots = ring_header(a->ring)->slots,
+				.workers = s->nthreads };
 	_Static_assert(sizeof(st.phase_ns) == sizeof(rs->phase_ns), "one slot per phase");
 	memcpy(st.phase_ns, rs->phase_ns, sizeof(st.phase_ns));
 	uint64_t frontier = srv_att_released(a);

@@ -104,6 +104,7 @@ static void test_srv_job_bounded_read_all_correct(void **state)
 	assert_int_equal(st.attaches, 1);
 	assert_int_equal(st.ranks_attached, 1);
 	assert_int_equal(st.slots, 4);
+	assert_int_equal(st.workers, 2); /* the harness's default */
 	assert_int_equal(st.bad_records, 0);
 	assert_int_equal(st.phase_ns[0], 120); /* the filler reports 1 ns of I/O per step */
 	assert_int_equal(st.phase_ns[1], 240); /* and 2 ns of decode */
