@@ -18,6 +18,9 @@ unsigned proc_cpu_count(void);
  * closed pipe or socket returns EPIPE instead of killing us. @fn must be async-signal-safe. */
 void proc_on_stop_signals(void (*fn)(int), unsigned flags);
 
+/* CPU time (user + system) process @pid has used so far, in seconds (/proc/PID/stat), or -1. */
+double proc_cpu_seconds(pid_t pid);
+
 /* Wait up to @timeout_ms for one line on @fd (the read end of the pipe given to a child as
  * --ready-fd; @fd is read, not closed) and put it, without its newline, in @line (@n bytes,
  * truncated). Returns 0; -ECHILD when the writer closed the pipe (or exited) without a whole

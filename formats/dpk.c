@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -36,9 +35,7 @@ struct dpk {
 	int fd;
 	int own_fd;
 	struct dpk_header hdr;
-	const struct dpk_entry *index;  /* inside map */
-	void *map;                      /* mmap of the index's pages, NULL when count == 0 */
-	size_t map_len;
+	struct dpk_entry *index;        /* private copy (malloc), NULL when count == 0 */
 	char *class_blob;               /* class names, each NUL-terminated */
 	const char **class_names;       /* class_count pointers into class_blob */
 	uint8_t identity[DPK_IDENTITY_SIZE]; /* XXH3-128 of the index, seeded by the class table's
@@ -342,23 +339,25 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 	if (ret < 0)
 		goto fail;
 	if (d->hdr.count) {
-		uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-		uint64_t base = d->hdr.index_offset & ~(page - 1);
-		uint64_t len = d->hdr.index_offset - base + d->hdr.index_size;
-
-		if (len > SIZE_MAX) {
+		/* Read into private memory, not mapped: a mapping of a file that is truncated later
+		 * raises SIGBUS on access, and a file rewritten in place would change entries that
+		 * check_entries() has already validated. */
+		if (d->hdr.index_size > SIZE_MAX) {
 			ret = fail(err, errlen, -EFBIG, "index of %llu bytes does not fit the address space",
 				   (unsigned long long)d->hdr.index_size);
 			goto fail;
 		}
-		d->map = mmap(NULL, (size_t)len, PROT_READ, MAP_SHARED, fd, (off_t)base);
-		if (d->map == MAP_FAILED) {
-			d->map = NULL;
-			ret = fail(err, errlen, -errno, "mapping the index: %s", strerror(errno));
+		d->index = malloc((size_t)d->hdr.index_size);
+		if (!d->index) {
+			ret = fail(err, errlen, -ENOMEM, "no memory for an index of %llu bytes",
+				   (unsigned long long)d->hdr.index_size);
 			goto fail;
 		}
-		d->map_len = (size_t)len;
-		d->index = (const struct dpk_entry *)((const char *)d->map + (d->hdr.index_offset - base));
+		ret = pread_full(fd, d->index, (size_t)d->hdr.index_size, d->hdr.index_offset);
+		if (ret < 0) {
+			fail(err, errlen, ret, "reading the index: %s", strerror(-ret));
+			goto fail;
+		}
 		if (!(flags & DPK_OPEN_NO_INDEX_CHECK) &&
 		    XXH3_64bits(d->index, d->hdr.index_size) != d->hdr.index_xxh3) {
 			ret = fail(err, errlen, -EBADMSG, "index checksum mismatch");
@@ -404,8 +403,7 @@ void dpk_close(struct dpk *d)
 {
 	if (!d)
 		return;
-	if (d->map)
-		munmap(d->map, d->map_len);
+	free(d->index);
 	if (d->own_fd)
 		close(d->fd);
 	free(d->class_names);

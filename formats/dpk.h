@@ -103,7 +103,8 @@ struct dpk;  /* opaque; immutable after open, so safe to share between threads *
 #define DPK_OPEN_NO_INDEX_CHECK 0x1u  /* skip the index checksum (entries are still validated) */
 
 /* Open and validate @path: header, checksums of header, class table and index, and every entry
- * (bounds, order, no overlap, no overflow, sane shapes). The index is mmap'd read-only.
+ * (bounds, order, no overlap, no overflow, sane shapes). The index is read into private memory
+ * (never mapped: a file truncated or rewritten later cannot raise SIGBUS or change an entry).
  * Returns 0 or -errno: -EBADMSG corrupt, -EPROTO other version, -ENOMEM, or open's errno.
  * On failure a message naming the fault (and the sample, if one) is written to @err. */
 int dpk_open(const char *path, unsigned flags, struct dpk **out, char *err, size_t errlen);

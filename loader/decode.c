@@ -11,6 +11,7 @@
 #include "loader/sampler.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdio.h>
@@ -45,6 +46,7 @@ struct ldr_decoder {
 	size_t hcap;               /* its capacity, in elements */
 	int avx2;                  /* the CPU has AVX2: resize's horizontal pass takes 4 pixels a step */
 	size_t xcap;
+	uint64_t max_pixels;       /* per JPEG frame; 0 = no bound (ldr_decoder_limit) */
 };
 
 /* ---- crop windows ---- */
@@ -156,6 +158,21 @@ int ldr_decoder_create(struct ldr_decoder **out)
 	}
 	*out = d;
 	return 0;
+}
+
+void ldr_decoder_limit(struct ldr_decoder *d, uint64_t max_pixels)
+{
+	d->max_pixels = max_pixels;
+	/* libjpeg's own allocations (progressive coefficient buffers: 2 bytes per coefficient,
+	 * up to 3 components) stay within 8 bytes a pixel of the largest frame allowed; past that
+	 * it fails (no backing store) instead of taking the daemon's memory. */
+	d->cinfo.mem->max_memory_to_use = (long)(max_pixels > (uint64_t)(LONG_MAX / 8) ?
+						 LONG_MAX : max_pixels * 8);
+	/* A frame whose window is larger than the largest tensor allowed is refused by zstd. */
+	int log = 10;
+	while (log < 31 && (1ull << log) < max_pixels * 4)
+		log++;
+	ZSTD_DCtx_setParameter(d->zd, ZSTD_d_windowLogMax, log);
 }
 
 void ldr_decoder_destroy(struct ldr_decoder *d)
@@ -389,6 +406,17 @@ static int resize(struct ldr_decoder *d, const uint8_t *src, uint32_t src_w, uin
 	return 0;
 }
 
+/* Is a @w x @h frame above the decoder's limit (ldr_decoder_limit)? 1 with @why set, else 0. */
+static int too_many_pixels(const struct ldr_decoder *d, uint32_t w, uint32_t h, char *why,
+			   size_t whylen)
+{
+	if (!d->max_pixels || (uint64_t)w * h <= d->max_pixels)
+		return 0;
+	snprintf(why, whylen, "JPEG of %ux%u pixels, above the limit of %llu (loaderd --max-pixels)",
+		 w, h, (unsigned long long)d->max_pixels);
+	return 1;
+}
+
 /* Clip @crop to a @w x @h stream: the window was planned from the index, and the stream has the
  * last word on the size. A window that starts outside the image becomes the whole image. */
 static void clip_window(struct ldr_crop *win, uint32_t w, uint32_t h)
@@ -422,6 +450,10 @@ static __attribute__((noinline)) int rows_body(struct ldr_decoder *d, const uint
 
 	jpeg_mem_src(c, jpg, (unsigned long)len);
 	jpeg_read_header(c, TRUE);
+	if (too_many_pixels(d, c->image_width, c->image_height, why, whylen)) {
+		jpeg_abort_decompress(c);
+		return -EBADMSG;
+	}
 	clip_window(&cw0, c->image_width, c->image_height);
 	if (!den)
 		den = ldr_jpeg_scale(&cw0, out_h, out_w);
@@ -521,6 +553,8 @@ int ldr_jpeg_rst_window(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
 		snprintf(why, whylen, "JPEG: %s", tmp);
 		return ret;
 	}
+	if (too_many_pixels(d, info.width, info.height, why, whylen))
+		return -EBADMSG;
 	clip_window(&c, info.width, info.height);
 	ldr_rst_plan(&info, c.x, c.y, c.w, c.h, &plan);
 	unsigned den = ldr_jpeg_scale(&c, out_h, out_w);

@@ -31,6 +31,11 @@ unsigned ldr_jpeg_scale(const struct ldr_crop *crop, uint32_t out_h, uint32_t ou
 struct ldr_decoder;
 
 int ldr_decoder_create(struct ldr_decoder **out);  /* 0 or -ENOMEM */
+/* Bound what one record may make the decoder spend: a JPEG whose frame is larger than
+ * @max_pixels (width x height), or that needs more than a few bytes a pixel of libjpeg memory
+ * (max_memory_to_use), fails with -EBADMSG; zstd frames are held to a window that fits.
+ * Default (without this call): no bound. */
+void ldr_decoder_limit(struct ldr_decoder *d, uint64_t max_pixels);
 void ldr_decoder_destroy(struct ldr_decoder *d);   /* NULL ok */
 
 /* Decode JPEG @jpg (@len bytes) cropped to @crop, resized to @o, into @dst (o->h * o->w * 3).

@@ -1,9 +1,13 @@
 /* job.c - a loaderd job on one dataset, and the fill of one slot (see job.h).
  *
  * DESIGN
- * The sampler writes the step's sample ids and flags straight into the slot; the worker's reader
- * brings the records in with one batched submission; each record's checksum is checked, then it is
- * decoded into its place in the slot's payload. Nothing is staged in a batch buffer.
+ * The sampler writes the step's sample ids and flags into the worker's own arrays; the worker's
+ * reader brings the records in with one batched submission; each record's checksum is checked,
+ * then it is decoded into its place in the slot's payload. Ids, flags and labels are copied into
+ * the slot at the end. Shared memory is write-only for the producer: the consumer can write into
+ * its slots at any time (a bug, or malice), so nothing read back from them may steer a worker (an
+ * id read back twice could change in between and send the checksum past its record's buffer).
+ * Pixels are not staged: the decoders only write the payload, never read it.
  *
  * A record that fails its checksum or its decode is never delivered. With the default policy it is
  * replaced by the sample at the next position of the epoch's order (then the one after, ...), read
@@ -17,22 +21,26 @@
 #include "loader/kind.h"
 #include "loader/sampler.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define SUBSTITUTE_TRIES 16
 
 struct job {
 	struct dpk *d;
-	int fd_direct;             /* O_DIRECT fd of the dataset, or -1 */
+	int fd;                    /* the dataset, as the client passed it (our dup) */
+	int fd_direct;             /* O_DIRECT fd of the same file, or -1 */
 	struct ldr_sampler smp;
 	struct ctl_job_open spec;
 	struct ldr_out out;        /* output size (0x0 = records as stored), layout */
+	uint64_t max_pixels;       /* per record (ldr_config) */
 	uint64_t sample_bytes;
 	int rrc;                   /* RandomResizedCrop, else center crop */
 	int hflip;
@@ -45,6 +53,10 @@ struct worker {
 	size_t sub_cap;
 	const uint8_t *bufs[1024];
 	int errs[1024];
+	/* The step's sampler output, private to the worker, RING_BATCH_MAX entries each. */
+	uint64_t *ids;
+	uint8_t *flags;
+	int64_t *labels;
 };
 
 /* ---- job open ---- */
@@ -66,21 +78,36 @@ static int accepts(struct job *j, uint64_t i, char *why, size_t whylen)
 	return 0;
 }
 
-static int job_open(void *ctx, const struct ctl_job_open *spec, void **out, struct srv_job_info *info,
-		    char *why, size_t whylen)
+static int job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **out,
+		    struct srv_job_info *info, char *why, size_t whylen)
 {
 	const struct ldr_config *cfg = ctx;
 	struct job *j = calloc(1, sizeof(*j));
 	char err[256];
 	int ret;
 
-	(void)cfg;
 	*out = NULL;
 	if (!j)
 		return -ENOMEM;
 	j->fd_direct = -1;
+	j->fd = -1;
 	j->spec = *spec;
-	ret = dpk_open(spec->dataset, 0, &j->d, err, sizeof(err));
+	j->max_pixels = cfg->max_pixels ? cfg->max_pixels : LDR_MAX_PIXELS_DEFAULT;
+	/* The client opened the dataset with its own rights (ldc_open): loaderd never opens a path
+	 * a client names, so it reads nothing that client could not read itself. */
+	if (fd < 0) {
+		snprintf(why, whylen, "dataset %s: the client did not pass it open (clients open the "
+			 "dataset themselves and send the descriptor; ldc_open does)", spec->dataset);
+		ret = -EBADF;
+		goto fail;
+	}
+	j->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (j->fd < 0) {
+		ret = -errno;
+		snprintf(why, whylen, "dataset %s: %s", spec->dataset, strerror(-ret));
+		goto fail;
+	}
+	ret = dpk_open_fd(j->fd, 0, &j->d, err, sizeof(err));
 	if (ret < 0) {
 		snprintf(why, whylen, "dataset %s: %s", spec->dataset, err);
 		goto fail;
@@ -141,12 +168,17 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, void **out, stru
 	_Static_assert(CTL_DATASET_ID_SIZE == DPK_IDENTITY_SIZE, "one identity");
 	dpk_identity(j->d, info->dataset_id);
 
-	/* O_DIRECT when the file system allows it (tmpfs does not: open fails with EINVAL). */
-	j->fd_direct = open(spec->dataset, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	/* O_DIRECT when the file system allows it (tmpfs does not: open fails with EINVAL). The
+	 * same file, reopened through /proc: not the path, which may name another file by now. */
+	char self[64];
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", j->fd);
+	j->fd_direct = open(self, O_RDONLY | O_DIRECT | O_CLOEXEC);
 	*out = j;
 	return 0;
 fail:
 	dpk_close(j->d);
+	if (j->fd >= 0)
+		close(j->fd);
 	free(j);
 	return ret;
 }
@@ -161,10 +193,16 @@ static void job_close(void *ctx, void *p)
 	if (j->fd_direct >= 0)
 		close(j->fd_direct);
 	dpk_close(j->d);
+	close(j->fd);
 	free(j);
 }
 
 /* ---- workers ---- */
+
+static uint64_t max_pixels(const struct ldr_config *cfg)
+{
+	return cfg->max_pixels ? cfg->max_pixels : LDR_MAX_PIXELS_DEFAULT;
+}
 
 static void *worker_init(void *ctx, unsigned index)
 {
@@ -173,14 +211,22 @@ static void *worker_init(void *ctx, unsigned index)
 
 	if (!w)
 		return NULL;
-	if (ldr_reader_create(cfg->io, cfg->arena_bytes ? cfg->arena_bytes : 16u << 20, &w->rd) < 0 ||
+	w->ids = calloc(RING_BATCH_MAX, sizeof(*w->ids));
+	w->flags = calloc(RING_BATCH_MAX, sizeof(*w->flags));
+	w->labels = calloc(RING_BATCH_MAX, sizeof(*w->labels));
+	if (!w->ids || !w->flags || !w->labels ||
+	    ldr_reader_create(cfg->io, cfg->arena_bytes ? cfg->arena_bytes : 16u << 20, &w->rd) < 0 ||
 	    ldr_decoder_create(&w->dec) < 0) {
 		LOG_ERROR("worker %u: cannot set up its reader or decoder", index);
 		ldr_reader_destroy(w->rd);
 		ldr_decoder_destroy(w->dec);
+		free(w->ids);
+		free(w->flags);
+		free(w->labels);
 		free(w);
 		return NULL;
 	}
+	ldr_decoder_limit(w->dec, max_pixels(cfg));
 	return w;
 }
 
@@ -194,6 +240,9 @@ static void worker_fini(void *ctx, void *p)
 	ldr_reader_destroy(w->rd);
 	ldr_decoder_destroy(w->dec);
 	free(w->sub);
+	free(w->ids);
+	free(w->flags);
+	free(w->labels);
 	free(w);
 }
 
@@ -215,6 +264,13 @@ static int decode_one(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 	}
 	uint32_t ih = e->shape[0];  /* JPEG and HxWxC raw alike */
 	uint32_t iw = e->shape[1];
+	/* Checked at use, not only at open: a record this large is bad, whatever its index says
+	 * its kind allows (the decoders check the stream's own size again). */
+	if (o.h && (uint64_t)ih * iw > j->max_pixels) {
+		snprintf(why, whylen, "%ux%u pixels, above the limit of %llu (loaderd --max-pixels)",
+			 ih, iw, (unsigned long long)j->max_pixels);
+		return -EBADMSG;
+	}
 	if (o.h) {
 		uint64_t key = ldr_mix(j->spec.seed, epoch, id);
 		if (j->rrc)
@@ -264,6 +320,22 @@ static int substitute(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 	return -EBADMSG;
 }
 
+/* A read ended early: has the file been cut shorter than it was when the job opened it? Then
+ * no record past the cut can ever be read again: the job stops with that, not with a string of
+ * "bad records" (1 with f->why set, else 0). */
+static int truncated(struct job *j, struct srv_fill *f)
+{
+	struct stat st;
+	uint64_t want = dpk_header_get(j->d)->file_size;
+
+	if (fstat(j->fd, &st) < 0 || (uint64_t)st.st_size >= want)
+		return 0;
+	snprintf(f->why, sizeof(f->why), "dataset %.*s was truncated while the job ran (%lld bytes "
+		 "now, %llu when it was opened); the job stops", 120, j->spec.dataset,
+		 (long long)st.st_size, (unsigned long long)want);
+	return 1;
+}
+
 static int fill(void *ctx, void *wp, struct srv_fill *f)
 {
 	struct job *j = f->job;
@@ -277,16 +349,19 @@ static int fill(void *ctx, void *wp, struct srv_fill *f)
 		snprintf(f->why, sizeof(f->why), "a worker could not start (see loaderd's log)");
 		return -ENOMEM;
 	}
-	uint32_t count = ldr_sampler_batch(&j->smp, f->epoch, f->step_in_epoch, f->rank, s->ids, s->flags);
+	uint32_t count = ldr_sampler_batch(&j->smp, f->epoch, f->step_in_epoch, f->rank, w->ids, w->flags);
+	assert(count <= j->spec.batch && j->spec.batch <= RING_BATCH_MAX);
 	for (uint32_t i = 0; i < count;) {
 		uint64_t t0 = clk_now_ns();
 		uint32_t want = count - i > 1024 ? 1024 : count - i;
-		int k = ldr_reader_read(w->rd, j->d, j->fd_direct, s->ids + i, want, w->bufs, w->errs);
+		int k = ldr_reader_read(w->rd, j->d, j->fd_direct, w->ids + i, want, w->bufs, w->errs);
 		f->phase_ns[LDR_PHASE_IO] += clk_now_ns() - t0;
 		for (int q = 0; q < k; q++, i++) {
-			uint64_t id = s->ids[i];
+			uint64_t id = w->ids[i];
 			uint8_t *dst = payload + (size_t)i * j->sample_bytes;
 			int ret = w->errs[q];
+			if (ret == -EBADMSG && truncated(j, f))
+				return -EBADMSG;
 			if (ret < 0)
 				snprintf(why, sizeof(why), "read: %.100s", strerror(-ret));
 			else
@@ -310,12 +385,16 @@ static int fill(void *ctx, void *wp, struct srv_fill *f)
 				}
 				LOG_WARN("job %s: sample %" PRIu64 " is bad (%s); substituted by sample %"
 					 PRIu64, j->spec.job, id, why, sid);
-				s->ids[i] = sid;
-				s->flags[i] |= RING_SAMPLE_SUBSTITUTED;
+				w->ids[i] = sid;
+				w->flags[i] |= RING_SAMPLE_SUBSTITUTED;
 			}
-			s->labels[i] = dpk_entry_get(j->d, s->ids[i])->label;
+			w->labels[i] = dpk_entry_get(j->d, w->ids[i])->label;
 		}
 	}
+	/* Write-only: the consumer may have scribbled on these; they are overwritten, never read. */
+	memcpy(s->ids, w->ids, count * sizeof(*w->ids));
+	memcpy(s->flags, w->flags, count * sizeof(*w->flags));
+	memcpy(s->labels, w->labels, count * sizeof(*w->labels));
 	f->count = count;
 	return 0;
 }

@@ -12,7 +12,11 @@
 struct ldr_config {
 	enum ldr_io io;            /* AUTO (io_uring, O_DIRECT where possible), BUFFERED, PREAD */
 	size_t arena_bytes;        /* per worker, for batched reads (default 16 MiB) */
+	uint64_t max_pixels;       /* per record (height x width); larger ones are refused at job
+				    * open and bad records at decode (0: LDR_MAX_PIXELS_DEFAULT) */
 };
+
+#define LDR_MAX_PIXELS_DEFAULT (64ull << 20)  /* 64 Mpixel: 8192 x 8192 */
 
 /* The phases of a fill whose time loaderd reports (srv_fill.phase_ns, ctl_stats.phase_ns):
  * reading the records, and checking and decoding them. */

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static struct srv *g_srv;
@@ -47,6 +48,18 @@ static void usage(FILE *f)
 "                       buffered (io_uring through the page cache), pread (no io_uring)\n"
 "  --group NAME         let members of this group connect too (socket mode 0660)\n"
 "  --linger SECONDS     keep a job with no rank attached this long (default 60)\n"
+"\n"
+"limits (a client past one is refused with a message naming the option; docs/TUNING.md):\n"
+"  --max-conns N        connections at once, all users (default 1024)\n"
+"  --max-conns-per-uid N  connections at once per user (default 256)\n"
+"  --max-jobs-per-uid N jobs per user (default 64)\n"
+"  --max-world N        ranks per job (default and most 65536)\n"
+"  --mem-share PERCENT  share of --mem-limit one user's rings may take (default 100)\n"
+"  --idle-timeout SECONDS  close a connection that opens no job this long (default 10)\n"
+"  --admin-share PERCENT  of the control thread's time one user's loaderctl answers may\n"
+"                       take (default 2); past it, jobs/stats are refused for a while\n"
+"  --max-pixels N       pixels per record (height x width), suffix K, M (default 64M);\n"
+"                       larger records are refused at job open or substituted as bad\n"
 "  --log-level LEVEL    error, warn, info (default) or debug\n"
 "  --ready-fd N         once serving (socket listening, workers started), write the line\n"
 "                       \"READY socket=PATH pid=PID\" to file descriptor N and close it, for\n"
@@ -69,6 +82,21 @@ static void notify_ready(int fd, const char *socket_path)
 	close(fd);
 }
 
+/* One loaderd serves every client of the node, each with a socket, a ring memfd and a doorbell:
+ * take all the descriptors the hard limit allows (the soft default, 1024, is a few hundred
+ * ranks). */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			LOG_WARN("cannot raise the open file limit to %llu: %s",
+				 (unsigned long long)rl.rlim_max, strerror(errno));
+	}
+}
+
 static void notice(void *ctx, int level, const char *msg)
 {
 	(void)ctx;
@@ -86,6 +114,14 @@ int main(int argc, char **argv)
 		{ "group", required_argument, NULL, 'g' },
 		{ "linger", required_argument, NULL, 'L' },
 		{ "log-level", required_argument, NULL, 'l' },
+		{ "max-conns", required_argument, NULL, 'C' },
+		{ "max-conns-per-uid", required_argument, NULL, 'U' },
+		{ "max-jobs-per-uid", required_argument, NULL, 'J' },
+		{ "max-world", required_argument, NULL, 'W' },
+		{ "mem-share", required_argument, NULL, 'S' },
+		{ "idle-timeout", required_argument, NULL, 'T' },
+		{ "max-pixels", required_argument, NULL, 'P' },
+		{ "admin-share", required_argument, NULL, 'A' },
 		{ "ready-fd", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -93,7 +129,7 @@ int main(int argc, char **argv)
 	struct srv_opts so = { .group = (gid_t)-1 };
 	struct ldr_config cfg = { .io = LDR_IO_AUTO };
 	char path[PATH_MAX], why[512];
-	unsigned linger = 60, ready_fd = 0;
+	unsigned linger = 60, idle = 10, ready_fd = 0;
 	int c, lvl, have_ready = 0;
 
 	log_prog = "loaderd";
@@ -143,6 +179,38 @@ int main(int argc, char **argv)
 			if (arg_uint(optarg, 1, 86400 * 7, &linger) < 0)
 				goto bad_value;
 			break;
+		case 'C':
+			if (arg_uint(optarg, 1, 1u << 20, &so.max_conns) < 0)
+				goto bad_value;
+			break;
+		case 'U':
+			if (arg_uint(optarg, 1, 1u << 20, &so.max_conns_uid) < 0)
+				goto bad_value;
+			break;
+		case 'J':
+			if (arg_uint(optarg, 1, 1u << 20, &so.max_jobs_uid) < 0)
+				goto bad_value;
+			break;
+		case 'W':
+			if (arg_uint(optarg, 1, CTL_WORLD_MAX, &so.max_world) < 0)
+				goto bad_value;
+			break;
+		case 'S':
+			if (arg_uint(optarg, 1, 100, &so.mem_share_uid) < 0)
+				goto bad_value;
+			break;
+		case 'T':
+			if (arg_uint(optarg, 1, 86400, &idle) < 0)
+				goto bad_value;
+			break;
+		case 'A':
+			if (arg_uint(optarg, 1, 100, &so.admin_share) < 0)
+				goto bad_value;
+			break;
+		case 'P':
+			if (arg_bytes(optarg, 1, 1ull << 40, &cfg.max_pixels) < 0)
+				goto bad_value;
+			break;
 		case 'l':
 			lvl = log_level_parse(optarg);
 			if (lvl < 0)
@@ -173,6 +241,8 @@ bad_value:
 		return 2;
 	}
 	so.linger_ms = (int)(linger * 1000u);
+	so.idle_ms = (int)(idle * 1000u);
+	raise_nofile();
 
 	struct srv_ops ops;
 	ldr_job_ops(&cfg, &ops);

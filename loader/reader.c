@@ -7,17 +7,26 @@
  * resubmitted for the remainder. With O_DIRECT each read covers the record's block-aligned extent
  * (dpk_extent_align) and bypasses the page cache, so a dataset larger than memory does not evict
  * the trainer's pages. If the file system refuses O_DIRECT (EINVAL), the reader falls back to the
- * buffered fd for good. */
+ * buffered fd for good.
+ *
+ * Transient errors are not bad records: a read that fails with EIO, EAGAIN, ENOMEM, ECANCELED or
+ * EINTR is tried again, up to RETRY_MAX times, after a pause that doubles each time (1 ms .. 16
+ * ms; one pause per round of completions, not per read), and a short read resumes where it
+ * stopped. Only an error that persists past that, or the end of the file, reaches the caller, so
+ * the records that get substituted are those whose bytes are bad, the same in every run. */
 #include "loader/reader.h"
 
 #include <errno.h>
 #include <liburing.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define QUEUE_DEPTH 64u
 #define BLOCK 4096u
+#define RETRY_MAX 5          /* tries after the first, per read */
+#define RETRY_PAUSE_US 1000  /* the first pause; doubled for each further try */
 
 struct req {
 	uint8_t *buf;       /* where the read goes (aligned) */
@@ -29,6 +38,8 @@ struct req {
 	int fd;
 	int err;
 	int fixed;          /* buf lies in the registered arena */
+	int tries;          /* transient failures so far (<= RETRY_MAX) */
+	int retry;          /* waiting for its pause, then to be submitted again */
 };
 
 struct ldr_reader {
@@ -111,17 +122,46 @@ static void prep(struct ldr_reader *r, struct req *q, unsigned idx)
 	io_uring_sqe_set_data64(sqe, idx);
 }
 
+static int transient(int err)
+{
+	return err == -EIO || err == -EAGAIN || err == -ENOMEM || err == -ECANCELED || err == -EINTR;
+}
+
+static void pause_for(int tries)
+{
+	struct timespec ts = { 0, (long)RETRY_PAUSE_US * 1000 << (tries > 4 ? 4 : tries - 1) };
+
+	nanosleep(&ts, NULL);
+}
+
 /* Run reqs[0..n) through io_uring. Each ends with done >= need, or err set. */
 static void run_ring(struct ldr_reader *r, struct req *reqs, uint32_t n)
 {
-	uint32_t next = 0, inflight = 0;
+	uint32_t next = 0, inflight = 0, waiting = 0;
 
-	while (next < n || inflight) {
+	while (next < n || inflight || waiting) {
+		if (waiting && !inflight) {
+			/* Only retries left: pause once for all of them, the longest they need. */
+			int most = 0;
+			for (uint32_t i = 0; i < next; i++)
+				if (reqs[i].retry && reqs[i].tries > most)
+					most = reqs[i].tries;
+			pause_for(most);
+		}
+		for (uint32_t i = 0; waiting && i < next && inflight < QUEUE_DEPTH; i++)
+			if (reqs[i].retry && (!inflight || reqs[i].tries == 0)) {
+				reqs[i].retry = 0;
+				waiting--;
+				prep(r, &reqs[i], i);
+				inflight++;
+			}
 		while (next < n && inflight < QUEUE_DEPTH) {
 			prep(r, &reqs[next], next);
 			next++;
 			inflight++;
 		}
+		if (!inflight)
+			continue;
 		io_uring_submit_and_wait(&r->ring, 1);
 		struct io_uring_cqe *cqe;
 		unsigned head, seen = 0;
@@ -129,9 +169,10 @@ static void run_ring(struct ldr_reader *r, struct req *reqs, uint32_t n)
 			struct req *q = &reqs[cqe->user_data];
 			seen++;
 			inflight--;
-			if (cqe->res == -EINTR || cqe->res == -EAGAIN) {
-				prep(r, q, (unsigned)cqe->user_data);
-				inflight++;
+			if (transient(cqe->res) && q->tries < RETRY_MAX) {
+				q->tries++;
+				q->retry = 1;
+				waiting++;
 			} else if (cqe->res < 0) {
 				q->err = cqe->res;
 			} else if (cqe->res == 0) {
@@ -140,7 +181,7 @@ static void run_ring(struct ldr_reader *r, struct req *reqs, uint32_t n)
 			} else {
 				q->done += (uint64_t)cqe->res;
 				if (q->done < q->need && q->done < q->len) {
-					prep(r, q, (unsigned)cqe->user_data);
+					prep(r, q, (unsigned)cqe->user_data);  /* a short read: the rest */
 					inflight++;
 				}
 			}
@@ -158,8 +199,11 @@ static void run_pread(struct req *reqs, uint32_t n)
 		struct req *q = &reqs[i];
 		while (!q->err && q->done < q->need) {
 			ssize_t k = pread(q->fd, q->buf + q->done, q->len - q->done, (off_t)(q->off + q->done));
-			if (k < 0 && errno == EINTR)
+			if (k < 0 && transient(-errno) && q->tries < RETRY_MAX) {
+				if (errno != EINTR)
+					pause_for(++q->tries);
 				continue;
+			}
 			if (k < 0)
 				q->err = -errno;
 			else if (k == 0)

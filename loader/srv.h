@@ -57,9 +57,13 @@ struct srv_fill {
 struct srv_ops {
 	void *ctx;
 	struct srv_phase phases[SRV_PHASES_MAX];  /* what srv_fill.phase_ns[i] measures */
-	/* Validate @spec (already checked field by field) and describe the job. Returns 0 and a job
-	 * handle in *job, or -errno with a message in @why that the client will see. */
-	int (*job_open)(void *ctx, const struct ctl_job_open *spec, void **job,
+	/* Validate @spec (already checked field by field) and describe the job. @fd is the dataset
+	 * the client opened with its own rights and passed (SCM_RIGHTS; the server checked it is a
+	 * regular file), or -1 when it sent none; borrowed: dup it to keep it. Runs on a thread of
+	 * its own, without the server lock, so it may take long (read an index) and delays only
+	 * this client. Returns 0 and a job handle in *job, or -errno with a message in @why that
+	 * the client will see. */
+	int (*job_open)(void *ctx, const struct ctl_job_open *spec, int fd, void **job,
 			struct srv_job_info *info, char *why, size_t whylen);
 	void (*job_close)(void *ctx, void *job);
 	/* Per-worker state, made on the worker's own thread. Optional (NULL). */
@@ -79,6 +83,17 @@ struct srv_opts {
 	gid_t group;               /* (gid_t)-1: socket 0600, owner only; else 0660 and this group */
 	unsigned ring_flags;       /* RING_CREATE_* */
 	int linger_ms;             /* keep a job with no rank attached this long (default 60000) */
+	/* Limits (0 = the default in parentheses). A client past one is refused with a CTL_ERROR
+	 * that names the limit and its loaderd option. */
+	unsigned max_conns;        /* connections at once, all users (1024) */
+	unsigned max_conns_uid;    /* connections at once per uid (256) */
+	unsigned max_jobs_uid;     /* jobs per uid (64) */
+	unsigned max_world;        /* ranks per job (CTL_WORLD_MAX) */
+	unsigned mem_share_uid;    /* percent of mem_limit one uid's rings may take (100) */
+	int idle_ms;               /* close a connection that opened no job this long (10000) */
+	unsigned admin_share;      /* percent of the control thread's time one uid's loaderctl
+				    * answers may take, rendering and sending (2): both hold the
+				    * lock the workers need */
 };
 
 /* Bind and listen on opts->socket_path (a stale socket from a killed daemon is replaced; a live

@@ -2,8 +2,9 @@
  * stopping a job, rendered as text for people or as JSON for programs.
  *
  * Threads: srv_on_admin runs on the control thread under s->mu, so it reads a consistent picture
- * of every job and rank; the answer is built in memory that this file allocates and frees, then
- * sent in CTL_ADMIN_TEXT chunks. Rendering reads the shared state and changes nothing but a
+ * of every job and rank; the answer is built in memory that this file allocates, then handed to
+ * srv_conn_send_text, which sends it in CTL_ADMIN_TEXT chunks as fast as the client reads them
+ * and frees it. Rendering reads the shared state and changes nothing but a
  * stopped job's failure fields. */
 #include "loader/srv_impl.h"
 
@@ -64,6 +65,19 @@ static void put_json_str(struct text *t, const char *s)
 	put(t, "\"");
 }
 
+/* Text for people: a client's bytes (a dataset path) with control characters and backslashes
+ * escaped, so that they cannot move the cursor or forge lines. */
+static void put_text_str(struct text *t, const char *s)
+{
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch < 0x20 || ch == 0x7f || ch == '\\')
+			put(t, "\\x%02x", ch);
+		else
+			put(t, "%c", ch);
+	}
+}
+
 /* @phases: the callbacks' names for the phases of a fill (unnamed ones are left out). */
 static void admin_job(struct text *t, const struct srv_phase *phases, struct job *j, int json,
 		      int stats)
@@ -116,10 +130,11 @@ static void admin_job(struct text *t, const struct srv_phase *phases, struct job
 		put(t, "}");
 		return;
 	}
-	put(t, "job %s (id %llu): %s\n  %u/%u ranks attached, batch %u, %llu steps/epoch, "
-	    "%.1f samples/s, %llu bad records", j->name, (unsigned long long)j->id, sp->dataset,
-	    j->attached, sp->world, sp->batch, (unsigned long long)j->info.steps_per_epoch, rate,
-	    (unsigned long long)j->bad);
+	put(t, "job %s (id %llu): ", j->name, (unsigned long long)j->id);
+	put_text_str(t, sp->dataset);
+	put(t, "\n  %u/%u ranks attached, batch %u, %llu steps/epoch, %.1f samples/s, %llu bad "
+	    "records", j->attached, sp->world, sp->batch,
+	    (unsigned long long)j->info.steps_per_epoch, rate, (unsigned long long)j->bad);
 	if (nb) {
 		put(t, " (sample ids:");
 		for (unsigned b = 0; b < nb; b++)
@@ -151,18 +166,44 @@ static void admin_job(struct text *t, const struct srv_phase *phases, struct job
 	}
 }
 
+/* May @c see and stop @j? With --group, a peer sees its own uid's jobs only; root and the
+ * daemon's own user see all. */
+static int visible(const struct srv *s, const struct conn *c, const struct job *j)
+{
+	return s->opts.group == (gid_t)-1 || c->uid == 0 || c->uid == geteuid() || j->uid == c->uid;
+}
+
 /* Under mu. loaderctl's requests: answered as text chunks, then an empty chunk. */
 void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 {
 	char why[CTL_TEXT_MAX];
 	struct text t = { 0 };
-	int json = !!(req->flags & CTL_ADMIN_JSON), n = 0;
+	int json = !!(req->flags & CTL_ADMIN_JSON), n = 0, shown = 0;
 
 	if (ctl_check_admin(req, why, sizeof(why)) < 0) {
 		srv_conn_fail(s, c, EINVAL, "%s", why);
 		return;
 	}
+	/* Rendering and sending run on the control thread under the lock the workers need, and
+	 * their cost is the answer's size (a job of 65,536 ranks: 10 MB, ~100 ms): each uid may
+	 * take opts.admin_share of that thread's time, so that a client asking again and again
+	 * cannot take the lock from everyone's workers. Status and stop answers are a few lines:
+	 * always served. */
+	struct uid_use *u = srv_uid(s, c->uid);
+	int64_t t0 = now_ns();
+	if (u && (req->op == CTL_OP_JOBS || req->op == CTL_OP_STATS)) {
+		srv_admin_charge(s, u, 0);
+		if (u->admin_tokens < 0) {
+			srv_conn_fail(s, c, EAGAIN, "uid %u's loaderctl answers take more than %u%% of "
+				      "loaderd's control thread (loaderd --admin-share); try again in "
+				      "%.0f ms", (unsigned)c->uid, s->opts.admin_share,
+				      -u->admin_tokens * 1e-6 * 100 / s->opts.admin_share + 1);
+			return;
+		}
+	}
 	struct job *only = req->job[0] ? srv_job_find(s, req->job) : NULL;
+	if (only && !visible(s, c, only))
+		only = NULL;  /* another user's job: as if there were none */
 	if (req->job[0] && !only) {
 		srv_conn_fail(s, c, ENOENT, "no job named %s", req->job);
 		return;
@@ -187,6 +228,8 @@ void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 			    (int)getpid(), up, s->path, s->nthreads, 100 * s->busy_share, jobs, attached,
 			    clients, (unsigned long long)(s->mem_used >> 20),
 			    (unsigned long long)(s->opts.mem_limit >> 20));
+		if (!json && s->accept_paused_until)
+			put(&t, "not accepting connections for now: out of file descriptors\n");
 		if (json) {
 			put_json_str(&t, s->path);
 			put(&t, "}\n");
@@ -198,15 +241,16 @@ void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 		if (json)
 			put(&t, "[");
 		for (struct job *j = s->jobs; j; j = j->next) {
-			if (only && j != only)
+			if ((only && j != only) || !visible(s, c, j))
 				continue;
+			shown++;
 			if (json && n++)
 				put(&t, ",");
 			admin_job(&t, s->ops.phases, j, json, req->op == CTL_OP_STATS);
 		}
 		if (json)
 			put(&t, "]\n");
-		else if (!s->jobs)
+		else if (!shown)
 			put(&t, "no jobs\n");
 		break;
 	case CTL_OP_STOP:
@@ -225,14 +269,19 @@ void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 		srv_conn_fail(s, c, ENOMEM, "out of memory for the answer");
 		return;
 	}
-	int ret = 0;
-	const size_t chunk = CTL_MSG_MAX - sizeof(struct ctl_hdr);
-	for (size_t off = 0; ret == 0 && off < t.len; off += chunk)
-		ret = ctl_send(c->fd, CTL_ADMIN_TEXT, t.p + off, t.len - off < chunk ? t.len - off : chunk,
-			       NULL, 0);
-	if (ret == 0)
-		ret = ctl_send(c->fd, CTL_ADMIN_TEXT, NULL, 0, NULL, 0);
-	free(t.p);
-	if (ret < 0)
-		srv_conn_close(s, c);
+	srv_conn_send_text(s, c, t.p, t.len);
+	if (u)
+		srv_admin_charge(s, u, now_ns() - t0);
+}
+
+void srv_admin_charge(struct srv *s, struct uid_use *u, int64_t ns)
+{
+	int64_t now = now_ns();
+	double burst = SRV_ADMIN_BURST_S * 1e9 * s->opts.admin_share / 100;
+
+	u->admin_tokens += (double)(now - u->admin_ns) * s->opts.admin_share / 100;
+	if (u->admin_tokens > burst)
+		u->admin_tokens = burst;
+	u->admin_ns = now;
+	u->admin_tokens -= (double)ns;
 }

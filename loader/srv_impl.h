@@ -3,19 +3,27 @@
  * The server is one struct srv, split by role over four files:
  *   srv_conn.c     the control loop (epoll), the listening socket, peer checks, connections, and
  *                  the lifecycle (srv_create, srv_run, srv_stop, srv_destroy)
- *   srv_jobs.c     the job registry, ranks and attachments, resume, linger and housekeeping
+ *   srv_jobs.c     the job registry, ranks and attachments, job opens (opener threads), resume,
+ *                  per-uid usage, linger and housekeeping
  *   srv_workers.c  the worker pool: which (ring, step) to fill next, the fill and the publish
  *   srv_admin.c    loaderctl's answers, rendered as text or JSON
  *
- * Threads and the lock: the control thread (srv_run) and the workers share everything below under
+ * Threads and the lock: the control thread (srv_run), the workers and the opener threads (one
+ * per job open in progress, detached; s->openers counts them) share everything below under
  * s->mu, except what a field says otherwise. Functions here that say "under mu" expect the caller
- * to hold it. Only the control thread frees a job (housekeeping), an att or a conn (srv_reap,
- * after each epoll batch), and srv_destroy's caller once the workers are joined.
+ * to hold it. Nothing a client controls is done under the lock at a cost it chooses: a job open
+ * (index, ring) runs on its opener thread without it; rings are unmapped and jobs closed after
+ * the control loop let go of it (srv_reap_free, srv_job_close_all); answers are rendered under it
+ * within a per-uid budget (srv_admin.c). Only the control thread frees a job (housekeeping), an
+ * att or a conn (srv_reap, after each epoll batch), and srv_destroy's caller once the workers
+ * and the openers are done.
  *
  * Ownership: s->jobs owns its jobs; a job owns its ranks array and ops->job_open's state. A conn
  * is owned by s->conns, and once closed by s->conn_grave. An att is referenced by its conn and
  * its rank while attached, and by every worker filling one of its slots (a->refs); the last of
- * them to let go moves it to s->att_grave, which owns it until srv_reap() frees it. */
+ * them to let go moves it to s->att_grave, which owns it until srv_reap() frees it. An open_req
+ * is owned by its opener thread, then by s->opened until srv_open_finish; its conn is kept (on
+ * the grave if closed) until then. */
 #ifndef LOADERD_SRV_IMPL_H
 #define LOADERD_SRV_IMPL_H
 #include "common/clk.h"
@@ -36,17 +44,56 @@ struct ev {
 };
 
 struct att;
+struct open_req;
 
 struct conn {
 	struct ev ev;
 	int fd;
 	pid_t pid;
+	uid_t uid;
 	struct att *att;         /* NULL until CTL_JOB_OPEN succeeds */
+	int64_t since_ns;        /* accepted at (the idle timeout counts from here) */
+	struct open_req *opening; /* a job open in progress on an opener thread; srv_reap keeps
+				  * the conn until it is finished (srv_open_finish) */
 	int closed;              /* closed: events still queued for it are ignored */
+	char *out;               /* an answer being sent (srv_conn_send_text), NULL when none */
+	size_t out_len, out_off; /* its bytes, and how many are sent */
 	struct conn *next;
 };
 
+/* A CTL_JOB_OPEN being served off the control thread (srv_jobs.c). Owned by its opener thread
+ * until it is put on s->opened; then by the control thread, which finishes and frees it. */
+struct open_req {
+	struct srv *srv;
+	struct conn *conn;
+	struct job *job;
+	struct ctl_job_open spec;
+	int fd;                  /* the client's dataset fd, or -1; closed when the req is freed */
+	int creator;             /* this request made the job: it runs ops->job_open */
+	struct ring_desc d;
+	struct ring *ring;       /* made by the opener thread */
+	int bell;
+	uint64_t bytes;          /* ring memory reserved in s->mem_used (and the uid's) */
+	int ret;
+	char why[CTL_TEXT_MAX];
+	uid_t uid;               /* the client's */
+	struct open_req *next;
+};
+
 struct job;
+
+/* What one uid holds, for the per-uid limits (srv_jobs.c). One per uid ever seen (a node has
+ * few), freed by srv_destroy. */
+struct uid_use {
+	uid_t uid;
+	unsigned conns, jobs;
+	uint64_t mem;            /* ring bytes reserved or attached */
+	uint64_t out;            /* bytes of admin answers queued on its connections */
+	double admin_tokens;     /* ns of control-thread time its answers may take now
+				  * (opts.admin_share of the time since, up to SRV_ADMIN_BURST_S) */
+	int64_t admin_ns;        /* when admin_tokens was last brought up to date */
+	struct uid_use *next;
+};
 
 /* One attachment: one connection's ring. Never reused (srv_jobs.c). */
 struct att {
@@ -62,11 +109,14 @@ struct att {
 	uint64_t first, next;    /* first step of this ring; next step to hand to a worker */
 	uint64_t floor;          /* every step below it is known released */
 	uint64_t bytes;          /* ring memory, for the limit */
+	uid_t uid;               /* its client's, for the per-uid memory limit */
+	unsigned live;           /* its index in s->live while attached */
 	struct att *grave_next;  /* buried: freed after the current event batch */
 };
 
 struct rank_state {
 	struct att *att;         /* NULL when detached */
+	int pending;             /* an open request for this rank is in progress */
 	int started;             /* attached at least once: resume from @resume */
 	uint64_t resume;
 	uint64_t published, samples, fill_ns;
@@ -86,6 +136,11 @@ struct job {
 	struct rank_state *ranks;     /* world entries */
 	unsigned attached;
 	unsigned atts;                /* att objects alive (attached or retired with a worker in) */
+	unsigned pending;             /* open requests for it on opener threads */
+	int opening;                  /* ops->job_open runs: info and state are not there yet */
+	uid_t uid;                    /* who made it (admin in --group mode shows it to them) */
+	dev_t dev;                    /* the dataset file: a joining rank must pass the same one */
+	ino_t ino;
 	int64_t idle_since_ns;        /* when the last rank detached */
 	int failed;                   /* a fill failed: fail_msg goes to every rank */
 	char fail_msg[CTL_TEXT_MAX];
@@ -104,15 +159,25 @@ struct srv {
 	struct ev lev, wev;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
+	pthread_cond_t open_cv;       /* a job's open finished, or an opener thread ended */
+	struct open_req *opened;      /* done by their opener threads, for the control thread */
+	unsigned openers;             /* opener threads running */
 	struct job *jobs;
 	struct conn *conns;
 	struct att *att_grave;        /* retired atts whose memory waits for srv_reap() */
 	struct conn *conn_grave;
+	struct job *job_grave;        /* forgotten jobs, for srv_job_close_all */
 	uint64_t next_job_id;
 	uint64_t mem_used;
+	struct uid_use *uids;
+	unsigned nconns;              /* open connections */
+	int64_t accept_paused_until;  /* out of fds: the listening socket rests until then (ns) */
 	unsigned rr;                  /* round-robin start for workers */
+	struct att **live;            /* attached atts, in no order: what workers pick from */
+	unsigned nlive, live_cap;
 	int64_t start_ns;
 	int64_t rate_ns;              /* last rate snapshot */
+	int64_t sweep_ns;             /* last sweep of the state words for hostile consumers */
 	uint64_t busy_ns, busy_snap;  /* worker time spent filling, all jobs */
 	double busy_share;            /* of the workers, over the last snapshot interval */
 	atomic_int stop;              /* set by srv_stop (any thread, a signal handler); srv_run reads */
@@ -129,33 +194,69 @@ static inline int64_t now_ns(void)
 
 /* ---- srv_conn.c ---- */
 
-/* Pass a message to ops->notice (level: 0 error, 1 warn, 2 info). Any thread. */
+/* Pass a message to ops->notice (level: 0 error, 1 warn, 2 info), control characters escaped
+ * (a dataset path is the client's bytes). Any thread. */
 void srv_notice(struct srv *s, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /* Make srv_run's epoll_wait return, so that it runs housekeeping now. Any thread. */
 void srv_wake_control(struct srv *s);
 /* Under mu, control thread. Retire @c's att, close the socket, bury @c (srv_reap frees it). */
 void srv_conn_close(struct srv *s, struct conn *c);
+/* Under mu, control thread. Send @text (@len bytes, takes ownership, malloc'd) to @c as
+ * CTL_ADMIN_TEXT chunks and an empty one: as much as the socket takes now, the rest whenever it
+ * can take more (EPOLLOUT), so that an answer of any size arrives whole and a client that does
+ * not read stalls only itself. */
+void srv_conn_send_text(struct srv *s, struct conn *c, char *text, size_t len);
+/* Under mu. @c's queued answer (if any) stops counting against its uid. */
+void srv_out_forget(struct srv *s, struct conn *c);
+/* Bytes of admin answers one uid may have queued at once (answers it does not read): past it a
+ * request is refused with EAGAIN. A world-65,536 job's stats are about 10 MB. */
+#define SRV_OUT_UID_MAX (64ull << 20)
+/* Seconds of the uid's share it may spend at once (a fresh uid starts with them): at 2%, 40 ms.
+ * An answer is never cut: a longer one (10 MB, ~100 ms) is made and the uid then waits it off. */
+#define SRV_ADMIN_BURST_S 2.0
+/* Under mu. Bring @u's admin budget up to date; then charge it @ns (0: only update). */
+void srv_admin_charge(struct srv *s, struct uid_use *u, int64_t ns);
 /* Under mu, control thread. Send @c a CTL_ERROR (errno @err, either sign), then close it. */
 void srv_conn_fail(struct srv *s, struct conn *c, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
 /* ---- srv_jobs.c ---- */
 
+/* Under mu. Add @a to / remove it from s->live (the rings workers may pick). 0 or -ENOMEM. */
+int srv_live_add(struct srv *s, struct att *a);
+void srv_live_del(struct srv *s, struct att *a);
 /* Under mu. Free @a now that neither a rank nor a worker holds it (buried until srv_reap). */
 void srv_att_free(struct srv *s, struct att *a);
 /* Under mu. Detach @a from its rank and connection; freed now or by its last worker. */
 void srv_att_retire(struct srv *s, struct att *a);
 /* Under mu. The first step @a's consumer has not released (never below a->floor). */
 uint64_t srv_att_released(const struct att *a);
-/* Under mu, control thread, between event batches: free buried atts and conns. */
-void srv_reap(struct srv *s);
+/* Under mu, control thread, between event batches: free buried conns, and take the buried atts
+ * off s->att_grave for srv_reap_free. */
+struct att *srv_reap(struct srv *s);
+/* Control thread, without the lock (unmapping a large ring takes a while, and a client chose its
+ * size), before the next event batch: close and free the atts srv_reap returned. */
+void srv_reap_free(struct att *dead);
+/* Under mu. @uid's usage, made on first use; NULL when out of memory. */
+struct uid_use *srv_uid(struct srv *s, uid_t uid);
+/* Under mu. Add @delta bytes of ring memory to the total and to @uid's. */
+void srv_mem_add(struct srv *s, uid_t uid, int64_t delta);
 /* Under mu. The job named @name, or NULL. */
 struct job *srv_job_find(struct srv *s, const char *name);
-/* Under mu. Unlink @j, close its state (ops->job_close) and free it. */
+/* Under mu. Unlink @j and bury it on s->job_grave (srv_job_close_all closes and frees it). */
 void srv_job_free(struct srv *s, struct job *j);
-/* Under mu, control thread. CTL_JOB_OPEN, CTL_STATS_REQ from @c; on failure @c is closed. */
-void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *spec);
+/* Control thread, without the lock: ops->job_close and free the jobs of a job_grave list that
+ * was taken off s->job_grave under the lock. */
+void srv_job_close_all(struct srv *s, struct job *dead);
+/* Under mu, control thread. CTL_JOB_OPEN from @c with the dataset @fd (-1: none; taken over
+ * either way): checks it, then hands it to an opener thread (the conn waits). CTL_STATS_REQ.
+ * On failure @c is closed. */
+void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *spec, int fd);
+/* Under mu, control thread: finish the opens the opener threads are done with. */
+void srv_open_finish(struct srv *s);
+/* Under mu. Wait (up to @ms) for the opener threads to end; 0 or -ETIMEDOUT. */
+int srv_open_drain(struct srv *s, int ms);
 void srv_on_stats(struct srv *s, struct conn *c);
 /* Under mu, control thread, after each event batch: rates, hostile consumers, failed and idle
  * jobs. */

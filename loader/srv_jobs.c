@@ -24,7 +24,38 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+/* ---- per-uid usage ---- */
+
+struct uid_use *srv_uid(struct srv *s, uid_t uid)
+{
+	struct uid_use *u;
+
+	for (u = s->uids; u; u = u->next)
+		if (u->uid == uid)
+			return u;
+	u = calloc(1, sizeof(*u));
+	if (!u)
+		return NULL;
+	u->uid = uid;
+	u->admin_tokens = SRV_ADMIN_BURST_S * 1e9 * s->opts.admin_share / 100;  /* a full burst */
+	u->admin_ns = now_ns();
+	u->next = s->uids;
+	s->uids = u;
+	return u;
+}
+
+void srv_mem_add(struct srv *s, uid_t uid, int64_t delta)
+{
+	struct uid_use *u = srv_uid(s, uid);
+
+	s->mem_used += (uint64_t)delta;
+	if (u)
+		u->mem += (uint64_t)delta;
+}
 
 /* ---- attachments ---- */
 
@@ -33,7 +64,7 @@
  * batch; until then its fd stays open, so the number cannot be reused under that event. */
 void srv_att_free(struct srv *s, struct att *a)
 {
-	s->mem_used -= a->bytes;
+	srv_mem_add(s, a->uid, -(int64_t)a->bytes);
 	a->job->atts--;
 	a->job = NULL;
 	a->grave_next = s->att_grave;
@@ -41,20 +72,33 @@ void srv_att_free(struct srv *s, struct att *a)
 }
 
 /* Under mu, on the control thread, between event batches. */
-void srv_reap(struct srv *s)
+struct att *srv_reap(struct srv *s)
 {
-	while (s->att_grave) {
-		struct att *a = s->att_grave;
-		s->att_grave = a->grave_next;
+	struct att *dead = s->att_grave;
+
+	s->att_grave = NULL;
+	for (struct conn **pp = &s->conn_grave; *pp;) {
+		struct conn *c = *pp;
+		if (c->opening) {  /* its opener thread still points at it */
+			pp = &c->next;
+			continue;
+		}
+		*pp = c->next;
+		free(c->out);
+		free(c);
+	}
+	return dead;
+}
+
+void srv_reap_free(struct att *dead)
+{
+	while (dead) {
+		struct att *a = dead;
+		dead = a->grave_next;
 		if (a->bell >= 0)
 			close(a->bell);
 		ring_destroy(a->ring);
 		free(a);
-	}
-	while (s->conn_grave) {
-		struct conn *c = s->conn_grave;
-		s->conn_grave = c->next;
-		free(c);
 	}
 }
 
@@ -79,6 +123,7 @@ void srv_att_retire(struct srv *s, struct att *a)
 	if (a->dead)
 		return;
 	a->dead = 1;
+	srv_live_del(s, a);
 	rs->resume = srv_att_released(a);
 	rs->att = NULL;
 	if (--a->job->attached == 0)
@@ -111,10 +156,24 @@ void srv_job_free(struct srv *s, struct job *j)
 			*pp = j->next;
 			break;
 		}
-	if (s->ops.job_close)
-		s->ops.job_close(s->ops.ctx, j->state);
-	free(j->ranks);
-	free(j);
+	struct uid_use *u = srv_uid(s, j->uid);
+	if (u && u->jobs)
+		u->jobs--;
+	/* Closed by srv_job_close_all, without the lock: freeing a large index takes a while. */
+	j->next = s->job_grave;
+	s->job_grave = j;
+}
+
+void srv_job_close_all(struct srv *s, struct job *dead)
+{
+	while (dead) {
+		struct job *j = dead;
+		dead = j->next;
+		if (s->ops.job_close)
+			s->ops.job_close(s->ops.ctx, j->state);
+		free(j->ranks);
+		free(j);
+	}
 }
 
 /* The first field where two job specs differ, for the error message. */
@@ -143,162 +202,208 @@ static const char *spec_diff(const struct ctl_job_open *a, const struct ctl_job_
 	return NULL;
 }
 
-/* Under mu. A start position (CTL_START_AT) checked against job @j: the dataset's identity when
- * the client names one, the step within the epoch and the job's end. 0 with *first set to the
- * step to start at, or -EINVAL with @c failed and closed. Nothing before *first is filled: the
- * sampler computes any step directly. */
-static int start_at(struct srv *s, struct conn *c, struct job *j, const struct ctl_job_open *spec,
-		    uint64_t *first)
+static void req_free(struct open_req *r)
+{
+	if (r->fd >= 0)
+		close(r->fd);
+	if (r->bell >= 0)
+		close(r->bell);
+	ring_destroy(r->ring);
+	free(r);
+}
+
+/* Under mu. The ring of @r's rank, as the job now stands (its info is known). */
+static void req_desc(struct srv *s, struct open_req *r)
+{
+	struct job *j = r->job;
+	struct rank_state *rs = &j->ranks[r->spec.rank];
+	struct ring_desc *d = &r->d;
+
+	*d = j->info.ring;
+	d->slots = r->spec.slots ? r->spec.slots : s->opts.default_slots;
+	d->rank = r->spec.rank;
+	d->world = r->spec.world;
+	d->job_id = j->id;
+	d->first_step = rs->started ? rs->resume : r->spec.start_epoch * j->info.steps_per_epoch;
+	d->steps_total = j->steps_total;
+	if (d->steps_total && d->first_step > d->steps_total)
+		d->first_step = d->steps_total;
+	d->steps_per_epoch = j->info.steps_per_epoch;
+}
+
+#define FAIL_REQ(r, err, ...) ((r)->ret = -(err), snprintf((r)->why, sizeof((r)->why), __VA_ARGS__))
+
+/* Under mu. A start position (CTL_START_AT) checked against the job as it now stands: the
+ * dataset's identity when the client names one (from a resume token), the step within the epoch
+ * and the job's end. 0 with r->d.first_step set to it, whatever the rank's resume step was (the
+ * client's checkpoint decides what was consumed), or -EINVAL with the reason in @r. Nothing
+ * before it is filled: the sampler computes any step directly. */
+static int start_at(struct open_req *r)
 {
 	static const uint8_t zero[CTL_DATASET_ID_SIZE];
+	const struct ctl_job_open *spec = &r->spec;
+	struct job *j = r->job;
 	uint64_t spe = j->info.steps_per_epoch;
 
 	if (memcmp(spec->dataset_id, zero, sizeof(zero)) &&
 	    memcmp(j->info.dataset_id, zero, sizeof(zero)) &&
 	    memcmp(spec->dataset_id, j->info.dataset_id, sizeof(zero))) {
-		srv_conn_fail(s, c, EINVAL, "job %s: resume token: dataset: %s is not the dataset the "
-			      "token was made for (its index and checksums differ)", j->name,
-			      j->spec.dataset);
+		FAIL_REQ(r, EINVAL, "job %s: resume token: dataset: this dataset is not the one the "
+			 "token was made for (its index and checksums differ)", j->name);
 		return -EINVAL;
 	}
 	if (spec->at_step >= spe) {
-		srv_conn_fail(s, c, EINVAL, "job %s: start: at_step %llu is not below the %llu steps "
-			      "of an epoch", j->name, (unsigned long long)spec->at_step,
-			      (unsigned long long)spe);
+		FAIL_REQ(r, EINVAL, "job %s: start: at_step %llu is not below the %llu steps of an "
+			 "epoch", j->name, (unsigned long long)spec->at_step, (unsigned long long)spe);
 		return -EINVAL;
 	}
 	if (spec->at_epoch > (UINT64_MAX - spec->at_step) / spe ||
 	    (j->steps_total && spec->at_epoch * spe + spec->at_step > j->steps_total)) {
-		srv_conn_fail(s, c, EINVAL, "job %s: start: epoch %llu step %llu is past the job's "
-			      "end (%llu steps)", j->name, (unsigned long long)spec->at_epoch,
-			      (unsigned long long)spec->at_step, (unsigned long long)j->steps_total);
+		FAIL_REQ(r, EINVAL, "job %s: start: epoch %llu step %llu is past the job's end (%llu "
+			 "steps)", j->name, (unsigned long long)spec->at_epoch,
+			 (unsigned long long)spec->at_step, (unsigned long long)j->steps_total);
 		return -EINVAL;
 	}
-	*first = spec->at_epoch * spe + spec->at_step;
+	r->d.first_step = spec->at_epoch * spe + spec->at_step;
 	return 0;
 }
 
-/* Under mu. Handle CTL_JOB_OPEN from @c. On failure the connection is closed with the reason. */
-void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *spec)
+/* An opener thread: the job's open (when this request made the job) and the ring's creation, both
+ * without the lock: a dataset on a slow or hung file system, or a large ring to populate, delays
+ * only this client. */
+static void *opener_main(void *p)
 {
+	struct open_req *r = p;
+	struct srv *s = r->srv;
+	struct job *j = r->job;
 	char why[CTL_TEXT_MAX];
-	struct ctl_job_open key = *spec;
-	struct job *j;
 	int ret;
 
-	if (c->att) {
-		srv_conn_fail(s, c, EINVAL, "this connection already has a job");
-		return;
-	}
-	if (ctl_check_job_open(spec, why, sizeof(why)) < 0) {
-		srv_conn_fail(s, c, EINVAL, "job open: %s", why);
-		return;
-	}
-	/* What the ranks agree on: not their rank, nor where each starts. */
-	key.rank = 0;
-	key.start = 0;
-	key.at_epoch = key.at_step = 0;
-	memset(key.dataset_id, 0, sizeof(key.dataset_id));
-	j = srv_job_find(s, spec->job);
-	if (j) {
-		const char *d = spec_diff(&j->spec, &key);
-		if (d) {
-			srv_conn_fail(s, c, EEXIST, "job %s exists with another %s", spec->job, d);
-			return;
-		}
-		if (j->failed) {
-			srv_conn_fail(s, c, j->fail_err, "job %s failed: %s", j->name, j->fail_msg);
-			return;
-		}
-		if (j->ranks[spec->rank].att) {
-			srv_conn_fail(s, c, EBUSY, "rank %u of job %s is attached (pid %d)", spec->rank,
-				  spec->job, (int)j->ranks[spec->rank].att->conn->pid);
-			return;
-		}
-	} else {
-		j = calloc(1, sizeof(*j));
-		if (j)
-			j->ranks = calloc(spec->world, sizeof(*j->ranks));
-		if (!j || !j->ranks) {
-			free(j);
-			srv_conn_fail(s, c, ENOMEM, "out of memory for job %s", spec->job);
-			return;
-		}
+	if (r->creator) {
+		void *state = NULL;
+		struct srv_job_info info;
+		memset(&info, 0, sizeof(info));
 		why[0] = '\0';
-		ret = s->ops.job_open(s->ops.ctx, spec, &j->state, &j->info, why, sizeof(why));
-		if (ret == 0 && j->info.steps_per_epoch == 0)
-			ret = -EINVAL, snprintf(why, sizeof(why), "the job has no steps");
-		if (ret < 0) {
-			free(j->ranks);
-			free(j);
-			srv_conn_fail(s, c, ret, "job %s: %s", spec->job, why[0] ? why : strerror(-ret));
-			return;
+		ret = s->ops.job_open(s->ops.ctx, &r->spec, r->fd, &state, &info, why, sizeof(why));
+		if (ret == 0 && info.steps_per_epoch == 0) {
+			ret = -EINVAL;
+			snprintf(why, sizeof(why), "the job has no steps");
+			if (s->ops.job_close)
+				s->ops.job_close(s->ops.ctx, state);
 		}
-		snprintf(j->name, sizeof(j->name), "%s", spec->job);
-		j->spec = key;
-		j->id = ++s->next_job_id;
-		if (spec->epochs)
-			j->steps_total = (spec->start_epoch + spec->epochs) * j->info.steps_per_epoch;
-		j->next = s->jobs;
-		s->jobs = j;
+		pthread_mutex_lock(&s->mu);
+		if (ret == 0) {
+			j->state = state;
+			j->info = info;
+			if (r->spec.epochs)
+				j->steps_total = (r->spec.start_epoch + r->spec.epochs) * info.steps_per_epoch;
+		} else {
+			j->failed = 1;
+			j->fail_err = -ret;
+			snprintf(j->fail_msg, sizeof(j->fail_msg), "%s", why[0] ? why : strerror(-ret));
+		}
+		j->opening = 0;
+		pthread_cond_broadcast(&s->open_cv);
+	} else {
+		pthread_mutex_lock(&s->mu);
+		while (j->opening)
+			pthread_cond_wait(&s->open_cv, &s->mu);
 	}
-
-	struct rank_state *rs = &j->ranks[spec->rank];
-	uint64_t first = rs->started ? rs->resume : spec->start_epoch * j->info.steps_per_epoch;
-	if (spec->start == CTL_START_AT && start_at(s, c, j, spec, &first) < 0)
-		goto drop_idle;
-	struct ring_desc d = j->info.ring;
-	d.slots = spec->slots ? spec->slots : s->opts.default_slots;
-	d.rank = spec->rank;
-	d.world = spec->world;
-	d.job_id = j->id;
-	d.first_step = first;
-	d.steps_total = j->steps_total;
-	if (d.steps_total && d.first_step > d.steps_total)
-		d.first_step = d.steps_total;
-	d.steps_per_epoch = j->info.steps_per_epoch;
-
+	/* under mu */
+	if (j->failed) {
+		FAIL_REQ(r, j->fail_err ? j->fail_err : EIO, "job %s%s: %.*s", j->name,
+			 r->creator ? "" : " failed", (int)(sizeof(r->why) - CTL_JOB_NAME_MAX - 16),
+			 j->fail_msg);
+		goto done;
+	}
+	req_desc(s, r);
+	if (r->spec.start == CTL_START_AT && start_at(r) < 0)
+		goto done;
 	uint64_t bytes;
-	ret = ring_size(&d, &bytes);
+	ret = ring_size(&r->d, &bytes);
 	if (ret < 0) {
-		srv_conn_fail(s, c, ret, "job %s: ring of %u slots x %u samples x %llu bytes: %s", j->name,
-			  d.slots, d.batch, (unsigned long long)d.sample_bytes, strerror(-ret));
-		goto drop_idle;
+		FAIL_REQ(r, -ret, "job %s: ring of %u slots x %u samples x %llu bytes: %s", j->name,
+			 r->d.slots, r->d.batch, (unsigned long long)r->d.sample_bytes, strerror(-ret));
+		goto done;
 	}
 	if (s->opts.mem_limit && s->mem_used + bytes > s->opts.mem_limit) {
-		srv_conn_fail(s, c, ENOMEM,
-			  "job %s rank %u needs %llu KiB of ring memory; limit %llu KiB, %llu KiB in use",
-			  j->name, spec->rank, (unsigned long long)(bytes >> 10),
-			  (unsigned long long)(s->opts.mem_limit >> 10),
-			  (unsigned long long)(s->mem_used >> 10));
+		FAIL_REQ(r, ENOMEM, "job %s rank %u needs %llu KiB of ring memory; limit %llu KiB, "
+			 "%llu KiB in use", j->name, r->spec.rank, (unsigned long long)(bytes >> 10),
+			 (unsigned long long)(s->opts.mem_limit >> 10),
+			 (unsigned long long)(s->mem_used >> 10));
+		goto done;
+	}
+	struct uid_use *u = srv_uid(s, r->uid);
+	uint64_t share = s->opts.mem_limit / 100 * s->opts.mem_share_uid;
+	if (s->opts.mem_limit && u && u->mem + bytes > share) {
+		FAIL_REQ(r, ENOMEM, "job %s rank %u needs %llu KiB of ring memory; uid %u has %llu KiB "
+			 "of its %llu KiB (%u%% of the memory limit, loaderd --mem-share)", j->name,
+			 r->spec.rank, (unsigned long long)(bytes >> 10), (unsigned)r->uid,
+			 (unsigned long long)(u->mem >> 10), (unsigned long long)(share >> 10),
+			 s->opts.mem_share_uid);
+		goto done;
+	}
+	srv_mem_add(s, r->uid, (int64_t)bytes);
+	r->bytes = bytes;
+	pthread_mutex_unlock(&s->mu);
+
+	r->bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ret = r->bell < 0 ? -errno : ring_create(&r->d, s->opts.ring_flags, &r->ring);
+	pthread_mutex_lock(&s->mu);
+	if (ret < 0)
+		FAIL_REQ(r, -ret, "job %s rank %u: creating the ring: %s", j->name, r->spec.rank,
+			 strerror(-ret));
+done:
+	r->next = s->opened;
+	s->opened = r;
+	srv_wake_control(s);  /* before openers--: srv_destroy may free s once it is 0 */
+	s->openers--;
+	pthread_cond_broadcast(&s->open_cv);
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+/* Under mu, control thread. Finish @r: attach its ring to its connection, or tell the client why
+ * not; then free it. */
+static void open_finish(struct srv *s, struct open_req *r)
+{
+	struct conn *c = r->conn;
+	struct job *j = r->job;
+	struct rank_state *rs = &j->ranks[r->spec.rank];
+	int ret;
+
+	c->opening = NULL;
+	rs->pending = 0;
+	j->pending--;
+	if (r->ret == 0 && r->bytes && !r->ring)
+		r->ret = -EIO;
+	if (r->ret < 0 || c->closed) {
+		srv_mem_add(s, r->uid, -(int64_t)r->bytes);
+		if (!c->closed)
+			srv_conn_fail(s, c, r->ret, "%s", r->why);
 		goto drop_idle;
 	}
 	struct att *a = calloc(1, sizeof(*a));
 	if (!a) {
+		srv_mem_add(s, r->uid, -(int64_t)r->bytes);
 		srv_conn_fail(s, c, ENOMEM, "out of memory");
 		goto drop_idle;
 	}
-	a->bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	ret = a->bell < 0 ? -errno : ring_create(&d, s->opts.ring_flags, &a->ring);
-	if (ret < 0) {
-		if (a->bell >= 0)
-			close(a->bell);
-		free(a);
-		srv_conn_fail(s, c, ret, "job %s rank %u: creating the ring: %s", j->name, spec->rank,
-			  strerror(-ret));
-		goto drop_idle;
-	}
-	a->bytes = ring_header(a->ring)->total_size;
-	s->mem_used += a->bytes;
+	a->ring = r->ring;
+	a->bell = r->bell;
+	r->ring = NULL;
+	r->bell = -1;
+	a->bytes = r->bytes;
+	a->uid = r->uid;
 	j->atts++;
 	a->bell_ev.kind = EV_BELL;
 	a->bell_ev.p = a;
 	a->job = j;
-	a->rank = spec->rank;
+	a->rank = r->spec.rank;
 	a->conn = c;
-	a->first = a->next = a->floor = d.first_step;
+	a->first = a->next = a->floor = r->d.first_step;
 
-	struct ctl_job_ok ok = { .job_id = j->id, .first_step = d.first_step,
+	struct ctl_job_ok ok = { .job_id = j->id, .first_step = r->d.first_step,
 				 .steps_total = j->steps_total,
 				 .steps_per_epoch = j->info.steps_per_epoch,
 				 .samples = j->info.samples };
@@ -308,6 +413,8 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 	ret = ctl_send(c->fd, CTL_JOB_OK, &ok, sizeof(ok), fds, 2);
 	if (ret == 0 && epoll_ctl(s->ep, EPOLL_CTL_ADD, a->bell, &ee) < 0)
 		ret = -errno;
+	if (ret == 0)
+		ret = srv_live_add(s, a);
 	a->dead = 1;  /* not attached yet: att_free alone undoes it */
 	if (ret < 0) {
 		srv_att_free(s, a);
@@ -322,13 +429,172 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 	rs->attaches++;
 	j->attached++;
 	srv_notice(s, 2, "job %s rank %u/%u attached (pid %d) at step %llu, ring %llu MiB%s", j->name,
-	       a->rank, spec->world, (int)c->pid, (unsigned long long)d.first_step,
+	       a->rank, r->spec.world, (int)c->pid, (unsigned long long)r->d.first_step,
 	       (unsigned long long)(a->bytes >> 20), ring_header(a->ring)->huge ? " (huge pages)" : "");
 	pthread_cond_broadcast(&s->cv);
-	return;
 drop_idle:
 	if (j->attached == 0 && j->idle_since_ns == 0)
 		j->idle_since_ns = now_ns();
+	req_free(r);
+}
+
+void srv_open_finish(struct srv *s)
+{
+	while (s->opened) {
+		struct open_req *r = s->opened;
+		s->opened = r->next;
+		open_finish(s, r);
+	}
+}
+
+int srv_open_drain(struct srv *s, int ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000)
+		ts.tv_sec++, ts.tv_nsec -= 1000000000;
+	while (s->openers)
+		if (pthread_cond_timedwait(&s->open_cv, &s->mu, &ts) == ETIMEDOUT)
+			return s->openers ? -ETIMEDOUT : 0;
+	return 0;
+}
+
+/* Under mu. Handle CTL_JOB_OPEN from @c: the checks that cost nothing here, then the rest on an
+ * opener thread. On failure the connection is closed with the reason. */
+void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *spec, int fd)
+{
+	char why[CTL_TEXT_MAX];
+	struct ctl_job_open key = *spec;
+	struct stat st;
+	struct job *j;
+	int ret;
+
+	if (c->att || c->opening) {
+		srv_conn_fail(s, c, EINVAL, "this connection already has a job");
+		goto close_fd;
+	}
+	if (ctl_check_job_open(spec, why, sizeof(why)) < 0) {
+		srv_conn_fail(s, c, EINVAL, "job open: %s", why);
+		goto close_fd;
+	}
+	if (spec->world > s->opts.max_world) {
+		srv_conn_fail(s, c, EINVAL, "job %s: world size %u is above this loaderd's limit %u "
+			      "(loaderd --max-world)", spec->job, spec->world, s->opts.max_world);
+		goto close_fd;
+	}
+	/* The client opened the dataset with its own rights; a FIFO, a device or a directory is
+	 * refused here, before anything reads from it. */
+	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
+		srv_conn_fail(s, c, EINVAL, "job %s: dataset %s is not a regular file", spec->job,
+			      spec->dataset);
+		goto close_fd;
+	}
+	if (fd < 0)
+		memset(&st, 0, sizeof(st));
+	/* What the ranks agree on: not their rank, nor where each starts. */
+	key.rank = 0;
+	key.start = 0;
+	key.at_epoch = key.at_step = 0;
+	memset(key.dataset_id, 0, sizeof(key.dataset_id));
+	j = srv_job_find(s, spec->job);
+	if (j) {
+		const char *d = spec_diff(&j->spec, &key);
+		if (!d && (st.st_dev != j->dev || st.st_ino != j->ino))
+			d = "dataset file (the path names another file now, or another client opened another one)";
+		if (d) {
+			srv_conn_fail(s, c, EEXIST, "job %s exists with another %s", spec->job, d);
+			goto close_fd;
+		}
+		if (j->failed) {
+			srv_conn_fail(s, c, j->fail_err, "job %s failed: %s", j->name, j->fail_msg);
+			goto close_fd;
+		}
+		struct rank_state *rs = &j->ranks[spec->rank];
+		if (rs->att || rs->pending) {
+			if (rs->att)
+				srv_conn_fail(s, c, EBUSY, "rank %u of job %s is attached (pid %d)",
+					      spec->rank, spec->job, (int)rs->att->conn->pid);
+			else
+				srv_conn_fail(s, c, EBUSY, "rank %u of job %s is being attached",
+					      spec->rank, spec->job);
+			goto close_fd;
+		}
+	}
+	struct open_req *r = calloc(1, sizeof(*r));
+	if (!r) {
+		srv_conn_fail(s, c, ENOMEM, "out of memory for job %s", spec->job);
+		goto close_fd;
+	}
+	r->srv = s;
+	r->uid = c->uid;
+	r->fd = fd;
+	r->bell = -1;
+	r->conn = c;
+	r->spec = *spec;
+	struct uid_use *u = srv_uid(s, c->uid);
+	if (!j && u && u->jobs >= s->opts.max_jobs_uid) {
+		free(r);
+		srv_conn_fail(s, c, EUSERS, "job %s: uid %u has %u jobs, the limit (loaderd "
+			      "--max-jobs-per-uid)", spec->job, (unsigned)c->uid, u->jobs);
+		goto close_fd;
+	}
+	if (!j) {
+		j = calloc(1, sizeof(*j));
+		if (j)
+			j->ranks = calloc(spec->world, sizeof(*j->ranks));
+		if (!j || !j->ranks) {
+			if (j)
+				free(j);
+			free(r);
+			srv_conn_fail(s, c, ENOMEM, "out of memory for job %s", spec->job);
+			goto close_fd;
+		}
+		snprintf(j->name, sizeof(j->name), "%s", spec->job);
+		j->spec = key;
+		j->id = ++s->next_job_id;
+		j->opening = 1;
+		j->uid = c->uid;
+		if (u)
+			u->jobs++;
+		j->dev = st.st_dev;
+		j->ino = st.st_ino;
+		j->next = s->jobs;
+		s->jobs = j;
+		r->creator = 1;
+	}
+	r->job = j;
+	j->pending++;
+	j->ranks[spec->rank].pending = 1;
+	c->opening = r;
+
+	pthread_t th;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	/* At most one per connection (--max-conns): keep each small. */
+	pthread_attr_setstacksize(&at, 1u << 20);
+	ret = pthread_create(&th, &at, opener_main, r);
+	pthread_attr_destroy(&at);
+	if (ret != 0) {
+		/* As if the thread had failed at once: the job (if new) fails, the client is told. */
+		FAIL_REQ(r, ret, "job %s: cannot start an opener thread: %s", spec->job, strerror(ret));
+		if (r->creator) {
+			j->opening = 0;
+			j->failed = 1;
+			j->fail_err = ret;
+			snprintf(j->fail_msg, sizeof(j->fail_msg), "%s", r->why);
+		}
+		open_finish(s, r);
+		return;
+	}
+	s->openers++;
+	return;
+close_fd:
+	if (fd >= 0)
+		close(fd);
 }
 
 void srv_on_stats(struct srv *s, struct conn *c)
@@ -344,7 +610,8 @@ void srv_on_stats(struct srv *s, struct conn *c)
 				.samples = rs->samples, .bad_records = a->job->bad,
 				.fill_ns = rs->fill_ns, .attaches = rs->attaches,
 				.ranks_attached = a->job->attached,
-				.slots = ring_header(a->ring)->slots };
+				.slots = ring_header(a->ring)->slots,
+				.workers = s->nthreads };
 	_Static_assert(sizeof(st.phase_ns) == sizeof(rs->phase_ns), "one slot per phase");
 	memcpy(st.phase_ns, rs->phase_ns, sizeof(st.phase_ns));
 	uint64_t frontier = srv_att_released(a);
@@ -373,16 +640,24 @@ void srv_housekeeping(struct srv *s)
 	}
 
 	/* Workers check the words only when they look for work; a consumer that scribbles over a
-	 * full ring and never releases would go unnoticed without this sweep. */
-	for (struct conn *c = s->conns; c; c = c->next) {
-		uint64_t fr;
-		if (c->att && !c->att->hostile &&
-		    ring_prod_scan(c->att->ring, c->att->first, c->att->next, &fr) == -EBADMSG)
-			c->att->hostile = 1;
+	 * full ring and never releases would go unnoticed without this sweep. It reads up to
+	 * slots words per ring, so it runs at most every 100 ms, not after every event batch (a
+	 * client with many deep rings would otherwise make every doorbell cost everyone that). */
+	if (now - s->sweep_ns >= 100000000) {
+		s->sweep_ns = now;
+		for (struct conn *c = s->conns; c; c = c->next) {
+			uint64_t fr;
+			if (c->att && !c->att->hostile &&
+			    ring_prod_scan(c->att->ring, c->att->first, c->att->next, &fr) == -EBADMSG)
+				c->att->hostile = 1;
+		}
 	}
 	for (struct conn *c = s->conns, *next; c; c = next) {
 		next = c->next;
-		if (c->att && c->att->hostile)
+		if (!c->att && !c->opening && now - c->since_ns >= (int64_t)s->opts.idle_ms * 1000000)
+			srv_conn_fail(s, c, ETIMEDOUT, "no job opened within %d ms; closed (loaderd "
+				      "--idle-timeout)", s->opts.idle_ms);
+		else if (c->att && c->att->hostile)
 			srv_conn_fail(s, c, EBADMSG, "job %s rank %u: the ring's state words were corrupted "
 				  "by the consumer; dropped", c->att->job->name, c->att->rank);
 		else if (c->att && c->att->job->failed)
@@ -391,6 +666,8 @@ void srv_housekeeping(struct srv *s)
 	}
 	for (struct job *j = s->jobs, *next; j; j = next) {
 		next = j->next;
+		if (j->opening || j->pending)
+			continue;
 		if (j->attached == 0 && (j->failed ||
 		    now - j->idle_since_ns >= (int64_t)s->opts.linger_ms * 1000000)) {
 			/* A retired att may still have a worker inside; it holds j through a->job. */

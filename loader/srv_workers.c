@@ -18,40 +18,53 @@
  * ring_prod_begin and ring_prod_publish. */
 #include "loader/srv_impl.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Under mu. The next (att, step) whose slot is free, or NULL. */
+int srv_live_add(struct srv *s, struct att *a)
+{
+	if (s->nlive == s->live_cap) {
+		unsigned cap = s->live_cap ? 2 * s->live_cap : 64;
+		struct att **p = realloc(s->live, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		s->live = p;
+		s->live_cap = cap;
+	}
+	a->live = s->nlive;
+	s->live[s->nlive++] = a;
+	return 0;
+}
+
+void srv_live_del(struct srv *s, struct att *a)
+{
+	assert(a->live < s->nlive && s->live[a->live] == a);
+	s->live[a->live] = s->live[--s->nlive];
+	s->live[a->live]->live = a->live;
+}
+
+/* Under mu. The next (att, step) whose slot is free, or NULL. Round-robin over the attached
+ * rings only: the cost of a pick does not grow with the world sizes of the jobs. */
 static struct att *pick(struct srv *s, uint64_t *step)
 {
-	unsigned n = 0, start = s->rr++;
+	unsigned n = s->nlive, start = s->rr++;
 	struct att *found = NULL;
 
-	for (struct job *j = s->jobs; j; j = j->next)
-		n += j->spec.world;
-	if (n == 0)
-		return NULL;
 	for (unsigned k = 0; k < n && !found; k++) {
-		unsigned want = (start + k) % n, idx = 0;
-		for (struct job *j = s->jobs; j && !found; j = j->next) {
-			if (want >= idx + j->spec.world) {
-				idx += j->spec.world;
-				continue;
-			}
-			struct att *a = j->ranks[want - idx].att;
-			if (!a || a->dead || a->hostile || j->failed ||
-			    (j->steps_total && a->next >= j->steps_total))
-				break;
-			int ret = ring_prod_poll(a->ring, a->next);
-			if (ret < 0) {
-				a->hostile = 1;
-				srv_wake_control(s);
-			} else if (ret == 1) {
-				found = a;
-			}
-			break;
+		struct att *a = s->live[(start + k) % n];
+		struct job *j = a->job;
+		if (a->dead || a->hostile || j->failed ||
+		    (j->steps_total && a->next >= j->steps_total))
+			continue;
+		int ret = ring_prod_poll(a->ring, a->next);
+		if (ret < 0) {
+			a->hostile = 1;
+			srv_wake_control(s);
+		} else if (ret == 1) {
+			found = a;
 		}
 	}
 	if (found) {

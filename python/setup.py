@@ -7,6 +7,8 @@ the wheel for the platform, but it is a plain shared object that Python never im
 loads it (loaderd/_lib.py). It is compiled with $CC (default cc), like the Makefile's
 $(BUILD)/lib/libldc.so: the same four files, -fPIC, a version script that exports ldc_* only.
 
+The verdict's table, trainer/report_limits.def, is copied into the package beside it.
+
 Where the C sources come from: csrc/shm/ inside an sdist (the sdist command below copies them
 there), else ../shm/ of the loaderd checkout this folder sits in.
 """
@@ -22,7 +24,10 @@ HERE = Path(__file__).resolve().parent
 # The client library is these files and nothing else (ldc.c -> ctl.c, ring.c, token.c; libc only): a
 # link with --no-undefined below proves it on every build.
 C_FILES = ("shm/ring.c", "shm/ctl.c", "shm/ldc.c", "shm/token.c", "shm/ring.h", "shm/ctl.h",
-           "shm/ldc.h", "shm/token.h")
+           "shm/ldc.h", "shm/token.h", "trainer/report_limits.def")
+# The verdict's one table (trainer/report.c compiles it; loaderd/report.py reads it): shipped
+# inside the package, next to libldc.so.
+TABLE = "trainer/report_limits.def"
 SONAME = "libldc.so.1"  # shm/module.mk's LDC_SOVERSION
 
 
@@ -62,6 +67,7 @@ class BuildLibldc(build_ext):
         self.spawn(cc + cflags + ["-shared", "-pthread", f"-Wl,-soname,{SONAME}",
                                   "-Wl,--no-undefined", f"-Wl,--version-script={vers}",
                                   "-o", str(out)] + objs)
+        (out.parent / Path(TABLE).name).write_bytes((root / TABLE).read_bytes())
 
 
 class SdistWithSources(sdist):

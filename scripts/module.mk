@@ -3,7 +3,8 @@
 # tree). Installed: the programs into bin/; libldc.so.$(LDC_SOVERSION) with its libldc.so link
 # into lib/; loaderd.pc into lib/pkgconfig/; the client API's headers (shm/ldc.h and the three it
 # includes) into include/loaderd/; the docs (python/README.md as python.md) into
-# share/doc/loaderd/; loaderd.service into lib/systemd/system/. loaderd.pc and loaderd.service
+# share/doc/loaderd/; ldprobe's SVG renderer (python/loaderd/timeline.py) into share/loaderd/;
+# loaderd.service into lib/systemd/system/. loaderd.pc and loaderd.service
 # are made from scripts/*.in with PREFIX's paths filled in. `make uninstall` (same PREFIX and DESTDIR) removes exactly those files, and the
 # two directories of loaderd's own (include/loaderd, share/doc/loaderd) when they are empty.
 PREFIX ?= /usr/local
@@ -12,6 +13,7 @@ LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 DOCDIR ?= $(PREFIX)/share/doc/loaderd
 UNITDIR ?= $(PREFIX)/lib/systemd/system
+DATADIR ?= $(PREFIX)/share/loaderd
 LOADERD_VERSION := 0.1.0
 
 INSTALL_PROGS := $(notdir $(filter $(BUILD)/bin/%,$(BINS)))
@@ -23,13 +25,14 @@ I_LIB := $(DESTDIR)$(LIBDIR)
 I_INC := $(DESTDIR)$(INCLUDEDIR)/loaderd
 I_DOC := $(DESTDIR)$(DOCDIR)
 I_UNIT := $(DESTDIR)$(UNITDIR)
+I_DATA := $(DESTDIR)$(DATADIR)
 SUBST := sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
 	-e 's|@DOCDIR@|$(DOCDIR)|g' -e 's|@VERSION@|$(LOADERD_VERSION)|g'
 
 .PHONY: install uninstall
 install: $(BINS)
 	$(if $(Q),@echo "  INSTALL $(DESTDIR)$(PREFIX)")
-	$(Q)install -d $(I_BIN) $(I_LIB)/pkgconfig $(I_INC) $(I_DOC) $(I_UNIT)
+	$(Q)install -d $(I_BIN) $(I_LIB)/pkgconfig $(I_INC) $(I_DOC) $(I_UNIT) $(I_DATA)
 	$(Q)install -m 755 $(addprefix $(BUILD)/bin/,$(INSTALL_PROGS)) $(I_BIN)/
 	$(Q)install -m 755 $(BUILD)/lib/libldc.so $(I_LIB)/libldc.so.$(LDC_SOVERSION)
 	$(Q)ln -sfn libldc.so.$(LDC_SOVERSION) $(I_LIB)/libldc.so
@@ -38,6 +41,7 @@ install: $(BINS)
 	$(Q)install -m 644 $(INSTALL_HDRS) $(I_INC)/
 	$(Q)install -m 644 $(INSTALL_DOCS) $(I_DOC)/
 	$(Q)install -m 644 python/README.md $(I_DOC)/python.md
+	$(Q)install -m 644 python/loaderd/timeline.py $(I_DATA)/
 	$(Q)$(SUBST) scripts/loaderd.service.in >$(I_UNIT)/loaderd.service
 	$(Q)chmod 644 $(I_UNIT)/loaderd.service
 
@@ -46,5 +50,5 @@ uninstall:
 	$(Q)rm -f $(addprefix $(I_BIN)/,$(INSTALL_PROGS)) \
 		$(I_LIB)/libldc.so.$(LDC_SOVERSION) $(I_LIB)/libldc.so $(I_LIB)/pkgconfig/loaderd.pc \
 		$(addprefix $(I_INC)/,$(notdir $(INSTALL_HDRS))) \
-		$(addprefix $(I_DOC)/,$(notdir $(INSTALL_DOCS)) python.md) $(I_UNIT)/loaderd.service
-	$(Q)rmdir $(I_INC) $(I_DOC) 2>/dev/null || true
+		$(addprefix $(I_DOC)/,$(notdir $(INSTALL_DOCS)) python.md) $(I_UNIT)/loaderd.service $(I_DATA)/timeline.py
+	$(Q)rmdir $(I_INC) $(I_DOC) $(I_DATA) 2>/dev/null || true

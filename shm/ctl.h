@@ -107,9 +107,13 @@ struct ctl_stats {
 	uint32_t ranks_attached;      /* consumers attached to the job now */
 	uint32_t slots;
 	uint32_t occupancy;           /* slots published and not yet released, now */
-	uint64_t reserved[4];
+	uint32_t workers;             /* the server's fill threads, shared by all its jobs (0: an
+					 older server that does not say) */
+	uint32_t reserved0;
+	uint64_t reserved[3];
 };
 _Static_assert(sizeof(struct ctl_stats) == 112, "on the wire");
+_Static_assert(offsetof(struct ctl_stats, workers) == 80, "was reserved, zero from older servers");
 _Static_assert(offsetof(struct ctl_stats, phase_ns) == 48, "the bytes of io_ns, decode_ns before");
 
 enum ctl_admin_op { CTL_OP_STATUS = 1, CTL_OP_JOBS = 2, CTL_OP_STATS = 3, CTL_OP_STOP = 4 };

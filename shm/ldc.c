@@ -10,12 +10,14 @@
 #include "shm/ldc.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,6 +66,50 @@ char *ldc_default_socket(char *buf, size_t n)
 	return buf;
 }
 
+/* Is one of this process's groups @gid? */
+static int in_group(gid_t gid)
+{
+	gid_t groups[256];
+	int n = getgroups(256, groups);
+
+	if (gid == getgid() || gid == getegid())
+		return 1;
+	for (int i = 0; i < n; i++)
+		if (groups[i] == gid)
+			return 1;
+	return 0;
+}
+
+/* The client checks the daemon before it sends anything (a job names a dataset, and passes it
+ * open): the process serving @path must be root, this user, or the user that owns a socket
+ * shared with one of our groups (loaderd --group). Anything else (a socket squatted in /tmp by
+ * another user) is refused, naming the socket and who serves it. 0 or -EPERM. */
+static int check_server(int fd, const char *path, char *err, size_t errlen)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+	struct stat st;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0) {
+		snprintf(err, errlen, "cannot check who serves %s: %s", path, strerror(errno));
+		return -EPERM;
+	}
+	if (cr.uid == 0 || cr.uid == getuid() || cr.uid == geteuid())
+		return 0;
+	int have = stat(path, &st) == 0;
+	if (have && st.st_uid == cr.uid && (st.st_mode & 0060) == 0060 && in_group(st.st_gid))
+		return 0;
+	if (have)
+		snprintf(err, errlen, "refusing loaderd at %s: it is served by uid %u and the socket is "
+			 "owned by uid %u (mode %03o), neither root, you, nor a loaderd --group socket of "
+			 "yours: another user may have put it there", path, (unsigned)cr.uid,
+			 (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
+	else
+		snprintf(err, errlen, "refusing loaderd at %s: it is served by uid %u, neither root "
+			 "nor you", path, (unsigned)cr.uid);
+	return -EPERM;
+}
+
 int ldc_connect(const char *socket_path, struct ldc **out, char *err, size_t errlen)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -90,6 +136,12 @@ int ldc_connect(const char *socket_path, struct ldc **out, char *err, size_t err
 			 " (is loaderd running with --socket this path?)" : "");
 		if (c->fd >= 0)
 			close(c->fd);
+		free(c);
+		return ret;
+	}
+	ret = check_server(c->fd, socket_path, err, errlen);
+	if (ret < 0) {
+		close(c->fd);
 		free(c);
 		return ret;
 	}
@@ -219,10 +271,25 @@ int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 	/* Same check the daemon makes: a mistake is reported here, in the caller's words. */
 	if (ctl_check_job_open(&m, why, sizeof(why)) < 0)
 		return set_err(c, -EINVAL, "job %s: %s", m.job, why);
-	ret = ctl_send(c->fd, CTL_JOB_OPEN, &m, sizeof(m), NULL, 0);
+	/* The dataset is opened here, with this process's rights, and passed to loaderd: the
+	 * daemon reads only what its client could read itself (docs/RING.md). Non-blocking, so that
+	 * a FIFO cannot hang the open; loaderd takes regular files only. */
+	int dfd = open(job->dataset, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	int open_err = dfd < 0 ? errno : 0;
+	struct stat st;
+	if (dfd >= 0 && fstat(dfd, &st) == 0 && !S_ISREG(st.st_mode)) {
+		close(dfd);
+		return set_err(c, -EINVAL, "dataset %s is not a regular file", job->dataset);
+	}
+	ret = ctl_send(c->fd, CTL_JOB_OPEN, &m, sizeof(m), dfd >= 0 ? &dfd : NULL, dfd >= 0);
+	if (dfd >= 0)
+		close(dfd);
 	if (ret < 0)
 		return set_err(c, ret, "sending the job to loaderd: %s", strerror(-ret));
 	n = wait_reply(c, CTL_JOB_OK, buf, fds, &nfds);
+	if (n == -EBADF && open_err)  /* loaderd: "the client did not pass it open" */
+		return set_err(c, -open_err, "cannot open dataset %s: %s", job->dataset,
+			       strerror(open_err));
 	if (n < 0)
 		return (int)n;
 	if ((size_t)n != sizeof(struct ctl_job_ok) || nfds != 2) {

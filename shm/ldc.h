@@ -77,7 +77,10 @@ struct ldc_batch {
 /* The socket loaderd listens on when not told otherwise: $XDG_RUNTIME_DIR/loaderd.sock, else
  * /tmp/loaderd-UID.sock. Writes it to @buf (@n bytes, truncated if too small) and returns @buf. */
 char *ldc_default_socket(char *buf, size_t n);
-/* Connect to loaderd at @socket_path. 0 or -errno, with the reason in @err. */
+/* Connect to loaderd at @socket_path. 0 or -errno, with the reason in @err. Before anything is
+ * sent, the process serving the socket is checked (SO_PEERCRED): root, this user, or the user
+ * owning a group-shared socket (loaderd --group) of one of this process's groups; anyone else is
+ * -EPERM with a message naming the socket and its owner (a socket squatted in /tmp). */
 int ldc_connect(const char *socket_path, struct ldc **out, char *err, size_t errlen);
 /* Open (or join, or resume) a job as one of its ranks and map its ring. 0 or -errno; a resume
  * token that is damaged (-EBADMSG), of another version (-EPROTO) or made for another dataset or

@@ -18,10 +18,12 @@ trap 'stop_loaderd; rm -rf "$T"' EXIT
 unset LOADERD_LIB PYTHONPATH
 export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
 
-# A clean copy of the checkout's python/ and shm/ (pip builds in place: nothing lands in the tree).
+# A clean copy of the checkout's python/, shm/ and the verdict's table (pip builds in place:
+# nothing lands in the tree).
 mkdir -p "$T/src" "$T/elsewhere"
 tar -C "$REPO" --exclude=build --exclude='*.egg-info' --exclude=__pycache__ \
-	--exclude=libldc.so -cf - python shm | tar -C "$T/src" -xf -
+	--exclude=libldc.so --exclude=python/loaderd/report_limits.def -cf - python shm \
+	trainer/report_limits.def | tar -C "$T/src" -xf -
 
 "$BIN/dsgen" npy "$T/x.npy" "$T/y.npy" --count 30 --height 8 --width 8 --channels 3 \
 	--classes 5 >/dev/null && "$BIN/dpack" pack "$T/x.npy" "$T/y.npy" "$T/d.dpk" >/dev/null ||
@@ -42,6 +44,8 @@ with loaderd.Loader(sock, dpk, 7, job=job, output="numpy", crop=None, epochs=1,
         assert all(np.array_equal(b.images[j], x[i]) for j, i in enumerate(b.ids.tolist()))
         n += b.count
 assert n == len(x), n
+from loaderd import report   # the verdict's table ships inside the package
+assert report.thresholds()["lost_min"] > 0 and "/site-packages/loaderd/" in report._def_path()
 print(loaderd.__file__, loaderd.lib()._name)
 PYEOF
 

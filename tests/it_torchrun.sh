@@ -7,8 +7,7 @@
 . "$(dirname "$0")/lib.sh"
 BUILD=${BUILD:-build}
 BIN=$BUILD/bin
-need_python 'import numpy, torch.distributed as d; assert d.is_gloo_available()' \
-	"python3-numpy python3-torch"
+need_torch_gloo
 need_bins loaderd dsgen dpack
 T=$(mktemp -d /tmp/it_torchrun.XXXXXX)
 trap 'stop_loaderd; rm -rf "$T"' EXIT

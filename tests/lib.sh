@@ -67,6 +67,12 @@ need_python() {
 	echo "skip: $PY cannot run '$1' (scripts/deps.sh installs $2)"
 	exit 77
 }
+# need_torch_gloo: need_python for Debian's numpy and torch with torch.distributed's gloo (the
+# torchrun tests).
+need_torch_gloo() {
+	need_python 'import numpy, torch.distributed as d; assert d.is_gloo_available()' \
+		"python3-numpy python3-torch"
+}
 # need_bins NAME...: exit 1 unless $BUILD/bin/NAME is built, for each NAME.
 need_bins() {
 	for b in "$@"; do

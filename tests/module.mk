@@ -23,18 +23,24 @@ $(foreach t,$(patsubst tests/%.c,%,$(TEST_SRC)),$(eval $(call test_rule,$(t))))
 $(TESTS): $(LIBS) $(TEST_HELPER_LIB)
 $(filter $(BUILD)/tests/test_trn_%,$(TESTS)): $(TRN_LIB)
 
-# libFuzzer targets: built with clang against the formats/ and common/ sources (and shm/token.c,
-# the resume token parser) directly.
+# libFuzzer targets: built with clang against the formats/ and common/ sources directly (and, for
+# fuzz_srv, the server core and shm/; for fuzz_token, the resume token parser: FUZZ_EXTRA).
 FUZZ_CC ?= clang
 FUZZ_SRC := $(wildcard tests/fuzz_*.c)
 FUZZ_BINS := $(patsubst tests/%.c,build/fuzz/%,$(FUZZ_SRC))
-FUZZ_LIBSRC := $(wildcard formats/*.c common/*.c) shm/token.c
+FUZZ_LIBSRC := $(wildcard formats/*.c common/*.c)
 FUZZ_RUNS := $(patsubst tests/%.c,fuzz:%,$(FUZZ_SRC))
+# fuzz_srv drives the server core itself: it links loader/srv_*.c and shm/ as well.
+FUZZ_SRV_SRC := $(wildcard loader/srv_*.c shm/*.c)
+build/fuzz/fuzz_srv: FUZZ_EXTRA := $(FUZZ_SRV_SRC)
+build/fuzz/fuzz_srv: $(FUZZ_SRV_SRC)
+build/fuzz/fuzz_token: FUZZ_EXTRA := shm/token.c
+build/fuzz/fuzz_token: shm/token.c
 build/fuzz/%: tests/%.c $(FUZZ_LIBSRC) | $(DEPS_STAMP)
 	$(Q)mkdir -p $(@D)
 	$(if $(Q),@echo "  FUZZ    $@")
 	$(Q)$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
-		-o $@ $< $(FUZZ_LIBSRC) -lxxhash -lzstd -lm -pthread
+		-o $@ $< $(FUZZ_LIBSRC) $(FUZZ_EXTRA) -lxxhash -lzstd -lm -pthread
 fuzz: $(FUZZ_BINS)
 
 # GPU tests (`make test-gpu`; not in TESTS, so `make test` never runs them): tests/gpu_NAME.c is
@@ -55,3 +61,5 @@ $(GPU_TESTS): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TRN_LIB) $(LIBS)
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TRN_LIB) $(LINKLIBS) $(SYSLIBS) $(TRN_SYSLIBS)
 all: $(GPU_TESTS)
+# test_hostile runs the real daemon: build it first (also in the sanitizer build).
+$(BUILD)/tests/test_hostile: $(BUILD)/bin/loaderd

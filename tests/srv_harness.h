@@ -17,7 +17,8 @@
  * of phase 0 ("io", reading) and 2 ns of phase 1 ("decode", decoding) per step. The dataset
  * string picks the job: "pattern:N" (N samples; steps per epoch = N / (batch * world)), "fail:K"
  * (the fill of step K fails with a message), "badmsg:K" (the fill of step K returns -EBADMSG and
- * no message), "slow:MS" (every fill takes MS ms); anything else is "no such dataset". crop 0
+ * no message), "slow:MS" (every fill takes MS ms), "slowopen:MS" (job_open takes MS ms, then a
+ * pattern of 1000 samples); anything else is "no such dataset". crop 0
  * gives raw 64-byte samples, else NHWC (or NCHW) crop_h x crop_w x 3. The attach notice of a job
  * named "sleepnotice" sleeps 500 ms on srv's control thread, which lets a test queue events
  * behind it. TEST_SRV_VERBOSE=1 prints the server's notices.
@@ -96,7 +97,7 @@ pid_t start_server(const struct tsrv *cfg);
 void stop_server(pid_t pid);
 
 /* The pattern filler's callbacks, for a test that runs srv in this process. No cmocka. */
-int pat_job_open(void *ctx, const struct ctl_job_open *spec, void **job,
+int pat_job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **job,
 		 struct srv_job_info *info, char *why, size_t whylen);
 void pat_job_close(void *ctx, void *job);
 int pat_fill(void *ctx, void *worker, struct srv_fill *f);

@@ -171,7 +171,12 @@ static int t_open(struct t *t, const struct ctl_job_open *spec)
 	memset(t, 0, sizeof(*t));
 	t->cfg.io = LDR_IO_AUTO;
 	ldr_job_ops(&t->cfg, &t->ops);
-	return t->ops.job_open(t->ops.ctx, spec, &t->job, &t->info, t->why, sizeof(t->why));
+	/* As the server does: the client's fd, borrowed by job_open. */
+	int fd = open(spec->dataset, O_RDONLY | O_CLOEXEC);
+	int ret = t->ops.job_open(t->ops.ctx, spec, fd, &t->job, &t->info, t->why, sizeof(t->why));
+	if (fd >= 0)
+		close(fd);
+	return ret;
 }
 
 static void t_start(struct t *t, const struct ctl_job_open *spec)

@@ -120,26 +120,6 @@ static double thread_cpu_s(void)
 }
 
 /* CPU time (user + system) of process @pid so far, in seconds; < 0 when unknown. */
-static double proc_cpu_s(pid_t pid)
-{
-	char path[64], buf[1024];
-	unsigned long long ut, st;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	/* Fields after the command name (which may hold spaces): state is field 3, utime 14. */
-	const char *p = strrchr(buf, ')');
-	if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-		return -1;
-	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
 static int measure_ceiling(const struct dpk *d, const struct opts *o, struct ceiling *out)
 {
 	uint64_t n = dpk_count(d), njpeg = 0;
@@ -547,7 +527,7 @@ static int bench_loaderd(const struct opts *o, const char *exe, const struct cei
 		LOG_ERROR("%s", ldc_error(c));
 		goto fail;
 	}
-	double cpu0 = proc_cpu_s(dm.pid);
+	double cpu0 = proc_cpu_seconds(dm.pid);
 	uint64_t t1 = clk_now_ns(), t2, steps = 0, samples = 0;
 	wait_ns = 0;
 	do {
@@ -563,7 +543,7 @@ static int bench_loaderd(const struct opts *o, const char *exe, const struct cei
 		LOG_ERROR("interrupted");
 		goto fail;
 	}
-	double cpu1 = proc_cpu_s(dm.pid);
+	double cpu1 = proc_cpu_seconds(dm.pid);
 	if ((ret = ldc_stats(c, &s1)) < 0) {
 		LOG_ERROR("%s", ldc_error(c));
 		goto fail;

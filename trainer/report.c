@@ -19,18 +19,22 @@
 
 const char *const trn_phase_key[TRN_PH_N] = { "data", "copy", "compute", "comm", "opt" };
 
+/* The one table (trainer/report_limits.def): the thresholds and the verdicts' names. */
+#define LIMIT(key, value) .key = value,
+#define VERDICT(e, name)
 const struct trn_report_limits trn_report_limits_default = {
-	.lost_min = 0.10,
-	.imbalance_min = 1.5,
-	.straggler_steps = 0.75,
+#include "trainer/report_limits.def"
 };
+#undef LIMIT
+#undef VERDICT
 
+#define LIMIT(key, value)
+#define VERDICT(e, name) [e] = name,
 static const char *const verdict_name[] = {
-	[TRN_LOADER_LIMITED] = "loader-limited",
-	[TRN_COMM_LIMITED] = "communication-limited",
-	[TRN_STRAGGLER_LIMITED] = "straggler-limited",
-	[TRN_COMPUTE_LIMITED] = "compute-limited",
+#include "trainer/report_limits.def"
 };
+#undef LIMIT
+#undef VERDICT
 
 const char *trn_verdict_name(enum trn_verdict v)
 {

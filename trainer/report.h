@@ -34,7 +34,8 @@ struct trn_rank_run {
  * first @warmup left out (all of them when warmup >= n). Totals are the caller's. */
 void trn_rank_run_window(struct trn_rank_run *run, const struct trn_step *rec, long n, long warmup);
 
-/* The thresholds of the verdict: the one table. A cause is named when it costs at least
+/* The thresholds of the verdict; the defaults are the one table, trainer/report_limits.def (also
+ * read by the Python client's loaderd.diagnose). A cause is named when it costs at least
  * lost_min of the step time; a straggler also needs its compute imbalance_min times the fastest
  * rank's and to be the slowest in straggler_steps of the steps (contention that moves around is
  * not a straggler). */
@@ -45,6 +46,7 @@ struct trn_report_limits {
 };
 extern const struct trn_report_limits trn_report_limits_default;
 
+/* In the order of report_limits.def's VERDICT lines. */
 enum trn_verdict { TRN_LOADER_LIMITED, TRN_COMM_LIMITED, TRN_STRAGGLER_LIMITED,
 		   TRN_COMPUTE_LIMITED };
 const char *trn_verdict_name(enum trn_verdict v);   /* "loader-limited", ... */

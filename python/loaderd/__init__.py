@@ -12,6 +12,10 @@ A pure-Python ctypes binding of libldc.so (the C client API, shm/ldc.h). See REA
 from ._lib import (SAMPLE_PADDING, SAMPLE_REPEATED, SAMPLE_SUBSTITUTED, SLOT_LAST, abi_check,
                    lib)
 from .loader import Batch, Loader, LoaderdError, LoaderdTimeout, default_socket
+from . import profile as _profile
+
+if _profile.enabled_by_env():   # loaderd.diagnose: time DDP's allreduce from the start
+    _profile.install_ddp_patch()
 
 __version__ = "0.1.0"
 __all__ = ["Loader", "Batch", "LoaderdError", "LoaderdTimeout", "abi_check", "default_socket",

@@ -181,7 +181,9 @@ class ctl_stats(ctypes.Structure):
         ("ranks_attached", c_u32),
         ("slots", c_u32),
         ("occupancy", c_u32),
-        ("reserved", c_u64 * 4),
+        ("workers", c_u32),
+        ("reserved0", c_u32),
+        ("reserved", c_u64 * 3),
     ]
 
 
@@ -205,7 +207,8 @@ ABI = {
                      "ndim": 80, "flags_off": 84, "payload_off": 96, "job_id": 112,
                      "first_step": 120, "steps_per_epoch": 136}),
     ring_slot_hdr: (64, {"count": 24, "fill_ns": 32}),
-    ctl_stats: (112, {"phase_ns": 48, "attaches": 64, "occupancy": 76, "reserved": 80}),
+    ctl_stats: (112, {"phase_ns": 48, "attaches": 64, "occupancy": 76, "workers": 80,
+                      "reserved": 88}),
 }
 
 

@@ -19,6 +19,7 @@ import time
 import warnings
 
 from . import _lib as L
+from . import profile as P
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9._-]+$")
 _JOB_BASE_MAX = 40        # leaves room for ".eN.K" within the daemon's 63 bytes
@@ -184,8 +185,8 @@ class Loader:
 
     Arguments (names as in torch's DataLoader/DistributedSampler where there is one):
       socket        loaderd's control socket; None: $LOADERD_SOCKET or loaderd's default path.
-      dataset       a .dpk file (made by dpack); made absolute here, so loaderd must see the
-                    same path (same node, same mount namespace).
+      dataset       a .dpk file (made by dpack), opened by this process with its own rights
+                    (the C client passes it open to loaderd; the path is only displayed).
       batch_size    samples per step, 1..65536.
       crop          output size: int (square) or (h, w); None: records as stored (raw tensors
                     of one shape, e.g. a packed .npy).
@@ -213,12 +214,21 @@ class Loader:
                     GPU), True, False.
       timeout       seconds to wait for one batch before LoaderdTimeout; None: no limit (a
                     dead daemon is still noticed within about 100 ms).
+      device        None (batches are views of the ring), or where the Loader moves each
+                    batch's images and labels itself: on CUDA, a non-blocking copy on a side
+                    stream, a CUDA event, and the current stream waits on it (the slot goes
+                    back as soon as the copy is done); "cpu": the views, unchanged. torch only.
+      profile       per-step attribution (data wait, step period, exposed copy with device=,
+                    exposed allreduce under DistributedDataParallel) and loaderd's fill time
+                    for loaderd.diagnose: None (on when $LOADERD_PROFILE=1), True, False.
+                    See profile.py and README "Is my training loader-limited?".
     """
 
     def __init__(self, socket, dataset, batch_size, crop=224, *, rank=None, world_size=None,
                  seed=0, job=None, transforms=None, layout="NHWC", epochs=None,
                  sampling="shuffle", tail="pad", on_bad="substitute", slots=0,
-                 return_meta=False, copy=False, output=None, pin_memory=None, timeout=None):
+                 return_meta=False, copy=False, output=None, pin_memory=None, timeout=None,
+                 device=None, profile=None):
         self.socket = os.fspath(socket) if socket is not None else default_socket()
         self.dataset = os.path.abspath(os.fspath(dataset))
         if len(self.dataset.encode()) >= L.PATH_MAX:
@@ -272,6 +282,17 @@ class Loader:
             import numpy  # noqa: F401  (fail here, not at the first batch)
         self.output = "torch" if self._torch is not None else "numpy"
         self.pin_memory = pin_memory
+        self.device = None
+        self._copy_stream = None
+        if device is not None:
+            if self._torch is None:
+                raise ValueError("device= needs torch output")
+            self.device = self._torch.device(device)
+        self._wait_ns = 0
+        self._copy_ev = None
+        self._prof = None
+        if profile or (profile is None and P.enabled_by_env()):
+            self._prof = P.Recorder(self)
 
         if job is None:
             job = self._default_job()
@@ -306,6 +327,8 @@ class Loader:
     def close(self):
         """Detach from loaderd and unmap the ring. Arrays yielded before are invalid from here
         on (their memory is gone): keep ``.clone()``/``.copy()`` of anything you still need."""
+        if self._prof is not None and not self._closed:
+            self._prof.finish(self if self._conn is not None else None)
         self._disconnect()
         self._closed = True
 
@@ -439,11 +462,21 @@ class Loader:
         end = (self._next // self._spe + 1) * self._spe
         if self._steps_total:
             end = min(end, self._steps_total)
+        prof = self._prof
         while self._conn is not None and self._next < end:
+            if prof is None:
+                out = self._take()
+                if out is None:
+                    return
+                yield out
+                continue
+            t_req = prof.begin()
             out = self._take()
             if out is None:
                 return
+            b, ev = self.last_batch, self._copy_ev
             yield out
+            prof.end(b.step, t_req, self._wait_ns, b.count, ev, P._now())
 
     @property
     def last_flags(self):
@@ -461,7 +494,7 @@ class Loader:
         for f, _ in L.ctl_stats._fields_:
             if f == "phase_ns":
                 out.update(zip(L.PHASES, st.phase_ns))
-            elif f != "reserved":
+            elif not f.startswith("reserved"):
                 out[f] = getattr(st, f)
         return out
 
@@ -744,17 +777,79 @@ class Loader:
             self.last_batch = None
         self._retire()
         b = L.ldc_batch()
-        if not self._acquire(b):
-            return None
+        if self._prof is None:
+            if not self._acquire(b):
+                return None
+        else:
+            t = P._now()
+            got = self._acquire(b)
+            self._wait_ns = P._now() - t
+            if not got:
+                return None
+            if self._prof.st0 is None:
+                self._prof.first_batch(self)
         self._next += 1
         self._held.append([b.step, None])
         images, labels, ids, flags = self._views_of(b.data)
         n = b.count
         out = Batch(images[:n], labels[:n], ids[:n], flags[:n], b.step, b.epoch,
                     b.step_in_epoch, n, bool(b.flags & L.SLOT_LAST), self._torch is not None)
-        if self.copy:
+        if self.device is not None and self.device.type != "cpu":
+            self._to_device(out)
+        elif self.copy:
             out = out.copy()
             self._held.pop()
             self._release_step(b.step)
         self.last_batch = out
         return out if self.return_meta else (out.images, out.labels)
+
+    def _to_device(self, out: Batch):
+        """device=: images and labels onto the device. On CUDA the copy is issued on a side
+        stream and the current stream waits for its event, so compute queued later starts only
+        when the batch is there, and the host does not block; the slot is released once the
+        event has passed. With attribution on, CUDA events around the wait measure how long the
+        current stream stalled on the copy (the exposed copy)."""
+        torch, dev = self._torch, self.device
+        self._copy_ev = None
+        if dev.type != "cuda":   # another device: a synchronous copy, the slot as usual
+            out.images, out.labels = out.images.to(dev), out.labels.to(dev)
+            return
+        cur = torch.cuda.current_stream(dev)
+        if self._copy_stream is None:
+            self._copy_stream = torch.cuda.Stream(dev)
+        side = self._copy_stream
+        with torch.cuda.stream(side):
+            images = out.images.to(dev, non_blocking=True)
+            labels = out.labels.to(dev, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(side)
+        if self._prof is not None:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record(cur)
+            cur.wait_event(done)
+            e1.record(cur)
+            self._copy_ev = (e0, e1)
+        else:
+            cur.wait_event(done)
+        # allocated on the side stream, used on the current one
+        images.record_stream(cur)
+        labels.record_stream(cur)
+        self._held[-1][1] = done
+        out.images, out.labels = images, labels
+
+    def device_type(self) -> str:
+        """Where batches end up: the device= type, else "cuda" when the ring is pinned (the
+        script copies), else "cpu"."""
+        if self.device is not None:
+            return self.device.type
+        return "cuda" if self._track_cuda else "cpu"
+
+    def profile_report(self, warmup=None) -> dict:
+        """The report (loaderd-trainer-report/1, with loaderd's side and advice) of the steps
+        profiled so far, over every rank: under torch.distributed a collective (every rank
+        calls it; each gets the report). Needs profile=True (or $LOADERD_PROFILE=1)."""
+        if self._prof is None:
+            raise ValueError("this Loader does not profile: Loader(..., profile=True) or "
+                             "LOADERD_PROFILE=1")
+        from . import diagnose
+        return diagnose.analyse(P.gather(self), warmup=warmup)

@@ -1,0 +1,413 @@
+"""diagnose.py - is my training loader-limited? Run a PyTorch script that uses loaderd.Loader with
+per-step attribution on, gather its ranks' records, and answer with the trainer's report:
+
+    python -m loaderd.diagnose [--out DIR] -- python train.py ARGS...
+    python -m loaderd.diagnose --out diag -- torchrun --nproc_per_node 8 train.py ARGS...
+
+The script is not changed: LOADERD_PROFILE=1 turns attribution on in every Loader it makes
+(profile.py says what is measured), and each rank writes its record into DIR/records/. The
+report is the trainer's (loaderd-trainer-report/1, computed by loaderd.report from the one
+threshold table trainer/report_limits.def), with loaderd's side (its workers' busy share and
+fill time per sample, from its stats) and advice in numbers. Written into DIR: report.json,
+report.txt (also printed) and timeline.svg (the renderer ldprobe uses). The last line is
+
+    loaderd.diagnose: samples_per_s=X data_wait=Y verdict=V
+
+(data_wait: the average rank's share of step time waiting for batches). The exit status is the
+command's, or 1 when it left no record. Standard library only here; the script needs what it
+needs.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import shlex
+import signal
+import subprocess
+import sys
+
+from . import report as R
+from . import timeline as TL
+
+BUSY_TARGET = 0.90    # advice: workers sized to be busy at most this share of the time
+COPY_MIN = 0.05       # exposed copy share that earns a remark
+GAP_MIN = 0.10        # time in no step worth a remark
+LATENCY_BOUND_MIBS = 200   # exposed allreduce slower than this per MiB: per-call cost
+
+
+def warmup_for(steps):
+    """The trainer's warm-up rule (tools/ldprobe.py): a tenth of the steps, 2 to 20."""
+    return max(2, min(20, steps // 10))
+
+
+def plural(n, one="", many="s"):
+    return one if n == 1 else many
+
+
+# ---- records -> runs -> report ----
+
+def load_records(d):
+    recs = []
+    for p in sorted(glob.glob(os.path.join(d, "rank-*.json"))):
+        try:
+            with open(p) as f:
+                r = json.load(f)
+        except (OSError, ValueError) as e:
+            print("loaderd.diagnose: skipping %s: %s" % (p, e), file=sys.stderr)
+            continue
+        if isinstance(r, dict) and r.get("version") == 1 and r.get("steps"):
+            recs.append(r)
+    return recs
+
+
+def per_rank(records):
+    """One record per rank: the Loader with the most steps (a training loop, not an
+    evaluation loop beside it)."""
+    by = {}
+    for r in records:
+        k = int(r.get("rank", 0))
+        if k not in by or len(r["steps"]) > len(by[k]["steps"]):
+            by[k] = r
+    return [by[k] for k in sorted(by)]
+
+
+def runs_of(recs, warmup=None):
+    """The report's input: per rank the measured steps that every rank has (by step number),
+    warm-up left out. Returns (runs, steps in common, warm-up)."""
+    common = set.intersection(*(set(s[0] for s in r["steps"]) for r in recs))
+    order = sorted(common)
+    warm = warmup_for(len(order)) if warmup is None else max(0, int(warmup))
+    warm = max(0, min(warm, len(order) - 2))
+    keep = set(order[warm:])
+    runs = []
+    for r in recs:
+        st = [s for s in r["steps"] if s[0] in keep]
+        st.sort(key=lambda s: s[0])
+        steps = [(s[1], s[2], s[3], s[4], s[5], s[6]) for s in st]
+        wall = (st[-1][1] + sum(st[-1][2:7]) - st[0][1]) if st else 0
+        runs.append({"steps": steps, "samples": sum(s[7] for s in st), "wall_ns": wall,
+                     "buckets": [s[9] for s in st], "comm_busy": [s[8] for s in st]})
+    return runs, len(order), warm
+
+
+def loader_side(recs):
+    """loaderd's side over the ranks: fill time per sample, the workers' busy share for this
+    job, what its workers could deliver."""
+    ld = [r["loaderd"] for r in recs if r.get("loaderd")]
+    if not ld:
+        return None
+    fill = sum(x["fill_ns"] for x in ld)
+    samples = sum(x["samples"] for x in ld)
+    workers = max(x.get("workers", 0) for x in ld)
+    wall = max(x["wall_ns"] for x in ld) * 1e-9
+    per = fill * 1e-9 / samples if samples else 0.0
+    out = {"workers": workers, "samples": samples, "fill_s": fill * 1e-9,
+           "fill_ms_per_sample": per * 1e3,
+           "read_share": sum(x.get("io_ns", 0) for x in ld) / fill if fill else 0.0,
+           "decode_share": sum(x.get("decode_ns", 0) for x in ld) / fill if fill else 0.0,
+           "wall_s": wall,
+           "busy": fill * 1e-9 / (wall * workers) if wall > 0 and workers else None,
+           "capacity_per_s": workers / per if per > 0 and workers else None,
+           "per_worker_per_s": 1 / per if per > 0 else None,
+           "ranks_attached": max(x.get("ranks_attached", 0) for x in ld)}
+    return out
+
+
+def analyse(records, warmup=None, info=None, cores=None):
+    """The report of the ranks' @records: the trainer's figures and verdict, plus "loaderd"
+    (its side), "why" and "advice", and "timeline" input under "_ranks" (not in report.json)."""
+    recs = per_rank(records)
+    if not recs:
+        raise ValueError("no records")
+    runs, n_common, warm = runs_of(recs, warmup)
+    r0 = recs[0]
+    nb = sorted(runs[0]["buckets"])
+    inf = {"device": r0.get("device"), "backend": r0.get("backend"), "model": None,
+           "batch": r0.get("batch"), "crop": r0.get("crop"), "params": r0.get("params"),
+           "buckets": nb[len(nb) // 2] if nb and r0.get("ddp") else None,
+           "bucket_mb": r0.get("bucket_mb"), "steps": n_common, "warmup": warm}
+    inf.update(info or {})
+    rep = R.compute(runs, inf)
+    rep["source"] = "loaderd.diagnose"
+    rep["rank_ids"] = [int(r["rank"]) for r in recs]
+    world = max(int(r.get("world", 1)) for r in recs)
+    rep["world"] = world
+    if len(recs) < world:
+        rep["missing_ranks"] = sorted(set(range(world)) - set(rep["rank_ids"]))
+    rep["loaderd"] = loader_side(recs)
+    rep["why"], rep["advice"] = advise(rep, cores or os.cpu_count() or 1)
+    # the timeline's input: per rank, measured step k -> its start and phases in us
+    rep["_ranks"] = {i: {k: dict({"start": s[0] / 1e3},
+                                 **{p: s[1 + j] / 1e3 for j, p in enumerate(R.PHASES)})
+                         for k, s in enumerate(run["steps"])}
+                     for i, run in enumerate(runs)}
+    return rep
+
+
+# ---- advice ----
+
+def _rate_without_wait(rep):
+    """Samples/s were every step's data wait (the worst rank's) gone."""
+    step_s = rep["step_ms"] * 1e-3 * (1 - rep["causes"]["loader"])
+    gb = (rep.get("batch") or 0) * rep["ranks"]
+    return gb / step_s if step_s > 0 and gb else 0.0
+
+
+def advise(rep, cores):
+    v = rep["verdict"]
+    lost_min = rep["thresholds"]["lost_min"]
+    ld = rep.get("loaderd")
+    step_ms, A = rep["step_ms"], rep["samples_per_s"]
+    c = rep["causes"]
+    why, adv = [], []
+    if v == "loader-limited":
+        why.append("the ranks wait for batches %.0f%% of each step (worst rank per step: "
+                   "%.1f ms of %.1f ms)" % (100 * c["loader"], c["loader"] * step_ms, step_ms))
+        need = _rate_without_wait(rep)
+        if ld and ld.get("per_worker_per_s"):
+            w, pw = ld["workers"], ld["per_worker_per_s"]
+            k = max(w + 1, math.ceil(need / (pw * BUSY_TARGET))) if need else w + 1
+            s = ("decode workers: loaderd's %d worker%s busy %.0f%% for this job, %.2f ms "
+                 "of worker time per sample (reading %.0f%%, decoding %.0f%%): %.0f samples/s "
+                 "per worker; without waiting this loop would take about %.0f samples/s -> "
+                 "loaderd --workers %d" %
+                 (w, plural(w, " was", "s were"), 100 * (ld["busy"] or 0),
+                  ld["fill_ms_per_sample"],
+                  100 * ld["read_share"], 100 * ld["decode_share"], pw, need, k))
+            if k + rep["ranks"] > cores and rep.get("device") in ("cpu", None):
+                s += ("; this host has %d cores for them and %d rank%s: the workers need cores "
+                      "of their own (another node, a GPU for compute), or a cheaper input" %
+                      (cores, rep["ranks"], plural(rep["ranks"])))
+            adv.append(s)
+            if ld["busy"] is not None and ld["busy"] < 0.6:
+                adv.append("loaderd's workers were idle %.0f%% of the time while the ranks "
+                           "waited: the ring is too shallow for the step's jitter (Loader "
+                           "slots=, loaderd --slots) or the workers serve other jobs too "
+                           "(loaderctl stats)" % (100 * (1 - ld["busy"])))
+        else:
+            adv.append("decode workers: add loaderd --workers (loaderd's counters were not "
+                       "read: an older loaderd, or the loop ended before its first batch)")
+        adv.append("cheaper input: a smaller crop= decodes at a coarser DCT scale; pack the "
+                   "images at a lower resolution (dpack) when they are much larger than the crop")
+    elif v == "communication-limited":
+        comm_ms = c["comm"] * step_ms
+        rest = step_ms - comm_ms
+        why.append("exposed allreduce %.0f%% of each step (%.1f ms of %.1f ms, the least "
+                   "exposed rank): gradients wait for the network after backward" %
+                   (100 * c["comm"], comm_ms, step_ms))
+        b = rep.get("batch") or 0
+        for k in (2, 4, 8, 16, 32):
+            if rest > 0 and comm_ms / (k * rest + comm_ms) <= lost_min:
+                adv.append("larger batch: the allreduce costs the same per step, so batch %d "
+                           "per rank (or %d accumulation steps with no_sync) brings it to about "
+                           "%.0f%%" % (b * k, k, 100 * comm_ms / (k * rest + comm_ms)))
+                break
+        else:
+            adv.append("larger batch: even 32x leaves the allreduce exposed: it has to get "
+                       "faster (network, backend)")
+        params, nbk, cap = rep.get("params"), rep.get("buckets"), rep.get("bucket_mb") or 25
+        if params and nbk and comm_ms > 0:
+            mb = params * 4 / 2**20
+            bw = mb / (comm_ms / 1e3)
+            if bw < LATENCY_BOUND_MIBS and nbk > 1:
+                adv.append("buckets: %.2f MiB of gradient in %d buckets, %.0f MiB/s exposed: "
+                           "the cost is per call, not volume: DistributedDataParallel("
+                           "bucket_cap_mb=%.3g) makes fewer, larger buckets" %
+                           (mb, nbk, bw, max(cap * 2, mb)))
+            elif nbk == 1:
+                adv.append("buckets: the whole gradient (%.2f MiB) is one bucket, so its "
+                           "allreduce starts only when backward ends: DistributedDataParallel("
+                           "bucket_cap_mb=%.3g) (about 4 buckets) overlaps it with backward" %
+                           (mb, max(mb / 4, 0.01)))
+            else:
+                adv.append("buckets: %d buckets (cap %g MiB): bucket_cap_mb=%.3g starts the "
+                           "allreduce earlier in backward" % (nbk, cap, cap / 2))
+    elif v == "straggler-limited":
+        st = rep["straggler"]
+        pr = {x["rank"]: x for x in rep["per_rank"]}
+        s, f = st["slow_rank"], st["fast_rank"]
+        why.append("rank %d computes %.2fx as long as rank %d (%.1f ms vs %.1f ms per step, the "
+                   "slowest in %.0f%% of the steps); the others wait for it in the allreduce" %
+                   (rep["rank_ids"][s], st["imbalance"], rep["rank_ids"][f],
+                    pr[s]["compute_ms"], pr[f]["compute_ms"], 100 * st["consistency"]))
+        est = A / (1 - c["straggler"]) if c["straggler"] < 1 else A
+        adv.append("straggler: rank %d's device (or host) is slower or shared (nvidia-smi, "
+                   "other processes, clocks); at the others' pace about %.0f samples/s "
+                   "(%.0f%% more)" % (rep["rank_ids"][s], est, 100 * (est / A - 1) if A else 0))
+    else:
+        why.append("compute takes %.0f%% of the step time; data wait, exposed copy, exposed "
+                   "allreduce and rank imbalance each cost less than %.0f%%" %
+                   (100 * rep["shares"]["compute"], 100 * lost_min))
+        if ld and ld.get("capacity_per_s"):
+            cap = ld["capacity_per_s"]
+            adv.append("headroom: loaderd's %d worker%s could deliver about %.0f samples/s "
+                       "(%.1fx this run's %.0f; busy %.0f%% now): %s" %
+                       (ld["workers"], plural(ld["workers"]), cap, cap / A if A else 0, A,
+                        100 * (ld["busy"] or 0),
+                        "a faster model or more ranks will make the loader the limit, add "
+                        "workers with them" if cap < 1.3 * A else
+                        "to go faster make compute faster (device, model, mixed precision) "
+                        "or add ranks"))
+        else:
+            adv.append("the loader keeps up: to go faster make compute faster or add ranks")
+    sh = rep["shares"]
+    if sh["copy"] >= COPY_MIN:
+        adv.append("copies: the compute stream waited %.0f%% of the step for the host-to-device "
+                   "copy: deepen the ring (slots=) so that copies start earlier" %
+                   (100 * sh["copy"]))
+    if sh["gap"] >= GAP_MIN:
+        adv.append("%.0f%% of the time is in no step: between the loops over the Loader (epoch "
+                   "ends, evaluation, checkpoints)" % (100 * sh["gap"]))
+    if rep.get("missing_ranks"):
+        adv.append("no record from rank%s %s: the report is of the others" %
+                   (plural(len(rep["missing_ranks"])),
+                    ", ".join(map(str, rep["missing_ranks"]))))
+    return why, adv
+
+
+# ---- output ----
+
+def render_text(rep, files=()):
+    sh = rep["shares"]
+    out = ["loaderd.diagnose: %d rank%s x batch %s, %d steps (%d warm-up left out), %.2f s; "
+           "device %s%s" % (rep["ranks"], plural(rep["ranks"]), rep.get("batch"), rep["steps"],
+                            rep["warmup"], rep["wall_s"], rep.get("device"),
+                            ", backend %s" % rep["backend"] if rep.get("backend") else ""),
+           "  time per step: data wait %.1f%%, exposed copy %.1f%%, compute %.1f%% (optimizer "
+           "included), exposed allreduce %.1f%%, unattributed %.1f%%" %
+           (100 * sh["data"], 100 * sh["copy"], 100 * sh["compute"], 100 * sh["comm"],
+            100 * sh["gap"])]
+    for x in rep["per_rank"]:
+        s = x["shares"]
+        out.append("  rank %d: data %.1f%%, copy %.1f%%, compute %.1f%%, allreduce %.1f%%; "
+                   "%.2f ms per step, compute %.2f ms, %.1f samples/s" %
+                   (rep["rank_ids"][x["rank"]], 100 * s["data"], 100 * s["copy"],
+                    100 * s["compute"], 100 * s["comm"], x["step_ms"], x["compute_ms"],
+                    x["samples_per_s"]))
+    if rep["ranks"] > 1:
+        c, st = rep["causes"], rep["straggler"]
+        out.append("  per step, across ranks: worst rank's data wait + copy %.1f%%, least "
+                   "exposed allreduce %.1f%%; compute, slowest rank %d / fastest rank %d: %.2fx "
+                   "(the slowest in %.0f%% of the steps)" %
+                   (100 * c["loader"], 100 * c["comm"], rep["rank_ids"][st["slow_rank"]],
+                    rep["rank_ids"][st["fast_rank"]], st["imbalance"], 100 * st["consistency"]))
+    ld = rep.get("loaderd")
+    if ld:
+        out.append("  loaderd: %d worker%s, busy %.0f%% for this job; %.2f ms of worker time "
+                   "per sample (reading %.0f%%, decoding %.0f%%)%s" %
+                   (ld["workers"], plural(ld["workers"]), 100 * (ld["busy"] or 0),
+                    ld["fill_ms_per_sample"], 100 * ld["read_share"], 100 * ld["decode_share"],
+                    ": at most %.0f samples/s with these workers" % ld["capacity_per_s"]
+                    if ld.get("capacity_per_s") else ""))
+    out.append("  accelerator utilisation (compute / wall, warm-up excluded) %.2f" % rep["au"])
+    out += ["", "verdict: %s" % rep["verdict"]] + ["  " + x for x in rep["why"]] + ["advice:"]
+    out += ["  - " + x for x in rep["advice"]]
+    if files:
+        out.append("files: %s" % ", ".join(files))
+    out.append("loaderd.diagnose: samples_per_s=%.1f data_wait=%.3f verdict=%s" %
+               (rep["samples_per_s"], sh["data"], rep["verdict"]))
+    return "\n".join(out) + "\n"
+
+
+def render_svg(path, rep):
+    ld = rep.get("loaderd") or {}
+    title = "loaderd.diagnose: %d rank%s x batch %s: %s" % (
+        rep["ranks"], plural(rep["ranks"]), rep.get("batch"), rep["verdict"])
+    sub = "device %s; loaderd %s worker%s; %s samples/s actual, AU %.2f" % (
+        rep.get("device"), ld.get("workers", "?"), plural(ld.get("workers", 2)),
+        TL.fmt_rate(rep["samples_per_s"]), rep["au"])
+    bars = []
+    if ld.get("capacity_per_s"):
+        bars.append(("loaderd capacity", ld["capacity_per_s"], "#8c564b"))
+    bars.append(("without data wait", _rate_without_wait(rep), "#2ca02c"))
+    bars.append(("actual", rep["samples_per_s"], "#17becf"))
+    ranks = {rep["rank_ids"][i]: v for i, v in rep["_ranks"].items()}
+    shown = dict(rep, per_rank=[dict(x, rank=rep["rank_ids"][x["rank"]])
+                                for x in rep["per_rank"]])
+    TL.render(path, title, sub, shown, ranks, bars, rep["verdict"], rep["why"],
+              "the profiled loop")
+
+
+def write_outputs(rep, out_dir):
+    files = [os.path.join(out_dir, f) for f in ("report.json", "report.txt", "timeline.svg")]
+    public = {k: v for k, v in rep.items() if not k.startswith("_")}
+    with open(files[0] + ".tmp", "w") as f:
+        json.dump(public, f, indent=1)
+        f.write("\n")
+    os.replace(files[0] + ".tmp", files[0])
+    render_svg(files[2], rep)
+    text = render_text(rep, files)
+    with open(files[1], "w") as f:
+        f.write(text)
+    return text
+
+
+# ---- the command ----
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if "--" in argv:
+        i = argv.index("--")
+        opts, cmd = argv[:i], argv[i + 1:]
+    else:   # the options before the first word that is none of theirs
+        i = 0
+        while i < len(argv) and argv[i].startswith("-"):
+            i += 2 if argv[i] in ("--out", "--warmup") else 1
+        opts, cmd = argv[:i], argv[i:]
+    p = argparse.ArgumentParser(
+        prog="python -m loaderd.diagnose",
+        usage="python -m loaderd.diagnose [--out DIR] [--warmup N] -- CMD ...",
+        description="Run CMD (python train.py ..., torchrun ...) with loaderd's per-step "
+                    "attribution on (LOADERD_PROFILE=1), gather its ranks' records and say "
+                    "whether the training is loader-, compute-, communication- or "
+                    "straggler-limited, with advice in numbers. Writes report.json, report.txt "
+                    "and timeline.svg into DIR.")
+    p.add_argument("--out", default="loaderd-diagnose", metavar="DIR",
+                   help="report directory, created if missing (default ./loaderd-diagnose)")
+    p.add_argument("--warmup", type=int, default=None, metavar="N",
+                   help="steps left out at the start (default: a tenth, 2 to 20)")
+    a = p.parse_args(opts)
+    if not cmd:
+        p.error("no command: python -m loaderd.diagnose [--out DIR] -- CMD ...")
+    out = os.path.abspath(a.out)
+    recdir = os.path.join(out, "records")
+    os.makedirs(recdir, exist_ok=True)
+    for f in glob.glob(os.path.join(recdir, "rank-*.json")):
+        os.unlink(f)
+    env = dict(os.environ, LOADERD_PROFILE="1", LOADERD_PROFILE_DIR=recdir)
+    print("loaderd.diagnose: running %s" % " ".join(shlex.quote(c) for c in cmd),
+          file=sys.stderr, flush=True)
+    try:
+        proc = subprocess.Popen(cmd, env=env)
+    except OSError as e:
+        print("loaderd.diagnose: cannot run %s: %s" % (cmd[0], e), file=sys.stderr)
+        return 127
+    while True:
+        try:
+            rc = proc.wait()
+            break
+        except KeyboardInterrupt:   # the command got it too (same terminal); wait for it
+            proc.send_signal(signal.SIGINT)
+    recs = load_records(recdir)
+    if not recs:
+        print("loaderd.diagnose: %s left no record in %s: does it iterate a loaderd.Loader "
+              "(and run at least two steps)?" % (cmd[0], recdir), file=sys.stderr)
+        return rc or 1
+    try:
+        script = [os.path.basename(c) for c in cmd if c.endswith(".py")]
+        rep = analyse(recs, a.warmup, info={"model": script[0] if script else None})
+        text = write_outputs(rep, out)
+    except (ValueError, OSError) as e:
+        print("loaderd.diagnose: %s" % e, file=sys.stderr)
+        return rc or 1
+    if rc:
+        print("loaderd.diagnose: the command exited with status %d; the report is of the "
+              "steps it ran" % rc, file=sys.stderr)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,388 @@
+"""profile.py - per-step attribution inside a PyTorch (or numpy) training loop, for loaderd.diagnose.
+
+Off unless ``Loader(..., profile=True)`` or the environment variable LOADERD_PROFILE=1 (what
+``python -m loaderd.diagnose -- CMD`` sets). A step is the time between two batch requests of
+one ``for`` loop over the Loader (the step period); of it:
+
+  data     the time the request was blocked waiting for loaderd's batch (ldc_acquire);
+  copy     with ``device=``: the time the compute stream waited for the batch's host-to-device
+           copy (CUDA events on both streams, read a few steps later);
+  comm     with DistributedDataParallel: from the launch of the step's last gradient bucket
+           (backward has produced every gradient by then) to the end of the last bucket's
+           allreduce: the allreduce that compute did not hide. Timed by a communication hook
+           (register_comm_hook) that wraps the default allreduce, or the script's own hook;
+  compute  the rest: forward, backward, optimizer, the script's own work (a copy the script
+           makes itself, logging) - Python sees no boundary between them;
+  opt      0: not told apart from compute (the trainer's report has it; here it is in compute).
+
+Plus loaderd's side, from its stats request at the first batch and at the end: the fill time
+of this rank's batches (per sample, and split into reading and decoding) and the daemon's worker
+count, hence the share of loaderd's workers this job kept busy.
+
+Cost when on: three clock reads and a list append per step, one more per bucket; two stats
+round trips per run. Off: one attribute test per step.
+
+Each rank's record is written as JSON into $LOADERD_PROFILE_DIR when the Loader closes (or at
+exit); loaderd.diagnose reads them. Under torch.distributed, ``Loader.profile_report()`` gathers
+the ranks' records itself (a collective: every rank calls it) and returns the report.
+"""
+import atexit
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import weakref
+
+ENV = "LOADERD_PROFILE"          # 1: attribution on in every Loader
+ENV_DIR = "LOADERD_PROFILE_DIR"  # where each rank writes its record
+RECORD_VERSION = 1
+STEPS_MAX = 200000               # steps kept per Loader (totals go on)
+
+_now = time.monotonic_ns         # CLOCK_MONOTONIC: one clock for every process of the host
+
+
+def enabled_by_env():
+    return os.environ.get(ENV, "") not in ("", "0")
+
+
+# ---- DistributedDataParallel: the timed allreduce ----
+
+_comm = []              # (launch_ns, end_ns, bytes) of every bucket, appended by the hook
+_comm_lock = threading.Lock()
+_ddp = weakref.WeakSet()    # DDP modules seen (constructed while the patch was on)
+_ddp_hooked = weakref.WeakSet()
+_patched = False
+
+
+def _timed(hook):
+    """A comm hook that runs @hook and records when each bucket's allreduce started and
+    ended (the future's completion)."""
+    def timed_hook(state, bucket):
+        t0 = _now()
+        try:
+            nbytes = bucket.buffer().numel() * bucket.buffer().element_size()
+        except Exception:
+            nbytes = 0
+        fut = hook(state, bucket)
+
+        def done(f):
+            with _comm_lock:
+                _comm.append((t0, _now(), nbytes))
+            return f.value()
+        return fut.then(done)
+    timed_hook.__name__ = getattr(hook, "__name__", "hook")
+    return timed_hook
+
+
+class _Waiter:
+    """A thread of ours that waits for gloo's allreduce works and completes the hook's futures.
+    A Python callback chained on gloo's own future (fut.then) would run, and be freed, on gloo's
+    threads, which need the GIL for it; when the process group is destroyed (the model freed
+    after destroy_process_group) the main thread joins those threads holding the GIL: a
+    deadlock at exit, seen with torch 1.13. Here gloo's threads never touch a Python object."""
+
+    def __init__(self):
+        import queue
+        self.q = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="loaderd-allreduce", daemon=True).start()
+
+    def _run(self):
+        while True:
+            t0, work, buf, fut, nbytes = self.q.get()
+            try:
+                work.wait()
+                with _comm_lock:
+                    _comm.append((t0, _now(), nbytes))
+                fut.set_result(buf)
+            except Exception as e:   # the collective failed: DDP raises it in backward
+                fut.set_exception(e)
+
+
+_waiter = None
+
+
+def _gloo_allreduce_hook(state, bucket):
+    """DDP's default allreduce (average of the bucket over the group), completed by _Waiter,
+    which notes when it ended."""
+    global _waiter
+    import torch
+    import torch.distributed as dist
+    t0 = _now()
+    group = state if state is not None else dist.group.WORLD
+    buf = bucket.buffer()
+    buf.div_(dist.get_world_size(group))
+    work = dist.all_reduce(buf, group=group, async_op=True)
+    fut = torch.futures.Future()
+    if _waiter is None:
+        _waiter = _Waiter()
+    _waiter.q.put((t0, work, buf, fut, buf.numel() * buf.element_size()))
+    return fut
+
+
+def _register(ddp):
+    """Register the timed default allreduce on @ddp, unless the script registered its own (then
+    that one is timed already: see install_ddp_patch)."""
+    if ddp in _ddp_hooked:
+        return
+    try:
+        import torch.distributed as dist
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        pg = getattr(ddp, "process_group", None)
+        if dist.get_backend(pg) == "gloo":
+            hook = _gloo_allreduce_hook
+        else:   # NCCL: its futures complete from CUDA callbacks, no thread join at exit
+            hook = _timed(default_hooks.allreduce_hook)
+        _orig_register(ddp, None, hook)
+        _ddp_hooked.add(ddp)
+    except Exception as e:   # a hook registered by other means, or an older torch
+        _ddp_hooked.add(ddp)
+        print("loaderd.profile: cannot time this DistributedDataParallel's allreduce (%s): it "
+              "counts as compute" % e, file=sys.stderr)
+
+
+_orig_register = None
+
+
+def install_ddp_patch():
+    """With attribution on: DistributedDataParallel modules made from now on are noted (their
+    allreduce gets the timed hook at the next batch request, so that a hook the script registers
+    right after construction is seen first), and a hook the script registers is timed as it is.
+    Nothing of the script changes. Idempotent; a no-op without torch.distributed."""
+    global _patched, _orig_register
+    if _patched:
+        return
+    try:
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        if not dist.is_available():
+            return
+    except Exception:
+        return
+    _patched = True
+    orig_init = DDP.__init__
+    _orig_register = DDP.register_comm_hook
+
+    def __init__(self, *a, **kw):
+        orig_init(self, *a, **kw)
+        _note(self)
+
+    def register_comm_hook(self, state, hook):
+        _orig_register(self, state, _timed(hook))
+        _ddp_hooked.add(self)
+
+    DDP.__init__ = __init__
+    DDP.register_comm_hook = register_comm_hook
+    # modules made before loaderd was imported
+    try:
+        import gc
+        for o in gc.get_objects():
+            if issubclass(type(o), DDP):   # type(): no __getattribute__ (reduce_op warns)
+                _note(o)
+    except Exception:
+        pass
+
+
+def _note(ddp):
+    """A DDP module to time; the first one's size for the advice."""
+    global _model
+    _ddp.add(ddp)
+    if _model == (None, None):
+        try:
+            params = sum(p.numel() for p in ddp.module.parameters() if p.requires_grad)
+            _model = (params, getattr(ddp, "bucket_bytes_cap", 25 * 2**20) / 2**20)
+        except Exception:
+            pass
+
+
+_model = (None, None)   # gradient floats, bucket cap (MiB) of the first DDP module
+
+
+def _hook_pending():
+    for m in list(_ddp):
+        if m not in _ddp_hooked:
+            _register(m)
+
+
+# ---- one Loader's steps ----
+
+class Recorder:
+    """The steps of one Loader: [step, start_ns, data_ns, copy_ns, compute_ns, comm_ns, opt_ns,
+    samples, comm_busy_ns, buckets] each; see the top of the file."""
+
+    def __init__(self, loader):
+        self.loader = weakref.ref(loader)
+        self.steps = []
+        self.dropped = 0
+        self.pending_copy = []     # [index in steps, event before wait, event after wait]
+        self.st0 = self.st1 = None
+        self.t_first = None
+        self.written = False
+        self.where = None          # (rank, world, backend) seen while the run was on
+        self.device = None
+        _live.add(self)
+        if "torch" in sys.modules:  # no DDP without torch; $LOADERD_PROFILE patches at import
+            install_ddp_patch()
+
+    # called by the Loader
+    def first_batch(self, loader):
+        self.t_first = _now()
+        self.st0 = _stats(loader)
+        self.where = _dist_rank_world(loader)
+        self.device = loader.device_type()   # while the ring is mapped (and maybe pinned)
+
+    def begin(self):
+        """A batch is requested."""
+        if _ddp:
+            _hook_pending()
+        return _now()
+
+    def end(self, step, t_req, wait_ns, samples, copy_events, t_end):
+        """The batch of @step, requested at @t_req, is done with (the next request, or the end
+        of the loop) at @t_end."""
+        period = t_end - t_req
+        comm = busy = nb = 0
+        if _comm:
+            with _comm_lock:
+                ev = [e for e in _comm if t_req <= e[0] <= t_end]
+                _comm[:] = [e for e in _comm if e[0] > t_end]
+            if ev:
+                last_launch = max(e[0] for e in ev)
+                comm = max(0, min(t_end, max(e[1] for e in ev)) - last_launch)
+                busy = sum(e[1] - e[0] for e in ev)
+                nb = len(ev)
+        rec = [step, t_req, wait_ns, 0, max(0, period - wait_ns - comm), comm, 0, samples, busy,
+               nb]
+        if len(self.steps) >= STEPS_MAX:
+            self.dropped += 1
+            return
+        self.steps.append(rec)
+        if copy_events is not None:
+            self.pending_copy.append([len(self.steps) - 1] + list(copy_events))
+        if self.pending_copy:
+            self._read_copies(False)
+
+    def _read_copies(self, wait):
+        """Exposed copy of earlier steps, from their CUDA events once complete."""
+        keep = []
+        for i, e0, e1 in self.pending_copy:
+            if not wait and not e1.query():
+                keep.append([i, e0, e1])
+                continue
+            try:
+                e1.synchronize()
+                ns = int(e0.elapsed_time(e1) * 1e6)
+            except Exception:
+                ns = 0
+            rec = self.steps[i]
+            ns = min(ns, rec[4])
+            rec[3] += ns
+            rec[4] -= ns
+        self.pending_copy = keep
+
+    def finish(self, loader):
+        """The Loader detaches: loaderd's counters, then the record (once)."""
+        if self.pending_copy:
+            self._read_copies(True)
+        if loader is not None and self.st0 is not None and self.st1 is None:
+            self.st1 = _stats(loader)
+            self.t_last = _now()
+        if not self.written and os.environ.get(ENV_DIR) and self.steps:
+            self.written = True
+            try:
+                write_record(os.environ[ENV_DIR], self.record())
+            except OSError as e:
+                print("loaderd.profile: cannot write the record: %s" % e, file=sys.stderr)
+
+    def record(self):
+        """This rank's record (JSON-able)."""
+        lo = self.loader()
+        rank, world, backend = _dist_rank_world(lo)
+        if backend is None and self.where is not None:   # torch.distributed ended already
+            rank, world, backend = self.where
+        params, cap = _model
+        d = {"version": RECORD_VERSION, "rank": rank, "world": world, "pid": os.getpid(),
+             "host": socket.gethostname(), "backend": backend,
+             "steps": self.steps, "steps_dropped": self.dropped,
+             "fields": ["step", "start_ns", "data_ns", "copy_ns", "compute_ns", "comm_ns",
+                        "opt_ns", "samples", "comm_busy_ns", "buckets"],
+             "params": params, "bucket_mb": cap, "ddp": bool(_ddp)}
+        if lo is not None:
+            d.update({"job": lo.job_name, "dataset": lo.dataset, "batch": lo.batch_size,
+                      "crop": lo.crop[0] if lo.crop else None,
+                      "device": self.device or lo.device_type(),
+                      "socket": lo.socket})
+        b, t_last = self.st1, getattr(self, "t_last", None)
+        if b is None and self.st0 is not None and lo is not None and lo._conn is not None:
+            b, t_last = _stats(lo), _now()     # a report of the run so far
+        if self.st0 is not None and b is not None:
+            a = self.st0
+            d["loaderd"] = {"workers": b.get("workers", 0),
+                            "fill_ns": b["fill_ns"] - a["fill_ns"],
+                            "io_ns": b.get("io_ns", 0) - a.get("io_ns", 0),
+                            "decode_ns": b.get("decode_ns", 0) - a.get("decode_ns", 0),
+                            "samples": b["samples"] - a["samples"],
+                            "wall_ns": t_last - self.t_first,
+                            "ranks_attached": b.get("ranks_attached", 0)}
+        return d
+
+
+def _stats(loader):
+    try:
+        return loader.stats()
+    except Exception:
+        return None
+
+
+def _dist_rank_world(loader):
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size(), dist.get_backend()
+    except Exception:
+        pass
+    if loader is not None:
+        return loader.rank, loader.world_size, None
+    return 0, 1, None
+
+
+def write_record(d, rec):
+    os.makedirs(d, exist_ok=True)
+    name = "rank-%d-%d-%s.json" % (rec["rank"], rec["pid"], rec.get("job") or "job")
+    path = os.path.join(d, name)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(rec, f, separators=(",", ":"))
+    os.replace(tmp, path)
+    return path
+
+
+_live = weakref.WeakSet()
+
+
+@atexit.register
+def _at_exit():
+    """Loaders still open at exit: their records (loaderd's counters are read when the
+    connection is still there)."""
+    for r in list(_live):
+        lo = r.loader()
+        try:
+            r.finish(lo if lo is not None and lo._conn is not None else None)
+        except Exception:
+            pass
+
+
+def gather(loader):
+    """Every rank's record, through torch.distributed when it is initialised (a collective),
+    else this rank's alone."""
+    rec = loader._prof.record()
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            out = [None] * dist.get_world_size()
+            dist.all_gather_object(out, rec)
+            return out
+    except ImportError:
+        pass
+    return [rec]

@@ -1,0 +1,174 @@
+"""loaderd.diagnose and loaderd.profile on constructed records: ranks' step tables in, the
+trainer's report, loaderd's side and advice in numbers out; the exposed allreduce from bucket
+timings; and a Loader with profile=True against a real loaderd (numpy output: no torch needed)."""
+import json
+import xml.dom.minidom
+
+import pytest
+
+from loaderd import diagnose as D
+from loaderd import profile as P
+
+MS = 1000000
+
+
+def record(rank, world=2, steps=40, data=0, compute=10, comm=0, batch=16, ld=None, t0=0,
+           buckets=0):
+    """A rank's record as profile.Recorder writes it: phases in ms per step."""
+    period = (data + compute + comm) * MS
+    st = [[s, t0 + s * period, data * MS, 0, compute * MS, comm * MS, 0, batch, comm * MS,
+           buckets] for s in range(steps)]
+    r = {"version": 1, "rank": rank, "world": world, "pid": 100 + rank, "steps": st,
+         "batch": batch, "crop": 224, "device": "cpu", "backend": "gloo" if world > 1 else None,
+         "params": 1 << 20, "bucket_mb": 25.0, "ddp": world > 1, "job": "j"}
+    if ld:
+        r["loaderd"] = ld
+    return r
+
+
+def ld_side(workers=1, fill_ms=5.0, samples=640, wall_s=4.0):
+    return {"workers": workers, "fill_ns": int(fill_ms * MS * samples), "io_ns": 0,
+            "decode_ns": int(0.9 * fill_ms * MS * samples), "samples": samples,
+            "wall_ns": int(wall_s * 1e9), "ranks_attached": 1}
+
+
+def test_loader_limited_advice_in_workers():
+    # 16 samples per 10 ms of compute = 1600/s wanted; one worker at 5 ms per sample = 200/s
+    recs = [record(0, world=1, data=70, compute=10, ld=ld_side())]
+    rep = D.analyse(recs)
+    assert rep["verdict"] == "loader-limited"
+    assert rep["schema"] == "loaderd-trainer-report/1"
+    assert rep["warmup"] == 4 and rep["steps_compared"] == 36
+    assert rep["causes"]["loader"] == pytest.approx(70 / 80)
+    ld = rep["loaderd"]
+    assert ld["fill_ms_per_sample"] == pytest.approx(5.0)
+    assert ld["capacity_per_s"] == pytest.approx(200.0)
+    assert ld["busy"] == pytest.approx(640 * 0.005 / 4.0)
+    # 1600/s at 90% busy, 200/s per worker: ceil(8.9) = 9
+    assert any("loaderd --workers 9" in a for a in rep["advice"]), rep["advice"]
+
+
+def test_compute_limited_headroom():
+    recs = [record(0, world=1, data=0, compute=50, ld=ld_side(workers=2, fill_ms=1.0))]
+    rep = D.analyse(recs)
+    assert rep["verdict"] == "compute-limited"
+    assert rep["loaderd"]["capacity_per_s"] == pytest.approx(2000.0)
+    assert any("headroom" in a and "2000 samples/s" in a for a in rep["advice"])
+
+
+def test_two_ranks_communication_limited_and_named():
+    recs = [record(r, comm=6, compute=10, buckets=1) for r in (0, 1)]
+    rep = D.analyse(recs)
+    assert rep["verdict"] == "communication-limited"
+    assert rep["rank_ids"] == [0, 1] and rep["ranks"] == 2
+    assert rep["buckets"] == 1 and rep["backend"] == "gloo"
+    # 6 ms exposed of 16: batch x4 brings it to 6 / (4 * 10 + 6) = 13%, x8 to 7%
+    assert any("batch 128 per rank" in a for a in rep["advice"]), rep["advice"]
+    assert any("bucket_cap_mb=1" in a for a in rep["advice"]), rep["advice"]   # 4 MiB / 4
+
+
+def test_straggler_named_by_rank_id():
+    recs = [record(0, compute=10, comm=20), record(1, compute=30, comm=0)]
+    rep = D.analyse(recs)
+    assert rep["verdict"] == "straggler-limited"
+    assert rep["rank_ids"][rep["straggler"]["slow_rank"]] == 1
+    assert "rank 1 computes 3.00x" in rep["why"][0]
+
+
+def test_steps_in_common_and_one_record_per_rank():
+    # rank 1 has an extra, shorter evaluation loop's record and started 3 steps late
+    a = record(0, steps=40)
+    b = record(1, steps=40)
+    b["steps"] = b["steps"][3:]
+    ev = record(1, steps=5)
+    rep = D.analyse([a, b, ev])
+    assert rep["steps"] == 37 and rep["steps_compared"] == 37 - D.warmup_for(37)
+
+
+def test_outputs_and_last_line(tmp_path):
+    rep = D.analyse([record(r, data=1, compute=10, ld=ld_side()) for r in (0, 1)])
+    text = D.write_outputs(rep, str(tmp_path))
+    last = text.rstrip("\n").splitlines()[-1]
+    assert last == "loaderd.diagnose: samples_per_s=%.1f data_wait=%.3f verdict=%s" % (
+        rep["samples_per_s"], rep["shares"]["data"], rep["verdict"])
+    r = json.loads((tmp_path / "report.json").read_text())
+    assert r["verdict"] == rep["verdict"] and "_ranks" not in r
+    svg = xml.dom.minidom.parse(str(tmp_path / "timeline.svg"))
+    rows = [g.getAttribute("data-rank") for g in svg.getElementsByTagName("g")
+            if g.getAttribute("class") == "rank-row"]
+    assert rows == ["0", "1"]
+    assert (tmp_path / "report.txt").read_text() == text
+
+
+def test_exposed_allreduce_from_bucket_times():
+    """Buckets launched during backward; what is left after the last launch is exposed."""
+    rec = P.Recorder.__new__(P.Recorder)
+    rec.steps, rec.dropped, rec.pending_copy = [], 0, []
+    t = 1000 * MS
+    with P._comm_lock:
+        P._comm[:] = [(t + 3 * MS, t + 5 * MS, 0), (t + 6 * MS, t + 9 * MS, 0),
+                      (t + 8 * MS, t + 12 * MS, 0)]
+    rec.end(7, t, 2 * MS, 16, None, t + 14 * MS)
+    step, start, data, copy, compute, comm, opt, n, busy, nb = rec.steps[0]
+    assert (step, data, comm, nb) == (7, 2 * MS, 4 * MS, 3)     # 12 - 8
+    assert compute == 14 * MS - 2 * MS - 4 * MS and opt == 0 and copy == 0
+    assert busy == (2 + 3 + 4) * MS
+    assert P._comm == []
+
+
+def test_loader_profile_records_steps(daemon, imagefolder, tmp_path, monkeypatch):
+    import loaderd
+    monkeypatch.setenv(P.ENV_DIR, str(tmp_path))
+    with loaderd.Loader(daemon.sock, imagefolder.path, 4, crop=16, output="numpy",
+                        profile=True, epochs=2) as it:
+        n = 0
+        for _ in range(2):
+            for _b in it:
+                n += 1
+    files = list(tmp_path.glob("rank-0-*.json"))
+    assert len(files) == 1
+    r = json.loads(files[0].read_text())
+    # each loop's last batch ends at the loop's end: every step is recorded
+    assert len(r["steps"]) == n == 2 * 12
+    assert [s[0] for s in r["steps"]] == list(range(n))
+    assert all(s[2] >= 0 and s[4] >= 0 and s[7] == 4 for s in r["steps"])
+    assert r["loaderd"]["workers"] == 2 and r["loaderd"]["samples"] > 0
+    assert r["loaderd"]["fill_ns"] > 0
+    rep = D.analyse([r])
+    assert rep["ranks"] == 1 and rep["batch"] == 4
+
+
+def test_profile_off_by_default(daemon, imagefolder, monkeypatch):
+    import loaderd
+    monkeypatch.delenv(P.ENV, raising=False)
+    with loaderd.Loader(daemon.sock, imagefolder.path, 4, crop=16, output="numpy") as it:
+        assert it._prof is None
+    monkeypatch.setenv(P.ENV, "1")
+    with loaderd.Loader(daemon.sock, imagefolder.path, 4, crop=16, output="numpy") as it:
+        assert it._prof is not None
+
+
+def test_profile_report_without_distributed(daemon, imagefolder, monkeypatch):
+    import loaderd
+    monkeypatch.delenv(P.ENV_DIR, raising=False)
+    with loaderd.Loader(daemon.sock, imagefolder.path, 4, crop=16, output="numpy",
+                        profile=True, epochs=1) as it:
+        for _ in it:
+            pass
+        rep = it.profile_report()
+    assert rep["schema"] == "loaderd-trainer-report/1" and rep["ranks"] == 1
+    assert rep["verdict"] in ("loader-limited", "compute-limited")
+    assert rep["loaderd"]["workers"] == 2
+    with loaderd.Loader(daemon.sock, imagefolder.path, 4, crop=16, output="numpy") as it:
+        with pytest.raises(ValueError):
+            it.profile_report()
+
+
+def test_device_cpu_keeps_views_and_copy(daemon, imagefolder):
+    torch = pytest.importorskip("torch")
+    import loaderd
+    with loaderd.Loader(daemon.sock, imagefolder.path, 4, crop=16, device="cpu",
+                        copy=True) as it:
+        images, labels = next(iter(it))
+        assert images.device == torch.device("cpu") and images.shape == (4, 16, 16, 3)
+        assert not it._held   # copy=True: the slot went back at once
