@@ -5,7 +5,9 @@
  *                  the lifecycle (srv_create, srv_run, srv_stop, srv_destroy)
  *   srv_jobs.c     the job registry, ranks and attachments, resume, linger and housekeeping
  *   srv_workers.c  the worker pool: which (ring, step) to fill next, the fill and the publish
- *   srv_admin.c    loaderctl's answers, rendered as text or JSON
+ *   srv_snap.c     the counters copied into a struct srv_snapshot (srv.h), for srv_admin.c and
+ *                  the metrics file (loader/metrics.c)
+ *   srv_admin.c    loaderctl's answers, rendered as text or JSON from a snapshot
  *
  * Threads and the lock: the control thread (srv_run) and the workers share everything below under
  * s->mu, except what a field says otherwise. Functions here that say "under mu" expect the caller
@@ -62,6 +64,9 @@ struct att {
 	uint64_t first, next;    /* first step of this ring; next step to hand to a worker */
 	uint64_t floor;          /* every step below it is known released */
 	uint64_t bytes;          /* ring memory, for the limit */
+	int64_t empty_since;     /* ns: since when the ring holds no batch for the consumer; 0 = it
+				  * does (srv_att_check_empty, srv_att_published) */
+	uint64_t empty_step;     /* the step whose publish ends that */
 	struct att *grave_next;  /* buried: freed after the current event batch */
 };
 
@@ -71,6 +76,7 @@ struct rank_state {
 	uint64_t resume;
 	uint64_t published, samples, fill_ns;
 	uint64_t phase_ns[SRV_PHASES_MAX];  /* of fill_ns, per ops->phases */
+	uint64_t empty_ns;       /* closed intervals of att->empty_since, all attaches */
 	uint64_t rate_samples;   /* samples at the last rate snapshot */
 	double rate;             /* samples/s over the last snapshot interval */
 	uint32_t attaches;
@@ -154,6 +160,11 @@ void srv_reap(struct srv *s);
 struct job *srv_job_find(struct srv *s, const char *name);
 /* Under mu. Unlink @j, close its state (ops->job_close) and free it. */
 void srv_job_free(struct srv *s, struct job *j);
+/* Under mu, control thread, after @a's consumer rang its doorbell (it released a step): when every
+ * published step is released and the next one is not published, the ring is empty from @now. */
+void srv_att_check_empty(struct att *a, int64_t now);
+/* Under mu, after a worker published @step of @a: ends the empty time that waited for it. */
+void srv_att_published(struct att *a, uint64_t step, int64_t now);
 /* Under mu, control thread. CTL_JOB_OPEN, CTL_STATS_REQ from @c; on failure @c is closed. */
 void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *spec);
 void srv_on_stats(struct srv *s, struct conn *c);
@@ -169,6 +180,14 @@ int srv_workers_start(struct srv *s, char *why, size_t whylen);
 /* Tell the workers to stop, shut the attached rings down (ring_shutdown wakes their waiters), and
  * join the workers. */
 void srv_workers_stop(struct srv *s);
+
+/* ---- srv_snap.c ---- */
+
+/* Under mu. Rank @r of @j as srv_snapshot reports it, at @now. */
+void srv_rank_snap(const struct job *j, uint32_t r, int64_t now, struct srv_rank_snap *out);
+/* Under mu. A snapshot of the server, of only job @only when not NULL. NULL when out of memory;
+ * free with srv_snapshot_free(). */
+struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only);
 
 /* ---- srv_admin.c ---- */
 
