@@ -3,6 +3,7 @@
 #include "common/args.h"
 #include "common/log.h"
 #include "loader/job.h"
+#include "loader/metrics.h"
 #include "shm/ldc.h"
 #include "loader/srv.h"
 
@@ -44,6 +45,11 @@ static void usage(FILE *f)
 "                       buffered (io_uring through the page cache), pread (no io_uring)\n"
 "  --group NAME         let members of this group connect too (socket mode 0660)\n"
 "  --linger SECONDS     keep a job with no rank attached this long (default 60)\n"
+"  --metrics-file PATH  write the counters there in Prometheus text format, rewritten whole\n"
+"                       (temporary file, rename) every interval and once at shutdown: for\n"
+"                       node_exporter's textfile collector, e.g.\n"
+"                       /var/lib/prometheus/node-exporter/loaderd.prom\n"
+"  --metrics-interval SECONDS  how often (default 5; decimals allowed, at least 0.1)\n"
 "  --log-level LEVEL    error, warn, info (default) or debug\n"
 "  --help               this text\n"
 "Exit status: 0 stopped by a signal, 1 runtime error, 2 bad usage.\n",
@@ -67,6 +73,8 @@ int main(int argc, char **argv)
 		{ "group", required_argument, NULL, 'g' },
 		{ "linger", required_argument, NULL, 'L' },
 		{ "log-level", required_argument, NULL, 'l' },
+		{ "metrics-file", required_argument, NULL, 'M' },
+		{ "metrics-interval", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -74,6 +82,8 @@ int main(int argc, char **argv)
 	struct ldr_config cfg = { .io = LDR_IO_AUTO };
 	char path[PATH_MAX], why[512];
 	unsigned linger = 60;
+	const char *metrics_path = NULL;
+	double metrics_s = 5;
 	int c, lvl;
 
 	log_prog = "loaderd";
@@ -124,6 +134,15 @@ int main(int argc, char **argv)
 			if (arg_uint(optarg, 1, 86400 * 7, &linger) < 0)
 				goto bad_value;
 			break;
+		case 'M':
+			if (!*optarg)
+				goto bad_value;
+			metrics_path = optarg;
+			break;
+		case 'T':
+			if (arg_double(optarg, 0.1, 86400, &metrics_s) < 0)
+				goto bad_value;
+			break;
 		case 'l':
 			lvl = log_level_parse(optarg);
 			if (lvl < 0)
@@ -166,7 +185,18 @@ bad_value:
 	LOG_INFO("serving on %s: %u workers, io %s, ring memory limit %llu MiB", path, so.workers,
 		 cfg.io == LDR_IO_PREAD ? "pread" : cfg.io == LDR_IO_BUFFERED ? "io_uring (buffered)" :
 		 "io_uring (O_DIRECT where possible)", (unsigned long long)(so.mem_limit >> 20));
+	struct ldr_metrics *metrics = NULL;
+	if (metrics_path) {
+		ret = ldr_metrics_start(g_srv, metrics_path, (unsigned)(metrics_s * 1000 + 0.5), &metrics);
+		if (ret < 0) {
+			LOG_ERROR("cannot start the metrics thread: %s", strerror(-ret));
+			srv_destroy(g_srv);
+			return 1;
+		}
+		LOG_INFO("metrics: %s every %.1f s", metrics_path, metrics_s);
+	}
 	ret = srv_run(g_srv);
+	ldr_metrics_stop(metrics);  /* the final counters, while the server still exists */
 	srv_destroy(g_srv);
 	if (ret < 0) {
 		LOG_ERROR("control loop: %s", strerror(-ret));
