@@ -1,8 +1,12 @@
 /* args.c - strict parsing of command-line values (see args.h). */
 #include "common/args.h"
 
+#include "common/log.h"
+
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,4 +100,15 @@ int arg_size2(const char *s, uint32_t max, uint32_t *h, uint32_t *w)
 	*h = (uint32_t)a;
 	*w = (uint32_t)b;
 	return 0;
+}
+
+int arg_bad_value(const struct option *opts, int c, const char *value)
+{
+	const char *name = "?";
+
+	for (const struct option *o = opts; o->name; o++)
+		if (o->val == c)
+			name = o->name;
+	fprintf(stderr, "%s: --%s: bad value '%s' (see --help)\n", log_prog, name, value);
+	return 2;
 }

@@ -10,6 +10,9 @@
  * fsyncs and renames: the target path either holds a complete dataset or is untouched. */
 #include "formats/dpk.h"
 
+#include "common/afile.h"
+#include "common/fdio.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -489,12 +492,10 @@ void dpk_extent_align(const struct dpk_entry *e, uint64_t block, struct dpk_exte
 #define WRITEBACK_STEP (32u << 20)  /* start writeback every this many bytes */
 
 struct dpk_writer {
-	char *path;
-	char *tmp;
-	int fd;
+	struct afile f;         /* the temporary file, renamed over the target by finish */
 	int failed;             /* sticky error: only destroy is accepted */
 	int finished;
-	int no_sync;             /* DPK_WRITE_NO_SYNC */
+	int no_sync;            /* DPK_WRITE_NO_SYNC */
 	uint64_t pos;           /* bytes written to fd so far (buffer included) */
 	uint64_t synced;        /* writeback started for [0, synced) */
 	uint8_t *wbuf;
@@ -507,31 +508,12 @@ struct dpk_writer {
 	uint32_t kinds;
 };
 
-static int write_full(int fd, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-
-	while (len) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -EIO;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /* Start writeback of what has been written so far without waiting for it, so that the fsync in
  * finish has little left to do: packing then costs max(read + hash, disk write), not their sum. */
 static void writeback(struct dpk_writer *w, uint64_t file_pos)
 {
 	if (!w->no_sync && file_pos - w->synced >= WRITEBACK_STEP) {
-		(void)sync_file_range(w->fd, (off_t)w->synced, (off_t)(file_pos - w->synced),
+		(void)sync_file_range(w->f.fd, (off_t)w->synced, (off_t)(file_pos - w->synced),
 				      SYNC_FILE_RANGE_WRITE);
 		w->synced = file_pos;
 	}
@@ -539,7 +521,7 @@ static void writeback(struct dpk_writer *w, uint64_t file_pos)
 
 static int wflush(struct dpk_writer *w)
 {
-	int ret = write_full(w->fd, w->wbuf, w->wlen);
+	int ret = fd_write_all(w->f.fd, w->wbuf, w->wlen);
 
 	w->wlen = 0;
 	if (ret == 0)
@@ -561,7 +543,7 @@ static int wappend(struct dpk_writer *w, const void *data, uint64_t len)
 			return ret;
 	}
 	if (len >= DIRECT_MIN) {
-		ret = write_full(w->fd, data, len);
+		ret = fd_write_all(w->f.fd, data, len);
 		if (ret < 0)
 			return ret;
 		w->pos += len;
@@ -582,21 +564,14 @@ int dpk_writer_create(const char *path, unsigned flags, struct dpk_writer **out)
 	*out = NULL;
 	if (!w)
 		return -ENOMEM;
-	w->fd = -1;
+	w->f.fd = -1;
 	w->no_sync = flags & DPK_WRITE_NO_SYNC;
-	w->path = strdup(path);
 	w->wbuf = malloc(WBUF_SIZE);
-	if (!w->path || !w->wbuf || asprintf(&w->tmp, "%s.tmp.%d", path, (int)getpid()) < 0) {
-		w->tmp = NULL;
+	if (!w->wbuf)
 		goto fail;
-	}
-	w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	if (w->fd < 0) {
-		ret = -errno;
-		free(w->tmp);
-		w->tmp = NULL;  /* not ours to unlink */
+	ret = afile_open(&w->f, path, w->no_sync ? AFILE_NO_SYNC : 0);
+	if (ret < 0)
 		goto fail;
-	}
 	/* The header is written last; reserve its block now. */
 	memset(w->wbuf, 0, DPK_HEADER_SIZE);
 	w->wlen = DPK_HEADER_SIZE;
@@ -691,30 +666,7 @@ uint64_t dpk_writer_count(const struct dpk_writer *w)
 
 const char *dpk_writer_tmp_path(const struct dpk_writer *w)
 {
-	return w->tmp;
-}
-
-static int fsync_dir(const char *path)
-{
-	char *dir = strdup(path);
-	int fd, ret = 0;
-
-	if (!dir)
-		return -ENOMEM;
-	char *slash = strrchr(dir, '/');
-	if (!slash)
-		strcpy(dir, ".");
-	else if (slash == dir)
-		dir[1] = '\0';
-	else
-		*slash = '\0';
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || fsync(fd) < 0)
-		ret = -errno;
-	if (fd >= 0)
-		close(fd);
-	free(dir);
-	return ret;
+	return w->f.tmp;
 }
 
 int dpk_writer_finish(struct dpk_writer *w)
@@ -760,27 +712,16 @@ int dpk_writer_finish(struct dpk_writer *w)
 	if (ret == 0)
 		ret = wflush(w);
 	if (ret == 0) {
-		ssize_t n = pwrite(w->fd, &h, sizeof(h), 0);
+		ssize_t n = pwrite(w->f.fd, &h, sizeof(h), 0);
 		ret = n < 0 ? -errno : n != (ssize_t)sizeof(h) ? -EIO : 0;
 	}
-	if (ret == 0 && !w->no_sync && fsync(w->fd) < 0)
-		ret = -errno;
-	if (ret == 0 && close(w->fd) < 0)
-		ret = -errno;
-	else if (ret < 0)
-		close(w->fd);
-	w->fd = -1;
-	if (ret == 0 && rename(w->tmp, w->path) < 0)
-		ret = -errno;
+	if (ret == 0)
+		ret = afile_commit(&w->f);
 	if (ret < 0) {
 		w->failed = 1;
 		return ret;
 	}
 	w->finished = 1;
-	/* The rename is durable once the directory is. The file is complete either way, so a
-	 * failure here (EIO on the directory) is not worth losing the dataset over. */
-	if (!w->no_sync)
-		(void)fsync_dir(w->path);
 	return 0;
 }
 
@@ -788,12 +729,7 @@ void dpk_writer_destroy(struct dpk_writer *w)
 {
 	if (!w)
 		return;
-	if (w->fd >= 0)
-		close(w->fd);
-	if (w->tmp && !w->finished)
-		unlink(w->tmp);
-	free(w->tmp);
-	free(w->path);
+	afile_close(&w->f);  /* removes the temporary file unless finish renamed it */
 	free(w->wbuf);
 	free(w->index);
 	free(w->classes);

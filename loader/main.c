@@ -1,13 +1,16 @@
 /* main.c - loaderd: one per node. Serves jobs over a unix socket; each rank of a job gets its own
  * ring of decoded batches. Stays in the foreground and logs to stderr. */
 #include "common/args.h"
+#include "common/fdio.h"
 #include "common/log.h"
+#include "common/proc.h"
 #include "loader/job.h"
 #include "loader/metrics.h"
 #include "shm/ldc.h"
 #include "loader/srv.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
 #include <limits.h>
@@ -38,7 +41,7 @@ static void usage(FILE *f)
 "options:\n"
 "  --socket PATH        control socket (default: $XDG_RUNTIME_DIR/loaderd.sock, else\n"
 "                       /tmp/loaderd-UID.sock); mode 0600 unless --group is given\n"
-"  --workers N          decode threads (default: all cores, here %ld)\n"
+"  --workers N          decode threads (default: all cores, here %u)\n"
 "  --mem-limit BYTES    ring memory over all ranks, suffix K, M, G (default: half of RAM)\n"
 "  --slots N            ring depth when a client does not ask (default 4)\n"
 "  --io MODE            auto (io_uring, O_DIRECT where the file system allows; default),\n"
@@ -51,9 +54,25 @@ static void usage(FILE *f)
 "                       /var/lib/prometheus/node-exporter/loaderd.prom\n"
 "  --metrics-interval SECONDS  how often (default 5; decimals allowed, at least 0.1)\n"
 "  --log-level LEVEL    error, warn, info (default) or debug\n"
+"  --ready-fd N         once serving (socket listening, workers started), write the line\n"
+"                       \"READY socket=PATH pid=PID\" to file descriptor N and close it, for\n"
+"                       whoever started loaderd to wait on (a pipe; systemd-notify style)\n"
 "  --help               this text\n"
 "Exit status: 0 stopped by a signal, 1 runtime error, 2 bad usage.\n",
-		sysconf(_SC_NPROCESSORS_ONLN));
+		proc_cpu_count());
+}
+
+/* --ready-fd: one line, then close, so that a reader sees the line and then EOF. A reader that
+ * went away (EPIPE: SIGPIPE is ignored) is worth a warning, not a stop. */
+static void notify_ready(int fd, const char *socket_path)
+{
+	char line[PATH_MAX + 64];
+	int n = snprintf(line, sizeof(line), "READY socket=%s pid=%d\n", socket_path, (int)getpid());
+	int ret = fd_write_all(fd, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+
+	if (ret < 0)
+		LOG_WARN("--ready-fd %d: %s", fd, strerror(-ret));
+	close(fd);
 }
 
 static void notice(void *ctx, int level, const char *msg)
@@ -75,20 +94,20 @@ int main(int argc, char **argv)
 		{ "log-level", required_argument, NULL, 'l' },
 		{ "metrics-file", required_argument, NULL, 'M' },
 		{ "metrics-interval", required_argument, NULL, 'T' },
+		{ "ready-fd", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct srv_opts so = { .group = (gid_t)-1 };
 	struct ldr_config cfg = { .io = LDR_IO_AUTO };
 	char path[PATH_MAX], why[512];
-	unsigned linger = 60;
+	unsigned linger = 60, ready_fd = 0;
 	const char *metrics_path = NULL;
 	double metrics_s = 5;
-	int c, lvl;
+	int c, lvl, have_ready = 0;
 
 	log_prog = "loaderd";
-	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	so.workers = ncpu > 0 ? (unsigned)ncpu : 1;
+	so.workers = proc_cpu_count();
 	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
 	so.mem_limit = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize / 2 : 0;
 	ldc_default_socket(path, sizeof(path));
@@ -149,6 +168,14 @@ int main(int argc, char **argv)
 				goto bad_value;
 			log_level = lvl;
 			break;
+		case 'r':
+			if (arg_uint(optarg, 0, INT_MAX, &ready_fd) < 0 ||
+			    fcntl((int)ready_fd, F_GETFD) < 0)
+				goto bad_value;
+			/* Not inherited by anything we might start; closed once written. */
+			(void)fcntl((int)ready_fd, F_SETFD, FD_CLOEXEC);
+			have_ready = 1;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -158,10 +185,7 @@ int main(int argc, char **argv)
 		}
 		continue;
 bad_value:
-		for (const struct option *o = opts; o->name; o++)
-			if (o->val == c)
-				fprintf(stderr, "loaderd: --%s: bad value '%s' (see --help)\n", o->name, optarg);
-		return 2;
+		return arg_bad_value(opts, c, optarg);
 	}
 	if (optind < argc) {
 		fprintf(stderr, "loaderd: unexpected argument '%s' (see --help)\n", argv[optind]);
@@ -177,11 +201,7 @@ bad_value:
 		LOG_ERROR("cannot start: %s", why);
 		return 1;
 	}
-	struct sigaction sa = { .sa_handler = on_signal };
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	proc_on_stop_signals(on_signal, 0);
 	LOG_INFO("serving on %s: %u workers, io %s, ring memory limit %llu MiB", path, so.workers,
 		 cfg.io == LDR_IO_PREAD ? "pread" : cfg.io == LDR_IO_BUFFERED ? "io_uring (buffered)" :
 		 "io_uring (O_DIRECT where possible)", (unsigned long long)(so.mem_limit >> 20));
@@ -195,6 +215,8 @@ bad_value:
 		}
 		LOG_INFO("metrics: %s every %.1f s", metrics_path, metrics_s);
 	}
+	if (have_ready)
+		notify_ready((int)ready_fd, path);
 	ret = srv_run(g_srv);
 	ldr_metrics_stop(metrics);  /* the final counters, while the server still exists */
 	srv_destroy(g_srv);

@@ -9,12 +9,10 @@ D=${DEMO_DIR:-build/demo}
 STEPS=${DEMO_STEPS:-1500}
 rm -rf "$D"
 mkdir -p "$D"
-LPID=
+. "$(dirname "$0")/../tests/lib.sh"   # start_loaderd, stop_loaderd
+# (|| true: under set -e, a kill that finds loaderd already gone must not end the script)
 cleanup() {
-	if [ -n "$LPID" ] && kill -0 "$LPID" 2>/dev/null; then
-		kill -TERM "$LPID" 2>/dev/null || true
-		wait "$LPID" 2>/dev/null || true
-	fi
+	stop_loaderd || true
 }
 trap cleanup EXIT INT TERM
 
@@ -25,18 +23,10 @@ echo "== dpack pack"
 "$BIN/dpack" verify "$D/demo.dpk"
 
 echo "== loaderd (1 decode worker: try --workers 2 and compare) on $D/loaderd.sock"
-"$BIN/loaderd" --socket "$D/loaderd.sock" --workers "${DEMO_WORKERS:-1}" 2>"$D/loaderd.log" &
-LPID=$!
-i=0
-while [ ! -S "$D/loaderd.sock" ]; do
-	i=$((i + 1))
-	if [ $i -gt 100 ] || ! kill -0 "$LPID" 2>/dev/null; then
-		echo "demo: loaderd did not start:" >&2
-		cat "$D/loaderd.log" >&2
-		exit 1
-	fi
-	sleep 0.1
-done
+start_loaderd "$D/loaderd.log" --socket "$D/loaderd.sock" --workers "${DEMO_WORKERS:-1}" >&2 || {
+	echo "demo: loaderd did not start" >&2
+	exit 1
+}
 
 # Open MPI refuses root unless told, and wants --oversubscribe when there are fewer cores than ranks.
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -59,7 +49,5 @@ fi
 
 echo
 echo "== stopping loaderd"
-kill -TERM "$LPID"
-wait "$LPID" || true
-LPID=
+stop_loaderd || true
 echo "demo: done. Trace (open in https://ui.perfetto.dev): $D/trace.json; loaderd log: $D/loaderd.log"

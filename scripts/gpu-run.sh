@@ -44,7 +44,7 @@ else
 	ROOT=$(cd "$here/.." && pwd)
 fi
 cd "$ROOT" || exit 1
-# stop_loaderd and friends (the bundle carries tests/lib.sh too)
+# start_loaderd, stop_loaderd and friends (the bundle carries tests/lib.sh too)
 . "$ROOT/tests/lib.sh"
 BUILD=build
 BIN=$BUILD/bin
@@ -84,21 +84,9 @@ fail() { echo "gpu-run: $*" >&2; failed="$failed $stage"; }
 trap 'stop_loaderd' EXIT
 trap 'exit 130' INT TERM HUP
 
-# start_loaderd LOG: loaderd with $WORKERS decode threads on $DATA_DIR/s.sock
-start_loaderd() {
-	rm -f "$DATA_DIR/s.sock"
-	"$BIN/loaderd" --socket "$DATA_DIR/s.sock" --workers "$WORKERS" --linger 5 2>"$1" &
-	LPID=$!
-	i=0
-	while ! grep -q "serving on" "$1" 2>/dev/null; do
-		if ! kill -0 "$LPID" 2>/dev/null || [ $i -ge 200 ]; then
-			echo "loaderd did not start:"; tail -n 20 "$1"
-			LPID=""
-			return 1
-		fi
-		sleep 0.05
-		i=$((i + 1))
-	done
+# serve LOG: loaderd (tests/lib.sh's start_loaderd) with $WORKERS decode threads on $DATA_DIR/s.sock
+serve() {
+	start_loaderd "$1" --socket "$DATA_DIR/s.sock" --workers "$WORKERS" --linger 5
 }
 
 # An ImageNet-like JPEG dataset, made once: $DS_CLASSES x $DS_PER_CLASS images, sides
@@ -235,7 +223,7 @@ st_overlap() {
 	cat "$DATA_DIR/ldb.out" >>"$OUT/overlap.txt"
 	loader_rate=$(last_line "$DATA_DIR/ldb.out" "ldbench:" | sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p')
 	sum "loader-only workers=$WORKERS: $(last_line "$DATA_DIR/ldb.out" "ldbench:")"
-	start_loaderd "$DATA_DIR/loaderd.log" || { fail "loaderd did not start"; return; }
+	serve "$DATA_DIR/loaderd.log" || { fail "loaderd did not start"; return; }
 	trainer r50-loaderd --socket "$DATA_DIR/s.sock" --dataset "$D" --model "$R50" \
 		--steps "$R50_STEPS" --job "r50-$$"
 	trainer mlp-loaderd --socket "$DATA_DIR/s.sock" --dataset "$D" --model mlp \

@@ -342,6 +342,71 @@ void ldc_close(struct ldc *c)
 	free(c);
 }
 
+/* Append @n bytes of @p to the growing string *@buf (*@len used, *@cap allocated). 0 or -ENOMEM. */
+static int append(char **buf, size_t *len, size_t *cap, const char *p, size_t n)
+{
+	if (*len + n + 1 > *cap) {
+		size_t want = *cap ? *cap : 4096;
+		while (want < *len + n + 1)
+			want *= 2;
+		char *t = realloc(*buf, want);
+		if (!t)
+			return -ENOMEM;
+		*buf = t;
+		*cap = want;
+	}
+	memcpy(*buf + *len, p, n);
+	*len += n;
+	(*buf)[*len] = '\0';
+	return 0;
+}
+
+int ldc_admin(const char *socket_path, uint32_t op, uint32_t flags, const char *job, char **text,
+	      char *err, size_t errlen)
+{
+	struct ctl_admin req = { .op = op, .flags = flags };
+	size_t len = 0, cap = 0;
+	char *out = NULL;
+	struct ldc *c;
+	int ret;
+
+	*text = NULL;
+	if (job && strlen(job) >= sizeof(req.job)) {
+		snprintf(err, errlen, "job name %s is longer than %zu bytes", job, sizeof(req.job) - 1);
+		return -EINVAL;
+	}
+	if (job)
+		strcpy(req.job, job);
+	ret = ldc_connect(socket_path, &c, err, errlen);
+	if (ret < 0)
+		return ret;
+	ret = ctl_send(c->fd, CTL_ADMIN, &req, sizeof(req), NULL, 0);
+	if (ret < 0)
+		set_err(c, ret, "sending to loaderd: %s", strerror(-ret));
+	/* The answer comes in chunks; an empty one ends it. */
+	while (ret == 0) {
+		char buf[CTL_MSG_MAX];
+		ssize_t n = wait_reply(c, CTL_ADMIN_TEXT, buf, NULL, NULL);
+
+		if (n < 0)
+			ret = (int)n;
+		else if (n == 0)
+			break;
+		else if (append(&out, &len, &cap, buf, (size_t)n) < 0)
+			ret = set_err(c, -ENOMEM, "out of memory for loaderd's answer");
+	}
+	if (ret == 0 && !out)
+		ret = append(&out, &len, &cap, "", 0) < 0 ? set_err(c, -ENOMEM, "out of memory") : 0;
+	if (ret < 0) {
+		snprintf(err, errlen, "%s", c->err);
+		free(out);
+		out = NULL;
+	}
+	ldc_close(c);
+	*text = out;
+	return ret;
+}
+
 const char *ldc_error(const struct ldc *c)
 {
 	return c->err;

@@ -81,6 +81,15 @@ int ldc_release(struct ldc *c, const struct ldc_batch *b);
 int ldc_stats(struct ldc *c, struct ctl_stats *st);
 void ldc_close(struct ldc *c);  /* NULL ok; held batches are released by the daemon */
 
+/* Ask loaderd at @socket_path an admin question on a connection of its own (what loaderctl
+ * shows): @op is a CTL_OP_*, @flags CTL_ADMIN_JSON or 0, @job a job name for CTL_OP_STATS (NULL
+ * or "": all jobs) and CTL_OP_STOP (required). On success, 0 and the whole answer, text or JSON,
+ * NUL-terminated, in *@text: free() it. Else -errno (-ENAMETOOLONG, -EINVAL for a bad @job, the
+ * connect error, -ETIMEDOUT when loaderd does not answer within 10 s, -EPIPE, or loaderd's refusal,
+ * e.g. -ENOENT for an unknown job) with the reason in @err. */
+int ldc_admin(const char *socket_path, uint32_t op, uint32_t flags, const char *job, char **text,
+	      char *err, size_t errlen);
+
 /* Queries. */
 const char *ldc_error(const struct ldc *c);  /* the last failure, in words; "" if none */
 void *ldc_ring_base(const struct ldc *c);   /* the whole mapping, e.g. for cudaHostRegister */

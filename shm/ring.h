@@ -3,7 +3,7 @@
  * each one explicitly. Backed by a sealed memfd, so it cannot be resized under either side and
  * leaves no name behind. Spec of the layout: docs/RING.md.
  *
- * Slot ownership (DESIGN.md): the producer owns a slot from the moment it is free for a step until
+ * Slot ownership (docs/RING.md): the producer owns a slot from the moment it is free for a step until
  * it publishes; the consumer owns it from acquire until release. Each slot has one 32-bit state
  * word, (lap << 2) | state, where lap = (step - first_step) / slots. Waiting is a futex wait on that
  * word; publishing and releasing wake it.

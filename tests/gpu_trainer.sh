@@ -57,17 +57,7 @@ check "  on $ON" grep -q "$ON" "$T/syn.out"
 "$BIN/dsgen" imagefolder "$T/tree" --classes 4 --per-class 40 --min-side 64 --max-side 128 >/dev/null
 "$BIN/dpack" pack --no-fsync "$T/tree" "$T/d.dpk" >/dev/null 2>&1
 check "dataset: 4 classes x 40 generated and packed" [ -s "$T/d.dpk" ]
-"$BIN/loaderd" --socket "$T/s.sock" --workers 4 --linger 5 2>"$T/loaderd.log" &
-LPID=$!
-i=0
-while ! grep -q "serving on" "$T/loaderd.log" 2>/dev/null; do
-	if ! kill -0 "$LPID" 2>/dev/null || [ $i -ge 100 ]; then
-		echo "# loaderd did not start:"; show "$T/loaderd.log"
-		exit 1
-	fi
-	sleep 0.05
-	i=$((i + 1))
-done
+start_loaderd "$T/loaderd.log" --socket "$T/s.sock" --workers 4 --linger 5 || exit 1
 
 # train NAME [options]: one rank from loaderd; output in $T/NAME.out, parameters in $T/NAME.bin
 train() {

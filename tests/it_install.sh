@@ -88,9 +88,9 @@ show "$T/cc.log"
 "$R/bin/dsgen" npy "$T/x.npy" "$T/y.npy" --count 30 --height 8 --width 8 --channels 3 \
 	--classes 5 >/dev/null && "$R/bin/dpack" pack "$T/x.npy" "$T/y.npy" "$T/d.dpk" >/dev/null
 check "the installed dsgen and dpack make a dataset" [ $? -eq 0 ]
-"$R/bin/loaderd" --socket "$T/s.sock" --workers 1 2>"$T/loaderd.log" &
-LPID=$!
-check "the installed loaderd serves" wait_socket "$T/s.sock" "$LPID"
+LOADERD=$R/bin/loaderd
+check "the installed loaderd serves" start_loaderd "$T/loaderd.log" --socket "$T/s.sock" --workers 1
+unset LOADERD
 out=$(LD_LIBRARY_PATH=$R/lib "$T/client" "$T/s.sock" "$T/d.dpk" 2>&1)
 check "the client reads one epoch from it: $out" [ "$out" = "30 samples, 30 distinct" ]
 check "the client loads the installed libldc.so.0" \

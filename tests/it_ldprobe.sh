@@ -98,10 +98,7 @@ PY
 verdict() { tail -n 1 "$T/$1.out" | sed -n 's/.* verdict=\([a-z-]*\)$/\1/p'; }
 
 # ---- (a) throttled loader (1 worker, test's own loaderd), heavy model: compute-limited ----
-"$BIN/loaderd" --socket "$T/ld.sock" --workers 1 2>"$T/ld.log" &
-LPID=$!
-i=0
-while ! grep -q "serving on" "$T/ld.log" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+start_loaderd "$T/ld.log" --socket "$T/ld.sock" --workers 1
 probe a --socket "$T/ld.sock" --dataset "$T/small.dpk" --crop 64 --batch 32 \
 	--model synthetic:flops=100M,params=64K
 check "(a) heavy model, 1 decode worker: compute-limited" [ "$(verdict a)" = compute-limited ]

@@ -12,21 +12,11 @@ T=$(mktemp -d /tmp/it_loaderd.XXXXXX)
 trap 'stop_loaderd; rm -rf "$T"' EXIT
 trap 'exit 130' INT TERM HUP
 
-# Start loaderd on $T/s.sock with extra options; its log goes to $T/$1.log. Waits until it serves.
-start_loaderd() {
-	log=$T/$1.log
+# serve NAME [OPTION...]: loaderd on $T/s.sock, its log in $T/NAME.log; waits until it serves.
+serve() {
+	name=$1
 	shift
-	"$BIN/loaderd" --socket "$T/s.sock" --workers 2 --linger 5 "$@" 2>"$log" &
-	LPID=$!
-	i=0
-	while ! grep -q "serving on" "$log" 2>/dev/null; do
-		if ! kill -0 "$LPID" 2>/dev/null || [ $i -ge 100 ]; then
-			echo "# loaderd did not start:"; sed 's/^/#   /' "$log"
-			return 1
-		fi
-		sleep 0.05
-		i=$((i + 1))
-	done
+	start_loaderd "$T/$name.log" --socket "$T/s.sock" --workers 2 --linger 5 "$@"
 }
 
 # Run ranks 0 and 1 of job $1 on dataset $2 at once (extra ldcat options after): output in
@@ -71,7 +61,7 @@ check "layout: $K classes of $M (class = id / $M)" [ "$(python3 -c "
 import json; d = json.load(open('$T/a.json'))
 print(d['samples'], [c['samples'] for c in d['classes']])")" = "$N $(python3 -c "print([$M] * $K)")" ]
 
-start_loaderd d1 || { echo "0 passed, 1 failed"; exit 1; }
+serve d1 || { echo "0 passed, 1 failed"; exit 1; }
 
 # ---- one epoch, 2 ranks, tail pad ----
 epoch pad "$T/a.dpk" --tail pad --transforms rrc --flip
@@ -164,7 +154,7 @@ check "SIGTERM: the attached client exits 1 and says loaderd went" \
 	sh -c "[ \"\$(cat '$T/forever.rc0')\" = 1 ] && grep -q loaderd '$T/forever.e0'"
 
 # ---- the pread path: the same epoch, clean and with the bad record ----
-start_loaderd d2 --io pread || no "loaderd --io pread starts"
+serve d2 --io pread || no "loaderd --io pread starts"
 epoch ppad "$T/a.dpk" --tail pad --transforms rrc --flip
 real_ids ppad >"$T/got"; expect_ids $N >"$T/want"
 check "pread: both ranks exit 0" [ "$(rc ppad 0)$(rc ppad 1)" = "00" ]
@@ -179,7 +169,7 @@ check "pread: loaderd's log names sample $X" grep -q "sample $X is bad" "$T/d2.l
 # ---- kill -9 leaves a stale socket; a new loaderd takes the path over at once ----
 kill -KILL "$LPID"; wait "$LPID" 2>/dev/null; LPID=""
 check "kill -9: the socket file is left behind" [ -S "$T/s.sock" ]
-start_loaderd d3; started=$?
+serve d3; started=$?
 check "kill -9: a new loaderd starts on the same path" [ $started -eq 0 ]
 "$BIN/ldcat" --socket "$T/s.sock" --dataset "$T/a.dpk" --job after --steps 3 --batch 8 --crop 16 \
 	>"$T/after.out" 2>"$T/after.e"

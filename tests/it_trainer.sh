@@ -10,7 +10,8 @@
 #   loaderd killed under a running job, a rank that dies (SIGKILL, SIGTERM; rank 0 or 1) or that
 #     fails (a bad argument on one rank only): mpirun exits non-zero within seconds with a
 #     message, and no rank is left behind.
-#   --trace writes valid JSON with both ranks' events.
+#   --trace writes valid JSON with both ranks' events; --report-json a report that parses, with the
+#     dataset's class count, per-rank figures, the thresholds and the last line's verdict.
 #   Bad usage: --device cuda without a GPU, unknown --model/--device/option, no data source, no
 #     loaderd: a clear error and a non-zero exit.
 # Needs mpirun (exit 77 without). About 35 s on 2 cores.
@@ -120,23 +121,9 @@ check "  differs from 2 ranks x $((B / 2)) (no sum in place of the average)" dif
 "$BIN/dpack" pack --no-fsync "$T/tree" "$T/d.dpk" >/dev/null 2>&1
 check "dataset: 4 classes x 40 generated and packed" [ -s "$T/d.dpk" ]
 
-start_loaderd() {
-	log=$T/$1.log
-	"$BIN/loaderd" --socket "$T/s.sock" --workers 2 --linger 5 2>"$log" &
-	LPID=$!
-	i=0
-	while ! grep -q "serving on" "$log" 2>/dev/null; do
-		if ! kill -0 "$LPID" 2>/dev/null || [ $i -ge 100 ]; then
-			echo "# loaderd did not start:"; show "$log"
-			return 1
-		fi
-		sleep 0.05
-		i=$((i + 1))
-	done
-}
-check "loaderd starts" start_loaderd loaderd
+check "loaderd starts" start_loaderd "$T/loaderd.log" --socket "$T/s.sock" --workers 2 --linger 5
 $GUARD $MPIRUN -np 2 "$BIN/trainer" --dataset "$T/d.dpk" --socket "$T/s.sock" --crop 32 --batch 16 \
-	--steps 300 --device host --log-every 100 >"$T/learn.out" 2>"$T/learn.err"
+	--steps 300 --device host --log-every 100 --report-json "$T/learn.json" >"$T/learn.out" 2>"$T/learn.err"
 rc=$?
 check "mpirun -np 2 trainer --dataset: 300 steps, exit 0 (exit $rc)" [ $rc -eq 0 ]
 grep "accuracy" "$T/learn.err" | sed 's/^/# /'
@@ -149,6 +136,14 @@ echo "# $last"
 check "last line: trainer: samples_per_s=X au=Y verdict=Z" matches "$last" \
 	'^trainer: samples_per_s=[0-9]+(\.[0-9]+)? au=[0-9]+(\.[0-9]+)? verdict=(loader|compute|communication|straggler)-limited$'
 [ $rc -eq 0 ] && [ -n "$acc" ] || { show "$T/learn.err"; show "$T/learn.out"; }
+check "--report-json: the dataset's 4 classes, 2 ranks, the verdict of the last line" python3 -c "
+import json, sys
+r = json.load(open('$T/learn.json'))
+last = open('$T/learn.out').read().splitlines()[-1]
+ok = (r['classes'] == 4 and r['ranks'] == 2 and len(r['per_rank']) == 2 and
+      last.endswith('verdict=' + r['verdict']) and r['device'] == 'host')
+print('# classes %s, verdict %s, samples_per_s %s' % (r['classes'], r['verdict'], r['samples_per_s']))
+sys.exit(not ok)"
 
 # ---- loaderd killed under a running job: the ranks exit with a message ----
 $GUARD $MPIRUN -np 2 "$BIN/trainer" --dataset "$T/d.dpk" --socket "$T/s.sock" --crop 32 --batch 16 \
@@ -213,7 +208,7 @@ check "  rank 1's message is shown" grep -q "rank 1: error: unknown model 'bogus
 
 # ---- --trace ----
 $GUARD $MPIRUN -np 2 "$BIN/trainer" --synthetic --device host --crop 32 --batch 4 --steps 10 \
-	--log-every 0 --trace "$T/trace.json" >"$T/trace.out" 2>&1
+	--log-every 0 --trace "$T/trace.json" --report-json "$T/report.json" >"$T/trace.out" 2>&1
 check "--trace run exits 0" [ $? -eq 0 ]
 check "  the trace is valid JSON (python3 -m json.tool)" sh -c "python3 -m json.tool '$T/trace.json' >/dev/null"
 check "  complete events of ranks 0 and 1, a compute event for each step" python3 -c "
@@ -224,6 +219,17 @@ for r in (0, 1):
     steps = sorted(e['args']['step'] for e in ev if e['pid'] == r and e['name'] == 'compute')
     ok = ok and steps == list(range(10))
 print('# %d events, pids %s' % (len(ev), sorted({e['pid'] for e in ev})))
+sys.exit(not ok)"
+
+check "--report-json is valid JSON: figures per rank and phase, thresholds, verdict" python3 -c "
+import json, sys
+r = json.load(open('$T/report.json'))
+ph = ('data', 'copy', 'compute', 'comm', 'opt', 'gap')
+ok = (r['schema'] == 'loaderd-trainer-report/1' and r['synthetic'] is True and r['steps'] == 10 and
+      [x['rank'] for x in r['per_rank']] == [0, 1] and
+      all(set(ph) <= set(x['shares']) for x in r['per_rank'] + [r]) and
+      set(r['thresholds']) == {'lost_min', 'imbalance_min', 'straggler_steps'} and
+      r['verdict'].endswith('-limited') and r['params'] > 0 and r['classes'] == 10)
 sys.exit(not ok)"
 
 # ---- bad usage ----

@@ -1,4 +1,5 @@
-# lib.sh - shared by the integration scripts (tests/it_*.sh, tests/gpu_*.sh, scripts/gpu-run.sh):
+# lib.sh - shared by the integration scripts (tests/it_*.sh, tests/gpu_*.sh, scripts/gpu-run.sh,
+# scripts/demo.sh):
 # source it with `. "$(dirname "$0")/lib.sh"`. Functions only; nothing runs on load.
 
 fails=0 n=0
@@ -22,21 +23,39 @@ stop_pid() {
 	kill -KILL "$1" 2>/dev/null
 	wait "$1" 2>/dev/null
 }
-# The test's loaderd is $LPID; stop_loaderd stops it and forgets it.
+# The test's loaderd is $LPID; start_loaderd starts it, stop_loaderd stops it and forgets it.
 LPID=""
+# start_loaderd LOG [OPTION...]: start ${LOADERD:-$BIN/loaderd} OPTION... in the background, its
+# stderr in LOG, and wait until it serves: loaderd writes one line ("READY socket=... pid=...") on
+# --ready-fd, here a FIFO, once its socket listens and its workers run. Sets LPID. Returns 1,
+# with LOG's tail, when loaderd exits first or is not ready within READY_TIMEOUT s (default 10;
+# LPID is then still set, for stop_loaderd).
+start_loaderd() {
+	_sl_log=$1
+	shift
+	_sl_fifo=$(mktemp -u "${TMPDIR:-/tmp}/loaderd-ready.XXXXXX") || return 1
+	mkfifo -m 600 "$_sl_fifo" || return 1
+	"${LOADERD:-$BIN/loaderd}" "$@" --ready-fd 3 3>"$_sl_fifo" 2>"$_sl_log" &
+	LPID=$!
+	# EOF (loaderd exited, or never started) ends the read as surely as the line does.
+	_sl_line=$(timeout "${READY_TIMEOUT:-10}" head -n 1 "$_sl_fifo")
+	rm -f "$_sl_fifo"
+	case $_sl_line in
+	READY*) return 0 ;;
+	esac
+	if kill -0 "$LPID" 2>/dev/null; then
+		echo "# loaderd did not get ready within ${READY_TIMEOUT:-10} s:"
+	else
+		wait "$LPID"
+		echo "# loaderd exited (status $?) before it served:"
+		LPID=""
+	fi
+	show "$_sl_log"
+	return 1
+}
 stop_loaderd() {
 	stop_pid "$LPID"
 	LPID=""
-}
-
-# wait_socket SOCK PID: wait up to 10 s for a loaderd (PID) to create its socket SOCK; 1 if it
-# exited or timed out. (Until loaderd's --ready-fd is used here.)
-wait_socket() {
-	i=0
-	while [ ! -S "$1" ]; do
-		kill -0 "$2" 2>/dev/null && [ $i -lt 100 ] || return 1
-		sleep 0.1; i=$((i + 1))
-	done
 }
 
 # corrupt_record DPK ID: flip one byte in the middle of record ID's stored bytes in the .dpk
@@ -69,12 +88,11 @@ need_bins() {
 		[ -x "${BUILD:-build}/bin/$b" ] || { echo "not built: ${BUILD:-build}/bin/$b (run make)"; exit 1; }
 	done
 }
-# serve_loaderd SOCK LOG [OPTION...]: start $BUILD/bin/loaderd on SOCK with one worker as the
-# test's loaderd ($LPID), its log in LOG; exit 1, showing the log, unless it serves within 10 s.
+# serve_loaderd SOCK LOG [OPTION...]: start_loaderd on SOCK with one worker as the test's
+# loaderd ($LPID), its log in LOG; exit 1, showing the log, unless it serves.
 serve_loaderd() {
-	s=$1 log=$2
+	_sv_sock=$1 _sv_log=$2
 	shift 2
-	"${BUILD:-build}/bin/loaderd" --socket "$s" --workers 1 "$@" 2>"$log" &
-	LPID=$!
-	wait_socket "$s" "$LPID" || { echo "# loaderd did not start"; show "$log"; exit 1; }
+	start_loaderd "$_sv_log" --socket "$_sv_sock" --workers 1 "$@" ||
+		{ echo "# loaderd did not start"; exit 1; }
 }

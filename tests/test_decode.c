@@ -21,23 +21,13 @@
 #include <turbojpeg.h>
 #include <zstd.h>
 #include <cmocka.h>
+#include "tests/test_util.h"
 
-static uint64_t xorshift(uint64_t *x)
+
+/* A xorshift state from TEST_DECODE_SEED or the clock; the seed is printed for replay. */
+static uint64_t seeded(const char *test)
 {
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
-
-/* A seed from TEST_DECODE_SEED or the clock, printed so that a failure can be replayed. */
-static uint64_t test_seed(const char *test)
-{
-	const char *env = getenv("TEST_DECODE_SEED");
-	uint64_t seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
-
-	printf("%s: seed %" PRIu64 " (TEST_DECODE_SEED=%" PRIu64 " to replay)\n", test, seed, seed);
-	return seed * 0x9e3779b97f4a7c15ull + 1;
+	return test_xorshift_init(test_seed(test, "TEST_DECODE_SEED"));
 }
 
 /* ---- crop windows ---- */
@@ -56,7 +46,7 @@ static void test_crop_random_window_inside_image(void **state)
 	static const uint32_t fixed[][2] = { { 1, 1 }, { 2, 300 }, { 300, 2 }, { 5000, 20 },
 					     { 20, 5000 }, { 500, 400 }, { 3, 3 }, { 7, 1000 },
 					     { 1, 2 }, { 2, 1 }, { 8192, 8192 } };
-	uint64_t x = test_seed("test_crop_random_window_inside_image");
+	uint64_t x = seeded("test_crop_random_window_inside_image");
 
 	(void)state;
 	for (int i = 0; i < 300; i++) {
@@ -66,11 +56,11 @@ static void test_crop_random_window_inside_image(void **state)
 			h = fixed[i][1];
 		} else {
 			/* sizes spread over orders of magnitude, tiny ones included */
-			w = 1 + (uint32_t)(xorshift(&x) % (1u << (xorshift(&x) % 13)));
-			h = 1 + (uint32_t)(xorshift(&x) % (1u << (xorshift(&x) % 13)));
+			w = 1 + (uint32_t)(test_xorshift(&x) % (1u << (test_xorshift(&x) % 13)));
+			h = 1 + (uint32_t)(test_xorshift(&x) % (1u << (test_xorshift(&x) % 13)));
 		}
 		for (int k = 0; k < 100; k++) {
-			uint64_t key = xorshift(&x);
+			uint64_t key = test_xorshift(&x);
 			struct ldr_crop a, b;
 
 			ldr_crop_random(w, h, key, &a);
@@ -221,7 +211,7 @@ static void test_jpeg_scale_largest_covering(void **state)
 		{ 2559, 1792, 224, 320, 4 }, { 1, 1, 1, 1, 1 },
 		{ 8, 8, 1, 1, 8 },           { 100000, 3, 1, 1, 2 },
 	};
-	uint64_t x = test_seed("test_jpeg_scale_largest_covering");
+	uint64_t x = seeded("test_jpeg_scale_largest_covering");
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -230,12 +220,12 @@ static void test_jpeg_scale_largest_covering(void **state)
 	}
 	for (int i = 0; i < 100000; i++) {
 		struct ldr_crop c;
-		c.x = (uint32_t)(xorshift(&x) % 100);
-		c.y = (uint32_t)(xorshift(&x) % 100);
-		c.w = 1 + (uint32_t)(xorshift(&x) % 4000);
-		c.h = 1 + (uint32_t)(xorshift(&x) % 4000);
-		uint32_t oh = 1 + (uint32_t)(xorshift(&x) % 600);
-		uint32_t ow = 1 + (uint32_t)(xorshift(&x) % 600);
+		c.x = (uint32_t)(test_xorshift(&x) % 100);
+		c.y = (uint32_t)(test_xorshift(&x) % 100);
+		c.w = 1 + (uint32_t)(test_xorshift(&x) % 4000);
+		c.h = 1 + (uint32_t)(test_xorshift(&x) % 4000);
+		uint32_t oh = 1 + (uint32_t)(test_xorshift(&x) % 600);
+		uint32_t ow = 1 + (uint32_t)(test_xorshift(&x) % 600);
 		unsigned den = ldr_jpeg_scale(&c, oh, ow);
 		assert_true(den == 1 || den == 2 || den == 4 || den == 8);
 		/* covers the output at this scale, and the next one up does not */
@@ -642,7 +632,7 @@ static void test_decode_jpeg_truncated_rejected(void **state)
 static void test_decode_jpeg_garbage_entropy_rejected(void **state)
 {
 	static uint8_t good_out[224 * 224 * 3];
-	uint64_t x = test_seed("test_decode_jpeg_garbage_entropy_rejected");
+	uint64_t x = seeded("test_decode_jpeg_garbage_entropy_rejected");
 
 	(void)state;
 	for (int i = 0; i < NIMG; i++) {
@@ -656,11 +646,11 @@ static void test_decode_jpeg_garbage_entropy_rejected(void **state)
 		assert_non_null(bad);
 		decode_ok(j, &c, &o, good_out);
 		for (int k = 0; k < 10; k++) {
-			size_t from = sos + data / 4 + xorshift(&x) % (data / 8);
-			size_t n = data / 4 + xorshift(&x) % (data / 8);
+			size_t from = sos + data / 4 + test_xorshift(&x) % (data / 8);
+			size_t n = data / 4 + test_xorshift(&x) % (data / 8);
 			memcpy(bad, j->buf, j->len);
 			for (size_t b = 0; b < n; b++)
-				bad[from + b] = (uint8_t)xorshift(&x);
+				bad[from + b] = (uint8_t)test_xorshift(&x);
 			snprintf(what, sizeof(what), "%s garbage at %zu+%zu", j->name, from, n);
 			check_rejected(bad, j->len, j, good_out, what);
 		}
@@ -674,16 +664,16 @@ static void test_decode_jpeg_random_bytes_rejected(void **state)
 	static uint8_t good_out[224 * 224 * 3];
 	struct ldr_crop c = { 0, 0, 333, 517 };
 	struct ldr_out o = { 224, 224, 0, 0 };
-	uint64_t x = test_seed("test_decode_jpeg_random_bytes_rejected");
+	uint64_t x = seeded("test_decode_jpeg_random_bytes_rejected");
 
 	(void)state;
 	decode_ok(j, &c, &o, good_out);
 	for (int k = 0; k < 200; k++) {
-		size_t len = 1 + xorshift(&x) % 5000;
+		size_t len = 1 + test_xorshift(&x) % 5000;
 		uint8_t *p = malloc(len);
 		assert_non_null(p);
 		for (size_t b = 0; b < len; b++)
-			p[b] = (uint8_t)xorshift(&x);
+			p[b] = (uint8_t)test_xorshift(&x);
 		if (k % 2) {
 			/* a plausible start: SOI, then garbage */
 			p[0] = 0xff;
@@ -838,7 +828,7 @@ static void test_decode_zstd_roundtrip(void **state)
 			assert_non_null(raw);
 			assert_non_null(z);
 			for (size_t i = 0; i < n; i++)
-				raw[i] = random ? (uint8_t)xorshift(&x) : (uint8_t)(i / 100);
+				raw[i] = random ? (uint8_t)test_xorshift(&x) : (uint8_t)(i / 100);
 			size_t zn = ZSTD_compress(z, cap, raw, n, 3);
 			assert_false(ZSTD_isError(zn));
 			why[0] = 0;
@@ -863,7 +853,7 @@ static void zstd_fails(const uint8_t *z, size_t zn, size_t raw, const char *what
 static void test_decode_zstd_wrong_size_and_garbage(void **state)
 {
 	uint8_t raw[10000], z[11000], junk[3000];
-	uint64_t x = test_seed("test_decode_zstd_wrong_size_and_garbage");
+	uint64_t x = seeded("test_decode_zstd_wrong_size_and_garbage");
 	size_t zn;
 
 	(void)state;
@@ -877,9 +867,9 @@ static void test_decode_zstd_wrong_size_and_garbage(void **state)
 	zstd_fails(z, zn - 1, sizeof(raw), "truncated frame");
 	zstd_fails(z, 0, sizeof(raw), "empty input");
 	for (int k = 0; k < 50; k++) {
-		size_t n = 1 + xorshift(&x) % sizeof(junk);
+		size_t n = 1 + test_xorshift(&x) % sizeof(junk);
 		for (size_t i = 0; i < n; i++)
-			junk[i] = (uint8_t)xorshift(&x);
+			junk[i] = (uint8_t)test_xorshift(&x);
 		if (k % 2) {  /* a real frame header, then garbage */
 			memcpy(junk, z, n < 12 ? n : 12);
 		}

@@ -22,6 +22,7 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include "tests/test_util.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -144,29 +145,6 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static uint64_t rnd_next(uint64_t *s)  /* splitmix64 */
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static uint64_t mix64(uint64_t x)
-{
-	return rnd_next(&x);
-}
-
-static uint64_t seed_get(const char *test)
-{
-	const char *env = getenv("TEST_RING_SEED");
-	uint64_t seed = env ? strtoull(env, NULL, 0) : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
-
-	printf("%s: seed %" PRIu64 " (TEST_RING_SEED=%" PRIu64 " to replay)\n", test, seed, seed);
-	fflush(stdout);
-	return seed;
-}
 
 static int count_fds(void)
 {
@@ -1501,7 +1479,7 @@ static void test_ring_fill_scrambled_publish_order(void **state)
 {
 	const uint32_t slots = 8;
 	struct ring_desc d = desc_make(slots, 4, 9, 0, slots * 25);
-	uint64_t seed = seed_get(__func__), rs = seed, next = 0;
+	uint64_t seed = test_seed(__func__, "TEST_RING_SEED"), rs = seed, next = 0;
 	struct ring_slot s[8], c;
 
 	(void)state;
@@ -1516,7 +1494,7 @@ static void test_ring_fill_scrambled_publish_order(void **state)
 			fill_slot(h, &s[i], base + i);
 		}
 		for (uint32_t i = slots - 1; i > 0; i--) {
-			uint32_t j = (uint32_t)(rnd_next(&rs) % (i + 1)), t = perm[i];
+			uint32_t j = (uint32_t)(mix_next(&rs) % (i + 1)), t = perm[i];
 			perm[i] = perm[j];
 			perm[j] = t;
 		}
@@ -1636,7 +1614,7 @@ static void test_ring_fill_threads_out_of_order(void **state)
 {
 	const uint64_t first = 17;
 	struct ring_desc d = desc_make(8, 6, 5, first, first + OOO_STEPS);
-	uint64_t seed = seed_get(__func__), rs = seed;
+	uint64_t seed = test_seed(__func__, "TEST_RING_SEED"), rs = seed;
 	pthread_t prod[OOO_THREADS], cons;
 	struct ooo *o = calloc(1, sizeof(*o));
 	uint64_t descents = 0;
@@ -1657,7 +1635,7 @@ static void test_ring_fill_threads_out_of_order(void **state)
 			for (uint8_t i = 0; i < OOO_GROUP; i++)
 				t[i] = i;
 			for (uint32_t i = OOO_GROUP - 1; i > 0; i--) {
-				uint32_t j = (uint32_t)(rnd_next(&rs) % (i + 1));
+				uint32_t j = (uint32_t)(mix_next(&rs) % (i + 1));
 				uint8_t x = t[i];
 				t[i] = t[j];
 				t[j] = x;
@@ -1795,7 +1773,7 @@ static void test_ring_prod_random_words_match_spec(void **state)
 	const uint32_t slots = 6;
 	const uint64_t first = 100, next = first + 3 * slots;  /* three laps consumed */
 	struct ring_desc d = desc_make(slots, 2, 4, first, 0);
-	uint64_t seed = seed_get(__func__), rs = seed;
+	uint64_t seed = test_seed(__func__, "TEST_RING_SEED"), rs = seed;
 	const struct ring_hdr *h;
 	struct ring_slot s;
 
@@ -1808,14 +1786,14 @@ static void test_ring_prod_random_words_match_spec(void **state)
 		 * and [next, next + slots) (to be polled) */
 		for (uint32_t i = 0; i < slots; i++) {
 			uint64_t st = next - slots + ((i + slots - (next - first) % slots) % slots);
-			uint64_t r = rnd_next(&rs);
+			uint64_t r = mix_next(&rs);
 			uint32_t w;
 			do {
 				if (r & 1)
 					w = W(lap_of(h, st) + (uint32_t)((r >> 1) % 5) - 2, (r >> 8) & 3);
 				else
 					w = (uint32_t)(r >> 32);
-				r = rnd_next(&rs);
+				r = mix_next(&rs);
 			} while (ambiguous_word(h, st, w));
 			assert_int_equal(slot_of(h, st), i);
 			words[i] = w;
@@ -1831,8 +1809,8 @@ static void test_ring_prod_random_words_match_spec(void **state)
 			assert_int_equal(got, want == 1 ? 0 : want == 0 ? -ETIMEDOUT : -EBADMSG);
 		}
 		/* scan over a random range ending at or before next */
-		uint64_t to = next - rnd_next(&rs) % (slots + 1);
-		uint64_t from = to - rnd_next(&rs) % (to - first + 1);
+		uint64_t to = next - mix_next(&rs) % (slots + 1);
+		uint64_t from = to - mix_next(&rs) % (to - first + 1);
 		uint64_t lo = to - from > slots ? to - slots : from, want_frontier = to, frontier;
 		int want = 0, skip = 0;
 		for (uint64_t st = lo; st < to && !want && !skip; st++) {
@@ -1851,7 +1829,7 @@ static void test_ring_prod_random_words_match_spec(void **state)
 				 "frontier %" PRIu64 ", want %d frontier %" PRIu64, seed, round, from,
 				 to, got, frontier, want, want_frontier);
 		/* begin takes exactly the free words, and leaves the others alone */
-		uint64_t st = next + rnd_next(&rs) % slots;
+		uint64_t st = next + mix_next(&rs) % slots;
 		uint32_t w = words[slot_of(h, st)];
 		got = ring_prod_begin(g_prod, st, &s);
 		assert_int_equal(got, spec_poll(h, st, w) == 1 ? 0 : -EBADMSG);
@@ -2116,7 +2094,7 @@ static void test_ring_fork_hostile_child_scribbles(void **state)
 {
 	const uint32_t slots = 4;
 	struct ring_desc d = desc_make(slots, 4, 8, 0, 0);
-	uint64_t seed = seed_get(__func__);
+	uint64_t seed = test_seed(__func__, "TEST_RING_SEED");
 	struct ring_hdr saved;
 	int pfd[2];
 	pid_t pid;
@@ -2137,7 +2115,7 @@ static void test_ring_fork_hostile_child_scribbles(void **state)
 		uint64_t rs = seed;
 		(void)!write(pfd[1], "x", 1);
 		for (int it = 0; it < 300000; it++) {
-			uint64_t r = rnd_next(&rs), v = rnd_next(&rs);
+			uint64_t r = mix_next(&rs), v = mix_next(&rs);
 			uint32_t i = (uint32_t)(r % slots);
 			switch ((r >> 8) % 10) {
 			case 0: case 1: case 2:  /* anything */

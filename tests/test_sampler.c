@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 #include <cmocka.h>
+#include "tests/test_util.h"
 
 /* Short names for the tables below. */
 enum { SHUF = LDR_SAMPLE_SHUFFLE, SEQ = LDR_SAMPLE_SEQUENTIAL, BLK = LDR_SAMPLE_BLOCK };
@@ -43,13 +44,6 @@ static const char *tail_name(int t)
 	return t == PAD ? "pad" : t == DROP ? "drop" : "mask";
 }
 
-static uint64_t xorshift(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
 
 /* ldr_sampler_init with default block geometry and seed 0. */
 static int init0(struct ldr_sampler *s, uint64_t n, uint32_t world, uint32_t batch, int mode,
@@ -564,21 +558,17 @@ static void test_sampler_distributed_semantics_many_triples(void **state)
 /* Seeded random triples, incl. N < world (padding_size > N, PyTorch's repeated-list branch). */
 static void test_sampler_distributed_semantics_seeded(void **state)
 {
-	const char *env = getenv("TEST_SAMPLER_SEED");
-	uint64_t seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
-	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+	uint64_t x = test_xorshift_init(test_seed(__func__, "TEST_SAMPLER_SEED"));
 	struct shard_bufs b;
 
 	(void)state;
-	printf("test_sampler_distributed_semantics_seeded: seed %" PRIu64
-	       " (TEST_SAMPLER_SEED=%" PRIu64 " to replay)\n", seed, seed);
 	shard_bufs_init(&b, 3000, 300);
 	for (int iter = 0; iter < 300; iter++) {
-		uint64_t n = 1 + xorshift(&x) % (iter % 3 == 0 ? 20 : 3000);
-		uint32_t world = 1 + (uint32_t)(xorshift(&x) % (iter % 4 == 0 ? 300 : 17));
-		uint32_t batch = 1 + (uint32_t)(xorshift(&x) % 70);
-		int mode = (int)(xorshift(&x) % 3), tail = (int)(xorshift(&x) % 3);
-		uint64_t key = xorshift(&x), epoch = xorshift(&x) % 1000;
+		uint64_t n = 1 + test_xorshift(&x) % (iter % 3 == 0 ? 20 : 3000);
+		uint32_t world = 1 + (uint32_t)(test_xorshift(&x) % (iter % 4 == 0 ? 300 : 17));
+		uint32_t batch = 1 + (uint32_t)(test_xorshift(&x) % 70);
+		int mode = (int)(test_xorshift(&x) % 3), tail = (int)(test_xorshift(&x) % 3);
+		uint64_t key = test_xorshift(&x), epoch = test_xorshift(&x) % 1000;
 
 		check_sharding(&b, n, world, batch, mode, tail, key, epoch);
 	}

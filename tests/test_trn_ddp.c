@@ -30,6 +30,7 @@
 #include <string.h>
 #include <time.h>
 #include <cmocka.h>
+#include "tests/test_util.h"
 
 /* Open MPI keeps some allocations until exit (and some it never frees); they are not ours. The
  * sanitizer build reads this list instead of failing on them. Most of them are made by MCA
@@ -60,13 +61,6 @@ __attribute__((used)) const char *__lsan_default_suppressions(void)
 
 #define KB(x) ((size_t)(x) * sizeof(float))  /* a cap of x floats, in bytes */
 
-static uint64_t xorshift(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
 
 /* ---- the plan ---- */
 
@@ -177,8 +171,7 @@ static void test_bucket_plan_many_buckets_worked_example(void **state)
 static void test_bucket_plan_many_buckets_seeded(void **state)
 {
 	enum { NP = 300, ROUNDS = 400 };
-	const char *env = getenv("TEST_TRN_DDP_SEED");
-	uint64_t seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
+	uint64_t seed = test_seed(__func__, "TEST_TRN_DDP_SEED"), x = test_xorshift_init(seed);
 	size_t *sizes = malloc(NP * sizeof(size_t)), *offs = malloc(NP * sizeof(size_t));
 	struct trn_bucket *b = malloc(NP * sizeof(*b));
 
@@ -186,15 +179,12 @@ static void test_bucket_plan_many_buckets_seeded(void **state)
 	assert_non_null(sizes);
 	assert_non_null(offs);
 	assert_non_null(b);
-	printf("test_bucket_plan_many_buckets_seeded: seed %" PRIu64 " (TEST_TRN_DDP_SEED=%" PRIu64
-	       " to replay)\n", seed, seed);
-	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
 	for (int r = 0; r < ROUNDS; r++) {
-		int np = 1 + (int)(xorshift(&x) % NP);
-		size_t cap = 1 + xorshift(&x) % 5000, first = 1 + xorshift(&x) % 5000;
+		int np = 1 + (int)(test_xorshift(&x) % NP);
+		size_t cap = 1 + test_xorshift(&x) % 5000, first = 1 + test_xorshift(&x) % 5000;
 		for (int p = 0; p < np; p++) {
-			uint64_t big = xorshift(&x) % 4 == 0;  /* some over the cap */
-			sizes[p] = 1 + xorshift(&x) % (big ? 12000 : 800);
+			uint64_t big = test_xorshift(&x) % 4 == 0;  /* some over the cap */
+			sizes[p] = 1 + test_xorshift(&x) % (big ? 12000 : 800);
 		}
 		int nb = trn_bucket_plan(sizes, np, KB(cap), KB(first), offs, b);
 		if (nb < 1)
@@ -814,7 +804,7 @@ static void run_mlp_vs_reference(int accum, size_t cap, size_t first)
 	struct ref r;
 	memset(&r, 0, sizeof(r));
 	uint64_t x = 88172645463325252ull;
-#define U() ((double)(xorshift(&x) >> 11) / 9007199254740992.0 - 0.5)
+#define U() ((double)(test_xorshift(&x) >> 11) / 9007199254740992.0 - 0.5)
 	for (int i = 0; i < RI; i++)
 		for (int j = 0; j < RHID; j++)
 			e.params[offs[0] + (size_t)i * RHID + j] = (float)(r.W1[i][j] = (float)U());
@@ -834,7 +824,7 @@ static void run_mlp_vs_reference(int accum, size_t cap, size_t first)
 	int sync = 0, acc;
 	for (uint64_t micro = 0; micro < 6 * (uint64_t)accum; micro++) {
 		for (int i = 0; i < RB * RI; i++)
-			img[i] = (uint8_t)(xorshift(&x) >> 24);
+			img[i] = (uint8_t)(test_xorshift(&x) >> 24);
 		for (int s = 0; s < RB; s++) {
 			lab[s] = (int64_t)((micro + (uint64_t)s) % RCLS);
 			w[s] = s == RB - 1 ? 0.0f : 1.0f;

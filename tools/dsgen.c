@@ -20,8 +20,12 @@
  * serves both waits (room in the window, slot ready); every change is broadcast. The first error
  * is kept in pool.err and stops everybody.
  */
+#include "common/afile.h"
 #include "common/args.h"
+#include "common/fdio.h"
 #include "common/log.h"
+#include "common/mix.h"
+#include "common/proc.h"
 #include "common/tjcheck.h"
 
 #include <assert.h>
@@ -31,7 +35,6 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,18 +59,11 @@ struct rng {
 	uint64_t s[4];
 };
 
-static uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 /* Independent stream for (seed, domain, a, b): the domain keeps image, order and label streams
  * apart even where their indices coincide. */
 static void rng_init(struct rng *r, uint64_t seed, uint64_t domain, uint64_t a, uint64_t b)
 {
-	const uint64_t golden = 0x9e3779b97f4a7c15ull;
+	const uint64_t golden = MIX_GOLDEN;
 	uint64_t k = mix64(seed + golden);
 
 	k = mix64(k ^ (domain * golden));
@@ -293,16 +289,6 @@ static const struct optdef optdefs[] = {
 
 static const char *const mode_names[] = { "imagefolder", "wds", "npy" };
 
-static unsigned cpu_count(void)
-{
-	cpu_set_t set;
-
-	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-		return (unsigned)CPU_COUNT(&set);
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-	return n > 0 ? (unsigned)n : 1;
-}
-
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -333,7 +319,7 @@ static void usage(FILE *f)
 		"  --seed S         any unsigned 64-bit integer (default 1)\n"
 		"Options take their value as '--opt V' or '--opt=V'. --help prints this.\n"
 		"Exit status: 0 ok, 1 runtime error (named path and reason), 2 bad usage.\n",
-		CLASSES_MAX, SIDE_MAX, SIDE_MAX, JOBS_MAX, cpu_count(), NPY_SIDE_MAX, NPY_SIDE_MAX,
+		CLASSES_MAX, SIDE_MAX, SIDE_MAX, JOBS_MAX, proc_cpu_count(), NPY_SIDE_MAX, NPY_SIDE_MAX,
 		CLASSES_MAX);
 }
 
@@ -353,7 +339,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	int only_pos = 0;
 
 	*o = (struct opts){ .classes = 10, .per_class = 20, .seed = 1, .min_side = 300,
-			    .max_side = 900, .jobs = cpu_count(), .count = 1000, .height = 32,
+			    .max_side = 900, .jobs = proc_cpu_count(), .count = 1000, .height = 32,
 			    .width = 32, .channels = 3 };
 	for (int j = 1; j < argc; j++) {
 		if (!strcmp(argv[j], "--"))
@@ -443,32 +429,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
 
 /* ---- output files ---- */
 
-/* Write all of @buf to @fd. Returns 0 or -errno. */
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-/* A file written to PATH.tmp and renamed over PATH on commit, so that a failed run never leaves
- * a truncated PATH that a later test could mistake for data. Buffered: the JPEGs and npy rows
- * arrive in pieces far smaller than a good write size. */
+/* A file written beside PATH and renamed over it on commit (common/afile.h, not synced: test
+ * data), so that a failed run never leaves a truncated PATH that a later test could mistake for
+ * data. Buffered: the JPEGs and npy rows arrive in pieces far smaller than a good write size. */
 struct outfile {
-	const char *path;          /* borrowed */
-	char *tmp;                 /* PATH.tmp, owned */
-	int fd;
+	struct afile a;
 	char *buf;                 /* OUT_BUF bytes */
 	size_t used;
 	uint64_t size;             /* bytes written so far */
@@ -481,40 +446,23 @@ static int out_open(struct outfile *f, const char *path)
 {
 	int ret;
 
-	*f = (struct outfile){ .path = path, .fd = -1 };
-	if (asprintf(&f->tmp, "%s.tmp", path) < 0) {
-		f->tmp = NULL;
-		ret = -ENOMEM;
-		goto err;
-	}
+	*f = (struct outfile){ .a.fd = -1 };
 	f->buf = malloc(OUT_BUF);
-	if (!f->buf) {
-		ret = -ENOMEM;
-		goto err;
+	ret = f->buf ? afile_open(&f->a, path, AFILE_NO_SYNC) : -ENOMEM;
+	if (ret < 0) {
+		LOG_ERROR("%s: %s", path, strerror(-ret));
+		free(f->buf);
+		f->buf = NULL;
 	}
-	f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-	if (f->fd < 0) {
-		ret = -errno;
-		LOG_ERROR("%s: %s", f->tmp, strerror(-ret));
-		goto err_free;
-	}
-	return 0;
-err:
-	LOG_ERROR("%s: %s", path, strerror(-ret));
-err_free:
-	free(f->buf);
-	free(f->tmp);
-	f->buf = NULL;
-	f->tmp = NULL;
 	return ret;
 }
 
 static int out_flush(struct outfile *f)
 {
-	int ret = write_all(f->fd, f->buf, f->used);
+	int ret = fd_write_all(f->a.fd, f->buf, f->used);
 
 	if (ret < 0)
-		LOG_ERROR("%s: %s", f->tmp, strerror(-ret));
+		LOG_ERROR("%s: %s", f->a.tmp, strerror(-ret));
 	f->used = 0;
 	return ret;
 }
@@ -542,47 +490,26 @@ static int out_write(struct outfile *f, const void *data, size_t len)
 	return 0;
 }
 
-/* Drop the temporary file; safe after a failed out_open or out_commit. */
+/* Drop the temporary file unless committed; safe after a failed out_open or out_commit. */
 static void out_abort(struct outfile *f)
 {
-	if (f->fd >= 0) {
-		close(f->fd);
-		f->fd = -1;
-	}
-	if (f->tmp)
-		unlink(f->tmp);
-	free(f->tmp);
+	afile_close(&f->a);
 	free(f->buf);
-	f->tmp = NULL;
 	f->buf = NULL;
 }
 
-/* Flush, close and rename PATH.tmp to PATH. Returns 0 or -errno (logged; the .tmp is then
- * still there for out_abort to remove). */
+/* Flush and rename the temporary file over PATH. Returns 0 or -errno (logged; the temporary
+ * file is then still there for out_abort to remove). */
 static int out_commit(struct outfile *f)
 {
 	int ret = out_flush(f);
 
 	if (ret < 0)
 		return ret;
-	/* close() reports the delayed write errors of NFS and friends. */
-	ret = close(f->fd);
-	f->fd = -1;
-	if (ret < 0) {
-		ret = -errno;
-		LOG_ERROR("%s: %s", f->tmp, strerror(-ret));
-		return ret;
-	}
-	if (rename(f->tmp, f->path) < 0) {
-		ret = -errno;
-		LOG_ERROR("rename %s to %s: %s", f->tmp, f->path, strerror(-ret));
-		return ret;
-	}
-	free(f->tmp);
-	free(f->buf);
-	f->tmp = NULL;
-	f->buf = NULL;
-	return 0;
+	ret = afile_commit(&f->a);
+	if (ret < 0)
+		LOG_ERROR("%s: %s", f->a.path, strerror(-ret));
+	return ret;
 }
 
 /* mkdir -p. Returns 0 or -errno (logged, naming the component that failed). */
@@ -667,7 +594,7 @@ static int tar_member(struct outfile *f, const char *name, const void *data, siz
 
 	/* 11 octal digits hold 8 GiB - 1; a JPEG is far below that. */
 	if (strlen(name) >= sizeof(h.name) || (uint64_t)len >= (1ull << 33)) {
-		LOG_ERROR("%s: tar member %s too long for ustar", f->path, name);
+		LOG_ERROR("%s: tar member %s too long for ustar", f->a.path, name);
 		return -EOVERFLOW;
 	}
 	memset(&h, 0, sizeof(h));
@@ -793,34 +720,27 @@ out:
 	return ret;
 }
 
-/* imagefolder: OUT_DIR/nCCCCCCCC/nCCCCCCCC_I.JPEG through a .tmp and rename. */
+/* imagefolder: OUT_DIR/nCCCCCCCC/nCCCCCCCC_I.JPEG through a temporary file and rename. */
 static int write_jpeg_file(const struct opts *o, uint32_t id, const void *data, size_t len)
 {
 	uint32_t c = (uint32_t)(id / o->per_class), idx = (uint32_t)(id % o->per_class);
-	char path[PATH_MAX], tmp[PATH_MAX + 8];
-	int fd, ret;
+	char path[PATH_MAX];
+	struct afile f;
+	int ret;
 
 	if (snprintf(path, sizeof(path), "%s/n%08" PRIu32 "/n%08" PRIu32 "_%" PRIu32 ".JPEG",
 		     o->out[0], c, c, idx) >= (int)sizeof(path)) {
 		LOG_ERROR("%s/...: %s", o->out[0], strerror(ENAMETOOLONG));
 		return -ENAMETOOLONG;
 	}
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-	if (fd < 0) {
-		ret = -errno;
-		LOG_ERROR("%s: %s", tmp, strerror(-ret));
-		return ret;
-	}
-	ret = write_all(fd, data, len);
-	if (close(fd) < 0 && ret == 0)
-		ret = -errno;
-	if (ret == 0 && rename(tmp, path) < 0)
-		ret = -errno;
-	if (ret < 0) {
+	ret = afile_open(&f, path, AFILE_NO_SYNC);
+	if (ret == 0)
+		ret = fd_write_all(f.fd, data, len);
+	if (ret == 0)
+		ret = afile_commit(&f);
+	if (ret < 0)
 		LOG_ERROR("%s: %s", path, strerror(-ret));
-		unlink(tmp);
-	}
+	afile_close(&f);
 	return ret;
 }
 
@@ -953,7 +873,7 @@ static int gen_images(const struct opts *o)
 	struct pool p = { .o = o, .n = n, .window = n };
 	struct worker *w = NULL;
 	uint32_t *order = NULL;
-	struct outfile f = { .fd = -1 };
+	struct outfile f = { .a.fd = -1 };
 	size_t started = 0;
 	int ret;
 
@@ -1081,7 +1001,7 @@ static int gen_npy(const struct opts *o)
 	uint32_t *labels = malloc(n * sizeof(*labels));
 	uint8_t *rgb = malloc(px * 3);
 	void *row = malloc(render_scratch(w));
-	struct outfile fi = { .fd = -1 }, fl = { .fd = -1 };
+	struct outfile fi = { .a.fd = -1 }, fl = { .a.fd = -1 };
 	char shape[128];
 	struct rng r;
 	int ret;

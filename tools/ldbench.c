@@ -21,6 +21,7 @@
 #include "common/args.h"
 #include "common/clk.h"
 #include "common/log.h"
+#include "common/proc.h"
 #include "common/tjcheck.h"
 #include "formats/dpk.h"
 #include "loader/decode.h"
@@ -83,7 +84,7 @@ static void usage(FILE *f)
 "options:\n"
 "  --dataset D.dpk        packed dataset with JPEG records (required)\n"
 "  --workers N            loaderd decode threads, and the ceiling's multiplier (default: all\n"
-"                         cores, here %ld)\n"
+"                         cores, here %u)\n"
 "  --batch B              samples per step (default 64)\n"
 "  --crop HxW | N         output size (default 224)\n"
 "  --seconds S            measured drain time (default 10)\n"
@@ -94,7 +95,7 @@ static void usage(FILE *f)
 "  --io MODE              passed to loaderd --io (auto, buffered, pread)\n"
 "  --help                 this text\n"
 "Exit status: 0 measured, 1 runtime error (loaderd's log is shown), 2 bad usage.\n",
-		sysconf(_SC_NPROCESSORS_ONLN));
+		proc_cpu_count());
 }
 
 /* ---- the ceiling: full-size decode on one core ---- */
@@ -357,8 +358,17 @@ static int daemon_start(struct daemon *dm, const struct opts *o, const char *exe
 			close(nullfd);
 		return -e;
 	}
+	/* loaderd writes one line on the pipe (its fd 3) once it serves: --ready-fd. */
+	int ready[2];
+	if (pipe2(ready, O_CLOEXEC) < 0) {
+		int e = errno;
+		LOG_ERROR("pipe: %s", strerror(e));
+		close(logfd);
+		close(nullfd);
+		return -e;
+	}
 	snprintf(workers, sizeof(workers), "%u", o->workers);
-	const char *argv[] = { exe, "--socket", dm->sock, "--workers", workers,
+	const char *argv[] = { exe, "--socket", dm->sock, "--workers", workers, "--ready-fd", "3",
 			       o->io ? "--io" : NULL, o->io, NULL };
 	fflush(NULL);
 	pid_t pid = fork();
@@ -367,6 +377,8 @@ static int daemon_start(struct daemon *dm, const struct opts *o, const char *exe
 		LOG_ERROR("fork: %s", strerror(e));
 		close(logfd);
 		close(nullfd);
+		close(ready[0]);
+		close(ready[1]);
 		return -e;
 	}
 	if (pid == 0) {
@@ -378,6 +390,11 @@ static int daemon_start(struct daemon *dm, const struct opts *o, const char *exe
 		dup2(nullfd, STDIN_FILENO);
 		dup2(logfd, STDOUT_FILENO);
 		dup2(logfd, STDERR_FILENO);
+		/* dup2 clears close-on-exec; a pipe end that is fd 3 already keeps it unless told. */
+		if (ready[1] == 3)
+			fcntl(3, F_SETFD, 0);
+		else
+			dup2(ready[1], 3);
 		signal(SIGINT, SIG_DFL);
 		signal(SIGTERM, SIG_DFL);
 		signal(SIGHUP, SIG_DFL);
@@ -388,28 +405,36 @@ static int daemon_start(struct daemon *dm, const struct opts *o, const char *exe
 	dm->pid = pid;
 	close(logfd);
 	close(nullfd);
+	close(ready[1]);
 
-	/* Wait until the socket accepts; a daemon that exits meanwhile ends the wait at once. */
-	uint64_t deadline = clk_now_ns() + (uint64_t)START_TIMEOUT_MS * 1000000u;
-	for (;;) {
+	/* Wait for the ready line; a daemon that exits meanwhile closes the pipe: EOF at once. */
+	char line[PATH_MAX + 64];
+	int ret;
+	while ((ret = proc_wait_ready(ready[0], START_TIMEOUT_MS, line, sizeof(line))) == -EINTR &&
+	       !g_stop)
+		;
+	close(ready[0]);
+	if (ret == -ECHILD) {
 		int status;
-		if (waitpid(pid, &status, WNOHANG) == pid) {
+		if (waitpid(pid, &status, 0) == pid) {
 			dm->pid = 0;
 			LOG_ERROR("loaderd exited before serving (%s %d)", WIFEXITED(status) ?
 				  "status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) :
 				  WTERMSIG(status));
-			return -ECHILD;
+		} else {
+			LOG_ERROR("loaderd closed its --ready-fd without saying it serves");
 		}
-		int ret = ldc_connect(dm->sock, out, err, sizeof(err));
-		if (ret == 0)
-			return 0;
-		if ((ret != -ENOENT && ret != -ECONNREFUSED) || clk_now_ns() > deadline || g_stop) {
-			LOG_ERROR("%s%s", g_stop ? "interrupted while waiting for loaderd: " :
-				  clk_now_ns() > deadline ? "loaderd did not accept within 10 s: " : "", err);
-			return ret == 0 ? -EINTR : ret;
-		}
-		usleep(20000);
+		return -ECHILD;
 	}
+	if (ret < 0) {
+		LOG_ERROR("%s", g_stop ? "interrupted while waiting for loaderd" :
+			  ret == -ETIMEDOUT ? "loaderd did not serve within 10 s" : strerror(-ret));
+		return ret;
+	}
+	ret = ldc_connect(dm->sock, out, err, sizeof(err));
+	if (ret < 0)
+		LOG_ERROR("%s", err);
+	return ret;
 }
 
 /* SIGTERM, wait up to 5 s, then SIGKILL; remove the temporary directory unless @keep_log (then
@@ -607,9 +632,8 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	struct opts o = {
-		.workers = ncpu > 0 ? (unsigned)ncpu : 1, .batch = 64, .crop_h = 224, .crop_w = 224,
+		.workers = proc_cpu_count(), .batch = 64, .crop_h = 224, .crop_w = 224,
 		.seconds = 10, .warmup = 1, .ceil_records = 200, .ceil_seconds = 3,
 	};
 	char exe[PATH_MAX], err[512];
@@ -639,13 +663,8 @@ int main(int argc, char **argv)
 			fprintf(stderr, "ldbench: see --help\n");
 			return EXIT_USAGE;
 		}
-		if (bad) {
-			for (const struct option *p = lopts; p->name; p++)
-				if (p->val == c)
-					fprintf(stderr, "ldbench: --%s: bad value '%s' (see --help)\n",
-						p->name, optarg);
-			return EXIT_USAGE;
-		}
+		if (bad)
+			return arg_bad_value(lopts, c, optarg);
 	}
 	if (optind < argc) {
 		fprintf(stderr, "ldbench: unexpected argument '%s' (see --help)\n", argv[optind]);
@@ -655,12 +674,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ldbench: --dataset is required (see --help)\n");
 		return EXIT_USAGE;
 	}
-	struct sigaction sa = { .sa_handler = on_signal };
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	proc_on_stop_signals(on_signal, PROC_SIG_HUP);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 
 	if (find_loaderd(&o, exe, sizeof(exe)) < 0)

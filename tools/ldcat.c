@@ -2,6 +2,7 @@
  * "STEP ID LABEL FLAGS". For tests and for looking at a job by hand: the ids and labels are the
  * ring's, so what is printed is exactly what a trainer of that rank would have been given. */
 #include "common/args.h"
+#include "common/log.h"
 #include "shm/ldc.h"
 
 #include <errno.h>
@@ -108,6 +109,8 @@ int main(int argc, char **argv)
 	uint32_t tf = 2, extra_tf = 0;
 	int tf_given = 0;
 	uint64_t v, max_steps = 0, timeout_ms = 30000;
+
+	log_prog = "ldcat";
 	int c;
 
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -157,13 +160,8 @@ int main(int argc, char **argv)
 			fprintf(stderr, "ldcat: see --help\n");
 			return EXIT_USAGE;
 		}
-		if (bad) {
-			for (const struct option *o = opts; o->name; o++)
-				if (o->val == c)
-					fprintf(stderr, "ldcat: --%s: bad value '%s' (see --help)\n",
-						o->name, optarg);
-			return EXIT_USAGE;
-		}
+		if (bad)
+			return arg_bad_value(opts, c, optarg);
 	}
 	if (optind < argc) {
 		fprintf(stderr, "ldcat: unexpected argument '%s' (see --help)\n", argv[optind]);

@@ -6,15 +6,18 @@
 #      fill (RandomResizedCrop + flip, as the trainer asks), samples/s from loaderd's own counters
 #      over a window that leaves the start-up out;
 #   2. the compute ceiling: trainer --synthetic (no loader), same model, batch, crop and ranks;
-#   3. the real run: trainer through loaderd with --trace; the per-step attribution is read from
-#      the trace, per rank and per step,
+#   3. the real run: trainer through loaderd with --trace and --report-json,
 # and says which of loader, compute, communication or a straggler rank holds the run back, with
-# advice in numbers. It writes report.txt (also printed), timeline.svg, trace.json and the logs
-# of every process into --out DIR. The last line is
+# advice in numbers. The figures and the verdict are the trainer's (trainer/report.c, one
+# threshold table): ldprobe reads its JSON report and decides nothing the report decided; it adds
+# the two ceilings and turns them into advice. It writes report.txt (also printed), timeline.svg,
+# trace.json, the trainer's JSON reports (trainer-*.json) and the logs of every process into
+# --out DIR. The last line is
 #   ldprobe: loader_per_s=X compute_per_s=Y actual_per_s=Z au=A verdict=V
 #
-# Why Python: the trace is JSON and the project has no JSON parser in C (nor wants a home-made
-# one); this is orchestration of the C programs next to it, standard library only.
+# Why Python: the report and the trace are JSON and the project has no JSON parser in C (nor
+# wants a home-made one); this is orchestration of the C programs next to it, standard library
+# only. Importable (tools/tests/test_ldprobe.py): nothing runs on import.
 #
 # Processes: loaderd (unless --socket names a running one), ldcat and mpirun are started in their
 # own sessions, with PR_SET_PDEATHSIG so that they die with ldprobe even after a SIGKILL, and are
@@ -26,7 +29,7 @@ import ctypes
 import json
 import math
 import os
-import re
+import select
 import shlex
 import shutil
 import signal
@@ -39,16 +42,16 @@ from xml.sax.saxutils import escape
 
 EXIT_USAGE = 2
 STOP_TIMEOUT_S = 5.0
+# Advice only (the verdict's thresholds are the trainer's, in its report):
+READY_TIMEOUT_S = 10
 AU_TARGET = 0.90
-# Verdict thresholds: a cause is named when it costs at least this share of the step time.
-LOST_MIN = 0.10
-IMBALANCE_MIN = 1.5      # slowest rank's compute / fastest's: a straggler (as the trainer)
-STRAGGLER_STEPS = 0.75   # ... and the slowest in at least this share of the steps
 LATENCY_BOUND_MIBS = 200  # exposed allreduce slower than this per MiB of gradient: per-call cost
 COPY_MIN = 0.05          # exposed H2D share that earns ring/prefetch advice
+GAP_MIN = 0.10           # time in no phase worth a remark
 PREFETCH_MAX = 8
+REPORT_SCHEMA = "loaderd-trainer-report/1"
 
-PHASES = ("data", "copy", "compute", "comm", "opt")
+PHASES = ("data", "copy", "compute", "comm", "opt")   # the report's phase keys
 TRACE_NAME = {"data wait": "data", "h2d": "copy", "compute": "compute", "allreduce": "comm",
               "optimizer": "opt"}
 LABEL = {"data": "data wait", "copy": "exposed copy", "compute": "compute",
@@ -100,7 +103,7 @@ class Children:
     def __init__(self):
         self.procs = []
 
-    def spawn(self, cmd, stdout, stderr, env=None):
+    def spawn(self, cmd, stdout, stderr, env=None, pass_fds=()):
         global _libc
         if _libc is None:
             try:
@@ -108,7 +111,7 @@ class Children:
             except OSError:
                 _libc = False
         p = subprocess.Popen([str(c) for c in cmd], stdin=subprocess.DEVNULL, stdout=stdout,
-                             stderr=stderr, env=env, start_new_session=True,
+                             stderr=stderr, env=env, start_new_session=True, pass_fds=pass_fds,
                              preexec_fn=_child_setup(os.getpid()))
         self.procs.append(p)
         return p
@@ -219,20 +222,23 @@ class Loaderd:
         self.log = open(self.log_path, "w")
         self.log.write("$ " + " ".join(shlex.quote(str(c)) for c in cmd) + "\n")
         self.log.flush()
-        self.proc = self.children.spawn(cmd, self.log, subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while True:
-            if self.proc.poll() is not None:
-                raise Failure("loaderd exited (status %d) before serving:\n%s" %
-                              (self.proc.returncode, tail(open(self.log_path).read())))
-            if os.path.exists(self.sock):
-                st, _ = self.status()
-                if st is not None:
-                    return
-            if time.monotonic() > deadline:
-                raise Failure("loaderd did not serve within 10 s:\n%s" %
-                              tail(open(self.log_path).read()))
-            time.sleep(0.05)
+        # --ready-fd: loaderd writes one line on the pipe once it serves; EOF if it exits first
+        r, w = os.pipe()
+        try:
+            self.proc = self.children.spawn(cmd + ["--ready-fd", w], self.log, subprocess.STDOUT,
+                                            pass_fds=(w,))
+        finally:
+            os.close(w)
+        with os.fdopen(r, "rb") as ready:
+            got = select.select([ready], [], [], READY_TIMEOUT_S)[0] and ready.readline()
+        if not got or not got.startswith(b"READY"):
+            rc = self.proc.poll()
+            self.children.stop(self.proc)
+            self.proc = None
+            self.log.close()
+            why = ("did not serve within %d s" % READY_TIMEOUT_S if rc is None else
+                   "exited (status %d) before serving" % rc)
+            raise Failure("loaderd %s:\n%s" % (why, tail(open(self.log_path).read())))
 
     def job_stats(self, job):
         rc, out, _ = self.ctl("stats", job)
@@ -338,15 +344,6 @@ def ld_log_hint(ld):
 
 # ---- 2. and 3. the trainer ----
 
-RE_LAST = re.compile(r"^trainer: samples_per_s=([0-9.]+) au=([0-9.]+) verdict=(\S+)\s*$", re.M)
-RE_SHARES = re.compile(r"time per step: data wait ([0-9.]+)%, exposed copy ([0-9.]+)%, compute "
-                       r"([0-9.]+)%, exposed allreduce ([0-9.]+)%, optimizer ([0-9.]+)%")
-RE_RUN = re.compile(r"trainer: (\d+) ranks x batch (\d+), (\d+) steps \((\d+) warm-up left out\), "
-                    r"([0-9.]+) s")
-RE_MODEL = re.compile(r"device (\S+), backend (\S+), model .*?: (\d+) parameters in (\d+) buckets")
-RE_SLOW = re.compile(r"slowest rank (\d+): compute ([0-9.]+)x the fastest rank's \(rank (\d+)\)")
-
-
 def mpi_prefix(a):
     if a.ranks == 1 and not a.mpirun:
         return []
@@ -363,32 +360,28 @@ def trainer_env():
     return env
 
 
-def parse_trainer(text, what, log_path):
-    m = RE_LAST.search(text)
-    if not m:
-        raise Failure("%s: no 'trainer: samples_per_s=...' line (log: %s):\n%s" %
-                      (what, log_path, tail(text)))
-    r = {"rate": float(m.group(1)), "au": float(m.group(2)), "verdict": m.group(3)}
-    m = RE_SHARES.search(text)
-    r["shares"] = dict(zip(PHASES, (float(x) / 100 for x in m.groups()))) if m else None
-    m = RE_RUN.search(text)
-    if m:
-        r.update(steps=int(m.group(3)), warmup=int(m.group(4)), wall=float(m.group(5)))
-    m = RE_MODEL.search(text)
-    if m:
-        r.update(device=m.group(1), backend=m.group(2), params=int(m.group(3)),
-                 buckets=int(m.group(4)))
-    m = RE_SLOW.search(text)
-    if m:
-        r.update(slow_rank=int(m.group(1)), imbalance=float(m.group(2)), fast_rank=int(m.group(3)))
+def load_report(path, what, log_path, text=""):
+    """The trainer's --report-json: a dict (schema in the README, "Reading the report")."""
+    try:
+        with open(path) as f:
+            r = json.load(f)
+    except (OSError, ValueError) as e:
+        raise Failure("%s: no readable report %s (%s; log: %s):\n%s" %
+                      (what, path, e, log_path, tail(text)))
+    if not isinstance(r, dict) or r.get("schema") != REPORT_SCHEMA:
+        raise Failure("%s: %s is not a %s report (log: %s)" % (what, path, REPORT_SCHEMA,
+                                                                log_path))
     return r
 
 
 def run_trainer(a, children, extra, steps, warmup, name, timeout):
     log_path = os.path.join(a.out, "trainer-%s.log" % name)
+    report = os.path.join(a.out, "trainer-%s.json" % name)
+    if os.path.exists(report):
+        os.unlink(report)
     cmd = mpi_prefix(a) + [a.bin_trainer] + extra + [
         "--model", a.model, "--crop", a.crop, "--batch", a.batch, "--steps", steps,
-        "--warmup", warmup, "--log-every", 0, "--seed", a.seed]
+        "--warmup", warmup, "--log-every", 0, "--seed", a.seed, "--report-json", report]
     if a.device:
         cmd += ["--device", a.device]
     cmd += a.trainer_args_list
@@ -397,17 +390,15 @@ def run_trainer(a, children, extra, steps, warmup, name, timeout):
         usage = rc == EXIT_USAGE or "(see --help)" in text or "usage: trainer" in text
         raise Failure("trainer (%s) exited with status %d (log: %s):\n%s" %
                       (name, rc, log_path, tail(text)), EXIT_USAGE if usage else 1)
-    return parse_trainer(text, "trainer (%s)" % name, log_path)
+    return load_report(report, "trainer (%s)" % name, log_path, text)
 
 
 def preflight(a, children):
     """One synthetic step of one rank, before anything is measured: a model or trainer option
     the trainer refuses is a usage error, found in a second rather than after the loader run."""
     log_path = os.path.join(a.out, "trainer-check.log")
-    cmd = [a.bin_trainer, "--synthetic", "--model", a.model, "--crop", a.crop, "--batch", 1,
-           "--steps", 1, "--warmup", 0, "--log-every", 0]
-    if a.classes:
-        cmd += ["--classes", a.classes]
+    cmd = [a.bin_trainer, "--synthetic", "--dataset", a.dataset_abs, "--model", a.model,
+           "--crop", a.crop, "--batch", 1, "--steps", 1, "--warmup", 0, "--log-every", 0]
     if a.device:
         cmd += ["--device", a.device]
     cmd += a.trainer_args_list
@@ -425,22 +416,21 @@ def warmup_for(steps):
 
 
 def measure_compute(a, children):
-    """trainer --synthetic; a short first pass sizes a second one to about --seconds."""
-    extra = ["--synthetic"]
-    if a.classes:
-        extra += ["--classes", a.classes]
+    """trainer --synthetic (the model sized for the dataset's classes); a short first pass sizes
+    a second one to about --seconds."""
+    extra = ["--synthetic", "--dataset", a.dataset_abs]
     steps = 12
     r = run_trainer(a, children, extra, steps, 2, "synthetic", a.timeout)
-    measured = r.get("steps", steps) - r.get("warmup", 2)
-    if r.get("wall", 0) < 0.6 * a.seconds and measured > 0:
-        per_step = max(r.get("wall", 0), 1e-4) / measured
+    measured = r["steps"] - r["warmup"]
+    if r["wall_s"] < 0.6 * a.seconds and measured > 0:
+        per_step = max(r["wall_s"], 1e-4) / measured
         steps = int(min(1_000_000, max(20, math.ceil(a.seconds / per_step))))
         steps += warmup_for(steps)
         r = run_trainer(a, children, extra, steps, warmup_for(steps), "synthetic", a.timeout)
     return r
 
 
-# ---- the trace ----
+# ---- the trace (for the picture only: the figures are the report's) ----
 
 def load_trace(path, warmup):
     """Per rank: {step: {"start": us, "data": us, ...}} for the steps after the warm-up."""
@@ -461,61 +451,17 @@ def load_trace(path, warmup):
     return ranks
 
 
+def common_steps(ranks):
+    """The steps every rank of the trace has, in order."""
+    if not ranks:
+        return []
+    return sorted(set.intersection(*(set(steps) for steps in ranks.values())))
+
+
 def median(xs):
     xs = sorted(xs)
     n = len(xs)
     return 0.0 if n == 0 else xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
-
-
-def analyse(ranks):
-    """Shares of step time per rank and for the job, from the trace."""
-    if not ranks:
-        return None
-    rank_ids = sorted(ranks)
-    common = sorted(set.intersection(*(set(ranks[r]) for r in rank_ids)))
-    if len(common) < 2:
-        return None
-    per = {}
-    for r in rank_ids:
-        recs = [ranks[r][s] for s in common]
-        sums = {p: sum(x[p] for x in recs) for p in PHASES}
-        last = recs[-1]
-        wall = last["start"] + sum(last[p] for p in PHASES) - recs[0]["start"]
-        wall = max(wall, sum(sums.values()), 1e-9)
-        per[r] = {"wall_us": wall, "step_us": wall / len(recs),
-                  "share": {p: sums[p] / wall for p in PHASES},
-                  "compute_us": sums["compute"] / len(recs)}
-        per[r]["share"]["gap"] = max(0.0, 1 - sum(sums.values()) / wall)
-    wall = sum(per[r]["wall_us"] for r in rank_ids) / len(rank_ids)
-    # A rank's exposed allreduce includes waiting for peers that were still waiting for data or
-    # computing: only the rank that arrives last sees the transfer alone. So, per step, the worst
-    # rank's data wait is the loader's cost and the least exposed rank's allreduce the network's.
-    loader = comm = strag = 0.0
-    comp = {r: per[r]["compute_us"] for r in rank_ids}
-    slow = max(rank_ids, key=lambda r: comp[r])
-    fast = min(rank_ids, key=lambda r: comp[r])
-    slowest_steps = 0
-    for s in common:
-        loader += max(ranks[r][s]["data"] + ranks[r][s]["copy"] for r in rank_ids)
-        comm += min(ranks[r][s]["comm"] for r in rank_ids)
-        cs = [ranks[r][s]["compute"] for r in rank_ids]
-        # what the slowest rank costs: its compute beyond the others' typical one
-        worst = max(range(len(cs)), key=lambda i: cs[i])
-        if len(cs) > 1:
-            strag += cs[worst] - median(cs[:worst] + cs[worst + 1:])
-        slowest_steps += ranks[slow][s]["compute"] >= cs[worst]
-    job = {p: sum(per[r]["share"][p] for r in rank_ids) / len(rank_ids) for p in PHASES + ("gap",)}
-    # the fast ranks' wait for the slowest one, as a share of their time
-    others = [r for r in rank_ids if r != slow]
-    wait_for_slow = (sum(per[r]["share"]["comm"] for r in others) / len(others)) if others else 0.0
-    return {"ranks": rank_ids, "steps": common, "per": per, "job": job,
-            "loader": loader / wall, "comm": comm / wall, "strag": strag / wall,
-            "slow": slow, "fast": fast,
-            "imbalance": comp[slow] / comp[fast] if comp[fast] > 0 else 1.0,
-            "wait_for_slow": wait_for_slow, "step_us": wall / len(common),
-            # a straggler is the same rank step after step; contention that moves around is not
-            "slow_consistency": slowest_steps / len(common),
-            "compute_us": sum(comp.values()) / len(comp)}
 
 
 def align(ranks, steps):
@@ -538,179 +484,194 @@ def fmt_rate(x):
     return "%.1f" % x if x < 100 else "%.0f" % x
 
 
-def compute_ms_per_step(r):
-    """Mean compute time of a step in a trainer run, from its report; 0 when unknown."""
-    n = r.get("steps", 0) - r.get("warmup", 0)
-    if not r.get("shares") or n <= 0:
-        return 0.0
-    return r["shares"]["compute"] * r.get("wall", 0) * 1e3 / n
+def plural(n, one="", many="s"):
+    return one if n == 1 else many
 
 
-def diagnose(a, ld, loader, compute, real, an, cheaper, info=None):
-    lines = []   # advice
-    why = []     # reasons
-    L, C, A = loader["rate"], compute["rate"], real["rate"]
-    au = real["au"]
+def advise_loader(a, ld, loader, compute, real, cheaper, info, cores):
+    """Reasons and advice for a loader-limited run: the workers (and cores) that reach the target,
+    a cheaper transform when one was measured."""
+    L, C, A, au = loader["rate"], compute["samples_per_s"], real["samples_per_s"], real["au"]
     host = real.get("device") == "host"
-    cores = os.cpu_count() or 1
-    if an is not None:
-        causes = {"loader-limited": an["loader"], "communication-limited": an["comm"],
-                  "straggler-limited": an["strag"] if an["imbalance"] >= IMBALANCE_MIN and
-                  an["slow_consistency"] >= STRAGGLER_STEPS else 0.0}
-    else:  # no trace: the trainer's average shares
-        sh = real["shares"] or {p: 0.0 for p in PHASES}
-        causes = {"loader-limited": sh["data"] + sh["copy"], "communication-limited": sh["comm"],
-                  "straggler-limited": 0.0}
-    verdict = max(causes, key=lambda k: causes[k])
-    if causes[verdict] < LOST_MIN:
-        verdict = "compute-limited"
-    lower = "loader" if L < C else "compute"
-    step_ms = an["step_us"] / 1e3 if an else 0.0
-
-    if verdict == "loader-limited":
-        why.append("the ranks wait for data %.0f%% of each step (worst rank per step)" %
-                   (100 * causes[verdict]))
-        workers = ld.workers or 1
-        per_worker = L / workers
-        # AU = compute seconds per sample x rate: the rate that gives AU_TARGET, capped by what
-        # compute alone reaches
-        need = AU_TARGET * A / au if au > 0 else C
-        capped = need > C
-        target = min(need, C)
-        n = max(workers + 1, math.ceil(target / per_worker)) if per_worker > 0 else workers + 1
-        s = ("decode workers: %d worker%s deliver%s %s samples/s alone (%s per worker); "
-             % (workers, "" if workers == 1 else "s", "s" if workers == 1 else "",
-                fmt_rate(L), fmt_rate(per_worker)))
-        if not capped:
-            s += ("AU >= %.0f%% needs about %s samples/s -> loaderd --workers %d" %
-                  (100 * AU_TARGET, fmt_rate(target), n))
-        else:
-            s += ("AU >= %.0f%% would need %s samples/s, more than compute alone reaches (%s/s, "
-                  "AU %.2f there): to reach the compute ceiling -> loaderd --workers %d" %
-                  (100 * AU_TARGET, fmt_rate(need), fmt_rate(C), compute["au"], n))
-        if host and n + a.ranks > cores:
-            s += ("; this host has %d cores shared by the decode workers and %d host rank%s, so "
-                  "that many workers need cores of their own (another node, or a GPU device)" %
-                  (cores, a.ranks, "" if a.ranks == 1 else "s"))
-        if not ld.private:
-            s += " (restart the loaderd on %s with it)" % ld.sock
-        lines.append(s)
-        if cheaper and cheaper[1] < 1.15 * L:
-            c2, r2 = cheaper
-            img = (info or {}).get("images") or {}
-            wm = (img.get("width") or {}).get("mean")
-            hm = (img.get("height") or {}).get("mean")
-            lines.append("cheaper transform: a smaller crop does not help here (--crop %d: %s "
-                         "samples/s, measured): decode is not in the crop's size but in the "
-                         "stored images%s: pack them at a lower resolution (the crop window "
-                         "decodes at a DCT scale of 1/2, 1/4 or 1/8 at best)" %
-                         (c2, fmt_rate(r2), " (%.0fx%.0f px on average)" % (wm, hm)
-                          if wm and hm else ""))
-        elif cheaper:
-            c2, r2 = cheaper
-            n2 = max(1, math.ceil(target / (r2 / workers))) if r2 > 0 else 0
-            lines.append("cheaper transform: at --crop %d the same %d worker%s %s samples/s "
-                         "(measured, %.1fx): %s" %
-                         (c2, workers, " delivers" if workers == 1 else "s deliver", fmt_rate(r2),
-                          r2 / L if L else 0,
-                          "enough for the same target" if r2 >= target else
-                          "the same target then needs --workers %d" % n2) +
-                         "; a smaller input changes the model's cost too: re-run ldprobe with "
-                         "--crop %d" % c2)
-        if L >= 1.5 * C or (L > 2 * A and host):
-            lines.append("the loader alone makes %s samples/s but delivered %s in the run: "
-                         "%s" % (fmt_rate(L), fmt_rate(A),
-                                 "decode workers and host ranks share %d cores" % cores if host
-                                 else "look at ring depth (--slots) and --prefetch"))
-    elif verdict == "communication-limited":
-        share = causes[verdict]
-        comm_ms = share * step_ms
-        why.append("exposed allreduce %.0f%% of each step (%.1f ms of %.1f ms, the least "
-                   "exposed rank)" % (100 * share, comm_ms, step_ms))
-        rest = step_ms - comm_ms
-        k_ok = None
-        for k in (2, 4, 8, 16, 32):
-            if rest > 0 and comm_ms / (k * rest + comm_ms) <= LOST_MIN:
-                k_ok = k
-                break
-        if k_ok:
-            lines.append("larger batch: the allreduce costs the same per step, so --batch %d "
-                         "(or --accum %d) brings its share to about %.0f%%" %
-                         (a.batch * k_ok, k_ok, 100 * comm_ms / (k_ok * rest + comm_ms)))
-        else:
-            lines.append("larger batch: even --batch %d (or --accum 32) leaves about %.0f%% "
-                         "exposed: the allreduce itself has to get faster (network, backend)" %
-                         (a.batch * 32, 100 * comm_ms / (32 * rest + comm_ms) if rest > 0 else 100))
-        params, nb = real.get("params"), real.get("buckets")
-        if params and nb and comm_ms > 0:
-            mb = params * 4 / 2**20
-            cap = a.bucket_mb
-            bw = mb / (comm_ms / 1e3)   # MiB/s, were the exposed time all transfer
-            if bw < LATENCY_BOUND_MIBS:
-                s = ("buckets: the gradient is %.2f MiB in %d bucket%s and %.1f ms of allreduce "
-                     "stays exposed: %.0f MiB/s, far below any link, so the cost is per call "
-                     "(latency; a slow or shared network), not volume" %
-                     (mb, nb, "" if nb == 1 else "s", comm_ms, bw))
-                s += ("; fewer, larger buckets: --bucket-mb %.3g" % max(cap * 2, mb)
-                      if nb > 1 else "; bucket size will not hide it, fewer allreduces per "
-                      "sample will (the batch above)")
-            elif nb == 1:
-                s = ("buckets: the whole gradient (%.2f MiB) is one bucket, so its allreduce "
-                     "starts only when backward ends: --bucket-mb %.3g (about 4 buckets) lets "
-                     "it overlap backward" % (mb, max(mb / 4, 0.01)))
-            else:
-                s = ("buckets: %d buckets of about %.2f MiB (cap %g MiB): --bucket-mb %.3g "
-                     "starts the allreduce earlier in backward" % (nb, mb / nb, cap, cap / 2))
-            lines.append(s + (" (pass it with --trainer-args)" if "--bucket-mb" in s else ""))
-        if compute.get("shares") and compute["shares"]["comm"] >= LOST_MIN:
-            lines.append("the compute ceiling (no loader) shows the same: exposed allreduce "
-                         "%.0f%% there" % (100 * compute["shares"]["comm"]))
-    elif verdict == "straggler-limited":
-        an_slow, an_fast = an["slow"], an["fast"]
-        cs = an["per"][an_slow]["compute_us"] / 1e3
-        cf = an["per"][an_fast]["compute_us"] / 1e3
-        why.append("rank %d computes %.2fx as long as rank %d (%.1f ms vs %.1f ms per step, the "
-                   "slowest in %.0f%% of the steps); the other ranks wait for it in the allreduce "
-                   "%.0f%% of their time" % (an_slow, an["imbalance"], an_fast, cs, cf,
-                                            100 * an["slow_consistency"], 100 * an["wait_for_slow"]))
-        est = A * step_ms / (step_ms - causes[verdict] * step_ms) if causes[verdict] < 1 else A
-        est = min(est, L)   # and no faster than the loader feeds it
-        lines.append("straggler: rank %d's compute takes %.2fx as long as rank %d's: a slower "
-                     "or shared device (check what else runs on it, its clocks and temperature, "
-                     "nvidia-smi); with rank %d at the others' pace the job would reach about "
-                     "%s samples/s (%.0f%% more)" % (an_slow, an["imbalance"], an_fast, an_slow,
-                                                   fmt_rate(est), 100 * (est / A - 1) if A else 0))
+    why = ["the ranks wait for data %.0f%% of each step (worst rank per step)" %
+           (100 * real["causes"]["loader"])]
+    lines = []
+    workers = ld.workers or 1
+    per_worker = L / workers
+    # AU = compute seconds per sample x rate: the rate that gives AU_TARGET, capped by what
+    # compute alone reaches
+    need = AU_TARGET * A / au if au > 0 else C
+    capped = need > C
+    target = min(need, C)
+    n = max(workers + 1, math.ceil(target / per_worker)) if per_worker > 0 else workers + 1
+    s = ("decode workers: %d worker%s deliver%s %s samples/s alone (%s per worker); "
+         % (workers, plural(workers), plural(workers, "s", ""), fmt_rate(L),
+            fmt_rate(per_worker)))
+    if not capped:
+        s += ("AU >= %.0f%% needs about %s samples/s -> loaderd --workers %d" %
+              (100 * AU_TARGET, fmt_rate(target), n))
     else:
-        why.append("compute takes %.0f%% of the step time; data wait, exposed copy, allreduce and "
-                   "rank imbalance each cost less than %.0f%%" %
-                   (100 * (an["job"]["compute"] if an else (real["shares"] or {}).get("compute", 0)),
-                    100 * LOST_MIN))
-        if L < 1.3 * A:
-            lines.append("headroom: the loader ceiling (%s/s) is only %.0f%% above the actual "
-                         "rate: a faster model or more ranks will make it the limit" %
-                         (fmt_rate(L), 100 * (L / A - 1) if A else 0))
+        s += ("AU >= %.0f%% would need %s samples/s, more than compute alone reaches (%s/s, "
+              "AU %.2f there): to reach the compute ceiling -> loaderd --workers %d" %
+              (100 * AU_TARGET, fmt_rate(need), fmt_rate(C), compute["au"], n))
+    if host and n + a.ranks > cores:
+        s += ("; this host has %d cores shared by the decode workers and %d host rank%s, so "
+              "that many workers need cores of their own (another node, or a GPU device)" %
+              (cores, a.ranks, plural(a.ranks)))
+    if not ld.private:
+        s += " (restart the loaderd on %s with it)" % ld.sock
+    lines.append(s)
+    if cheaper and cheaper[1] < 1.15 * L:
+        c2, r2 = cheaper
+        img = (info or {}).get("images") or {}
+        wm = (img.get("width") or {}).get("mean")
+        hm = (img.get("height") or {}).get("mean")
+        lines.append("cheaper transform: a smaller crop does not help here (--crop %d: %s "
+                     "samples/s, measured): decode is not in the crop's size but in the "
+                     "stored images%s: pack them at a lower resolution (the crop window "
+                     "decodes at a DCT scale of 1/2, 1/4 or 1/8 at best)" %
+                     (c2, fmt_rate(r2), " (%.0fx%.0f px on average)" % (wm, hm)
+                      if wm and hm else ""))
+    elif cheaper:
+        c2, r2 = cheaper
+        n2 = max(1, math.ceil(target / (r2 / workers))) if r2 > 0 else 0
+        lines.append("cheaper transform: at --crop %d the same %d worker%s %s samples/s "
+                     "(measured, %.1fx): %s" %
+                     (c2, workers, " delivers" if workers == 1 else "s deliver", fmt_rate(r2),
+                      r2 / L if L else 0,
+                      "enough for the same target" if r2 >= target else
+                      "the same target then needs --workers %d" % n2) +
+                     "; a smaller input changes the model's cost too: re-run ldprobe with "
+                     "--crop %d" % c2)
+    if L >= 1.5 * C or (L > 2 * A and host):
+        lines.append("the loader alone makes %s samples/s but delivered %s in the run: "
+                     "%s" % (fmt_rate(L), fmt_rate(A),
+                             "decode workers and host ranks share %d cores" % cores if host
+                             else "look at ring depth (--slots) and --prefetch"))
+    return why, lines
+
+
+def advise_comm(a, compute, real):
+    """Reasons and advice for a communication-limited run: the batch that hides the allreduce,
+    and what the gradient's size says about buckets."""
+    share = real["causes"]["comm"]
+    step_ms = real["step_ms"]
+    comm_ms = share * step_ms
+    lost_min = real["thresholds"]["lost_min"]
+    why = ["exposed allreduce %.0f%% of each step (%.1f ms of %.1f ms, the least exposed rank)" %
+           (100 * share, comm_ms, step_ms)]
+    lines = []
+    rest = step_ms - comm_ms
+    k_ok = None
+    for k in (2, 4, 8, 16, 32):
+        if rest > 0 and comm_ms / (k * rest + comm_ms) <= lost_min:
+            k_ok = k
+            break
+    if k_ok:
+        lines.append("larger batch: the allreduce costs the same per step, so --batch %d "
+                     "(or --accum %d) brings its share to about %.0f%%" %
+                     (a.batch * k_ok, k_ok, 100 * comm_ms / (k_ok * rest + comm_ms)))
+    else:
+        lines.append("larger batch: even --batch %d (or --accum 32) leaves about %.0f%% "
+                     "exposed: the allreduce itself has to get faster (network, backend)" %
+                     (a.batch * 32, 100 * comm_ms / (32 * rest + comm_ms) if rest > 0 else 100))
+    params, nb, cap = real.get("params"), real.get("buckets"), real.get("bucket_mb", 25.0)
+    if params and nb and comm_ms > 0:
+        mb = params * 4 / 2**20
+        bw = mb / (comm_ms / 1e3)   # MiB/s, were the exposed time all transfer
+        if bw < LATENCY_BOUND_MIBS:
+            s = ("buckets: the gradient is %.2f MiB in %d bucket%s and %.1f ms of allreduce "
+                 "stays exposed: %.0f MiB/s, far below any link, so the cost is per call "
+                 "(latency; a slow or shared network), not volume" %
+                 (mb, nb, plural(nb), comm_ms, bw))
+            s += ("; fewer, larger buckets: --bucket-mb %.3g" % max(cap * 2, mb)
+                  if nb > 1 else "; bucket size will not hide it, fewer allreduces per "
+                  "sample will (the batch above)")
+        elif nb == 1:
+            s = ("buckets: the whole gradient (%.2f MiB) is one bucket, so its allreduce "
+                 "starts only when backward ends: --bucket-mb %.3g (about 4 buckets) lets "
+                 "it overlap backward" % (mb, max(mb / 4, 0.01)))
         else:
-            lines.append("the loader has %.1fx headroom (%s/s alone); to go faster, make compute "
-                         "faster (device, model) or add ranks" % (L / A if A else 0, fmt_rate(L)))
+            s = ("buckets: %d buckets of about %.2f MiB (cap %g MiB): --bucket-mb %.3g "
+                 "starts the allreduce earlier in backward" % (nb, mb / nb, cap, cap / 2))
+        lines.append(s + (" (pass it with --trainer-args)" if "--bucket-mb" in s else ""))
+    if compute["shares"]["comm"] >= lost_min:
+        lines.append("the compute ceiling (no loader) shows the same: exposed allreduce "
+                     "%.0f%% there" % (100 * compute["shares"]["comm"]))
+    return why, lines
+
+
+def advise_straggler(loader, real):
+    """Reasons and advice for a straggler-limited run: which rank, how much, what it costs."""
+    st = real["straggler"]
+    slow, fast = st["slow_rank"], st["fast_rank"]
+    per = {x["rank"]: x for x in real["per_rank"]}
+    A, step_ms, cost = real["samples_per_s"], real["step_ms"], real["causes"]["straggler"]
+    why = ["rank %d computes %.2fx as long as rank %d (%.1f ms vs %.1f ms per step, the slowest "
+           "in %.0f%% of the steps); the other ranks wait for it in the allreduce %.0f%% of their "
+           "time" % (slow, st["imbalance"], fast, per[slow]["compute_ms"], per[fast]["compute_ms"],
+                     100 * st["consistency"], 100 * st["wait_for_slow"])]
+    est = A * step_ms / (step_ms - cost * step_ms) if cost < 1 else A
+    est = min(est, loader["rate"])   # and no faster than the loader feeds it
+    lines = ["straggler: rank %d's compute takes %.2fx as long as rank %d's: a slower or shared "
+             "device (check what else runs on it, its clocks and temperature, nvidia-smi); with "
+             "rank %d at the others' pace the job would reach about %s samples/s (%.0f%% more)" %
+             (slow, st["imbalance"], fast, slow, fmt_rate(est), 100 * (est / A - 1) if A else 0)]
+    return why, lines
+
+
+def advise_compute(loader, real):
+    L, A = loader["rate"], real["samples_per_s"]
+    why = ["compute takes %.0f%% of the step time; data wait, exposed copy, allreduce and rank "
+           "imbalance each cost less than %.0f%%" %
+           (100 * real["shares"]["compute"], 100 * real["thresholds"]["lost_min"])]
+    if L < 1.3 * A:
+        lines = ["headroom: the loader ceiling (%s/s) is only %.0f%% above the actual rate: a "
+                 "faster model or more ranks will make it the limit" %
+                 (fmt_rate(L), 100 * (L / A - 1) if A else 0)]
+    else:
+        lines = ["the loader has %.1fx headroom (%s/s alone); to go faster, make compute faster "
+                 "(device, model) or add ranks" % (L / A if A else 0, fmt_rate(L))]
+    return why, lines
+
+
+def diagnose(a, ld, loader, compute, real, cheaper, info=None, cores=None):
+    """The report's verdict, with reasons and advice in numbers from the report, the two ceilings
+    and (when the loader is the limit) the cheaper transform measured. @a: batch, ranks,
+    prefetch; @ld: workers, private, sock; @compute and @real: trainer reports; @loader: the
+    loader ceiling (rate, busy, decode_share). Returns (verdict, why, ceilings, advice)."""
+    cores = cores or os.cpu_count() or 1
+    verdict = real["verdict"]
+    L, C = loader["rate"], compute["samples_per_s"]
+    host = real.get("device") == "host"
+    if verdict == "loader-limited":
+        why, lines = advise_loader(a, ld, loader, compute, real, cheaper, info, cores)
+    elif verdict == "communication-limited":
+        why, lines = advise_comm(a, compute, real)
+    elif verdict == "straggler-limited":
+        why, lines = advise_straggler(loader, real)
+    else:
+        why, lines = advise_compute(loader, real)
     # compute slower beside the loader than alone: the device (or the host's cores) is shared
-    c_alone = compute_ms_per_step(compute)
-    if an and c_alone > 0 and an["compute_us"] / 1e3 >= 1.25 * c_alone:
+    c_real, c_alone = real.get("compute_ms", 0), compute.get("compute_ms", 0)
+    if c_alone > 0 and c_real >= 1.25 * c_alone:
         lines.append("compute per step takes %.1f ms in the real run but %.1f ms without the "
                      "loader (%.2fx): %s" %
-                     (an["compute_us"] / 1e3, c_alone, an["compute_us"] / 1e3 / c_alone,
+                     (c_real, c_alone, c_real / c_alone,
                       "decode workers and host ranks share this host's %d cores" % cores if host
                       else "something else runs on the devices during the real run"))
     # copies that do not overlap, whatever the verdict
-    copy = an["job"]["copy"] if an else (real["shares"] or {}).get("copy", 0)
+    copy = real["shares"]["copy"]
     if copy >= COPY_MIN:
         pf = a.prefetch or 2
         lines.append("copies: exposed H2D copy %.0f%% of the step: raise --prefetch to %d "
                      "(now %d) and the ring depth --slots to at least %d" %
                      (100 * copy, min(PREFETCH_MAX, pf + 2), pf, min(PREFETCH_MAX, pf + 2) + 2))
-    if an and an["job"]["gap"] >= 0.10:
+    if real["shares"]["gap"] >= GAP_MIN:
         lines.append("%.0f%% of the step time is in no phase of the trace%s" %
-                     (100 * an["job"]["gap"], " (on the host device the copy out of the ring is a "
-                      "memcpy the trainer does not attribute)" if host else ""))
+                     (100 * real["shares"]["gap"], " (on the host device the copy out of the "
+                      "ring is a memcpy the trainer does not attribute)" if host else ""))
+    lower = "loader" if L < C else "compute"
     ceilings = ("the ceilings agree: the %s ceiling is the lower one" % lower
                 if (lower == "loader") == (verdict == "loader-limited") else
                 "the lower ceiling is %s (%s/s vs %s/s)" % (lower, fmt_rate(min(L, C)),
@@ -720,160 +681,185 @@ def diagnose(a, ld, loader, compute, real, an, cheaper, info=None):
 
 # ---- the picture ----
 
-def svg_report(path, a, ld, loader, compute, real, ranks, an, verdict, why):
-    W = 980
-    left = 120
-    right = 20
-    plot_w = W - left - right
-    row_h, row_gap = 22, 8
-    out = []
-    y = 0
+class Svg:
+    """SVG elements in a list; y is where the next row goes."""
+    W, LEFT, RIGHT = 980, 120, 20
+    PLOT_W = W - LEFT - RIGHT
+    ROW_H, ROW_GAP = 22, 8
 
-    def text(x, yy, s, size=12, anchor="start", weight="normal", fill="#222"):
-        out.append('<text x="%.1f" y="%.1f" font-size="%d" text-anchor="%s" font-weight="%s" '
-                   'fill="%s">%s</text>' % (x, yy, size, anchor, weight, fill, escape(str(s))))
+    def __init__(self):
+        self.out = []
+        self.y = 0
 
-    def rect(x, yy, w, h, fill, title=None, extra=""):
+    def text(self, x, yy, s, size=12, anchor="start", weight="normal", fill="#222"):
+        self.out.append('<text x="%.1f" y="%.1f" font-size="%d" text-anchor="%s" '
+                        'font-weight="%s" fill="%s">%s</text>' %
+                        (x, yy, size, anchor, weight, fill, escape(str(s))))
+
+    def rect(self, x, yy, w, h, fill, title=None):
         t = "<title>%s</title>" % escape(title) if title else ""
-        out.append('<rect x="%.2f" y="%.2f" width="%.2f" height="%.2f" fill="%s"%s>%s</rect>' %
-                   (x, yy, max(w, 0.0), h, fill, extra, t))
+        self.out.append('<rect x="%.2f" y="%.2f" width="%.2f" height="%.2f" fill="%s">%s</rect>' %
+                        (x, yy, max(w, 0.0), h, fill, t))
 
-    y += 24
-    text(10, y, "ldprobe: %s - %s, crop %d, batch %d x %d rank%s: %s" %
-         (os.path.basename(a.dataset), a.model, a.crop, a.batch, a.ranks,
-          "" if a.ranks == 1 else "s", verdict), 16, weight="bold")
-    y += 18
-    text(10, y, "loaderd %d worker%s; device %s; %s samples/s actual, AU %.2f" %
-         (ld.workers or 0, "" if ld.workers == 1 else "s", real.get("device", "?"),
-          fmt_rate(real["rate"]), real["au"]), 12, fill="#555")
+    def line(self, x1, y1, x2, y2, stroke, width=1):
+        self.out.append('<line x1="%.2f" y1="%.1f" x2="%.2f" y2="%.1f" stroke="%s" '
+                        'stroke-width="%g"/>' % (x1, y1, x2, y2, stroke, width))
+
+    def write(self, path):
+        h = self.y
+        head = ('<?xml version="1.0" encoding="UTF-8"?>\n<svg xmlns="http://www.w3.org/2000/svg" '
+                'width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif">\n'
+                '<rect width="100%%" height="100%%" fill="#fff"/>\n' % (self.W, h, self.W, h))
+        with open(path, "w") as f:
+            f.write(head + "\n".join(self.out) + "\n</svg>\n")
+
+
+def svg_header(g, a, ld, real, verdict, why):
+    """Title, the run in one line, the verdict with its reasons, the legend."""
+    g.y += 24
+    g.text(10, g.y, "ldprobe: %s - %s, crop %d, batch %d x %d rank%s: %s" %
+           (os.path.basename(a.dataset), a.model, a.crop, a.batch, a.ranks, plural(a.ranks),
+            verdict), 16, weight="bold")
+    g.y += 18
+    g.text(10, g.y, "loaderd %d worker%s; device %s; %s samples/s actual, AU %.2f" %
+           (ld.workers or 0, plural(ld.workers), real.get("device", "?"),
+            fmt_rate(real["samples_per_s"]), real["au"]), 12, fill="#555")
     for line in textwrap.wrap(verdict + ": " + "; ".join(why), 150):
-        y += 16
-        text(10, y, line, 12, fill="#222")
-    # legend
-    y += 22
+        g.y += 16
+        g.text(10, g.y, line, 12, fill="#222")
+    g.y += 22
     x = 10
     for p in PHASES + ("gap",):
-        rect(x, y - 10, 12, 12, COLOUR[p])
-        text(x + 16, y, LABEL[p], 12)
+        g.rect(x, g.y - 10, 12, 12, COLOUR[p])
+        g.text(x + 16, g.y, LABEL[p], 12)
         x += 16 + 8 * len(LABEL[p]) + 18
+    g.y += 28
 
-    # step timeline
-    y += 28
-    if an:
-        steps = an["steps"]
-        off = align(ranks, steps)
-        n_show = min(40, len(steps))
-        first = (len(steps) - n_show) // 2
-        show = steps[first:first + n_show]
-        t0 = min(ranks[r][show[0]]["start"] - off[r] for r in an["ranks"])
-        t1 = max(ranks[r][show[-1]]["start"] - off[r] +
-                 sum(ranks[r][show[-1]][p] for p in PHASES) for r in an["ranks"])
-        span = max(t1 - t0, 1e-3)
-        text(10, y, "Step timeline, steps %d-%d of the measured run (%.1f ms; ranks aligned on "
-             "the end of the allreduce)" % (show[0], show[-1], span / 1e3), 13, weight="bold")
-        y += 12
-        sx = plot_w / span
-        for r in an["ranks"]:
-            out.append('<g class="rank-row" data-rank="%d">' % r)
-            text(left - 8, y + row_h - 6, "rank %d" % r, 12, anchor="end")
-            rect(left, y, plot_w, row_h, COLOUR["gap"])
-            for s in show:
-                rec = ranks[r].get(s)
-                if not rec:
-                    continue
-                t = rec["start"] - off[r]
-                for p in PHASES:
-                    d = rec[p]
-                    if d > 0:
-                        x0 = max(t, t0)
-                        x1 = min(t + d, t1)
-                        if x1 > x0:
-                            rect(left + (x0 - t0) * sx, y, (x1 - x0) * sx, row_h, COLOUR[p],
-                                 "rank %d step %d: %s %.2f ms" % (r, s, LABEL[p], d / 1e3))
-                    t += d
-                x = left + (rec["start"] - off[r] - t0) * sx
-                if left < x < left + plot_w:   # where each step begins
-                    out.append('<line x1="%.2f" y1="%.1f" x2="%.2f" y2="%.1f" stroke="#fff" '
-                               'stroke-width="1"/>' % (x, y, x, y + row_h))
-            out.append("</g>")
-            y += row_h + row_gap
-        # time axis
-        for i in range(6):
-            xx = left + plot_w * i / 5
-            out.append('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#888"/>' %
-                       (xx, y - row_gap, xx, y - row_gap + 4))
-            text(xx, y + 8, "%.1f ms" % (span * i / 5 / 1e3), 10, anchor="middle", fill="#555")
-        y += 30
-        # shares per rank
-        text(10, y, "Share of step time per rank (warm-up left out, %d steps)" % len(steps), 13,
-             weight="bold")
-        y += 12
-        for r in an["ranks"]:
-            sh = an["per"][r]["share"]
-            text(left - 8, y + 14, "rank %d" % r, 12, anchor="end")
-            x = left
-            for p in PHASES + ("gap",):
-                w = plot_w * sh[p]
-                rect(x, y, w, 18, COLOUR[p], "rank %d: %s %.1f%%" % (r, LABEL[p], 100 * sh[p]))
-                if w > 34:
-                    text(x + w / 2, y + 13, "%.0f%%" % (100 * sh[p]), 11, anchor="middle",
-                         fill="#fff" if p != "gap" else "#333")
-                x += w
-            y += 18 + 6
-        y += 18
-    else:
-        text(10, y, "no step timeline: the trace was missing or too short", 12, fill="#a00")
-        y += 24
 
-    # ceilings and the actual rate
-    text(10, y, "Throughput, samples/s", 13, weight="bold")
-    y += 12
-    bars = [("loader ceiling", loader["rate"], "#8c564b"), ("compute ceiling", compute["rate"],
-            "#2ca02c"), ("actual", real["rate"], "#17becf")]
+def svg_timeline(g, ranks, steps):
+    """Up to 40 measured steps from the middle of the run, one row per rank, ranks aligned."""
+    rank_ids = sorted(ranks)
+    off = align(ranks, steps)
+    n_show = min(40, len(steps))
+    first = (len(steps) - n_show) // 2
+    show = steps[first:first + n_show]
+    t0 = min(ranks[r][show[0]]["start"] - off[r] for r in rank_ids)
+    t1 = max(ranks[r][show[-1]]["start"] - off[r] +
+             sum(ranks[r][show[-1]][p] for p in PHASES) for r in rank_ids)
+    span = max(t1 - t0, 1e-3)
+    g.text(10, g.y, "Step timeline, steps %d-%d of the measured run (%.1f ms; ranks aligned on "
+           "the end of the allreduce)" % (show[0], show[-1], span / 1e3), 13, weight="bold")
+    g.y += 12
+    left, sx = g.LEFT, g.PLOT_W / span
+    for r in rank_ids:
+        g.out.append('<g class="rank-row" data-rank="%d">' % r)
+        g.text(left - 8, g.y + g.ROW_H - 6, "rank %d" % r, 12, anchor="end")
+        g.rect(left, g.y, g.PLOT_W, g.ROW_H, COLOUR["gap"])
+        for s in show:
+            rec = ranks[r].get(s)
+            if not rec:
+                continue
+            t = rec["start"] - off[r]
+            for p in PHASES:
+                x0, x1 = max(t, t0), min(t + rec[p], t1)
+                if rec[p] > 0 and x1 > x0:
+                    g.rect(left + (x0 - t0) * sx, g.y, (x1 - x0) * sx, g.ROW_H, COLOUR[p],
+                           "rank %d step %d: %s %.2f ms" % (r, s, LABEL[p], rec[p] / 1e3))
+                t += rec[p]
+            x = left + (rec["start"] - off[r] - t0) * sx
+            if left < x < left + g.PLOT_W:   # where each step begins
+                g.line(x, g.y, x, g.y + g.ROW_H, "#fff")
+        g.out.append("</g>")
+        g.y += g.ROW_H + g.ROW_GAP
+    for i in range(6):   # time axis
+        xx = left + g.PLOT_W * i / 5
+        g.line(xx, g.y - g.ROW_GAP, xx, g.y - g.ROW_GAP + 4, "#888")
+        g.text(xx, g.y + 8, "%.1f ms" % (span * i / 5 / 1e3), 10, anchor="middle", fill="#555")
+    g.y += 30
+
+
+def svg_shares(g, real):
+    """The report's shares of step time, one bar per rank."""
+    g.text(10, g.y, "Share of step time per rank (warm-up left out, %d steps)" %
+           real["steps_compared"], 13, weight="bold")
+    g.y += 12
+    for rank in real["per_rank"]:
+        sh = rank["shares"]
+        g.text(g.LEFT - 8, g.y + 14, "rank %d" % rank["rank"], 12, anchor="end")
+        x = g.LEFT
+        for p in PHASES + ("gap",):
+            w = g.PLOT_W * sh[p]
+            g.rect(x, g.y, w, 18, COLOUR[p], "rank %d: %s %.1f%%" %
+                   (rank["rank"], LABEL[p], 100 * sh[p]))
+            if w > 34:
+                g.text(x + w / 2, g.y + 13, "%.0f%%" % (100 * sh[p]), 11, anchor="middle",
+                       fill="#fff" if p != "gap" else "#333")
+            x += w
+        g.y += 18 + 6
+    g.y += 18
+
+
+def svg_rates(g, loader, compute, real, verdict):
+    """The ceilings and the actual rate as bars."""
+    g.text(10, g.y, "Throughput, samples/s", 13, weight="bold")
+    g.y += 12
+    bars = [("loader ceiling", loader["rate"], "#8c564b"),
+            ("compute ceiling", compute["samples_per_s"], "#2ca02c"),
+            ("actual", real["samples_per_s"], "#17becf")]
     top = max(b[1] for b in bars) or 1.0
-    bar_w = plot_w - 90
+    bar_w = g.PLOT_W - 90
     for name, v, col in bars:
-        out.append('<g class="rate-bar" data-name="%s">' % escape(name))
-        text(left - 8, y + 15, name, 12, anchor="end")
-        rect(left, y, bar_w * v / top, 20, col, "%s: %.1f samples/s" % (name, v))
-        text(left + bar_w * v / top + 6, y + 15, fmt_rate(v), 12)
-        out.append("</g>")
-        y += 26
-    y += 10
-    text(10, y, "AU = compute / wall time, warm-up excluded. Verdict: %s." % verdict, 12,
-         fill="#555")
-    y += 16
-    head = ('<?xml version="1.0" encoding="UTF-8"?>\n<svg xmlns="http://www.w3.org/2000/svg" '
-            'width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif">\n'
-            '<rect width="100%%" height="100%%" fill="#fff"/>\n' % (W, y, W, y))
-    with open(path, "w") as f:
-        f.write(head + "\n".join(out) + "\n</svg>\n")
+        g.out.append('<g class="rate-bar" data-name="%s">' % escape(name))
+        g.text(g.LEFT - 8, g.y + 15, name, 12, anchor="end")
+        g.rect(g.LEFT, g.y, bar_w * v / top, 20, col, "%s: %.1f samples/s" % (name, v))
+        g.text(g.LEFT + bar_w * v / top + 6, g.y + 15, fmt_rate(v), 12)
+        g.out.append("</g>")
+        g.y += 26
+    g.y += 10
+    g.text(10, g.y, "AU = compute / wall time, warm-up excluded. Verdict: %s." % verdict, 12,
+           fill="#555")
+    g.y += 16
+
+
+def svg_report(path, a, ld, loader, compute, real, ranks, verdict, why):
+    """timeline.svg: the measured steps of every rank (from the trace), the report's shares per
+    rank, the ceilings and the actual rate."""
+    g = Svg()
+    svg_header(g, a, ld, real, verdict, why)
+    steps = common_steps(ranks)
+    if len(steps) >= 2:
+        svg_timeline(g, ranks, steps)
+        svg_shares(g, real)
+    else:
+        g.text(10, g.y, "no step timeline: the trace was missing or too short", 12, fill="#a00")
+        g.y += 24
+    svg_rates(g, loader, compute, real, verdict)
+    g.write(path)
 
 
 # ---- main ----
 
-def pos_int(lo, hi):
+def ranged(kind, lo, hi):
+    """An argparse type: @kind (int or float) within [lo, hi]."""
+    what, fmt = ("a whole number", "%d") if kind is int else ("a number", "%g")
+
     def conv(s):
         try:
-            v = int(s)
+            v = kind(s)
         except ValueError:
-            raise argparse.ArgumentTypeError("'%s' is not a whole number" % s)
-        if v < lo or v > hi:
-            raise argparse.ArgumentTypeError("%d is not in %d..%d" % (v, lo, hi))
+            raise argparse.ArgumentTypeError("'%s' is not %s" % (s, what))
+        if not (lo <= v <= hi):
+            raise argparse.ArgumentTypeError((fmt + " is not in " + fmt + ".." + fmt) % (v, lo, hi))
         return v
     return conv
+
+
+def pos_int(lo, hi):
+    return ranged(int, lo, hi)
 
 
 def pos_float(lo, hi):
-    def conv(s):
-        try:
-            v = float(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError("'%s' is not a number" % s)
-        if not (lo <= v <= hi):
-            raise argparse.ArgumentTypeError("%g is not in %g..%g" % (v, lo, hi))
-        return v
-    return conv
+    return ranged(float, lo, hi)
 
 
 def parse_args(argv):
@@ -958,15 +944,8 @@ def parse_args(argv):
     a.dataset_abs = os.path.realpath(a.dataset)
     a.timeout = a.timeout or max(120.0, 20 * a.seconds)
     # what the trainer will use, for the advice (a later occurrence wins, as with getopt)
-    a.bucket_mb = 25.0
     ta = a.trainer_args_list
     for i, w in enumerate(ta):
-        if w.startswith("--bucket-mb"):
-            v = w.split("=", 1)[1] if "=" in w else (ta[i + 1] if i + 1 < len(ta) else "")
-            try:
-                a.bucket_mb = float(v)
-            except ValueError:
-                pass
         if w.startswith("--prefetch"):
             v = w.split("=", 1)[1] if "=" in w else (ta[i + 1] if i + 1 < len(ta) else "")
             try:
@@ -1010,18 +989,121 @@ def parse_args(argv):
     return a
 
 
-def dataset_classes(a):
-    """Classes as the trainer derives them: the class table, else the largest label + 1."""
+def dataset_info(a):
+    """dpack inspect --json of the dataset (samples, image sizes), or None. The class count is
+    the trainer's (its report), not computed here."""
     try:
         r = subprocess.run([os.path.join(a.bin, "dpack"), "inspect", "--json", a.dataset],
                            capture_output=True, text=True, timeout=60)
         d = json.loads(r.stdout)
-        n = len(d.get("classes") or [])
-        if n < 2:
-            n = int(d.get("labels", {}).get("max", 1)) + 1
-        return max(2, n), d
-    except (OSError, ValueError, subprocess.TimeoutExpired, AttributeError, TypeError):
-        return None, None
+        return d if isinstance(d, dict) else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+def measure(a, ld, children):
+    """The three runs, and a cheaper transform when the loader is the limit. Returns (loader,
+    compute, real, trace per rank, cheaper)."""
+    trace = os.path.join(a.out, "trace.json")
+    if os.path.exists(trace):
+        os.unlink(trace)
+    if not a.mpirun:
+        preflight(a, children)
+    ld.start()
+    say("loaderd %s (decode workers: %s); measuring the loader ceiling (%.1f s)" %
+        ("started on a private socket" if ld.private else "on " + ld.sock,
+         ld.workers or "?", a.seconds))
+    loader = measure_loader(a, ld, children, a.crop, a.seconds, "ceiling")
+    if loader["rate"] <= 0:
+        raise Failure("loader ceiling: loaderd delivered nothing in %.1f s" % a.seconds)
+    say("loader ceiling %s samples/s; measuring the compute ceiling (trainer --synthetic)" %
+        fmt_rate(loader["rate"]))
+    compute = measure_compute(a, children)
+    say("compute ceiling %s samples/s; the real run through loaderd" %
+        fmt_rate(compute["samples_per_s"]))
+    est = min(loader["rate"], compute["samples_per_s"])
+    steps = int(min(1_000_000, max(20, math.ceil(a.seconds * est / (a.batch * a.ranks)))))
+    warm = warmup_for(steps)
+    job = "ldprobe-%d-real" % os.getpid()
+    ld.jobs.append(job)
+    extra = ["--socket", ld.sock, "--dataset", a.dataset_abs, "--job", job, "--trace", trace]
+    if a.slots:
+        extra += ["--slots", a.slots]
+    if a.prefetch:
+        extra += ["--prefetch", a.prefetch]
+    real = run_trainer(a, children, extra, steps + warm, warm, "real", a.timeout)
+    ld.stop_job(job)
+    ld.jobs.remove(job)
+    ranks = {}
+    try:
+        ranks = load_trace(trace, real["warmup"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        say("the trace %s could not be read (%s): no step timeline" % (trace, e))
+    # a cheaper transform, measured, when the loader is the limit
+    cheaper = None
+    if real["verdict"] == "loader-limited" and a.crop >= 32:
+        c2 = a.crop // 2
+        say("loader-limited: measuring the loader at --crop %d" % c2)
+        cheaper = (c2, measure_loader(a, ld, children, c2, max(1.0, a.seconds / 2),
+                                      "crop%d" % c2)["rate"])
+    return loader, compute, real, ranks, cheaper
+
+
+def render_report(a, ld, loader, compute, real, info, diag):
+    """report.txt: the three rates, the report's figures per rank, the verdict and the advice;
+    the last line is the machine-readable one."""
+    verdict, why, ceilings, advice = diag
+    L, C, A = loader["rate"], compute["samples_per_s"], real["samples_per_s"]
+    w = ld.workers or 0
+    rep = ["ldprobe: %s (%s samples, %s classes), model %s, crop %d, batch %d x %d rank%s, "
+           "device %s" % (a.dataset, (info or {}).get("samples", "?"), real.get("classes", "?"),
+                          a.model, a.crop, a.batch, a.ranks, plural(a.ranks),
+                          real.get("device", "?")),
+           "  loaderd: %d decode worker%s (%s)%s" %
+           (w, plural(w), "private, started by ldprobe" if ld.private else "on " + ld.sock,
+            ("; trainer options: " + a.trainer_args) if a.trainer_args else "")]
+    if ld.busy_ranks:
+        rep.append("  (that loaderd was serving %d other rank%s when ldprobe started: the "
+                   "ceilings and the run share its workers with them)" %
+                   (ld.busy_ranks, plural(ld.busy_ranks)))
+    rep += ["",
+            "  loader ceiling  %10.1f samples/s  loaderd alone, %d ring%s drained (%s per "
+            "worker; workers busy %.0f%%, decoding %.0f%% of that)" %
+            (L, a.ranks, plural(a.ranks), fmt_rate(L / w) if w else "?",
+             100 * loader["busy"], 100 * loader["decode_share"]),
+            "  compute ceiling %10.1f samples/s  trainer --synthetic, no loader (AU %.2f)" %
+            (C, compute["au"]),
+            "  actual          %10.1f samples/s  trainer through loaderd, %d steps, %.1f s "
+            "(AU %.2f)" % (A, real["steps"], real["wall_s"], real["au"]),
+            "  actual / lower ceiling: %.0f%%; %s" % (100 * A / min(L, C), ceilings)]
+    if A > 1.1 * min(L, C):
+        rep.append("  (the actual rate is above a ceiling: the three runs are measured one after "
+                   "the other, and the load on this machine changed between them; a longer "
+                   "--seconds averages more)")
+    sh = real["shares"]
+    rep += ["", "time per step (trainer, average rank): data wait %.1f%%, exposed copy %.1f%%, "
+            "compute %.1f%%, exposed allreduce %.1f%%, optimizer %.1f%%" %
+            tuple(100 * sh[p] for p in PHASES)]
+    for x in real["per_rank"]:
+        s = x["shares"]
+        rep.append("  rank %d: data %.1f%%, copy %.1f%%, compute %.1f%%, allreduce %.1f%%, "
+                   "optimizer %.1f%%, unattributed %.1f%%; %.2f ms per step, compute %.2f ms" %
+                   (x["rank"], *(100 * s[p] for p in PHASES + ("gap",)), x["step_ms"],
+                    x["compute_ms"]))
+    if len(real["per_rank"]) > 1:
+        c, st = real["causes"], real["straggler"]
+        rep.append("  per step, across ranks: worst rank's data wait + copy %.1f%%, least "
+                   "exposed allreduce %.1f%%; compute, slowest rank %d / fastest rank %d: "
+                   "%.2fx (the slowest in %.0f%% of the steps)" %
+                   (100 * c["loader"], 100 * c["comm"], st["slow_rank"], st["fast_rank"],
+                    st["imbalance"], 100 * st["consistency"]))
+    rep += ["", "verdict: %s" % verdict] + ["  " + x for x in why] + ["advice:"]
+    rep += ["  - " + x for x in advice]
+    rep.append("files: %s" % ", ".join(os.path.join(a.out, f) for f in
+                                        ("report.txt", "timeline.svg", "trace.json")))
+    rep.append("ldprobe: loader_per_s=%.1f compute_per_s=%.1f actual_per_s=%.1f au=%.3f verdict=%s"
+               % (L, C, A, real["au"], verdict))
+    return "\n".join(rep) + "\n"
 
 
 def main(argv):
@@ -1038,52 +1120,8 @@ def main(argv):
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, on_signal)
     try:
-        a.classes, info = dataset_classes(a)
-        trace = os.path.join(a.out, "trace.json")
-        if os.path.exists(trace):
-            os.unlink(trace)
-        if not a.mpirun:
-            preflight(a, children)
-        ld.start()
-        say("loaderd %s (decode workers: %s); measuring the loader ceiling (%.1f s)" %
-            ("started on a private socket" if ld.private else "on " + ld.sock,
-             ld.workers or "?", a.seconds))
-        loader = measure_loader(a, ld, children, a.crop, a.seconds, "ceiling")
-        if loader["rate"] <= 0:
-            raise Failure("loader ceiling: loaderd delivered nothing in %.1f s" % a.seconds)
-        say("loader ceiling %s samples/s; measuring the compute ceiling (trainer --synthetic)" %
-            fmt_rate(loader["rate"]))
-        compute = measure_compute(a, children)
-        say("compute ceiling %s samples/s; the real run through loaderd" % fmt_rate(compute["rate"]))
-        est = min(loader["rate"], compute["rate"])
-        steps = int(min(1_000_000, max(20, math.ceil(a.seconds * est / (a.batch * a.ranks)))))
-        warm = warmup_for(steps)
-        job = "ldprobe-%d-real" % os.getpid()
-        ld.jobs.append(job)
-        extra = ["--socket", ld.sock, "--dataset", a.dataset_abs, "--job", job, "--trace", trace]
-        if a.slots:
-            extra += ["--slots", a.slots]
-        if a.prefetch:
-            extra += ["--prefetch", a.prefetch]
-        real = run_trainer(a, children, extra, steps + warm, warm, "real", a.timeout)
-        ld.stop_job(job)
-        ld.jobs.remove(job)
-        an = None
-        ranks = {}
-        try:
-            ranks = load_trace(trace, real.get("warmup", warm))
-            an = analyse(ranks)
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            say("the trace %s could not be read (%s): attribution from the trainer's report" %
-                (trace, e))
-        # a cheaper transform, measured, when the loader is the limit
-        cheaper = None
-        pre_verdict, _, _, _ = diagnose(a, ld, loader, compute, real, an, None)
-        if pre_verdict == "loader-limited" and a.crop >= 32:
-            c2 = a.crop // 2
-            say("loader-limited: measuring the loader at --crop %d" % c2)
-            cheaper = (c2, measure_loader(a, ld, children, c2, max(1.0, a.seconds / 2),
-                                          "crop%d" % c2)["rate"])
+        info = dataset_info(a)
+        loader, compute, real, ranks, cheaper = measure(a, ld, children)
     except Interrupted:
         say("interrupted; stopping what was started")
         children.stop_all()
@@ -1098,72 +1136,13 @@ def main(argv):
         children.stop_all()
         ld.stop()
 
-    verdict, why, ceilings, advice = diagnose(a, ld, loader, compute, real, an, cheaper, info)
-    L, C, A = loader["rate"], compute["rate"], real["rate"]
-    rep = []
-    w = ld.workers or 0
-    rep.append("ldprobe: %s (%s samples, %s classes), model %s, crop %d, batch %d x %d rank%s, "
-               "device %s" % (a.dataset, info.get("samples", "?") if info else "?",
-                              a.classes or "?", a.model, a.crop, a.batch, a.ranks,
-                              "" if a.ranks == 1 else "s", real.get("device", "?")))
-    rep.append("  loaderd: %d decode worker%s (%s)%s" %
-               (w, "" if w == 1 else "s", "private, started by ldprobe" if ld.private else
-                "on " + ld.sock, ("; trainer options: " + a.trainer_args) if a.trainer_args else ""))
-    if ld.busy_ranks:
-        rep.append("  (that loaderd was serving %d other rank%s when ldprobe started: the "
-                   "ceilings and the run share its workers with them)" %
-                   (ld.busy_ranks, "" if ld.busy_ranks == 1 else "s"))
-    rep.append("")
-    rep.append("  loader ceiling  %10.1f samples/s  loaderd alone, %d ring%s drained (%s per "
-               "worker; workers busy %.0f%%, decoding %.0f%% of that)" %
-               (L, a.ranks, "" if a.ranks == 1 else "s", fmt_rate(L / w) if w else "?",
-                100 * loader["busy"], 100 * loader["decode_share"]))
-    rep.append("  compute ceiling %10.1f samples/s  trainer --synthetic, no loader (AU %.2f)" %
-               (C, compute["au"]))
-    rep.append("  actual          %10.1f samples/s  trainer through loaderd, %s steps, %.1f s "
-               "(AU %.2f)" % (A, real.get("steps", "?"), real.get("wall", 0), real["au"]))
-    rep.append("  actual / lower ceiling: %.0f%%; %s" % (100 * A / min(L, C), ceilings))
-    if A > 1.1 * min(L, C):
-        rep.append("  (the actual rate is above a ceiling: the three runs are measured one after "
-                   "the other, and the load on this machine changed between them; a longer "
-                   "--seconds averages more)")
-    rep.append("")
-    sh = real["shares"]
-    if sh:
-        rep.append("time per step (trainer, average rank): data wait %.1f%%, exposed copy %.1f%%, "
-                   "compute %.1f%%, exposed allreduce %.1f%%, optimizer %.1f%%" %
-                   tuple(100 * sh[p] for p in PHASES))
-    if an:
-        for r in an["ranks"]:
-            s = an["per"][r]["share"]
-            rep.append("  rank %d: data %.1f%%, copy %.1f%%, compute %.1f%%, allreduce %.1f%%, "
-                       "optimizer %.1f%%, unattributed %.1f%%; %.2f ms per step, compute %.2f ms" %
-                       (r, *(100 * s[p] for p in PHASES + ("gap",)), an["per"][r]["step_us"] / 1e3,
-                        an["per"][r]["compute_us"] / 1e3))
-        if len(an["ranks"]) > 1:
-            rep.append("  per step, from the trace: worst rank's data wait + copy %.1f%%, least "
-                       "exposed allreduce %.1f%%; compute, slowest rank %d / fastest rank %d: "
-                       "%.2fx (the slowest in %.0f%% of the steps)" %
-                       (100 * an["loader"], 100 * an["comm"], an["slow"], an["fast"],
-                        an["imbalance"], 100 * an["slow_consistency"]))
-    rep.append("")
-    rep.append("verdict: %s%s" % (verdict, "" if real["verdict"] == verdict else
-                                  " (the trainer's own verdict: %s)" % real["verdict"]))
-    for x in why:
-        rep.append("  " + x)
-    rep.append("advice:")
-    for x in advice:
-        rep.append("  - " + x)
-    rep.append("files: %s" % ", ".join(os.path.join(a.out, f) for f in
-                                        ("report.txt", "timeline.svg", "trace.json")))
-    rep.append("ldprobe: loader_per_s=%.1f compute_per_s=%.1f actual_per_s=%.1f au=%.3f verdict=%s"
-               % (L, C, A, real["au"], verdict))
-    text = "\n".join(rep) + "\n"
+    diag = diagnose(a, ld, loader, compute, real, cheaper, info)
+    text = render_report(a, ld, loader, compute, real, info, diag)
     try:
         with open(os.path.join(a.out, "report.txt"), "w") as f:
             f.write(text)
-        svg_report(os.path.join(a.out, "timeline.svg"), a, ld, loader, compute, real, ranks, an,
-                   verdict, why)
+        svg_report(os.path.join(a.out, "timeline.svg"), a, ld, loader, compute, real, ranks,
+                   diag[0], diag[1])
     except OSError as e:
         print("ldprobe: writing the report into %s: %s" % (a.out, e), file=sys.stderr)
         sys.stdout.write(text)
@@ -1171,7 +1150,6 @@ def main(argv):
     sys.stdout.write(text)
     sys.stdout.flush()
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

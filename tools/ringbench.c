@@ -35,7 +35,9 @@
  * on a busy machine it, not the ring, decides throughput and p99. */
 #include "common/args.h"
 #include "common/clk.h"
+#include "common/fdio.h"
 #include "common/log.h"
+#include "common/mix.h"
 #include "shm/ring.h"
 
 #include <errno.h>
@@ -247,13 +249,6 @@ static int parse_args(int argc, char **argv, struct opts *o)
 
 /* ---- filling and reading ---- */
 
-static uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 /* --check pattern: word i of step s is mix64(s) + i; tail bytes are the bytes of mix64(s) ^ ~0.
  * A stale slot (another step), a shifted or a torn write all show up. */
 static void pattern_fill(void *p, size_t n, uint64_t step)
@@ -407,22 +402,6 @@ static double steal_ms(int cpu)
 	}
 	fclose(f);
 	return ms;
-}
-
-static int write_all(int fd, const void *p, size_t n)
-{
-	const char *c = p;
-
-	while (n) {
-		ssize_t w = write(fd, c, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? -errno : -EIO;
-		c += w;
-		n -= (size_t)w;
-	}
-	return 0;
 }
 
 static int pin_to(int cpu)
@@ -646,7 +625,7 @@ static void consumer_main(const struct opts *o, int ring_fd_dup, int cpu, pid_t 
 	ring_destroy(r);
 report:
 	g_sink ^= res.sink;
-	ret = write_all(wfd, &res, sizeof(res));
+	ret = fd_write_all(wfd, &res, sizeof(res));
 	_exit(ret == 0 && res.err == 0 ? 0 : 1);
 }
 

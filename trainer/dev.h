@@ -4,8 +4,8 @@
  * recorded). Everything above this header is device-agnostic.
  *
  * Streams are small integers (TRN_STREAM_*), events are indices into a per-device pool. Matrices
- * are row-major float32. All calls return 0 or -errno and never log; trn_dev_error() has the
- * native message of the last failure. Threads: one thread per device. */
+ * are row-major float32. All calls return 0 or -errno and never log; the device's err field
+ * (struct trn_dev) has the native message of the last failure. Threads: one thread per device. */
 #ifndef LOADERD_TRN_DEV_H
 #define LOADERD_TRN_DEV_H
 #include <stddef.h>

@@ -1,6 +1,8 @@
 /* model.c - mlp and synthetic models (see model.h). */
 #include "trainer/model.h"
 
+#include "common/args.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -306,13 +308,14 @@ int trn_model_create(const char *spec, struct trn_dev *dev, const struct trn_mod
 		return -EINVAL;
 	}
 	if (!strcmp(spec, "mlp") || !strncmp(spec, "mlp:hidden=", 11)) {
-		int hidden = spec[3] ? atoi(spec + 11) : 256;
-		if (hidden < 1 || hidden > 65536) {
-			snprintf(err, errlen, "model %s: hidden must be 1..65536", spec);
+		unsigned hidden = 256;
+		if (spec[3] && arg_uint(spec + 11, 1, 65536, &hidden) < 0) {
+			snprintf(err, errlen, "model %s: hidden '%s' is not a number in 1..65536", spec,
+				 spec + 11);
 			free(m);
 			return -EINVAL;
 		}
-		ret = mlp_create(m, hidden);
+		ret = mlp_create(m, (int)hidden);
 		if (ret < 0) {
 			snprintf(err, errlen, "model %s: out of device memory", spec);
 			mlp_destroy(m);

@@ -182,16 +182,13 @@ def run_ffcv(a):
 def run_loaderd_py(a):
     sys.path.insert(0, os.path.join(a.repo, "python"))
     import loaderd
+    import loaderd.daemon
     d = tempfile.mkdtemp(prefix="ldbench-cmp-")
     sock = os.path.join(d, "ld.sock")
     log = open(os.path.join(d, "loaderd.log"), "w")
-    proc = subprocess.Popen([os.path.join(a.repo, "build/bin/loaderd"), "--socket", sock,
-                             "--workers", str(a.workers)], stdout=log, stderr=log)
+    proc, _ = loaderd.daemon.start([os.path.join(a.repo, "build/bin/loaderd"), "--socket", sock,
+                                    "--workers", a.workers], log)
     try:
-        for _ in range(200):
-            if os.path.exists(sock):
-                break
-            time.sleep(0.05)
         it = loaderd.Loader(sock, a.dpk, BATCH, crop=CROP, transforms="train", layout="NCHW",
                             seed=1, output="numpy")
         r = two_epochs(lambda: iter(it))

@@ -1,8 +1,10 @@
 /* check.c - dpack verify (recompute every record checksum, in parallel, reading contiguous runs
  * of records with one pread) and dpack inspect (counts, classes, kinds, histograms; text or
  * JSON). */
+#include "common/args.h"
 #include "common/clk.h"
 #include "common/log.h"
+#include "common/proc.h"
 #include "formats/dpk.h"
 #include "tools/dpack/dpack.h"
 
@@ -135,20 +137,23 @@ int dpack_verify_main(int argc, char **argv)
 	};
 	struct verify v = { 0 };
 	struct dpk *d = NULL;
-	int jobs = dpack_cores(), c, status = 1;
-	char err[512], *end;
+	unsigned jobs = proc_cpu_count();
+	int c, status = 1;
+	char err[512];
 
 	while ((c = getopt_long(argc, argv, "hj:", opts, NULL)) != -1) {
 		if (c == 'h') {
 			fputs(verify_usage, stdout);
 			return 0;
 		}
-		long j = c == 'j' ? strtol(optarg, &end, 10) : 0;
-		if (c != 'j' || *end || j < 1 || j > 1024) {
+		if (c != 'j') {
 			fputs(verify_usage, stderr);
 			return 2;
 		}
-		jobs = (int)j;
+		if (arg_uint(optarg, 1, 1024, &jobs) < 0) {
+			LOG_ERROR("--jobs: '%s' is not a number in 1..1024", optarg);
+			return 2;
+		}
 	}
 	if (argc - optind != 1) {
 		fputs(verify_usage, stderr);
@@ -165,7 +170,7 @@ int dpack_verify_main(int argc, char **argv)
 	int nth = 0;
 	pthread_mutex_init(&v.lock, NULL);
 	v.d = d;
-	for (; nth < jobs; nth++)
+	for (; nth < (int)jobs; nth++)
 		if (pthread_create(&th[nth], NULL, verify_worker, &v) != 0)
 			break;
 	if (nth == 0)

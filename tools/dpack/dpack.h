@@ -7,7 +7,4 @@ int dpack_pack_main(int argc, char **argv);
 int dpack_verify_main(int argc, char **argv);
 int dpack_inspect_main(int argc, char **argv);
 
-/* Number of online cores, at least 1. */
-int dpack_cores(void);
-
 #endif

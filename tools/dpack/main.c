@@ -21,13 +21,6 @@ static const char usage[] =
 	"\n"
 	"Run 'dpack COMMAND --help' for the options of a command.\n";
 
-int dpack_cores(void)
-{
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-
-	return n > 0 ? (int)n : 1;
-}
-
 int main(int argc, char **argv)
 {
 	log_prog = "dpack";

@@ -9,8 +9,10 @@
  * order, so the output does not depend on --jobs. Workers never run more than WINDOW items ahead
  * of the writer, which bounds memory. Any fatal error (read error, full disk, signal) stops the
  * workers and removes the temporary file: OUT either is a whole dataset or was not touched. */
+#include "common/args.h"
 #include "common/clk.h"
 #include "common/log.h"
+#include "common/proc.h"
 #include "formats/dpk.h"
 #include "loader/kind.h"
 #include "tools/dpack/dpack.h"
@@ -237,10 +239,10 @@ int dpack_pack_main(int argc, char **argv)
 	struct pack pk = { .src.fd = -1 };
 	struct dpk_writer *w = NULL;
 	pthread_t *th = NULL;
-	int jobs = dpack_cores(), nth = 0, c, ret, status = 1, no_fsync = 0;
+	unsigned jobs = proc_cpu_count();
+	int nth = 0, c, ret, status = 1, no_fsync = 0;
 	uint64_t skipped = 0, bytes = 0, written = 0;
 	const char *out;
-	char *end;
 
 	while ((c = getopt_long(argc, argv, "hj:", opts, NULL)) != -1) {
 		switch (c) {
@@ -251,23 +253,20 @@ int dpack_pack_main(int argc, char **argv)
 			}
 			pk.zstd_level = 3;
 			if (optarg[4]) {
-				long lv = strtol(optarg + 5, &end, 10);
-				if (*end || lv < 1 || lv > ZSTD_maxCLevel()) {
+				unsigned lv;
+				if (arg_uint(optarg + 5, 1, (unsigned)ZSTD_maxCLevel(), &lv) < 0) {
 					LOG_ERROR("--compress: level '%s' is not in 1..%d", optarg + 5, ZSTD_maxCLevel());
 					return 2;
 				}
 				pk.zstd_level = (int)lv;
 			}
 			break;
-		case 'j': {
-			long j = strtol(optarg, &end, 10);
-			if (*end || j < 1 || j > 1024) {
+		case 'j':
+			if (arg_uint(optarg, 1, 1024, &jobs) < 0) {
 				LOG_ERROR("--jobs: '%s' is not a number in 1..1024", optarg);
 				return 2;
 			}
-			jobs = (int)j;
 			break;
-		}
 		case 's':
 			pk.src.strict = 1;
 			break;
@@ -334,9 +333,7 @@ int dpack_pack_main(int argc, char **argv)
 		goto out;
 	}
 	tmp_to_unlink = dpk_writer_tmp_path(w);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
-	signal(SIGHUP, on_signal);
+	proc_on_stop_signals(on_signal, PROC_SIG_HUP);
 	if (pk.src.nclasses) {
 		ret = dpk_writer_set_classes(w, (const char *const *)pk.src.classes, pk.src.nclasses);
 		if (ret < 0) {
@@ -355,7 +352,7 @@ int dpack_pack_main(int argc, char **argv)
 	pthread_mutex_init(&pk.lock, NULL);
 	pthread_cond_init(&pk.cv_done, NULL);
 	pthread_cond_init(&pk.cv_space, NULL);
-	for (nth = 0; nth < jobs; nth++)
+	for (nth = 0; nth < (int)jobs; nth++)
 		if (pthread_create(&th[nth], NULL, worker, &pk) != 0) {
 			LOG_ERROR("cannot start worker threads");
 			goto stop;

@@ -1,0 +1,65 @@
+/* data.h - the trainer's data path: batches from the rank's loaderd ring, copied to the device
+ * `prefetch` batches ahead of compute (the copy stream reads the pinned ring slot directly), or
+ * one synthetic batch made on the device at start (--synthetic: the compute ceiling).
+ *
+ * Ownership: a ring slot is held from acquire until its copy has completed, then given back at
+ * once, not after the step. Threads: the rank's one thread. Errors end the job (trn_die). */
+#ifndef LOADERD_TRN_DATA_H
+#define LOADERD_TRN_DATA_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shm/ldc.h"
+#include "trainer/dev.h"
+#include "trainer/opts.h"
+
+struct trn_inflight {
+	struct ldc_batch b;        /* ring slot, held until its copy is done */
+	int held;
+	int ev;                    /* copy-done event (1..depth; event 0 is the DDP core's) */
+	int count;
+	int valid;                 /* samples with weight > 0 (not tail padding) */
+};
+
+struct trn_data {
+	struct ldc *c;             /* NULL with --synthetic */
+	struct ldc_info info;
+	struct trn_dev *dev;
+	size_t sample_bytes;
+	int depth;                                /* device buffers = prefetch + 1 */
+	uint8_t *img[TRN_PREFETCH_MAX + 1];       /* device */
+	int64_t *lab[TRN_PREFETCH_MAX + 1];
+	float *wt[TRN_PREFETCH_MAX + 1];
+	struct trn_inflight q[TRN_PREFETCH_MAX + 1];
+	uint64_t issued, consumed;   /* batches whose copy was issued / that were computed */
+	float *hw;                   /* host staging for weights */
+	int synthetic, batch;
+	int done;                    /* the job has no more steps */
+	/* what the data decides for the rest of the trainer */
+	int classes;                 /* --classes, else from the dataset (once, here), else 10 */
+	int nchw;                    /* the ring's layout */
+	uint64_t micro_total;        /* micro-steps to run */
+};
+
+/* One batch ready on the device for compute. */
+struct trn_batch {
+	const uint8_t *img;
+	const int64_t *lab;
+	const float *wt;
+	int count, valid;
+};
+
+/* Set up the data of this rank (@rank of @world): attach to loaderd and open the job, or make the
+ * synthetic batch; device buffers for @o->prefetch batches. */
+void trn_data_open(struct trn_data *d, const struct trn_opts *o, struct trn_dev *dev, int rank,
+		   int world);
+/* The next batch: keeps `prefetch` copies in flight, then waits until this one's bytes are on the
+ * device (the compute stream waits for its copy). Adds the blocking time to *wait_ns (data wait)
+ * and *copy_ns (exposed copy). Returns 1 with *b, or 0 at the end of the job. */
+int trn_data_next(struct trn_data *d, uint64_t *wait_ns, uint64_t *copy_ns, struct trn_batch *b);
+/* The batch from trn_data_next has been computed. */
+void trn_data_consumed(struct trn_data *d);
+/* Give back what is held, unpin the ring, detach, free the buffers. */
+void trn_data_close(struct trn_data *d);
+
+#endif

@@ -1,0 +1,25 @@
+/* opts.h - the trainer's command line: every option, its default and its check, and --help. */
+#ifndef LOADERD_TRN_OPTS_H
+#define LOADERD_TRN_OPTS_H
+#include <stdint.h>
+
+#define TRN_PREFETCH_MAX 8
+
+struct trn_opts {
+	const char *socket, *dataset, *model, *device, *backend, *trace, *job, *dump, *report_json;
+	int batch, crop, accum, prefetch, classes, slots, warmup, log_every;
+	long steps, epochs;        /* one of them; steps default 100 */
+	uint64_t seed;
+	int synthetic;
+	int slow_rank;             /* --inject-slow-rank R:F: rank R computes F times as long */
+	double slow_factor;
+	double comm_delay_ms;      /* --inject-comm-delay-ms X: each allreduce is X ms slower */
+	float lr, momentum;
+	double bucket_mb, first_bucket_mb;
+};
+
+/* Parse the command line into @o. On --help (exit 0) or bad usage (exit 2, rank 0 says why)
+ * finalises MPI and exits. MPI must be initialised. */
+void trn_opts_parse(int argc, char **argv, struct trn_opts *o);
+
+#endif
