@@ -1,8 +1,8 @@
 /* metrics.c - the metrics file: a snapshot of the server's counters (srv_snapshot_take) rendered in
  * the Prometheus text exposition format, written to a temporary file beside the target and renamed
- * over it (node_exporter's textfile collector reads *.prom files; a reader sees the old file or the
- * new one, never a part). The file is not fsynced: it is rewritten every few seconds, and a crash
- * loses nothing a scrape would miss.
+ * over it (common/afile.h: PATH.tmp.PID; node_exporter's textfile collector reads only *.prom
+ * files, and a reader sees the old file or the new one, never a part). The file is not fsynced:
+ * it is rewritten every few seconds, and a crash loses nothing a scrape would miss.
  *
  * DESIGN
  * One thread of its own, so that a slow or full file system delays only the metrics: it takes a
@@ -15,17 +15,17 @@
  * Names follow Prometheus conventions: counters end in _total, times are in seconds, sizes in
  * bytes, shares are _ratio gauges. Per-rank families cover the ranks that have attached at least
  * once; label values are escaped (backslash, double quote, newline) by ldr_metrics_escape. */
+#include "common/afile.h"
+#include "common/fdio.h"
 #include "common/log.h"
 #include "loader/metrics.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 /* ---- rendering ---- */
 
@@ -244,32 +244,16 @@ int ldr_metrics_render(const struct srv_snapshot *snap, char **out, size_t *len)
 
 int ldr_metrics_write(const char *path, const char *text, size_t len)
 {
-	char tmp[4096];
-	int ret = 0;
+	struct afile f;
+	/* No fsync: the file is rewritten every few seconds; the rename alone keeps readers safe. */
+	int ret = afile_open(&f, path, AFILE_NO_SYNC);
 
-	/* Beside the target (rename stays in one file system); not *.prom, so that the collector
-	 * never reads it half-written. */
-	if (snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof(tmp))
-		return -ENAMETOOLONG;
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return -errno;
-	for (size_t off = 0; off < len;) {
-		ssize_t n = write(fd, text + off, len - off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			ret = n < 0 ? -errno : -EIO;
-			break;
-		}
-		off += (size_t)n;
-	}
-	if (close(fd) < 0 && ret == 0)
-		ret = -errno;
-	if (ret == 0 && rename(tmp, path) < 0)
-		ret = -errno;
 	if (ret < 0)
-		unlink(tmp);
+		return ret;
+	ret = fd_write_all(f.fd, text, len);
+	if (ret == 0)
+		ret = afile_commit(&f);
+	afile_close(&f);  /* removes the temporary file unless committed */
 	return ret;
 }
 

@@ -21,8 +21,9 @@ int ldr_metrics_stop(struct ldr_metrics *m);
 /* Render @snap into *out (malloc'd, NUL-terminated, *len bytes without the NUL; free() it).
  * Returns 0 or -ENOMEM. */
 int ldr_metrics_render(const struct srv_snapshot *snap, char **out, size_t *len);
-/* Replace @path with @len bytes of @text: written to a temporary file beside it (same directory,
- * a name that does not end in .prom), then renamed over it. Returns 0 or -errno. */
+/* Replace @path with @len bytes of @text: written to a temporary file beside it (common/afile.h:
+ * PATH.tmp.PID, a name that does not end in .prom), then renamed over it; not fsynced. Returns 0
+ * or -errno. */
 int ldr_metrics_write(const char *path, const char *text, size_t len);
 /* Write @in as a label value's escaped text, without the quotes (backslash, double quote and
  * newline escaped as \\, \" and \n). Returns the length it needs, like snprintf: @out (@cap
