@@ -6,6 +6,7 @@
 #include "common/proc.h"
 #include "loader/job.h"
 #include "loader/metrics.h"
+#include "loader/sdnotify.h"
 #include "shm/ldc.h"
 #include "loader/srv.h"
 
@@ -37,6 +38,8 @@ static void usage(FILE *f)
 "Serves training jobs from packed datasets (.dpk, made by dpack) over a unix socket. Each rank\n"
 "of a job attaches with the client API (shm/ldc.h) and gets its own shared-memory ring.\n"
 "Runs in the foreground, logs to stderr; SIGTERM or SIGINT stops it (clients are told).\n"
+"Under a service manager that sets $NOTIFY_SOCKET (systemd, Type=notify), loaderd sends it\n"
+"READY=1 once serving and STOPPING=1 when it stops.\n"
 "\n"
 "options:\n"
 "  --socket PATH        control socket (default: $XDG_RUNTIME_DIR/loaderd.sock, else\n"
@@ -217,7 +220,13 @@ bad_value:
 	}
 	if (have_ready)
 		notify_ready((int)ready_fd, path);
+	int sd = ldr_sd_notify("READY=1");
+	if (sd < 0)
+		LOG_WARN("NOTIFY_SOCKET=%s: cannot tell the service manager that loaderd serves: %s",
+			 getenv("NOTIFY_SOCKET"), strerror(-sd));
 	ret = srv_run(g_srv);
+	if (sd > 0)
+		ldr_sd_notify("STOPPING=1");
 	ldr_metrics_stop(metrics);  /* the final counters, while the server still exists */
 	srv_destroy(g_srv);
 	if (ret < 0) {
