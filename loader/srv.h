@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/un.h>
 
 struct srv;
 
@@ -139,7 +140,7 @@ struct srv_snapshot {
 	unsigned njobs;
 	struct srv_job_snap *jobs; /* njobs entries */
 	struct srv_phase phases[SRV_PHASES_MAX];  /* srv_ops.phases (static strings) */
-	char socket[108];
+	char socket[sizeof(((struct sockaddr_un *)0)->sun_path)];  /* the socket's path */
 };
 
 /* Copy every counter of @s, under its lock, held only for the copy. Any thread, but not one that
