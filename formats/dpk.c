@@ -86,9 +86,10 @@ static int add_overflows(uint64_t a, uint64_t b, uint64_t *sum)
 
 /* One row per enum dpk_kind: adding a kind is its enum value and its row here. */
 static const struct dpk_kind_info kind_infos[DPK_KIND_MAX + 1] = {
-	[DPK_KIND_JPEG] = { "jpeg", DPK_KF_IMAGE | DPK_KF_SUBSAMP },
+	[DPK_KIND_JPEG] = { "jpeg", DPK_KF_IMAGE | DPK_KF_SUBSAMP | DPK_KF_JPEG },
 	[DPK_KIND_RAW] = { "raw", DPK_KF_STORED_RAW },
 	[DPK_KIND_RAW_ZSTD] = { "raw+zstd", 0 },
+	[DPK_KIND_JPEG_RST] = { "jpeg+rst", DPK_KF_IMAGE | DPK_KF_SUBSAMP | DPK_KF_JPEG },
 };
 
 const struct dpk_kind_info *dpk_kind_info(unsigned kind)

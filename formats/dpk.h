@@ -26,16 +26,19 @@ enum dpk_kind {
 	DPK_KIND_JPEG = 1,      /* JPEG file stored as is; shape = H, W, C from its SOF */
 	DPK_KIND_RAW = 2,       /* uint8 tensor, C order, shape[0..ndim) */
 	DPK_KIND_RAW_ZSTD = 3,  /* the same tensor, one zstd frame */
+	DPK_KIND_JPEG_RST = 4,  /* JPEG rewritten by dpack: baseline, one scan, restart markers at
+				 * the start of every MCU row (docs/FORMAT.md); shape as JPEG */
 };
-#define DPK_KIND_MAX 3
+#define DPK_KIND_MAX 4
 
 /* What the format itself knows of a kind: one row per kind in formats/dpk.c (how a kind is
  * decoded is the loader's business: loader/kind.h). */
 #define DPK_KF_IMAGE 0x1u       /* shape is H x W x {1,3}, sides <= 65535 */
 #define DPK_KF_SUBSAMP 0x2u     /* entry.subsamp holds its chroma subsampling (else it is 0) */
 #define DPK_KF_STORED_RAW 0x4u  /* the stored bytes are the tensor: length == raw_size */
+#define DPK_KF_JPEG 0x8u        /* the stored bytes are a whole JPEG file (any decoder takes it) */
 struct dpk_kind_info {
-	const char *name;       /* "jpeg", "raw", "raw+zstd" */
+	const char *name;       /* "jpeg", "raw", "raw+zstd", "jpeg+rst" */
 	unsigned flags;         /* DPK_KF_* */
 };
 

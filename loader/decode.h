@@ -37,6 +37,35 @@ void ldr_decoder_destroy(struct ldr_decoder *d);   /* NULL ok */
  * Returns 0 or -EBADMSG with libjpeg's message in @why. */
 int ldr_decode_jpeg(struct ldr_decoder *d, const uint8_t *jpg, size_t len, const struct ldr_crop *crop,
 		    const struct ldr_out *o, uint8_t *dst, char *why, size_t whylen);
+/* The same for a restart-indexed record (DPK_KIND_JPEG_RST, loader/jpeg_rst.h): only the restart
+ * segments that cover the window are entropy-decoded, from a small JPEG spliced out of it. A JPEG
+ * that does not splice (no restart markers) is decoded as ldr_decode_jpeg does. Returns 0, or
+ * -EBADMSG with the reason in @why (a broken restart segment is one). */
+int ldr_decode_jpeg_rst(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
+			const struct ldr_crop *crop, const struct ldr_out *o, uint8_t *dst,
+			char *why, size_t whylen);
+
+/* The decoded window of a JPEG before its resize: RGB rows in the decoder's scratch buffer, valid
+ * until the decoder's next call. */
+struct ldr_window {
+	const uint8_t *px;  /* first pixel */
+	size_t stride;      /* bytes per row */
+	uint32_t w, h;      /* pixels held */
+	uint32_t ox, oy;    /* where px is in the whole image decoded at the same DCT scale */
+	unsigned den;       /* DCT scale denominator */
+	double x0, y0;      /* the crop in px's pixels (fractional at reduced scales) */
+	double sw, sh;
+};
+/* The window ldr_decode_jpeg resizes (crop clipped to the image, DCT scale for @out_h x @out_w). */
+int ldr_jpeg_window(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
+		    const struct ldr_crop *crop, uint32_t out_h, uint32_t out_w,
+		    struct ldr_window *win, char *why, size_t whylen);
+/* The window ldr_decode_jpeg_rst resizes. Its pixels inside the crop equal those of a full decode
+ * of the record at the same scale. Returns 0, -EBADMSG, -ENOMEM, or -ENOTSUP for a JPEG that does
+ * not splice (then nothing was decoded). */
+int ldr_jpeg_rst_window(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
+			const struct ldr_crop *crop, uint32_t out_h, uint32_t out_w,
+			struct ldr_window *win, char *why, size_t whylen);
 /* A raw HxWxC uint8 tensor @src, cropped and resized like a JPEG (C must be 3 unless @o is 0x0, in
  * which case it is copied as is, @h * @w * @c bytes). 0 or -EINVAL. */
 int ldr_decode_raw(struct ldr_decoder *d, const uint8_t *src, uint32_t h, uint32_t w, uint32_t c,

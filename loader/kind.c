@@ -5,12 +5,13 @@
 #include <stdio.h>
 #include <string.h>
 
-extern const struct ldr_kind ldr_kind_jpeg, ldr_kind_raw, ldr_kind_raw_zstd;
+extern const struct ldr_kind ldr_kind_jpeg, ldr_kind_raw, ldr_kind_raw_zstd, ldr_kind_jpeg_rst;
 
 const struct ldr_kind *const ldr_kinds[DPK_KIND_MAX + 1] = {
 	[DPK_KIND_JPEG] = &ldr_kind_jpeg,
 	[DPK_KIND_RAW] = &ldr_kind_raw,
 	[DPK_KIND_RAW_ZSTD] = &ldr_kind_raw_zstd,
+	[DPK_KIND_JPEG_RST] = &ldr_kind_jpeg_rst,
 };
 
 const struct ldr_kind *ldr_kind_get(unsigned kind)

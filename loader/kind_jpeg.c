@@ -1,7 +1,11 @@
-/* kind_jpeg.c - JPEG records (DPK_KIND_JPEG): probed at pack time from the frame header
- * (formats/jpeg_probe.h), decoded crop-aware at a reduced DCT scale (loader/decode.h). They have
- * no "as stored" form: a job must give a crop size. */
+/* kind_jpeg.c - JPEG records: DPK_KIND_JPEG, the file as it was, probed at pack time from the
+ * frame header (formats/jpeg_probe.h) and decoded crop-aware at a reduced DCT scale
+ * (loader/decode.h); and DPK_KIND_JPEG_RST, what dpack rewrites a JPEG into by default: the same
+ * coefficients with restart markers, decoded from a splice of the segments that cover the crop
+ * (loader/jpeg_rst.h). They share everything but the decode. Neither has an "as stored" form: a
+ * job must give a crop size. */
 #include "formats/jpeg_probe.h"
+#include "loader/jpeg_rst.h"
 #include "loader/kind.h"
 
 #include <errno.h>
@@ -42,6 +46,13 @@ static int jpeg_decode(struct ldr_decoder *d, const struct dpk_entry *e, const u
 	return ldr_decode_jpeg(d, src, e->length, crop, o, dst, why, whylen);
 }
 
+static int jpeg_rst_decode(struct ldr_decoder *d, const struct dpk_entry *e, const uint8_t *src,
+			   const struct ldr_crop *crop, const struct ldr_out *o, uint8_t *dst,
+			   char *why, size_t whylen)
+{
+	return ldr_decode_jpeg_rst(d, src, e->length, crop, o, dst, why, whylen);
+}
+
 static unsigned jpeg_scale(const struct ldr_crop *crop, const struct ldr_out *o)
 {
 	return ldr_jpeg_scale(crop, o->h, o->w);
@@ -54,7 +65,16 @@ const struct ldr_kind ldr_kind_jpeg = {
 	.name = "jpeg",
 	.exts = jpeg_exts,
 	.probe = jpeg_probe,
+	.repack = ldr_rst_rewrite,
 	.accepts = jpeg_accepts,
 	.decode = jpeg_decode,
+	.scale = jpeg_scale,
+};
+
+const struct ldr_kind ldr_kind_jpeg_rst = {
+	.kind = DPK_KIND_JPEG_RST,
+	.name = "jpeg+rst",
+	.accepts = jpeg_accepts,
+	.decode = jpeg_rst_decode,
 	.scale = jpeg_scale,
 };

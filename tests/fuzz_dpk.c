@@ -42,13 +42,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (!buf)
 				continue;
 			ssize_t r = dpk_read(d, i, buf, e->length);
-			if (r >= 0 && e->kind != DPK_KIND_JPEG && e->raw_size <= (1u << 20)) {
+			if (r >= 0 && !(dpk_kind_info(e->kind)->flags & DPK_KF_JPEG) && e->raw_size <= (1u << 20)) {
 				uint8_t *out = malloc(e->raw_size);
 				if (out)
 					dpk_raw_decode(e, buf, out, e->raw_size);
 				free(out);
 			}
-			if (r >= 0 && e->kind == DPK_KIND_JPEG)
+			if (r >= 0 && (dpk_kind_info(e->kind)->flags & DPK_KF_JPEG))
 				dpk_jpeg_probe(buf, e->length, &ji, err, sizeof(err));
 			free(buf);
 		}

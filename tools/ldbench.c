@@ -152,7 +152,7 @@ static int measure_ceiling(const struct dpk *d, const struct opts *o, struct cei
 
 	memset(out, 0, sizeof(*out));
 	for (uint64_t i = 0; i < n; i++)
-		njpeg += dpk_entry_get(d, i)->kind == DPK_KIND_JPEG;
+		njpeg += !!(dpk_kind_info(dpk_entry_get(d, i)->kind)->flags & DPK_KF_JPEG);
 	if (njpeg == 0) {
 		LOG_ERROR("%s holds no JPEG records: the full-decode ceiling needs JPEGs", o->dataset);
 		return -EINVAL;
@@ -173,7 +173,7 @@ static int measure_ceiling(const struct dpk *d, const struct opts *o, struct cei
 	uint64_t seen = 0, next = 0;
 	for (uint64_t i = 0; i < n && r < want; i++) {
 		const struct dpk_entry *e = dpk_entry_get(d, i);
-		if (e->kind != DPK_KIND_JPEG)
+		if (!(dpk_kind_info(e->kind)->flags & DPK_KF_JPEG))
 			continue;
 		if (seen++ != next)
 			continue;

@@ -60,19 +60,22 @@ def workdir():
 
 @pytest.fixture(scope="session")
 def imagefolder(bins, workdir):
-    """4 classes x 12 small JPEGs; .labels[id] is the class index of the file whose bytes are
-    record id, found by content (classes are the sorted folder names, as torchvision's)."""
+    """4 classes x 12 small JPEGs, packed as dpack does by default (rewritten with restart
+    markers); .labels[id] is the class index of the file whose bytes are record id of the same
+    tree packed with --keep-jpeg (same order), found by content (classes are the sorted folder
+    names, as torchvision's)."""
     d = workdir / "imagefolder"
     d.mkdir()
     run(bins / "dsgen", "imagefolder", d / "tree", "--classes", 4, "--per-class", 12,
         "--min-side", 64, "--max-side", 160)
     run(bins / "dpack", "pack", d / "tree", d / "train.dpk")
+    run(bins / "dpack", "pack", "--keep-jpeg", d / "tree", d / "kept.dpk")
     classes = sorted(p.name for p in (d / "tree").iterdir() if p.is_dir())
     by_hash = {}
     for ci, c in enumerate(classes):
         for f in (d / "tree" / c).iterdir():
             by_hash[hashlib.sha1(f.read_bytes()).hexdigest()] = ci
-    entries, data = dpk_index(d / "train.dpk")
+    entries, data = dpk_index(d / "kept.dpk")
     ds = Dataset()
     ds.path = d / "train.dpk"
     ds.tree = d / "tree"

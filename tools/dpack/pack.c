@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "formats/dpk.h"
+#include "loader/jpeg_rst.h"
 #include "loader/kind.h"
 #include "tools/dpack/dpack.h"
 #include "tools/dpack/input.h"
@@ -39,6 +40,7 @@ struct slot {
 	enum slot_status status;
 	int err;                 /* SLOT_FATAL: -errno */
 	uint8_t *buf;            /* owned; the record's stored bytes */
+	uint64_t in_len;         /* the source's bytes (before a rewrite) */
 	struct dpk_record rec;
 	char why[200];
 };
@@ -47,6 +49,8 @@ struct pack {
 	const struct dpack_input *in;  /* the source's format */
 	struct dpack_src src;
 	int zstd_level;          /* 0: store raw uncompressed */
+	int keep;                /* --keep-jpeg: files are stored as they are, not repacked */
+	unsigned seg_px;         /* --restart-width: restart segment width of rewritten JPEGs */
 
 	pthread_mutex_t lock;
 	pthread_cond_t cv_done;  /* a slot became done (workers -> writer) */
@@ -99,6 +103,7 @@ static void process(struct pack *pk, uint64_t i, struct slot *s, ZSTD_CCtx *cctx
 	memset(r, 0, sizeof(*r));
 	s->status = SLOT_OK;
 	s->buf = NULL;
+	s->in_len = 0;
 	ret = pk->in->locate(&pk->src, i, &fd, &off, &len);
 	if (ret < 0)
 		goto fatal;
@@ -116,6 +121,7 @@ static void process(struct pack *pk, uint64_t i, struct slot *s, ZSTD_CCtx *cctx
 	ret = read_all(fd, s->buf, len, off);
 	if (ret < 0)
 		goto fatal;
+	s->in_len = len;
 
 	if (!pk->in->tensor) {
 		ret = ldr_kind_probe(s->buf, len, r, s->why, sizeof(s->why));
@@ -124,6 +130,22 @@ static void process(struct pack *pk, uint64_t i, struct slot *s, ZSTD_CCtx *cctx
 			goto out;
 		}
 		r->label = pk->src.items[i].label;
+		const struct ldr_kind *k = ldr_kind_get(r->kind);
+		if (!pk->keep && k->repack) {
+			uint8_t *nb;
+			size_t nl;
+
+			ret = k->repack(s->buf, len, pk->seg_px, r, &nb, &nl, s->why, sizeof(s->why));
+			if (ret == -ENOMEM)
+				goto fatal;
+			if (ret < 0) {
+				s->status = SLOT_SKIP;
+				goto out;
+			}
+			free(s->buf);
+			s->buf = nb;
+			len = nl;
+		}
 	} else {
 		pk->in->tensor(&pk->src, i, r);
 		if (pk->zstd_level) {
@@ -214,11 +236,18 @@ static const char pack_usage[] =
 	"\n"
 	"SRC is an ImageFolder tree (classes = sorted sub-folders, as torchvision) or a WebDataset\n"
 	".tar (samples are KEY.jpg or KEY.jpeg with KEY.cls holding the integer label).\n"
-	"JPEGs are stored as they are; .npy images become raw uint8 tensors.\n"
+	"JPEGs are rewritten losslessly (the same DCT coefficients, so the same pixels) as baseline\n"
+	"JPEGs with optimised Huffman tables and restart markers, so that loaderd entropy-decodes\n"
+	"only the part of an image that a crop needs; .npy images become raw uint8 tensors.\n"
 	"\n"
 	"options:\n"
 	"  --compress zstd[:LEVEL]  compress raw tensors with zstd (level 1..19, default 3)\n"
 	"  --jobs N                 worker threads (default: all cores)\n"
+	"  --keep-jpeg              store JPEGs as they are (loaderd then decodes every row above\n"
+	"                           and the full width of the rows in a crop)\n"
+	"  --restart-width PX       restart segments of rewritten JPEGs about PX pixels wide (the\n"
+	"                           largest divisor of the MCU row that fits; default 64; 0: one\n"
+	"                           per MCU row)\n"
 	"  --strict                 a bad or non-JPEG image is an error, not a skipped sample\n"
 	"  --no-fsync               do not wait for the disk (scratch space): faster, but a crash\n"
 	"                           soon after packing may lose the file\n"
@@ -233,15 +262,17 @@ int dpack_pack_main(int argc, char **argv)
 		{ "jobs", required_argument, NULL, 'j' },
 		{ "strict", no_argument, NULL, 's' },
 		{ "no-fsync", no_argument, NULL, 'F' },
+		{ "keep-jpeg", no_argument, NULL, 'K' },
+		{ "restart-width", required_argument, NULL, 'R' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	struct pack pk = { .src.fd = -1 };
+	struct pack pk = { .src.fd = -1, .seg_px = LDR_RST_WIDTH_DEFAULT };
 	struct dpk_writer *w = NULL;
 	pthread_t *th = NULL;
 	unsigned jobs = proc_cpu_count();
 	int nth = 0, c, ret, status = 1, no_fsync = 0;
-	uint64_t skipped = 0, bytes = 0, written = 0;
+	uint64_t skipped = 0, bytes = 0, in_bytes = 0, written = 0;
 	const char *out;
 
 	while ((c = getopt_long(argc, argv, "hj:", opts, NULL)) != -1) {
@@ -272,6 +303,15 @@ int dpack_pack_main(int argc, char **argv)
 			break;
 		case 'F':
 			no_fsync = 1;
+			break;
+		case 'K':
+			pk.keep = 1;
+			break;
+		case 'R':
+			if (arg_uint(optarg, 0, 65535, &pk.seg_px) < 0) {
+				LOG_ERROR("--restart-width: '%s' is not a number in 0..65535", optarg);
+				return 2;
+			}
 			break;
 		case 'h':
 			fputs(pack_usage, stdout);
@@ -315,7 +355,7 @@ int dpack_pack_main(int argc, char **argv)
 		return 2;
 	}
 	if (pk.zstd_level && !pk.in->tensor)
-		LOG_WARN("--compress applies to raw tensors; JPEGs are stored as they are");
+		LOG_WARN("--compress applies to raw tensors; JPEGs are not compressed further");
 
 	double t0 = clk_now_s();
 	ret = pk.in->list(&pk.src);
@@ -393,6 +433,7 @@ int dpack_pack_main(int argc, char **argv)
 				goto stop;
 			}
 			bytes += s->rec.length;
+			in_bytes += s->in_len;
 		}
 		free(s->buf);
 		s->buf = NULL;
@@ -429,9 +470,13 @@ stop:
 		free(pk.slots[k].buf);
 	if (ret == 0) {
 		double dt = clk_now_s() - t0;
-		printf("dpack: %s: %llu samples, %u classes, %llu skipped, %.1f MB in %.2f s (%.0f MB/s)\n",
+		printf("dpack: %s: %llu samples, %u classes, %llu skipped, %.1f MB in %.2f s (%.0f MB/s)",
 		       out, (unsigned long long)written, pk.src.nclasses, (unsigned long long)skipped,
 		       bytes / 1e6, dt, dt > 0 ? bytes / dt / 1e6 : 0.0);
+		if (in_bytes != bytes)
+			printf(", from %.1f MB of source (%+.2f%%)", in_bytes / 1e6,
+			       in_bytes ? 100.0 * ((double)bytes - (double)in_bytes) / (double)in_bytes : 0.0);
+		putchar('\n');
 		status = 0;
 	}
 out:

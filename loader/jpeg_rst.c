@@ -1,0 +1,298 @@
+/* jpeg_rst.c - restart-indexed JPEG records: parse, plan and splice (see jpeg_rst.h), and dpack's
+ * lossless rewrite into one.
+ *
+ * Why a splice works: a restart marker resets the entropy decoder's bit buffer and the DC
+ * predictions of every component, so the bytes of a segment decode the same wherever they sit in
+ * a scan, provided that the scan's geometry puts the same MCUs in them. Segments here never cross
+ * an MCU row (the interval divides the row), so a splice of k segments from each of n rows is
+ * itself a valid image of n MCU rows of k x interval MCUs, and its pixels are the record's pixels
+ * of that rectangle, except where upsampling looks across the rectangle's edge: the plan adds one
+ * MCU of margin there (jpeg_rst.h). The RST markers are renumbered (they count mod 8 from the
+ * start of the scan), and the SOF gets the rectangle's size.
+ *
+ * The segment index is found by scanning the entropy data for markers at decode time rather than
+ * stored: memchr over the bytes before the last segment needed costs about 1% of decoding them
+ * (measured with callgrind, docs/BENCHMARKS.md), and the markers cannot disagree with an index.
+ *
+ * What it costs (callgrind, docs/BENCHMARKS.md): libjpeg-turbo decodes every MCU of a scan that
+ * has a restart interval on its slow Huffman path (decode_mcu() turns the fast one off whenever
+ * cinfo->restart_interval is set), which costs about as many instructions per MCU as skipping the
+ * other MCUs saves on ImageNet-sized photographs; on larger images the splice wins. A splice
+ * without markers (DC predictions re-coded from a stored per-segment index, segments joined at
+ * bit level) would keep the fast path: not done yet. */
+#include "loader/jpeg_rst.h"
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+#include <jerror.h>
+
+static int bad(char *why, size_t whylen, int ret, const char *msg)
+{
+	snprintf(why, whylen, "%s", msg);
+	return ret;
+}
+
+static unsigned be16(const uint8_t *p)
+{
+	return (unsigned)p[0] << 8 | p[1];
+}
+
+int ldr_rst_parse(const uint8_t *jpg, size_t len, struct ldr_rst_info *info, char *why,
+		  size_t whylen)
+{
+	size_t pos = 2;
+	int have_sof = 0;
+	unsigned ncomp = 0, hs[4] = { 0 }, vs[4] = { 0 };
+
+	memset(info, 0, sizeof(*info));
+	if (len < 4 || jpg[0] != 0xFF || jpg[1] != 0xD8)
+		return bad(why, whylen, -EBADMSG, "not a JPEG (no SOI)");
+	for (;;) {
+		while (pos < len && jpg[pos] == 0xFF && pos + 1 < len && jpg[pos + 1] == 0xFF)
+			pos++;  /* fill bytes */
+		if (pos + 4 > len || jpg[pos] != 0xFF)
+			return bad(why, whylen, -EBADMSG, "header ends before the scan");
+		unsigned m = jpg[pos + 1], seg = be16(jpg + pos + 2);
+		const uint8_t *p = jpg + pos + 4;
+		if (m == 0xD8 || m == 0xD9 || (m >= 0xD0 && m <= 0xD7) || m == 0x01)
+			return bad(why, whylen, -EBADMSG, "unexpected marker in the header");
+		if (seg < 2 || seg > len - pos - 2)
+			return bad(why, whylen, -EBADMSG, "marker segment runs past the record");
+		size_t n = seg - 2;  /* payload bytes at p */
+		if (m == 0xC0 || m == 0xC1) {  /* baseline or extended, Huffman */
+			if (have_sof)
+				return bad(why, whylen, -EBADMSG, "two frame headers");
+			if (n < 6 || p[0] != 8)
+				return bad(why, whylen, -ENOTSUP, "not an 8-bit frame");
+			ncomp = p[5];
+			if ((ncomp != 1 && ncomp != 3) || n != 6 + 3 * ncomp)
+				return bad(why, whylen, -ENOTSUP, "frame is not 1 or 3 components");
+			info->height = be16(p + 1);
+			info->width = be16(p + 3);
+			info->sof_at = (size_t)(p + 1 - jpg);
+			if (!info->height || !info->width)
+				return bad(why, whylen, -ENOTSUP, "frame without a size (DNL)");
+			for (unsigned c = 0; c < ncomp; c++) {
+				hs[c] = p[6 + 3 * c + 1] >> 4;
+				vs[c] = p[6 + 3 * c + 1] & 15;
+				if (hs[c] < 1 || hs[c] > 4 || vs[c] < 1 || vs[c] > 4)
+					return bad(why, whylen, -EBADMSG, "bad sampling factor");
+				info->hmax = hs[c] > info->hmax ? hs[c] : info->hmax;
+				info->vmax = vs[c] > info->vmax ? vs[c] : info->vmax;
+			}
+			have_sof = 1;
+		} else if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
+			return bad(why, whylen, -ENOTSUP, "not a baseline Huffman JPEG");
+		} else if (m == 0xDD) {
+			if (n != 2)
+				return bad(why, whylen, -EBADMSG, "bad DRI");
+			info->interval = be16(p);
+		} else if (m == 0xDA) {
+			if (!have_sof)
+				return bad(why, whylen, -EBADMSG, "scan before the frame header");
+			if (n < 1 || p[0] != ncomp || n != 4 + 2 * (size_t)ncomp)
+				return bad(why, whylen, -ENOTSUP, "scan does not hold every component");
+			if (p[1 + 2 * ncomp] != 0 || p[2 + 2 * ncomp] != 63 || p[3 + 2 * ncomp] != 0)
+				return bad(why, whylen, -ENOTSUP, "not a sequential scan");
+			info->scan_at = pos + 2 + seg;
+			break;
+		}
+		pos += 2 + seg;
+	}
+	if (ncomp == 1) {
+		/* a non-interleaved scan: the MCU is one block */
+		info->mcu_w = info->mcu_h = 8;
+		info->hmax = info->vmax = 1;
+	} else {
+		info->mcu_w = 8 * info->hmax;
+		info->mcu_h = 8 * info->vmax;
+	}
+	info->mcus_x = (info->width + info->mcu_w - 1) / info->mcu_w;
+	info->mcus_y = (info->height + info->mcu_h - 1) / info->mcu_h;
+	if (!info->interval || info->mcus_x % info->interval)
+		return bad(why, whylen, -ENOTSUP, "restart interval does not divide the MCU row");
+	info->segs_x = info->mcus_x / info->interval;
+	return 0;
+}
+
+void ldr_rst_plan(const struct ldr_rst_info *info, uint32_t x, uint32_t y, uint32_t w, uint32_t h,
+		  struct ldr_rst_plan *plan)
+{
+	uint32_t mx = info->hmax > 1, my = info->vmax > 1;  /* margin in MCUs */
+	uint32_t c0 = x / info->mcu_w, c1 = (x + w + info->mcu_w - 1) / info->mcu_w;
+	uint32_t r0 = y / info->mcu_h, r1 = (y + h + info->mcu_h - 1) / info->mcu_h;
+	uint32_t seg_w = info->interval * info->mcu_w;
+
+	c0 = c0 > mx ? c0 - mx : 0;
+	r0 = r0 > my ? r0 - my : 0;
+	c1 = c1 + mx < info->mcus_x ? c1 + mx : info->mcus_x;
+	r1 = r1 + my < info->mcus_y ? r1 + my : info->mcus_y;
+	plan->row0 = r0;
+	plan->row1 = r1;
+	plan->seg_x0 = c0 / info->interval;
+	plan->seg_x1 = (c1 + info->interval - 1) / info->interval;
+	plan->x = plan->seg_x0 * seg_w;
+	plan->y = r0 * info->mcu_h;
+	plan->w = plan->seg_x1 == info->segs_x ? info->width - plan->x
+					       : (plan->seg_x1 - plan->seg_x0) * seg_w;
+	plan->h = r1 == info->mcus_y ? info->height - plan->y : (r1 - r0) * info->mcu_h;
+	plan->whole = plan->x == 0 && plan->y == 0 && plan->w == info->width &&
+		      plan->h == info->height;
+}
+
+size_t ldr_rst_splice_bound(size_t len)
+{
+	return len + 16;
+}
+
+/* The end of the segment that starts at @pos: the offset of the RST or EOI marker that ends it,
+ * with the marker's second byte in *m; or (size_t)-1 on any other marker or the end of data. */
+static size_t segment_end(const uint8_t *jpg, size_t len, size_t pos, unsigned *m)
+{
+	while (pos < len) {
+		const uint8_t *f = memchr(jpg + pos, 0xFF, len - pos);
+		if (!f)
+			break;
+		size_t at = (size_t)(f - jpg);
+		size_t k = at + 1;
+		while (k < len && jpg[k] == 0xFF)
+			k++;  /* fill bytes may precede a marker */
+		if (k >= len)
+			break;
+		if (jpg[k] == 0x00) {  /* a stuffed 0xFF data byte */
+			pos = k + 1;
+			continue;
+		}
+		*m = jpg[k];
+		return (*m >= 0xD0 && *m <= 0xD7) || *m == 0xD9 ? at : (size_t)-1;
+	}
+	return (size_t)-1;
+}
+
+long ldr_rst_splice(const uint8_t *jpg, size_t len, const struct ldr_rst_info *info,
+		    const struct ldr_rst_plan *plan, uint8_t *out, char *why, size_t whylen)
+{
+	uint64_t total = (uint64_t)info->segs_x * info->mcus_y;
+	uint64_t last = ((uint64_t)plan->row1 - 1) * info->segs_x + plan->seg_x1 - 1;
+	size_t pos = info->scan_at, o = info->scan_at;
+	unsigned emitted = 0;
+
+	if (plan->row1 <= plan->row0 || plan->seg_x1 <= plan->seg_x0 || plan->seg_x1 > info->segs_x ||
+	    plan->row1 > info->mcus_y || info->scan_at > len)
+		return bad(why, whylen, -EINVAL, "bad splice plan");
+	memcpy(out, jpg, info->scan_at);
+	out[info->sof_at] = (uint8_t)(plan->h >> 8);
+	out[info->sof_at + 1] = (uint8_t)plan->h;
+	out[info->sof_at + 2] = (uint8_t)(plan->w >> 8);
+	out[info->sof_at + 3] = (uint8_t)plan->w;
+	for (uint64_t s = 0; s <= last; s++) {
+		unsigned m = 0;
+		size_t end = segment_end(jpg, len, pos, &m);
+		if (end == (size_t)-1)
+			return bad(why, whylen, -EBADMSG, "restart segment not ended by RST or EOI");
+		if (s + 1 < total ? m != 0xD0 + (s & 7) : m != 0xD9)
+			return bad(why, whylen, -EBADMSG, m == 0xD9 ? "scan ends before its last restart segment"
+							     : "restart marker out of sequence");
+		uint32_t row = (uint32_t)(s / info->segs_x), col = (uint32_t)(s % info->segs_x);
+		if (row >= plan->row0 && col >= plan->seg_x0 && col < plan->seg_x1) {
+			if (emitted) {
+				out[o++] = 0xFF;
+				out[o++] = (uint8_t)(0xD0 + ((emitted - 1) & 7));
+			}
+			memcpy(out + o, jpg + pos, end - pos);
+			o += end - pos;
+			emitted++;
+		}
+		/* past the marker (and the fill bytes before it) */
+		pos = end + 1;
+		while (jpg[pos] == 0xFF)
+			pos++;
+		pos++;
+	}
+	out[o++] = 0xFF;
+	out[o++] = 0xD9;
+	return (long)o;
+}
+
+/* ---- the rewrite (dpack) ---- */
+
+struct rw_err {
+	struct jpeg_error_mgr pub;
+	jmp_buf jb;
+	unsigned char *mem;        /* jpeg_mem_dest's buffer: in memory, so valid after longjmp */
+	unsigned long memlen;
+};
+
+static void rw_error(j_common_ptr c)
+{
+	longjmp(((struct rw_err *)(void *)c->err)->jb, 1);
+}
+
+/* Corrupt-data warnings fail the rewrite, as they fail a decode (loader/decode.c). */
+static void rw_message(j_common_ptr c, int level)
+{
+	if (level < 0 && c->err->msg_code != JWRN_EXTRANEOUS_DATA)
+		longjmp(((struct rw_err *)(void *)c->err)->jb, 1);
+}
+
+int ldr_rst_rewrite(const uint8_t *jpg, size_t len, unsigned seg_px, struct dpk_record *r,
+		    uint8_t **out, size_t *outlen, char *why, size_t whylen)
+{
+	struct jpeg_decompress_struct src;
+	struct jpeg_compress_struct dst;
+	struct rw_err err;
+	volatile int have_dst = 0;
+
+	*out = NULL;
+	*outlen = 0;
+	memset(&src, 0, sizeof(src));
+	memset(&dst, 0, sizeof(dst));
+	src.err = dst.err = jpeg_std_error(&err.pub);
+	err.pub.error_exit = rw_error;
+	err.pub.emit_message = rw_message;
+	err.mem = NULL;
+	err.memlen = 0;
+	if (setjmp(err.jb)) {
+		char msg[JMSG_LENGTH_MAX];
+		err.pub.format_message((j_common_ptr)&src, msg);
+		snprintf(why, whylen, "JPEG rewrite: %s", msg);
+		if (have_dst)
+			jpeg_destroy_compress(&dst);
+		jpeg_destroy_decompress(&src);
+		free(err.mem);
+		return -EBADMSG;
+	}
+	jpeg_create_decompress(&src);
+	jpeg_mem_src(&src, jpg, (unsigned long)len);
+	jpeg_read_header(&src, TRUE);
+	jvirt_barray_ptr *coef = jpeg_read_coefficients(&src);
+	jpeg_create_compress(&dst);
+	have_dst = 1;
+	jpeg_mem_dest(&dst, &err.mem, &err.memlen);
+	jpeg_copy_critical_parameters(&src, &dst);
+	dst.optimize_coding = TRUE;
+
+	/* the largest divisor of the MCU row that is at most seg_px wide */
+	unsigned mcu_w = src.num_components == 1 ? 8 : 8 * (unsigned)src.max_h_samp_factor;
+	unsigned mcus_x = (src.image_width + mcu_w - 1) / mcu_w, interval = mcus_x;
+	if (seg_px) {
+		for (interval = seg_px / mcu_w ? seg_px / mcu_w : 1; mcus_x % interval; interval--)
+			;
+	}
+	dst.restart_interval = interval;
+	jpeg_write_coefficients(&dst, coef);
+	jpeg_finish_compress(&dst);
+	jpeg_finish_decompress(&src);
+	jpeg_destroy_compress(&dst);
+	jpeg_destroy_decompress(&src);
+	*out = err.mem;
+	*outlen = err.memlen;
+	r->kind = DPK_KIND_JPEG_RST;
+	r->flags &= (uint8_t)~DPK_F_PROGRESSIVE;
+	return 0;
+}

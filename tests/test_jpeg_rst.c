@@ -1,0 +1,408 @@
+/* test_jpeg_rst.c - restart-indexed JPEG records (loader/jpeg_rst.h): dpack's rewrite is lossless
+ * (a full decode of the rewrite equals a full decode of the original, every pixel), and the window
+ * that loaderd decodes from a splice equals the same window of a full decode of the original at
+ * the same DCT scale (1, 1/2, 1/4, 1/8), maximum absolute difference 0, for every image of a
+ * generated set (sizes that are and are not multiples of the MCU, 4:4:4, 4:2:2, 4:2:0, 4:4:0,
+ * grey, progressive inputs), several restart widths and many random windows each. Broken restart
+ * segments give -EBADMSG with a reason, never a read outside the record (ASan in `make test`).
+ * Seeded tests print their seed. */
+#include "loader/decode.h"
+#include "loader/jpeg_rst.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <turbojpeg.h>
+#include <cmocka.h>
+
+#include "tests/test_util.h"
+
+/* A xorshift state from TEST_JPEG_RST_SEED or the clock; the seed is printed for replay. */
+static uint64_t seeded(const char *test)
+{
+	return test_xorshift_init(test_seed(test, "TEST_JPEG_RST_SEED"));
+}
+
+/* Texture with edges and noise, so that any difference in upsampling or IDCT shows. */
+static uint8_t *make_pixels(int w, int h, int comps, uint64_t seed)
+{
+	uint8_t *p = malloc((size_t)w * h * comps);
+	uint64_t x = seed | 1;
+
+	assert_non_null(p);
+	for (int y = 0; y < h; y++)
+		for (int i = 0; i < w; i++)
+			for (int c = 0; c < comps; c++) {
+				int v = (i * (3 + c) + y * (5 - c)) % 256;
+				if (((i / 7) + (y / 5) + c) % 3 == 0)
+					v = 255 - v;
+				v += (int)(test_xorshift(&x) % 41) - 20;
+				p[((size_t)y * w + i) * comps + c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+			}
+	return p;
+}
+
+struct img {
+	char name[64];
+	unsigned char *jpg;   /* the original (tjFree) */
+	unsigned long len;
+	int w, h;
+	uint8_t *full[4];     /* full decode of the original at 1/1, 1/2, 1/4, 1/8, RGB (free) */
+	int fw[4], fh[4];
+};
+
+enum { NIMG = 13 };
+static struct img imgs[NIMG];
+static struct ldr_decoder *dec;
+static tjhandle tjd;
+
+static void full_decode(struct img *m)
+{
+	for (int s = 0; s < 4; s++) {
+		tjscalingfactor sf = { 1, 1 << s };
+		m->fw[s] = TJSCALED(m->w, sf);
+		m->fh[s] = TJSCALED(m->h, sf);
+		m->full[s] = malloc((size_t)m->fw[s] * m->fh[s] * 3);
+		assert_non_null(m->full[s]);
+		if (tjDecompress2(tjd, m->jpg, m->len, m->full[s], m->fw[s], 0, m->fh[s], TJPF_RGB, 0))
+			fail_msg("%s: %s", m->name, tjGetErrorStr2(tjd));
+	}
+}
+
+static void make_img(struct img *m, int w, int h, int samp, int progressive, uint64_t seed)
+{
+	tjhandle c = tjInitCompress();
+	int gray = samp == TJSAMP_GRAY;
+	uint8_t *px = make_pixels(w, h, gray ? 1 : 3, seed);
+
+	assert_non_null(c);
+	snprintf(m->name, sizeof(m->name), "%dx%d samp %d%s", w, h, samp,
+		 progressive ? " progressive" : "");
+	m->w = w;
+	m->h = h;
+	if (tjCompress2(c, px, w, 0, h, gray ? TJPF_GRAY : TJPF_RGB, &m->jpg, &m->len, samp, 90,
+			progressive ? TJFLAG_PROGRESSIVE : 0))
+		fail_msg("%s: %s", m->name, tjGetErrorStr2(c));
+	free(px);
+	tjDestroy(c);
+	full_decode(m);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	tjd = tjInitDecompress();
+	assert_non_null(tjd);
+	assert_int_equal(ldr_decoder_create(&dec), 0);
+	static const struct { int w, h, samp, progressive; } set[NIMG] = {
+		{ 333, 517, TJSAMP_420, 0 },  { 640, 480, TJSAMP_420, 0 },  { 517, 333, TJSAMP_422, 0 },
+		{ 301, 299, TJSAMP_444, 0 },  { 333, 211, TJSAMP_GRAY, 0 }, { 419, 287, TJSAMP_420, 1 },
+		{ 287, 419, TJSAMP_422, 1 },  { 250, 190, TJSAMP_444, 1 },  { 203, 177, TJSAMP_GRAY, 1 },
+		{ 277, 263, TJSAMP_440, 0 },  { 17, 9, TJSAMP_420, 0 },     { 1, 1, TJSAMP_420, 0 },
+		{ 1031, 97, TJSAMP_420, 0 },  /* a row of 65 MCUs: 5 x 13 */
+	};
+	for (int i = 0; i < NIMG; i++)
+		make_img(&imgs[i], set[i].w, set[i].h, set[i].samp, set[i].progressive, (uint64_t)i + 1);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	for (int i = 0; i < NIMG; i++) {
+		tjFree(imgs[i].jpg);
+		for (int s = 0; s < 4; s++)
+			free(imgs[i].full[s]);
+	}
+	ldr_decoder_destroy(dec);
+	tjDestroy(tjd);
+	return 0;
+}
+
+static uint8_t *rewrite(const struct img *m, unsigned seg_px, size_t *len)
+{
+	struct dpk_record r = { .kind = DPK_KIND_JPEG, .flags = DPK_F_PROGRESSIVE };
+	uint8_t *out;
+	char why[256];
+
+	if (ldr_rst_rewrite(m->jpg, m->len, seg_px, &r, &out, len, why, sizeof(why)) != 0)
+		fail_msg("%s: rewrite: %s", m->name, why);
+	assert_int_equal(r.kind, DPK_KIND_JPEG_RST);
+	assert_int_equal(r.flags, 0);
+	return out;
+}
+
+static const unsigned widths[] = { 0, 16, 64, 128 };  /* restart segment widths, pixels */
+
+/* A full decode of the rewrite is the full decode of the original, at every scale; its header
+ * parses with every MCU row whole segments. */
+static void test_rst_rewrite_lossless(void **state)
+{
+	(void)state;
+	for (int i = 0; i < NIMG; i++)
+		for (size_t k = 0; k < sizeof(widths) / sizeof(widths[0]); k++) {
+			const struct img *m = &imgs[i];
+			struct ldr_rst_info info;
+			char why[160];
+			size_t len;
+			uint8_t *r = rewrite(m, widths[k], &len);
+
+			assert_int_equal(ldr_rst_parse(r, len, &info, why, sizeof(why)), 0);
+			assert_int_equal(info.width, m->w);
+			assert_int_equal(info.height, m->h);
+			assert_int_equal(info.mcus_x % info.interval, 0);
+			if (widths[k] == 0)
+				assert_int_equal(info.segs_x, 1);
+			else
+				assert_true(info.interval * info.mcu_w <= widths[k] ||
+					    info.interval == 1);
+			for (int s = 0; s < 4; s++) {
+				uint8_t *px = malloc((size_t)m->fw[s] * m->fh[s] * 3);
+				assert_non_null(px);
+				if (tjDecompress2(tjd, r, len, px, m->fw[s], 0, m->fh[s], TJPF_RGB, 0))
+					fail_msg("%s: %s", m->name, tjGetErrorStr2(tjd));
+				if (memcmp(px, m->full[s], (size_t)m->fw[s] * m->fh[s] * 3))
+					fail_msg("%s width %u scale 1/%d: rewrite decodes differently",
+						 m->name, widths[k], 1 << s);
+				free(px);
+			}
+			free(r);
+		}
+}
+
+/* The crop's pixels of @win (at its scale) against the full decode of the original. */
+static void check_window(const struct img *m, const struct ldr_crop *c,
+			 const struct ldr_window *win, const char *what)
+{
+	int s = __builtin_ctz(win->den);
+	uint32_t x0 = c->x / win->den, y0 = c->y / win->den;
+	uint32_t x1 = (c->x + c->w + win->den - 1) / win->den;
+	uint32_t y1 = (c->y + c->h + win->den - 1) / win->den;
+
+	if (x1 > (uint32_t)m->fw[s])
+		x1 = (uint32_t)m->fw[s];
+	if (y1 > (uint32_t)m->fh[s])
+		y1 = (uint32_t)m->fh[s];
+	if (x0 < win->ox || y0 < win->oy || x1 > win->ox + win->w || y1 > win->oy + win->h)
+		fail_msg("%s: window %u,%u+%ux%u does not hold the crop [%u,%u)x[%u,%u)", what,
+			 win->ox, win->oy, win->w, win->h, x0, x1, y0, y1);
+	for (uint32_t y = y0; y < y1; y++) {
+		const uint8_t *got = win->px + win->stride * (y - win->oy) + (size_t)(x0 - win->ox) * 3;
+		const uint8_t *want = m->full[s] + ((size_t)y * m->fw[s] + x0) * 3;
+		for (uint32_t b = 0; b < (x1 - x0) * 3; b++)
+			if (got[b] != want[b])
+				fail_msg("%s scale 1/%u: pixel %u,%u channel %u is %u, full decode %u",
+					 what, win->den, x0 + b / 3, y, b % 3, got[b], want[b]);
+	}
+}
+
+/* Random windows at random scales: every crop pixel equals the full decode's. */
+static void test_rst_window_equals_full_decode(void **state)
+{
+	uint64_t x = seeded("test_rst_window_equals_full_decode");
+	unsigned scales = 0, spliced = 0;
+
+	(void)state;
+	for (int i = 0; i < NIMG; i++)
+		for (size_t k = 0; k < sizeof(widths) / sizeof(widths[0]); k++) {
+			const struct img *m = &imgs[i];
+			size_t len;
+			uint8_t *r = rewrite(m, widths[k], &len);
+
+			for (int t = 0; t < 40; t++) {
+				struct ldr_crop c;
+				struct ldr_window win;
+				char why[256], what[192];
+				uint32_t W = (uint32_t)m->w, H = (uint32_t)m->h;
+
+				if (t % 2)
+					ldr_crop_random(W, H, test_xorshift(&x), &c);
+				else {
+					c.w = 1 + (uint32_t)(test_xorshift(&x) % W);
+					c.h = 1 + (uint32_t)(test_xorshift(&x) % H);
+					c.x = (uint32_t)(test_xorshift(&x) % (W - c.w + 1));
+					c.y = (uint32_t)(test_xorshift(&x) % (H - c.h + 1));
+				}
+				/* an output size that makes scale 1/2^s where the crop allows it */
+				unsigned s = (unsigned)(test_xorshift(&x) % 4);
+				uint32_t oh = c.h >> s ? c.h >> s : 1, ow = c.w >> s ? c.w >> s : 1;
+				snprintf(what, sizeof(what), "%.63s width %u crop %u,%u %ux%u", m->name,
+					 widths[k], c.x, c.y, c.w, c.h);
+				int ret = ldr_jpeg_rst_window(dec, r, len, &c, oh, ow, &win, why,
+							      sizeof(why));
+				if (ret)
+					fail_msg("%s: %d %s", what, ret, why);
+				scales |= win.den;
+				spliced += win.w < (uint32_t)m->fw[__builtin_ctz(win.den)] ||
+					   win.oy > 0;
+				check_window(m, &c, &win, what);
+			}
+			free(r);
+		}
+	printf("%u windows spliced of %d\n", spliced, NIMG * 4 * 40);
+	assert_int_equal(scales, 1 | 2 | 4 | 8);
+	assert_true(spliced > NIMG * 40);
+}
+
+/* The old path on a record without restart markers, and the new one on its rewrite, decode the
+ * same crops to outputs that differ only where the old path's cropped decode differs at window
+ * edges: the mean stays within the reference tolerance. The new path is also taken by
+ * ldr_decode_jpeg_rst on a JPEG without restart markers (a fallback, not an error). */
+static void test_rst_decode_fallback_and_output(void **state)
+{
+	static uint8_t a[224 * 224 * 3], b[224 * 224 * 3];
+	struct ldr_out o = { 224, 224, 0, 1 };
+	char why[256];
+
+	(void)state;
+	for (int i = 0; i < NIMG; i++) {
+		const struct img *m = &imgs[i];
+		size_t len;
+		uint8_t *r = rewrite(m, 64, &len);
+		struct ldr_crop c = { (uint32_t)m->w / 4, (uint32_t)m->h / 5, (uint32_t)m->w / 2 + 1,
+				      (uint32_t)m->h / 3 + 1 };
+
+		if (ldr_decode_jpeg_rst(dec, m->jpg, m->len, &c, &o, a, why, sizeof(why)))
+			fail_msg("%s: fallback: %s", m->name, why);
+		if (ldr_decode_jpeg(dec, m->jpg, m->len, &c, &o, b, why, sizeof(why)))
+			fail_msg("%s: %s", m->name, why);
+		assert_memory_equal(a, b, sizeof(a));
+		if (ldr_decode_jpeg_rst(dec, r, len, &c, &o, a, why, sizeof(why)))
+			fail_msg("%s: rst: %s", m->name, why);
+		double e = 0;
+		for (size_t k = 0; k < sizeof(a); k++)
+			e += abs(a[k] - b[k]);
+		if (e / sizeof(a) > 1.5)
+			fail_msg("%s: new and old path differ by %.2f on average", m->name, e / sizeof(a));
+		free(r);
+	}
+}
+
+/* The record's entropy data at the n-th RST marker (n >= 0), or 0 when there are fewer. */
+static size_t nth_rst(const uint8_t *r, size_t len, size_t scan, int n)
+{
+	for (size_t i = scan; i + 1 < len; i++)
+		if (r[i] == 0xFF && r[i + 1] >= 0xD0 && r[i + 1] <= 0xD7 && n-- == 0)
+			return i;
+	return 0;
+}
+
+static void expect_bad(const uint8_t *r, size_t len, const struct ldr_crop *c, const char *what)
+{
+	struct ldr_out o = { 32, 32, 0, 0 };
+	static uint8_t out[32 * 32 * 3];
+	char why[256] = "";
+	/* an exact-size copy, so that ASan sees any read past the record */
+	uint8_t *copy = malloc(len ? len : 1);
+
+	assert_non_null(copy);
+	memcpy(copy, r, len);
+	int ret = ldr_decode_jpeg_rst(dec, copy, len, c, &o, out, why, sizeof(why));
+	if (ret != -EBADMSG)
+		fail_msg("%s: %d, want -EBADMSG", what, ret);
+	if (strncmp(why, "JPEG: ", 6) || strlen(why) < 12)
+		fail_msg("%s: no reason (\"%s\")", what, why);
+	free(copy);
+}
+
+/* Missing, renumbered and foreign markers, and truncation, inside the segments a window needs:
+ * -EBADMSG with a reason. */
+static void test_rst_broken_segments_rejected(void **state)
+{
+	const struct img *m = &imgs[1];  /* 640x480 4:2:0: 30 rows of 40 MCUs */
+	struct ldr_rst_info info;
+	struct ldr_crop c = { 300, 200, 100, 100 }, all = { 0, 0, 640, 480 };
+	char why[160];
+	size_t len;
+	uint8_t *r = rewrite(m, 64, &len), *bad = malloc(len);
+
+	(void)state;
+	assert_non_null(bad);
+	assert_int_equal(ldr_rst_parse(r, len, &info, why, sizeof(why)), 0);
+	int mid = (int)(info.segs_x * 10 + 2);  /* a marker above the window */
+	size_t at = nth_rst(r, len, info.scan_at, mid);
+	assert_true(at > 0);
+
+	/* a marker numbered out of sequence */
+	memcpy(bad, r, len);
+	bad[at + 1] = (uint8_t)(0xD0 + ((bad[at + 1] - 0xD0 + 3) & 7));
+	expect_bad(bad, len, &c, "RST renumbered");
+	/* a marker removed (two segments run together): the count is off from there on */
+	memcpy(bad, r, at);
+	memcpy(bad + at, r + at + 2, len - at - 2);
+	expect_bad(bad, len - 2, &c, "RST removed");
+	/* a foreign marker inside a segment */
+	memcpy(bad, r, len);
+	bad[at + 1] = 0xC4;
+	expect_bad(bad, len, &c, "DHT inside the scan");
+	/* EOI early */
+	memcpy(bad, r, len);
+	bad[at + 1] = 0xD9;
+	expect_bad(bad, len, &c, "EOI in the middle");
+	/* truncated inside the window's segments, and in the header */
+	const size_t cuts[] = { 1, 3, 20, info.scan_at - 1, info.scan_at, at, at + 1, len - 2, len - 1 };
+	for (size_t k = 0; k < sizeof(cuts) / sizeof(cuts[0]); k++) {
+		char what[64];
+		snprintf(what, sizeof(what), "cut at %zu of %zu", cuts[k], len);
+		expect_bad(r, cuts[k], cuts[k] >= len - 2 ? &all : &c, what);
+	}
+	free(bad);
+	free(r);
+}
+
+/* Random bytes over segments and header: a decode either succeeds or fails with -EBADMSG (or
+ * falls back for a header that no longer splices); ASan checks every read. */
+static void test_rst_garbage_never_crashes(void **state)
+{
+	uint64_t x = seeded("test_rst_garbage_never_crashes");
+	struct ldr_out o = { 48, 48, 0, 0 };
+	static uint8_t out[48 * 48 * 3];
+	int failed = 0;
+
+	(void)state;
+	for (int i = 0; i < NIMG; i++) {
+		const struct img *m = &imgs[i];
+		size_t len;
+		uint8_t *r = rewrite(m, 32, &len);
+
+		for (int t = 0; t < 30; t++) {
+			uint8_t *bad = malloc(len);
+			char why[256];
+			struct ldr_crop c;
+
+			assert_non_null(bad);
+			memcpy(bad, r, len);
+			int n = 1 + (int)(test_xorshift(&x) % 8);
+			for (int k = 0; k < n; k++)
+				bad[test_xorshift(&x) % len] = (uint8_t)test_xorshift(&x);
+			ldr_crop_random((uint32_t)m->w, (uint32_t)m->h, test_xorshift(&x), &c);
+			int ret = ldr_decode_jpeg_rst(dec, bad, len, &c, &o, out, why, sizeof(why));
+			if (ret != 0 && ret != -EBADMSG)
+				fail_msg("%s: %d", m->name, ret);
+			failed += ret != 0;
+			free(bad);
+		}
+		free(r);
+	}
+	printf("%d of %d damaged records refused\n", failed, NIMG * 30);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_rst_rewrite_lossless),
+		cmocka_unit_test(test_rst_window_equals_full_decode),
+		cmocka_unit_test(test_rst_decode_fallback_and_output),
+		cmocka_unit_test(test_rst_broken_segments_rejected),
+		cmocka_unit_test(test_rst_garbage_never_crashes),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
