@@ -24,8 +24,6 @@ T=$(mktemp -d /tmp/it_trainer.XXXXXX)
 . "$(dirname "$0")/lib.sh"
 trap 'stop_loaderd; rm -rf "$T"' EXIT
 trap 'exit 130' INT TERM HUP
-now() { date +%s.%N; }
-since() { python3 -c "print('%.1f' % ($(now) - $1))"; }
 # No process whose command line holds $1 (this script's own does not).
 noproc() { ! pgrep -f "$1" >/dev/null; }
 
@@ -53,41 +51,9 @@ run() {
 	return $rc
 }
 
-# cmp_params same|differ A B: "same": the parameter files agree to 1e-5, as ||a-b|| / ||a|| and
-# as max|a-b| <= 1e-5 max|a|; "differ": they are clearly apart (relative L2 difference > 1e-3),
-# which shows that the comparison can fail. Prints the figures. Fails on different sizes,
-# non-finite values, or parameters that never moved from the initial ones ($T/init.bin).
-cmp_params() {
-	python3 - "$1" "$T/$2.bin" "$T/$3.bin" "$T/init.bin" <<'PY'
-import math, struct, sys
-def load(p):
-    b = open(p, 'rb').read()
-    return struct.unpack('<%df' % (len(b) // 4), b)
-mode = sys.argv[1]
-name = '%s vs %s' % (sys.argv[2].split('/')[-1], sys.argv[3].split('/')[-1])
-a, b, z = load(sys.argv[2]), load(sys.argv[3]), load(sys.argv[4])
-if len(a) != len(b) or len(a) == 0 or len(a) != len(z):
-    print('# %s: sizes %d, %d, init %d' % (name, len(a), len(b), len(z)))
-    sys.exit(1)
-if not all(math.isfinite(x) for x in a + b):
-    print('# %s: non-finite parameters' % name)
-    sys.exit(1)
-na = math.sqrt(sum(x * x for x in a))
-rel = math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b))) / na
-mx = max(abs(x - y) for x, y in zip(a, b))
-ma = max(abs(x) for x in a)
-moved = math.sqrt(sum((x - y) ** 2 for x, y in zip(a, z))) / na
-print('# %s: %d parameters, relative L2 difference %.3g, max abs difference %.3g '
-      '(max abs value %.3g); moved from init by %.3g' % (name, len(a), rel, mx, ma, moved))
-if moved < 1e-3:
-    sys.exit(1)
-if mode == 'same':
-    sys.exit(0 if rel <= 1e-5 and mx <= 1e-5 * ma else 1)
-sys.exit(0 if rel > 1e-3 else 1)
-PY
-}
-same() { cmp_params same "$1" "$2"; }
-differ() { cmp_params differ "$1" "$2"; }
+# same A B / differ A B: cmp_params (lib.sh) on $T/A.bin and $T/B.bin, from $T/init.bin.
+same() { cmp_params same "$T/$1.bin" "$T/$2.bin" "$T/init.bin"; }
+differ() { cmp_params differ "$T/$1.bin" "$T/$2.bin" "$T/init.bin"; }
 buckets() { grep -o "in [0-9]* buckets" "$T/$1.out" | grep -o "[0-9][0-9]*"; }
 
 B=16
@@ -156,13 +122,8 @@ while [ "$(grep -c "rank [01]/2 attached" "$T/loaderd.log")" -lt 4 ] && [ $i -lt
 	i=$((i + 1))
 done
 sleep 0.5
-kill -KILL "$LPID"
-wait "$LPID" 2>/dev/null
+kill_wait "$LPID" $mp
 LPID=""
-t1=$(now)
-wait $mp
-rc=$?
-dt=$(since "$t1")
 check "loaderd killed: mpirun exits non-zero (exit $rc)" [ $rc -ne 0 ]
 check "  within $dt s of the kill (< 15)" lt "$dt" 15
 check "  and says loaderd went away" grep -q "loaderd closed the connection" "$T/lk.out"

@@ -96,3 +96,51 @@ serve_loaderd() {
 	start_loaderd "$_sv_log" --socket "$_sv_sock" --workers 1 "$@" ||
 		{ echo "# loaderd did not start"; exit 1; }
 }
+
+# now: the time in seconds; since T0: seconds from T0 (a now) to now, "%.1f"
+now() { date +%s.%N; }
+since() { python3 -c "print('%.1f' % ($(now) - $1))"; }
+# kill_wait VICTIM JOB: SIGKILL the process VICTIM and reap it, then wait for the background
+# process JOB; sets rc (JOB's exit status) and dt (seconds from the kill to JOB's end, "%.1f").
+kill_wait() {
+	kill -KILL "$1"
+	wait "$1" 2>/dev/null
+	_kw_t=$(now)
+	wait "$2"
+	rc=$?
+	dt=$(since "$_kw_t")
+}
+
+# cmp_params same|differ A.bin B.bin INIT.bin: trainer --dump-params files. "same": they agree to
+# 1e-5, as ||a-b|| / ||a|| and as max|a-b| <= 1e-5 max|a|; "differ": they are clearly apart
+# (relative L2 difference > 1e-3), which shows that the comparison can fail. Prints the figures.
+# Fails on different sizes, non-finite values, or parameters that never moved from INIT.bin.
+cmp_params() {
+	python3 - "$@" <<'PY'
+import math, struct, sys
+def load(p):
+    b = open(p, 'rb').read()
+    return struct.unpack('<%df' % (len(b) // 4), b)
+mode = sys.argv[1]
+name = '%s vs %s' % (sys.argv[2].split('/')[-1], sys.argv[3].split('/')[-1])
+a, b, z = load(sys.argv[2]), load(sys.argv[3]), load(sys.argv[4])
+if len(a) != len(b) or len(a) == 0 or len(a) != len(z):
+    print('# %s: sizes %d, %d, init %d' % (name, len(a), len(b), len(z)))
+    sys.exit(1)
+if not all(math.isfinite(x) for x in a + b):
+    print('# %s: non-finite parameters' % name)
+    sys.exit(1)
+na = math.sqrt(sum(x * x for x in a))
+rel = math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b))) / na
+mx = max(abs(x - y) for x, y in zip(a, b))
+ma = max(abs(x) for x in a)
+moved = math.sqrt(sum((x - y) ** 2 for x, y in zip(a, z))) / na
+print('# %s: %d parameters, relative L2 difference %.3g, max abs difference %.3g '
+      '(max abs value %.3g); moved from init by %.3g' % (name, len(a), rel, mx, ma, moved))
+if moved < 1e-3:
+    sys.exit(1)
+if mode == 'same':
+    sys.exit(0 if rel <= 1e-5 and mx <= 1e-5 * ma else 1)
+sys.exit(0 if rel > 1e-3 else 1)
+PY
+}

@@ -19,6 +19,13 @@
 # wants a home-made one); this is orchestration of the C programs next to it, standard library
 # only. Importable (tools/tests/test_ldprobe.py): nothing runs on import.
 #
+# Several nodes (--hostfile FILE, --launch-agent CMD): one loaderd per node already serves on
+# --socket, the same path on every node. The loader ceiling is measured on each node, by this
+# program run there through the launch agent (`CMD HOST COMMAND`, as ssh: --node-ceiling), all
+# nodes at once, each draining the rings of its own ranks; the job's loader ceiling is the slowest
+# node's per rank times the ranks (synchronous steps wait for the slowest node). mpirun gets the
+# hostfile and the agent. When the loader limits the run, the slowest node is named.
+#
 # Processes: loaderd (unless --socket names a running one), ldcat and mpirun are started in their
 # own sessions, with PR_SET_PDEATHSIG so that they die with ldprobe even after a SIGKILL, and are
 # stopped (SIGTERM, then SIGKILL after 5 s) on every path, including SIGINT/SIGTERM to ldprobe.
@@ -46,6 +53,8 @@ STOP_TIMEOUT_S = 5.0
 READY_TIMEOUT_S = 10
 AU_TARGET = 0.90
 LATENCY_BOUND_MIBS = 200  # exposed allreduce slower than this per MiB of gradient: per-call cost
+PER_CALL_MS = 5          # ... when each bucket's allreduce is shorter; else it is the link's rate
+BATCH_KS = (2, 4, 8, 16, 32)   # the larger batches (x --batch) the advice considers
 COPY_MIN = 0.05          # exposed H2D share that earns ring/prefetch advice
 GAP_MIN = 0.10           # time in no phase worth a remark
 PREFETCH_MAX = 8
@@ -254,7 +263,23 @@ class Loaderd:
         return None
 
     def stop_job(self, job):
-        self.ctl("stop", job, json_out=False)
+        if not self.args.nodes:
+            self.ctl("stop", job, json_out=False)
+            return
+        # one loaderd per node: stop the job on each, through the launch agent, all at once
+        procs = []
+        for host, _ in self.args.nodes:
+            words = [self.args.bin_loaderctl, "--socket", self.sock, "stop", job]
+            procs.append(subprocess.Popen(
+                shlex.split(self.args.launch_agent) +
+                [host, " ".join(shlex.quote(str(w)) for w in words)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
     def stop(self):
         if not self.private:   # our own loaderd takes its jobs with it
@@ -274,16 +299,18 @@ class Loaderd:
 
 # ---- 1. the loader ceiling ----
 
-def measure_loader(a, ld, children, crop, seconds, tag):
+def measure_loader(a, ld, children, crop, seconds, tag, job=None):
     """Drain one ring per rank with ldcat; samples/s over a window read from loaderd's counters.
+    The ranks are a.node_ranks (this node's, --node-ceiling) or all of them, of a.ranks.
     Returns dict(rate, seconds, busy (workers' busy share), decode_share)."""
-    job = "ldprobe-%d-%s" % (os.getpid(), tag)
+    job = job or "ldprobe-%d-%s" % (os.getpid(), tag)
+    my_ranks = a.node_ranks or range(a.ranks)
     ld.jobs.append(job)
     log_path = os.path.join(a.out, "ldcat-%s.log" % tag)
     log = open(log_path, "w")
     procs = []
     try:
-        for r in range(a.ranks):
+        for r in my_ranks:
             cmd = [a.bin_ldcat, "--socket", ld.sock, "--dataset", a.dataset_abs, "--job", job,
                    "--rank", r, "--world", a.ranks, "--batch", a.batch, "--crop", crop,
                    "--transforms", "rrc", "--flip", "--epochs", 0, "--seed", a.seed,
@@ -301,7 +328,8 @@ def measure_loader(a, ld, children, crop, seconds, tag):
                                   (p.returncode, tail(open(log_path).read())))
             if st is None:
                 return None
-            ranks = st.get("ranks", [])
+            # this node's ranks: a job's other ranks are another node's loaderd's
+            ranks = [r for r in st.get("ranks", []) if int(r.get("rank", -1)) in my_ranks]
             return (time.monotonic(), sum(int(r.get("samples", 0)) for r in ranks),
                     min((int(r.get("published", 0)) for r in ranks), default=0),
                     float(st.get("fill_s", 0)), float(st.get("decode_s", 0)), len(ranks))
@@ -312,7 +340,7 @@ def measure_loader(a, ld, children, crop, seconds, tag):
         s0 = None
         while True:
             s = sample()
-            if s and s[5] == a.ranks and s[2] >= 2 and s[0] - t_start >= warm:
+            if s and s[5] == len(my_ranks) and s[2] >= 2 and s[0] - t_start >= warm:
                 s0 = s
                 break
             if time.monotonic() - t_start > 60:
@@ -342,14 +370,172 @@ def ld_log_hint(ld):
     return ld.log_path if ld.private else "the log of the loaderd on %s" % ld.sock
 
 
+# ---- several nodes ----
+
+def parse_hostfile(text):
+    """An Open MPI hostfile: one node a line, `HOST slots=N` (max_slots and other words are
+    ignored; # starts a comment). Returns [(host, slots)]; ValueError saying what is wrong."""
+    nodes = []
+    for no, line in enumerate(text.splitlines(), 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        slots = None
+        for w in words[1:]:
+            if w.startswith("slots="):
+                try:
+                    slots = int(w[6:])
+                except ValueError:
+                    slots = 0
+                if slots < 1:
+                    raise ValueError("line %d: '%s' is not a slot count >= 1" % (no, w))
+        if slots is None:
+            raise ValueError("line %d: give the node's ranks as slots=N (%s)" % (no, words[0]))
+        if any(h == words[0] for h, _ in nodes):
+            raise ValueError("line %d: node %s again" % (no, words[0]))
+        nodes.append((words[0], slots))
+    if not nodes:
+        raise ValueError("no node in it")
+    return nodes
+
+
+def node_ranks(nodes):
+    """Ranks per node as mpirun places them by slot: [(host, first rank, count)]."""
+    out, first = [], 0
+    for host, slots in nodes:
+        out.append((host, first, slots))
+        first += slots
+    return out
+
+
+def measure_nodes(a, children):
+    """The loader ceiling of every node, measured on it (ldprobe --node-ceiling through the launch
+    agent), all nodes at once. Returns [{host, first, count, rate, busy, decode_share, workers}]."""
+    me = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else os.path.abspath(__file__)
+    job = "ldprobe-%d-ceiling" % os.getpid()
+    procs = []
+    for host, first, count in node_ranks(a.nodes):
+        words = [me, "--node-ceiling", "%d:%d" % (first, count), "--ranks", a.ranks,
+                 "--socket", a.socket, "--dataset", a.dataset_abs, "--batch", a.batch,
+                 "--crop", a.crop, "--seconds", a.seconds, "--seed", a.seed, "--bin",
+                 os.path.abspath(a.bin), "--node-job", job]
+        if a.slots:
+            words += ["--slots", a.slots]
+        cmd = shlex.split(a.launch_agent) + [host, " ".join(shlex.quote(str(w)) for w in words)]
+        log_path = os.path.join(a.out, "node-%s.log" % host)
+        out = open(os.path.join(a.out, "node-%s.json" % host), "w+")
+        log = open(log_path, "w")
+        log.write("$ " + " ".join(shlex.quote(str(c)) for c in cmd) + "\n")
+        log.flush()
+        procs.append((host, first, count, children.spawn(cmd, out, log), out, log, log_path))
+    nodes = []
+    deadline = time.monotonic() + a.seconds + 120
+    try:
+        for host, first, count, p, out, log, log_path in procs:
+            try:
+                rc = p.wait(max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise Failure("loader ceiling on node %s: no answer within %.0f s (log: %s)" %
+                              (host, a.seconds + 120, log_path))
+            out.seek(0)
+            lines = [l for l in out.read().splitlines() if l.startswith("ldprobe-node: ")]
+            if rc != 0 or not lines:
+                raise Failure("loader ceiling on node %s: status %d (log: %s):\n%s" %
+                              (host, rc, log_path, tail(open(log_path).read())))
+            try:
+                d = json.loads(lines[-1][len("ldprobe-node: "):])
+            except ValueError as e:
+                raise Failure("loader ceiling on node %s: unreadable answer (%s; log: %s)" %
+                              (host, e, log_path))
+            d.update(host=host, first=first, count=count)
+            nodes.append(d)
+    finally:
+        for _, _, _, p, out, log, _ in procs:
+            children.stop(p)
+            out.close()
+            log.close()
+    return nodes
+
+
+def node_ceiling_main(a, children):
+    """--node-ceiling FIRST:COUNT: on one node, the loader ceiling of its ranks against the loaderd
+    on --socket; one line `ldprobe-node: JSON` on stdout."""
+    ld = Loaderd(a, children, a.out)
+    ld.start()
+    r = measure_loader(a, ld, children, a.crop, a.seconds, "ceiling", job=a.node_job)
+    r["workers"] = ld.workers
+    r["busy_ranks"] = ld.busy_ranks
+    print("ldprobe-node: " + json.dumps(r), flush=True)
+    return 0
+
+
+def nodes_summary(nodes, world):
+    """The job's loader ceiling from the nodes' (synchronous steps run at the slowest node's pace
+    per rank) and the slowest node. Returns (job rate, slowest node, fastest per-rank rate)."""
+    per = [(n["rate"] / n["count"], i) for i, n in enumerate(nodes)]
+    slow_rate, slow_i = min(per)
+    return slow_rate * world, nodes[slow_i], max(per)[0]
+
+
+def node_lines(nodes, world, real):
+    """One report line per node: its ceiling, per rank, its workers, and how long its ranks waited
+    for data in the real run (the report's per-rank shares)."""
+    _, slow, _ = nodes_summary(nodes, world)
+    data = {x["rank"]: x["shares"]["data"] + x["shares"]["copy"] for x in real.get("per_rank", [])}
+    out = []
+    for n in nodes:
+        ranks = range(n["first"], n["first"] + n["count"])
+        waits = [data[r] for r in ranks if r in data]
+        out.append("  node %s (ranks %d-%d): %s samples/s alone, %s per rank, %s decode "
+                   "worker%s%s%s" %
+                   (n["host"], n["first"], n["first"] + n["count"] - 1, fmt_rate(n["rate"]),
+                    fmt_rate(n["rate"] / n["count"]), n.get("workers") or "?",
+                    plural(n.get("workers") or 0),
+                    "; its ranks wait for data %.0f%% of the run" % (100 * max(waits))
+                    if waits else "",
+                    " (the slowest)" if n is slow and len(nodes) > 1 else ""))
+    return out
+
+
+def advise_nodes(nodes, world, real):
+    """Why and advice about the nodes: when the loader limits the run, the slowest node is what
+    limits it (named, with its figures); when the nodes' ceilings differ by more than 1.5x, say so
+    whatever the verdict. Returns (why, advice)."""
+    job_rate, slow, fast = nodes_summary(nodes, world)
+    slow_pr = slow["rate"] / slow["count"]
+    why, lines = [], []
+    if len(nodes) < 2:
+        return why, lines
+    if real["verdict"] == "loader-limited":
+        why.append("node %s is the slowest loader: %s samples/s per rank against %s on the "
+                   "fastest node; every step waits for it, so the job's loader ceiling is %s "
+                   "samples/s (%d ranks x %s)" %
+                   (slow["host"], fmt_rate(slow_pr), fmt_rate(fast), fmt_rate(job_rate), world,
+                    fmt_rate(slow_pr)))
+        lines.append("node %s: the worker advice below is for its loaderd; the other nodes "
+                     "deliver enough per rank up to %s samples/s per rank" %
+                     (slow["host"], fmt_rate(fast)))
+    elif fast > 1.5 * slow_pr:
+        lines.append("nodes: node %s's loader (%s samples/s per rank) is %.1fx slower than the "
+                     "fastest node's (%s); it does not limit this run, it will first when "
+                     "compute gets faster" % (slow["host"], fmt_rate(slow_pr), fast / slow_pr,
+                                              fmt_rate(fast)))
+    return why, lines
+
+
 # ---- 2. and 3. the trainer ----
 
 def mpi_prefix(a):
-    if a.ranks == 1 and not a.mpirun:
+    if a.ranks == 1 and not a.mpirun and not a.nodes:
         return []
     if a.mpirun:
         return shlex.split(a.mpirun) + ["-np", str(a.ranks)]
-    return ["mpirun"] + a.mpirun_extra + ["-np", str(a.ranks)]
+    where = []
+    if a.nodes:
+        where = ["--hostfile", a.hostfile]
+        if a.launch_agent != "ssh":
+            where += ["--mca", "plm_rsh_agent", a.launch_agent]
+    return ["mpirun"] + a.mpirun_extra + where + ["-np", str(a.ranks)]
 
 
 def trainer_env():
@@ -409,6 +595,30 @@ def preflight(a, children):
         lines = lines[:cut[0]] if cut else lines[-6:]   # the complaint, not the whole --help
         raise Failure("the trainer refuses these options (status %d; log: %s):\n%s" %
                       (rc, log_path, "\n".join("  " + l for l in lines)), EXIT_USAGE)
+
+
+def measure_scaling(a, children):
+    """How compute per step grows with the batch: one synthetic rank (no allreduce) at --batch
+    and at the largest batch the advice considers. Returns {batch: compute ms}, or None when the
+    larger batch does not run (device memory)."""
+    out = {}
+    for b in sorted({a.batch, min(65536, a.batch * BATCH_KS[-1])}):
+        name = "batch%d" % b
+        log_path = os.path.join(a.out, "trainer-%s.log" % name)
+        report = os.path.join(a.out, "trainer-%s.json" % name)
+        cmd = [a.bin_trainer, "--synthetic", "--dataset", a.dataset_abs, "--model", a.model,
+               "--crop", a.crop, "--batch", b, "--steps", 8, "--warmup", 2, "--log-every", 0,
+               "--seed", a.seed, "--report-json", report]
+        if a.device:
+            cmd += ["--device", a.device]
+        cmd += a.trainer_args_list
+        rc, text = run_logged(children, cmd, log_path, a.timeout, env=trainer_env())
+        if rc != 0:
+            say("compute at --batch %d did not run (log: %s): no measured batch advice" %
+                (b, log_path))
+            return None
+        out[b] = load_report(report, "trainer (%s)" % name, log_path, text)["compute_ms"]
+    return out if len(out) >= 2 else None
 
 
 def warmup_for(steps):
@@ -551,9 +761,23 @@ def advise_loader(a, ld, loader, compute, real, cheaper, info, cores):
     return why, lines
 
 
-def advise_comm(a, compute, real):
+def batch_share(comm_ms, rest, compute_ms, scaling, batch, k):
+    """The exposed allreduce's share at --batch k x @batch, the allreduce costing the same per
+    step and compute growing as @scaling says: {batch: compute ms} of one rank, measured at
+    @batch and a larger one; per-step cost plus per-sample cost, a line through the two points
+    (small batches are often bound by reading the weights, not by the samples)."""
+    (b0, c0), (b1, c1) = sorted(scaling.items())[:2]
+    slope = (c1 - c0) / (b1 - b0) if b1 != b0 else 0.0
+    at = lambda b: max(c0 + slope * (b - b0), 1e-6)   # noqa: E731
+    grow = at(batch * k) / at(batch)
+    return comm_ms / (rest + compute_ms * (grow - 1) + comm_ms), grow
+
+
+def advise_comm(a, compute, real, scaling=None):
     """Reasons and advice for a communication-limited run: the batch that hides the allreduce,
-    and what the gradient's size says about buckets."""
+    and what the gradient's size says about buckets. @scaling ({batch: compute ms}, measured
+    with one synthetic rank at --batch and a larger one) turns the batch advice into its own line
+    with a measured prediction; without it --batch and --accum are assumed to scale alike."""
     share = real["causes"]["comm"]
     step_ms = real["step_ms"]
     comm_ms = share * step_ms
@@ -567,7 +791,27 @@ def advise_comm(a, compute, real):
         if rest > 0 and comm_ms / (k * rest + comm_ms) <= lost_min:
             k_ok = k
             break
-    if k_ok:
+    if scaling and len(scaling) >= 2 and rest > 0:
+        # --accum K: K micro-steps per allreduce, compute K times as much, exactly
+        k = k_ok or 32
+        lines.append("fewer allreduces per sample: %s--accum %d %s about %.0f%% (K micro-steps "
+                     "of --batch %d per allreduce: the allreduce costs the same per step, the "
+                     "rest K times as much)" %
+                     ("" if k_ok else "even ", k, "brings its share to" if k_ok else "leaves",
+                      100 * comm_ms / (k * rest + comm_ms), a.batch))
+        compute_ms = real.get("compute_ms", 0.0)
+        for k in BATCH_KS:
+            sh, grow = batch_share(comm_ms, rest, compute_ms, scaling, a.batch, k)
+            if sh <= lost_min:
+                break
+        lines.append("larger batch: compute per step grows %.2fx from --batch %d to %d "
+                     "(measured, one rank, synthetic), so %s--batch %d %s about %.0f%%%s" %
+                     (grow, a.batch, a.batch * k, "" if sh <= lost_min else "even ", a.batch * k,
+                      "brings its share to" if sh <= lost_min else "leaves it at", 100 * sh,
+                      "" if sh <= lost_min or grow >= 0.5 * k else
+                      ": compute grows much less than the batch here (a per-step cost, e.g. "
+                      "reading the weights, dominates), so --accum does more than the batch"))
+    elif k_ok:
         lines.append("larger batch: the allreduce costs the same per step, so --batch %d "
                      "(or --accum %d) brings its share to about %.0f%%" %
                      (a.batch * k_ok, k_ok, 100 * comm_ms / (k_ok * rest + comm_ms)))
@@ -579,7 +823,16 @@ def advise_comm(a, compute, real):
     if params and nb and comm_ms > 0:
         mb = params * 4 / 2**20
         bw = mb / (comm_ms / 1e3)   # MiB/s, were the exposed time all transfer
-        if bw < LATENCY_BOUND_MIBS:
+        if bw < LATENCY_BOUND_MIBS and comm_ms / nb >= PER_CALL_MS:
+            # hundreds of ms per bucket is no per-call latency: the link moves few bytes
+            bwd = 2.0 / 3.0 * real.get("compute_ms", 0.0)   # backward, what buckets overlap
+            s = ("buckets: the gradient is %.2f MiB in %d bucket%s and %.1f ms of allreduce "
+                 "stays exposed (%.0f ms per bucket): %.0f MiB/s, the rate of a slow or shared "
+                 "link, not a per-call cost; buckets overlap the allreduce with backward only, "
+                 "about %.1f ms per step here, so bucket size will not hide it: fewer bytes per "
+                 "sample (the batch or --accum above) or a faster network will" %
+                 (mb, nb, plural(nb), comm_ms, comm_ms / nb, bw, bwd))
+        elif bw < LATENCY_BOUND_MIBS:
             s = ("buckets: the gradient is %.2f MiB in %d bucket%s and %.1f ms of allreduce "
                  "stays exposed: %.0f MiB/s, far below any link, so the cost is per call "
                  "(latency; a slow or shared network), not volume" %
@@ -635,7 +888,7 @@ def advise_compute(loader, real):
     return why, lines
 
 
-def diagnose(a, ld, loader, compute, real, cheaper, info=None, cores=None):
+def diagnose(a, ld, loader, compute, real, cheaper, info=None, cores=None, scaling=None):
     """The report's verdict, with reasons and advice in numbers from the report, the two ceilings
     and (when the loader is the limit) the cheaper transform measured. @a: batch, ranks,
     prefetch; @ld: workers, private, sock; @compute and @real: trainer reports; @loader: the
@@ -647,11 +900,14 @@ def diagnose(a, ld, loader, compute, real, cheaper, info=None, cores=None):
     if verdict == "loader-limited":
         why, lines = advise_loader(a, ld, loader, compute, real, cheaper, info, cores)
     elif verdict == "communication-limited":
-        why, lines = advise_comm(a, compute, real)
+        why, lines = advise_comm(a, compute, real, scaling)
     elif verdict == "straggler-limited":
         why, lines = advise_straggler(loader, real)
     else:
         why, lines = advise_compute(loader, real)
+    if loader.get("nodes"):
+        why_n, lines_n = advise_nodes(loader["nodes"], real["ranks"], real)
+        why, lines = why + why_n, lines_n + lines
     # compute slower beside the loader than alone: the device (or the host's cores) is shared
     c_real, c_alone = real.get("compute_ms", 0), compute.get("compute_ms", 0)
     if c_alone > 0 and c_real >= 1.25 * c_alone:
@@ -867,7 +1123,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="ldprobe", formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="ldprobe --dataset D.dpk [--model M] [--crop N] [--batch B] [--ranks N] "
-              "[--workers N | --socket PATH] [--seconds S] [--out DIR] [options]",
+              "[--workers N | --socket PATH] [--hostfile FILE] [--seconds S] [--out DIR] "
+              "[options]",
         description=(
             "Why doesn't adding GPUs make training faster? Measures in one go\n"
             "  1. the loader ceiling: loaderd alone, every rank's ring drained as fast as it fills;\n"
@@ -877,7 +1134,10 @@ def parse_args(argv):
             "straggler-limited) and what to change, with numbers. Writes report.txt, timeline.svg\n"
             "(per-rank step timeline and the ceilings), trace.json and the logs into --out DIR.\n"
             "Starts its own loaderd on a private socket (--workers N) unless --socket is given,\n"
-            "and always stops what it started. The last line is\n"
+            "and always stops what it started. Several nodes: --hostfile FILE --socket PATH, and\n"
+            "step 1 runs on every node (through --launch-agent), naming the slowest node when the\n"
+            "loader limits the run. Communication-limited: it also measures how compute grows\n"
+            "with the batch, for the --batch and --accum advice. The last line is\n"
             "  ldprobe: loader_per_s=X compute_per_s=Y actual_per_s=Z au=A verdict=V"),
         epilog="Exit status: 0 measured, 1 runtime error (the failing program's log is shown), "
                "2 bad usage.")
@@ -889,8 +1149,19 @@ def parse_args(argv):
                    help="image side, the transform (RandomResizedCrop + flip) (default 224)")
     p.add_argument("--batch", type=pos_int(1, 65536), default=64, metavar="B",
                    help="samples per rank per step (default 64)")
-    p.add_argument("--ranks", type=pos_int(1, 4096), default=1, metavar="N",
-                   help="trainer ranks (mpirun -np N; default 1)")
+    p.add_argument("--ranks", type=pos_int(1, 4096), default=None, metavar="N",
+                   help="trainer ranks (mpirun -np N; default 1, with --hostfile its slots)")
+    p.add_argument("--hostfile", metavar="FILE", default=None,
+                   help="several nodes: an Open MPI hostfile, `HOST slots=N` a line (N ranks on "
+                        "HOST). Needs --socket: the loaderd of every node, the same path on each. "
+                        "Each node's loader ceiling is measured on it; mpirun gets the hostfile")
+    p.add_argument("--launch-agent", metavar="'CMD'", default="ssh",
+                   help="with --hostfile: runs a command on a node as `CMD HOST COMMAND` (default "
+                        "ssh); also mpirun's --mca plm_rsh_agent when not ssh")
+    p.add_argument("--node-ceiling", metavar="FIRST:COUNT", default=None,
+                   help="(what ldprobe runs on each node) only the loader ceiling of ranks FIRST.. "
+                        "FIRST+COUNT-1 of --ranks, against --socket; prints `ldprobe-node: JSON`")
+    p.add_argument("--node-job", default=None, help=argparse.SUPPRESS)
     p.add_argument("--workers", type=pos_int(1, 1024), default=None, metavar="N",
                    help="decode workers of ldprobe's own loaderd (default: all cores, here %d)"
                         % ncpu)
@@ -934,11 +1205,35 @@ def parse_args(argv):
         usage_error("--workers and --io configure ldprobe's own loaderd: not with --socket")
     if not os.path.isfile(a.dataset):
         usage_error("--dataset %s: no such file" % a.dataset)
+    a.nodes, a.node_ranks = None, None
+    if a.hostfile:
+        if not a.socket:
+            usage_error("--hostfile: give --socket, the path of the loaderd on every node")
+        try:
+            with open(a.hostfile) as f:
+                a.nodes = parse_hostfile(f.read())
+        except (OSError, ValueError) as e:
+            usage_error("--hostfile %s: %s" % (a.hostfile, e))
+        a.hostfile = os.path.abspath(a.hostfile)
+        slots = sum(n for _, n in a.nodes)
+        if a.ranks is not None and a.ranks != slots:
+            usage_error("--ranks %d: the hostfile has %d slots (one rank each)" % (a.ranks, slots))
+        a.ranks = slots
+    if a.node_ceiling:
+        try:
+            first, count = (int(x) for x in a.node_ceiling.split(":"))
+        except ValueError:
+            usage_error("--node-ceiling %s: give FIRST:COUNT" % a.node_ceiling)
+        if not a.socket or a.ranks is None or first < 0 or count < 1 or first + count > a.ranks:
+            usage_error("--node-ceiling %s: needs --socket and --ranks N > FIRST + COUNT - 1" %
+                        a.node_ceiling)
+        a.node_ranks = range(first, first + count)
+    a.ranks = a.ranks or 1
     try:
         a.trainer_args_list = shlex.split(a.trainer_args)
     except ValueError as e:
         usage_error("--trainer-args: %s" % e)
-    if a.socket and not os.path.exists(a.socket):
+    if a.socket and not os.path.exists(a.socket) and not a.nodes:
         usage_error("--socket %s: no such socket (is loaderd running?)" % a.socket)
     a.workers = a.workers or (None if a.socket else ncpu)
     a.dataset_abs = os.path.realpath(a.dataset)
@@ -972,7 +1267,7 @@ def parse_args(argv):
             sys.exit(1)
         setattr(a, "bin_" + prog, path)
     a.mpirun_extra = []
-    if a.ranks > 1 and not a.mpirun:
+    if (a.ranks > 1 or a.nodes) and not a.mpirun and not a.node_ranks:
         if not shutil.which("mpirun"):
             print("ldprobe: --ranks %d needs mpirun (or --mpirun 'CMD')" % a.ranks,
                   file=sys.stderr)
@@ -1002,18 +1297,28 @@ def dataset_info(a):
 
 
 def measure(a, ld, children):
-    """The three runs, and a cheaper transform when the loader is the limit. Returns (loader,
-    compute, real, trace per rank, cheaper)."""
+    """The three runs, a cheaper transform when the loader is the limit, how compute grows with
+    the batch when communication is. Returns (loader, compute, real, trace per rank, cheaper,
+    scaling)."""
     trace = os.path.join(a.out, "trace.json")
     if os.path.exists(trace):
         os.unlink(trace)
     if not a.mpirun:
         preflight(a, children)
-    ld.start()
-    say("loaderd %s (decode workers: %s); measuring the loader ceiling (%.1f s)" %
-        ("started on a private socket" if ld.private else "on " + ld.sock,
-         ld.workers or "?", a.seconds))
-    loader = measure_loader(a, ld, children, a.crop, a.seconds, "ceiling")
+    if a.nodes:
+        say("measuring the loader ceiling on each of %d nodes (%.1f s), loaderd on %s" %
+            (len(a.nodes), a.seconds, a.socket))
+        nodes = measure_nodes(a, children)
+        rate, slow, _ = nodes_summary(nodes, a.ranks)
+        loader = {"rate": rate, "busy": slow["busy"], "decode_share": slow["decode_share"],
+                  "nodes": nodes}
+        ld.workers = slow.get("workers")
+    else:
+        ld.start()
+        say("loaderd %s (decode workers: %s); measuring the loader ceiling (%.1f s)" %
+            ("started on a private socket" if ld.private else "on " + ld.sock,
+             ld.workers or "?", a.seconds))
+        loader = measure_loader(a, ld, children, a.crop, a.seconds, "ceiling")
     if loader["rate"] <= 0:
         raise Failure("loader ceiling: loaderd delivered nothing in %.1f s" % a.seconds)
     say("loader ceiling %s samples/s; measuring the compute ceiling (trainer --synthetic)" %
@@ -1041,12 +1346,16 @@ def measure(a, ld, children):
         say("the trace %s could not be read (%s): no step timeline" % (trace, e))
     # a cheaper transform, measured, when the loader is the limit
     cheaper = None
-    if real["verdict"] == "loader-limited" and a.crop >= 32:
+    if real["verdict"] == "loader-limited" and a.crop >= 32 and not a.nodes:
         c2 = a.crop // 2
         say("loader-limited: measuring the loader at --crop %d" % c2)
         cheaper = (c2, measure_loader(a, ld, children, c2, max(1.0, a.seconds / 2),
                                       "crop%d" % c2)["rate"])
-    return loader, compute, real, ranks, cheaper
+    scaling = None
+    if real["verdict"] == "communication-limited":
+        say("communication-limited: measuring how compute grows with the batch (one rank)")
+        scaling = measure_scaling(a, children)
+    return loader, compute, real, ranks, cheaper, scaling
 
 
 def render_report(a, ld, loader, compute, real, info, diag):
@@ -1060,8 +1369,9 @@ def render_report(a, ld, loader, compute, real, info, diag):
                           a.model, a.crop, a.batch, a.ranks, plural(a.ranks),
                           real.get("device", "?")),
            "  loaderd: %d decode worker%s (%s)%s" %
-           (w, plural(w), "private, started by ldprobe" if ld.private else "on " + ld.sock,
-            ("; trainer options: " + a.trainer_args) if a.trainer_args else "")]
+           (w, plural(w), "private, started by ldprobe" if ld.private else
+            "on %s of each of %d nodes, the slowest's" % (ld.sock, len(a.nodes)) if a.nodes else
+            "on " + ld.sock, ("; trainer options: " + a.trainer_args) if a.trainer_args else "")]
     if ld.busy_ranks:
         rep.append("  (that loaderd was serving %d other rank%s when ldprobe started: the "
                    "ceilings and the run share its workers with them)" %
@@ -1070,8 +1380,12 @@ def render_report(a, ld, loader, compute, real, info, diag):
             "  loader ceiling  %10.1f samples/s  loaderd alone, %d ring%s drained (%s per "
             "worker; workers busy %.0f%%, decoding %.0f%% of that)" %
             (L, a.ranks, plural(a.ranks), fmt_rate(L / w) if w else "?",
-             100 * loader["busy"], 100 * loader["decode_share"]),
-            "  compute ceiling %10.1f samples/s  trainer --synthetic, no loader (AU %.2f)" %
+             100 * loader["busy"], 100 * loader["decode_share"])]
+    if loader.get("nodes"):
+        rep[-1] = ("  loader ceiling  %10.1f samples/s  the slowest node's per rank x %d ranks, "
+                   "each node's loaderd measured on it, all at once:" % (L, a.ranks))
+        rep += node_lines(loader["nodes"], a.ranks, real)
+    rep += ["  compute ceiling %10.1f samples/s  trainer --synthetic, no loader (AU %.2f)" %
             (C, compute["au"]),
             "  actual          %10.1f samples/s  trainer through loaderd, %d steps, %.1f s "
             "(AU %.2f)" % (A, real["steps"], real["wall_s"], real["au"]),
@@ -1108,8 +1422,18 @@ def render_report(a, ld, loader, compute, real, info, diag):
 
 def main(argv):
     a = parse_args(argv)
-    os.makedirs(a.out, exist_ok=True)
     children = Children()
+    if a.node_ranks:
+        a.out = tempfile.mkdtemp(prefix="ldprobe-node.")   # ldcat's log
+        try:
+            return node_ceiling_main(a, children)
+        except Failure as e:
+            print("ldprobe: %s" % e, file=sys.stderr)
+            return e.code
+        finally:
+            children.stop_all()
+            shutil.rmtree(a.out, ignore_errors=True)
+    os.makedirs(a.out, exist_ok=True)
     ld = Loaderd(a, children, a.out)
 
     def on_signal(sig, frame):
@@ -1121,7 +1445,7 @@ def main(argv):
         signal.signal(s, on_signal)
     try:
         info = dataset_info(a)
-        loader, compute, real, ranks, cheaper = measure(a, ld, children)
+        loader, compute, real, ranks, cheaper, scaling = measure(a, ld, children)
     except Interrupted:
         say("interrupted; stopping what was started")
         children.stop_all()
@@ -1136,7 +1460,7 @@ def main(argv):
         children.stop_all()
         ld.stop()
 
-    diag = diagnose(a, ld, loader, compute, real, cheaper, info)
+    diag = diagnose(a, ld, loader, compute, real, cheaper, info, scaling=scaling)
     text = render_report(a, ld, loader, compute, real, info, diag)
     try:
         with open(os.path.join(a.out, "report.txt"), "w") as f:

@@ -13,6 +13,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define WEIGHTS_MAX 65536   /* host weight staging per buffer: --batch is at most this */
@@ -138,6 +139,12 @@ void trn_data_open(struct trn_data *d, const struct trn_opts *o, struct trn_dev 
 	}
 	if (o->synthetic)
 		make_synthetic(d, o->batch, o->crop, rank, world);
+	if (o->log_samples) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s.%d", o->log_samples, rank);
+		if (!(d->slog = fopen(path, "w")))
+			trn_die("--log-samples %s: %s", path, strerror(errno));
+	}
 }
 
 /* Acquire the next ring batch and start its copy into device buffer (issued % depth). Returns
@@ -158,6 +165,9 @@ static int issue_next(struct trn_data *d, uint64_t *wait_ns, uint64_t *copy_ns)
 		trn_die("loaderd: %s", ldc_error(d->c));
 	f->held = 1;
 	f->count = (int)f->b.count;
+	for (uint32_t i = 0; d->slog && i < f->b.count; i++)
+		fprintf(d->slog, "%" PRIu64 " %" PRIu64 " %" PRId64 " %u\n", f->b.step, f->b.ids[i],
+			f->b.labels[i], (unsigned)f->b.sample_flags[i]);
 	f->ev = k + 1;  /* event 0 belongs to the DDP core */
 	f->valid = 0;
 	for (uint32_t i = 0; i < f->b.count; i++) {
@@ -237,6 +247,9 @@ void trn_data_close(struct trn_data *d)
 		ldc_close(d->c);
 		d->c = NULL;
 	}
+	if (d->slog && fclose(d->slog) != 0)
+		trn_die("--log-samples: write failed: %s", strerror(errno));
+	d->slog = NULL;
 	free(d->hw);
 	for (int k = 0; k < d->depth; k++) {
 		dev->ops->free(dev, d->img[k]);

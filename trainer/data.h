@@ -8,6 +8,7 @@
 #define LOADERD_TRN_DATA_H
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "shm/ldc.h"
 #include "trainer/dev.h"
@@ -33,6 +34,7 @@ struct trn_data {
 	struct trn_inflight q[TRN_PREFETCH_MAX + 1];
 	uint64_t issued, consumed;   /* batches whose copy was issued / that were computed */
 	float *hw;                   /* host staging for weights */
+	FILE *slog;                  /* --log-samples: this rank's PREFIX.RANK, else NULL */
 	int synthetic, batch;
 	int done;                    /* the job has no more steps */
 	/* what the data decides for the rest of the trainer */

@@ -44,6 +44,8 @@ static void usage(FILE *f)
 "  --report-json FILE   rank 0 writes the report (per-rank, per-phase figures, thresholds,\n"
 "                       verdict) as JSON\n"
 "  --dump-params FILE   rank 0 writes the final parameters (float32, forward order)\n"
+"  --log-samples PREFIX each rank writes PREFIX.RANK, one line per sample it takes from its\n"
+"                       ring: STEP ID LABEL FLAGS (as ldcat prints them)\n"
 "  --log-every N        print loss and accuracy every N steps (default 50; 0 = never)\n"
 "test knobs (known answers for the diagnosis):\n"
 "  --inject-slow-rank R:F      rank R's compute takes F times as long (a straggler)\n"
@@ -89,7 +91,8 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 		{ "classes", 1, 0, 'C' }, { "job", 1, 0, 'j' }, { "slots", 1, 0, 'r' },
 		{ "warmup", 1, 0, 'w' }, { "dump-params", 1, 0, 'P' }, { "log-every", 1, 0, 'L' },
 		{ "inject-slow-rank", 1, 0, 'I' }, { "inject-comm-delay-ms", 1, 0, 'J' },
-		{ "report-json", 1, 0, 'R' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "report-json", 1, 0, 'R' }, { "log-samples", 1, 0, 'g' }, { "help", 0, 0, 'h' },
+		{ 0, 0, 0, 0 },
 	};
 	int c;
 
@@ -122,6 +125,7 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 		case 'w': o->warmup = (int)parse_long("warmup", optarg, 0, 1 << 30); break;
 		case 'P': o->dump = optarg; break;
 		case 'R': o->report_json = optarg; break;
+		case 'g': o->log_samples = optarg; break;
 		case 'L': o->log_every = (int)parse_long("log-every", optarg, 0, 1 << 30); break;
 		case 'I': {
 			char *colon = strchr(optarg, ':');
@@ -150,11 +154,13 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 		}
 	}
 	if (optind < argc || (!o->synthetic && !o->dataset) || (o->steps && o->epochs) ||
-	    (o->synthetic && o->epochs)) {
+	    (o->synthetic && o->epochs) || (o->synthetic && o->log_samples)) {
 		if (rank == 0)
 			fprintf(stderr, "trainer: %s (see --help)\n", optind < argc ? "unexpected argument" :
 				o->steps && o->epochs ? "give --steps or --epochs, not both" :
 				o->synthetic && o->epochs ? "--synthetic has no epochs: give --steps" :
+				o->synthetic && o->log_samples ? "--log-samples logs loaderd's samples: "
+				"not with --synthetic" :
 				"give --dataset D.dpk (with loaderd running) or --synthetic");
 		MPI_Finalize();
 		exit(2);
