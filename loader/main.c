@@ -218,12 +218,13 @@ bad_value:
 		}
 		LOG_INFO("metrics: %s every %.1f s", metrics_path, metrics_s);
 	}
-	if (have_ready)
-		notify_ready((int)ready_fd, path);
+	/* The service manager first, so that whoever waits on --ready-fd finds its outcome logged. */
 	int sd = ldr_sd_notify("READY=1");
 	if (sd < 0)
 		LOG_WARN("NOTIFY_SOCKET=%s: cannot tell the service manager that loaderd serves: %s",
 			 getenv("NOTIFY_SOCKET"), strerror(-sd));
+	if (have_ready)
+		notify_ready((int)ready_fd, path);
 	ret = srv_run(g_srv);
 	if (sd > 0)
 		ldr_sd_notify("STOPPING=1");
