@@ -5,6 +5,8 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "loader/job.h"
+#include "loader/metrics.h"
+#include "loader/sdnotify.h"
 #include "shm/ldc.h"
 #include "loader/srv.h"
 
@@ -37,6 +39,8 @@ static void usage(FILE *f)
 "Serves training jobs from packed datasets (.dpk, made by dpack) over a unix socket. Each rank\n"
 "of a job attaches with the client API (shm/ldc.h) and gets its own shared-memory ring.\n"
 "Runs in the foreground, logs to stderr; SIGTERM or SIGINT stops it (clients are told).\n"
+"Under a service manager that sets $NOTIFY_SOCKET (systemd, Type=notify), loaderd sends it\n"
+"READY=1 once serving and STOPPING=1 when it stops.\n"
 "\n"
 "options:\n"
 "  --socket PATH        control socket (default: $XDG_RUNTIME_DIR/loaderd.sock, else\n"
@@ -60,6 +64,11 @@ static void usage(FILE *f)
 "                       take (default 2); past it, jobs/stats are refused for a while\n"
 "  --max-pixels N       pixels per record (height x width), suffix K, M (default 64M);\n"
 "                       larger records are refused at job open or substituted as bad\n"
+"  --metrics-file PATH  write the counters there in Prometheus text format, rewritten whole\n"
+"                       (temporary file, rename) every interval and once at shutdown: for\n"
+"                       node_exporter's textfile collector, e.g.\n"
+"                       /var/lib/prometheus/node-exporter/loaderd.prom\n"
+"  --metrics-interval SECONDS  how often (default 5; decimals allowed, at least 0.1)\n"
 "  --log-level LEVEL    error, warn, info (default) or debug\n"
 "  --ready-fd N         once serving (socket listening, workers started), write the line\n"
 "                       \"READY socket=PATH pid=PID\" to file descriptor N and close it, for\n"
@@ -122,6 +131,8 @@ int main(int argc, char **argv)
 		{ "idle-timeout", required_argument, NULL, 'T' },
 		{ "max-pixels", required_argument, NULL, 'P' },
 		{ "admin-share", required_argument, NULL, 'A' },
+		{ "metrics-file", required_argument, NULL, 'M' },
+		{ "metrics-interval", required_argument, NULL, 'N' },
 		{ "ready-fd", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -130,6 +141,8 @@ int main(int argc, char **argv)
 	struct ldr_config cfg = { .io = LDR_IO_AUTO };
 	char path[PATH_MAX], why[512];
 	unsigned linger = 60, idle = 10, ready_fd = 0;
+	const char *metrics_path = NULL;
+	double metrics_s = 5;
 	int c, lvl, have_ready = 0;
 
 	log_prog = "loaderd";
@@ -209,6 +222,13 @@ int main(int argc, char **argv)
 			break;
 		case 'P':
 			if (arg_bytes(optarg, 1, 1ull << 40, &cfg.max_pixels) < 0)
+		case 'M':
+			if (!*optarg)
+				goto bad_value;
+			metrics_path = optarg;
+			break;
+		case 'N':
+			if (arg_double(optarg, 0.1, 86400, &metrics_s) < 0)
 				goto bad_value;
 			break;
 		case 'l':
@@ -256,9 +276,27 @@ bad_value:
 	LOG_INFO("serving on %s: %u workers, io %s, ring memory limit %llu MiB", path, so.workers,
 		 cfg.io == LDR_IO_PREAD ? "pread" : cfg.io == LDR_IO_BUFFERED ? "io_uring (buffered)" :
 		 "io_uring (O_DIRECT where possible)", (unsigned long long)(so.mem_limit >> 20));
+	struct ldr_metrics *metrics = NULL;
+	if (metrics_path) {
+		ret = ldr_metrics_start(g_srv, metrics_path, (unsigned)(metrics_s * 1000 + 0.5), &metrics);
+		if (ret < 0) {
+			LOG_ERROR("cannot start the metrics thread: %s", strerror(-ret));
+			srv_destroy(g_srv);
+			return 1;
+		}
+		LOG_INFO("metrics: %s every %.1f s", metrics_path, metrics_s);
+	}
+	/* The service manager first, so that whoever waits on --ready-fd finds its outcome logged. */
+	int sd = ldr_sd_notify("READY=1");
+	if (sd < 0)
+		LOG_WARN("NOTIFY_SOCKET=%s: cannot tell the service manager that loaderd serves: %s",
+			 getenv("NOTIFY_SOCKET"), strerror(-sd));
 	if (have_ready)
 		notify_ready((int)ready_fd, path);
 	ret = srv_run(g_srv);
+	if (sd > 0)
+		ldr_sd_notify("STOPPING=1");
+	ldr_metrics_stop(metrics);  /* the final counters, while the server still exists */
 	srv_destroy(g_srv);
 	if (ret < 0) {
 		LOG_ERROR("control loop: %s", strerror(-ret));

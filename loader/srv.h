@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/un.h>
 
 struct srv;
 
@@ -106,5 +107,65 @@ int srv_run(struct srv *s);
 /* Ask srv_run to return. Async-signal-safe (one write to an eventfd). */
 void srv_stop(struct srv *s);
 void srv_destroy(struct srv *s);  /* NULL ok; after srv_run returned or instead of it */
+
+/* ---- a snapshot of the counters: loaderctl's answers (srv_admin.c), the metrics file ---- */
+
+/* One rank of a job. Counters add up over all of the rank's attaches. */
+struct srv_rank_snap {
+	uint32_t rank;
+	int attached;              /* a consumer is attached now */
+	int started;               /* attached at least once */
+	pid_t pid;                 /* the consumer's, when attached */
+	uint32_t attaches;         /* times a consumer attached */
+	uint64_t published;        /* steps published to this rank */
+	uint64_t samples;          /* samples in them */
+	uint64_t released;         /* first step the consumer has not released; detached: where it
+				    * resumes */
+	uint64_t fill_ns;          /* worker time spent filling this rank's slots */
+	uint64_t phase_ns[SRV_PHASES_MAX];  /* of fill_ns, per srv_ops.phases */
+	uint64_t empty_ns;         /* time the ring held no batch for its consumer: every published
+				    * step released, the next not yet published (srv_jobs.c) */
+	uint32_t slots;            /* ring depth; 0 when detached */
+	uint32_t occupancy;        /* slots taken for steps not yet released: being filled, ready or
+				    * held by the consumer; 0 when detached */
+	double rate;               /* samples/s over the last second */
+};
+
+struct srv_job_snap {
+	char name[CTL_JOB_NAME_MAX];
+	char dataset[CTL_PATH_MAX];
+	uint64_t id;
+	uid_t uid;                 /* the user whose client opened it */
+	uint32_t world, attached, batch;
+	uint64_t steps_per_epoch;
+	uint64_t steps_total;      /* 0 = unbounded */
+	uint64_t bad;              /* bad records found while filling, all ranks */
+	uint64_t bad_ids[16];      /* some of them (the most recent 16) */
+	unsigned nbad_ids;         /* entries of bad_ids in use */
+	int failed;
+	double rate;               /* samples/s over the last second, all ranks */
+	struct srv_rank_snap *ranks;  /* world entries, in the snapshot's memory */
+};
+
+struct srv_snapshot {
+	int64_t uptime_ns;
+	unsigned workers;
+	uint64_t busy_ns;          /* worker time spent filling since start, all workers */
+	double busy_share;         /* of the workers' time, over the last second */
+	uint64_t mem_used;         /* bytes of ring memory, all attached ranks */
+	uint64_t mem_limit;        /* 0 = none */
+	unsigned clients;          /* open connections (ranks and loaderctl) */
+	unsigned ranks_attached;
+	unsigned njobs;
+	struct srv_job_snap *jobs; /* njobs entries */
+	struct srv_phase phases[SRV_PHASES_MAX];  /* srv_ops.phases (static strings) */
+	char socket[sizeof(((struct sockaddr_un *)0)->sun_path)];  /* the socket's path */
+};
+
+/* Copy every counter of @s, under its lock, held only for the copy. Any thread, but not one that
+ * holds the server's lock (a callback). Returns 0 or -ENOMEM; free *out with
+ * srv_snapshot_free(). */
+int srv_snapshot_take(struct srv *s, struct srv_snapshot **out);
+void srv_snapshot_free(struct srv_snapshot *snap);  /* NULL ok */
 
 #endif

@@ -1,11 +1,10 @@
 /* srv_admin.c - loaderctl's answers (CTL_ADMIN): daemon status, the jobs, per-rank stats, and
  * stopping a job, rendered as text for people or as JSON for programs.
  *
- * Threads: srv_on_admin runs on the control thread under s->mu, so it reads a consistent picture
- * of every job and rank; the answer is built in memory that this file allocates, then handed to
- * srv_conn_send_text, which sends it in CTL_ADMIN_TEXT chunks as fast as the client reads them
- * and frees it. Rendering reads the shared state and changes nothing but a
- * stopped job's failure fields. */
+ * Threads: srv_on_admin runs on the control thread under s->mu; it renders from a snapshot
+ * (srv_snap.c), a consistent picture of every job and rank, into memory that this file allocates;
+ * srv_conn_send_text then sends it in CTL_ADMIN_TEXT chunks as fast as the client reads them and
+ * frees it. It changes nothing but a stopped job's failure fields. */
 #include "loader/srv_impl.h"
 
 #include <errno.h>
@@ -79,30 +78,26 @@ static void put_text_str(struct text *t, const char *s)
 }
 
 /* @phases: the callbacks' names for the phases of a fill (unnamed ones are left out). */
-static void admin_job(struct text *t, const struct srv_phase *phases, struct job *j, int json,
-		      int stats)
+static void admin_job(struct text *t, const struct srv_phase *phases, const struct srv_job_snap *j,
+		      int json, int stats)
 {
-	const struct ctl_job_open *sp = &j->spec;
 	uint64_t fill = 0, phase[SRV_PHASES_MAX] = { 0 };
-	double rate = 0;
 
-	for (uint32_t r = 0; r < sp->world; r++) {
+	for (uint32_t r = 0; r < j->world; r++) {
 		fill += j->ranks[r].fill_ns;
 		for (unsigned p = 0; p < SRV_PHASES_MAX; p++)
 			phase[p] += j->ranks[r].phase_ns[p];
-		rate += j->ranks[r].rate;
 	}
-	unsigned nb = j->nbad_ids < 16 ? j->nbad_ids : 16;
 	if (json) {
 		put(t, "{\"job\":");
 		put_json_str(t, j->name);
 		put(t, ",\"id\":%llu,\"dataset\":", (unsigned long long)j->id);
-		put_json_str(t, sp->dataset);
+		put_json_str(t, j->dataset);
 		put(t, ",\"world\":%u,\"attached\":%u,\"batch\":%u,\"steps_per_epoch\":%llu,"
 		    "\"steps_total\":%llu,\"samples_per_s\":%.1f,\"bad_records\":%llu,\"bad_ids\":[",
-		    sp->world, j->attached, sp->batch, (unsigned long long)j->info.steps_per_epoch,
-		    (unsigned long long)j->steps_total, rate, (unsigned long long)j->bad);
-		for (unsigned b = 0; b < nb; b++)
+		    j->world, j->attached, j->batch, (unsigned long long)j->steps_per_epoch,
+		    (unsigned long long)j->steps_total, j->rate, (unsigned long long)j->bad);
+		for (unsigned b = 0; b < j->nbad_ids; b++)
 			put(t, "%s%llu", b ? "," : "", (unsigned long long)j->bad_ids[b]);
 		put(t, "],\"failed\":%s", j->failed ? "true" : "false");
 		if (stats) {
@@ -111,19 +106,16 @@ static void admin_job(struct text *t, const struct srv_phase *phases, struct job
 				if (phases[p].name)
 					put(t, ",\"%s_s\":%.3f", phases[p].name, phase[p] * 1e-9);
 			put(t, ",\"ranks\":[");
-			for (uint32_t r = 0; r < sp->world; r++) {
-				struct rank_state *rs = &j->ranks[r];
-				struct att *a = rs->att;
-				uint64_t rel = a ? srv_att_released(a) : 0;
+			for (uint32_t r = 0; r < j->world; r++) {
+				const struct srv_rank_snap *rs = &j->ranks[r];
 				put(t, "%s{\"rank\":%u,\"attached\":%s,\"pid\":%d,\"published\":%llu,"
 				    "\"released\":%llu,\"samples\":%llu,\"samples_per_s\":%.1f,"
-				    "\"ring_slots\":%u,\"ring_occupancy\":%llu,\"attaches\":%u}",
-				    r ? "," : "", r, a ? "true" : "false", a ? (int)a->conn->pid : 0,
-				    (unsigned long long)rs->published,
-				    (unsigned long long)(a ? rel : rs->resume),
-				    (unsigned long long)rs->samples, rs->rate,
-				    a ? ring_header(a->ring)->slots : 0,
-				    (unsigned long long)(a ? a->next - rel : 0), rs->attaches);
+				    "\"ring_slots\":%u,\"ring_occupancy\":%u,\"ring_empty_s\":%.3f,"
+				    "\"attaches\":%u}",
+				    r ? "," : "", r, rs->attached ? "true" : "false", (int)rs->pid,
+				    (unsigned long long)rs->published, (unsigned long long)rs->released,
+				    (unsigned long long)rs->samples, rs->rate, rs->slots, rs->occupancy,
+				    rs->empty_ns * 1e-9, rs->attaches);
 			}
 			put(t, "]");
 		}
@@ -131,13 +123,13 @@ static void admin_job(struct text *t, const struct srv_phase *phases, struct job
 		return;
 	}
 	put(t, "job %s (id %llu): ", j->name, (unsigned long long)j->id);
-	put_text_str(t, sp->dataset);
+	put_text_str(t, j->dataset);
 	put(t, "\n  %u/%u ranks attached, batch %u, %llu steps/epoch, %.1f samples/s, %llu bad "
-	    "records", j->attached, sp->world, sp->batch,
-	    (unsigned long long)j->info.steps_per_epoch, rate, (unsigned long long)j->bad);
-	if (nb) {
+	    "records", j->attached, j->world, j->batch, (unsigned long long)j->steps_per_epoch,
+	    j->rate, (unsigned long long)j->bad);
+	if (j->nbad_ids) {
 		put(t, " (sample ids:");
-		for (unsigned b = 0; b < nb; b++)
+		for (unsigned b = 0; b < j->nbad_ids; b++)
 			put(t, " %llu", (unsigned long long)j->bad_ids[b]);
 		put(t, ")");
 	}
@@ -152,25 +144,23 @@ static void admin_job(struct text *t, const struct srv_phase *phases, struct job
 				    phases[p].doing ? phases[p].doing : phases[p].name);
 		put(t, "\n");
 	}
-	for (uint32_t r = 0; r < sp->world; r++) {
-		struct rank_state *rs = &j->ranks[r];
-		struct att *a = rs->att;
-		uint64_t rel = a ? srv_att_released(a) : 0;
-		if (a)
-			put(t, "  rank %u: pid %d, step %llu, %.1f samples/s, ring %llu/%u slots full\n",
-			    r, (int)a->conn->pid, (unsigned long long)rel, rs->rate,
-			    (unsigned long long)(a->next - rel), ring_header(a->ring)->slots);
+	for (uint32_t r = 0; r < j->world; r++) {
+		const struct srv_rank_snap *rs = &j->ranks[r];
+		if (rs->attached)
+			put(t, "  rank %u: pid %d, step %llu, %.1f samples/s, ring %u/%u slots full, "
+			    "empty %.2f s\n", r, (int)rs->pid, (unsigned long long)rs->released, rs->rate,
+			    rs->occupancy, rs->slots, rs->empty_ns * 1e-9);
 		else
 			put(t, "  rank %u: %s, resumes at step %llu\n", r,
-			    rs->started ? "detached" : "never attached", (unsigned long long)rs->resume);
+			    rs->started ? "detached" : "never attached", (unsigned long long)rs->released);
 	}
 }
 
 /* May @c see and stop @j? With --group, a peer sees its own uid's jobs only; root and the
  * daemon's own user see all. */
-static int visible(const struct srv *s, const struct conn *c, const struct job *j)
+static int visible(const struct srv *s, const struct conn *c, uid_t owner)
 {
-	return s->opts.group == (gid_t)-1 || c->uid == 0 || c->uid == geteuid() || j->uid == c->uid;
+	return s->opts.group == (gid_t)-1 || c->uid == 0 || c->uid == geteuid() || owner == c->uid;
 }
 
 /* Under mu. loaderctl's requests: answered as text chunks, then an empty chunk. */
@@ -202,36 +192,40 @@ void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 		}
 	}
 	struct job *only = req->job[0] ? srv_job_find(s, req->job) : NULL;
-	if (only && !visible(s, c, only))
+	if (only && !visible(s, c, only->uid))
 		only = NULL;  /* another user's job: as if there were none */
 	if (req->job[0] && !only) {
 		srv_conn_fail(s, c, ENOENT, "no job named %s", req->job);
 		return;
 	}
+	struct srv_snapshot *snap = NULL;
+	if (req->op != CTL_OP_STOP) {
+		snap = srv_snapshot_locked(s, req->op == CTL_OP_STATUS ? NULL : only);
+		if (!snap) {
+			srv_conn_fail(s, c, ENOMEM, "out of memory for the answer");
+			return;
+		}
+	}
 	switch (req->op) {
 	case CTL_OP_STATUS: {
-		unsigned jobs = 0, clients = 0, attached = 0;
-		for (struct job *j = s->jobs; j; j = j->next)
-			jobs++, attached += j->attached;
-		for (struct conn *k = s->conns; k; k = k->next)
-			clients++;
-		double up = (double)(now_ns() - s->start_ns) * 1e-9;
+		double up = (double)snap->uptime_ns * 1e-9;
 		if (json)
 			put(&t, "{\"pid\":%d,\"uptime_s\":%.1f,\"workers\":%u,\"workers_busy\":%.3f,"
 			    "\"jobs\":%u,\"ranks_attached\":%u,\"clients\":%u,\"ring_bytes\":%llu,"
-			    "\"ring_bytes_limit\":%llu,\"socket\":", (int)getpid(), up, s->nthreads,
-			    s->busy_share, jobs, attached, clients, (unsigned long long)s->mem_used,
-			    (unsigned long long)s->opts.mem_limit);
+			    "\"ring_bytes_limit\":%llu,\"socket\":", (int)getpid(), up, snap->workers,
+			    snap->busy_share, snap->njobs, snap->ranks_attached, snap->clients,
+			    (unsigned long long)snap->mem_used, (unsigned long long)snap->mem_limit);
 		else
 			put(&t, "loaderd pid %d, up %.0f s, socket %s\n%u workers, %.0f%% busy\n"
 			    "%u jobs, %u ranks attached, %u clients\nring memory %llu MiB of %llu MiB\n",
-			    (int)getpid(), up, s->path, s->nthreads, 100 * s->busy_share, jobs, attached,
-			    clients, (unsigned long long)(s->mem_used >> 20),
-			    (unsigned long long)(s->opts.mem_limit >> 20));
+			    (int)getpid(), up, snap->socket, snap->workers, 100 * snap->busy_share,
+			    snap->njobs, snap->ranks_attached, snap->clients,
+			    (unsigned long long)(snap->mem_used >> 20),
+			    (unsigned long long)(snap->mem_limit >> 20));
 		if (!json && s->accept_paused_until)
 			put(&t, "not accepting connections for now: out of file descriptors\n");
 		if (json) {
-			put_json_str(&t, s->path);
+			put_json_str(&t, snap->socket);
 			put(&t, "}\n");
 		}
 		break;
@@ -240,13 +234,13 @@ void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 	case CTL_OP_STATS:
 		if (json)
 			put(&t, "[");
-		for (struct job *j = s->jobs; j; j = j->next) {
-			if ((only && j != only) || !visible(s, c, j))
+		for (unsigned k = 0; k < snap->njobs; k++) {
+			if (!visible(s, c, snap->jobs[k].uid))
 				continue;
 			shown++;
 			if (json && n++)
 				put(&t, ",");
-			admin_job(&t, s->ops.phases, j, json, req->op == CTL_OP_STATS);
+			admin_job(&t, snap->phases, &snap->jobs[k], json, req->op == CTL_OP_STATS);
 		}
 		if (json)
 			put(&t, "]\n");
@@ -264,6 +258,7 @@ void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 		put(&t, json ? "{\"stopped\":\"%s\"}\n" : "job %s stopped\n", only->name);
 		break;
 	}
+	srv_snapshot_free(snap);
 	if (t.oom) {
 		free(t.p);
 		srv_conn_fail(s, c, ENOMEM, "out of memory for the answer");

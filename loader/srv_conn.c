@@ -604,8 +604,10 @@ int srv_run(struct srv *s)
 			case EV_BELL:
 				pthread_mutex_lock(&s->mu);
 				/* retired earlier in this batch: buried, not freed, so this is safe */
-				if (!((struct att *)e->p)->dead)
+				if (!((struct att *)e->p)->dead) {
 					(void)!read(((struct att *)e->p)->bell, &v, sizeof(v));
+					srv_att_check_empty(e->p, now_ns());
+				}
 				pthread_cond_broadcast(&s->cv);
 				pthread_mutex_unlock(&s->mu);
 				break;

@@ -6,7 +6,9 @@
  *   srv_jobs.c     the job registry, ranks and attachments, job opens (opener threads), resume,
  *                  per-uid usage, linger and housekeeping
  *   srv_workers.c  the worker pool: which (ring, step) to fill next, the fill and the publish
- *   srv_admin.c    loaderctl's answers, rendered as text or JSON
+ *   srv_snap.c     the counters copied into a struct srv_snapshot (srv.h), for srv_admin.c and
+ *                  the metrics file (loader/metrics.c)
+ *   srv_admin.c    loaderctl's answers, rendered as text or JSON from a snapshot
  *
  * Threads and the lock: the control thread (srv_run), the workers and the opener threads (one
  * per job open in progress, detached; s->openers counts them) share everything below under
@@ -111,6 +113,9 @@ struct att {
 	uint64_t bytes;          /* ring memory, for the limit */
 	uid_t uid;               /* its client's, for the per-uid memory limit */
 	unsigned live;           /* its index in s->live while attached */
+	int64_t empty_since;     /* ns: since when the ring holds no batch for the consumer; 0 = it
+				  * does (srv_att_check_empty, srv_att_published) */
+	uint64_t empty_step;     /* the step whose publish ends that */
 	struct att *grave_next;  /* buried: freed after the current event batch */
 };
 
@@ -121,6 +126,7 @@ struct rank_state {
 	uint64_t resume;
 	uint64_t published, samples, fill_ns;
 	uint64_t phase_ns[SRV_PHASES_MAX];  /* of fill_ns, per ops->phases */
+	uint64_t empty_ns;       /* closed intervals of att->empty_since, all attaches */
 	uint64_t rate_samples;   /* samples at the last rate snapshot */
 	double rate;             /* samples/s over the last snapshot interval */
 	uint32_t attaches;
@@ -257,6 +263,11 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 void srv_open_finish(struct srv *s);
 /* Under mu. Wait (up to @ms) for the opener threads to end; 0 or -ETIMEDOUT. */
 int srv_open_drain(struct srv *s, int ms);
+/* Under mu, control thread, after @a's consumer rang its doorbell (it released a step): when every
+ * published step is released and the next one is not published, the ring is empty from @now. */
+void srv_att_check_empty(struct att *a, int64_t now);
+/* Under mu, after a worker published @step of @a: ends the empty time that waited for it. */
+void srv_att_published(struct att *a, uint64_t step, int64_t now);
 void srv_on_stats(struct srv *s, struct conn *c);
 /* Under mu, control thread, after each event batch: rates, hostile consumers, failed and idle
  * jobs. */
@@ -270,6 +281,14 @@ int srv_workers_start(struct srv *s, char *why, size_t whylen);
 /* Tell the workers to stop, shut the attached rings down (ring_shutdown wakes their waiters), and
  * join the workers. */
 void srv_workers_stop(struct srv *s);
+
+/* ---- srv_snap.c ---- */
+
+/* Under mu. Rank @r of @j as srv_snapshot reports it, at @now. */
+void srv_rank_snap(const struct job *j, uint32_t r, int64_t now, struct srv_rank_snap *out);
+/* Under mu. A snapshot of the server, of only job @only when not NULL. NULL when out of memory;
+ * free with srv_snapshot_free(). */
+struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only);
 
 /* ---- srv_admin.c ---- */
 

@@ -115,6 +115,40 @@ uint64_t srv_att_released(const struct att *a)
 	return frontier > a->floor ? frontier : a->floor;
 }
 
+/* Empty time. The server cannot see the consumer wait (a futex wait on a state word) nor acquire;
+ * it sees publishes (its own) and releases (the doorbell). So it measures what those two bound:
+ * the time during which the consumer held nothing and nothing was ready for it, i.e. from the
+ * release that left every published step released to the publish of the next step. For a
+ * consumer that asks for its next batch when it releases one, that is its wait. */
+static void empty_end(struct att *a, int64_t now)
+{
+	if (!a->empty_since)
+		return;
+	if (now > a->empty_since)
+		a->job->ranks[a->rank].empty_ns += (uint64_t)(now - a->empty_since);
+	a->empty_since = 0;
+}
+
+void srv_att_check_empty(struct att *a, int64_t now)
+{
+	uint64_t rel = srv_att_released(a);
+
+	if (a->empty_since && a->empty_step == rel)
+		return;
+	empty_end(a, now);
+	if ((a->job->steps_total && rel >= a->job->steps_total) ||
+	    ring_prod_published(a->ring, rel))
+		return;
+	a->empty_since = now;
+	a->empty_step = rel;
+}
+
+void srv_att_published(struct att *a, uint64_t step, int64_t now)
+{
+	if (a->empty_since && a->empty_step == step)
+		empty_end(a, now);
+}
+
 /* Under mu. Detach @a from its rank and connection; free it now or when its last worker is done. */
 void srv_att_retire(struct srv *s, struct att *a)
 {
@@ -124,6 +158,7 @@ void srv_att_retire(struct srv *s, struct att *a)
 		return;
 	a->dead = 1;
 	srv_live_del(s, a);
+	empty_end(a, now_ns());
 	rs->resume = srv_att_released(a);
 	rs->att = NULL;
 	if (--a->job->attached == 0)
@@ -402,6 +437,11 @@ static void open_finish(struct srv *s, struct open_req *r)
 	a->rank = r->spec.rank;
 	a->conn = c;
 	a->first = a->next = a->floor = r->d.first_step;
+	/* Nothing is published yet: empty until the first step is. */
+	if (!r->d.steps_total || r->d.first_step < r->d.steps_total) {
+		a->empty_since = now_ns();
+		a->empty_step = r->d.first_step;
+	}
 
 	struct ctl_job_ok ok = { .job_id = j->id, .first_step = r->d.first_step,
 				 .steps_total = j->steps_total,
@@ -605,18 +645,16 @@ void srv_on_stats(struct srv *s, struct conn *c)
 		srv_conn_fail(s, c, EINVAL, "stats before a job was opened");
 		return;
 	}
-	struct rank_state *rs = &a->job->ranks[a->rank];
-	struct ctl_stats st = { .job_id = a->job->id, .published = rs->published,
-				.samples = rs->samples, .bad_records = a->job->bad,
-				.fill_ns = rs->fill_ns, .attaches = rs->attaches,
-				.ranks_attached = a->job->attached,
-				.slots = ring_header(a->ring)->slots,
+	struct srv_rank_snap rs;
+	srv_rank_snap(a->job, a->rank, now_ns(), &rs);
+	struct ctl_stats st = { .job_id = a->job->id, .published = rs.published,
+				.released = rs.released, .samples = rs.samples,
+				.bad_records = a->job->bad, .fill_ns = rs.fill_ns,
+				.attaches = rs.attaches, .ranks_attached = a->job->attached,
+				.slots = rs.slots, .occupancy = rs.occupancy,
 				.workers = s->nthreads };
-	_Static_assert(sizeof(st.phase_ns) == sizeof(rs->phase_ns), "one slot per phase");
-	memcpy(st.phase_ns, rs->phase_ns, sizeof(st.phase_ns));
-	uint64_t frontier = srv_att_released(a);
-	st.released = frontier;
-	st.occupancy = (uint32_t)(a->next - frontier);
+	_Static_assert(sizeof(st.phase_ns) == sizeof(rs.phase_ns), "one slot per phase");
+	memcpy(st.phase_ns, rs.phase_ns, sizeof(st.phase_ns));
 	if (ctl_send(c->fd, CTL_STATS, &st, sizeof(st), NULL, 0) < 0)
 		srv_conn_close(s, c);
 }

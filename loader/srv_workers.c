@@ -147,6 +147,7 @@ static void *worker_main(void *p)
 			pthread_mutex_unlock(&s->mu);
 			ring_prod_publish(a->ring, &slot, f.count, flags_of(j, step, f.slot_flags));
 			pthread_mutex_lock(&s->mu);
+			srv_att_published(a, step, now_ns());
 		} else if (!begun) {
 			a->hostile = 1;  /* ring_prod_begin: the consumer rewrote a free word */
 			srv_wake_control(s);

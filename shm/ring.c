@@ -542,3 +542,12 @@ uint32_t ring_word(const struct ring *r, uint64_t step)
 {
 	return atomic_load_explicit(word_of(r, step), memory_order_acquire);
 }
+
+int ring_prod_published(const struct ring *r, uint64_t step)
+{
+	uint32_t lap = lap_of(r, step);
+	/* Pairs with the release store of ring_prod_publish and ring_cons_release. */
+	uint32_t w = atomic_load_explicit(word_of(r, step), memory_order_acquire);
+
+	return w == make_word(lap, RING_READY) || w == make_word(lap, RING_HELD);
+}

@@ -165,6 +165,9 @@ int ring_fd(const struct ring *r);
 void *ring_base(const struct ring *r);      /* the mapping, ring_header()->total_size bytes */
 /* The state word of @step's slot as (lap, state), for stats and tests. */
 uint32_t ring_word(const struct ring *r, uint64_t step);
+/* Producer, for stats: 1 when @step (>= first_step) is published and not released (ready, or
+ * held by the consumer), else 0. One load of its state word; never blocks. */
+int ring_prod_published(const struct ring *r, uint64_t step);
 
 #ifdef __cplusplus
 }

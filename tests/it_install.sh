@@ -3,8 +3,8 @@
 # libldc.so.1 and its link, loaderd.pc, the headers in include/loaderd/, docs, loaderd.service);
 # a C client compiled against the installed header with `pkg-config --cflags --libs loaderd`
 # reads an epoch from the installed loaderd; the unit, installed with a real PREFIX, passes
-# `systemd-analyze verify` (and runs under systemd-run where systemd is PID 1 and we are root);
-# `make uninstall` leaves nothing. Parts without their tool say why and are left out.
+# `systemd-analyze verify`, is Type=notify (and runs under systemd-run where systemd is PID 1 and
+# we are root); `make uninstall` leaves nothing. Parts without their tool say why and are left out.
 . "$(dirname "$0")/lib.sh"
 BUILD=${BUILD:-build}
 export BUILD
@@ -37,6 +37,9 @@ check "the unit runs the installed loaderd with its socket in RuntimeDirectory" 
 	sh -c "grep -qx 'ExecStart=$P/bin/loaderd --socket /run/loaderd/loaderd.sock --workers 4' '$U' &&
 		grep -qx 'RuntimeDirectory=loaderd' '$U' && grep -qx 'Restart=on-failure' '$U' &&
 		grep -q '^#ExecStart=$P/bin/loaderd .*--group ' '$U'"
+check "the unit is Type=notify, with a --metrics-file example" \
+	sh -c "grep -qx 'Type=notify' '$U' &&
+		grep -q '^#ExecStart=$P/bin/loaderd .*--metrics-file /var/lib/prometheus/node-exporter/loaderd.prom' '$U'"
 
 # ---- a C client against the installed header and library, found by pkg-config ----
 cat >"$T/client.c" <<'CEOF'
@@ -108,13 +111,12 @@ if command -v systemd-analyze >/dev/null 2>&1; then
 	check "systemd-analyze verify: no complaint" [ "$rc:$out" = "0:" ]
 	[ -z "$out" ] || echo "$out" | sed 's/^/#   /'
 	if [ "$(cat /proc/1/comm 2>/dev/null)" = systemd ] && [ "$(id -u)" -eq 0 ]; then
-		# the unit's command line, as a transient unit with a runtime directory of its own
+		# the unit's command line, as a transient unit with a runtime directory of its own;
+		# Type=notify: systemd-run returns once loaderd said READY=1, so it serves at once
 		u=loaderd-it-$$
-		systemd-run --quiet --unit=$u -p RuntimeDirectory=$u -p Restart=on-failure \
+		systemd-run --quiet --unit=$u -p Type=notify -p RuntimeDirectory=$u -p Restart=on-failure \
 			"$T/p/bin/loaderd" --socket /run/$u/loaderd.sock --workers 1
-		i=0
-		while [ ! -S /run/$u/loaderd.sock ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-		check "systemd-run: loaderd serves in /run/$u" \
+		check "systemd-run (Type=notify): loaderd serves in /run/$u as soon as it is started" \
 			"$T/p/bin/loaderctl" --socket /run/$u/loaderd.sock status
 		systemctl stop $u
 	else

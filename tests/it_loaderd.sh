@@ -105,13 +105,7 @@ check "ldcat --help exits 0" sh -c "'$BIN/ldcat' --help | grep -q 'STEP ID LABEL
 # ---- a corrupted record: substituted, flagged and logged ----
 X=40
 cp "$T/a.dpk" "$T/bad.dpk"
-off=$(python3 -c "
-import struct
-f = open('$T/bad.dpk', 'rb'); h = f.read(152)
-idx = struct.unpack_from('<Q', h, 56)[0]
-f.seek(idx + $X * 64); off, ln = struct.unpack_from('<QQ', f.read(16)); print(off + ln // 2)")
-byte=$(od -An -tu1 -j "$off" -N1 "$T/bad.dpk" | tr -d ' ')
-printf "\\$(printf %03o $(((byte + 1) % 256)))" | dd of="$T/bad.dpk" bs=1 seek="$off" conv=notrunc 2>/dev/null
+corrupt_record "$T/bad.dpk" $X
 check "the flipped byte makes sample $X bad" sh -c "'$BIN/dpack' verify '$T/bad.dpk' | grep -q 'bad sample $X:'"
 epoch sub "$T/bad.dpk" --tail pad
 check "bad record: both ranks exit 0" [ "$(rc sub 0)$(rc sub 1)" = "00" ]

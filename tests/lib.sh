@@ -58,6 +58,21 @@ stop_loaderd() {
 	LPID=""
 }
 
+# corrupt_record DPK ID: flip one byte in the middle of record ID's stored bytes in the .dpk
+# (docs/FORMAT.md: the index offset at byte 56 of the header, 64-byte entries that start with
+# the record's offset and length), so that its checksum fails.
+corrupt_record() {
+	cr_off=$(python3 -c "
+import struct
+f = open('$1', 'rb'); h = f.read(152)
+idx = struct.unpack_from('<Q', h, 56)[0]
+f.seek(idx + $2 * 64); off, ln = struct.unpack_from('<QQ', f.read(16)); print(off + ln // 2)") ||
+		return 1
+	cr_byte=$(od -An -tu1 -j "$cr_off" -N1 "$1" | tr -d ' ')
+	printf "\\$(printf %03o $(((cr_byte + 1) % 256)))" |
+		dd of="$1" bs=1 seek="$cr_off" conv=notrunc 2>/dev/null
+}
+
 # need_python CODE PACKAGES: set PY to the Python tests' interpreter, Debian's /usr/bin/python3 (it
 # sees what scripts/deps.sh installs; a pyenv python3 first on PATH does not; LOADERD_PYTHON
 # overrides), and skip (exit 77, saying why) unless it runs CODE; PACKAGES go into the reason.

@@ -1320,7 +1320,13 @@ static void test_hostile_stats_hammer_beside_honest_job(void **state)
 	printf("# honest job beside a stats hammer: %.0f samples/s alone, %.0f beside (ratio %.2f "
 	       "over %d window pairs)\n", r.alone, r.beside, r.beside / r.alone, r.pairs);
 	fflush(stdout);
+#ifdef __SANITIZE_ADDRESS__
+	/* ASan's loaderd renders the 10 MB answer in ~260-375 ms, not ~100: over only 7 or 8 window
+	 * pairs, 0.80-0.97 were seen on the shared machine; below 0.7 is a regression. */
+	assert_true(r.beside >= 0.7 * r.alone);
+#else
 	assert_true(r.beside >= 0.8 * r.alone);
+#endif
 	ldc_close(c);
 	ldc_close(w);
 	assert_daemon_alive();

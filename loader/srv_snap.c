@@ -1,0 +1,110 @@
+/* srv_snap.c - the server's counters, copied: one struct srv_snapshot (srv.h) per request, from
+ * which loaderctl's answers (srv_admin.c) and the metrics file (loader/metrics.c) are rendered, and
+ * one rank's figures for CTL_STATS (srv_jobs.c). Gathering lives here once, so that every output
+ * agrees on what a figure means.
+ *
+ * Threads: srv_snapshot_take locks s->mu for the copy only (one allocation, then a walk over the
+ * jobs and ranks, one state-word scan per attached rank); the caller renders and writes without
+ * the lock. srv_snapshot_locked and srv_rank_snap are for callers that hold it already. */
+#include "loader/srv_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void srv_rank_snap(const struct job *j, uint32_t r, int64_t now, struct srv_rank_snap *out)
+{
+	const struct rank_state *rs = &j->ranks[r];
+	const struct att *a = rs->att;
+
+	memset(out, 0, sizeof(*out));
+	out->rank = r;
+	out->attached = a != NULL;
+	out->started = rs->started;
+	out->attaches = rs->attaches;
+	out->published = rs->published;
+	out->samples = rs->samples;
+	out->fill_ns = rs->fill_ns;
+	_Static_assert(sizeof(out->phase_ns) == sizeof(rs->phase_ns), "one slot per phase");
+	memcpy(out->phase_ns, rs->phase_ns, sizeof(out->phase_ns));
+	out->empty_ns = rs->empty_ns;
+	out->rate = rs->rate;
+	out->released = rs->resume;
+	if (!a)
+		return;
+	uint64_t rel = srv_att_released(a);
+	out->pid = a->conn ? a->conn->pid : 0;
+	out->released = rel;
+	out->slots = ring_header(a->ring)->slots;
+	out->occupancy = (uint32_t)(a->next - rel);
+	if (a->empty_since && now > a->empty_since)
+		out->empty_ns += (uint64_t)(now - a->empty_since);
+}
+
+struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only)
+{
+	size_t njobs = 0, nranks = 0;
+	int64_t now = now_ns();
+
+	for (const struct job *j = s->jobs; j; j = j->next)
+		if (!only || j == only)
+			njobs++, nranks += j->spec.world;
+	size_t size = sizeof(struct srv_snapshot) + njobs * sizeof(struct srv_job_snap) +
+		      nranks * sizeof(struct srv_rank_snap);
+	struct srv_snapshot *snap = calloc(1, size);
+	if (!snap)
+		return NULL;
+	snap->jobs = (struct srv_job_snap *)(snap + 1);
+	struct srv_rank_snap *ranks = (struct srv_rank_snap *)(snap->jobs + njobs);
+
+	snap->uptime_ns = now - s->start_ns;
+	snap->workers = s->nthreads;
+	snap->busy_ns = s->busy_ns;
+	snap->busy_share = s->busy_share;
+	snap->mem_used = s->mem_used;
+	snap->mem_limit = s->opts.mem_limit;
+	memcpy(snap->phases, s->ops.phases, sizeof(snap->phases));
+	snprintf(snap->socket, sizeof(snap->socket), "%s", s->path);
+	for (const struct conn *c = s->conns; c; c = c->next)
+		snap->clients++;
+	for (const struct job *j = s->jobs; j; j = j->next) {
+		snap->ranks_attached += j->attached;
+		if (only && j != only)
+			continue;
+		struct srv_job_snap *js = &snap->jobs[snap->njobs++];
+		snprintf(js->name, sizeof(js->name), "%s", j->name);
+		snprintf(js->dataset, sizeof(js->dataset), "%s", j->spec.dataset);
+		js->id = j->id;
+		js->uid = j->uid;
+		js->world = j->spec.world;
+		js->attached = j->attached;
+		js->batch = j->spec.batch;
+		js->steps_per_epoch = j->info.steps_per_epoch;
+		js->steps_total = j->steps_total;
+		js->bad = j->bad;
+		js->nbad_ids = j->nbad_ids < 16 ? j->nbad_ids : 16;
+		memcpy(js->bad_ids, j->bad_ids, sizeof(js->bad_ids));
+		js->failed = j->failed;
+		js->ranks = ranks;
+		ranks += js->world;
+		for (uint32_t r = 0; r < js->world; r++) {
+			srv_rank_snap(j, r, now, &js->ranks[r]);
+			js->rate += js->ranks[r].rate;
+		}
+	}
+	return snap;
+}
+
+int srv_snapshot_take(struct srv *s, struct srv_snapshot **out)
+{
+	pthread_mutex_lock(&s->mu);
+	*out = srv_snapshot_locked(s, NULL);
+	pthread_mutex_unlock(&s->mu);
+	return *out ? 0 : -ENOMEM;
+}
+
+void srv_snapshot_free(struct srv_snapshot *snap)
+{
+	free(snap);
+}
