@@ -112,70 +112,79 @@ static void notice(void *ctx, int level, const char *msg)
 	LOG_AT(level, "%s", msg);
 }
 
-int main(int argc, char **argv)
+static const struct option long_opts[] = {
+	{ "socket", required_argument, NULL, 's' },
+	{ "workers", required_argument, NULL, 'w' },
+	{ "mem-limit", required_argument, NULL, 'm' },
+	{ "slots", required_argument, NULL, 'n' },
+	{ "io", required_argument, NULL, 'i' },
+	{ "group", required_argument, NULL, 'g' },
+	{ "linger", required_argument, NULL, 'L' },
+	{ "log-level", required_argument, NULL, 'l' },
+	{ "max-conns", required_argument, NULL, 'C' },
+	{ "max-conns-per-uid", required_argument, NULL, 'U' },
+	{ "max-jobs-per-uid", required_argument, NULL, 'J' },
+	{ "max-world", required_argument, NULL, 'W' },
+	{ "mem-share", required_argument, NULL, 'S' },
+	{ "idle-timeout", required_argument, NULL, 'T' },
+	{ "max-pixels", required_argument, NULL, 'P' },
+	{ "admin-share", required_argument, NULL, 'A' },
+	{ "metrics-file", required_argument, NULL, 'M' },
+	{ "metrics-interval", required_argument, NULL, 'N' },
+	{ "ready-fd", required_argument, NULL, 'r' },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* Everything the command line decides. so.socket_path points into path: not to be copied. */
+struct opts {
+	struct srv_opts so;
+	struct ldr_config cfg;
+	char path[PATH_MAX];
+	const char *metrics_path;  /* NULL: no metrics file */
+	double metrics_s;          /* metrics interval, seconds */
+	unsigned ready_fd;
+	int have_ready;            /* --ready-fd given */
+};
+
+/* Fill *o from the defaults and the command line. Returns -1 to go on serving, or the exit
+ * status to end with (0 after --help, 2 for bad usage; the message is printed). */
+static int parse_args(int argc, char **argv, struct opts *o)
 {
-	static const struct option opts[] = {
-		{ "socket", required_argument, NULL, 's' },
-		{ "workers", required_argument, NULL, 'w' },
-		{ "mem-limit", required_argument, NULL, 'm' },
-		{ "slots", required_argument, NULL, 'n' },
-		{ "io", required_argument, NULL, 'i' },
-		{ "group", required_argument, NULL, 'g' },
-		{ "linger", required_argument, NULL, 'L' },
-		{ "log-level", required_argument, NULL, 'l' },
-		{ "max-conns", required_argument, NULL, 'C' },
-		{ "max-conns-per-uid", required_argument, NULL, 'U' },
-		{ "max-jobs-per-uid", required_argument, NULL, 'J' },
-		{ "max-world", required_argument, NULL, 'W' },
-		{ "mem-share", required_argument, NULL, 'S' },
-		{ "idle-timeout", required_argument, NULL, 'T' },
-		{ "max-pixels", required_argument, NULL, 'P' },
-		{ "admin-share", required_argument, NULL, 'A' },
-		{ "metrics-file", required_argument, NULL, 'M' },
-		{ "metrics-interval", required_argument, NULL, 'N' },
-		{ "ready-fd", required_argument, NULL, 'r' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	struct srv_opts so = { .group = (gid_t)-1 };
-	struct ldr_config cfg = { .io = LDR_IO_AUTO };
-	char path[PATH_MAX], why[512];
-	unsigned linger = 60, idle = 10, ready_fd = 0;
-	const char *metrics_path = NULL;
-	double metrics_s = 5;
-	int c, lvl, have_ready = 0;
+	unsigned linger = 60, idle = 10;
+	int c, lvl;
 
-	log_prog = "loaderd";
-	so.workers = proc_cpu_count();
+	*o = (struct opts){ .so.group = (gid_t)-1, .cfg.io = LDR_IO_AUTO, .metrics_s = 5 };
+	o->so.workers = proc_cpu_count();
 	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-	so.mem_limit = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize / 2 : 0;
-	ldc_default_socket(path, sizeof(path));
-	so.socket_path = path;
+	o->so.mem_limit = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize / 2 : 0;
+	ldc_default_socket(o->path, sizeof(o->path));
+	o->so.socket_path = o->path;
 
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
-			snprintf(path, sizeof(path), "%s", optarg);
+			snprintf(o->path, sizeof(o->path), "%s", optarg);
 			break;
 		case 'w':
-			if (arg_uint(optarg, 1, 1024, &so.workers) < 0)
+			if (arg_uint(optarg, 1, 1024, &o->so.workers) < 0)
 				goto bad_value;
 			break;
 		case 'm':
-			if (arg_bytes(optarg, 1, UINT64_MAX, &so.mem_limit) < 0)
+			if (arg_bytes(optarg, 1, UINT64_MAX, &o->so.mem_limit) < 0)
 				goto bad_value;
 			break;
 		case 'n':
-			if (arg_uint(optarg, 2, RING_SLOTS_MAX, &so.default_slots) < 0)
+			if (arg_uint(optarg, 2, RING_SLOTS_MAX, &o->so.default_slots) < 0)
 				goto bad_value;
 			break;
 		case 'i':
 			if (!strcmp(optarg, "auto"))
-				cfg.io = LDR_IO_AUTO;
+				o->cfg.io = LDR_IO_AUTO;
 			else if (!strcmp(optarg, "buffered"))
-				cfg.io = LDR_IO_BUFFERED;
+				o->cfg.io = LDR_IO_BUFFERED;
 			else if (!strcmp(optarg, "pread"))
-				cfg.io = LDR_IO_PREAD;
+				o->cfg.io = LDR_IO_PREAD;
 			else
 				goto bad_value;
 			break;
@@ -185,7 +194,7 @@ int main(int argc, char **argv)
 				fprintf(stderr, "loaderd: --group %s: no such group\n", optarg);
 				return 2;
 			}
-			so.group = g->gr_gid;
+			o->so.group = g->gr_gid;
 			break;
 		}
 		case 'L':
@@ -193,23 +202,23 @@ int main(int argc, char **argv)
 				goto bad_value;
 			break;
 		case 'C':
-			if (arg_uint(optarg, 1, 1u << 20, &so.max_conns) < 0)
+			if (arg_uint(optarg, 1, 1u << 20, &o->so.max_conns) < 0)
 				goto bad_value;
 			break;
 		case 'U':
-			if (arg_uint(optarg, 1, 1u << 20, &so.max_conns_uid) < 0)
+			if (arg_uint(optarg, 1, 1u << 20, &o->so.max_conns_uid) < 0)
 				goto bad_value;
 			break;
 		case 'J':
-			if (arg_uint(optarg, 1, 1u << 20, &so.max_jobs_uid) < 0)
+			if (arg_uint(optarg, 1, 1u << 20, &o->so.max_jobs_uid) < 0)
 				goto bad_value;
 			break;
 		case 'W':
-			if (arg_uint(optarg, 1, CTL_WORLD_MAX, &so.max_world) < 0)
+			if (arg_uint(optarg, 1, CTL_WORLD_MAX, &o->so.max_world) < 0)
 				goto bad_value;
 			break;
 		case 'S':
-			if (arg_uint(optarg, 1, 100, &so.mem_share_uid) < 0)
+			if (arg_uint(optarg, 1, 100, &o->so.mem_share_uid) < 0)
 				goto bad_value;
 			break;
 		case 'T':
@@ -217,18 +226,18 @@ int main(int argc, char **argv)
 				goto bad_value;
 			break;
 		case 'A':
-			if (arg_uint(optarg, 1, 100, &so.admin_share) < 0)
+			if (arg_uint(optarg, 1, 100, &o->so.admin_share) < 0)
 				goto bad_value;
 			break;
 		case 'P':
-			if (arg_bytes(optarg, 1, 1ull << 40, &cfg.max_pixels) < 0)
+			if (arg_bytes(optarg, 1, 1ull << 40, &o->cfg.max_pixels) < 0)
 		case 'M':
 			if (!*optarg)
 				goto bad_value;
-			metrics_path = optarg;
+			o->metrics_path = optarg;
 			break;
 		case 'N':
-			if (arg_double(optarg, 0.1, 86400, &metrics_s) < 0)
+			if (arg_double(optarg, 0.1, 86400, &o->metrics_s) < 0)
 				goto bad_value;
 			break;
 		case 'l':
@@ -238,12 +247,12 @@ int main(int argc, char **argv)
 			log_level = lvl;
 			break;
 		case 'r':
-			if (arg_uint(optarg, 0, INT_MAX, &ready_fd) < 0 ||
-			    fcntl((int)ready_fd, F_GETFD) < 0)
+			if (arg_uint(optarg, 0, INT_MAX, &o->ready_fd) < 0 ||
+			    fcntl((int)o->ready_fd, F_GETFD) < 0)
 				goto bad_value;
 			/* Not inherited by anything we might start; closed once written. */
-			(void)fcntl((int)ready_fd, F_SETFD, FD_CLOEXEC);
-			have_ready = 1;
+			(void)fcntl((int)o->ready_fd, F_SETFD, FD_CLOEXEC);
+			o->have_ready = 1;
 			break;
 		case 'h':
 			usage(stdout);
@@ -254,45 +263,54 @@ int main(int argc, char **argv)
 		}
 		continue;
 bad_value:
-		return arg_bad_value(opts, c, optarg);
+		return arg_bad_value(long_opts, c, optarg);
 	}
 	if (optind < argc) {
 		fprintf(stderr, "loaderd: unexpected argument '%s' (see --help)\n", argv[optind]);
 		return 2;
 	}
-	so.linger_ms = (int)(linger * 1000u);
-	so.idle_ms = (int)(idle * 1000u);
-	raise_nofile();
+	o->so.linger_ms = (int)(linger * 1000u);
+	o->so.idle_ms = (int)(idle * 1000u);
+	return -1;
+}
 
+/* Create the server, start the metrics thread, tell whoever waits that loaderd serves, run until
+ * a stop signal, and tear down. Returns the exit status: 0 stopped by a signal, 1 runtime error. */
+static int serve(const struct opts *o)
+{
+	struct ldr_metrics *metrics = NULL;
 	struct srv_ops ops;
-	ldr_job_ops(&cfg, &ops);
+	char why[512];
+	int ret, sd;
+
+	ldr_job_ops(&o->cfg, &ops);
 	ops.notice = notice;
-	int ret = srv_create(&so, &ops, &g_srv, why, sizeof(why));
+	ret = srv_create(&o->so, &ops, &g_srv, why, sizeof(why));
 	if (ret < 0) {
 		LOG_ERROR("cannot start: %s", why);
 		return 1;
 	}
 	proc_on_stop_signals(on_signal, 0);
-	LOG_INFO("serving on %s: %u workers, io %s, ring memory limit %llu MiB", path, so.workers,
-		 cfg.io == LDR_IO_PREAD ? "pread" : cfg.io == LDR_IO_BUFFERED ? "io_uring (buffered)" :
-		 "io_uring (O_DIRECT where possible)", (unsigned long long)(so.mem_limit >> 20));
-	struct ldr_metrics *metrics = NULL;
-	if (metrics_path) {
-		ret = ldr_metrics_start(g_srv, metrics_path, (unsigned)(metrics_s * 1000 + 0.5), &metrics);
+	LOG_INFO("serving on %s: %u workers, io %s, ring memory limit %llu MiB", o->path,
+		 o->so.workers, o->cfg.io == LDR_IO_PREAD ? "pread" :
+		 o->cfg.io == LDR_IO_BUFFERED ? "io_uring (buffered)" :
+		 "io_uring (O_DIRECT where possible)", (unsigned long long)(o->so.mem_limit >> 20));
+	if (o->metrics_path) {
+		ret = ldr_metrics_start(g_srv, o->metrics_path, (unsigned)(o->metrics_s * 1000 + 0.5),
+					&metrics);
 		if (ret < 0) {
 			LOG_ERROR("cannot start the metrics thread: %s", strerror(-ret));
-			srv_destroy(g_srv);
-			return 1;
+			goto fail_metrics;
 		}
-		LOG_INFO("metrics: %s every %.1f s", metrics_path, metrics_s);
+		LOG_INFO("metrics: %s every %.1f s", o->metrics_path, o->metrics_s);
 	}
 	/* The service manager first, so that whoever waits on --ready-fd finds its outcome logged. */
-	int sd = ldr_sd_notify("READY=1");
+	sd = ldr_sd_notify("READY=1");
 	if (sd < 0)
 		LOG_WARN("NOTIFY_SOCKET=%s: cannot tell the service manager that loaderd serves: %s",
 			 getenv("NOTIFY_SOCKET"), strerror(-sd));
-	if (have_ready)
-		notify_ready((int)ready_fd, path);
+	if (o->have_ready)
+		notify_ready((int)o->ready_fd, o->path);
 	ret = srv_run(g_srv);
 	if (sd > 0)
 		ldr_sd_notify("STOPPING=1");
@@ -304,4 +322,20 @@ bad_value:
 	}
 	LOG_INFO("stopped");
 	return 0;
+fail_metrics:
+	srv_destroy(g_srv);
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o;
+	int ret;
+
+	log_prog = "loaderd";
+	ret = parse_args(argc, argv, &o);
+	if (ret >= 0)
+		return ret;
+	raise_nofile();
+	return serve(&o);
 }

@@ -66,93 +66,105 @@ static int pick(const char *s, const char *const *names, uint32_t *out)
 	return -1;
 }
 
-int main(int argc, char **argv)
-{
-	enum { O_SOCKET = 256, O_DATASET, O_JOB, O_RANK, O_WORLD, O_BATCH, O_CROP, O_TF, O_FLIP,
-	       O_NCHW, O_SEED, O_EPOCHS, O_START, O_SAMPLING, O_TAIL, O_BAD, O_SLOTS, O_STEPS,
-	       O_TIMEOUT };
-	static const struct option opts[] = {
-		{ "socket", required_argument, NULL, O_SOCKET },
-		{ "dataset", required_argument, NULL, O_DATASET },
-		{ "job", required_argument, NULL, O_JOB },
-		{ "rank", required_argument, NULL, O_RANK },
-		{ "world", required_argument, NULL, O_WORLD },
-		{ "batch", required_argument, NULL, O_BATCH },
-		{ "crop", required_argument, NULL, O_CROP },
-		{ "transforms", required_argument, NULL, O_TF },
-		{ "flip", no_argument, NULL, O_FLIP },
-		{ "nchw", no_argument, NULL, O_NCHW },
-		{ "seed", required_argument, NULL, O_SEED },
-		{ "epochs", required_argument, NULL, O_EPOCHS },
-		{ "start-epoch", required_argument, NULL, O_START },
-		{ "sampling", required_argument, NULL, O_SAMPLING },
-		{ "tail", required_argument, NULL, O_TAIL },
-		{ "on-bad", required_argument, NULL, O_BAD },
-		{ "slots", required_argument, NULL, O_SLOTS },
-		{ "steps", required_argument, NULL, O_STEPS },
-		{ "timeout-ms", required_argument, NULL, O_TIMEOUT },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	/* Index = the enum's value (ctl.h): shuffle 0, sequential 1, block 2; pad 0, ... */
-	static const char *const samplings[] = { "shuffle", "sequential", "block", NULL };
-	static const char *const tails[] = { "pad", "drop", "mask", NULL };
-	static const char *const bads[] = { "substitute", "fail", NULL };
-	static const char *const tfs[] = { "none", "rrc", "center", NULL };
-	static const uint32_t tf_bits[] = { 0, CTL_TF_RANDOM_RESIZED_CROP, CTL_TF_CENTER_CROP };
-	struct ldc_job job = {
-		.job = "ldcat", .batch = 32, .crop_h = 224, .crop_w = 224, .world = 1, .epochs = 1,
-		.sampling = CTL_SAMPLE_SHUFFLE, .tail = CTL_TAIL_PAD, .on_bad = CTL_BAD_SUBSTITUTE,
-	};
+enum { O_SOCKET = 256, O_DATASET, O_JOB, O_RANK, O_WORLD, O_BATCH, O_CROP, O_TF, O_FLIP,
+       O_NCHW, O_SEED, O_EPOCHS, O_START, O_SAMPLING, O_TAIL, O_BAD, O_SLOTS, O_STEPS,
+       O_TIMEOUT };
+static const struct option long_opts[] = {
+	{ "socket", required_argument, NULL, O_SOCKET },
+	{ "dataset", required_argument, NULL, O_DATASET },
+	{ "job", required_argument, NULL, O_JOB },
+	{ "rank", required_argument, NULL, O_RANK },
+	{ "world", required_argument, NULL, O_WORLD },
+	{ "batch", required_argument, NULL, O_BATCH },
+	{ "crop", required_argument, NULL, O_CROP },
+	{ "transforms", required_argument, NULL, O_TF },
+	{ "flip", no_argument, NULL, O_FLIP },
+	{ "nchw", no_argument, NULL, O_NCHW },
+	{ "seed", required_argument, NULL, O_SEED },
+	{ "epochs", required_argument, NULL, O_EPOCHS },
+	{ "start-epoch", required_argument, NULL, O_START },
+	{ "sampling", required_argument, NULL, O_SAMPLING },
+	{ "tail", required_argument, NULL, O_TAIL },
+	{ "on-bad", required_argument, NULL, O_BAD },
+	{ "slots", required_argument, NULL, O_SLOTS },
+	{ "steps", required_argument, NULL, O_STEPS },
+	{ "timeout-ms", required_argument, NULL, O_TIMEOUT },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+/* Index = the enum's value (ctl.h): shuffle 0, sequential 1, block 2; pad 0, ... */
+static const char *const samplings[] = { "shuffle", "sequential", "block", NULL };
+static const char *const tails[] = { "pad", "drop", "mask", NULL };
+static const char *const bads[] = { "substitute", "fail", NULL };
+static const char *const tfs[] = { "none", "rrc", "center", NULL };
+static const uint32_t tf_bits[] = { 0, CTL_TF_RANDOM_RESIZED_CROP, CTL_TF_CENTER_CROP };
+
+/* What the command line decides. path may point into defpath: not to be copied. */
+struct args {
+	struct ldc_job job;
+	const char *path;                                     /* loaderd's socket */
 	char defpath[sizeof(((struct sockaddr_un *)0)->sun_path)];
-	const char *path = NULL;
+	uint64_t max_steps;                                   /* 0: until the job ends */
+	uint64_t timeout_ms;                                  /* longest wait for one batch */
+};
+
+/* Fill *a from the defaults and the command line. Returns -1 to go on, or the exit status to end
+ * with (0 after --help, EXIT_USAGE for bad usage; the message is printed). */
+static int parse_args(int argc, char **argv, struct args *a)
+{
+	struct ldc_job *job = &a->job;
 	uint32_t tf = 2, extra_tf = 0;
-	int tf_given = 0;
-	uint64_t v, max_steps = 0, timeout_ms = 30000;
+	int c, tf_given = 0;
+	uint64_t v;
 
-	log_prog = "ldcat";
-	int c;
-
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	*a = (struct args){
+		.job = {
+			.job = "ldcat", .batch = 32, .crop_h = 224, .crop_w = 224, .world = 1,
+			.epochs = 1, .sampling = CTL_SAMPLE_SHUFFLE, .tail = CTL_TAIL_PAD,
+			.on_bad = CTL_BAD_SUBSTITUTE,
+		},
+		.timeout_ms = 30000,
+	};
+	while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
 		int bad = 0;
 		switch (c) {
-		case O_SOCKET: path = optarg; break;
-		case O_DATASET: job.dataset = optarg; break;
-		case O_JOB: job.job = optarg; break;
+		case O_SOCKET: a->path = optarg; break;
+		case O_DATASET: job->dataset = optarg; break;
+		case O_JOB: job->job = optarg; break;
 		case O_RANK:
 			bad = arg_u64(optarg, 0, CTL_WORLD_MAX - 1, &v);
-			job.rank = (uint32_t)v;
+			job->rank = (uint32_t)v;
 			break;
 		case O_WORLD:
 			bad = arg_u64(optarg, 1, CTL_WORLD_MAX, &v);
-			job.world = (uint32_t)v;
+			job->world = (uint32_t)v;
 			break;
 		case O_BATCH:
 			bad = arg_u64(optarg, 1, RING_BATCH_MAX, &v);
-			job.batch = (uint32_t)v;
+			job->batch = (uint32_t)v;
 			break;
-		case O_CROP: bad = arg_size2(optarg, CTL_CROP_MAX, &job.crop_h, &job.crop_w); break;
+		case O_CROP: bad = arg_size2(optarg, CTL_CROP_MAX, &job->crop_h, &job->crop_w); break;
 		case O_TF:
 			bad = pick(optarg, tfs, &tf);
 			tf_given = 1;
 			break;
 		case O_FLIP: extra_tf |= CTL_TF_HFLIP; break;
 		case O_NCHW: extra_tf |= CTL_TF_NCHW; break;
-		case O_SEED: bad = arg_u64(optarg, 0, UINT64_MAX, &job.seed); break;
+		case O_SEED: bad = arg_u64(optarg, 0, UINT64_MAX, &job->seed); break;
 		case O_EPOCHS:
 			bad = arg_u64(optarg, 0, UINT32_MAX, &v);
-			job.epochs = (uint32_t)v;
+			job->epochs = (uint32_t)v;
 			break;
-		case O_START: bad = arg_u64(optarg, 0, UINT64_MAX, &job.start_epoch); break;
-		case O_SAMPLING: bad = pick(optarg, samplings, &job.sampling); break;
-		case O_TAIL: bad = pick(optarg, tails, &job.tail); break;
-		case O_BAD: bad = pick(optarg, bads, &job.on_bad); break;
+		case O_START: bad = arg_u64(optarg, 0, UINT64_MAX, &job->start_epoch); break;
+		case O_SAMPLING: bad = pick(optarg, samplings, &job->sampling); break;
+		case O_TAIL: bad = pick(optarg, tails, &job->tail); break;
+		case O_BAD: bad = pick(optarg, bads, &job->on_bad); break;
 		case O_SLOTS:
 			bad = arg_u64(optarg, 2, RING_SLOTS_MAX, &v);
-			job.slots = (uint32_t)v;
+			job->slots = (uint32_t)v;
 			break;
-		case O_STEPS: bad = arg_u64(optarg, 1, UINT64_MAX, &max_steps); break;
-		case O_TIMEOUT: bad = arg_u64(optarg, 0, INT_MAX, &timeout_ms); break;
+		case O_STEPS: bad = arg_u64(optarg, 1, UINT64_MAX, &a->max_steps); break;
+		case O_TIMEOUT: bad = arg_u64(optarg, 0, INT_MAX, &a->timeout_ms); break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -161,21 +173,21 @@ int main(int argc, char **argv)
 			return EXIT_USAGE;
 		}
 		if (bad)
-			return arg_bad_value(opts, c, optarg);
+			return arg_bad_value(long_opts, c, optarg);
 	}
 	if (optind < argc) {
 		fprintf(stderr, "ldcat: unexpected argument '%s' (see --help)\n", argv[optind]);
 		return EXIT_USAGE;
 	}
-	if (!job.dataset) {
+	if (!job->dataset) {
 		fprintf(stderr, "ldcat: --dataset is required (see --help)\n");
 		return EXIT_USAGE;
 	}
-	if (job.rank >= job.world) {
-		fprintf(stderr, "ldcat: --rank %u is not below --world %u\n", job.rank, job.world);
+	if (job->rank >= job->world) {
+		fprintf(stderr, "ldcat: --rank %u is not below --world %u\n", job->rank, job->world);
 		return EXIT_USAGE;
 	}
-	if (job.crop_h == 0 && tf_bits[tf]) {
+	if (job->crop_h == 0 && tf_bits[tf]) {
 		/* Records as stored: the default center crop does not apply; an explicit one is an error. */
 		if (tf_given) {
 			fprintf(stderr, "ldcat: --transforms %s needs a crop size (--crop)\n", tfs[tf]);
@@ -183,39 +195,32 @@ int main(int argc, char **argv)
 		}
 		tf = 0;
 	}
-	job.transforms = tf_bits[tf] | extra_tf;
-	if (!path) {
-		path = ldc_default_socket(defpath, sizeof(defpath));
+	job->transforms = tf_bits[tf] | extra_tf;
+	if (!a->path) {
+		a->path = ldc_default_socket(a->defpath, sizeof(a->defpath));
 	}
+	return -1;
+}
 
-	struct ldc *cl;
-	struct ldc_info info;
-	struct ldc_batch b;
-	char err[512];
-	int ret = ldc_connect(path, &cl, err, sizeof(err));
-	if (ret < 0) {
-		fprintf(stderr, "ldcat: %s\n", err);
-		return 1;
-	}
-	if (ldc_open(cl, &job, &info) < 0) {
-		fprintf(stderr, "ldcat: %s\n", ldc_error(cl));
-		ldc_close(cl);
-		return 1;
-	}
-
+/* Print every sample of the open job until it ends, --steps are taken or an error, then the
+ * summary line on stderr. Returns the exit status: 0, or 1 for a runtime error. */
+static int print_batches(struct ldc *cl, const struct args *a)
+{
 	static char obuf[1 << 16];
-	setvbuf(stdout, obuf, _IOFBF, sizeof(obuf));
+	struct ldc_batch b;
 	struct timespec t0, t1;
 	uint64_t steps = 0, samples = 0, substituted = 0, padding = 0;
-	int status = 0;
+	int ret, status = 0;
+
+	setvbuf(stdout, obuf, _IOFBF, sizeof(obuf));
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while (!max_steps || steps < max_steps) {
-		ret = ldc_acquire(cl, (int)timeout_ms, &b);
+	while (!a->max_steps || steps < a->max_steps) {
+		ret = ldc_acquire(cl, (int)a->timeout_ms, &b);
 		if (ret == -ENODATA)
 			break;
 		if (ret < 0) {
 			fflush(stdout);
-			fprintf(stderr, "ldcat: rank %u: %s\n", job.rank, ldc_error(cl));
+			fprintf(stderr, "ldcat: rank %u: %s\n", a->job.rank, ldc_error(cl));
 			status = 1;
 			break;
 		}
@@ -230,7 +235,7 @@ int main(int argc, char **argv)
 		steps++;
 		if (ldc_release(cl, &b) < 0) {
 			fflush(stdout);
-			fprintf(stderr, "ldcat: rank %u: %s\n", job.rank, ldc_error(cl));
+			fprintf(stderr, "ldcat: rank %u: %s\n", a->job.rank, ldc_error(cl));
 			status = 1;
 			break;
 		}
@@ -242,8 +247,34 @@ int main(int argc, char **argv)
 	}
 	double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
 	fprintf(stderr, "ldcat: rank %u/%u: %" PRIu64 " steps, %" PRIu64 " samples, %" PRIu64
-		" substituted, %" PRIu64 " padding, %.1f samples/s\n", job.rank, job.world, steps,
+		" substituted, %" PRIu64 " padding, %.1f samples/s\n", a->job.rank, a->job.world, steps,
 		samples, substituted, padding, dt > 0 ? (double)samples / dt : 0.0);
+	return status;
+}
+
+int main(int argc, char **argv)
+{
+	struct args a;
+	struct ldc *cl;
+	struct ldc_info info;
+	char err[512];
+	int ret, status = 1;
+
+	log_prog = "ldcat";
+	ret = parse_args(argc, argv, &a);
+	if (ret >= 0)
+		return ret;
+	ret = ldc_connect(a.path, &cl, err, sizeof(err));
+	if (ret < 0) {
+		fprintf(stderr, "ldcat: %s\n", err);
+		return 1;
+	}
+	if (ldc_open(cl, &a.job, &info) < 0) {
+		fprintf(stderr, "ldcat: %s\n", ldc_error(cl));
+		goto close;
+	}
+	status = print_batches(cl, &a);
+close:
 	ldc_close(cl);
 	return status;
 }

@@ -255,7 +255,44 @@ static const char pack_usage[] =
 	"\n"
 	"OUT is written to OUT.tmp.PID, synced and renamed: an interrupted run leaves no OUT.\n";
 
-int dpack_pack_main(int argc, char **argv)
+/* The command line's choices that are not the pack's own. */
+struct pack_args {
+	unsigned jobs;           /* worker threads, 1..1024 */
+	int no_fsync;            /* --no-fsync */
+	const char *out;         /* the .dpk to write */
+};
+
+/* What the writer counted, for the summary line. */
+struct tally {
+	uint64_t skipped;        /* items not packed (listing and workers) */
+	uint64_t bytes;          /* record bytes written */
+	uint64_t in_bytes;       /* the source's bytes of those records */
+	uint64_t written;        /* records in the finished file */
+};
+
+/* --compress zstd[:LEVEL]. Returns 0, or -EINVAL (the message is logged). */
+static int parse_compress(const char *arg, int *level)
+{
+	unsigned lv;
+
+	if (strncmp(arg, "zstd", 4) || (arg[4] && arg[4] != ':')) {
+		LOG_ERROR("--compress: '%s' is not zstd or zstd:LEVEL", arg);
+		return -EINVAL;
+	}
+	*level = 3;
+	if (arg[4]) {
+		if (arg_uint(arg + 5, 1, (unsigned)ZSTD_maxCLevel(), &lv) < 0) {
+			LOG_ERROR("--compress: level '%s' is not in 1..%d", arg + 5, ZSTD_maxCLevel());
+			return -EINVAL;
+		}
+		*level = (int)lv;
+	}
+	return 0;
+}
+
+/* Fill *pk's options and source paths and *a from the command line. Returns -1 to go on, or the
+ * exit status to end with (0 after --help, 2 for bad usage; the message is printed). */
+static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *a)
 {
 	static const struct option opts[] = {
 		{ "compress", required_argument, NULL, 'c' },
@@ -267,48 +304,32 @@ int dpack_pack_main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	struct pack pk = { .src.fd = -1, .seg_px = LDR_RST_WIDTH_DEFAULT };
-	struct dpk_writer *w = NULL;
-	pthread_t *th = NULL;
-	unsigned jobs = proc_cpu_count();
-	int nth = 0, c, ret, status = 1, no_fsync = 0;
-	uint64_t skipped = 0, bytes = 0, in_bytes = 0, written = 0;
-	const char *out;
+	int c;
 
+	*a = (struct pack_args){ .jobs = proc_cpu_count() };
 	while ((c = getopt_long(argc, argv, "hj:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
-			if (strncmp(optarg, "zstd", 4) || (optarg[4] && optarg[4] != ':')) {
-				LOG_ERROR("--compress: '%s' is not zstd or zstd:LEVEL", optarg);
+			if (parse_compress(optarg, &pk->zstd_level) < 0)
 				return 2;
-			}
-			pk.zstd_level = 3;
-			if (optarg[4]) {
-				unsigned lv;
-				if (arg_uint(optarg + 5, 1, (unsigned)ZSTD_maxCLevel(), &lv) < 0) {
-					LOG_ERROR("--compress: level '%s' is not in 1..%d", optarg + 5, ZSTD_maxCLevel());
-					return 2;
-				}
-				pk.zstd_level = (int)lv;
-			}
 			break;
 		case 'j':
-			if (arg_uint(optarg, 1, 1024, &jobs) < 0) {
+			if (arg_uint(optarg, 1, 1024, &a->jobs) < 0) {
 				LOG_ERROR("--jobs: '%s' is not a number in 1..1024", optarg);
 				return 2;
 			}
 			break;
 		case 's':
-			pk.src.strict = 1;
+			pk->src.strict = 1;
 			break;
 		case 'F':
-			no_fsync = 1;
+			a->no_fsync = 1;
 			break;
 		case 'K':
-			pk.keep = 1;
+			pk->keep = 1;
 			break;
 		case 'R':
-			if (arg_uint(optarg, 0, 65535, &pk.seg_px) < 0) {
+			if (arg_uint(optarg, 0, 65535, &pk->seg_px) < 0) {
 				LOG_ERROR("--restart-width: '%s' is not a number in 0..65535", optarg);
 				return 2;
 			}
@@ -324,38 +345,187 @@ int dpack_pack_main(int argc, char **argv)
 	argc -= optind;
 	argv += optind;
 	if (argc == 3) {
-		pk.src.labels = argv[1];
-		out = argv[2];
+		pk->src.labels = argv[1];
+		a->out = argv[2];
 	} else if (argc == 2) {
-		out = argv[1];
+		a->out = argv[1];
 	} else {
 		fputs(pack_usage, stderr);
 		return 2;
 	}
-	pk.src.path = argv[0];
+	pk->src.path = argv[0];
+	return -1;
+}
 
+/* Set pk->in from what the source is. Returns -1 to go on, or the exit status to end with
+ * (1 the source cannot be read, 2 not a known format or labels missing or extra). */
+static int detect_input(struct pack *pk)
+{
 	struct stat st;
-	if (stat(pk.src.path, &st) < 0) {
-		LOG_ERROR("cannot open %s: %s", pk.src.path, strerror(errno));
+
+	if (stat(pk->src.path, &st) < 0) {
+		LOG_ERROR("cannot open %s: %s", pk->src.path, strerror(errno));
 		return 1;
 	}
-	pk.in = dpack_input_detect(pk.src.path, &st);
-	if (!pk.in) {
+	pk->in = dpack_input_detect(pk->src.path, &st);
+	if (!pk->in) {
 		char whats[128];
 		dpack_input_whats(whats, sizeof(whats));
-		LOG_ERROR("%s: not %s", pk.src.path, whats);
+		LOG_ERROR("%s: not %s", pk->src.path, whats);
 		return 2;
 	}
-	if (pk.in->need_labels && !pk.src.labels) {
-		LOG_ERROR("%s: %s", pk.src.path, pk.in->need_labels);
+	if (pk->in->need_labels && !pk->src.labels) {
+		LOG_ERROR("%s: %s", pk->src.path, pk->in->need_labels);
 		return 2;
 	}
-	if (pk.src.labels && !pk.in->need_labels) {
+	if (pk->src.labels && !pk->in->need_labels) {
 		fputs(pack_usage, stderr);
 		return 2;
 	}
-	if (pk.zstd_level && !pk.in->tensor)
+	if (pk->zstd_level && !pk->in->tensor)
 		LOG_WARN("--compress applies to raw tensors; JPEGs are not compressed further");
+	return -1;
+}
+
+/* The writer: take the workers' slots in item order, write them to @w, then finish the file.
+ * Returns 0 or -errno (the message is logged). */
+static int write_items(struct pack *pk, struct dpk_writer *w, const char *out, double t0,
+		       struct tally *t)
+{
+	int tty = isatty(STDERR_FILENO), ret = 0;
+	double last = 0;
+
+	for (uint64_t i = 0; i < pk->src.n; i++) {
+		struct slot *s = &pk->slots[i % pk->window];
+		const char *name = pk->src.items ? pk->src.items[i].name : NULL;
+
+		pthread_mutex_lock(&pk->lock);
+		while (!s->done)
+			pthread_cond_wait(&pk->cv_done, &pk->lock);
+		pthread_mutex_unlock(&pk->lock);
+
+		if (s->status == SLOT_FATAL) {
+			if (name)
+				LOG_ERROR("%s: %s", name, s->why);
+			else
+				LOG_ERROR("%s: sample %llu: %s", pk->src.path, (unsigned long long)i, s->why);
+			return s->err;
+		} else if (s->status == SLOT_SKIP) {
+			t->skipped++;
+			if (tty)
+				fputs("\r\033[K", stderr);
+			LOG_WARN("%s %s: %s", pk->src.strict ? "bad image" : "skipped", name, s->why);
+			if (pk->src.strict) {
+				LOG_ERROR("--strict: stopping at the first bad image");
+				return -EBADMSG;
+			}
+		} else {
+			ret = dpk_writer_add(w, &s->rec);
+			if (ret < 0) {
+				LOG_ERROR("writing %s: %s", dpk_writer_tmp_path(w), strerror(-ret));
+				return ret;
+			}
+			t->bytes += s->rec.length;
+			t->in_bytes += s->in_len;
+		}
+		free(s->buf);
+		s->buf = NULL;
+		pthread_mutex_lock(&pk->lock);
+		s->done = 0;
+		pk->written = i + 1;  /* frees slot i for item i + window */
+		pthread_cond_broadcast(&pk->cv_space);
+		pthread_mutex_unlock(&pk->lock);
+
+		if (tty && clk_now_s() - last > 0.1) {
+			last = clk_now_s();
+			progress(i + 1, pk->src.n, t->bytes, t0, 0);
+		}
+	}
+	t->written = dpk_writer_count(w);
+	if (t->written == 0) {
+		LOG_ERROR("%s: no valid samples (%llu skipped)", pk->src.path,
+			  (unsigned long long)t->skipped);
+		return -ENOENT;
+	}
+	ret = dpk_writer_finish(w);
+	if (ret < 0)
+		LOG_ERROR("finishing %s: %s", out, strerror(-ret));
+	if (tty)
+		progress(pk->src.n, pk->src.n, t->bytes, t0, 1);
+	return ret;
+}
+
+/* Start @jobs workers into @th (pk->slots allocated), run the writer, then stop and join the
+ * workers and free what the slots still hold. Returns 0 or -errno (the message is logged). */
+static int pack_items(struct pack *pk, struct dpk_writer *w, pthread_t *th, unsigned jobs,
+		      const char *out, double t0, struct tally *t)
+{
+	int nth, ret = 0;
+
+	pthread_mutex_init(&pk->lock, NULL);
+	pthread_cond_init(&pk->cv_done, NULL);
+	pthread_cond_init(&pk->cv_space, NULL);
+	for (nth = 0; nth < (int)jobs; nth++)
+		if (pthread_create(&th[nth], NULL, worker, pk) != 0) {
+			LOG_ERROR("cannot start worker threads");
+			goto stop;
+		}
+	ret = write_items(pk, w, out, t0, t);
+stop:
+	pthread_mutex_lock(&pk->lock);
+	pk->abort = 1;
+	pthread_cond_broadcast(&pk->cv_space);
+	pthread_mutex_unlock(&pk->lock);
+	for (int k = 0; k < nth; k++)
+		pthread_join(th[k], NULL);
+	for (uint64_t k = 0; k < pk->window; k++)
+		free(pk->slots[k].buf);
+	return ret;
+}
+
+/* The machine-readable last line, on stdout. */
+static void print_summary(const char *out, uint32_t nclasses, const struct tally *t, double t0)
+{
+	double dt = clk_now_s() - t0;
+
+	printf("dpack: %s: %llu samples, %u classes, %llu skipped, %.1f MB in %.2f s (%.0f MB/s)",
+	       out, (unsigned long long)t->written, nclasses, (unsigned long long)t->skipped,
+	       t->bytes / 1e6, dt, dt > 0 ? t->bytes / dt / 1e6 : 0.0);
+	if (t->in_bytes != t->bytes)
+		printf(", from %.1f MB of source (%+.2f%%)", t->in_bytes / 1e6, t->in_bytes ?
+		       100.0 * ((double)t->bytes - (double)t->in_bytes) / (double)t->in_bytes : 0.0);
+	putchar('\n');
+}
+
+/* Free what the input format's list and locate left in pk->src. */
+static void src_fini(struct pack *pk)
+{
+	if (pk->in && pk->in->fini)
+		pk->in->fini(&pk->src);
+	if (pk->src.fd >= 0)
+		close(pk->src.fd);
+	for (uint64_t i = 0; pk->src.items && i < pk->src.n; i++)
+		free(pk->src.items[i].name);
+	free(pk->src.items);
+	for (uint32_t k = 0; k < pk->src.nclasses; k++)
+		free(pk->src.classes[k]);
+	free(pk->src.classes);
+}
+
+int dpack_pack_main(int argc, char **argv)
+{
+	struct pack pk = { .src.fd = -1, .seg_px = LDR_RST_WIDTH_DEFAULT };
+	struct pack_args a;
+	struct tally t = { 0 };
+	struct dpk_writer *w = NULL;
+	pthread_t *th = NULL;
+	int ret, status = 1;
+
+	ret = parse_args(argc, argv, &pk, &a);
+	if (ret < 0)
+		ret = detect_input(&pk);
+	if (ret >= 0)
+		return ret;
 
 	double t0 = clk_now_s();
 	ret = pk.in->list(&pk.src);
@@ -365,11 +535,11 @@ int dpack_pack_main(int argc, char **argv)
 		LOG_ERROR("%s: no samples found", pk.src.path);
 		goto out;
 	}
-	skipped = pk.src.skipped;
+	t.skipped = pk.src.skipped;
 
-	ret = dpk_writer_create(out, no_fsync ? DPK_WRITE_NO_SYNC : 0, &w);
+	ret = dpk_writer_create(a.out, a.no_fsync ? DPK_WRITE_NO_SYNC : 0, &w);
 	if (ret < 0) {
-		LOG_ERROR("cannot create %s.tmp.%d: %s", out, (int)getpid(), strerror(-ret));
+		LOG_ERROR("cannot create %s.tmp.%d: %s", a.out, (int)getpid(), strerror(-ret));
 		goto out;
 	}
 	tmp_to_unlink = dpk_writer_tmp_path(w);
@@ -382,116 +552,21 @@ int dpack_pack_main(int argc, char **argv)
 		}
 	}
 
-	pk.window = (uint64_t)jobs * 16;
+	pk.window = (uint64_t)a.jobs * 16;
 	pk.slots = calloc(pk.window, sizeof(*pk.slots));
-	th = calloc((size_t)jobs, sizeof(*th));
+	th = calloc((size_t)a.jobs, sizeof(*th));
 	if (!pk.slots || !th) {
 		LOG_ERROR("out of memory");
 		goto out;
 	}
-	pthread_mutex_init(&pk.lock, NULL);
-	pthread_cond_init(&pk.cv_done, NULL);
-	pthread_cond_init(&pk.cv_space, NULL);
-	for (nth = 0; nth < (int)jobs; nth++)
-		if (pthread_create(&th[nth], NULL, worker, &pk) != 0) {
-			LOG_ERROR("cannot start worker threads");
-			goto stop;
-		}
-
-	int tty = isatty(STDERR_FILENO);
-	double last = 0;
-	for (uint64_t i = 0; i < pk.src.n; i++) {
-		struct slot *s = &pk.slots[i % pk.window];
-		const char *name = pk.src.items ? pk.src.items[i].name : NULL;
-
-		pthread_mutex_lock(&pk.lock);
-		while (!s->done)
-			pthread_cond_wait(&pk.cv_done, &pk.lock);
-		pthread_mutex_unlock(&pk.lock);
-
-		if (s->status == SLOT_FATAL) {
-			if (name)
-				LOG_ERROR("%s: %s", name, s->why);
-			else
-				LOG_ERROR("%s: sample %llu: %s", pk.src.path, (unsigned long long)i, s->why);
-			ret = s->err;
-			goto stop;
-		} else if (s->status == SLOT_SKIP) {
-			skipped++;
-			if (tty)
-				fputs("\r\033[K", stderr);
-			LOG_WARN("%s %s: %s", pk.src.strict ? "bad image" : "skipped", name, s->why);
-			if (pk.src.strict) {
-				LOG_ERROR("--strict: stopping at the first bad image");
-				ret = -EBADMSG;
-				goto stop;
-			}
-		} else {
-			ret = dpk_writer_add(w, &s->rec);
-			if (ret < 0) {
-				LOG_ERROR("writing %s: %s", dpk_writer_tmp_path(w), strerror(-ret));
-				goto stop;
-			}
-			bytes += s->rec.length;
-			in_bytes += s->in_len;
-		}
-		free(s->buf);
-		s->buf = NULL;
-		pthread_mutex_lock(&pk.lock);
-		s->done = 0;
-		pk.written = i + 1;  /* frees slot i for item i + window */
-		pthread_cond_broadcast(&pk.cv_space);
-		pthread_mutex_unlock(&pk.lock);
-
-		if (tty && clk_now_s() - last > 0.1) {
-			last = clk_now_s();
-			progress(i + 1, pk.src.n, bytes, t0, 0);
-		}
-	}
-	written = dpk_writer_count(w);
-	if (written == 0) {
-		LOG_ERROR("%s: no valid samples (%llu skipped)", pk.src.path, (unsigned long long)skipped);
-		ret = -ENOENT;
-		goto stop;
-	}
-	ret = dpk_writer_finish(w);
-	if (ret < 0)
-		LOG_ERROR("finishing %s: %s", out, strerror(-ret));
-	if (tty)
-		progress(pk.src.n, pk.src.n, bytes, t0, 1);
-stop:
-	pthread_mutex_lock(&pk.lock);
-	pk.abort = 1;
-	pthread_cond_broadcast(&pk.cv_space);
-	pthread_mutex_unlock(&pk.lock);
-	for (int t = 0; t < nth; t++)
-		pthread_join(th[t], NULL);
-	for (uint64_t k = 0; k < pk.window; k++)
-		free(pk.slots[k].buf);
-	if (ret == 0) {
-		double dt = clk_now_s() - t0;
-		printf("dpack: %s: %llu samples, %u classes, %llu skipped, %.1f MB in %.2f s (%.0f MB/s)",
-		       out, (unsigned long long)written, pk.src.nclasses, (unsigned long long)skipped,
-		       bytes / 1e6, dt, dt > 0 ? bytes / dt / 1e6 : 0.0);
-		if (in_bytes != bytes)
-			printf(", from %.1f MB of source (%+.2f%%)", in_bytes / 1e6,
-			       in_bytes ? 100.0 * ((double)bytes - (double)in_bytes) / (double)in_bytes : 0.0);
-		putchar('\n');
+	if (pack_items(&pk, w, th, a.jobs, a.out, t0, &t) == 0) {
+		print_summary(a.out, pk.src.nclasses, &t, t0);
 		status = 0;
 	}
 out:
 	tmp_to_unlink = NULL;
 	dpk_writer_destroy(w);  /* removes the temporary file unless finish succeeded */
-	if (pk.in && pk.in->fini)
-		pk.in->fini(&pk.src);
-	if (pk.src.fd >= 0)
-		close(pk.src.fd);
-	for (uint64_t i = 0; pk.src.items && i < pk.src.n; i++)
-		free(pk.src.items[i].name);
-	free(pk.src.items);
-	for (uint32_t k = 0; k < pk.src.nclasses; k++)
-		free(pk.src.classes[k]);
-	free(pk.src.classes);
+	src_fini(&pk);
 	free(pk.slots);
 	free(th);
 	return status;
