@@ -231,6 +231,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case 'P':
 			if (arg_bytes(optarg, 1, 1ull << 40, &o->cfg.max_pixels) < 0)
+				goto bad_value;
+			break;
 		case 'M':
 			if (!*optarg)
 				goto bad_value;

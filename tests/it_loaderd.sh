@@ -101,6 +101,15 @@ check "missing dataset: the message names the path" grep -q "$T/nope.dpk" "$T/mi
 "$BIN/ldcat" --dataset x --rank 2 --world 2 >/dev/null 2>&1; check "rank >= world: exit 2" [ $? -eq 2 ]
 "$BIN/ldcat" --dataset x --crop 3y4 >/dev/null 2>&1; check "bad --crop: exit 2" [ $? -eq 2 ]
 check "ldcat --help exits 0" sh -c "'$BIN/ldcat' --help | grep -q 'STEP ID LABEL FLAGS'"
+# every loaderd option that takes a value refuses a bad one (exit 2, the option named) and starts
+# nothing; an option's value never lands in another option
+for opt in --max-pixels --max-conns --max-world --mem-share --idle-timeout --admin-share \
+	--metrics-interval --workers --slots --linger; do
+	timeout 5 "$BIN/loaderd" --socket "$T/never.sock" "$opt" 0 >/dev/null 2>"$T/opt.e"
+	rc=$?
+	check "loaderd $opt 0: exit 2 naming $opt" sh -c "[ $rc -eq 2 ] && grep -q -- '$opt' '$T/opt.e'"
+done
+check "no socket made by a refused loaderd" [ ! -e "$T/never.sock" ]
 
 # ---- a corrupted record: substituted, flagged and logged ----
 X=40

@@ -466,8 +466,8 @@ static int pack_items(struct pack *pk, struct dpk_writer *w, pthread_t *th, unsi
 	pthread_cond_init(&pk->cv_done, NULL);
 	pthread_cond_init(&pk->cv_space, NULL);
 	for (nth = 0; nth < (int)jobs; nth++)
-		if (pthread_create(&th[nth], NULL, worker, pk) != 0) {
-			LOG_ERROR("cannot start worker threads");
+		if ((ret = -pthread_create(&th[nth], NULL, worker, pk)) < 0) {
+			LOG_ERROR("cannot start worker threads: %s", strerror(-ret));
 			goto stop;
 		}
 	ret = write_items(pk, w, out, t0, t);
