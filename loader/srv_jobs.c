@@ -652,7 +652,7 @@ void srv_on_stats(struct srv *s, struct conn *c)
 				.bad_records = a->job->bad, .fill_ns = rs.fill_ns,
 				.attaches = rs.attaches, .ranks_attached = a->job->attached,
 				.slots = rs.slots, .occupancy = rs.occupancy,
-				.workers = s->nthreads };
+				.workers = s->nthreads, .latency_ns = rs.latency_ns };
 	_Static_assert(sizeof(st.phase_ns) == sizeof(rs.phase_ns), "one slot per phase");
 	memcpy(st.phase_ns, rs.phase_ns, sizeof(st.phase_ns));
 	if (ctl_send(c->fd, CTL_STATS, &st, sizeof(st), NULL, 0) < 0)

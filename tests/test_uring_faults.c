@@ -280,12 +280,9 @@ static void fill_step(uint64_t *ids, uint8_t *flags, uint64_t *bad)
 	slot.flags = flags;
 	slot.labels = labels;
 	slot.payload = payload;
-	memset(&f, 0, sizeof(f));
-	f.job = job;
-	f.world = 1;
-	f.slot = &slot;
-	assert_int_equal(ops.fill(ops.ctx, w, &f), 0);
-	assert_int_equal(f.count, NREC);
+	struct srv_step st = { .job = job, .world = 1 };
+	assert_int_equal(srv_fill_step(&ops, w, &st, NREC, 0, &slot, &f), 0);
+	assert_int_equal(st.count, NREC);
 	*bad = f.bad;
 	free(payload);
 	ops.worker_fini(ops.ctx, w);
