@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #define SUBSTITUTE_TRIES 16
+#define READ_MAX 1024              /* records per reader call */
 
 struct job {
 	struct dpk *d;
@@ -53,8 +54,16 @@ struct worker {
 	struct ldr_decoder *dec;
 	uint8_t *sub;              /* a substitute record's bytes */
 	size_t sub_cap;
-	const uint8_t *bufs[1024];
-	int errs[1024];
+	const uint8_t *bufs[READ_MAX];
+	int errs[READ_MAX];
+	/* Reads started for the task this worker fills next (reader half pf_half), when pf_n: the
+	 * dataset and the ids they are for. */
+	const struct dpk *pf_d;
+	uint64_t pf_ids[READ_MAX];
+	uint32_t pf_n;             /* records the reads cover (the leading ones that fit) */
+	uint32_t pf_asked;         /* of pf_ids */
+	unsigned pf_half;
+	unsigned half;             /* the reader half the current records are in */
 };
 
 /* ---- job open ---- */
@@ -371,8 +380,54 @@ static int replace_bad(struct job *j, struct worker *w, struct srv_fill *f, uint
 	return 0;
 }
 
+/* The records @ids[0..n) from the reads started for them by the fill before (their count, the
+ * leading ones that fit), or -1 when none were: then reads started for other records are
+ * waited for and dropped. */
+static int prefetched(struct worker *w, const struct dpk *d, const uint64_t *ids, uint32_t n)
+{
+	if (!w->pf_n)
+		return -1;
+	int match = w->pf_d == d && w->pf_asked <= n &&
+		    !memcmp(w->pf_ids, ids, w->pf_asked * sizeof(*ids));
+	w->pf_n = 0;
+	w->half = w->pf_half;
+	int k = ldr_reader_complete(w->rd, w->half, w->bufs, w->errs);
+	return match ? k : -1;
+}
+
+/* Read @ids[0..n) now (the leading ones that fit; their count), into the half that reads started
+ * for the next task do not use. */
+static int read_now(struct job *j, struct worker *w, const uint64_t *ids, uint32_t n)
+{
+	w->half = w->pf_n ? !w->pf_half : 0;
+	int k = ldr_reader_submit(w->rd, w->half, j->d, j->fd_direct, ids, n);
+	return k <= 0 ? k : ldr_reader_complete(w->rd, w->half, w->bufs, w->errs);
+}
+
+/* Start reading the records of the task this worker fills next (f->next_*), into the other half
+ * of the reader, so that they arrive while this task decodes. */
+static void prefetch(struct worker *w, const struct srv_fill *f)
+{
+	const struct srv_step *nst = f->next_step;
+	const struct job *nj = nst->job;
+	uint32_t n = f->next_end - f->next_begin;
+
+	if (n > READ_MAX)
+		n = READ_MAX;
+	memcpy(w->pf_ids, nst->ids + f->next_begin, n * sizeof(*w->pf_ids));
+	int k = ldr_reader_submit(w->rd, !w->half, nj->d, nj->fd_direct, w->pf_ids, n);
+	if (k > 0) {
+		w->pf_d = nj->d;
+		w->pf_n = (uint32_t)k;
+		w->pf_asked = n;
+		w->pf_half = !w->half;
+	}
+}
+
 /* Samples [f->begin, f->end) of the step: read, check and decode each into its place in the
- * slot's payload; its label (and, when substituted, its id and flags) into the step's arrays. */
+ * slot's payload; its label (and, when substituted, its id and flags) into the step's arrays.
+ * The first records come from the reads the fill before started for them, if any; once they are
+ * in, the reads of the next task start (f->next_step), before any decoding. */
 static int fill(void *ctx, void *wp, struct srv_fill *f)
 {
 	struct srv_step *st = f->step;
@@ -388,8 +443,16 @@ static int fill(void *ctx, void *wp, struct srv_fill *f)
 	}
 	for (uint32_t i = f->begin; i < f->end;) {
 		uint64_t t0 = clk_now_ns();
-		uint32_t want = f->end - i > 1024 ? 1024 : f->end - i;
-		int k = ldr_reader_read(w->rd, j->d, j->fd_direct, st->ids + i, want, w->bufs, w->errs);
+		uint32_t want = f->end - i > READ_MAX ? READ_MAX : f->end - i;
+		int k = i == f->begin ? prefetched(w, j->d, st->ids + i, want) : -1;
+		if (k <= 0)
+			k = read_now(j, w, st->ids + i, want);
+		if (k <= 0) {  /* cannot be: a reader half is always free here */
+			snprintf(f->why, sizeof(f->why), "reader: %s", strerror(k < 0 ? -k : EIO));
+			return k < 0 ? k : -EIO;
+		}
+		if (i == f->begin && f->next_step && f->next_end > f->next_begin)
+			prefetch(w, f);
 		f->phase_ns[LDR_PHASE_IO] += clk_now_ns() - t0;
 		for (int q = 0; q < k; q++, i++) {
 			uint8_t *dst = payload + (size_t)i * j->sample_bytes;

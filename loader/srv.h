@@ -67,6 +67,11 @@ struct srv_fill {
 	uint32_t begin, end;
 	struct ring_slot *slot;    /* the step's slot: the fill writes the payload of its samples
 				    * only, and never reads shared memory */
+	/* The task this worker fills next, when it has taken it already (next_step NULL: none):
+	 * the fill may start reading its records now, so that they arrive while this task
+	 * decodes. The server always fills that task next on this worker, with this worker state. */
+	struct srv_step *next_step;
+	uint32_t next_begin, next_end;
 	uint64_t phase_ns[SRV_PHASES_MAX]; /* out, optional: where the time went (ops->phases) */
 	uint64_t bad;              /* out: records found bad while filling */
 	uint64_t bad_ids[8];       /* out: the first of them (for stats) */

@@ -249,10 +249,16 @@ static void tasks_push(struct srv *s, struct open_step *o)
 		pthread_cond_signal(&s->cv);
 }
 
-/* Under mu. The next task: samples [*begin, *end) of *out, the earliest open step. Steps that
+/* A task a worker took: samples [begin, end) of an open step. */
+struct task {
+	struct open_step *o;
+	uint32_t begin, end;
+};
+
+/* Under mu. The next task into *t: samples of the earliest open step. Steps that
  * should no longer be filled are abandoned on the way (and finished if no task of theirs is out).
  * 1 when a task was taken, else 0. */
-static int task_take(struct srv *s, struct open_step **out, uint32_t *begin, uint32_t *end)
+static int task_take(struct srv *s, struct task *t)
 {
 	while (s->tasks) {
 		struct open_step *o = s->tasks;
@@ -264,29 +270,35 @@ static int task_take(struct srv *s, struct open_step **out, uint32_t *begin, uin
 				step_done(s, o);  /* abandoned: keeps the lock */
 			continue;
 		}
-		*begin = o->next;
-		*end = o->st.count - o->next > o->task ? o->next + o->task : o->st.count;
-		o->next = *end;
+		t->o = o;
+		t->begin = o->next;
+		t->end = o->st.count - o->next > o->task ? o->next + o->task : o->st.count;
+		o->next = t->end;
 		o->out++;
 		if (!o->first_ns)
 			o->first_ns = now_ns();
 		if (o->next == o->st.count)
 			tasks_pop(s, o);
-		*out = o;
 		return 1;
 	}
 	return 0;
 }
 
-/* Without mu. Fill samples [begin, end) of @o into its slot; @f gets the callback's outputs. */
-static int task_run(struct srv *s, void *wstate, struct open_step *o, uint32_t begin, uint32_t end,
+/* Without mu. Fill @t into its slot; @f gets the callback's outputs. @next (NULL: none) is the
+ * task this worker fills next: the fill may start its reads now. */
+static int task_run(struct srv *s, void *wstate, const struct task *t, const struct task *next,
 		    struct srv_fill *f)
 {
 	memset(f, 0, sizeof(*f));
-	f->step = &o->st;
-	f->begin = begin;
-	f->end = end;
-	f->slot = &o->slot;
+	f->step = &t->o->st;
+	f->begin = t->begin;
+	f->end = t->end;
+	f->slot = &t->o->slot;
+	if (next) {
+		f->next_step = &next->o->st;
+		f->next_begin = next->begin;
+		f->next_end = next->end;
+	}
 	return s->ops.fill(s->ops.ctx, wstate, f);
 }
 
@@ -384,35 +396,52 @@ struct worker_arg {
 	unsigned index;
 };
 
+/* Under mu; may let go of it to open a step. The task to fill after the current one, so that its
+ * reads start before the current one decodes: the next queued task, else the first of a step
+ * opened now. 1 with *t, or 0 when there is none. */
+static int task_next(struct srv *s, void *wstate, struct task *t)
+{
+	uint64_t step;
+
+	if (task_take(s, t))
+		return 1;
+	if (s->workers_stop)
+		return 0;
+	struct att *a = pick(s, &step);
+	if (!a)
+		return 0;
+	step_open(s, wstate, a, step);
+	return task_take(s, t);
+}
+
 static void *worker_main(void *p)
 {
 	struct worker_arg *wa = p;
 	struct srv *s = wa->s;
 	void *wstate = s->ops.worker_init ? s->ops.worker_init(s->ops.ctx, wa->index) : NULL;
+	struct task cur, next;
+	int have = 0;
 	struct srv_fill f;
 
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
-		struct open_step *o;
-		uint32_t begin, end;
-		uint64_t step;
-
-		if (task_take(s, &o, &begin, &end)) {
-			pthread_mutex_unlock(&s->mu);
-			int64_t t0 = now_ns();
-			int ret = task_run(s, wstate, o, begin, end, &f);
-			int64_t dt = now_ns() - t0;
-			pthread_mutex_lock(&s->mu);
-			task_done(s, o, ret, &f, dt);
+		if (!have && !(have = task_next(s, wstate, &cur))) {
+			if (s->workers_stop)
+				break;
+			pthread_cond_wait(&s->cv, &s->mu);
 			continue;
 		}
-		if (s->workers_stop)
-			break;
-		struct att *a = pick(s, &step);
-		if (a)
-			step_open(s, wstate, a, step);
-		else
-			pthread_cond_wait(&s->cv, &s->mu);
+		/* A task taken is always filled, also when its step was abandoned meanwhile: the
+		 * fill before it may have started its reads (srv_fill.next_step). */
+		int more = task_next(s, wstate, &next);
+		pthread_mutex_unlock(&s->mu);
+		int64_t t0 = now_ns();
+		int ret = task_run(s, wstate, &cur, more ? &next : NULL, &f);
+		int64_t dt = now_ns() - t0;
+		pthread_mutex_lock(&s->mu);
+		task_done(s, cur.o, ret, &f, dt);
+		cur = next;
+		have = more;
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (s->ops.worker_fini)
@@ -443,6 +472,11 @@ int srv_fill_step(const struct srv_ops *ops, void *worker, struct srv_step *st, 
 		f.begin = b;
 		f.end = task && st->count - b > task ? b + task : st->count;
 		f.slot = slot;
+		if (f.end < st->count) {  /* as a worker does: the next task's reads start now */
+			f.next_step = st;
+			f.next_begin = f.end;
+			f.next_end = task && st->count - f.end > task ? f.end + task : st->count;
+		}
 		ret = ops->fill(ops->ctx, worker, &f);
 		for (unsigned k = 0; k < SRV_PHASES_MAX; k++)
 			out->phase_ns[k] += f.phase_ns[k];
