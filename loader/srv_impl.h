@@ -20,15 +20,19 @@
  * att or a conn (srv_reap, after each epoll batch), and srv_destroy's caller once the workers
  * and the openers are done.
  *
- * Steps and tasks (srv_workers.c): a worker that finds no task opens the next free (ring, step)
- * (ring_prod_begin under mu), draws it with ops->step_open without the lock into a struct
- * open_step it took from s->step_pool, then puts it on s->tasks, the FIFO of open steps that
- * still have samples to hand out. Workers take the next task (a range of samples) from the head:
- * the step opened earliest first, whatever ring it belongs to. Under mu: the queue, the pool, and
- * an open_step's next, out, abandoned, ok and sums. Without mu, a worker owns the samples
- * [begin, end) of the task it took (their payload in the slot and their entries in st's arrays);
- * the worker that ends the last task of a step (next == count, out == 0) owns the whole
- * open_step: it copies the arrays into the slot, publishes, and gives it back to the pool.
+ * Steps and tasks (srv_workers.c): a worker that finds no task opens the next free (ring, step):
+ * under mu it picks it, takes its slot (ring_prod_begin) and an open_step from s->step_pool; it
+ * lets go of mu while ops->step_open draws the step into the open_step (which only it knows of
+ * then), and takes mu again to put it on s->tasks, the FIFO of open steps that still have samples
+ * to hand out. Workers take tasks (a range of samples) from the head, the step opened earliest
+ * first, whatever ring it belongs to; a worker holds at most two, the one it fills and the one it
+ * fills next, and fills every task it took. Under mu: the queue, the pool, and an open_step's
+ * next, out, abandoned, first_ns, work_ns and phase_ns. Without mu, a worker owns the samples
+ * [begin, end) of the task it fills: their payload in the slot and their entries in the step's
+ * arrays (st.ids, flags, labels); everything else in the open_step is read-only for it. The
+ * worker that ends the last task of a step (next == count, out == 0; the step is off the queue
+ * then) owns the whole open_step: it copies the arrays into the slot and publishes without mu,
+ * then gives the open_step back to the pool under mu.
  *
  * Ownership: s->jobs owns its jobs; a job owns its ranks array and ops->job_open's state. A conn
  * is owned by s->conns, and once closed by s->conn_grave. An att is referenced by its conn and
@@ -211,7 +215,6 @@ struct srv {
 	unsigned rr;                  /* round-robin start for workers */
 	struct open_step *tasks, *tasks_tail;  /* open steps with samples to hand out, FIFO */
 	struct open_step *step_pool;  /* done open_steps, for reuse (freed by srv_workers_stop) */
-	unsigned task_samples;        /* opts.task_samples, or 0: from the batch and the workers */
 	struct att **live;            /* attached atts, in no order: what workers pick from */
 	unsigned nlive, live_cap;
 	int64_t start_ns;

@@ -23,6 +23,12 @@
  * abandoned (its remaining tasks are not handed out, it is not published). So are the steps of
  * a ring that was retired or turned hostile, and of a failed job.
  *
+ * Reads overlap decode: a worker takes the task it will fill next (the next queued one, else the
+ * first of a step it opens then) before it fills the current one, and tells the fill
+ * (srv_fill.next_step), which starts that task's reads before it decodes; a task taken is
+ * always filled, even when its step was abandoned meanwhile, so reads started for it are always
+ * collected by the fill they were started for.
+ *
  * An open step holds a reference on its att (a->refs) until it is done, so that a concurrent
  * detach cannot unmap the ring under its tasks; the last reference out of a retired att frees it
  * (srv_att_free). When there is no task and no free slot anywhere, workers sleep on s->cv.

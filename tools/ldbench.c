@@ -60,6 +60,7 @@ struct opts {
 	const char *io;           /* loaderd --io, or NULL */
 	unsigned workers, batch;
 	unsigned slots;           /* ring depth; 0: loaderd's default */
+	unsigned task_samples;    /* loaderd --task-samples; 0: loaderd's default */
 	uint32_t crop_h, crop_w;
 	double seconds, warmup;
 	unsigned ceil_records;
@@ -90,6 +91,7 @@ static void usage(FILE *f)
 "                         cores, here %u)\n"
 "  --batch B              samples per step (default 64)\n"
 "  --slots N              ring depth (default: loaderd's, 4)\n"
+"  --task-samples N       passed to loaderd --task-samples (samples per task)\n"
 "  --crop HxW | N         output size (default 224)\n"
 "  --seconds S            measured drain time (default 10)\n"
 "  --warmup S             drain time before measuring, excluded (default 1; at least 2 steps)\n"
@@ -314,7 +316,7 @@ static int find_loaderd(const struct opts *o, char *path, size_t cap)
 static int daemon_start(struct daemon *dm, const struct opts *o, const char *exe, struct ldc **out)
 {
 	const char *tmp = getenv("TMPDIR");
-	char workers[16], err[512];
+	char workers[16], tasks[16], err[512];
 	pid_t parent = getpid();
 
 	int len = snprintf(dm->dir, sizeof(dm->dir), "%s/ldbench.XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -352,8 +354,14 @@ static int daemon_start(struct daemon *dm, const struct opts *o, const char *exe
 		return -e;
 	}
 	snprintf(workers, sizeof(workers), "%u", o->workers);
+	snprintf(tasks, sizeof(tasks), "%u", o->task_samples);
 	const char *argv[] = { exe, "--socket", dm->sock, "--workers", workers, "--ready-fd", "3",
-			       o->io ? "--io" : NULL, o->io, NULL };
+			       "--task-samples", tasks, o->io ? "--io" : NULL, o->io, NULL };
+	if (!o->task_samples) {  /* loaderd's default: leave the option out */
+		argv[7] = o->io ? "--io" : NULL;
+		argv[8] = o->io;
+		argv[9] = NULL;
+	}
 	fflush(NULL);
 	pid_t pid = fork();
 	if (pid < 0) {
@@ -520,9 +528,10 @@ static int bench_loaderd(const struct opts *o, const char *exe, const struct cei
 		LOG_ERROR("%s", ldc_error(c));
 		goto fail;
 	}
-	printf("ldbench: loaderd %s (pid %d): %u workers%s%s; job: batch %u, RandomResizedCrop "
-	       "%ux%u + flip, shuffle, unbounded epochs, ring %u slots of %.1f MiB\n", exe,
-	       (int)dm.pid, o->workers, o->io ? ", io " : "", o->io ? o->io : "", o->batch,
+	printf("ldbench: loaderd %s (pid %d): %u workers%s%s, task samples %u (0: default); job: "
+	       "batch %u, RandomResizedCrop %ux%u + flip, shuffle, unbounded epochs, ring %u slots of "
+	       "%.1f MiB\n", exe, (int)dm.pid, o->workers, o->io ? ", io " : "", o->io ? o->io : "",
+	       o->task_samples, o->batch,
 	       o->crop_h, o->crop_w, info.ring->slots, (double)info.ring->slot_size / (1 << 20));
 
 	/* Warm-up, excluded: workers start, page cache, ring fills once. */
@@ -614,12 +623,13 @@ fail:
 int main(int argc, char **argv)
 {
 	enum { O_DATASET = 256, O_WORKERS, O_BATCH, O_CROP, O_SECONDS, O_WARMUP, O_CREC, O_CSEC,
-	       O_LOADERD, O_IO, O_SLOTS };
+	       O_LOADERD, O_IO, O_SLOTS, O_TASKS };
 	static const struct option lopts[] = {
 		{ "dataset", required_argument, NULL, O_DATASET },
 		{ "workers", required_argument, NULL, O_WORKERS },
 		{ "batch", required_argument, NULL, O_BATCH },
 		{ "slots", required_argument, NULL, O_SLOTS },
+		{ "task-samples", required_argument, NULL, O_TASKS },
 		{ "crop", required_argument, NULL, O_CROP },
 		{ "seconds", required_argument, NULL, O_SECONDS },
 		{ "warmup", required_argument, NULL, O_WARMUP },
@@ -645,6 +655,7 @@ int main(int argc, char **argv)
 		case O_WORKERS: bad = arg_uint(optarg, 1, 1024, &o.workers); break;
 		case O_BATCH: bad = arg_uint(optarg, 1, RING_BATCH_MAX, &o.batch); break;
 		case O_SLOTS: bad = arg_uint(optarg, 2, RING_SLOTS_MAX, &o.slots); break;
+		case O_TASKS: bad = arg_uint(optarg, 1, RING_BATCH_MAX, &o.task_samples); break;
 		case O_CROP: bad = arg_size2(optarg, CTL_CROP_MAX, &o.crop_h, &o.crop_w) < 0 || o.crop_h == 0; break;
 		case O_SECONDS: bad = arg_double(optarg, 0.1, 86400, &o.seconds); break;
 		case O_WARMUP: bad = arg_double(optarg, 0, 86400, &o.warmup); break;
