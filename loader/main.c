@@ -49,7 +49,7 @@ static void usage(FILE *f)
 "  --mem-limit BYTES    ring memory over all ranks, suffix K, M, G (default: half of RAM)\n"
 "  --slots N            ring depth when a client does not ask (default 4)\n"
 "  --task-samples N     samples per task: a batch is cut into tasks that any worker fills\n"
-"                       (default: batch / (2 x workers), within 4..32)\n"
+"                       (default: batch / (4 x workers), within 4..8)\n"
 "  --io MODE            auto (io_uring, O_DIRECT where the file system allows; default),\n"
 "                       buffered (io_uring through the page cache), pread (no io_uring)\n"
 "  --group NAME         let members of this group connect too (socket mode 0660)\n"

@@ -108,7 +108,7 @@ struct srv_ops {
 struct srv_opts {
 	const char *socket_path;
 	unsigned workers;          /* producer threads, >= 1 */
-	unsigned task_samples;     /* samples per task (0: batch / (2 x workers), within
+	unsigned task_samples;     /* samples per task (0: batch / (4 x workers), within
 				    * [SRV_TASK_MIN, SRV_TASK_MAX]) */
 	unsigned default_slots;    /* ring depth when the client asks for 0 (default 4) */
 	uint64_t mem_limit;        /* bytes of ring memory over all attached ranks; 0 = none */
@@ -129,7 +129,7 @@ struct srv_opts {
 };
 
 #define SRV_TASK_MIN 4u
-#define SRV_TASK_MAX 32u
+#define SRV_TASK_MAX 8u
 
 /* Fill a whole step on this thread with @ops as the server would (step_open, then fills over
  * tasks of @task samples, 0 = the whole step, then ids, flags and labels copied into @slot):

@@ -8,7 +8,7 @@
  * ring_prod_begin, under s->mu), draws the step's sample ids, flags and labels with
  * ops->step_open into private memory of the server (struct open_step, from s->step_pool; never
  * read back from shared memory), and queues the step on s->tasks. The step's samples are handed
- * out as tasks of task_size() samples, about batch / (2 x workers): workers take the next task of
+ * out as tasks of task_size() samples (4 to 8): workers take the next task of
  * the earliest open step, whatever ring or job it belongs to, so one ring can keep every core
  * busy and a batch is ready after batch / workers decode times, not batch. Rings take turns
  * because steps are opened round-robin and served in the order they were opened; the cost of a
@@ -113,15 +113,17 @@ static uint32_t flags_of(const struct job *j, uint64_t step, uint32_t fill_flags
 	return flags;
 }
 
-/* Samples per task for a step of @count: opts.task_samples, else about two tasks per worker,
- * within [SRV_TASK_MIN, SRV_TASK_MAX] (fewer, larger tasks cost less locking; more, smaller ones
- * spread a batch over more workers). */
+/* Samples per task for a step of @count: opts.task_samples, else about four tasks per worker,
+ * within [SRV_TASK_MIN, SRV_TASK_MAX]. Fewer, larger tasks cost less locking and make larger
+ * read submissions; more, smaller ones spread a batch over more workers and shorten the wait
+ * for its last task (at 2 workers and batch 256, tasks of 8 gave a batch latency 20-30% below
+ * tasks of 32 for the same samples per CPU-second: docs/BENCHMARKS.md). */
 static uint32_t task_size(const struct srv *s, uint32_t count)
 {
 	uint32_t t = s->opts.task_samples;
 
 	if (!t) {
-		uint32_t per = 2 * s->opts.workers;
+		uint32_t per = 4 * s->opts.workers;
 		t = (count + per - 1) / per;
 		if (t < SRV_TASK_MIN)
 			t = SRV_TASK_MIN;

@@ -1166,7 +1166,7 @@ static void test_srv_job_fill_ebadmsg_without_why_is_job_failure(void **state)
 
 /* ---- 7b. tasks: every worker fills every ring ---- */
 
-/* A batch cut into tasks (64 samples, 4 workers: tasks of 8) that several workers fill at once
+/* A batch cut into tasks (64 samples, 4 workers: tasks of 4) that several workers fill at once
  * arrives whole and exact, step after step, through a 2-slot ring; the stats count each step
  * once, with its latency. */
 static void test_srv_tasks_many_workers_one_ring_exact(void **state)

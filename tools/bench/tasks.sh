@@ -1,7 +1,7 @@
 #!/bin/sh
 # tasks.sh - issue 15's "every worker on every ring" figures on one .dpk: ldbench (RandomResizedCrop
 # 224 + flip, one ring, batch 256) with 1 and 2 workers, with --slots 2 and --slots 8, and with
-# tasks of 8 and 16 samples (the default at 2 workers and batch 256 is 32), rows interleaved
+# tasks of 16 and 32 samples (the default at batch 256 is 8), rows interleaved
 # within each round so that other load on a shared host hits every row alike.
 # BASE_BIN=DIR adds rows for another build's ldbench/loaderd (e.g. main; its ldbench has no
 # --slots, and its loaderd reports no latency: its fill time per step is its batch latency).
@@ -12,7 +12,7 @@ set -eu
 BIN=${BUILD:-build}/bin
 ds=$1 rounds=${2:-2} secs=${3:-8}
 # name:workers:slots:task-samples (0: loaderd's default)
-rows="new:1:4:0 new:2:4:0 new:2:2:0 new:2:8:0 new:2:4:8 new:2:4:16"
+rows="new:1:4:0 new:2:4:0 new:2:2:0 new:2:8:0 new:2:4:16 new:2:4:32"
 [ -n "${BASE_BIN:-}" ] && rows="base:1:4:0 base:2:4:0 $rows"
 for r in $(seq "$rounds"); do
 	for row in $rows; do
