@@ -21,7 +21,8 @@
  * (fill_ns: worker time over its open and its tasks; latency: from its first task to the publish)
  * and publishes. A failed open or task fails the job as a failed fill always did: the step is
  * abandoned (its remaining tasks are not handed out, it is not published). So are the steps of
- * a ring that was retired or turned hostile, and of a failed job.
+ * a ring that was retired or turned hostile; other open steps of a failed job are finished, so
+ * that every step before the failed one is published (no new step of it is opened).
  *
  * Reads overlap decode: a worker takes the task it will fill next (the next queued one, else the
  * first of a step it opens then) before it fills the current one, and tells the fill
@@ -175,10 +176,12 @@ static int step_arrays(struct open_step *o, uint32_t batch)
 	return o->cap ? 0 : -ENOMEM;
 }
 
-/* Under mu. Should @o's samples still be filled? Not when its ring is going or its job failed. */
+/* Under mu. Should @o's samples still be filled? Not when a task of it failed, its ring is going,
+ * or the server stops. A step of a job that failed at another step is finished and published,
+ * as a fill in progress always was: every step before the failed one reaches the consumer. */
 static int step_stale(const struct srv *s, const struct open_step *o)
 {
-	return o->abandoned || o->a->dead || o->a->hostile || o->a->job->failed || s->workers_stop;
+	return o->abandoned || o->a->dead || o->a->hostile || s->workers_stop;
 }
 
 /* Under mu. Fail @j with @ret and @why (the first failure only): every rank is told. */

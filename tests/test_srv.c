@@ -1218,6 +1218,29 @@ static void test_srv_tasks_two_rings_share_workers(void **state)
 	cli_close(c2);
 }
 
+/* A consumer that goes while its steps are cut into tasks on every worker: the steps in flight are
+ * dropped (their ring is unmapped only after the last task is out), the rank resumes where it
+ * stopped, and the server stops cleanly. */
+static void test_srv_tasks_detach_mid_step(void **state)
+{
+	(void)state;
+	struct tsrv cfg = { .workers = 4, .slots = 4 };
+	pid_t srv = start_server(&cfg);
+	struct ldc_job j = mkjob("tdetach", "slow:30", 64, 0, 1, 0);
+	struct ldc_info in;
+
+	for (int round = 0; round < 3; round++) {
+		struct ldc *c = cli_connect();
+		open_ok(c, &j, &in);
+		struct expect e = expect_of(&in, 0);
+		consume_ok(c, &e, in.first_step, in.first_step + 2);
+		cli_close(c);  /* steps first + 2 .. + 5 are being filled */
+		assert_alive(srv);
+	}
+	assert_serves("after-tdetach");
+	stop_server(srv);
+}
+
 /* A task that fails (step 5 of 64 samples, cut over 4 workers) fails the job as a failed fill
  * did: the steps before it arrive, then the reason. */
 static void test_srv_tasks_failure_fails_job(void **state)
@@ -1654,6 +1677,7 @@ int main(void)
 		T(test_srv_tasks_many_workers_one_ring_exact),
 		T(test_srv_tasks_two_rings_share_workers),
 		T(test_srv_tasks_failure_fails_job),
+		T(test_srv_tasks_detach_mid_step),
 		T(test_srv_job_fill_ebadmsg_without_why_is_job_failure),
 		T(test_srv_socket_mode_0600),
 		T(test_srv_socket_stale_replaced),
