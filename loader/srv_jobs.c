@@ -698,7 +698,9 @@ void srv_housekeeping(struct srv *s)
 		else if (c->att && c->att->hostile)
 			srv_conn_fail(s, c, EBADMSG, "job %s rank %u: the ring's state words were corrupted "
 				  "by the consumer; dropped", c->att->job->name, c->att->rank);
-		else if (c->att && c->att->job->failed)
+		else if (c->att && c->att->job->failed && c->att->refs == 0)
+			/* Once the steps in flight on its ring are done (srv_workers.c finishes them
+			 * and wakes us): the steps before the failed one reach the consumer first. */
 			srv_conn_fail(s, c, c->att->job->fail_err, "job %s failed: %s",
 				  c->att->job->name, c->att->job->fail_msg);
 	}

@@ -233,6 +233,8 @@ static void step_done(struct srv *s, struct open_step *o)
 	}
 	if (--a->refs == 0 && a->dead)
 		srv_att_free(s, a);
+	else if (a->refs == 0 && j->failed)
+		srv_wake_control(s);  /* its consumer waits for this to hear of the failure */
 	step_put(s, o);
 }
 
