@@ -8,15 +8,15 @@
  * flight: a worker submits the reads of its next task (ldr_reader_submit) before it decodes the
  * current one, and collects them (ldr_reader_complete) when it gets to it, so reads leave the
  * critical path. Completions are tagged with their half; waiting for one half reaps the other's
- * on the way, and at most QUEUE_DEPTH reads of both are in the ring at once. With O_DIRECT each read covers the record's block-aligned extent
- * (dpk_extent_align) and bypasses the page cache, so a dataset larger than memory does not evict
- * the trainer's pages. If the file system refuses O_DIRECT (EINVAL), the reader falls back to the
+ * on the way, and at most QUEUE_DEPTH reads of both are in the ring at once. With O_DIRECT each
+ * read covers the record's block-aligned extent (dpk_extent_align) and bypasses the page cache,
+ * so a dataset larger than memory does not evict the trainer's pages. If the file system refuses O_DIRECT (EINVAL), the reader falls back to the
  * buffered fd for good.
  *
  * Transient errors are not bad records: a read that fails with EIO, EAGAIN, ENOMEM, ECANCELED or
  * EINTR is tried again, up to RETRY_MAX times, after a pause that doubles each time (1 ms .. 16
- * ms; one pause per round of completions of a half, not per read), and a short read resumes where it
- * stopped. Only an error that persists past that, or the end of the file, reaches the caller, so
+ * ms; one pause per round of completions of a half, not per read), and a short read resumes where
+ * it stopped. Only an error that persists past that, or the end of the file, reaches the caller, so
  * the records that get substituted are those whose bytes are bad, the same in every run. */
 #include "loader/reader.h"
 

@@ -20,8 +20,8 @@ void ldr_reader_destroy(struct ldr_reader *r);  /* NULL ok */
 
 /* Read records @ids[0..n) of @d. @fd_direct is an O_DIRECT fd of the same file or -1. Reads as
  * many leading records as fit (at least one) and returns that count k; for each j < k, bufs[j]
- * points to the record's bytes (valid until the next call on the same half) and errs[j] is 0 or the read's -errno
- * (-EBADMSG: the file ended early). The checksum is not checked here. */
+ * points to the record's bytes (valid until the next call on the same half) and errs[j] is 0 or
+ * the read's -errno (-EBADMSG: the file ended early). The checksum is not checked here. */
 int ldr_reader_read(struct ldr_reader *r, const struct dpk *d, int fd_direct, const uint64_t *ids,
 		    uint32_t n, const uint8_t **bufs, int *errs);
 /* The same in two steps, so that reads overlap other work: two sets may be in flight at once, one
