@@ -10,8 +10,8 @@
  * critical path. Completions are tagged with their half; waiting for one half reaps the other's
  * on the way, and at most QUEUE_DEPTH reads of both are in the ring at once. With O_DIRECT each
  * read covers the record's block-aligned extent (dpk_extent_align) and bypasses the page cache,
- * so a dataset larger than memory does not evict the trainer's pages. If the file system refuses O_DIRECT (EINVAL), the reader falls back to the
- * buffered fd for good.
+ * so a dataset larger than memory does not evict the trainer's pages. If the file system refuses
+ * O_DIRECT (EINVAL), the reader falls back to the buffered fd for good.
  *
  * Transient errors are not bad records: a read that fails with EIO, EAGAIN, ENOMEM, ECANCELED or
  * EINTR is tried again, up to RETRY_MAX times, after a pause that doubles each time (1 ms .. 16
