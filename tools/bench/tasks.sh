@@ -11,9 +11,10 @@
 set -eu
 BIN=${BUILD:-build}/bin
 ds=$1 rounds=${2:-2} secs=${3:-8}
-# name:workers:slots:task-samples (0: loaderd's default)
+# name:workers:slots:task-samples (0: loaderd's default); ROWS=... picks others
 rows="new:1:4:0 new:2:4:0 new:2:2:0 new:2:8:0 new:2:4:16 new:2:4:32"
 [ -n "${BASE_BIN:-}" ] && rows="base:1:4:0 base:2:4:0 $rows"
+rows=${ROWS:-$rows}
 for r in $(seq "$rounds"); do
 	for row in $rows; do
 		IFS=: read -r name w slots task <<-ROW
