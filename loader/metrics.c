@@ -82,6 +82,10 @@ static const struct rank_family {
 	  RV_U64, offsetof(struct srv_rank_snap, samples) },
 	{ "loaderd_steps_total", "counter", "Steps (batches) published to the rank's ring.",
 	  RV_U64, offsetof(struct srv_rank_snap, published) },
+	{ "loaderd_batch_latency_seconds_total", "counter", "Seconds from a worker taking a batch's "
+	  "first task (its reads, then its decode) to the batch's publish, summed over the batches "
+	  "published to the rank's ring; / loaderd_steps_total is the mean batch latency.",
+	  RV_NS, offsetof(struct srv_rank_snap, latency_ns) },
 	{ "loaderd_rank_released_step", "gauge", "The first step the rank's consumer has not "
 	  "released; while detached, the step it resumes at.",
 	  RV_U64, offsetof(struct srv_rank_snap, released) },

@@ -77,6 +77,16 @@ static void put_text_str(struct text *t, const char *s)
 	}
 }
 
+/* A rank's mean batch latency (first task taken to publish) in ms, or "-" before its first
+ * publish. */
+static const char *latency_ms(char *buf, size_t len, const struct srv_rank_snap *rs)
+{
+	if (!rs->published)
+		return "-";
+	snprintf(buf, len, "%.2f ms", rs->latency_ns * 1e-6 / rs->published);
+	return buf;
+}
+
 /* @phases: the callbacks' names for the phases of a fill (unnamed ones are left out). */
 static void admin_job(struct text *t, const struct srv_phase *phases, const struct srv_job_snap *j,
 		      int json, int stats)
@@ -111,11 +121,15 @@ static void admin_job(struct text *t, const struct srv_phase *phases, const stru
 				put(t, "%s{\"rank\":%u,\"attached\":%s,\"pid\":%d,\"published\":%llu,"
 				    "\"released\":%llu,\"samples\":%llu,\"samples_per_s\":%.1f,"
 				    "\"ring_slots\":%u,\"ring_occupancy\":%u,\"ring_empty_s\":%.3f,"
-				    "\"attaches\":%u}",
+				    "\"attaches\":%u,\"batch_latency_ms\":",
 				    r ? "," : "", r, rs->attached ? "true" : "false", (int)rs->pid,
 				    (unsigned long long)rs->published, (unsigned long long)rs->released,
 				    (unsigned long long)rs->samples, rs->rate, rs->slots, rs->occupancy,
 				    rs->empty_ns * 1e-9, rs->attaches);
+				if (rs->published)
+					put(t, "%.3f}", rs->latency_ns * 1e-6 / rs->published);
+				else
+					put(t, "null}");
 			}
 			put(t, "]");
 		}
@@ -146,13 +160,16 @@ static void admin_job(struct text *t, const struct srv_phase *phases, const stru
 	}
 	for (uint32_t r = 0; r < j->world; r++) {
 		const struct srv_rank_snap *rs = &j->ranks[r];
+		char lat[32];
 		if (rs->attached)
 			put(t, "  rank %u: pid %d, step %llu, %.1f samples/s, ring %u/%u slots full, "
-			    "empty %.2f s\n", r, (int)rs->pid, (unsigned long long)rs->released, rs->rate,
-			    rs->occupancy, rs->slots, rs->empty_ns * 1e-9);
+			    "empty %.2f s, batch latency %s\n", r, (int)rs->pid,
+			    (unsigned long long)rs->released, rs->rate, rs->occupancy, rs->slots,
+			    rs->empty_ns * 1e-9, latency_ms(lat, sizeof(lat), rs));
 		else
-			put(t, "  rank %u: %s, resumes at step %llu\n", r,
-			    rs->started ? "detached" : "never attached", (unsigned long long)rs->released);
+			put(t, "  rank %u: %s, resumes at step %llu, batch latency %s\n", r,
+			    rs->started ? "detached" : "never attached", (unsigned long long)rs->released,
+			    latency_ms(lat, sizeof(lat), rs));
 	}
 }
 

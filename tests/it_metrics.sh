@@ -4,12 +4,14 @@
 # unbounded job stopped early run through ldcat; the file's counters agree with what the clients
 # read (samples, steps, bad records; an unbounded rank at most a ring ahead), its types are right,
 # it is complete on every one of many reads while it is rewritten every 0.2 s, it is written once
-# more at shutdown, and a bad interval or an unwritable directory are handled.
+# more at shutdown, and a bad interval or an unwritable directory are handled. The per-rank batch
+# latency: there for every rank on every read, never decreasing, its mean (/ steps) above 0 and
+# below loaderd's uptime; loaderctl stats shows that mean per rank, "-" for a rank with no steps.
 set -u
 . "$(dirname "$0")/lib.sh"
 BUILD=${BUILD:-build}
 BIN=$BUILD/bin
-need_bins loaderd ldcat dsgen dpack
+need_bins loaderd ldcat loaderctl dsgen dpack
 need_python "import prometheus_client.parser" python3-prometheus-client
 T=$(mktemp -d /tmp/it_metrics.XXXXXX)
 WPID=""
@@ -33,6 +35,7 @@ FAMILIES = {
     "loaderd_rank_attaches": "counter", "loaderd_ring_slots": "gauge",
     "loaderd_ring_slots_occupied": "gauge", "loaderd_ring_occupancy_ratio": "gauge",
     "loaderd_ring_empty_seconds": "counter", "loaderd_fill_seconds": "counter",
+    "loaderd_batch_latency_seconds": "counter",
 }
 
 def parse(text):
@@ -56,10 +59,12 @@ def report(ok, desc):
 
 mode, path = sys.argv[1], sys.argv[2]
 if mode == "watch":
-    # Read the file until STOP exists; every read must parse and be complete.
+    # Read the file until STOP exists; every read must parse and be complete, and have a batch
+    # latency for every rank (the ranks of loaderd_steps) that never goes down between reads.
     stop = sys.argv[3]
     reads = bad = 0
     seen = set()
+    lat = {}
     while not os.path.exists(stop):
         try:
             text = open(path).read()
@@ -69,7 +74,18 @@ if mode == "watch":
         if text is not None:
             reads += 1
             try:
-                seen.add(value(parse(text), "loaderd_uptime_seconds"))
+                fams = parse(text)
+                seen.add(value(fams, "loaderd_uptime_seconds"))
+                key = lambda s: tuple(sorted(s.labels.items()))
+                now = {key(s): s.value for s in fams["loaderd_batch_latency_seconds"].samples}
+                ranks = {key(s) for s in fams["loaderd_steps"].samples}
+                if set(now) != ranks:
+                    raise ValueError("batch latency for %s, steps for %s" %
+                                     (sorted(now), sorted(ranks)))
+                for k, v in now.items():
+                    if v < lat.get(k, 0):
+                        raise ValueError("batch latency %s went down: %g -> %g" % (k, lat[k], v))
+                    lat[k] = v
             except Exception as e:
                 bad += 1
                 print("# read %d: %s" % (reads, e))
@@ -108,6 +124,10 @@ elif mode == "job":
         report(value(fams, "loaderd_rank_attached", **lab) == 0, "%s rank %d: detached now" % (job, r))
         e = value(fams, "loaderd_ring_empty_seconds", **lab)
         report(e >= 0, "%s rank %d: ring empty %g s" % (job, r, e))
+        lat = value(fams, "loaderd_batch_latency_seconds", **lab)
+        up = value(fams, "loaderd_uptime_seconds")
+        report(lat >= 0 and (st == 0 or 0 < lat / st < up), "%s rank %d: batch latency %g s over "
+               "%g steps, mean in (0, uptime %g s)" % (job, r, lat, st, up))
     subs = rest[2 * world]
     bad = value(fams, "loaderd_bad_records", job=job)
     if subs >= 0:
@@ -195,6 +215,30 @@ check "loaderd_workers 1, uptime > 1 s" sh -c "[ \"\$('$PY' '$T/prom.py' get '$T
 	'$PY' -c 'import sys; sys.exit(not $(metric loaderd_uptime_seconds) > 1)'"
 check "the job's dataset is a label of loaderd_job_info" \
 	[ "$(metric loaderd_job_info job=two dataset="$T/d.dpk")" = 1.0 ]
+
+# ---- loaderctl stats: each rank's mean batch latency (the file's sum / steps), - for none ----
+"$BIN/loaderctl" --socket "$T/s.sock" stats two >"$T/two.stats" 2>&1
+check "loaderctl stats two: exit 0" [ $? -eq 0 ]
+cat "$T/two.stats" | sed 's/^/# /'
+for r in 0 1; do
+	sum=$(metric loaderd_batch_latency_seconds job=two rank=$r)
+	st=$(metric loaderd_steps job=two rank=$r)
+	check "loaderctl stats two: rank $r's batch latency is the file's $sum s / $st steps, in ms" \
+		"$PY" -c "import re, sys
+m = re.search(r'^  rank $r: detached, resumes at step [0-9]+, batch latency ([0-9.]+) ms$',
+              open('$T/two.stats').read(), re.M)
+sys.exit(not (m and float(m.group(1)) > 0 and abs(float(m.group(1)) - $sum * 1e3 / $st) < 0.006))"
+done
+"$BIN/ldcat" --socket "$T/s.sock" --dataset "$T/d.dpk" --job half --world 2 --rank 0 --batch 4 \
+	--crop 0 --epochs 0 --steps 2 >/dev/null 2>"$T/half.e0"
+check "rank 0 of a 2-rank job alone: ldcat reads 2 steps, exit 0" [ $? -eq 0 ]
+check "loaderctl stats half: batch latency - for the rank that never attached" \
+	sh -c "'$BIN/loaderctl' --socket '$T/s.sock' stats half |
+		grep -q '^  rank 1: never attached, resumes at step 0, batch latency -\$'"
+check "loaderctl --json stats half: batch_latency_ms > 0 for rank 0, null for rank 1" \
+	sh -c "'$BIN/loaderctl' --socket '$T/s.sock' --json stats half | '$PY' -c 'import json, sys
+r = json.load(sys.stdin)[0][\"ranks\"]
+sys.exit(not (r[0][\"batch_latency_ms\"] > 0 and r[1][\"batch_latency_ms\"] is None))'"
 stop_loaderd
 
 # ---- written once more at shutdown; an unwritable directory is logged, not fatal ----

@@ -2,8 +2,9 @@
  * loader/srv_snap.c): label values escaped per the exposition format, every line of the output
  * well-formed, the file replaced whole; and, with a real server core in this process (the pattern
  * filler of tests/srv_harness.h, whose phase times are exact), the snapshot's counters against what
- * a consumer read, and the ring's empty time on a slow producer against a slow consumer. The
- * Prometheus parser's view of a real loaderd's file is tests/it_metrics.sh. */
+ * a consumer read, the batch latency sum (growing, its mean within the wall time), and the ring's
+ * empty time on a slow producer against a slow consumer. The Prometheus parser's view of a real
+ * loaderd's file is tests/it_metrics.sh. */
 #include "loader/metrics.h"
 #include "loader/srv.h"
 #include "tests/srv_harness.h"
@@ -90,7 +91,7 @@ static void test_metrics_render_escapes_labels_and_is_well_formed(void **state)
 	struct srv_rank_snap ranks[2] = {
 		{ .rank = 0, .attached = 1, .started = 1, .published = 7, .samples = 28,
 		  .fill_ns = 3000000000u, .phase_ns = { 1500000000u, 1250000001u },
-		  .empty_ns = 42, .slots = 4, .occupancy = 3 },
+		  .latency_ns = 3500000001u, .empty_ns = 42, .slots = 4, .occupancy = 3 },
 		{ .rank = 1 },  /* never attached: left out */
 	};
 	struct srv_job_snap job = { .name = "we\"ird\\job\n", .dataset = "/d/\"x\"\\y\nz.dpk",
@@ -120,6 +121,9 @@ static void test_metrics_render_escapes_labels_and_is_well_formed(void **state)
 	assert_has(text, "\nloaderd_ring_occupancy_ratio{job=\"we\\\"ird\\\\job\\n\",rank=\"0\"} 0.750000\n");
 	assert_has(text, "\nloaderd_ring_empty_seconds_total{job=\"we\\\"ird\\\\job\\n\",rank=\"0\"} "
 		   "0.000000042\n");
+	assert_has(text, "\nloaderd_batch_latency_seconds_total{job=\"we\\\"ird\\\\job\\n\","
+		   "rank=\"0\"} 3.500000001\n");
+	assert_has(text, "# TYPE loaderd_batch_latency_seconds_total counter\n");
 	assert_has(text, "\nloaderd_bad_records_total{job=\"we\\\"ird\\\\job\\n\"} 5\n");
 	assert_has(text, "\nloaderd_uptime_seconds 12.500000000\n");
 	assert_has(text, "# TYPE loaderd_samples_total counter\n");
@@ -263,6 +267,50 @@ static void test_metrics_snapshot_counts_what_the_consumer_read(void **state)
 	srv_snapshot_free(snap);
 }
 
+/* The latency sum (first task taken to publish, per step) grows with the steps published, and
+ * its mean is above zero and below the wall time of the reads. */
+static void test_metrics_batch_latency_sum_grows_mean_below_wall(void **state)
+{
+	struct srv_snapshot *snap[2];
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("lat", "slow:5", 4, 0, 1, 0);
+	struct ldc_info in;
+	struct ldc_batch b;
+	char msg[256];
+	int64_t wall[2];
+
+	(void)state;
+	int64_t t0 = mono_ms();
+	open_ok(c, &j, &in);
+	struct expect e = expect_of(&in, 0);
+	for (uint64_t s = 0; s < 20; s++) {
+		assert_int_equal(ldc_acquire(c, ACQUIRE_MS, &b), 0);
+		if (check_batch(&b, s, &e, msg, sizeof(msg)) < 0)
+			fail_msg("%s", msg);
+		assert_int_equal(ldc_release(c, &b), 0);
+		if (s % 10 == 9) {  /* a snapshot after 10 steps read and after 20 */
+			wall[s / 10] = mono_ms() - t0;
+			assert_int_equal(srv_snapshot_take(g_srv, &snap[s / 10]), 0);
+		}
+	}
+	cli_close(c);
+	const struct srv_rank_snap *r0 = &find_job(snap[0], "lat")->ranks[0];
+	const struct srv_rank_snap *r1 = &find_job(snap[1], "lat")->ranks[0];
+	assert_true(r0->published >= 10);
+	assert_true(r1->published >= 20);
+	assert_true(r0->latency_ns > 0);
+	assert_true(r1->latency_ns >= r0->latency_ns);
+	double m0 = r0->latency_ns * 1e-6 / r0->published, m1 = r1->latency_ns * 1e-6 / r1->published;
+	print_message("# mean batch latency %.2f ms (%llu steps in %lld ms), %.2f ms (%llu steps in "
+		      "%lld ms)\n", m0, (unsigned long long)r0->published, (long long)wall[0], m1,
+		      (unsigned long long)r1->published, (long long)wall[1]);
+	/* the filler sleeps 5 ms in each step's first task (slow:5): a batch takes that at least */
+	assert_true(m0 >= 4.0 && m0 < (double)wall[0]);
+	assert_true(m1 >= 4.0 && m1 < (double)wall[1]);
+	srv_snapshot_free(snap[0]);
+	srv_snapshot_free(snap[1]);
+}
+
 static void test_metrics_empty_time_slow_producer_vs_slow_consumer(void **state)
 {
 	struct srv_snapshot *snap;
@@ -294,6 +342,8 @@ int main(void)
 		cmocka_unit_test(test_metrics_render_escapes_labels_and_is_well_formed),
 		cmocka_unit_test(test_metrics_write_replaces_the_file_whole),
 		cmocka_unit_test_setup_teardown(test_metrics_snapshot_counts_what_the_consumer_read,
+						inproc_setup, inproc_teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_batch_latency_sum_grows_mean_below_wall,
 						inproc_setup, inproc_teardown),
 		cmocka_unit_test_setup_teardown(test_metrics_empty_time_slow_producer_vs_slow_consumer,
 						inproc_setup, inproc_teardown),
