@@ -64,4 +64,11 @@ long ldr_rst_splice(const uint8_t *jpg, size_t len, const struct ldr_rst_info *i
 int ldr_rst_rewrite(const uint8_t *jpg, size_t len, unsigned seg_px, struct dpk_record *r,
 		    uint8_t **out, size_t *outlen, char *why, size_t whylen);
 
+/* The lossless transcode under both rewrites: JPEG @jpg[0, len) re-entropy-coded as one baseline
+ * scan (the same DCT coefficients), with optimised Huffman tables when @optimize (else libjpeg's
+ * standard ones), restart segments as ldr_rst_rewrite() for @seg_px >= 0, none for -1. Returns 0
+ * with *out (free()), *outlen bytes; -EBADMSG (libjpeg's message in @why) or -ENOMEM. */
+int ldr_jpeg_transcode(const uint8_t *jpg, size_t len, int optimize, long seg_px, uint8_t **out,
+		       size_t *outlen, char *why, size_t whylen);
+
 #endif
