@@ -73,6 +73,14 @@ static inline uint64_t has_ff64(uint64_t x)
 	return (y - 0x0101010101010101ull) & ~y & 0x8080808080808080ull;
 }
 
+/* The top bit of each byte of @x that is 0xFF, exactly (no carries between bytes). */
+static inline uint64_t ff_bytes(uint64_t x)
+{
+	uint64_t y = ~x;
+
+	return ~(((y & 0x7F7F7F7F7F7F7F7Full) + 0x7F7F7F7F7F7F7F7Full) | y) & 0x8080808080808080ull;
+}
+
 /* ---- Huffman tables ---- */
 
 /* Build @h from a DHT's 16 code counts and its symbols (libjpeg's canonical assignment). Returns
@@ -360,7 +368,11 @@ static int parse_header(const uint8_t *jpg, size_t len, struct ldr_idx_info *inf
 	struct frame f = { 0 };
 	size_t pos = 2;
 
-	memset(info, 0, sizeof(*info));
+	/* not a memset of the whole struct: the tables are large and built only where defined */
+	memset(&info->geo, 0, sizeof(info->geo));
+	for (unsigned t = 0; t < 8; t++)
+		info->huff[t].defined = 0;
+	info->ncomp = 0;
 	if (len < 4 || jpg[0] != 0xFF || jpg[1] != 0xD8)
 		return bad(why, whylen, -EBADMSG, "not a JPEG (no SOI)");
 	for (;;) {
@@ -543,7 +555,7 @@ static int assemble(const uint8_t *jpg, const struct ldr_idx_info *info, const u
 	put_le16(f + 12, info->geo.interval);
 	f[14] = (uint8_t)info->ncomp;
 	put_le32(f + 16, info->npoints);
-	put_le32(f + 20, (uint32_t)XXH3_64bits(o + info->jpeg_len, tablen + 20));
+	put_le32(f + 20, (uint32_t)XXH3_64bits(f, 20));
 	put_le16(f + 24, LDR_IDX_VERSION);
 	memcpy(f + 26, idx_magic, sizeof(idx_magic));
 	*out = o;
@@ -641,8 +653,8 @@ int ldr_idx_parse(const uint8_t *rec, size_t len, struct ldr_idx_info *info, cha
 	uint32_t np = le32(f + 16);
 	if ((uint64_t)jpeg_len + tablen + LDR_IDX_FOOTER != len || f[15] || jpeg_len < 4)
 		return bad(why, whylen, -EBADMSG, "index footer lengths do not add up");
-	if (le32(f + 20) != (uint32_t)XXH3_64bits(rec + jpeg_len, (size_t)tablen + 20))
-		return bad(why, whylen, -EBADMSG, "index check does not match");
+	if (le32(f + 20) != (uint32_t)XXH3_64bits(f, 20))
+		return bad(why, whylen, -EBADMSG, "index footer check does not match");
 	int ret = parse_header(rec, jpeg_len, info, tmp, sizeof(tmp));
 	if (ret < 0) {
 		snprintf(why, whylen, "index record header: %s", tmp);
@@ -704,12 +716,20 @@ static inline void wr_put(struct bitwr *w, uint32_t v, unsigned k)
 		wr_flush32(w);
 }
 
+static void wr_bytes(struct bitwr *w);
+
 /* Pad the last byte with 1-bits and write out what is pending. */
 static void wr_finish(struct bitwr *w)
 {
 	unsigned pad = (8 - (w->n & 7)) & 7;
 
 	wr_put(w, (1u << pad) - 1, pad);
+	wr_bytes(w);
+}
+
+/* Write out the whole bytes pending in @w, so that fewer than 8 bits remain. */
+static void wr_bytes(struct bitwr *w)
+{
 	while (w->n >= 8) {
 		uint8_t v = (uint8_t)(w->acc >> (w->n - 8));
 		*w->o++ = v;
@@ -719,7 +739,29 @@ static void wr_finish(struct bitwr *w)
 	}
 }
 
-/* Copy the entropy bits from (@a, @abit) to (@e, @ebit) of @rec to @w, stuffing removed. */
+/* Append the 8 bytes @v (first at the top) behind the fewer than 8 pending bits of @w: one
+ * 64-bit store when no output byte is 0xFF. */
+static inline void wr_put64(struct bitwr *w, uint64_t v)
+{
+	uint64_t out = w->n ? w->acc << (64 - w->n) | v >> w->n : v;
+
+	w->acc = v;  /* its low n bits are the new pending bits */
+	if (!has_ff64(out)) {
+		out = __builtin_bswap64(out);
+		memcpy(w->o, &out, 8);
+		w->o += 8;
+		return;
+	}
+	for (int s = 56; s >= 0; s -= 8) {
+		uint8_t b = (uint8_t)(out >> s);
+		*w->o++ = b;
+		if (b == 0xFF)
+			*w->o++ = 0;
+	}
+}
+
+/* Copy the entropy bits from (@a, @abit) to (@e, @ebit) of @rec to @w, stuffing removed. The
+ * bytes between go 8 at a time where none is 0xFF. */
 static int copy_bits(const uint8_t *rec, size_t a, unsigned abit, size_t e, unsigned ebit,
 		     struct bitwr *w, char *why, size_t whylen)
 {
@@ -729,18 +771,30 @@ static int copy_bits(const uint8_t *rec, size_t a, unsigned abit, size_t e, unsi
 	}
 	wr_put(w, rec[a], 8 - abit);
 	size_t i = a + (rec[a] == 0xFF ? 2 : 1);
+	wr_bytes(w);
 	while (i < e) {
 		if (i + 8 <= e) {
 			uint64_t v = be64(rec + i);
-			if (!has_ff64(v)) {
-				wr_put(w, (uint32_t)(v >> 32), 32);
-				wr_put(w, (uint32_t)v, 32);
+			uint64_t ff = ff_bytes(v);
+			if (!ff) {
+				wr_put64(w, v);
 				i += 8;
 				continue;
+			}
+			/* the bytes before the first 0xFF in one go, then the 0xFF below */
+			unsigned k = (unsigned)__builtin_clzll(ff) / 8;
+			if (k) {
+				uint64_t head = v >> (64 - 8 * k);
+				if (k > 4)
+					wr_put(w, (uint32_t)(head >> 32), 8 * k - 32);
+				wr_put(w, (uint32_t)head, k > 4 ? 32 : 8 * k);
+				wr_bytes(w);
+				i += k;
 			}
 		}
 		unsigned v = rec[i];
 		wr_put(w, v, 8);
+		wr_bytes(w);
 		if (v != 0xFF) {
 			i++;
 		} else if (i + 1 < e && rec[i + 1] == 0) {
@@ -860,7 +914,7 @@ size_t ldr_idx_splice_bound(const struct ldr_idx_info *info, const struct ldr_rs
 {
 	/* stuffing may double the copied bytes; each row's re-coded DC codes add a few */
 	return info->geo.scan_at + 2 * (info->eoi_at - info->geo.scan_at) +
-	       (size_t)(plan->row1 - plan->row0) * 32 + 16;
+	       (size_t)(plan->row1 - plan->row0) * 32 + 16 + LDR_IDX_SPLICE_TAIL;
 }
 
 long ldr_idx_splice(const uint8_t *rec, const struct ldr_idx_info *info,
@@ -888,5 +942,6 @@ long ldr_idx_splice(const uint8_t *rec, const struct ldr_idx_info *info,
 	wr_finish(&w);
 	*w.o++ = 0xFF;
 	*w.o++ = 0xD9;
-	return (long)(w.o - out);
+	memset(w.o, 0, LDR_IDX_SPLICE_TAIL);
+	return (long)(w.o + LDR_IDX_SPLICE_TAIL - out);
 }

@@ -19,6 +19,10 @@
 
 #define LDR_IDX_FOOTER 32u        /* bytes of the footer at the end of a record */
 #define LDR_IDX_VERSION 1u
+/* Zero bytes after a splice's EOI: libjpeg-turbo decodes an MCU on its slow Huffman path while
+ * fewer than 512 bytes a block of an MCU (at most 10) are left in its buffer, so without them
+ * the last few KB of every splice would take it. Decoders ignore data after EOI. */
+#define LDR_IDX_SPLICE_TAIL 5120u
 
 /* One Huffman table: the decoder's lookahead and canonical limits, and the encoder's codes. */
 #define LDR_IDX_LOOK 9
@@ -56,7 +60,8 @@ int ldr_idx_parse(const uint8_t *rec, size_t len, struct ldr_idx_info *info, cha
 size_t ldr_idx_splice_bound(const struct ldr_idx_info *info, const struct ldr_rst_plan *plan);
 /* Write the splice of @plan (from ldr_rst_plan(&info->geo, ...)) into @out (at least
  * ldr_idx_splice_bound() bytes): the header with the SOF resized, the planned MCUs of each
- * planned row joined at bit level, EOI. Returns its length, or -EBADMSG with @why when the entropy
+ * planned row joined at bit level, EOI, LDR_IDX_SPLICE_TAIL zero bytes. Returns its length (the
+ * tail included), or -EBADMSG with @why when the entropy
  * data or the index is damaged as far as the plan needs. Reads only inside @rec's JPEG. */
 long ldr_idx_splice(const uint8_t *rec, const struct ldr_idx_info *info,
 		    const struct ldr_rst_plan *plan, uint8_t *out, char *why, size_t whylen);
