@@ -83,6 +83,19 @@ static inline uint64_t ff_bytes(uint64_t x)
 
 /* ---- Huffman tables ---- */
 
+/* The acfast entries of AC code @code of length @l for run/size @rs (see struct ldr_huff). */
+static void ac_fast(struct ldr_huff *h, uint32_t code, unsigned l, unsigned rs)
+{
+	unsigned r = rs >> 4, sz = rs & 15, bits = l + sz;
+	unsigned adv = sz ? r + 1 : r == 15 ? 16 : 0;
+
+	if (bits > LDR_IDX_LOOK)
+		return;
+	/* every value of the extra bits: the entry covers all of them */
+	for (uint32_t j = code << (LDR_IDX_LOOK - l); j < (code + 1) << (LDR_IDX_LOOK - l); j++)
+		h->acfast[j] = (uint16_t)(bits | adv << 5);
+}
+
 /* Build @h from a DHT's 16 code counts and its symbols (libjpeg's canonical assignment). Returns
  * 0, or -1 for a table whose codes do not fit their lengths. */
 static int huff_build(struct ldr_huff *h, const uint8_t counts[16], const uint8_t *syms,
@@ -92,7 +105,7 @@ static int huff_build(struct ldr_huff *h, const uint8_t counts[16], const uint8_
 	unsigned k = 0;
 
 	memset(h, 0, sizeof(*h));
-	memcpy(h->vals, syms, nsyms);
+	memcpy(h->vals, syms, nsyms);  /* acfast too: 0 is the long way */
 	for (unsigned l = 1; l <= 16; l++) {
 		h->maxcode[l] = -1;
 		h->valoff[l] = (int32_t)k - (int32_t)code;
@@ -105,6 +118,8 @@ static int huff_build(struct ldr_huff *h, const uint8_t counts[16], const uint8_
 				unsigned sh = LDR_IDX_LOOK - l;
 				for (uint32_t j = code << sh; j < (code + 1) << sh; j++)
 					h->look[j] = (uint16_t)(l << 8 | syms[k]);
+				if (!dc)
+					ac_fast(h, code, l, syms[k]);
 			}
 		}
 		if (counts[l - 1])
@@ -232,36 +247,77 @@ static void rd_pos(const struct bitrd *b, size_t *at, unsigned *bit)
 	*bit = (unsigned)(8 - (u & 7)) & 7;
 }
 
-/* Walk one block's symbols; its DC difference in *diff. -1 for a bad code. */
+/* Make at least 32 bits available: 8 bytes at once when none is 0xFF, else rd_fill(). */
+static inline void rd_need(struct bitrd *b)
+{
+	if (b->n >= 32)
+		return;
+	if (!b->fake && b->p + 8 <= b->end) {
+		uint64_t w = be64(b->base + b->p);
+		if (!has_ff64(w)) {
+			unsigned bytes = (unsigned)(64 - b->n) >> 3, bits = bytes * 8;
+			b->acc |= w >> (64 - bits) << (64 - b->n - bits);
+			b->n += (int)bits;
+			b->p += bytes;
+			return;
+		}
+	}
+	rd_fill(b);
+}
+
+/* Walk one block's symbols; its DC difference in *diff. -1 for a bad code. The AC codes whose
+ * extra bits fit the lookahead go in one step (acfast). */
 static int skip_block(struct bitrd *b, const struct ldr_huff *dc, const struct ldr_huff *ac,
 		      int *diff)
 {
 	uint32_t code;
 	unsigned len;
 
-	if (b->n < 32)
-		rd_fill(b);
+	rd_need(b);
 	int s = huff_sym(b, dc, &code, &len);
 	if (s < 0)
 		return -1;
 	rd_skip(b, len);
 	*diff = extend(rd_peek(b, (unsigned)s), (unsigned)s);
 	rd_skip(b, (unsigned)s);
-	for (unsigned k = 1; k < 64; k++) {
-		if (b->n < 32)
-			rd_fill(b);
+	/* the AC loop keeps the bit buffer in locals: the compiler cannot keep struct fields in
+	 * registers across the table loads */
+	uint64_t acc = b->acc;
+	int n = b->n;
+	for (unsigned k = 1; k < 64;) {
+		if (n < 32) {
+			b->acc = acc;
+			b->n = n;
+			rd_need(b);
+			acc = b->acc;
+			n = b->n;
+		}
+		unsigned f = ac->acfast[acc >> (64 - LDR_IDX_LOOK)];
+		if (f) {
+			acc <<= f & 31;
+			n -= (int)(f & 31);
+			if (!(f >> 5))
+				break;
+			k += f >> 5;
+			continue;
+		}
+		b->acc = acc;
+		b->n = n;
 		int rs = huff_sym(b, ac, &code, &len);
 		if (rs < 0)
 			return -1;
 		unsigned r = (unsigned)rs >> 4, sz = (unsigned)rs & 15;
-		rd_skip(b, len + sz);
+		acc <<= len + sz;
+		n -= (int)(len + sz);
 		if (sz)
-			k += r;
+			k += r + 1;
 		else if (r == 15)
-			k += 15;
+			k += 16;
 		else
 			break;
 	}
+	b->acc = acc;
+	b->n = n;
 	return 0;
 }
 

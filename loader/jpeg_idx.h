@@ -28,6 +28,10 @@
 #define LDR_IDX_LOOK 9
 struct ldr_huff {
 	uint16_t look[1u << LDR_IDX_LOOK]; /* (code length << 8) | symbol; 0: a longer code */
+	/* AC tables: a code and its extra bits in one step where both fit the lookahead: bits
+	 * 0-4 the bits they take, bits 5-9 how far the coefficient index moves (0: end of
+	 * block); 0: take the long way */
+	uint16_t acfast[1u << LDR_IDX_LOOK];
 	int32_t maxcode[18];      /* the largest code of each length, -1 if none */
 	int32_t valoff[18];       /* index into vals of a code of each length, minus the code */
 	uint8_t vals[256];
