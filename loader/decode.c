@@ -623,9 +623,8 @@ static int idx_window(struct ldr_decoder *d, const uint8_t *rec, size_t len,
 	clip_window(&c, info->geo.width, info->geo.height);
 	ldr_rst_plan(&info->geo, c.x, c.y, c.w, c.h, &plan);
 	unsigned den = ldr_jpeg_scale(&c, out_h, out_w);
-	if (plan.whole)
-		return decode_rows(d, rec, info->jpeg_len, &c, den, out_h, out_w, 1, win, why,
-				   whylen);
+	if (plan.whole)  /* the record as it is: the trailer after EOI is ignored by libjpeg */
+		return decode_rows(d, rec, len, &c, den, out_h, out_w, 1, win, why, whylen);
 	ret = reserve_splice(d, ldr_idx_splice_bound(info, &plan), why, whylen);
 	if (ret < 0)
 		return ret;

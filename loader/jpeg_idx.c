@@ -110,7 +110,8 @@ static int huff_build(struct ldr_huff *h, const uint8_t counts[16], const uint8_
 		h->maxcode[l] = -1;
 		h->valoff[l] = (int32_t)k - (int32_t)code;
 		for (unsigned i = 0; i < counts[l - 1]; i++, k++, code++) {
-			if (dc && syms[k] > 15)
+			/* each code fits its length, and is not the all-ones code of it (libjpeg) */
+			if (code + 1 >= 1u << l || (dc && syms[k] > 15))
 				return -1;
 			h->ehufco[syms[k]] = (uint16_t)code;
 			h->ehufsi[syms[k]] = (uint8_t)l;
@@ -124,9 +125,6 @@ static int huff_build(struct ldr_huff *h, const uint8_t counts[16], const uint8_
 		}
 		if (counts[l - 1])
 			h->maxcode[l] = (int32_t)code - 1;
-		/* the all-ones code of a length is not allowed, as in libjpeg */
-		if ((counts[l - 1] || k < nsyms) && code >= 1u << l)
-			return -1;
 		code <<= 1;
 	}
 	h->maxcode[17] = 0x7FFFFFFF;
