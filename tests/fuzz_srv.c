@@ -68,13 +68,18 @@ static void *serve(void *p)
 
 static void start(void)
 {
-	char dir[] = "/tmp/fuzz_srv.XXXXXX", why[256], path[128];
+	/* Under $TMPDIR, which tests/fuzz.sh points at its own work folder and removes: the
+	 * fuzzer exits without unwinding, so nothing here would remove the socket. */
+	const char *tmp = getenv("TMPDIR");
+	char dir[96], why[256], path[128];
 
+	snprintf(dir, sizeof(dir), "%s/fuzz_srv.XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	if (!mkdtemp(dir))
 		abort();
 	snprintf(g_sock, sizeof(g_sock), "%s/s.sock", dir);
 	snprintf(path, sizeof(path), "%s/data", dir);
 	g_file = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	unlink(path);  /* the fd is all the jobs need */
 	struct srv_opts o = { .socket_path = g_sock, .workers = 1, .mem_limit = 64u << 20,
 			      .group = (gid_t)-1, .linger_ms = 1, .idle_ms = 2000,
 			      .ring_flags = RING_CREATE_NO_HUGE };

@@ -8,6 +8,7 @@ BUILD=${BUILD:-build}
 command -v mpirun >/dev/null 2>&1 || { echo "# skip: no mpirun"; exit 77; }
 command -v python3 >/dev/null 2>&1 || { echo "# skip: no python3"; exit 77; }
 T=$(mktemp -d /tmp/it_docs.XXXXXX)
+export OMPI_MCA_orte_tmpdir_base="$T"  # its session folders go with $T
 cleanup() {
 	# a failed block may leave loaderd running: stop what this test started
 	pkill -TERM -f "loaderd --socket $T/" 2>/dev/null || true

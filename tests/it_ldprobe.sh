@@ -23,6 +23,7 @@ done
 T=$(mktemp -d /tmp/it_ldprobe.XXXXXX)
 LPID="" PROBE_PID=""
 . "$(dirname "$0")/lib.sh"
+mpi_session_in "$T"
 cleanup() {
 	stop_pid "$PROBE_PID"
 	stop_pid "$LPID"

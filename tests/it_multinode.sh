@@ -42,6 +42,7 @@ ID=$$
 NSA=ldmn$ID-a NSB=ldmn$ID-b VA=ldmn${ID}a VB=ldmn${ID}b
 IPA=10.231.0.1 IPB=10.231.0.2 NET=10.231.0.0/30
 T=$(mktemp -d /tmp/it_multinode.XXXXXX)
+mpi_session_in "$T"
 V=$T/node   # the path every node sees its own folder at
 LDA="" LDB=""
 

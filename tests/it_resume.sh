@@ -23,6 +23,7 @@ command -v python3 >/dev/null 2>&1 || { echo "# skip: no python3"; exit 77; }
 [ -x "$BIN/trainer" ] || { echo "# $BIN/trainer not built"; exit 1; }
 T=$(mktemp -d /tmp/it_resume.XXXXXX)
 . "$(dirname "$0")/lib.sh"
+mpi_session_in "$T"
 trap 'stop_pid "${MP:-}"; stop_loaderd; rm -rf "$T"' EXIT
 trap 'exit 130' INT TERM HUP
 STREAM="python3 $(dirname "$0")/committed_stream.py"

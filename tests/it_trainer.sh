@@ -22,6 +22,7 @@ command -v python3 >/dev/null 2>&1 || { echo "# skip: no python3"; exit 77; }
 [ -x "$BIN/trainer" ] || { echo "# $BIN/trainer not built"; exit 1; }
 T=$(mktemp -d /tmp/it_trainer.XXXXXX)
 . "$(dirname "$0")/lib.sh"
+mpi_session_in "$T"
 trap 'stop_loaderd; rm -rf "$T"' EXIT
 trap 'exit 130' INT TERM HUP
 # No process whose command line holds $1 (this script's own does not).

@@ -150,3 +150,7 @@ if mode == 'same':
 sys.exit(0 if rel > 1e-3 else 1)
 PY
 }
+
+# mpi_session_in DIR: Open MPI keeps its session folders (ompi.HOST.UID) under DIR, which the
+# test removes; a rank or mpirun killed on purpose would otherwise leave them in /tmp.
+mpi_session_in() { export OMPI_MCA_orte_tmpdir_base="$1"; }
