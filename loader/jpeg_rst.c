@@ -17,9 +17,9 @@
  * What it costs (callgrind, docs/BENCHMARKS.md): libjpeg-turbo decodes every MCU of a scan that
  * has a restart interval on its slow Huffman path (decode_mcu() turns the fast one off whenever
  * cinfo->restart_interval is set), which costs about as many instructions per MCU as skipping the
- * other MCUs saves on ImageNet-sized photographs; on larger images the splice wins. A splice
- * without markers (DC predictions re-coded from a stored per-segment index, segments joined at
- * bit level) would keep the fast path: not done yet. */
+ * other MCUs saves on ImageNet-sized photographs; on larger images the splice wins. The splice
+ * without markers that keeps the fast path is loader/jpeg_idx.c (jpeg+idx, dpack's default now);
+ * this kind stays readable for older files and is made by dpack --restart-width. */
 #include "loader/jpeg_rst.h"
 
 #include <errno.h>

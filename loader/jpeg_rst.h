@@ -1,5 +1,6 @@
 /* jpeg_rst.h - restart-indexed JPEG records (DPK_KIND_JPEG_RST): the lossless rewrite that dpack
- * makes of every JPEG (baseline, one interleaved scan, optimised Huffman tables, a restart marker
+ * makes of a JPEG with --restart-width (before jpeg+idx, loader/jpeg_idx.h, it was the default)
+ * (baseline, one interleaved scan, optimised Huffman tables, a restart marker
  * every few MCUs so that every MCU row starts a segment), and the splice that loaderd makes of one
  * for a crop window: a small valid JPEG of the stored header and only the restart segments that
  * cover the window plus a margin, so that only those are entropy-decoded. Pure functions over

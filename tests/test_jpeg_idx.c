@@ -40,6 +40,7 @@ enum variant { V_PLAIN, V_OPTIMIZED, V_RESTART, V_OPT_RESTART };
 enum { NIMG = 18 };
 static struct img imgs[NIMG];
 static int kept[NIMG];          /* dpack keeps the input's bytes */
+static int optimized[NIMG];     /* optimised tables: some DC category has no code, so transcoded */
 static struct ldr_decoder *dec;
 static tjhandle tjd;
 
@@ -88,6 +89,7 @@ static int setup(void **state)
 			      (uint64_t)i + 1);
 		make_variant(&imgs[i], set[i].v);
 		kept[i] = !set[i].progressive && set[i].v == V_PLAIN;
+		optimized[i] = set[i].v == V_OPTIMIZED;
 	}
 	return 0;
 }
@@ -141,6 +143,8 @@ static void test_idx_build_lossless(void **state)
 					    info.geo.interval == 1);
 			if (kept[i])
 				assert_memory_equal(r, m->jpg, m->len);
+			else if (optimized[i])
+				assert_true(len < m->len || memcmp(r, m->jpg, m->len) != 0);
 			for (int s = 0; s < 4; s++) {
 				uint8_t *px = malloc((size_t)m->fw[s] * m->fh[s] * 3);
 				assert_non_null(px);
