@@ -348,6 +348,60 @@ static void test_idx_damage_rejected(void **state)
 	free(r);
 }
 
+/* A DC table without the category that a re-coded difference needs: -EBADMSG naming it. A grey
+ * image, left half 255 and right half 132, at quality 100 (quantisers 1): block DCs 1016 and 32,
+ * so the scan codes DC differences of categories 0 and 10 only; a splice that starts in the right
+ * half re-codes 32 - 0, category 6, which the record's DC table is then edited not to have. */
+static void test_idx_incomplete_dc_table_rejected(void **state)
+{
+	tjhandle c = tjInitCompress();
+	uint8_t px[32 * 64];
+	unsigned char *jpg = NULL;
+	unsigned long jlen = 0;
+	struct dpk_record r = { .kind = DPK_KIND_JPEG };
+	uint8_t *rec;
+	size_t len;
+	char why[256];
+
+	(void)state;
+	assert_non_null(c);
+	for (int i = 0; i < 32 * 64; i++)
+		px[i] = i % 64 < 32 ? 255 : 132;
+	if (tjCompress2(c, px, 64, 0, 32, TJPF_GRAY, &jpg, &jlen, TJSAMP_GRAY, 100, 0))
+		fail_msg("%s", tjGetErrorStr2(c));
+	assert_int_equal(ldr_idx_build(jpg, jlen, 8, &r, &rec, &len, why, sizeof(why)), 0);
+	assert_int_equal(r.kind, DPK_KIND_JPEG_IDX);
+	/* the DC table 0's symbol 6 becomes 13: same code lengths, so the scan is unchanged */
+	size_t at = 0;
+	for (size_t i = 2; i + 21 < len && !at; i++)
+		if (rec[i] == 0xFF && rec[i + 1] == 0xC4 && rec[i + 4] == 0x00)
+			at = i + 5;
+	assert_true(at > 0);
+	unsigned nsym = 0;
+	for (int k = 0; k < 16; k++)
+		nsym += rec[at + k];
+	int edited = 0;
+	for (unsigned k = 0; k < nsym; k++)
+		if (rec[at + 16 + k] == 6) {
+			rec[at + 16 + k] = 13;
+			edited = 1;
+		}
+	assert_true(edited);
+	struct ldr_crop left = { 0, 8, 24, 16 }, right = { 40, 8, 16, 16 };
+	struct ldr_out o = { 16, 16, 0, 0 };
+	static uint8_t out[16 * 16 * 3];
+	/* starting in the left half re-codes 1016 - 0: category 10, which the table has */
+	if (ldr_decode_jpeg_idx(dec, rec, len, &left, &o, out, why, sizeof(why)))
+		fail_msg("left half: %s", why);
+	assert_int_equal(ldr_decode_jpeg_idx(dec, rec, len, &right, &o, out, why, sizeof(why)),
+			 -EBADMSG);
+	if (!strstr(why, "DC table"))
+		fail_msg("reason \"%s\" does not name the DC table", why);
+	free(rec);
+	tjFree(jpg);
+	tjDestroy(c);
+}
+
 /* Random bytes anywhere (the check resealed half the time): a decode either succeeds or fails
  * with -EBADMSG; ASan checks every read. */
 static void test_idx_garbage_never_crashes(void **state)
@@ -424,6 +478,7 @@ int main(void)
 		cmocka_unit_test(test_idx_window_equals_full_decode),
 		cmocka_unit_test(test_idx_decode_output),
 		cmocka_unit_test(test_idx_damage_rejected),
+		cmocka_unit_test(test_idx_incomplete_dc_table_rejected),
 		cmocka_unit_test(test_idx_garbage_never_crashes),
 		cmocka_unit_test(test_idx_build_fallbacks),
 	};
