@@ -20,6 +20,7 @@
 #include "loader/jpeg_idx.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,23 +90,25 @@ static void ac_fast(struct ldr_huff *h, uint32_t code, unsigned l, unsigned rs)
 	unsigned r = rs >> 4, sz = rs & 15, bits = l + sz;
 	unsigned adv = sz ? r + 1 : r == 15 ? 16 : 0;
 
-	if (bits > LDR_IDX_LOOK)
+	if (bits > LDR_IDX_ACFAST)
 		return;
 	/* every value of the extra bits: the entry covers all of them */
-	for (uint32_t j = code << (LDR_IDX_LOOK - l); j < (code + 1) << (LDR_IDX_LOOK - l); j++)
+	for (uint32_t j = code << (LDR_IDX_ACFAST - l); j < (code + 1) << (LDR_IDX_ACFAST - l); j++)
 		h->acfast[j] = (uint16_t)(bits | adv << 5);
 }
 
 /* Build @h from a DHT's 16 code counts and its symbols (libjpeg's canonical assignment). Returns
  * 0, or -1 for a table whose codes do not fit their lengths. */
 static int huff_build(struct ldr_huff *h, const uint8_t counts[16], const uint8_t *syms,
-		      unsigned nsyms, int dc)
+		      unsigned nsyms, int dc, int fast)
 {
 	uint32_t code = 0;
 	unsigned k = 0;
 
-	memset(h, 0, sizeof(*h));
-	memcpy(h->vals, syms, nsyms);  /* acfast too: 0 is the long way */
+	memset(h, 0, offsetof(struct ldr_huff, acfast));
+	if (fast && !dc)
+		memset(h->acfast, 0, sizeof(h->acfast));  /* 0: the long way */
+	memcpy(h->vals, syms, nsyms);
 	for (unsigned l = 1; l <= 16; l++) {
 		h->maxcode[l] = -1;
 		h->valoff[l] = (int32_t)k - (int32_t)code;
@@ -119,9 +122,9 @@ static int huff_build(struct ldr_huff *h, const uint8_t counts[16], const uint8_
 				unsigned sh = LDR_IDX_LOOK - l;
 				for (uint32_t j = code << sh; j < (code + 1) << sh; j++)
 					h->look[j] = (uint16_t)(l << 8 | syms[k]);
-				if (!dc)
-					ac_fast(h, code, l, syms[k]);
 			}
+			if (fast && !dc && l <= LDR_IDX_ACFAST)
+				ac_fast(h, code, l, syms[k]);
 		}
 		if (counts[l - 1])
 			h->maxcode[l] = (int32_t)code - 1;
@@ -264,7 +267,7 @@ static inline void rd_need(struct bitrd *b)
 }
 
 /* Walk one block's symbols; its DC difference in *diff. -1 for a bad code. The AC codes whose
- * extra bits fit the lookahead go in one step (acfast). */
+ * extra bits fit LDR_IDX_ACFAST bits go in one step (acfast), the others the long way. */
 static int skip_block(struct bitrd *b, const struct ldr_huff *dc, const struct ldr_huff *ac,
 		      int *diff)
 {
@@ -290,7 +293,7 @@ static int skip_block(struct bitrd *b, const struct ldr_huff *dc, const struct l
 			acc = b->acc;
 			n = b->n;
 		}
-		unsigned f = ac->acfast[acc >> (64 - LDR_IDX_LOOK)];
+		unsigned f = ac->acfast[acc >> (64 - LDR_IDX_ACFAST)];
 		if (f) {
 			acc <<= f & 31;
 			n -= (int)(f & 31);
@@ -333,7 +336,7 @@ static int parse_dht(const uint8_t *p, size_t n, struct ldr_idx_info *info, char
 			total += p[1 + i];
 		if (tc > 1 || th > 3 || total > 256 || total > n - 17)
 			return bad(why, whylen, -EBADMSG, "bad DHT table");
-		if (huff_build(&info->huff[tc * 4 + th], p + 1, p + 17, total, tc == 0) < 0)
+		if (huff_build(&info->huff[tc * 4 + th], p + 1, p + 17, total, tc == 0, info->fast) < 0)
 			return bad(why, whylen, -EBADMSG, "bad Huffman table");
 		p += 17 + total;
 		n -= 17 + total;
@@ -414,10 +417,11 @@ static void set_geometry(struct ldr_rst_info *g, unsigned ncomp)
 	g->mcus_y = (g->height + g->mcu_h - 1) / g->mcu_h;
 }
 
-/* Parse @jpg[0, len) up to its scan into @info (tables, geometry). -ENOTSUP: a JPEG the index
+/* Parse @jpg[0, len) up to its scan into @info (tables, with the index pass's acfast ones when
+ * @fast; geometry). -ENOTSUP: a JPEG the index
  * cannot describe as it is (progressive, arithmetic, restart interval, ...); -EBADMSG: damaged. */
-static int parse_header(const uint8_t *jpg, size_t len, struct ldr_idx_info *info, char *why,
-			size_t whylen)
+static int parse_header(const uint8_t *jpg, size_t len, int fast, struct ldr_idx_info *info,
+			char *why, size_t whylen)
 {
 	struct frame f = { 0 };
 	size_t pos = 2;
@@ -427,6 +431,7 @@ static int parse_header(const uint8_t *jpg, size_t len, struct ldr_idx_info *inf
 	for (unsigned t = 0; t < 8; t++)
 		info->huff[t].defined = 0;
 	info->ncomp = 0;
+	info->fast = fast;
 	if (len < 4 || jpg[0] != 0xFF || jpg[1] != 0xD8)
 		return bad(why, whylen, -EBADMSG, "not a JPEG (no SOI)");
 	for (;;) {
@@ -572,7 +577,7 @@ too_large:
 static int index_jpeg(const uint8_t *jpg, size_t len, unsigned col_px, struct ldr_idx_info *info,
 		      uint8_t **tab, size_t *tablen, char *why, size_t whylen)
 {
-	int ret = parse_header(jpg, len, info, why, whylen);
+	int ret = parse_header(jpg, len, 1, info, why, whylen);
 
 	if (ret < 0)
 		return ret;
@@ -709,7 +714,7 @@ int ldr_idx_parse(const uint8_t *rec, size_t len, struct ldr_idx_info *info, cha
 		return bad(why, whylen, -EBADMSG, "index footer lengths do not add up");
 	if (le32(f + 20) != (uint32_t)XXH3_64bits(f, 20))
 		return bad(why, whylen, -EBADMSG, "index footer check does not match");
-	int ret = parse_header(rec, jpeg_len, info, tmp, sizeof(tmp));
+	int ret = parse_header(rec, jpeg_len, 0, info, tmp, sizeof(tmp));
 	if (ret < 0) {
 		snprintf(why, whylen, "index record header: %s", tmp);
 		return -EBADMSG;

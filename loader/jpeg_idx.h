@@ -26,18 +26,19 @@
 
 /* One Huffman table: the decoder's lookahead and canonical limits, and the encoder's codes. */
 #define LDR_IDX_LOOK 9
+#define LDR_IDX_ACFAST 12
 struct ldr_huff {
 	uint16_t look[1u << LDR_IDX_LOOK]; /* (code length << 8) | symbol; 0: a longer code */
-	/* AC tables: a code and its extra bits in one step where both fit the lookahead: bits
-	 * 0-4 the bits they take, bits 5-9 how far the coefficient index moves (0: end of
-	 * block); 0: take the long way */
-	uint16_t acfast[1u << LDR_IDX_LOOK];
 	int32_t maxcode[18];      /* the largest code of each length, -1 if none */
 	int32_t valoff[18];       /* index into vals of a code of each length, minus the code */
 	uint8_t vals[256];
 	uint16_t ehufco[256];     /* the code of each symbol ... */
 	uint8_t ehufsi[256];      /* ... and its length; 0: the table has no code for it */
 	int defined;
+	/* AC tables, built for dpack's index pass only: a code and its extra bits in one step where
+	 * both fit LDR_IDX_ACFAST bits: bits 0-4 the bits they take, bits 5-9 how far the
+	 * coefficient index moves (0: end of block); 0: take the long way */
+	uint16_t acfast[1u << LDR_IDX_ACFAST];
 };
 
 /* A parsed jpeg+idx record (or, at pack time, a JPEG being indexed). */
@@ -53,6 +54,7 @@ struct ldr_idx_info {
 	const uint8_t *points;    /* the index entries (records) */
 	uint32_t npoints;         /* geo.mcus_y * geo.segs_x + 1 */
 	unsigned entry_size;      /* 4 + 2 * ncomp */
+	int fast;                 /* build the acfast tables (the index pass) */
 };
 
 /* Parse the record @rec[0, len): its footer, its JPEG header up to the scan and its index (every
