@@ -14,14 +14,15 @@
  *
  * The Huffman decoder here only walks symbols (DC category and extra bits, AC run/size and extra
  * bits until EOB): no dequantisation, no IDCT. A 9-bit lookahead table takes most codes in one
- * step; longer ones go through the canonical limits, as libjpeg does. Byte stuffing (0xFF 0x00)
+ * step; longer ones go through the canonical limits, as libjpeg does. dpack's index pass also
+ * takes an AC code and its extra bits in one step from a 12-bit table (acfast), built only there:
+ * the splice decodes one MCU a row and would not repay building it. Byte stuffing (0xFF 0x00)
  * is removed on input and added again on output; a marker, a bad code or data that ends inside an
  * MCU is -EBADMSG. */
 #include "loader/jpeg_idx.h"
 
 #include <errno.h>
 #include <stddef.h>
-#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,7 +131,6 @@ static int huff_build(struct ldr_huff *h, const uint8_t counts[16], const uint8_
 			h->maxcode[l] = (int32_t)code - 1;
 		code <<= 1;
 	}
-	h->maxcode[17] = 0x7FFFFFFF;
 	h->defined = 1;
 	return 0;
 }
