@@ -3,7 +3,7 @@
  * equals a full decode of the original, every pixel), and the window that loaderd decodes from a
  * bit-level splice equals the same window of a full decode of the original at the same DCT scale
  * (1, 1/2, 1/4, 1/8), maximum absolute difference 0, for every image of a generated set (sizes
- * that are and are not multiples of the MCU, 1x1, 4:4:4, 4:2:2, 4:2:0, 4:4:0, grey, progressive
+ * that are and are not multiples of the MCU, 1x1, 4:4:4, 4:2:2, 4:2:0, 4:4:0, 4:1:1, grey, progressive
  * inputs, inputs with restart markers, inputs with optimised Huffman tables whose DC tables lack
  * categories), several index widths and many random windows each. A damaged footer, index or
  * scan gives -EBADMSG with a reason, never a read outside the record (ASan in `make test`).
@@ -37,7 +37,7 @@ static uint64_t seeded(const char *test)
 /* How an input is made from TurboJPEG's output before dpack sees it. */
 enum variant { V_PLAIN, V_OPTIMIZED, V_RESTART, V_OPT_RESTART };
 
-enum { NIMG = 18 };
+enum { NIMG = 19 };
 static struct img imgs[NIMG];
 static int kept[NIMG];          /* dpack keeps the input's bytes */
 static int optimized[NIMG];     /* optimised tables: some DC category has no code, so transcoded */
@@ -83,6 +83,7 @@ static int setup(void **state)
 		{ 1031, 97, TJSAMP_420, 0, V_PLAIN },  { 512, 384, TJSAMP_420, 0, V_PLAIN },
 		{ 500, 375, TJSAMP_420, 0, V_OPTIMIZED }, { 355, 240, TJSAMP_GRAY, 0, V_OPTIMIZED },
 		{ 320, 241, TJSAMP_422, 0, V_RESTART },   { 407, 300, TJSAMP_444, 0, V_OPT_RESTART },
+		{ 350, 203, TJSAMP_411, 0, V_PLAIN },     /* MCUs 32 px wide */
 	};
 	for (int i = 0; i < NIMG; i++) {
 		jpeg_img_make(tjd, &imgs[i], set[i].w, set[i].h, set[i].samp, set[i].progressive,
