@@ -595,20 +595,81 @@ static int index_jpeg(const uint8_t *jpg, size_t len, unsigned col_px, struct ld
 	return index_scan(jpg, len, info, tab, tablen, why, whylen);
 }
 
-/* The record: the JPEG, the index, the footer. */
-static int assemble(const uint8_t *jpg, const struct ldr_idx_info *info, const uint8_t *tab,
-		    size_t tablen, uint8_t **out, size_t *outlen)
+/* Append @v as a LEB128 varint at @o; returns the bytes written (at most 5). */
+static size_t put_varint(uint8_t *o, uint32_t v)
 {
-	size_t n = info->jpeg_len + tablen + LDR_IDX_FOOTER;
-	uint8_t *o = malloc(n);
+	size_t n = 0;
+
+	while (v >= 0x80) {
+		o[n++] = (uint8_t)(v | 0x80);
+		v >>= 7;
+	}
+	o[n++] = (uint8_t)v;
+	return n;
+}
+
+static uint32_t zigzag(int v)
+{
+	return v < 0 ? ((uint32_t)-(v + 1) << 1) | 1 : (uint32_t)v << 1;
+}
+
+static int unzigzag(uint32_t u)
+{
+	return u & 1 ? -(int)(u >> 1) - 1 : (int)(u >> 1);
+}
+
+/* The index pass's fixed entries @tab (one per point) as the stored index: the row directory, then
+ * the point stream (docs/FORMAT.md). *out (malloc) holds *outlen bytes. */
+static int encode_index(const struct ldr_idx_info *info, const uint8_t *tab, uint8_t **out,
+			size_t *outlen)
+{
+	const struct ldr_rst_info *g = &info->geo;
+	size_t dirlen = 4 * ((size_t)g->mcus_y + 1);
+	uint8_t *o = malloc(dirlen + (size_t)info->npoints * (5 + 5 * info->ncomp));
+	size_t n = dirlen;
 
 	if (!o)
 		return -ENOMEM;
+	for (uint32_t k = 0; k < info->npoints; k++) {
+		const uint8_t *e = tab + (size_t)k * info->entry_size;
+		int first = k % g->segs_x == 0;  /* a row's first point, or the final one */
+		const uint8_t *pe = first ? e : e - info->entry_size;
+		if (first)
+			put_le32(o + 4 * (k / g->segs_x), (uint32_t)(n - dirlen));
+		n += put_varint(o + n, le32(e) - (first ? 0 : le32(pe)));
+		for (unsigned c = 0; c < info->ncomp; c++) {
+			int v = (int16_t)(e[4 + 2 * c] | e[5 + 2 * c] << 8);
+			int pv = first ? 0 : (int16_t)(pe[4 + 2 * c] | pe[5 + 2 * c] << 8);
+			n += put_varint(o + n, zigzag(v - pv));
+		}
+	}
+	*out = o;
+	*outlen = n;
+	return 0;
+}
+
+/* The record: the JPEG, the index, the footer. */
+static int assemble(const uint8_t *jpg, const struct ldr_idx_info *info, const uint8_t *tab,
+		    uint8_t **out, size_t *outlen)
+{
+	uint8_t *idx;
+	size_t idxlen;
+
+	if (encode_index(info, tab, &idx, &idxlen) < 0)
+		return -ENOMEM;
+	size_t n = info->jpeg_len + idxlen + LDR_IDX_FOOTER;
+	uint8_t *o = malloc(n);
+	if (!o || idxlen > UINT32_MAX) {
+		free(idx);
+		free(o);
+		return -ENOMEM;
+	}
 	memcpy(o, jpg, info->jpeg_len);
-	memcpy(o + info->jpeg_len, tab, tablen);
-	uint8_t *f = o + info->jpeg_len + tablen;
+	memcpy(o + info->jpeg_len, idx, idxlen);
+	free(idx);
+	uint8_t *f = o + info->jpeg_len + idxlen;
 	memset(f, 0, LDR_IDX_FOOTER);
-	put_le32(f, (uint32_t)tablen);
+	put_le32(f, (uint32_t)idxlen);
 	put_le32(f + 4, (uint32_t)info->jpeg_len);
 	put_le32(f + 8, (uint32_t)info->geo.scan_at);
 	put_le16(f + 12, info->geo.interval);
@@ -659,7 +720,7 @@ int ldr_idx_build(const uint8_t *jpg, size_t len, unsigned col_px, struct dpk_re
 		goto out;
 	}
 	if (ret == 0)
-		ret = assemble(jpg, info, tab, tablen, out, outlen);
+		ret = assemble(jpg, info, tab, out, outlen);
 	if (ret == 0) {
 		r->kind = DPK_KIND_JPEG_IDX;
 		r->flags &= (uint8_t)~DPK_F_PROGRESSIVE;
@@ -673,27 +734,80 @@ out:
 
 /* ---- the record ---- */
 
-/* Check every index point: inside the scan, in order, not on a stuffing byte; point 0 at the
- * start with zero predictions. */
-static int check_points(const uint8_t *rec, const struct ldr_idx_info *info, char *why,
-			size_t whylen)
+/* Check the row directory: row 0 at the stream's start, rows in order, all inside the stream. */
+static int check_rows(const struct ldr_idx_info *info, char *why, size_t whylen)
 {
-	uint64_t limit = (uint64_t)(info->eoi_at - info->geo.scan_at) * 8, prev = 0;
+	uint32_t prev = 0;
 
-	for (uint32_t k = 0; k < info->npoints; k++) {
-		const uint8_t *e = info->points + (size_t)k * info->entry_size;
-		uint32_t off = le32(e);
-		size_t at = info->geo.scan_at + (off >> 3);
-		if (off > limit || off < prev)
-			return bad(why, whylen, -EBADMSG, "index point outside the scan or out of order");
-		if (at > info->geo.scan_at && at < info->eoi_at && rec[at - 1] == 0xFF && rec[at] == 0)
-			return bad(why, whylen, -EBADMSG, "index point inside a stuffed byte");
-		if (k == 0 && (off != 0 || memcmp(e + 4, "\0\0\0\0\0\0", 2 * info->ncomp)))
-			return bad(why, whylen, -EBADMSG, "index does not start at the scan");
-		if (k > 0 && off == prev)  /* an MCU has at least one bit per block */
-			return bad(why, whylen, -EBADMSG, "index points out of order");
-		prev = off;
+	for (uint32_t r = 0; r <= info->geo.mcus_y; r++) {
+		uint32_t a = le32(info->rows + 4 * (size_t)r);
+		if ((r == 0 && a != 0) || a < prev || a >= info->stream_len)
+			return bad(why, whylen, -EBADMSG, "index row directory out of order or range");
+		prev = a;
 	}
+	return 0;
+}
+
+/* The next varint of [*p, end) into *v; -1 past the end or longer than a u32. */
+static int get_varint(const uint8_t **p, const uint8_t *end, uint32_t *v)
+{
+	uint32_t x = 0;
+
+	for (unsigned sh = 0; sh < 35; sh += 7) {
+		if (*p >= end)
+			return -1;
+		uint8_t b = *(*p)++;
+		if (sh == 28 && b > 0x0F)
+			return -1;
+		x |= (uint32_t)(b & 0x7F) << sh;
+		if (!(b & 0x80)) {
+			*v = x;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+int ldr_idx_point(const uint8_t *rec, const struct ldr_idx_info *info, uint32_t r, uint32_t j,
+		  struct ldr_idx_point *pt, char *why, size_t whylen)
+{
+	const struct ldr_rst_info *g = &info->geo;
+	uint64_t limit = (uint64_t)(info->eoi_at - g->scan_at) * 8, off = 0;
+
+	if (j >= g->segs_x && r < g->mcus_y) {  /* the end of row r: the next row's start */
+		r++;
+		j = 0;
+	}
+	if (r > g->mcus_y || (r == g->mcus_y && j) || j >= g->segs_x)
+		return bad(why, whylen, -EINVAL, "no such index point");
+	uint32_t a = le32(info->rows + 4 * (size_t)r);
+	uint32_t e = r < g->mcus_y ? le32(info->rows + 4 * ((size_t)r + 1)) : info->stream_len;
+	const uint8_t *p = info->stream + a, *end = info->stream + e;
+	int pred[3] = { 0, 0, 0 };
+	for (uint32_t i = 0; i <= j; i++) {
+		uint32_t d;
+		if (get_varint(&p, end, &d) < 0)
+			return bad(why, whylen, -EBADMSG, "index point stream damaged");
+		if (i > 0 && d == 0)  /* an MCU has at least one bit per block */
+			return bad(why, whylen, -EBADMSG, "index points out of order");
+		off += d;
+		if (off > limit)
+			return bad(why, whylen, -EBADMSG, "index point outside the scan");
+		for (unsigned c = 0; c < info->ncomp; c++) {
+			if (get_varint(&p, end, &d) < 0)
+				return bad(why, whylen, -EBADMSG, "index point stream damaged");
+			pred[c] += unzigzag(d);
+			if (pred[c] < -32768 || pred[c] > 32767)
+				return bad(why, whylen, -EBADMSG, "index DC prediction out of range");
+		}
+	}
+	size_t at = g->scan_at + (size_t)(off >> 3);
+	if (at > g->scan_at && at < info->eoi_at && rec[at - 1] == 0xFF && rec[at] == 0)
+		return bad(why, whylen, -EBADMSG, "index point inside a stuffed byte");
+	if (r == 0 && j == 0 && (off || pred[0] || pred[1] || pred[2]))
+		return bad(why, whylen, -EBADMSG, "index does not start at the scan");
+	pt->bit = (uint32_t)off;
+	memcpy(pt->pred, pred, sizeof(pred));
 	return 0;
 }
 
@@ -727,13 +841,16 @@ int ldr_idx_parse(const uint8_t *rec, size_t len, struct ldr_idx_info *info, cha
 		return bad(why, whylen, -EBADMSG, "bad index column width");
 	g->interval = K;
 	g->segs_x = (g->mcus_x + K - 1) / K;
-	if ((uint64_t)g->mcus_y * g->segs_x + 1 != np || (uint64_t)np * info->entry_size != tablen)
+	uint64_t dirlen = 4 * ((uint64_t)g->mcus_y + 1);
+	if ((uint64_t)g->mcus_y * g->segs_x + 1 != np || dirlen >= tablen)
 		return bad(why, whylen, -EBADMSG, "index size does not match the image");
 	info->jpeg_len = jpeg_len;
 	info->eoi_at = jpeg_len - 2;
-	info->points = rec + jpeg_len;
+	info->rows = rec + jpeg_len;
+	info->stream = info->rows + dirlen;
+	info->stream_len = (uint32_t)(tablen - dirlen);
 	info->npoints = np;
-	return check_points(rec, info, why, whylen);
+	return check_rows(info, why, whylen);
 }
 
 /* ---- the splice ---- */
@@ -927,23 +1044,13 @@ static int copy_block(struct bitrd *b, struct bitwr *w, const struct ldr_huff *d
 	return 0;
 }
 
-static const uint8_t *point(const struct ldr_idx_info *info, uint64_t k)
-{
-	return info->points + (size_t)k * info->entry_size;
-}
-
-static int pred_of(const uint8_t *e, unsigned c)
-{
-	return (int16_t)(e[4 + 2 * c] | e[5 + 2 * c] << 8);
-}
-
 /* One planned row: index points @s to @t; @prev: the point whose predictions the splice's decoder
  * holds at the row's start, or NULL (the first row: zero). */
-static int splice_row(const uint8_t *rec, const struct ldr_idx_info *info, const uint8_t *s,
-		      const uint8_t *t, const uint8_t *prev, struct bitwr *w, char *why,
-		      size_t whylen)
+static int splice_row(const uint8_t *rec, const struct ldr_idx_info *info,
+		      const struct ldr_idx_point *s, const struct ldr_idx_point *t,
+		      const struct ldr_idx_point *prev, struct bitwr *w, char *why, size_t whylen)
 {
-	uint32_t so = le32(s), to = le32(t);
+	uint32_t so = s->bit, to = t->bit;
 	size_t at;
 	unsigned bit;
 	struct bitrd b;
@@ -952,7 +1059,7 @@ static int splice_row(const uint8_t *rec, const struct ldr_idx_info *info, const
 		return bad(why, whylen, -EBADMSG, "index points out of order");
 	rd_init(&b, rec, info->geo.scan_at + (so >> 3), so & 7, info->eoi_at);
 	for (unsigned ci = 0; ci < info->ncomp; ci++) {
-		int pr[2] = { pred_of(s, ci), prev ? pred_of(prev, ci) : 0 };
+		int pr[2] = { s->pred[ci], prev ? prev->pred[ci] : 0 };
 		for (unsigned bl = 0; bl < info->nblocks[ci]; bl++) {
 			int ret = copy_block(&b, w, info->dc[ci], info->ac[ci], bl ? NULL : pr,
 					     why, whylen);
@@ -991,12 +1098,18 @@ long ldr_idx_splice(const uint8_t *rec, const struct ldr_idx_info *info,
 	out[g->sof_at + 2] = (uint8_t)(plan->w >> 8);
 	out[g->sof_at + 3] = (uint8_t)plan->w;
 	struct bitwr w = { out + g->scan_at, 0, 0 };
-	for (uint64_t r = plan->row0; r < plan->row1; r++) {
-		const uint8_t *prev = r > plan->row0 ? point(info, (r - 1) * cols + plan->seg_x1) : NULL;
-		int ret = splice_row(rec, info, point(info, r * cols + plan->seg_x0),
-				     point(info, r * cols + plan->seg_x1), prev, &w, why, whylen);
+	struct ldr_idx_point ps, pt, prev;
+	for (uint32_t r = plan->row0; r < plan->row1; r++) {
+		/* the end of the previous row's range is where the splice's predictions stand */
+		int ret = ldr_idx_point(rec, info, r, plan->seg_x0, &ps, why, whylen);
+		if (ret == 0)
+			ret = ldr_idx_point(rec, info, r, plan->seg_x1, &pt, why, whylen);
+		if (ret == 0)
+			ret = splice_row(rec, info, &ps, &pt, r > plan->row0 ? &prev : NULL, &w, why,
+					 whylen);
 		if (ret < 0)
-			return ret;
+			return ret == -EINVAL ? -EBADMSG : ret;
+		prev = pt;
 	}
 	wr_finish(&w);
 	*w.o++ = 0xFF;

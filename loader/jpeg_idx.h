@@ -51,17 +51,30 @@ struct ldr_idx_info {
 	struct ldr_huff huff[8];  /* DC 0..3, AC 0..3 */
 	size_t jpeg_len;          /* bytes of the JPEG, SOI to EOI */
 	size_t eoi_at;            /* offset of the EOI marker that ends the scan (records) */
-	const uint8_t *points;    /* the index entries (records) */
+	const uint8_t *rows;      /* records: the row directory (mcus_y + 1 u32) ... */
+	const uint8_t *stream;    /* ... and the point stream it indexes */
+	uint32_t stream_len;
 	uint32_t npoints;         /* geo.mcus_y * geo.segs_x + 1 */
-	unsigned entry_size;      /* 4 + 2 * ncomp */
+	unsigned entry_size;      /* the index pass's fixed-size entries: 4 + 2 * ncomp */
 	int fast;                 /* build the acfast tables (the index pass) */
 };
 
-/* Parse the record @rec[0, len): its footer, its JPEG header up to the scan and its index (every
- * point inside the scan, in order). Returns 0; -EBADMSG (with the reason in @why) when any of it
- * is damaged. */
+/* Parse the record @rec[0, len): its footer, its JPEG header up to the scan and its index's row
+ * directory (the points are checked where they are read). Returns 0; -EBADMSG (with the reason
+ * in @why) when any of it is damaged. */
 int ldr_idx_parse(const uint8_t *rec, size_t len, struct ldr_idx_info *info, char *why,
 		  size_t whylen);
+
+/* An index point: the state before an MCU is decoded. */
+struct ldr_idx_point {
+	uint32_t bit;             /* bit offset from the first entropy-coded byte (stored bytes) */
+	int pred[3];              /* each scan component's DC prediction */
+};
+/* Point (@r, @j) of a parsed record (@j up to geo.segs_x: the next row's first point, or after
+ * the last row the final point). Returns 0, or -EBADMSG with @why when the stream is damaged or
+ * the point lies outside the scan or on a stuffed byte. */
+int ldr_idx_point(const uint8_t *rec, const struct ldr_idx_info *info, uint32_t r, uint32_t j,
+		  struct ldr_idx_point *pt, char *why, size_t whylen);
 /* An upper bound on the splice's size for @info and @plan. */
 size_t ldr_idx_splice_bound(const struct ldr_idx_info *info, const struct ldr_rst_plan *plan);
 /* Write the splice of @plan (from ldr_rst_plan(&info->geo, ...)) into @out (at least

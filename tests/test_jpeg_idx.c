@@ -245,10 +245,28 @@ static void reseal(uint8_t *r, size_t len)
 		f[20 + k] = (uint8_t)(h >> (8 * k));
 }
 
-/* The byte offset of index entry @e's point. */
-static size_t point_at(const uint8_t *e, size_t scan_at)
+/* The byte offset of point (@r, @j) of the record @rec. */
+static size_t point_at(const uint8_t *rec, const struct ldr_idx_info *info, uint32_t r, uint32_t j)
 {
-	return scan_at + ((e[0] | (size_t)e[1] << 8 | (size_t)e[2] << 16 | (size_t)e[3] << 24) >> 3);
+	struct ldr_idx_point pt;
+	char why[160];
+
+	if (ldr_idx_point(rec, info, r, j, &pt, why, sizeof(why)))
+		fail_msg("point %u,%u: %s", r, j, why);
+	return info->geo.scan_at + (pt.bit >> 3);
+}
+
+/* The offset in @rec of the first byte of point (@r, @j)'s varints (j < columns). */
+static size_t point_bytes(const uint8_t *rec, const struct ldr_idx_info *info, uint32_t r,
+			  uint32_t j)
+{
+	const uint8_t *d = info->rows + 4 * (size_t)r;
+	size_t at = (size_t)(info->stream - rec) + (d[0] | (size_t)d[1] << 8 | (size_t)d[2] << 16);
+
+	for (uint32_t k = 0; k < j * (1 + info->ncomp); k++)
+		while (rec[at++] & 0x80)
+			;
+	return at;
 }
 
 static void expect_bad(const uint8_t *r, size_t len, const struct ldr_crop *c, const char *what,
@@ -286,8 +304,6 @@ static void test_idx_damage_rejected(void **state)
 	assert_non_null(bad);
 	assert_int_equal(ldr_idx_parse(r, len, &info, why, sizeof(why)), 0);
 	size_t tab = info.jpeg_len, foot = len - LDR_IDX_FOOTER;
-	uint32_t cols = info.geo.segs_x;
-	size_t es = info.entry_size;
 
 	memcpy(bad, r, len);
 	bad[len - 1] ^= 1;
@@ -309,25 +325,32 @@ static void test_idx_damage_rejected(void **state)
 	bad[foot + 12] ^= 1;
 	reseal(bad, len);
 	expect_bad(bad, len, &c, "column width", "index size");
-	/* an index point moved back past its predecessor */
+	/* two rows of the directory swapped */
 	memcpy(bad, r, len);
-	memcpy(bad + tab + (13 * cols + 2) * es, bad + tab + (13 * cols + 1) * es, 4);
-	reseal(bad, len);
-	expect_bad(bad, len, &c, "point out of order", "order");
-	/* a point beyond the scan */
+	memcpy(bad + tab + 4 * 13, r + tab + 4 * 14, 4);
+	memcpy(bad + tab + 4 * 14, r + tab + 4 * 13, 4);
+	expect_bad(bad, len, &c, "row directory", "directory");
+	/* a point that does not move (delta 0) */
 	memcpy(bad, r, len);
-	memset(bad + tab + (14 * cols + 3) * es, 0xFF, 4);
-	reseal(bad, len);
+	bad[point_bytes(r, &info, 14, 4)] = 0;
+	expect_bad(bad, len, &c, "zero delta", "order");
+	/* a row start past the scan */
+	memcpy(bad, r, len);
+	memset(bad + point_bytes(r, &info, 14, 0), 0xFF, 4);
+	bad[point_bytes(r, &info, 14, 0) + 4] = 0x0F;
 	expect_bad(bad, len, &c, "point past the scan", "outside");
-	/* the first point not at the scan's start */
+	/* a varint that runs on past five bytes */
 	memcpy(bad, r, len);
-	bad[tab] = 1;
-	reseal(bad, len);
-	expect_bad(bad, len, &c, "first point", "start");
+	memset(bad + point_bytes(r, &info, 14, 0), 0xFF, 6);
+	expect_bad(bad, len, &c, "varint too long", "stream");
+	/* the first point not at the scan's start (a window from row 0) */
+	memcpy(bad, r, len);
+	bad[point_bytes(r, &info, 0, 0)] = 1;
+	struct ldr_crop top = { 0, 0, 100, 100 };
+	expect_bad(bad, len, &top, "first point", "start");
 	/* a marker inside the scan, in a row the window needs (between two of its points) */
 	memcpy(bad, r, len);
-	size_t at = point_at(r + tab + (14 * cols + 4) * es, info.geo.scan_at);
-	size_t at2 = point_at(r + tab + (14 * cols + 5) * es, info.geo.scan_at);
+	size_t at = point_at(r, &info, 14, 4), at2 = point_at(r, &info, 14, 5);
 	bad[(at + at2) / 2] = 0xFF;
 	bad[(at + at2) / 2 + 1] = 0xD3;
 	expect_bad(bad, len, &c, "marker in the scan", "marker");
