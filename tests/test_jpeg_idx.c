@@ -3,10 +3,11 @@
  * equals a full decode of the original, every pixel), and the window that loaderd decodes from a
  * bit-level splice equals the same window of a full decode of the original at the same DCT scale
  * (1, 1/2, 1/4, 1/8), maximum absolute difference 0, for every image of a generated set (sizes
- * that are and are not multiples of the MCU, 1x1, 4:4:4, 4:2:2, 4:2:0, 4:4:0, 4:1:1, grey, progressive
- * inputs, inputs with restart markers, inputs with optimised Huffman tables whose DC tables lack
- * categories), several index widths and many random windows each. A damaged footer, index or
- * scan gives -EBADMSG with a reason, never a read outside the record (ASan in `make test`).
+ * that are and are not multiples of the MCU, 1x1, 4:4:4, 4:2:2, 4:2:0, 4:4:0, 4:1:1, grey,
+ * progressive inputs, inputs with restart markers, inputs with optimised Huffman tables whose
+ * DC tables lack categories), several index widths and many random windows each. A damaged
+ * footer, index or scan gives -EBADMSG with a reason, never a read outside the record (ASan in
+ * `make test`).
  * Seeded tests print their seed. */
 #include "loader/decode.h"
 #include "loader/jpeg_idx.h"
