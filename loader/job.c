@@ -1,10 +1,12 @@
 /* job.c - a loaderd job on one dataset, and the fill of one slot (see job.h).
  *
  * DESIGN
- * The sampler writes the step's sample ids and flags into the worker's own arrays; the worker's
- * reader brings the records in with one batched submission; each record's checksum is checked,
- * then it is decoded into its place in the slot's payload. Ids, flags and labels are copied into
- * the slot at the end. Shared memory is write-only for the producer: the consumer can write into
+ * A step is opened once (step_open): the sampler writes its sample ids and flags into the
+ * server's private arrays for the step. The server cuts it into tasks of a few samples that any
+ * worker fills (fill): the worker's reader brings the task's records in with one batched
+ * submission; each record's checksum is checked, then it is decoded into its place in the slot's
+ * payload, and its label set. The server copies ids, flags and labels into the slot once every
+ * task is done. Shared memory is write-only for the producer: the consumer can write into
  * its slots at any time (a bug, or malice), so nothing read back from them may steer a worker (an
  * id read back twice could change in between and send the checksum past its record's buffer).
  * Pixels are not staged: the decoders only write the payload, never read it.
@@ -32,6 +34,7 @@
 #include <unistd.h>
 
 #define SUBSTITUTE_TRIES 16
+#define READ_MAX 1024              /* records per reader call */
 
 struct job {
 	struct dpk *d;
@@ -51,12 +54,16 @@ struct worker {
 	struct ldr_decoder *dec;
 	uint8_t *sub;              /* a substitute record's bytes */
 	size_t sub_cap;
-	const uint8_t *bufs[1024];
-	int errs[1024];
-	/* The step's sampler output, private to the worker, RING_BATCH_MAX entries each. */
-	uint64_t *ids;
-	uint8_t *flags;
-	int64_t *labels;
+	const uint8_t *bufs[READ_MAX];
+	int errs[READ_MAX];
+	/* Reads started for the task this worker fills next (reader half pf_half), when pf_n: the
+	 * dataset and the ids they are for. */
+	const struct dpk *pf_d;
+	uint64_t pf_ids[READ_MAX];
+	uint32_t pf_n;             /* records the reads cover (the leading ones that fit) */
+	uint32_t pf_asked;         /* of pf_ids */
+	unsigned pf_half;
+	unsigned half;             /* the reader half the current records are in */
 };
 
 /* ---- job open ---- */
@@ -211,18 +218,11 @@ static void *worker_init(void *ctx, unsigned index)
 
 	if (!w)
 		return NULL;
-	w->ids = calloc(RING_BATCH_MAX, sizeof(*w->ids));
-	w->flags = calloc(RING_BATCH_MAX, sizeof(*w->flags));
-	w->labels = calloc(RING_BATCH_MAX, sizeof(*w->labels));
-	if (!w->ids || !w->flags || !w->labels ||
-	    ldr_reader_create(cfg->io, cfg->arena_bytes ? cfg->arena_bytes : 16u << 20, &w->rd) < 0 ||
+	if (ldr_reader_create(cfg->io, cfg->arena_bytes ? cfg->arena_bytes : 16u << 20, &w->rd) < 0 ||
 	    ldr_decoder_create(&w->dec) < 0) {
 		LOG_ERROR("worker %u: cannot set up its reader or decoder", index);
 		ldr_reader_destroy(w->rd);
 		ldr_decoder_destroy(w->dec);
-		free(w->ids);
-		free(w->flags);
-		free(w->labels);
 		free(w);
 		return NULL;
 	}
@@ -240,9 +240,6 @@ static void worker_fini(void *ctx, void *p)
 	ldr_reader_destroy(w->rd);
 	ldr_decoder_destroy(w->dec);
 	free(w->sub);
-	free(w->ids);
-	free(w->flags);
-	free(w->labels);
 	free(w);
 }
 
@@ -336,12 +333,107 @@ static int truncated(struct job *j, struct srv_fill *f)
 	return 1;
 }
 
+/* The sampler's draw for a step, into the server's private arrays; labels are set by the fills
+ * (a substitute has its own). */
+static int step_open(void *ctx, void *wp, struct srv_step *st, char *why, size_t whylen)
+{
+	struct job *j = st->job;
+
+	(void)ctx;
+	if (!wp) {
+		snprintf(why, whylen, "a worker could not start (see loaderd's log)");
+		return -ENOMEM;
+	}
+	st->count = ldr_sampler_batch(&j->smp, st->epoch, st->step_in_epoch, st->rank, st->ids,
+				      st->flags);
+	assert(st->count <= j->spec.batch && j->spec.batch <= RING_BATCH_MAX);
+	return 0;
+}
+
+/* Sample @i of the step failed to read or decode (@why): substitute it (into @dst, its ids and
+ * flags entries) or, with the fail policy or no good substitute, fail with f->why. The choice
+ * depends only on (seed, epoch, position of @i), whichever task or worker fills it. */
+static int replace_bad(struct job *j, struct worker *w, struct srv_fill *f, uint32_t i,
+		       uint8_t *dst, const char *why)
+{
+	struct srv_step *st = f->step;
+	uint64_t id = st->ids[i];
+
+	f->bad++;
+	if (f->nbad_ids < 8)
+		f->bad_ids[f->nbad_ids++] = id;
+	if (j->spec.on_bad == CTL_BAD_FAIL) {
+		snprintf(f->why, sizeof(f->why), "sample %" PRIu64 ": %s (policy: fail)", id, why);
+		return -EBADMSG;
+	}
+	uint64_t pos = ldr_sampler_pos(&j->smp, st->step_in_epoch, st->rank, i) % j->smp.n;
+	uint64_t sid;
+	if (substitute(j, w, st->epoch, pos, &sid, dst, f) < 0) {
+		snprintf(f->why, sizeof(f->why), "sample %" PRIu64 ": %s, and no good substitute in "
+			 "the next %d", id, why, SUBSTITUTE_TRIES);
+		return -EBADMSG;
+	}
+	LOG_WARN("job %s: sample %" PRIu64 " is bad (%s); substituted by sample %" PRIu64,
+		 j->spec.job, id, why, sid);
+	st->ids[i] = sid;
+	st->flags[i] |= RING_SAMPLE_SUBSTITUTED;
+	return 0;
+}
+
+/* The records @ids[0..n) from the reads started for them by the fill before (their count, the
+ * leading ones that fit), or -1 when none were: then reads started for other records are
+ * waited for and dropped. */
+static int prefetched(struct worker *w, const struct dpk *d, const uint64_t *ids, uint32_t n)
+{
+	if (!w->pf_n)
+		return -1;
+	int match = w->pf_d == d && w->pf_asked <= n &&
+		    !memcmp(w->pf_ids, ids, w->pf_asked * sizeof(*ids));
+	w->pf_n = 0;
+	w->half = w->pf_half;
+	int k = ldr_reader_complete(w->rd, w->half, w->bufs, w->errs);
+	return match ? k : -1;
+}
+
+/* Read @ids[0..n) now (the leading ones that fit; their count), into the half that reads started
+ * for the next task do not use. */
+static int read_now(struct job *j, struct worker *w, const uint64_t *ids, uint32_t n)
+{
+	w->half = w->pf_n ? !w->pf_half : 0;
+	int k = ldr_reader_submit(w->rd, w->half, j->d, j->fd_direct, ids, n);
+	return k <= 0 ? k : ldr_reader_complete(w->rd, w->half, w->bufs, w->errs);
+}
+
+/* Start reading the records of the task this worker fills next (f->next_*), into the other half
+ * of the reader, so that they arrive while this task decodes. */
+static void prefetch(struct worker *w, const struct srv_fill *f)
+{
+	const struct srv_step *nst = f->next_step;
+	const struct job *nj = nst->job;
+	uint32_t n = f->next_end - f->next_begin;
+
+	if (n > READ_MAX)
+		n = READ_MAX;
+	memcpy(w->pf_ids, nst->ids + f->next_begin, n * sizeof(*w->pf_ids));
+	int k = ldr_reader_submit(w->rd, !w->half, nj->d, nj->fd_direct, w->pf_ids, n);
+	if (k > 0) {
+		w->pf_d = nj->d;
+		w->pf_n = (uint32_t)k;
+		w->pf_asked = n;
+		w->pf_half = !w->half;
+	}
+}
+
+/* Samples [f->begin, f->end) of the step: read, check and decode each into its place in the
+ * slot's payload; its label (and, when substituted, its id and flags) into the step's arrays.
+ * The first records come from the reads the fill before started for them, if any; once they are
+ * in, the reads of the next task start (f->next_step), before any decoding. */
 static int fill(void *ctx, void *wp, struct srv_fill *f)
 {
-	struct job *j = f->job;
+	struct srv_step *st = f->step;
+	struct job *j = st->job;
 	struct worker *w = wp;
-	struct ring_slot *s = f->slot;
-	uint8_t *payload = s->payload;
+	uint8_t *payload = f->slot->payload;
 	char why[160];  /* leaves room for the sample id in f->why */
 
 	(void)ctx;
@@ -349,15 +441,20 @@ static int fill(void *ctx, void *wp, struct srv_fill *f)
 		snprintf(f->why, sizeof(f->why), "a worker could not start (see loaderd's log)");
 		return -ENOMEM;
 	}
-	uint32_t count = ldr_sampler_batch(&j->smp, f->epoch, f->step_in_epoch, f->rank, w->ids, w->flags);
-	assert(count <= j->spec.batch && j->spec.batch <= RING_BATCH_MAX);
-	for (uint32_t i = 0; i < count;) {
+	for (uint32_t i = f->begin; i < f->end;) {
 		uint64_t t0 = clk_now_ns();
-		uint32_t want = count - i > 1024 ? 1024 : count - i;
-		int k = ldr_reader_read(w->rd, j->d, j->fd_direct, w->ids + i, want, w->bufs, w->errs);
+		uint32_t want = f->end - i > READ_MAX ? READ_MAX : f->end - i;
+		int k = i == f->begin ? prefetched(w, j->d, st->ids + i, want) : -1;
+		if (k <= 0)
+			k = read_now(j, w, st->ids + i, want);
+		if (k <= 0) {  /* cannot be: a reader half is always free here */
+			snprintf(f->why, sizeof(f->why), "reader: %s", strerror(k < 0 ? -k : EIO));
+			return k < 0 ? k : -EIO;
+		}
+		if (i == f->begin && f->next_step && f->next_end > f->next_begin)
+			prefetch(w, f);
 		f->phase_ns[LDR_PHASE_IO] += clk_now_ns() - t0;
 		for (int q = 0; q < k; q++, i++) {
-			uint64_t id = w->ids[i];
 			uint8_t *dst = payload + (size_t)i * j->sample_bytes;
 			int ret = w->errs[q];
 			if (ret == -EBADMSG && truncated(j, f))
@@ -365,37 +462,13 @@ static int fill(void *ctx, void *wp, struct srv_fill *f)
 			if (ret < 0)
 				snprintf(why, sizeof(why), "read: %.100s", strerror(-ret));
 			else
-				ret = decode_one(j, w, f->epoch, id, w->bufs[q], dst,
+				ret = decode_one(j, w, st->epoch, st->ids[i], w->bufs[q], dst,
 						 &f->phase_ns[LDR_PHASE_DECODE], why, sizeof(why));
-			if (ret < 0) {
-				f->bad++;
-				if (f->nbad_ids < 8)
-					f->bad_ids[f->nbad_ids++] = id;
-				if (j->spec.on_bad == CTL_BAD_FAIL) {
-					snprintf(f->why, sizeof(f->why), "sample %" PRIu64 ": %s (policy: fail)",
-						 id, why);
-					return -EBADMSG;
-				}
-				uint64_t pos = ldr_sampler_pos(&j->smp, f->step_in_epoch, f->rank, i) % j->smp.n;
-				uint64_t sid;
-				if (substitute(j, w, f->epoch, pos, &sid, dst, f) < 0) {
-					snprintf(f->why, sizeof(f->why), "sample %" PRIu64 ": %s, and no good "
-						 "substitute in the next %d", id, why, SUBSTITUTE_TRIES);
-					return -EBADMSG;
-				}
-				LOG_WARN("job %s: sample %" PRIu64 " is bad (%s); substituted by sample %"
-					 PRIu64, j->spec.job, id, why, sid);
-				w->ids[i] = sid;
-				w->flags[i] |= RING_SAMPLE_SUBSTITUTED;
-			}
-			w->labels[i] = dpk_entry_get(j->d, w->ids[i])->label;
+			if (ret < 0 && (ret = replace_bad(j, w, f, i, dst, why)) < 0)
+				return ret;
+			st->labels[i] = dpk_entry_get(j->d, st->ids[i])->label;
 		}
 	}
-	/* Write-only: the consumer may have scribbled on these; they are overwritten, never read. */
-	memcpy(s->ids, w->ids, count * sizeof(*w->ids));
-	memcpy(s->flags, w->flags, count * sizeof(*w->flags));
-	memcpy(s->labels, w->labels, count * sizeof(*w->labels));
-	f->count = count;
 	return 0;
 }
 
@@ -407,6 +480,7 @@ void ldr_job_ops(const struct ldr_config *cfg, struct srv_ops *ops)
 	ops->job_close = job_close;
 	ops->worker_init = worker_init;
 	ops->worker_fini = worker_fini;
+	ops->step_open = step_open;
 	ops->fill = fill;
 	ops->phases[LDR_PHASE_IO] = (struct srv_phase){ "io", "reading" };
 	ops->phases[LDR_PHASE_DECODE] = (struct srv_phase){ "decode", "decoding" };

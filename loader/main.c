@@ -48,6 +48,8 @@ static void usage(FILE *f)
 "  --workers N          decode threads (default: all cores, here %u)\n"
 "  --mem-limit BYTES    ring memory over all ranks, suffix K, M, G (default: half of RAM)\n"
 "  --slots N            ring depth when a client does not ask (default 4)\n"
+"  --task-samples N     samples per task: a batch is cut into tasks that any worker fills\n"
+"                       (default: batch / (4 x workers), within 4..8)\n"
 "  --io MODE            auto (io_uring, O_DIRECT where the file system allows; default),\n"
 "                       buffered (io_uring through the page cache), pread (no io_uring)\n"
 "  --group NAME         let members of this group connect too (socket mode 0660)\n"
@@ -117,6 +119,7 @@ static const struct option long_opts[] = {
 	{ "workers", required_argument, NULL, 'w' },
 	{ "mem-limit", required_argument, NULL, 'm' },
 	{ "slots", required_argument, NULL, 'n' },
+	{ "task-samples", required_argument, NULL, 't' },
 	{ "io", required_argument, NULL, 'i' },
 	{ "group", required_argument, NULL, 'g' },
 	{ "linger", required_argument, NULL, 'L' },
@@ -176,6 +179,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case 'n':
 			if (arg_uint(optarg, 2, RING_SLOTS_MAX, &o->so.default_slots) < 0)
+				goto bad_value;
+			break;
+		case 't':
+			if (arg_uint(optarg, 1, RING_BATCH_MAX, &o->so.task_samples) < 0)
 				goto bad_value;
 			break;
 		case 'i':

@@ -1,18 +1,22 @@
 /* reader.c - batched record reads with io_uring, pread fallback (see reader.h).
  *
  * DESIGN
- * A fill asks for a batch of records at once. They are laid out back to back in the worker's
- * arena (4 KiB aligned, registered with io_uring once so the kernel need not pin pages per read),
- * one SQE each, submitted together; completions are reaped in any order and short reads are
- * resubmitted for the remainder. With O_DIRECT each read covers the record's block-aligned extent
- * (dpk_extent_align) and bypasses the page cache, so a dataset larger than memory does not evict
- * the trainer's pages. If the file system refuses O_DIRECT (EINVAL), the reader falls back to the
- * buffered fd for good.
+ * A fill asks for a set of records at once. They are laid out back to back in one half of the
+ * worker's arena (4 KiB aligned, registered with io_uring once so the kernel need not pin pages
+ * per read), one SQE each, submitted together; completions are reaped in any order and short
+ * reads are resubmitted for the remainder. The arena has two halves so that two sets can be in
+ * flight: a worker submits the reads of its next task (ldr_reader_submit) before it decodes the
+ * current one, and collects them (ldr_reader_complete) when it gets to it, so reads leave the
+ * critical path. Completions are tagged with their half; waiting for one half reaps the other's
+ * on the way, and at most QUEUE_DEPTH reads of both are in the ring at once. With O_DIRECT each
+ * read covers the record's block-aligned extent (dpk_extent_align) and bypasses the page cache,
+ * so a dataset larger than memory does not evict the trainer's pages. If the file system refuses
+ * O_DIRECT (EINVAL), the reader falls back to the buffered fd for good.
  *
  * Transient errors are not bad records: a read that fails with EIO, EAGAIN, ENOMEM, ECANCELED or
  * EINTR is tried again, up to RETRY_MAX times, after a pause that doubles each time (1 ms .. 16
- * ms; one pause per round of completions, not per read), and a short read resumes where it
- * stopped. Only an error that persists past that, or the end of the file, reaches the caller, so
+ * ms; one pause per round of completions of a half, not per read), and a short read resumes where
+ * it stopped. Only an error that persists past that, or the end of the file, reaches the caller, so
  * the records that get substituted are those whose bytes are bad, the same in every run. */
 #include "loader/reader.h"
 
@@ -42,6 +46,25 @@ struct req {
 	int retry;          /* waiting for its pause, then to be submitted again */
 };
 
+/* One half of the arena and the reads that go into it: a set of reads in flight. */
+struct half {
+	uint8_t *base;      /* arena + index * half size */
+	size_t size;
+	uint8_t *big;       /* for a record larger than the half */
+	size_t big_size;
+	struct req *reqs;   /* nreq_cap */
+	uint32_t n;         /* reads planned */
+	uint32_t next;      /* first read not submitted yet */
+	uint32_t inflight;  /* of this half, in the ring now */
+	uint32_t waiting;   /* reads waiting for their pause, then to go again */
+	int paused;         /* paused for those already (until one of them is submitted) */
+	int pending;        /* submitted and not completed */
+	int direct;         /* planned on the O_DIRECT fd */
+	const struct dpk *d;   /* what was asked, for a fallback to buffered reads */
+	const uint64_t *ids;
+	uint32_t asked;
+};
+
 struct ldr_reader {
 	enum ldr_io mode;
 	struct io_uring ring;
@@ -50,10 +73,9 @@ struct ldr_reader {
 	int direct_broken;  /* O_DIRECT refused once: buffered from now on */
 	uint8_t *arena;
 	size_t arena_size;
-	uint8_t *big;       /* for a record larger than the arena */
-	size_t big_size;
-	struct req *reqs;
 	uint32_t nreq_cap;
+	uint32_t inflight;  /* reads in the ring, both halves (<= QUEUE_DEPTH) */
+	struct half h[2];
 };
 
 static uint64_t align_up(uint64_t v, uint64_t a)
@@ -69,11 +91,15 @@ int ldr_reader_create(enum ldr_io mode, size_t arena_bytes, struct ldr_reader **
 	if (!r)
 		return -ENOMEM;
 	r->mode = mode;
-	r->arena_size = align_up(arena_bytes < BLOCK ? BLOCK : arena_bytes, BLOCK);
+	r->arena_size = align_up(arena_bytes < 2 * BLOCK ? 2 * BLOCK : arena_bytes, 2 * BLOCK);
 	r->arena = aligned_alloc(BLOCK, r->arena_size);
 	r->nreq_cap = 1024;
-	r->reqs = calloc(r->nreq_cap, sizeof(*r->reqs));
-	if (!r->arena || !r->reqs) {
+	for (unsigned i = 0; i < 2; i++) {
+		r->h[i].size = r->arena_size / 2;
+		r->h[i].base = r->arena ? r->arena + i * r->h[i].size : NULL;
+		r->h[i].reqs = calloc(r->nreq_cap, sizeof(*r->h[i].reqs));
+	}
+	if (!r->arena || !r->h[0].reqs || !r->h[1].reqs) {
 		ldr_reader_destroy(r);
 		return -ENOMEM;
 	}
@@ -87,15 +113,23 @@ int ldr_reader_create(enum ldr_io mode, size_t arena_bytes, struct ldr_reader **
 	return 0;
 }
 
+static void settle(struct ldr_reader *r, unsigned hi);
+
 void ldr_reader_destroy(struct ldr_reader *r)
 {
 	if (!r)
 		return;
+	/* Reads still in flight write into the arena: let them land before it goes. */
+	for (unsigned i = 0; i < 2; i++)
+		if (r->h[i].pending)
+			settle(r, i);
 	if (r->have_ring)
 		io_uring_queue_exit(&r->ring);
 	free(r->arena);
-	free(r->big);
-	free(r->reqs);
+	for (unsigned i = 0; i < 2; i++) {
+		free(r->h[i].big);
+		free(r->h[i].reqs);
+	}
 	free(r);
 }
 
@@ -108,18 +142,23 @@ const char *ldr_reader_path(const struct ldr_reader *r, int fd_direct)
 	return "io_uring";
 }
 
-static void prep(struct ldr_reader *r, struct req *q, unsigned idx)
+/* Put read @idx of half @hi in the ring (not submitted yet). The caller keeps r->inflight below
+ * QUEUE_DEPTH, so there is always an SQE. */
+static void prep(struct ldr_reader *r, unsigned hi, uint32_t idx)
 {
+	struct half *h = &r->h[hi];
+	struct req *q = &h->reqs[idx];
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
 	uint64_t left = q->len - q->done;
 	unsigned want = left > (1u << 30) ? (1u << 30) : (unsigned)left;  /* one SQE: < 4 GiB */
 
-	/* The caller never has more than QUEUE_DEPTH in flight, so there is always an SQE. */
 	if (q->fixed && r->registered)
 		io_uring_prep_read_fixed(sqe, q->fd, q->buf + q->done, want, q->off + q->done, 0);
 	else
 		io_uring_prep_read(sqe, q->fd, q->buf + q->done, want, q->off + q->done);
-	io_uring_sqe_set_data64(sqe, idx);
+	io_uring_sqe_set_data64(sqe, (uint64_t)hi << 32 | idx);
+	r->inflight++;
+	h->inflight++;
 }
 
 static int transient(int err)
@@ -134,63 +173,92 @@ static void pause_for(int tries)
 	nanosleep(&ts, NULL);
 }
 
-/* Run reqs[0..n) through io_uring. Each ends with done >= need, or err set. */
-static void run_ring(struct ldr_reader *r, struct req *reqs, uint32_t n)
+/* Queue the reads of half @hi not submitted yet, as many as the ring takes. */
+static void feed(struct ldr_reader *r, unsigned hi)
 {
-	uint32_t next = 0, inflight = 0, waiting = 0;
+	struct half *h = &r->h[hi];
 
-	while (next < n || inflight || waiting) {
-		if (waiting && !inflight) {
-			/* Only retries left: pause once for all of them, the longest they need. */
-			int most = 0;
-			for (uint32_t i = 0; i < next; i++)
-				if (reqs[i].retry && reqs[i].tries > most)
-					most = reqs[i].tries;
-			pause_for(most);
+	while (h->next < h->n && r->inflight < QUEUE_DEPTH) {
+		uint32_t i = h->next++;
+		if (!h->reqs[i].err)  /* planned with an error (no memory): nothing to read */
+			prep(r, hi, i);
+	}
+}
+
+/* One completion: done, a short read resumed, a transient error to retry, or an error. */
+static void reap_one(struct ldr_reader *r, const struct io_uring_cqe *cqe)
+{
+	unsigned hi = (unsigned)(cqe->user_data >> 32);
+	uint32_t idx = (uint32_t)cqe->user_data;
+	struct half *h = &r->h[hi];
+	struct req *q = &h->reqs[idx];
+
+	r->inflight--;
+	h->inflight--;
+	if (transient(cqe->res) && q->tries < RETRY_MAX) {
+		q->tries++;
+		q->retry = 1;
+		h->waiting++;
+	} else if (cqe->res < 0) {
+		q->err = cqe->res;
+	} else if (cqe->res == 0) {
+		q->err = q->done >= q->need ? 0 : -EBADMSG;  /* end of file */
+		q->len = q->done;
+	} else {
+		q->done += (uint64_t)cqe->res;
+		if (q->done < q->need && q->done < q->len)
+			prep(r, hi, idx);  /* a short read: the rest */
+	}
+}
+
+/* Send half @hi's retries once nothing of it is in flight: after one pause for all of them, the
+ * longest they need. */
+static void retry(struct ldr_reader *r, unsigned hi)
+{
+	struct half *h = &r->h[hi];
+
+	if (!h->waiting || h->inflight)
+		return;
+	if (!h->paused) {
+		int most = 0;
+		for (uint32_t i = 0; i < h->next; i++)
+			if (h->reqs[i].retry && h->reqs[i].tries > most)
+				most = h->reqs[i].tries;
+		pause_for(most);
+		h->paused = 1;
+	}
+	for (uint32_t i = 0; h->waiting && i < h->next && r->inflight < QUEUE_DEPTH; i++)
+		if (h->reqs[i].retry) {
+			h->reqs[i].retry = 0;
+			h->waiting--;
+			h->paused = 0;
+			prep(r, hi, i);
 		}
-		for (uint32_t i = 0; waiting && i < next && inflight < QUEUE_DEPTH; i++)
-			if (reqs[i].retry && (!inflight || reqs[i].tries == 0)) {
-				reqs[i].retry = 0;
-				waiting--;
-				prep(r, &reqs[i], i);
-				inflight++;
-			}
-		while (next < n && inflight < QUEUE_DEPTH) {
-			prep(r, &reqs[next], next);
-			next++;
-			inflight++;
-		}
-		if (!inflight)
+}
+
+/* Run half @hi's reads to their end (each with done >= need, or err set), reaping the other
+ * half's completions on the way. */
+static void pump(struct ldr_reader *r, unsigned hi)
+{
+	struct half *h = &r->h[hi];
+
+	while (h->next < h->n || h->inflight || h->waiting) {
+		retry(r, hi);
+		feed(r, hi);
+		if (!r->inflight)
 			continue;
 		io_uring_submit_and_wait(&r->ring, 1);
 		struct io_uring_cqe *cqe;
 		unsigned head, seen = 0;
 		io_uring_for_each_cqe(&r->ring, head, cqe) {
-			struct req *q = &reqs[cqe->user_data];
 			seen++;
-			inflight--;
-			if (transient(cqe->res) && q->tries < RETRY_MAX) {
-				q->tries++;
-				q->retry = 1;
-				waiting++;
-			} else if (cqe->res < 0) {
-				q->err = cqe->res;
-			} else if (cqe->res == 0) {
-				q->err = q->done >= q->need ? 0 : -EBADMSG;  /* end of file */
-				q->len = q->done;
-			} else {
-				q->done += (uint64_t)cqe->res;
-				if (q->done < q->need && q->done < q->len) {
-					prep(r, q, (unsigned)cqe->user_data);  /* a short read: the rest */
-					inflight++;
-				}
-			}
+			reap_one(r, cqe);
 		}
 		io_uring_cq_advance(&r->ring, seen);
 	}
-	for (uint32_t i = 0; i < n; i++)
-		if (!reqs[i].err && reqs[i].done < reqs[i].need)
-			reqs[i].err = -EBADMSG;
+	for (uint32_t i = 0; i < h->n; i++)
+		if (!h->reqs[i].err && h->reqs[i].done < h->reqs[i].need)
+			h->reqs[i].err = -EBADMSG;
 }
 
 static void run_pread(struct req *reqs, uint32_t n)
@@ -214,9 +282,9 @@ static void run_pread(struct req *reqs, uint32_t n)
 	}
 }
 
-/* Lay out requests for ids[0..n) in the arena; returns how many fit (>= 1, the first may go to
- * the big buffer). */
-static uint32_t plan(struct ldr_reader *r, const struct dpk *d, int fd, int direct,
+/* Lay out requests for ids[0..n) in half @h; returns how many fit (>= 1, the first may go to the
+ * half's big buffer). */
+static uint32_t plan(struct ldr_reader *r, struct half *h, const struct dpk *d, int fd, int direct,
 		     const uint64_t *ids, uint32_t n)
 {
 	uint64_t pos = 0;
@@ -226,7 +294,7 @@ static uint32_t plan(struct ldr_reader *r, const struct dpk *d, int fd, int dire
 		n = r->nreq_cap;
 	for (k = 0; k < n; k++) {
 		const struct dpk_entry *e = dpk_entry_get(d, ids[k]);
-		struct req *q = &r->reqs[k];
+		struct req *q = &h->reqs[k];
 		struct dpk_extent x;
 
 		memset(q, 0, sizeof(*q));
@@ -237,23 +305,23 @@ static uint32_t plan(struct ldr_reader *r, const struct dpk *d, int fd, int dire
 			x.length = e->length;
 			x.skip = 0;
 		}
-		if (pos + x.length > r->arena_size) {
+		if (pos + x.length > h->size) {
 			if (k > 0)
 				break;
-			/* A record larger than the whole arena: alone, in the big buffer. */
-			if (r->big_size < x.length) {
-				free(r->big);
-				r->big_size = 0;
-				r->big = aligned_alloc(BLOCK, align_up(x.length, BLOCK));
-				if (!r->big) {
+			/* A record larger than the whole half: alone, in the big buffer. */
+			if (h->big_size < x.length) {
+				free(h->big);
+				h->big_size = 0;
+				h->big = aligned_alloc(BLOCK, align_up(x.length, BLOCK));
+				if (!h->big) {
 					q->err = -ENOMEM;
 					return 1;
 				}
-				r->big_size = align_up(x.length, BLOCK);
+				h->big_size = align_up(x.length, BLOCK);
 			}
-			q->buf = r->big;
+			q->buf = h->big;
 		} else {
-			q->buf = r->arena + pos;
+			q->buf = h->base + pos;
 			q->fixed = 1;
 			pos = align_up(pos + x.length, BLOCK);
 		}
@@ -266,29 +334,75 @@ static uint32_t plan(struct ldr_reader *r, const struct dpk *d, int fd, int dire
 	return k;
 }
 
+/* Plan half @hi's reads of h->ids on the O_DIRECT fd when it may be used, else the buffered one. */
+static void plan_half(struct ldr_reader *r, unsigned hi, int fd_direct)
+{
+	struct half *h = &r->h[hi];
+
+	h->direct = fd_direct >= 0 && r->mode == LDR_IO_AUTO && r->have_ring && !r->direct_broken;
+	h->n = plan(r, h, h->d, h->direct ? fd_direct : dpk_fd(h->d), h->direct, h->ids, h->asked);
+	h->next = h->waiting = 0;
+	h->paused = 0;
+}
+
+int ldr_reader_submit(struct ldr_reader *r, unsigned half, const struct dpk *d, int fd_direct,
+		      const uint64_t *ids, uint32_t n)
+{
+	if (half > 1 || r->h[half].pending)
+		return -EBUSY;
+	if (n == 0)
+		return 0;
+	struct half *h = &r->h[half];
+	h->d = d;
+	h->ids = ids;
+	h->asked = n;
+	plan_half(r, half, fd_direct);
+	h->pending = 1;
+	if (r->have_ring) {
+		feed(r, half);
+		if (r->inflight)
+			io_uring_submit(&r->ring);
+	}
+	return (int)h->n;
+}
+
+/* Bring half @hi's reads to their end: it is no longer pending. */
+static void settle(struct ldr_reader *r, unsigned hi)
+{
+	struct half *h = &r->h[hi];
+
+	if (r->have_ring) {
+		pump(r, hi);
+		if (h->direct && h->reqs[0].err == -EINVAL) {
+			/* The file system does not do O_DIRECT after all: buffered, from now on. */
+			r->direct_broken = 1;
+			plan_half(r, hi, -1);
+			pump(r, hi);
+		}
+	} else {
+		run_pread(h->reqs, h->n);
+	}
+	h->pending = 0;
+}
+
+int ldr_reader_complete(struct ldr_reader *r, unsigned half, const uint8_t **bufs, int *errs)
+{
+	if (half > 1 || !r->h[half].pending)
+		return 0;
+	struct half *h = &r->h[half];
+	settle(r, half);
+	for (uint32_t j = 0; j < h->n; j++) {
+		bufs[j] = h->reqs[j].buf + h->reqs[j].skip;
+		errs[j] = h->reqs[j].err;
+	}
+	return (int)h->n;
+}
+
 int ldr_reader_read(struct ldr_reader *r, const struct dpk *d, int fd_direct, const uint64_t *ids,
 		    uint32_t n, const uint8_t **bufs, int *errs)
 {
-	int direct = fd_direct >= 0 && r->mode == LDR_IO_AUTO && r->have_ring && !r->direct_broken;
-	uint32_t k;
+	unsigned half = r->h[0].pending ? 1 : 0;
+	int k = ldr_reader_submit(r, half, d, fd_direct, ids, n);
 
-	if (n == 0)
-		return 0;
-	k = plan(r, d, direct ? fd_direct : dpk_fd(d), direct, ids, n);
-	if (r->have_ring) {
-		run_ring(r, r->reqs, k);
-		if (direct && r->reqs[0].err == -EINVAL) {
-			/* The file system does not do O_DIRECT after all: buffered, from now on. */
-			r->direct_broken = 1;
-			k = plan(r, d, dpk_fd(d), 0, ids, n);
-			run_ring(r, r->reqs, k);
-		}
-	} else {
-		run_pread(r->reqs, k);
-	}
-	for (uint32_t j = 0; j < k; j++) {
-		bufs[j] = r->reqs[j].buf + r->reqs[j].skip;
-		errs[j] = r->reqs[j].err;
-	}
-	return (int)k;
+	return k <= 0 ? k : ldr_reader_complete(r, half, bufs, errs);
 }

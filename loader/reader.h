@@ -12,18 +12,30 @@ enum ldr_io { LDR_IO_AUTO = 0, LDR_IO_BUFFERED = 1, LDR_IO_PREAD = 2 };
 
 struct ldr_reader;
 
-/* @arena_bytes: how many bytes of records one call can bring in (records bigger than the arena
- * are read alone into a grown buffer). @mode AUTO: io_uring, O_DIRECT where possible; BUFFERED:
+/* @arena_bytes: the arena; one call can bring in half of it (records bigger than that are read
+ * alone into a grown buffer). @mode AUTO: io_uring, O_DIRECT where possible; BUFFERED:
  * io_uring through the page cache; PREAD: no io_uring. Returns 0 or -errno. */
 int ldr_reader_create(enum ldr_io mode, size_t arena_bytes, struct ldr_reader **out);
 void ldr_reader_destroy(struct ldr_reader *r);  /* NULL ok */
 
 /* Read records @ids[0..n) of @d. @fd_direct is an O_DIRECT fd of the same file or -1. Reads as
  * many leading records as fit (at least one) and returns that count k; for each j < k, bufs[j]
- * points to the record's bytes (valid until the next call) and errs[j] is 0 or the read's -errno
- * (-EBADMSG: the file ended early). The checksum is not checked here. */
+ * points to the record's bytes (valid until the next call on the same half) and errs[j] is 0 or
+ * the read's -errno (-EBADMSG: the file ended early). The checksum is not checked here. */
 int ldr_reader_read(struct ldr_reader *r, const struct dpk *d, int fd_direct, const uint64_t *ids,
 		    uint32_t n, const uint8_t **bufs, int *errs);
+/* The same in two steps, so that reads overlap other work: two sets may be in flight at once, one
+ * per @half (0 or 1) of the arena, each getting half of its bytes. ldr_reader_submit plans the
+ * leading records of @ids[0..n) that fit the half (at least one), starts their reads and returns
+ * that count without waiting (-EBUSY when the half is still pending); @d and @ids must stay as
+ * they are until ldr_reader_complete(@half), which waits for them and returns the count with
+ * bufs and errs as ldr_reader_read does (it may differ from submit's when O_DIRECT turned out to
+ * be refused; 0 when the half is not pending). The bufs of a half are valid until its next
+ * submit. With the pread path, submit only plans and complete reads. ldr_reader_read uses a half
+ * that is not pending. ldr_reader_destroy waits for reads in flight. */
+int ldr_reader_submit(struct ldr_reader *r, unsigned half, const struct dpk *d, int fd_direct,
+		      const uint64_t *ids, uint32_t n);
+int ldr_reader_complete(struct ldr_reader *r, unsigned half, const uint8_t **bufs, int *errs);
 /* Which path it is using now: "io_uring+O_DIRECT", "io_uring", "pread". */
 const char *ldr_reader_path(const struct ldr_reader *r, int fd_direct);
 

@@ -7,8 +7,9 @@
  * loader/srv_conn.c, srv_jobs.c, srv_workers.c and srv_admin.c (map in loader/srv_impl.h).
  *
  * Threads: srv_run() is the control loop (one thread, the caller's); srv_create() starts the
- * worker threads, which call ops->fill. Callbacks may run on any of these threads at once, but a
- * given slot is filled by one worker only. */
+ * worker threads, which call ops->step_open and ops->fill. Callbacks may run on any of these
+ * threads at once; the tasks of one step (disjoint sample ranges of one slot) may be filled by
+ * several workers at once. */
 #ifndef LOADERD_SRV_H
 #define LOADERD_SRV_H
 #include "shm/ctl.h"
@@ -40,14 +41,37 @@ struct srv_job_info {
 						  * against it */
 };
 
-/* A step to fill, as the fill callback sees it. */
-struct srv_fill {
+/* A step, as the callbacks see it. The server takes its ring slot, then asks ops->step_open once
+ * for what the whole step holds (the sampler's ids, flags and labels, the sample count), and cuts
+ * it into tasks of a few samples that any worker fills (ops->fill), several at once; the worker
+ * that completes the last task copies ids, flags and labels into the slot and publishes. The
+ * arrays are the server's private memory (never the slot's: shared memory is write-only for the
+ * producer), batch entries each. */
+struct srv_step {
 	void *job;                 /* what job_open returned */
 	uint32_t rank, world;
 	uint64_t epoch, step_in_epoch;
-	struct ring_slot *slot;    /* owned by the callback until it returns */
-	uint32_t count;            /* out: samples written (<= batch) */
-	uint32_t slot_flags;       /* out: RING_SLOT_* (the server sets RING_SLOT_LAST itself) */
+	uint32_t count;            /* out of step_open: samples in the step (<= batch) */
+	uint32_t slot_flags;       /* out of step_open: RING_SLOT_* (the server sets RING_SLOT_LAST
+				    * itself) */
+	uint64_t *ids;             /* step_open writes [0, count); a fill rewrites its own range
+				    * (a substituted sample) and nothing else */
+	uint8_t *flags;            /* RING_SAMPLE_*, the same way */
+	int64_t *labels;           /* the same way */
+};
+
+/* A task: samples [begin, end) of a step, as the fill callback sees it. */
+struct srv_fill {
+	struct srv_step *step;     /* shared by the tasks of the step: a fill touches only
+				    * entries [begin, end) of its arrays */
+	uint32_t begin, end;
+	struct ring_slot *slot;    /* the step's slot: the fill writes the payload of its samples
+				    * only, and never reads shared memory */
+	/* The task this worker fills next, when it has taken it already (next_step NULL: none):
+	 * the fill may start reading its records now, so that they arrive while this task
+	 * decodes. The server always fills that task next on this worker, with this worker state. */
+	struct srv_step *next_step;
+	uint32_t next_begin, next_end;
 	uint64_t phase_ns[SRV_PHASES_MAX]; /* out, optional: where the time went (ops->phases) */
 	uint64_t bad;              /* out: records found bad while filling */
 	uint64_t bad_ids[8];       /* out: the first of them (for stats) */
@@ -70,7 +94,12 @@ struct srv_ops {
 	/* Per-worker state, made on the worker's own thread. Optional (NULL). */
 	void *(*worker_init)(void *ctx, unsigned index);
 	void (*worker_fini)(void *ctx, void *worker);
-	/* Fill one slot. 0, or -errno with f->why set: the job fails and its clients are told why. */
+	/* Open a step: set st->count, st->slot_flags and entries [0, count) of st->ids, flags and
+	 * labels (the sampler's draw). Runs once per step, on one worker, without the server lock.
+	 * 0, or -errno with @why set: the job fails and its clients are told why. */
+	int (*step_open)(void *ctx, void *worker, struct srv_step *st, char *why, size_t whylen);
+	/* Fill samples [f->begin, f->end) of f->step into the slot's payload. Tasks of one step may
+	 * run on several workers at once. 0, or -errno with f->why set: the job fails as above. */
 	int (*fill)(void *ctx, void *worker, struct srv_fill *f);
 	/* Something the operator should hear about (a client dropped, a job failed). Optional. */
 	void (*notice)(void *ctx, int level, const char *msg);  /* level: 0 error, 1 warn, 2 info */
@@ -79,6 +108,8 @@ struct srv_ops {
 struct srv_opts {
 	const char *socket_path;
 	unsigned workers;          /* producer threads, >= 1 */
+	unsigned task_samples;     /* samples per task (0: batch / (4 x workers), within
+				    * [SRV_TASK_MIN, SRV_TASK_MAX]) */
 	unsigned default_slots;    /* ring depth when the client asks for 0 (default 4) */
 	uint64_t mem_limit;        /* bytes of ring memory over all attached ranks; 0 = none */
 	gid_t group;               /* (gid_t)-1: socket 0600, owner only; else 0660 and this group */
@@ -96,6 +127,18 @@ struct srv_opts {
 				    * answers may take, rendering and sending (2): both hold the
 				    * lock the workers need */
 };
+
+#define SRV_TASK_MIN 4u
+#define SRV_TASK_MAX 8u
+
+/* Fill a whole step on this thread with @ops as the server would (step_open, then fills over
+ * tasks of @task samples, 0 = the whole step, then ids, flags and labels copied into @slot):
+ * for tests and tools that drive the callbacks without a server. @st's job, rank, world, epoch
+ * and step_in_epoch are the caller's; its arrays are allocated here (batch @batch entries) and
+ * freed before return. @out sums the tasks' phase_ns and bad counts (its step, begin, end are
+ * unused). 0 or the first failure's -errno with out->why. */
+int srv_fill_step(const struct srv_ops *ops, void *worker, struct srv_step *st, uint32_t batch,
+		  uint32_t task, struct ring_slot *slot, struct srv_fill *out);
 
 /* Bind and listen on opts->socket_path (a stale socket from a killed daemon is replaced; a live
  * one is -EADDRINUSE) and start the workers. Returns 0 or -errno with a message in @why. */
@@ -123,6 +166,7 @@ struct srv_rank_snap {
 				    * resumes */
 	uint64_t fill_ns;          /* worker time spent filling this rank's slots */
 	uint64_t phase_ns[SRV_PHASES_MAX];  /* of fill_ns, per srv_ops.phases */
+	uint64_t latency_ns;       /* sum over its published steps of first task to publish */
 	uint64_t empty_ns;         /* time the ring held no batch for its consumer: every published
 				    * step released, the next not yet published (srv_jobs.c) */
 	uint32_t slots;            /* ring depth; 0 when detached */

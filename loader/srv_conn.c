@@ -511,7 +511,8 @@ int srv_create(const struct srv_opts *opts, const struct srv_ops *ops, struct sr
 
 	*out = NULL;
 	if (!opts->socket_path || opts->workers == 0 || opts->workers > 1024 || !ops->job_open ||
-	    !ops->fill || opts->default_slots == 1 || opts->default_slots > RING_SLOTS_MAX) {
+	    !ops->step_open || !ops->fill || opts->default_slots == 1 ||
+	    opts->default_slots > RING_SLOTS_MAX) {
 		snprintf(why, whylen, "bad server options");
 		return -EINVAL;
 	}

@@ -20,9 +20,23 @@
  * att or a conn (srv_reap, after each epoll batch), and srv_destroy's caller once the workers
  * and the openers are done.
  *
+ * Steps and tasks (srv_workers.c): a worker that finds no task opens the next free (ring, step):
+ * under mu it picks it, takes its slot (ring_prod_begin) and an open_step from s->step_pool; it
+ * lets go of mu while ops->step_open draws the step into the open_step (which only it knows of
+ * then), and takes mu again to put it on s->tasks, the FIFO of open steps that still have samples
+ * to hand out. Workers take tasks (a range of samples) from the head, the step opened earliest
+ * first, whatever ring it belongs to; a worker holds at most two, the one it fills and the one it
+ * fills next, and fills every task it took. Under mu: the queue, the pool, and an open_step's
+ * next, out, abandoned, first_ns, work_ns and phase_ns. Without mu, a worker owns the samples
+ * [begin, end) of the task it fills: their payload in the slot and their entries in the step's
+ * arrays (st.ids, flags, labels); everything else in the open_step is read-only for it. The
+ * worker that ends the last task of a step (next == count, out == 0; the step is off the queue
+ * then) owns the whole open_step: it copies the arrays into the slot and publishes without mu,
+ * then gives the open_step back to the pool under mu.
+ *
  * Ownership: s->jobs owns its jobs; a job owns its ranks array and ops->job_open's state. A conn
  * is owned by s->conns, and once closed by s->conn_grave. An att is referenced by its conn and
- * its rank while attached, and by every worker filling one of its slots (a->refs); the last of
+ * its rank while attached, and by every open step of its ring (a->refs); the last of
  * them to let go moves it to s->att_grave, which owns it until srv_reap() frees it. An open_req
  * is owned by its opener thread, then by s->opened until srv_open_finish; its conn is kept (on
  * the grave if closed) until then. */
@@ -84,6 +98,25 @@ struct open_req {
 
 struct job;
 
+/* A step being filled: its slot is taken (ring_prod_begin), its sampler output drawn, and its
+ * samples are handed out as tasks (srv_workers.c; the rules at the top of this file). */
+struct open_step {
+	struct att *a;           /* holds a reference (a->refs) until the step is done */
+	uint64_t step;
+	struct ring_slot slot;
+	struct srv_step st;      /* the arrays hold cap entries */
+	uint32_t cap;
+	uint32_t task;           /* samples per task */
+	uint32_t next;           /* first sample not handed out yet */
+	unsigned out;            /* tasks taken and not done */
+	int abandoned;           /* a task failed, or the ring is going: hand out no more, and do
+				  * not publish */
+	int64_t first_ns;        /* when its first task was taken: its latency counts from here */
+	uint64_t work_ns;        /* worker time spent on it: open and tasks */
+	uint64_t phase_ns[SRV_PHASES_MAX];
+	struct open_step *next_open;  /* on s->tasks, or on s->step_pool */
+};
+
 /* What one uid holds, for the per-uid limits (srv_jobs.c). One per uid ever seen (a node has
  * few), freed by srv_destroy. */
 struct uid_use {
@@ -105,7 +138,7 @@ struct att {
 	struct ring *ring;
 	int bell;                /* doorbell eventfd (our end) */
 	struct conn *conn;       /* NULL once retired */
-	unsigned refs;           /* workers filling a slot of this ring */
+	unsigned refs;           /* open steps of this ring (struct open_step) */
 	int dead;                /* retired: take no more steps */
 	int hostile;             /* a worker saw an illegal state word */
 	uint64_t first, next;    /* first step of this ring; next step to hand to a worker */
@@ -126,6 +159,7 @@ struct rank_state {
 	uint64_t resume;
 	uint64_t published, samples, fill_ns;
 	uint64_t phase_ns[SRV_PHASES_MAX];  /* of fill_ns, per ops->phases */
+	uint64_t latency_ns;     /* sum over published steps: first task taken to publish */
 	uint64_t empty_ns;       /* closed intervals of att->empty_since, all attaches */
 	uint64_t rate_samples;   /* samples at the last rate snapshot */
 	double rate;             /* samples/s over the last snapshot interval */
@@ -179,6 +213,8 @@ struct srv {
 	unsigned nconns;              /* open connections */
 	int64_t accept_paused_until;  /* out of fds: the listening socket rests until then (ns) */
 	unsigned rr;                  /* round-robin start for workers */
+	struct open_step *tasks, *tasks_tail;  /* open steps with samples to hand out, FIFO */
+	struct open_step *step_pool;  /* done open_steps, for reuse (freed by srv_workers_stop) */
 	struct att **live;            /* attached atts, in no order: what workers pick from */
 	unsigned nlive, live_cap;
 	int64_t start_ns;

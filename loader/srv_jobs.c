@@ -652,7 +652,7 @@ void srv_on_stats(struct srv *s, struct conn *c)
 				.bad_records = a->job->bad, .fill_ns = rs.fill_ns,
 				.attaches = rs.attaches, .ranks_attached = a->job->attached,
 				.slots = rs.slots, .occupancy = rs.occupancy,
-				.workers = s->nthreads };
+				.workers = s->nthreads, .latency_ns = rs.latency_ns };
 	_Static_assert(sizeof(st.phase_ns) == sizeof(rs.phase_ns), "one slot per phase");
 	memcpy(st.phase_ns, rs.phase_ns, sizeof(st.phase_ns));
 	if (ctl_send(c->fd, CTL_STATS, &st, sizeof(st), NULL, 0) < 0)
@@ -698,7 +698,9 @@ void srv_housekeeping(struct srv *s)
 		else if (c->att && c->att->hostile)
 			srv_conn_fail(s, c, EBADMSG, "job %s rank %u: the ring's state words were corrupted "
 				  "by the consumer; dropped", c->att->job->name, c->att->rank);
-		else if (c->att && c->att->job->failed)
+		else if (c->att && c->att->job->failed && c->att->refs == 0)
+			/* Once the steps in flight on its ring are done (srv_workers.c finishes them
+			 * and wakes us): the steps before the failed one reach the consumer first. */
 			srv_conn_fail(s, c, c->att->job->fail_err, "job %s failed: %s",
 				  c->att->job->name, c->att->job->fail_msg);
 	}

@@ -26,6 +26,7 @@ void srv_rank_snap(const struct job *j, uint32_t r, int64_t now, struct srv_rank
 	out->published = rs->published;
 	out->samples = rs->samples;
 	out->fill_ns = rs->fill_ns;
+	out->latency_ns = rs->latency_ns;
 	_Static_assert(sizeof(out->phase_ns) == sizeof(rs->phase_ns), "one slot per phase");
 	memcpy(out->phase_ns, rs->phase_ns, sizeof(out->phase_ns));
 	out->empty_ns = rs->empty_ns;

@@ -1,24 +1,51 @@
-/* srv_workers.c - the server's worker pool: which (ring, step) to fill next, the fill through
- * ops->fill, and the publish (see srv_impl.h for the shared state).
+/* srv_workers.c - the server's worker pool: which (ring, step) to open next, the tasks a step is
+ * cut into, their fills through ops->fill, and the publish (see srv_impl.h for the shared state
+ * and the lock rules).
  *
  * DESIGN
- * Workers pick work under s->mu: for each live att in round-robin order, the next step to produce
- * is taken when ring_prod_poll() says its slot is free. A worker then fills and publishes without
- * the lock, holding a reference on the att (a->refs) so that a concurrent detach cannot unmap the
- * ring under it; the last worker out of a retired att frees it (srv_att_free). When no slot is
- * free anywhere, workers sleep on s->cv.
+ * Every worker can fill every ring. A step is opened once: a worker that finds no task to take
+ * picks the next free (ring, step) round-robin over the attached rings (ring_prod_poll, then
+ * ring_prod_begin, under s->mu), draws the step's sample ids, flags and labels with
+ * ops->step_open into private memory of the server (struct open_step, from s->step_pool; never
+ * read back from shared memory), and queues the step on s->tasks. The step's samples are handed
+ * out as tasks of task_size() samples (4 to 8): workers take the next task of
+ * the earliest open step, whatever ring or job it belongs to, so one ring can keep every core
+ * busy and a batch is ready after batch / workers decode times, not batch. Rings take turns
+ * because steps are opened round-robin and served in the order they were opened; the cost of a
+ * pick does not grow with the world sizes of the jobs (a pick looks at the queue's head, or at
+ * the attached rings only).
+ *
+ * Each task decodes its samples straight into their places in the slot (ops->fill, without the
+ * lock); a substituted sample rewrites only its own entries of the step's arrays. The worker that
+ * ends the last task of a step copies ids, flags and labels into the slot, accounts the step
+ * (fill_ns: worker time over its open and its tasks; latency: from its first task to the publish)
+ * and publishes. A failed open or task fails the job as a failed fill always did: the step is
+ * abandoned (its remaining tasks are not handed out, it is not published). So are the steps of
+ * a ring that was retired or turned hostile; other open steps of a failed job are finished, so
+ * that every step before the failed one is published (no new step of it is opened).
+ *
+ * Reads overlap decode: a worker takes the task it will fill next (the next queued one, else the
+ * first of a step it opens then) before it fills the current one, and tells the fill
+ * (srv_fill.next_step), which starts that task's reads before it decodes; a task taken is
+ * always filled, even when its step was abandoned meanwhile, so reads started for it are always
+ * collected by the fill they were started for.
+ *
+ * An open step holds a reference on its att (a->refs) until it is done, so that a concurrent
+ * detach cannot unmap the ring under its tasks; the last reference out of a retired att frees it
+ * (srv_att_free). When there is no task and no free slot anywhere, workers sleep on s->cv.
  *
  * What wakes them is the doorbell: an eventfd sent with the ring; the client writes it after each
  * release (the ring's futex word cannot be waited on by a thread that serves many rings). The
  * control loop polls all doorbells with the sockets and broadcasts s->cv. A consumer that never
- * rings only stalls its own ring; any other ring keeps its workers.
+ * rings only stalls its own ring; any other ring keeps its workers. A worker that queues a step
+ * wakes as many sleeping workers as it has tasks for.
  *
  * Threads: opts.workers threads, started by srv_create and joined by srv_destroy. Each owns the
- * per-worker state ops->worker_init made for it, and the slot it is filling between
- * ring_prod_begin and ring_prod_publish. */
+ * per-worker state ops->worker_init made for it, and the samples of the task it took. */
 #include "loader/srv_impl.h"
 
 #include <assert.h>
+#include <stddef.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,87 +114,403 @@ static uint32_t flags_of(const struct job *j, uint64_t step, uint32_t fill_flags
 	return flags;
 }
 
+/* Samples per task for a step of @count: opts.task_samples, else about four tasks per worker,
+ * within [SRV_TASK_MIN, SRV_TASK_MAX]. Fewer, larger tasks cost less locking and make larger
+ * read submissions; more, smaller ones spread a batch over more workers and shorten the wait
+ * for its last task (at 2 workers and batch 256, tasks of 8 gave a batch latency 20-30% below
+ * tasks of 32 for the same samples per CPU-second: docs/BENCHMARKS.md). */
+static uint32_t task_size(const struct srv *s, uint32_t count)
+{
+	uint32_t t = s->opts.task_samples;
+
+	if (!t) {
+		uint32_t per = 4 * s->opts.workers;
+		t = (count + per - 1) / per;
+		if (t < SRV_TASK_MIN)
+			t = SRV_TASK_MIN;
+		if (t > SRV_TASK_MAX)
+			t = SRV_TASK_MAX;
+	}
+	return t;
+}
+
+/* Under mu. An open_step from the pool, or a new one; NULL when out of memory. */
+static struct open_step *step_get(struct srv *s)
+{
+	struct open_step *o = s->step_pool;
+
+	if (o) {
+		s->step_pool = o->next_open;
+		return o;
+	}
+	return calloc(1, sizeof(*o));
+}
+
+/* Under mu. Back to the pool, arrays kept. */
+static void step_put(struct srv *s, struct open_step *o)
+{
+	o->next_open = s->step_pool;
+	s->step_pool = o;
+}
+
+static void step_free(struct open_step *o)
+{
+	free(o->st.ids);
+	free(o->st.flags);
+	free(o->st.labels);
+	free(o);
+}
+
+/* Without mu (the opener owns @o). Room for @batch samples in o->st's arrays. 0 or -ENOMEM. */
+static int step_arrays(struct open_step *o, uint32_t batch)
+{
+	if (o->cap >= batch)
+		return 0;
+	free(o->st.ids);
+	free(o->st.flags);
+	free(o->st.labels);
+	o->st.ids = calloc(batch, sizeof(*o->st.ids));
+	o->st.flags = calloc(batch, sizeof(*o->st.flags));
+	o->st.labels = calloc(batch, sizeof(*o->st.labels));
+	o->cap = o->st.ids && o->st.flags && o->st.labels ? batch : 0;
+	return o->cap ? 0 : -ENOMEM;
+}
+
+/* Under mu. Should @o's samples still be filled? Not when a task of it failed, its ring is going,
+ * or the server stops. A step of a job that failed at another step is finished and published,
+ * as a fill in progress always was: every step before the failed one reaches the consumer. */
+static int step_stale(const struct srv *s, const struct open_step *o)
+{
+	return o->abandoned || o->a->dead || o->a->hostile || s->workers_stop;
+}
+
+/* Under mu. Fail @j with @ret and @why (the first failure only): every rank is told. */
+static void fail_job(struct srv *s, struct job *j, uint32_t rank, uint64_t step, int ret,
+		     const char *why)
+{
+	if (j->failed)
+		return;
+	j->failed = 1;
+	j->fail_err = ret < 0 ? -ret : EIO;
+	snprintf(j->fail_msg, sizeof(j->fail_msg), "%s", why[0] ? why : strerror(j->fail_err));
+	srv_notice(s, 0, "job %s rank %u step %llu: %s", j->name, rank, (unsigned long long)step,
+		   j->fail_msg);
+	srv_wake_control(s);
+}
+
+/* Under mu; may let go of it for the publish. Every task of @o is done: publish it (unless it was
+ * abandoned), drop its att reference and give it back to the pool. */
+static void step_done(struct srv *s, struct open_step *o)
+{
+	struct att *a = o->a;
+	struct job *j = a->job;
+
+	if (!o->abandoned) {
+		struct rank_state *rs = &j->ranks[a->rank];
+		uint32_t n = o->st.count;
+		uint32_t flags = flags_of(j, o->step, o->st.slot_flags);
+		int64_t now = now_ns();
+		uint64_t latency = o->first_ns ? (uint64_t)(now - o->first_ns) : 0;
+		/* Counted before the publish, so a consumer that has the step also sees it in its
+		 * stats. */
+		rs->published++;
+		rs->samples += n;
+		rs->fill_ns += o->work_ns;
+		rs->latency_ns += latency;
+		for (unsigned k = 0; k < SRV_PHASES_MAX; k++)
+			rs->phase_ns[k] += o->phase_ns[k];
+		pthread_mutex_unlock(&s->mu);
+		/* Write-only: the consumer may have scribbled on these; they are overwritten from
+		 * the step's private arrays, never read. */
+		memcpy(o->slot.ids, o->st.ids, n * sizeof(*o->st.ids));
+		memcpy(o->slot.flags, o->st.flags, n * sizeof(*o->st.flags));
+		memcpy(o->slot.labels, o->st.labels, n * sizeof(*o->st.labels));
+		o->slot.hdr->fill_ns = o->work_ns;
+		o->slot.hdr->latency_ns = latency;
+		ring_prod_publish(a->ring, &o->slot, n, flags);
+		pthread_mutex_lock(&s->mu);
+		srv_att_published(a, o->step, now_ns());
+	}
+	if (--a->refs == 0 && a->dead)
+		srv_att_free(s, a);
+	else if (a->refs == 0 && j->failed)
+		srv_wake_control(s);  /* its consumer waits for this to hear of the failure */
+	step_put(s, o);
+}
+
+/* Under mu. Take @o off the head of s->tasks. */
+static void tasks_pop(struct srv *s, struct open_step *o)
+{
+	s->tasks = o->next_open;
+	if (!s->tasks)
+		s->tasks_tail = NULL;
+	o->next_open = NULL;
+}
+
+/* Under mu. Queue @o, whose samples are to be handed out, and wake workers for its tasks. */
+static void tasks_push(struct srv *s, struct open_step *o)
+{
+	uint32_t ntasks = (o->st.count + o->task - 1) / o->task;
+
+	o->next_open = NULL;
+	if (s->tasks_tail)
+		s->tasks_tail->next_open = o;
+	else
+		s->tasks = o;
+	s->tasks_tail = o;
+	for (uint32_t k = 1; k < ntasks && k < s->opts.workers; k++)
+		pthread_cond_signal(&s->cv);
+}
+
+/* A task a worker took: samples [begin, end) of an open step. */
+struct task {
+	struct open_step *o;
+	uint32_t begin, end;
+};
+
+/* Under mu. The next task into *t: samples of the earliest open step. Steps that
+ * should no longer be filled are abandoned on the way (and finished if no task of theirs is out).
+ * 1 when a task was taken, else 0. */
+static int task_take(struct srv *s, struct task *t)
+{
+	while (s->tasks) {
+		struct open_step *o = s->tasks;
+		if (step_stale(s, o)) {
+			o->abandoned = 1;
+			o->next = o->st.count;
+			tasks_pop(s, o);
+			if (o->out == 0)
+				step_done(s, o);  /* abandoned: keeps the lock */
+			continue;
+		}
+		t->o = o;
+		t->begin = o->next;
+		t->end = o->st.count - o->next > o->task ? o->next + o->task : o->st.count;
+		o->next = t->end;
+		o->out++;
+		if (!o->first_ns)
+			o->first_ns = now_ns();
+		if (o->next == o->st.count)
+			tasks_pop(s, o);
+		return 1;
+	}
+	return 0;
+}
+
+/* Without mu. Fill @t into its slot; @f gets the callback's outputs. @next (NULL: none) is the
+ * task this worker fills next: the fill may start its reads now. */
+static int task_run(struct srv *s, void *wstate, const struct task *t, const struct task *next,
+		    struct srv_fill *f)
+{
+	memset(f, 0, sizeof(*f));
+	f->step = &t->o->st;
+	f->begin = t->begin;
+	f->end = t->end;
+	f->slot = &t->o->slot;
+	if (next) {
+		f->next_step = &next->o->st;
+		f->next_begin = next->begin;
+		f->next_end = next->end;
+	}
+	return s->ops.fill(s->ops.ctx, wstate, f);
+}
+
+/* Under mu. A task of @o ended with @ret after @dt ns: account it; the last one finishes @o. */
+static void task_done(struct srv *s, struct open_step *o, int ret, const struct srv_fill *f,
+		      int64_t dt)
+{
+	struct job *j = o->a->job;
+
+	j->bad += f->bad;
+	for (uint32_t b = 0; b < f->nbad_ids && b < 8; b++)
+		j->bad_ids[j->nbad_ids++ % 16] = f->bad_ids[b];
+	s->busy_ns += (uint64_t)dt;
+	o->work_ns += (uint64_t)dt;
+	for (unsigned k = 0; k < SRV_PHASES_MAX; k++)
+		o->phase_ns[k] += f->phase_ns[k];
+	if (ret < 0) {
+		fail_job(s, j, o->a->rank, o->step, ret, f->why);
+		o->abandoned = 1;
+	}
+	/* A step leaves the queue when its last sample is handed out: this one is off it. */
+	if (--o->out == 0 && o->next == o->st.count)
+		step_done(s, o);
+}
+
+/* Under mu; lets go of it while ops->step_open runs. Open @step of @a (picked, with a reference
+ * on @a): take its slot, draw it, and queue its tasks. */
+static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
+{
+	struct job *j = a->job;
+	struct open_step *o = step_get(s);
+	char why[CTL_TEXT_MAX] = "";
+	int ret;
+
+	if (!o) {
+		fail_job(s, j, a->rank, step, -ENOMEM, "out of memory opening a step");
+		if (--a->refs == 0 && a->dead)
+			srv_att_free(s, a);
+		return;
+	}
+	memset(&o->st, 0, offsetof(struct srv_step, ids));
+	o->a = a;
+	o->step = step;
+	o->next = o->out = 0;
+	o->abandoned = 0;
+	o->first_ns = 0;
+	o->work_ns = 0;
+	memset(o->phase_ns, 0, sizeof(o->phase_ns));
+	ret = ring_prod_begin(a->ring, step, &o->slot);
+	if (ret < 0) {
+		a->hostile = 1;  /* ring_prod_begin: the consumer rewrote a free word */
+		srv_wake_control(s);
+		o->abandoned = 1;
+		step_done(s, o);
+		return;
+	}
+	pthread_mutex_unlock(&s->mu);
+
+	int64_t t0 = now_ns();
+	o->st.job = j->state;
+	o->st.rank = a->rank;
+	o->st.world = j->spec.world;
+	o->st.epoch = step / j->info.steps_per_epoch;
+	o->st.step_in_epoch = step % j->info.steps_per_epoch;
+	o->slot.hdr->epoch = o->st.epoch;
+	o->slot.hdr->step_in_epoch = o->st.step_in_epoch;
+	ret = step_arrays(o, j->info.ring.batch);
+	if (ret < 0)
+		snprintf(why, sizeof(why), "out of memory opening a step");
+	else
+		ret = s->ops.step_open(s->ops.ctx, wstate, &o->st, why, sizeof(why));
+	if (ret == 0 && o->st.count > j->info.ring.batch) {
+		snprintf(why, sizeof(why), "the fill drew %u samples for a batch of %u",
+			 o->st.count, j->info.ring.batch);
+		ret = -EPROTO;
+	}
+	int64_t dt = now_ns() - t0;
+
+	pthread_mutex_lock(&s->mu);
+	s->busy_ns += (uint64_t)dt;
+	o->work_ns += (uint64_t)dt;
+	o->task = task_size(s, o->st.count);
+	if (ret < 0) {
+		fail_job(s, j, a->rank, step, ret, why);
+		o->abandoned = 1;
+	}
+	if (o->abandoned || o->st.count == 0)
+		step_done(s, o);
+	else
+		tasks_push(s, o);
+}
+
 struct worker_arg {
 	struct srv *s;
 	unsigned index;
 };
+
+/* Under mu; may let go of it to open a step. The task to fill after the current one, so that its
+ * reads start before the current one decodes: the next queued task, else the first of a step
+ * opened now. 1 with *t, or 0 when there is none. */
+static int task_next(struct srv *s, void *wstate, struct task *t)
+{
+	uint64_t step;
+
+	if (task_take(s, t))
+		return 1;
+	if (s->workers_stop)
+		return 0;
+	struct att *a = pick(s, &step);
+	if (!a)
+		return 0;
+	step_open(s, wstate, a, step);
+	return task_take(s, t);
+}
 
 static void *worker_main(void *p)
 {
 	struct worker_arg *wa = p;
 	struct srv *s = wa->s;
 	void *wstate = s->ops.worker_init ? s->ops.worker_init(s->ops.ctx, wa->index) : NULL;
-	struct ring_slot slot;
+	struct task cur, next;
+	int have = 0;
 	struct srv_fill f;
 
 	pthread_mutex_lock(&s->mu);
-	while (!s->workers_stop) {
-		uint64_t step;
-		struct att *a = pick(s, &step);
-		if (!a) {
+	for (;;) {
+		if (!have && !(have = task_next(s, wstate, &cur))) {
+			if (s->workers_stop)
+				break;
 			pthread_cond_wait(&s->cv, &s->mu);
 			continue;
 		}
-		struct job *j = a->job;
-		int ret = ring_prod_begin(a->ring, step, &slot);
-		int begun = ret == 0;
+		/* A task taken is always filled, also when its step was abandoned meanwhile: the
+		 * fill before it may have started its reads (srv_fill.next_step). */
+		int more = task_next(s, wstate, &next);
 		pthread_mutex_unlock(&s->mu);
-
 		int64_t t0 = now_ns();
-		memset(&f, 0, sizeof(f));
-		if (ret == 0) {
-			f.job = j->state;
-			f.rank = a->rank;
-			f.world = j->spec.world;
-			f.epoch = step / j->info.steps_per_epoch;
-			f.step_in_epoch = step % j->info.steps_per_epoch;
-			f.slot = &slot;
-			slot.hdr->epoch = f.epoch;
-			slot.hdr->step_in_epoch = f.step_in_epoch;
-			ret = s->ops.fill(s->ops.ctx, wstate, &f);
-		}
+		int ret = task_run(s, wstate, &cur, more ? &next : NULL, &f);
 		int64_t dt = now_ns() - t0;
-		if (ret == 0)
-			slot.hdr->fill_ns = (uint64_t)dt;
-
 		pthread_mutex_lock(&s->mu);
-		struct rank_state *rs = &j->ranks[a->rank];
-		j->bad += f.bad;
-		for (uint32_t b = 0; b < f.nbad_ids && b < 8; b++)
-			j->bad_ids[j->nbad_ids++ % 16] = f.bad_ids[b];
-		s->busy_ns += (uint64_t)dt;
-		if (ret == 0) {
-			/* Counted before the publish, so a consumer that has the step also sees it
-			 * in its stats. */
-			rs->published++;
-			rs->samples += f.count;
-			rs->fill_ns += (uint64_t)dt;
-			for (unsigned k = 0; k < SRV_PHASES_MAX; k++)
-				rs->phase_ns[k] += f.phase_ns[k];
-			pthread_mutex_unlock(&s->mu);
-			ring_prod_publish(a->ring, &slot, f.count, flags_of(j, step, f.slot_flags));
-			pthread_mutex_lock(&s->mu);
-			srv_att_published(a, step, now_ns());
-		} else if (!begun) {
-			a->hostile = 1;  /* ring_prod_begin: the consumer rewrote a free word */
-			srv_wake_control(s);
-		} else if (!j->failed) {
-			j->failed = 1;
-			j->fail_err = ret < 0 ? -ret : EIO;
-			snprintf(j->fail_msg, sizeof(j->fail_msg), "%s",
-				 f.why[0] ? f.why : strerror(j->fail_err));
-			srv_notice(s, 0, "job %s rank %u step %llu: %s", j->name, a->rank,
-			       (unsigned long long)step, j->fail_msg);
-			srv_wake_control(s);
-		}
-		if (--a->refs == 0 && a->dead)
-			srv_att_free(s, a);
+		task_done(s, cur.o, ret, &f, dt);
+		cur = next;
+		have = more;
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (s->ops.worker_fini)
 		s->ops.worker_fini(s->ops.ctx, wstate);
 	free(wa);
 	return NULL;
+}
+
+int srv_fill_step(const struct srv_ops *ops, void *worker, struct srv_step *st, uint32_t batch,
+		  uint32_t task, struct ring_slot *slot, struct srv_fill *out)
+{
+	struct srv_fill f;
+	int ret;
+
+	memset(out, 0, sizeof(*out));
+	st->count = st->slot_flags = 0;
+	st->ids = calloc(batch ? batch : 1, sizeof(*st->ids));
+	st->flags = calloc(batch ? batch : 1, sizeof(*st->flags));
+	st->labels = calloc(batch ? batch : 1, sizeof(*st->labels));
+	ret = st->ids && st->flags && st->labels ? 0 : -ENOMEM;
+	if (ret == 0)
+		ret = ops->step_open(ops->ctx, worker, st, out->why, sizeof(out->why));
+	if (ret == 0 && st->count > batch)
+		ret = -EPROTO;
+	for (uint32_t b = 0; ret == 0 && b < st->count; b = f.end) {
+		memset(&f, 0, sizeof(f));
+		f.step = st;
+		f.begin = b;
+		f.end = task && st->count - b > task ? b + task : st->count;
+		f.slot = slot;
+		if (f.end < st->count) {  /* as a worker does: the next task's reads start now */
+			f.next_step = st;
+			f.next_begin = f.end;
+			f.next_end = task && st->count - f.end > task ? f.end + task : st->count;
+		}
+		ret = ops->fill(ops->ctx, worker, &f);
+		for (unsigned k = 0; k < SRV_PHASES_MAX; k++)
+			out->phase_ns[k] += f.phase_ns[k];
+		for (uint32_t i = 0; i < f.nbad_ids && out->nbad_ids < 8; i++)
+			out->bad_ids[out->nbad_ids++] = f.bad_ids[i];
+		out->bad += f.bad;
+		if (ret < 0)
+			memcpy(out->why, f.why, sizeof(out->why));
+	}
+	if (ret == 0) {
+		memcpy(slot->ids, st->ids, st->count * sizeof(*st->ids));
+		memcpy(slot->flags, st->flags, st->count * sizeof(*st->flags));
+		memcpy(slot->labels, st->labels, st->count * sizeof(*st->labels));
+	}
+	free(st->ids);
+	free(st->flags);
+	free(st->labels);
+	st->ids = NULL;
+	st->flags = NULL;
+	st->labels = NULL;
+	return ret;
 }
 
 int srv_workers_start(struct srv *s, char *why, size_t whylen)
@@ -206,6 +549,13 @@ void srv_workers_stop(struct srv *s)
 	pthread_mutex_unlock(&s->mu);
 	for (unsigned i = 0; i < s->nthreads; i++)
 		pthread_join(s->threads[i], NULL);
+	/* The workers drained s->tasks on their way out (every queued step was abandoned). */
+	assert(!s->tasks);
+	while (s->step_pool) {
+		struct open_step *o = s->step_pool;
+		s->step_pool = o->next_open;
+		step_free(o);
+	}
 	free(s->threads);
 	s->threads = NULL;
 	s->nthreads = 0;

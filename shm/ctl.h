@@ -110,10 +110,13 @@ struct ctl_stats {
 	uint32_t workers;             /* the server's fill threads, shared by all its jobs (0: an
 					 older server that does not say) */
 	uint32_t reserved0;
-	uint64_t reserved[3];
+	uint64_t latency_ns;          /* sum over published steps of the time from the step's first
+				       * task to its publish (0: an older server) */
+	uint64_t reserved[2];
 };
 _Static_assert(sizeof(struct ctl_stats) == 112, "on the wire");
 _Static_assert(offsetof(struct ctl_stats, workers) == 80, "was reserved, zero from older servers");
+_Static_assert(offsetof(struct ctl_stats, latency_ns) == 88, "was reserved, zero from older ones");
 _Static_assert(offsetof(struct ctl_stats, phase_ns) == 48, "the bytes of io_ns, decode_ns before");
 
 enum ctl_admin_op { CTL_OP_STATUS = 1, CTL_OP_JOBS = 2, CTL_OP_STATS = 3, CTL_OP_STOP = 4 };

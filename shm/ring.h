@@ -85,8 +85,9 @@ struct ring_slot_hdr {
 	uint64_t step_in_epoch;
 	uint32_t count;           /* samples in this batch (<= batch; the rest of the slot is stale) */
 	uint32_t flags;           /* RING_SLOT_* */
-	uint64_t fill_ns;         /* producer time spent filling, for stats */
-	uint64_t reserved[3];
+	uint64_t fill_ns;         /* producer time spent filling, for stats (all workers' tasks) */
+	uint64_t latency_ns;      /* from the first task of the step to its publish (0: unknown) */
+	uint64_t reserved[2];
 };
 _Static_assert(sizeof(struct ring_slot_hdr) == 64, "ring_slot_hdr is shared memory");
 

@@ -51,11 +51,17 @@ static int fz_job_open(void *ctx, const struct ctl_job_open *spec, int fd, void 
 	return 0;
 }
 
+static int fz_step_open(void *ctx, void *worker, struct srv_step *st, char *why, size_t whylen)
+{
+	(void)ctx, (void)worker, (void)why, (void)whylen;
+	st->count = 1;
+	st->ids[0] = 0;
+	return 0;
+}
+
 static int fz_fill(void *ctx, void *worker, struct srv_fill *f)
 {
-	(void)ctx, (void)worker;
-	f->count = 1;
-	memset(f->slot->ids, 0, sizeof(uint64_t));
+	(void)ctx, (void)worker, (void)f;
 	return 0;
 }
 
@@ -83,7 +89,8 @@ static void start(void)
 	struct srv_opts o = { .socket_path = g_sock, .workers = 1, .mem_limit = 64u << 20,
 			      .group = (gid_t)-1, .linger_ms = 1, .idle_ms = 2000,
 			      .ring_flags = RING_CREATE_NO_HUGE };
-	struct srv_ops ops = { .job_open = fz_job_open, .fill = fz_fill };
+	struct srv_ops ops = { .job_open = fz_job_open, .step_open = fz_step_open,
+			       .fill = fz_fill };
 	signal(SIGPIPE, SIG_IGN);
 	if (g_file < 0 || srv_create(&o, &ops, &g_srv, why, sizeof(why)) < 0) {
 		fprintf(stderr, "fuzz_srv: %s\n", why);

@@ -104,7 +104,7 @@ check "ldcat --help exits 0" sh -c "'$BIN/ldcat' --help | grep -q 'STEP ID LABEL
 # every loaderd option that takes a value refuses a bad one (exit 2, the option named) and starts
 # nothing; an option's value never lands in another option
 for opt in --max-pixels --max-conns --max-world --mem-share --idle-timeout --admin-share \
-	--metrics-interval --workers --slots --linger; do
+	--metrics-interval --workers --slots --task-samples --linger; do
 	timeout 5 "$BIN/loaderd" --socket "$T/never.sock" "$opt" 0 >/dev/null 2>"$T/opt.e"
 	rc=$?
 	check "loaderd $opt 0: exit 2 naming $opt" sh -c "[ $rc -eq 2 ] && grep -q -- '$opt' '$T/opt.e'"

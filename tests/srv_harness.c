@@ -302,16 +302,38 @@ static void pat_worker_fini(void *ctx, void *worker)
 	free(worker);
 }
 
+int pat_step_open(void *ctx, void *worker, struct srv_step *st, char *why, size_t whylen)
+{
+	const struct pat_job *pj = st->job;
+	uint64_t step = st->epoch * pj->spe + st->step_in_epoch;
+
+	(void)ctx;
+	if (!worker || st->step_in_epoch >= pj->spe || st->world != pj->world ||
+	    st->rank >= pj->world) {
+		snprintf(why, whylen, "srv handed the filler an inconsistent step %" PRIu64, step);
+		return -EPROTO;
+	}
+	for (uint32_t i = 0; i < pj->batch; i++) {
+		st->labels[i] = (int64_t)(step * pj->batch + i);
+		st->ids[i] = pat_id(st->rank, step, i);
+		st->flags[i] = pat_flag(step, i);
+	}
+	st->count = pj->batch;
+	st->slot_flags = PAT_SLOT_FLAG | RING_SLOT_LAST;  /* LAST is srv's: it must clear it here */
+	return 0;
+}
+
 int pat_fill(void *ctx, void *worker, struct srv_fill *f)
 {
-	const struct pat_job *pj = f->job;
+	const struct srv_step *st = f->step;
+	const struct pat_job *pj = st->job;
 	struct ring_slot *s = f->slot;
 	uint64_t step = s->step;
 
 	(void)ctx;
-	if (!worker || f->epoch * pj->spe + f->step_in_epoch != step ||
-	    s->hdr->epoch != f->epoch || s->hdr->step_in_epoch != f->step_in_epoch ||
-	    f->world != pj->world || f->rank >= pj->world) {
+	if (!worker || st->epoch * pj->spe + st->step_in_epoch != step ||
+	    s->hdr->epoch != st->epoch || s->hdr->step_in_epoch != st->step_in_epoch ||
+	    f->begin >= f->end || f->end > st->count) {
 		snprintf(f->why, sizeof(f->why), "srv handed the filler an inconsistent step %"
 			 PRIu64, step);
 		return -EPROTO;
@@ -322,20 +344,17 @@ int pat_fill(void *ctx, void *worker, struct srv_fill *f)
 	}
 	if (pj->kind == PAT_BADMSG && step == pj->arg)
 		return -EBADMSG;
-	if (pj->kind == PAT_SLOW)
-		usleep((useconds_t)pj->arg * 1000);
-	for (uint32_t i = 0; i < pj->batch; i++) {
+	if (pj->kind == PAT_SLOW && f->begin == 0)
+		usleep((useconds_t)pj->arg * 1000);  /* once per step */
+	for (uint32_t i = f->begin; i < f->end; i++) {
 		uint8_t *p = (uint8_t *)s->payload + i * pj->sample_bytes;
-		s->labels[i] = (int64_t)(step * pj->batch + i);
-		s->ids[i] = pat_id(f->rank, step, i);
-		s->flags[i] = pat_flag(step, i);
 		for (uint64_t j = 0; j < pj->sample_bytes; j++)
-			p[j] = pat_byte(f->rank, step, i, j);
+			p[j] = pat_byte(st->rank, step, i, j);
 	}
-	f->count = pj->batch;
-	f->slot_flags = PAT_SLOT_FLAG | RING_SLOT_LAST;  /* LAST is srv's: it must clear it here */
-	f->phase_ns[0] = 1;
-	f->phase_ns[1] = 2;
+	if (f->begin == 0) {  /* per step */
+		f->phase_ns[0] = 1;
+		f->phase_ns[1] = 2;
+	}
 	return 0;
 }
 
@@ -380,7 +399,8 @@ pid_t spawn_server(const char *path, const struct tsrv *cfg, int *ret, char *why
 				      .linger_ms = cfg->linger_ms };
 		struct srv_ops ops = { .job_open = pat_job_open, .job_close = pat_job_close,
 				       .worker_init = pat_worker_init,
-				       .worker_fini = pat_worker_fini, .fill = pat_fill,
+				       .worker_fini = pat_worker_fini,
+				       .step_open = pat_step_open, .fill = pat_fill,
 				       .notice = pat_notice,
 				       .phases = { { "io", "reading" }, { "decode", "decoding" } } };
 		struct ready_msg m;

@@ -14,11 +14,13 @@
  *     labels[i] = step * batch + i, ids[i] = pat_id(rank, step, i), flags[i] = pat_flag(step, i),
  *     payload byte j of sample i = pat_byte(rank, step, i, j), slot flags PAT_SLOT_FLAG
  * (the filler also sets RING_SLOT_LAST on every step: srv must own that bit), and reports 1 ns
- * of phase 0 ("io", reading) and 2 ns of phase 1 ("decode", decoding) per step. The dataset
- * string picks the job: "pattern:N" (N samples; steps per epoch = N / (batch * world)), "fail:K"
- * (the fill of step K fails with a message), "badmsg:K" (the fill of step K returns -EBADMSG and
- * no message), "slow:MS" (every fill takes MS ms), "slowopen:MS" (job_open takes MS ms, then a
- * pattern of 1000 samples); anything else is "no such dataset". crop 0
+ * of phase 0 ("io", reading) and 2 ns of phase 1 ("decode", decoding) per step (in the task that
+ * holds sample 0; ids, flags and labels come from pat_step_open, the payload from the tasks).
+ * The dataset string picks the job: "pattern:N" (N samples; steps per epoch = N / (batch *
+ * world)), "fail:K" (the fill of step K fails with a message), "badmsg:K" (the fill of step K
+ * returns -EBADMSG and no message), "slow:MS" (every step takes MS ms more, in its first task),
+ * "slowopen:MS" (job_open takes MS ms, then a pattern of 1000 samples); anything else is "no such
+ * dataset". crop 0
  * gives raw 64-byte samples, else NHWC (or NCHW) crop_h x crop_w x 3. The attach notice of a job
  * named "sleepnotice" sleeps 500 ms on srv's control thread, which lets a test queue events
  * behind it. TEST_SRV_VERBOSE=1 prints the server's notices.
@@ -100,6 +102,7 @@ void stop_server(pid_t pid);
 int pat_job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **job,
 		 struct srv_job_info *info, char *why, size_t whylen);
 void pat_job_close(void *ctx, void *job);
+int pat_step_open(void *ctx, void *worker, struct srv_step *st, char *why, size_t whylen);
 int pat_fill(void *ctx, void *worker, struct srv_fill *f);
 /* The pattern itself. */
 uint64_t pat_id(uint32_t rank, uint64_t step, uint32_t i);

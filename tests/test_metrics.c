@@ -182,7 +182,7 @@ static int inproc_setup(void **state)
 {
 	struct srv_opts o = { .workers = 1, .group = (gid_t)-1, .default_slots = 4 };
 	struct srv_ops ops = { .job_open = pat_job_open, .job_close = pat_job_close,
-			       .worker_init = worker_init, .fill = pat_fill,
+			       .worker_init = worker_init, .step_open = pat_step_open, .fill = pat_fill,
 			       .phases = { { "io", "reading" }, { "decode", "decoding" } } };
 	char why[256];
 

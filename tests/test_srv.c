@@ -1164,6 +1164,107 @@ static void test_srv_job_fill_ebadmsg_without_why_is_job_failure(void **state)
 	cli_close(c);
 }
 
+/* ---- 7b. tasks: every worker fills every ring ---- */
+
+/* A batch cut into tasks (64 samples, 4 workers: tasks of 4) that several workers fill at once
+ * arrives whole and exact, step after step, through a 2-slot ring; the stats count each step
+ * once, with its latency. */
+static void test_srv_tasks_many_workers_one_ring_exact(void **state)
+{
+	(void)state;
+	struct tsrv cfg = { .workers = 4, .slots = 2 };
+	start_server(&cfg);
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("tasks", "pattern:12800", 64, 0, 1, 1);
+	struct ldc_info in;
+	struct ctl_stats st;
+
+	j.crop_h = 4;
+	j.crop_w = 3;
+	open_ok(c, &j, &in);
+	assert_int_equal(in.ring->slots, 2);
+	struct expect e = expect_of(&in, 0);
+	consume_ok(c, &e, 0, 200);
+	assert_int_equal(ldc_stats(c, &st), 0);
+	assert_int_equal(st.published, 200);
+	assert_int_equal(st.samples, 200 * 64);
+	assert_int_equal(st.phase_ns[0], 200);      /* once per step, not per task */
+	assert_int_equal(st.phase_ns[1], 400);
+	assert_true(st.latency_ns > 0);
+	assert_true(st.fill_ns >= 3 * st.published);
+	cli_close(c);
+}
+
+/* Two rings (two jobs) share the workers: both are served, every byte right, while the other
+ * ring's consumer holds its slots. */
+static void test_srv_tasks_two_rings_share_workers(void **state)
+{
+	(void)state;
+	struct tsrv cfg = { .workers = 3, .slots = 2 };
+	start_server(&cfg);
+	struct ldc *c1 = cli_connect(), *c2 = cli_connect();
+	struct ldc_job j1 = mkjob("ta", "pattern:3200", 32, 0, 1, 1);
+	struct ldc_job j2 = mkjob("tb", "pattern:1600", 16, 0, 1, 1);
+	struct ldc_info i1, i2;
+
+	open_ok(c1, &j1, &i1);
+	open_ok(c2, &j2, &i2);
+	struct expect e1 = expect_of(&i1, 0), e2 = expect_of(&i2, 0);
+	for (uint64_t s = 0; s < 100; s += 10) {
+		consume_ok(c1, &e1, s, s + 10);
+		consume_ok(c2, &e2, s, s + 10);
+	}
+	cli_close(c1);
+	cli_close(c2);
+}
+
+/* A consumer that goes while its steps are cut into tasks on every worker: the steps in flight are
+ * dropped (their ring is unmapped only after the last task is out), the rank resumes where it
+ * stopped, and the server stops cleanly. */
+static void test_srv_tasks_detach_mid_step(void **state)
+{
+	(void)state;
+	struct tsrv cfg = { .workers = 4, .slots = 4 };
+	pid_t srv = start_server(&cfg);
+	struct ldc_job j = mkjob("tdetach", "slow:30", 64, 0, 1, 0);
+	struct ldc_info in;
+
+	for (int round = 0; round < 3; round++) {
+		struct ldc *c = cli_connect();
+		open_ok(c, &j, &in);
+		struct expect e = expect_of(&in, 0);
+		consume_ok(c, &e, in.first_step, in.first_step + 2);
+		cli_close(c);  /* steps first + 2 .. + 5 are being filled */
+		assert_alive(srv);
+	}
+	assert_serves("after-tdetach");
+	stop_server(srv);
+}
+
+/* A task that fails (step 5 of 64 samples, cut over 4 workers) fails the job as a failed fill
+ * did: the steps before it arrive, then the reason. */
+static void test_srv_tasks_failure_fails_job(void **state)
+{
+	(void)state;
+	struct tsrv cfg = { .workers = 4 };
+	pid_t srv = start_server(&cfg);
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("tfail", "fail:5", 64, 0, 1, 0);
+	struct ldc_info in;
+	struct ldc_batch b;
+
+	open_ok(c, &j, &in);
+	struct expect e = expect_of(&in, 0);
+	consume_ok(c, &e, 0, 5);
+	int r = ldc_acquire(c, ACQUIRE_MS, &b);
+	if (r != -EPIPE)
+		fail_msg("step 5 of a job whose task fails there: %d %s", r, ldc_error(c));
+	assert_has(ldc_error(c), "injected failure at step 5");
+	cli_close(c);
+	assert_alive(srv);
+	assert_serves("after-tfail");
+}
+
 /* ---- 8. the socket ---- */
 
 static void test_srv_socket_mode_0600(void **state)
@@ -1203,7 +1304,7 @@ static void test_srv_socket_live_eaddrinuse(void **state)
 {
 	struct srv_opts o = { .socket_path = g_sock, .workers = 1, .group = (gid_t)-1 };
 	struct srv_ops ops = { .job_open = pat_job_open, .job_close = pat_job_close,
-			       .fill = pat_fill };
+			       .step_open = pat_step_open, .fill = pat_fill };
 	struct srv *s2 = NULL;
 	struct stat st;
 	char why[256] = "";
@@ -1226,7 +1327,7 @@ static void test_srv_socket_live_eaddrinuse(void **state)
 static void test_srv_socket_regular_file_eexist(void **state)
 {
 	struct srv_opts o = { .socket_path = g_sock, .workers = 1, .group = (gid_t)-1 };
-	struct srv_ops ops = { .job_open = pat_job_open, .fill = pat_fill };
+	struct srv_ops ops = { .job_open = pat_job_open, .step_open = pat_step_open, .fill = pat_fill };
 	struct srv *s = NULL;
 	char why[256] = "", back[16] = "";
 
@@ -1255,7 +1356,7 @@ static void test_srv_socket_regular_file_eexist(void **state)
 static void test_srv_socket_foreign_stream_socket_kept(void **state)
 {
 	struct srv_opts o = { .socket_path = g_sock, .workers = 1, .group = (gid_t)-1 };
-	struct srv_ops ops = { .job_open = pat_job_open, .fill = pat_fill };
+	struct srv_ops ops = { .job_open = pat_job_open, .step_open = pat_step_open, .fill = pat_fill };
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct stat before, after;
 	struct srv *s = NULL;
@@ -1280,7 +1381,7 @@ static void test_srv_socket_foreign_stream_socket_kept(void **state)
 static void test_srv_socket_path_too_long(void **state)
 {
 	struct srv_opts o = { .workers = 1, .group = (gid_t)-1 };
-	struct srv_ops ops = { .job_open = pat_job_open, .fill = pat_fill };
+	struct srv_ops ops = { .job_open = pat_job_open, .step_open = pat_step_open, .fill = pat_fill };
 	struct srv *s = NULL;
 	struct ldc *c = NULL;
 	char path[200], why[256] = "";
@@ -1573,6 +1674,10 @@ int main(void)
 		T(test_srv_job_mem_limit_message_small_ring),
 		T(test_srv_job_mem_released_on_detach),
 		T(test_srv_job_fill_failure_reported),
+		T(test_srv_tasks_many_workers_one_ring_exact),
+		T(test_srv_tasks_two_rings_share_workers),
+		T(test_srv_tasks_failure_fails_job),
+		T(test_srv_tasks_detach_mid_step),
 		T(test_srv_job_fill_ebadmsg_without_why_is_job_failure),
 		T(test_srv_socket_mode_0600),
 		T(test_srv_socket_stale_replaced),

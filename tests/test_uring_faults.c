@@ -245,6 +245,81 @@ static void test_uring_faults_persistent_reported(void **state)
 	assert_int_equal(count_fds(), fds);
 }
 
+/* Both halves of the reader: records 32..64 submitted on one half, records 0..32 read (and the
+ * first half collected) while they are in flight. Returns the failing record as read_all. */
+static int read_split(int *err)
+{
+	struct ldr_reader *r;
+	struct dpk *d;
+	char why[256];
+	uint64_t ids[NREC];
+	const uint8_t *bufs[NREC];
+	int errs[NREC], failed = -1;
+
+	assert_int_equal(dpk_open(path, 0, &d, why, sizeof(why)), 0);
+	assert_int_equal(ldr_reader_create(LDR_IO_BUFFERED, 4u << 20, &r), 0);
+	if (strcmp(ldr_reader_path(r, -1), "io_uring")) {
+		ldr_reader_destroy(r);
+		dpk_close(d);
+		skip();
+	}
+	for (uint32_t i = 0; i < NREC; i++)
+		ids[i] = i;
+	assert_int_equal(ldr_reader_submit(r, 1, d, -1, ids + NREC / 2, NREC / 2), NREC / 2);
+	assert_int_equal(ldr_reader_read(r, d, -1, ids, NREC / 2, bufs, errs), NREC / 2);
+	assert_int_equal(ldr_reader_complete(r, 1, bufs + NREC / 2, errs + NREC / 2), NREC / 2);
+	for (int i = 0; i < NREC; i++) {
+		if (errs[i]) {
+			if (failed >= 0)
+				fail_msg("records %d and %d both failed", failed, i);
+			failed = i;
+			*err = errs[i];
+			continue;
+		}
+		for (uint64_t j = 0; j < lens[i]; j++)
+			if (bufs[i][j] != byte_at((uint64_t)i, j))
+				fail_msg("record %d byte %llu wrong", i, (unsigned long long)j);
+	}
+	ldr_reader_destroy(r);
+	dpk_close(d);
+	return failed;
+}
+
+/* Faults while two halves are in flight (a completion of either half can arrive while the other
+ * is waited for): transient ones are retried, a persistent one reaches the caller for that record
+ * only, after 1 + RETRIES tries, the same record on every run. */
+static void test_uring_faults_two_halves(void **state)
+{
+	static const enum fault kinds[] = { F_EIO, F_ECANCELED, F_SHORT };
+	static const unsigned ats[] = { 1, 7, 40 };
+	int fds = count_fds(), err = 0;
+
+	(void)state;
+	for (size_t k = 0; k < 3; k++)
+		for (size_t a = 0; a < 3; a++) {
+			plan_set(kinds[k], ats[a], 0);
+			int failed = read_split(&err);
+			if (failed >= 0)
+				fail_msg("fault %d at %u: record %d failed (%s)", (int)kinds[k], ats[a],
+					 failed, strerror(-err));
+			assert_int_equal(plan.victim_hits, 1);
+		}
+	int first = -1;
+	for (int run = 0; run < 2; run++) {
+		plan_set(F_EIO, 10, 1);
+		int failed = read_split(&err);
+		assert_true(failed >= 0);
+		assert_int_equal(err, -EIO);
+		assert_int_equal(plan.victim_hits, 1 + RETRIES);
+		if (run == 0)
+			first = failed;
+		else
+			assert_int_equal(failed, first);
+	}
+	plan_set(F_NONE, 0, 0);
+	assert_int_equal(count_fds(), fds);
+}
+
 /* ---- the job: a persistent read error is a bad record ---- */
 
 /* Fill one step of a sequential job over the dataset with @plan in force; the ids and flags. */
@@ -280,12 +355,9 @@ static void fill_step(uint64_t *ids, uint8_t *flags, uint64_t *bad)
 	slot.flags = flags;
 	slot.labels = labels;
 	slot.payload = payload;
-	memset(&f, 0, sizeof(f));
-	f.job = job;
-	f.world = 1;
-	f.slot = &slot;
-	assert_int_equal(ops.fill(ops.ctx, w, &f), 0);
-	assert_int_equal(f.count, NREC);
+	struct srv_step st = { .job = job, .world = 1 };
+	assert_int_equal(srv_fill_step(&ops, w, &st, NREC, 0, &slot, &f), 0);
+	assert_int_equal(st.count, NREC);
 	*bad = f.bad;
 	free(payload);
 	ops.worker_fini(ops.ctx, w);
@@ -324,6 +396,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_uring_faults_transient_retried),
 		cmocka_unit_test(test_uring_faults_persistent_reported),
+		cmocka_unit_test(test_uring_faults_two_halves),
 		cmocka_unit_test(test_uring_faults_persistent_substituted_deterministically),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -9,7 +9,9 @@
  *             a job (RandomResizedCrop + flip to --crop, batch B, one rank, unbounded epochs) is
  *             drained through the client API as fast as the ring delivers; a warm-up is excluded.
  * loaderd decodes only the crop window at a reduced DCT scale, so the ratio can exceed 1.
- * The last line is machine-readable: "ldbench: samples_per_s=X ceiling_per_s=Y ratio=Z".
+ * The last line is machine-readable: "ldbench: samples_per_s=X ceiling_per_s=Y ratio=Z
+ * samples_per_cpu_s=C latency_ms=L" (L: the mean time from a step's first decode to its publish,
+ * from loaderd's stats; C: 0 when /proc does not say).
  *
  * Both rates are wall-clock. On a host where other work competes for the cores they are low and
  * noisy, so ldbench also prints the same comparison per CPU-second: decodes per CPU-second of the
@@ -57,6 +59,8 @@ struct opts {
 	const char *loaderd;      /* NULL: next to our own executable */
 	const char *io;           /* loaderd --io, or NULL */
 	unsigned workers, batch;
+	unsigned slots;           /* ring depth; 0: loaderd's default */
+	unsigned task_samples;    /* loaderd --task-samples; 0: loaderd's default */
 	uint32_t crop_h, crop_w;
 	double seconds, warmup;
 	unsigned ceil_records;
@@ -79,13 +83,15 @@ static void usage(FILE *f)
 "JPEG records (tjDecompress2 to RGB) times N: the full-decode ceiling of N decode threads; then\n"
 "(2) starts a private loaderd with --workers N and drains one rank of a RandomResizedCrop + flip\n"
 "job through the client API as fast as it delivers. The last line is\n"
-"  ldbench: samples_per_s=X ceiling_per_s=Y ratio=Z\n"
+"  ldbench: samples_per_s=X ceiling_per_s=Y ratio=Z samples_per_cpu_s=C latency_ms=L\n"
 "\n"
 "options:\n"
 "  --dataset D.dpk        packed dataset with JPEG records (required)\n"
 "  --workers N            loaderd decode threads, and the ceiling's multiplier (default: all\n"
 "                         cores, here %u)\n"
 "  --batch B              samples per step (default 64)\n"
+"  --slots N              ring depth (default: loaderd's, 4)\n"
+"  --task-samples N       passed to loaderd --task-samples (samples per task)\n"
 "  --crop HxW | N         output size (default 224)\n"
 "  --seconds S            measured drain time (default 10)\n"
 "  --warmup S             drain time before measuring, excluded (default 1; at least 2 steps)\n"
@@ -310,7 +316,7 @@ static int find_loaderd(const struct opts *o, char *path, size_t cap)
 static int daemon_start(struct daemon *dm, const struct opts *o, const char *exe, struct ldc **out)
 {
 	const char *tmp = getenv("TMPDIR");
-	char workers[16], err[512];
+	char workers[16], tasks[16], err[512];
 	pid_t parent = getpid();
 
 	int len = snprintf(dm->dir, sizeof(dm->dir), "%s/ldbench.XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -348,8 +354,14 @@ static int daemon_start(struct daemon *dm, const struct opts *o, const char *exe
 		return -e;
 	}
 	snprintf(workers, sizeof(workers), "%u", o->workers);
+	snprintf(tasks, sizeof(tasks), "%u", o->task_samples);
 	const char *argv[] = { exe, "--socket", dm->sock, "--workers", workers, "--ready-fd", "3",
-			       o->io ? "--io" : NULL, o->io, NULL };
+			       "--task-samples", tasks, o->io ? "--io" : NULL, o->io, NULL };
+	if (!o->task_samples) {  /* loaderd's default: leave the option out */
+		argv[7] = o->io ? "--io" : NULL;
+		argv[8] = o->io;
+		argv[9] = NULL;
+	}
 	fflush(NULL);
 	pid_t pid = fork();
 	if (pid < 0) {
@@ -479,8 +491,15 @@ static double pct(uint64_t part, uint64_t whole)
 	return whole ? 100.0 * (double)part / (double)whole : 0.0;
 }
 
+/* What one loaderd run measured, for the last line. */
+struct result {
+	double rate;              /* samples/s, wall clock */
+	double per_cpu_s;         /* samples per CPU-second of loaderd (0: unknown) */
+	double latency_ms;        /* mean per-batch latency: first task taken to publish */
+};
+
 static int bench_loaderd(const struct opts *o, const char *exe, const struct ceiling *ce,
-			 double *rate)
+			 struct result *res)
 {
 	struct daemon dm = { 0 };
 	struct ldc *c = NULL;
@@ -502,16 +521,17 @@ static int bench_loaderd(const struct opts *o, const char *exe, const struct cei
 		.job = "ldbench", .dataset = dpath, .batch = o->batch, .crop_h = o->crop_h,
 		.crop_w = o->crop_w, .transforms = CTL_TF_RANDOM_RESIZED_CROP | CTL_TF_HFLIP,
 		.seed = SEED, .rank = 0, .world = 1, .sampling = CTL_SAMPLE_SHUFFLE,
-		.tail = CTL_TAIL_PAD, .on_bad = CTL_BAD_SUBSTITUTE, .epochs = 0,
+		.tail = CTL_TAIL_PAD, .on_bad = CTL_BAD_SUBSTITUTE, .epochs = 0, .slots = o->slots,
 	};
 	ret = ldc_open(c, &job, &info);
 	if (ret < 0) {
 		LOG_ERROR("%s", ldc_error(c));
 		goto fail;
 	}
-	printf("ldbench: loaderd %s (pid %d): %u workers%s%s; job: batch %u, RandomResizedCrop "
-	       "%ux%u + flip, shuffle, unbounded epochs, ring %u slots of %.1f MiB\n", exe,
-	       (int)dm.pid, o->workers, o->io ? ", io " : "", o->io ? o->io : "", o->batch,
+	printf("ldbench: loaderd %s (pid %d): %u workers%s%s, task samples %u (0: default); job: "
+	       "batch %u, RandomResizedCrop %ux%u + flip, shuffle, unbounded epochs, ring %u slots of "
+	       "%.1f MiB\n", exe, (int)dm.pid, o->workers, o->io ? ", io " : "", o->io ? o->io : "",
+	       o->task_samples, o->batch,
 	       o->crop_h, o->crop_w, info.ring->slots, (double)info.ring->slot_size / (1 << 20));
 
 	/* Warm-up, excluded: workers start, page cache, ring fills once. */
@@ -549,11 +569,11 @@ static int bench_loaderd(const struct opts *o, const char *exe, const struct cei
 		goto fail;
 	}
 	double dt = (double)(t2 - t1) * 1e-9;
-	*rate = (double)samples / dt;
+	res->rate = (double)samples / dt;
 	printf("ldbench: warm-up %.1f s, %" PRIu64 " steps, %" PRIu64 " samples (excluded)\n",
 	       (double)(t1 - t0) * 1e-9, wsteps, wsamples);
 	printf("ldbench: drained %" PRIu64 " steps, %" PRIu64 " samples in %.2f s: %.1f samples/s, "
-	       "%.1f steps/s (crop-aware decode to %ux%u)\n", steps, samples, dt, *rate,
+	       "%.1f steps/s (crop-aware decode to %ux%u)\n", steps, samples, dt, res->rate,
 	       (double)steps / dt, o->crop_h, o->crop_w);
 	uint64_t fill = s1.fill_ns - s0.fill_ns, pub = s1.published - s0.published;
 	uint64_t io = s1.phase_ns[LDR_PHASE_IO] - s0.phase_ns[LDR_PHASE_IO];
@@ -564,11 +584,17 @@ static int bench_loaderd(const struct opts *o, const char *exe, const struct cei
 	       "workers busy %.0f%% of %u x %.2f s\n", pub, pub ? (double)fill / pub * 1e-6 : 0.0,
 	       pub ? (double)fill / pub / o->batch * 1e-3 : 0.0, pct(io, fill), pct(dec, fill),
 	       pct(other, fill), pct(fill, (uint64_t)(dt * 1e9) * o->workers), o->workers, dt);
+	uint64_t lat = s1.latency_ns - s0.latency_ns;
+	res->latency_ms = pub ? (double)lat / pub * 1e-6 : 0.0;
+	printf("ldbench: per-batch latency (first decode of a step to its publish): mean %.2f ms "
+	       "over %" PRIu64 " steps of %u samples (fill time per step %.2f ms)\n", res->latency_ms,
+	       pub, o->batch, pub ? (double)fill / pub * 1e-6 : 0.0);
 	printf("ldbench: this consumer waited for a batch %.0f%% of the window (%s); bad records %"
 	       PRIu64 "\n", pct(wait_ns, t2 - t1), wait_ns * 2 >= t2 - t1 ?
 	       "loaderd is the limit" : "the consumer is the limit", s1.bad_records);
 	if (cpu0 >= 0 && cpu1 > cpu0 && ce->per_cpu_s > 0) {
 		double spc = (double)samples / (cpu1 - cpu0);
+		res->per_cpu_s = spc;
 		printf("ldbench: per CPU-second (whatever else runs on the host): loaderd %.1f samples "
 		       "using %.2f CPU-s (%.0f%% of %u cores' time), full decode %.1f/CPU-s: ratio %.2f\n",
 		       spc, cpu1 - cpu0, 100.0 * (cpu1 - cpu0) / dt / o->workers, o->workers,
@@ -597,11 +623,13 @@ fail:
 int main(int argc, char **argv)
 {
 	enum { O_DATASET = 256, O_WORKERS, O_BATCH, O_CROP, O_SECONDS, O_WARMUP, O_CREC, O_CSEC,
-	       O_LOADERD, O_IO };
+	       O_LOADERD, O_IO, O_SLOTS, O_TASKS };
 	static const struct option lopts[] = {
 		{ "dataset", required_argument, NULL, O_DATASET },
 		{ "workers", required_argument, NULL, O_WORKERS },
 		{ "batch", required_argument, NULL, O_BATCH },
+		{ "slots", required_argument, NULL, O_SLOTS },
+		{ "task-samples", required_argument, NULL, O_TASKS },
 		{ "crop", required_argument, NULL, O_CROP },
 		{ "seconds", required_argument, NULL, O_SECONDS },
 		{ "warmup", required_argument, NULL, O_WARMUP },
@@ -626,6 +654,8 @@ int main(int argc, char **argv)
 		case O_DATASET: o.dataset = optarg; break;
 		case O_WORKERS: bad = arg_uint(optarg, 1, 1024, &o.workers); break;
 		case O_BATCH: bad = arg_uint(optarg, 1, RING_BATCH_MAX, &o.batch); break;
+		case O_SLOTS: bad = arg_uint(optarg, 2, RING_SLOTS_MAX, &o.slots); break;
+		case O_TASKS: bad = arg_uint(optarg, 1, RING_BATCH_MAX, &o.task_samples); break;
 		case O_CROP: bad = arg_size2(optarg, CTL_CROP_MAX, &o.crop_h, &o.crop_w) < 0 || o.crop_h == 0; break;
 		case O_SECONDS: bad = arg_double(optarg, 0.1, 86400, &o.seconds); break;
 		case O_WARMUP: bad = arg_double(optarg, 0, 86400, &o.warmup); break;
@@ -689,14 +719,15 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
-	double rate = 0;
-	if (bench_loaderd(&o, exe, &ce, &rate) < 0)
+	struct result res = { 0 };
+	if (bench_loaderd(&o, exe, &ce, &res) < 0)
 		return 1;
 	if (g_stop) {
 		LOG_ERROR("interrupted");
 		return 1;
 	}
-	printf("ldbench: samples_per_s=%.1f ceiling_per_s=%.1f ratio=%.2f\n", rate, ceiling,
-	       ceiling > 0 ? rate / ceiling : 0.0);
+	printf("ldbench: samples_per_s=%.1f ceiling_per_s=%.1f ratio=%.2f samples_per_cpu_s=%.1f "
+	       "latency_ms=%.2f\n", res.rate, ceiling, ceiling > 0 ? res.rate / ceiling : 0.0,
+	       res.per_cpu_s, res.latency_ms);
 	return 0;
 }

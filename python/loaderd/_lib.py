@@ -137,7 +137,8 @@ class ring_slot_hdr(ctypes.Structure):
         ("count", c_u32),
         ("flags", c_u32),
         ("fill_ns", c_u64),
-        ("reserved", c_u64 * 3),
+        ("latency_ns", c_u64),
+        ("reserved", c_u64 * 2),
     ]
 
 
@@ -183,7 +184,8 @@ class ctl_stats(ctypes.Structure):
         ("occupancy", c_u32),
         ("workers", c_u32),
         ("reserved0", c_u32),
-        ("reserved", c_u64 * 3),
+        ("latency_ns", c_u64),
+        ("reserved", c_u64 * 2),
     ]
 
 
@@ -206,9 +208,9 @@ ABI = {
     ring_hdr: (176, {"total_size": 16, "slot_size": 40, "sample_bytes": 56, "shape": 64,
                      "ndim": 80, "flags_off": 84, "payload_off": 96, "job_id": 112,
                      "first_step": 120, "steps_per_epoch": 136}),
-    ring_slot_hdr: (64, {"count": 24, "fill_ns": 32}),
+    ring_slot_hdr: (64, {"count": 24, "fill_ns": 32, "latency_ns": 40}),
     ctl_stats: (112, {"phase_ns": 48, "attaches": 64, "occupancy": 76, "workers": 80,
-                      "reserved": 88}),
+                      "latency_ns": 88, "reserved": 96}),
 }
 
 
