@@ -89,6 +89,7 @@ static const struct dpk_kind_info kind_infos[DPK_KIND_MAX + 1] = {
 	[DPK_KIND_RAW] = { "raw", DPK_KF_STORED_RAW },
 	[DPK_KIND_RAW_ZSTD] = { "raw+zstd", 0 },
 	[DPK_KIND_JPEG_RST] = { "jpeg+rst", DPK_KF_IMAGE | DPK_KF_SUBSAMP | DPK_KF_JPEG },
+	[DPK_KIND_JPEG_IDX] = { "jpeg+idx", DPK_KF_IMAGE | DPK_KF_SUBSAMP | DPK_KF_JPEG },
 };
 
 const struct dpk_kind_info *dpk_kind_info(unsigned kind)

@@ -29,8 +29,10 @@ enum dpk_kind {
 	DPK_KIND_RAW_ZSTD = 3,  /* the same tensor, one zstd frame */
 	DPK_KIND_JPEG_RST = 4,  /* JPEG rewritten by dpack: baseline, one scan, restart markers at
 				 * the start of every MCU row (docs/FORMAT.md); shape as JPEG */
+	DPK_KIND_JPEG_IDX = 5,  /* JPEG (baseline, one scan, no restart markers) followed by an
+				 * index of MCU bit offsets and DC predictions (docs/FORMAT.md) */
 };
-#define DPK_KIND_MAX 4
+#define DPK_KIND_MAX 5
 
 /* What the format itself knows of a kind: one row per kind in formats/dpk.c (how a kind is
  * decoded is the loader's business: loader/kind.h). */
@@ -39,7 +41,7 @@ enum dpk_kind {
 #define DPK_KF_STORED_RAW 0x4u  /* the stored bytes are the tensor: length == raw_size */
 #define DPK_KF_JPEG 0x8u        /* the stored bytes are a whole JPEG file (any decoder takes it) */
 struct dpk_kind_info {
-	const char *name;       /* "jpeg", "raw", "raw+zstd", "jpeg+rst" */
+	const char *name;       /* "jpeg", "raw", "raw+zstd", "jpeg+rst", "jpeg+idx" */
 	unsigned flags;         /* DPK_KF_* */
 };
 

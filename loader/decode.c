@@ -7,6 +7,7 @@
  * (1/8, 1/4, 1/2: the fast ones in libjpeg-turbo) is the smallest whose scaled window still has at
  * least the output's pixels in each direction, so the resize only ever shrinks or stays near 1. */
 #include "loader/decode.h"
+#include "loader/jpeg_idx.h"
 #include "loader/jpeg_rst.h"
 #include "loader/sampler.h"
 
@@ -37,8 +38,9 @@ struct ldr_decoder {
 	struct err_mgr err;
 	uint8_t *scratch;          /* decoded window rows, or a decompressed zstd record */
 	size_t scratch_size;
-	uint8_t *splice;           /* the small JPEG spliced from a restart-indexed record */
+	uint8_t *splice;           /* the small JPEG spliced from a restart- or bit-indexed record */
 	size_t splice_size;
+	struct ldr_idx_info *idx;  /* the parsed bit-indexed record (tables: too large a local) */
 	ZSTD_DCtx *zd;
 	int32_t *xi;               /* resize tables: per output column, left and right byte offset */
 	uint32_t *xw;              /* and the weights in 1/256: left | right << 16 (pmaddwd pairs) */
@@ -183,6 +185,7 @@ void ldr_decoder_destroy(struct ldr_decoder *d)
 	ZSTD_freeDCtx(d->zd);
 	free(d->scratch);
 	free(d->splice);
+	free(d->idx);
 	free(d->xi);
 	free(d->xw);
 	free(d->hrow);
@@ -584,6 +587,81 @@ int ldr_jpeg_rst_window(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
 		win->oy += plan.y / den;
 	}
 	return ret;
+}
+
+/* Grow the splice buffer to @need bytes. */
+static int reserve_splice(struct ldr_decoder *d, size_t need, char *why, size_t whylen)
+{
+	if (need > d->splice_size) {
+		uint8_t *p = realloc(d->splice, need);
+		if (!p) {
+			snprintf(why, whylen, "out of memory for a %zu-byte splice", need);
+			return -ENOMEM;
+		}
+		d->splice = p;
+		d->splice_size = need;
+	}
+	return 0;
+}
+
+/* Body of ldr_jpeg_idx_window with the parsed record (a large struct) in @info. */
+static int idx_window(struct ldr_decoder *d, const uint8_t *rec, size_t len,
+		      struct ldr_idx_info *info, const struct ldr_crop *crop, uint32_t out_h,
+		      uint32_t out_w, struct ldr_window *win, char *why, size_t whylen)
+{
+	struct ldr_rst_plan plan;
+	struct ldr_crop c = *crop;
+	char tmp[160];
+	int ret = ldr_idx_parse(rec, len, info, tmp, sizeof(tmp));
+
+	if (ret < 0) {
+		snprintf(why, whylen, "JPEG index: %s", tmp);
+		return ret;
+	}
+	if (too_many_pixels(d, info->geo.width, info->geo.height, why, whylen))
+		return -EBADMSG;
+	clip_window(&c, info->geo.width, info->geo.height);
+	ldr_rst_plan(&info->geo, c.x, c.y, c.w, c.h, &plan);
+	unsigned den = ldr_jpeg_scale(&c, out_h, out_w);
+	if (plan.whole)  /* the record as it is: the trailer after EOI is ignored by libjpeg */
+		return decode_rows(d, rec, len, &c, den, out_h, out_w, 1, win, why, whylen);
+	ret = reserve_splice(d, ldr_idx_splice_bound(info, &plan), why, whylen);
+	if (ret < 0)
+		return ret;
+	long n = ldr_idx_splice(rec, info, &plan, d->splice, tmp, sizeof(tmp));
+	if (n < 0) {
+		snprintf(why, whylen, "JPEG index: %s", tmp);
+		return (int)n;
+	}
+	/* the splice starts on an MCU boundary, a multiple of 8 pixels: exact at every scale */
+	struct ldr_crop rel = { c.x - plan.x, c.y - plan.y, c.w, c.h };
+	ret = decode_rows(d, d->splice, (size_t)n, &rel, den, out_h, out_w, 1, win, why, whylen);
+	if (ret == 0) {
+		win->ox += plan.x / den;
+		win->oy += plan.y / den;
+	}
+	return ret;
+}
+
+int ldr_jpeg_idx_window(struct ldr_decoder *d, const uint8_t *rec, size_t len,
+			const struct ldr_crop *crop, uint32_t out_h, uint32_t out_w,
+			struct ldr_window *win, char *why, size_t whylen)
+{
+	if (!d->idx && !(d->idx = malloc(sizeof(*d->idx)))) {
+		snprintf(why, whylen, "out of memory for a JPEG index");
+		return -ENOMEM;
+	}
+	return idx_window(d, rec, len, d->idx, crop, out_h, out_w, win, why, whylen);
+}
+
+int ldr_decode_jpeg_idx(struct ldr_decoder *d, const uint8_t *rec, size_t len,
+			const struct ldr_crop *crop, const struct ldr_out *o, uint8_t *dst,
+			char *why, size_t whylen)
+{
+	struct ldr_window w;
+	int ret = ldr_jpeg_idx_window(d, rec, len, crop, o->h, o->w, &w, why, whylen);
+
+	return ret < 0 ? ret : resize(d, w.px, w.w, w.h, w.stride, w.x0, w.y0, w.sw, w.sh, o, dst);
 }
 
 int ldr_decode_jpeg(struct ldr_decoder *d, const uint8_t *jpg, size_t len, const struct ldr_crop *crop,

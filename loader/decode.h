@@ -50,6 +50,13 @@ int ldr_decode_jpeg_rst(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
 			const struct ldr_crop *crop, const struct ldr_out *o, uint8_t *dst,
 			char *why, size_t whylen);
 
+/* The same for a bit-indexed record (DPK_KIND_JPEG_IDX, loader/jpeg_idx.h): only the MCUs that
+ * cover the window are entropy-decoded, from a small JPEG spliced out of it at bit level. Returns
+ * 0, or -EBADMSG with the reason in @why (a damaged index or scan is one). */
+int ldr_decode_jpeg_idx(struct ldr_decoder *d, const uint8_t *rec, size_t len,
+			const struct ldr_crop *crop, const struct ldr_out *o, uint8_t *dst,
+			char *why, size_t whylen);
+
 /* The decoded window of a JPEG before its resize: RGB rows in the decoder's scratch buffer, valid
  * until the decoder's next call. */
 struct ldr_window {
@@ -69,6 +76,11 @@ int ldr_jpeg_window(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
  * of the record at the same scale. Returns 0, -EBADMSG, -ENOMEM, or -ENOTSUP for a JPEG that does
  * not splice (then nothing was decoded). */
 int ldr_jpeg_rst_window(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
+			const struct ldr_crop *crop, uint32_t out_h, uint32_t out_w,
+			struct ldr_window *win, char *why, size_t whylen);
+/* The window ldr_decode_jpeg_idx resizes. Its pixels inside the crop equal those of a full decode
+ * of the record at the same scale. Returns 0, -EBADMSG or -ENOMEM. */
+int ldr_jpeg_idx_window(struct ldr_decoder *d, const uint8_t *rec, size_t len,
 			const struct ldr_crop *crop, uint32_t out_h, uint32_t out_w,
 			struct ldr_window *win, char *why, size_t whylen);
 /* A raw HxWxC uint8 tensor @src, cropped and resized like a JPEG (C must be 3 unless @o is 0x0, in

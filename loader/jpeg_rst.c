@@ -17,9 +17,9 @@
  * What it costs (callgrind, docs/BENCHMARKS.md): libjpeg-turbo decodes every MCU of a scan that
  * has a restart interval on its slow Huffman path (decode_mcu() turns the fast one off whenever
  * cinfo->restart_interval is set), which costs about as many instructions per MCU as skipping the
- * other MCUs saves on ImageNet-sized photographs; on larger images the splice wins. A splice
- * without markers (DC predictions re-coded from a stored per-segment index, segments joined at
- * bit level) would keep the fast path: not done yet. */
+ * other MCUs saves on ImageNet-sized photographs; on larger images the splice wins. The splice
+ * without markers that keeps the fast path is loader/jpeg_idx.c (jpeg+idx, dpack's default now);
+ * this kind stays readable for older files and is made by dpack --restart-width. */
 #include "loader/jpeg_rst.h"
 
 #include <errno.h>
@@ -240,8 +240,8 @@ static void rw_message(j_common_ptr c, int level)
 		longjmp(((struct rw_err *)(void *)c->err)->jb, 1);
 }
 
-int ldr_rst_rewrite(const uint8_t *jpg, size_t len, unsigned seg_px, struct dpk_record *r,
-		    uint8_t **out, size_t *outlen, char *why, size_t whylen)
+int ldr_jpeg_transcode(const uint8_t *jpg, size_t len, int optimize, long seg_px, uint8_t **out,
+		       size_t *outlen, char *why, size_t whylen)
 {
 	struct jpeg_decompress_struct src;
 	struct jpeg_compress_struct dst;
@@ -274,17 +274,18 @@ int ldr_rst_rewrite(const uint8_t *jpg, size_t len, unsigned seg_px, struct dpk_
 	jpeg_create_compress(&dst);
 	have_dst = 1;
 	jpeg_mem_dest(&dst, &err.mem, &err.memlen);
-	jpeg_copy_critical_parameters(&src, &dst);
-	dst.optimize_coding = TRUE;
+	jpeg_copy_critical_parameters(&src, &dst);  /* also the standard Huffman tables */
+	dst.optimize_coding = optimize ? TRUE : FALSE;
 
 	/* the largest divisor of the MCU row that is at most seg_px wide */
 	unsigned mcu_w = src.num_components == 1 ? 8 : 8 * (unsigned)src.max_h_samp_factor;
 	unsigned mcus_x = (src.image_width + mcu_w - 1) / mcu_w, interval = mcus_x;
-	if (seg_px) {
-		for (interval = seg_px / mcu_w ? seg_px / mcu_w : 1; mcus_x % interval; interval--)
+	if (seg_px > 0) {
+		for (interval = (unsigned)seg_px / mcu_w ? (unsigned)seg_px / mcu_w : 1;
+		     mcus_x % interval; interval--)
 			;
 	}
-	dst.restart_interval = interval;
+	dst.restart_interval = seg_px < 0 ? 0 : interval;
 	jpeg_write_coefficients(&dst, coef);
 	jpeg_finish_compress(&dst);
 	jpeg_finish_decompress(&src);
@@ -292,7 +293,17 @@ int ldr_rst_rewrite(const uint8_t *jpg, size_t len, unsigned seg_px, struct dpk_
 	jpeg_destroy_decompress(&src);
 	*out = err.mem;
 	*outlen = err.memlen;
-	r->kind = DPK_KIND_JPEG_RST;
-	r->flags &= (uint8_t)~DPK_F_PROGRESSIVE;
 	return 0;
+}
+
+int ldr_rst_rewrite(const uint8_t *jpg, size_t len, unsigned seg_px, struct dpk_record *r,
+		    uint8_t **out, size_t *outlen, char *why, size_t whylen)
+{
+	int ret = ldr_jpeg_transcode(jpg, len, 1, seg_px, out, outlen, why, whylen);
+
+	if (ret == 0) {
+		r->kind = DPK_KIND_JPEG_RST;
+		r->flags &= (uint8_t)~DPK_F_PROGRESSIVE;
+	}
+	return ret;
 }

@@ -1,5 +1,6 @@
 /* jpeg_rst.h - restart-indexed JPEG records (DPK_KIND_JPEG_RST): the lossless rewrite that dpack
- * makes of every JPEG (baseline, one interleaved scan, optimised Huffman tables, a restart marker
+ * makes of a JPEG with --restart-width (before jpeg+idx, loader/jpeg_idx.h, it was the default)
+ * (baseline, one interleaved scan, optimised Huffman tables, a restart marker
  * every few MCUs so that every MCU row starts a segment), and the splice that loaderd makes of one
  * for a crop window: a small valid JPEG of the stored header and only the restart segments that
  * cover the window plus a margin, so that only those are entropy-decoded. Pure functions over
@@ -63,5 +64,12 @@ long ldr_rst_splice(const uint8_t *jpg, size_t len, const struct ldr_rst_info *i
  * 0, -EBADMSG (libjpeg's message in @why: the data is corrupt) or -ENOMEM. */
 int ldr_rst_rewrite(const uint8_t *jpg, size_t len, unsigned seg_px, struct dpk_record *r,
 		    uint8_t **out, size_t *outlen, char *why, size_t whylen);
+
+/* The lossless transcode under both rewrites: JPEG @jpg[0, len) re-entropy-coded as one baseline
+ * scan (the same DCT coefficients), with optimised Huffman tables when @optimize (else libjpeg's
+ * standard ones), restart segments as ldr_rst_rewrite() for @seg_px >= 0, none for -1. Returns 0
+ * with *out (free()), *outlen bytes; -EBADMSG (libjpeg's message in @why) or -ENOMEM. */
+int ldr_jpeg_transcode(const uint8_t *jpg, size_t len, int optimize, long seg_px, uint8_t **out,
+		       size_t *outlen, char *why, size_t whylen);
 
 #endif

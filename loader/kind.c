@@ -5,13 +5,15 @@
 #include <stdio.h>
 #include <string.h>
 
-extern const struct ldr_kind ldr_kind_jpeg, ldr_kind_raw, ldr_kind_raw_zstd, ldr_kind_jpeg_rst;
+extern const struct ldr_kind ldr_kind_jpeg, ldr_kind_raw, ldr_kind_raw_zstd, ldr_kind_jpeg_rst,
+	ldr_kind_jpeg_idx;
 
 const struct ldr_kind *const ldr_kinds[DPK_KIND_MAX + 1] = {
 	[DPK_KIND_JPEG] = &ldr_kind_jpeg,
 	[DPK_KIND_RAW] = &ldr_kind_raw,
 	[DPK_KIND_RAW_ZSTD] = &ldr_kind_raw_zstd,
 	[DPK_KIND_JPEG_RST] = &ldr_kind_jpeg_rst,
+	[DPK_KIND_JPEG_IDX] = &ldr_kind_jpeg_idx,
 };
 
 const struct ldr_kind *ldr_kind_get(unsigned kind)

@@ -10,6 +10,12 @@
 #include "formats/dpk.h"
 #include "loader/decode.h"
 
+/* dpack's choices for a repack. */
+struct ldr_repack_opts {
+	int rst;                   /* JPEG: the restart-marker rewrite (jpeg+rst), not jpeg+idx */
+	unsigned width;            /* JPEG: index column (or restart segment) width in pixels */
+};
+
 struct ldr_kind {
 	unsigned kind;             /* enum dpk_kind */
 	const char *name;          /* = dpk_kind_name(kind) */
@@ -23,10 +29,11 @@ struct ldr_kind {
 	int (*probe)(const uint8_t *buf, size_t len, struct dpk_record *r, char *why, size_t whylen);
 	/* dpack's default conversion of a file probed as this kind, or NULL (stored as it is):
 	 * rewrite @buf[0, len) into *out (free()), *outlen bytes, and set @r's kind and flags to
-	 * what it became. @seg_px: the restart segment width in pixels (JPEG: loader/jpeg_rst.h).
+	 * what it became, as @opt asks (JPEG: loader/jpeg_idx.h, loader/jpeg_rst.h).
 	 * Returns 0, -EBADMSG (with @why: the data is damaged) or -ENOMEM. */
-	int (*repack)(const uint8_t *buf, size_t len, unsigned seg_px, struct dpk_record *r,
-		      uint8_t **out, size_t *outlen, char *why, size_t whylen);
+	int (*repack)(const uint8_t *buf, size_t len, const struct ldr_repack_opts *opt,
+		      struct dpk_record *r, uint8_t **out, size_t *outlen, char *why,
+		      size_t whylen);
 	/* Can a job deliver entry @e (sample @id) as @o asks (o->h == 0: as stored; else cropped and
 	 * resized to o->h x o->w x 3)? 0, or -EINVAL with the reason in @why, which the caller
 	 * prefixes with the dataset ("sample 7: a 2-d raw tensor cannot be cropped ..."). */

@@ -1,10 +1,13 @@
 /* kind_jpeg.c - JPEG records: DPK_KIND_JPEG, the file as it was, probed at pack time from the
  * frame header (formats/jpeg_probe.h) and decoded crop-aware at a reduced DCT scale
- * (loader/decode.h); and DPK_KIND_JPEG_RST, what dpack rewrites a JPEG into by default: the same
- * coefficients with restart markers, decoded from a splice of the segments that cover the crop
- * (loader/jpeg_rst.h). They share everything but the decode. Neither has an "as stored" form: a
- * job must give a crop size. */
+ * (loader/decode.h); DPK_KIND_JPEG_IDX, what dpack makes of a JPEG by default: the baseline JPEG
+ * followed by an index of MCU bit offsets and DC predictions, decoded from a bit-level splice of
+ * the MCUs that cover the crop (loader/jpeg_idx.h); and DPK_KIND_JPEG_RST, the older rewrite
+ * (dpack --restart-width): the same coefficients with restart markers, decoded from a splice of
+ * the segments that cover the crop (loader/jpeg_rst.h). They share everything but the decode.
+ * None has an "as stored" form: a job must give a crop size. */
 #include "formats/jpeg_probe.h"
+#include "loader/jpeg_idx.h"
 #include "loader/jpeg_rst.h"
 #include "loader/kind.h"
 
@@ -53,6 +56,22 @@ static int jpeg_rst_decode(struct ldr_decoder *d, const struct dpk_entry *e, con
 	return ldr_decode_jpeg_rst(d, src, e->length, crop, o, dst, why, whylen);
 }
 
+static int jpeg_idx_decode(struct ldr_decoder *d, const struct dpk_entry *e, const uint8_t *src,
+			   const struct ldr_crop *crop, const struct ldr_out *o, uint8_t *dst,
+			   char *why, size_t whylen)
+{
+	return ldr_decode_jpeg_idx(d, src, e->length, crop, o, dst, why, whylen);
+}
+
+/* jpeg+idx by default; jpeg+rst when asked (a restart width). */
+static int jpeg_repack(const uint8_t *buf, size_t len, const struct ldr_repack_opts *opt,
+		       struct dpk_record *r, uint8_t **out, size_t *outlen, char *why, size_t whylen)
+{
+	if (opt->rst)
+		return ldr_rst_rewrite(buf, len, opt->width, r, out, outlen, why, whylen);
+	return ldr_idx_build(buf, len, opt->width, r, out, outlen, why, whylen);
+}
+
 static unsigned jpeg_scale(const struct ldr_crop *crop, const struct ldr_out *o)
 {
 	return ldr_jpeg_scale(crop, o->h, o->w);
@@ -65,7 +84,7 @@ const struct ldr_kind ldr_kind_jpeg = {
 	.name = "jpeg",
 	.exts = jpeg_exts,
 	.probe = jpeg_probe,
-	.repack = ldr_rst_rewrite,
+	.repack = jpeg_repack,
 	.accepts = jpeg_accepts,
 	.decode = jpeg_decode,
 	.scale = jpeg_scale,
@@ -76,5 +95,13 @@ const struct ldr_kind ldr_kind_jpeg_rst = {
 	.name = "jpeg+rst",
 	.accepts = jpeg_accepts,
 	.decode = jpeg_rst_decode,
+	.scale = jpeg_scale,
+};
+
+const struct ldr_kind ldr_kind_jpeg_idx = {
+	.kind = DPK_KIND_JPEG_IDX,
+	.name = "jpeg+idx",
+	.accepts = jpeg_accepts,
+	.decode = jpeg_idx_decode,
 	.scale = jpeg_scale,
 };

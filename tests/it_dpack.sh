@@ -1,6 +1,7 @@
 #!/bin/sh
 # it_dpack.sh - dpack end to end: ImageFolder, WebDataset tar and npy sources; bad inputs skipped
-# and listed or (--strict) fatal; JPEGs rewritten with restart markers unless --keep-jpeg;
+# and listed or (--strict) fatal; JPEGs indexed (jpeg+idx) unless --keep-jpeg, or rewritten with
+# restart markers (jpeg+rst) with --restart-width;
 # determinism across --jobs; verify finds a flipped byte;
 # interrupted, full-disk and unreadable-directory runs leave no output file.
 set -u
@@ -36,12 +37,17 @@ check "per-class counts (nested file counted in its class)" \
 check "image sizes within the generated range" \
 	[ "$(json "$T/a.json" "d['images']['width']['min'] >= 64 and d['images']['width']['max'] <= 200")" = True ]
 check "inspect text mentions subsampling" sh -c "'$BIN/dpack' inspect '$T/a.dpk' | grep -q '4:2:0'"
-check "JPEGs rewritten with restart markers by default" \
-	[ "$(json "$T/a.json" "d['kinds']")" = "{'jpeg+rst': $good}" ]
+check "JPEGs indexed (jpeg+idx) by default" \
+	[ "$(json "$T/a.json" "d['kinds']")" = "{'jpeg+idx': $good}" ]
 "$BIN/dpack" pack --keep-jpeg "$T/tree" "$T/k.dpk" >/dev/null 2>&1
 "$BIN/dpack" inspect --json "$T/k.dpk" >"$T/k.json"
 check "--keep-jpeg stores them as JPEG records" [ "$(json "$T/k.json" "d['kinds']")" = "{'jpeg': $good}" ]
 check "--restart-width 0 packs" sh -c "'$BIN/dpack' pack --restart-width 0 '$T/tree' '$T/r0.dpk' >/dev/null 2>&1"
+"$BIN/dpack" pack --restart-width 64 "$T/tree" "$T/r64.dpk" >/dev/null 2>&1
+"$BIN/dpack" inspect --json "$T/r64.dpk" >"$T/r64.json"
+check "--restart-width makes jpeg+rst records" [ "$(json "$T/r64.json" "d['kinds']")" = "{'jpeg+rst': $good}" ]
+check "--index-width 0 packs jpeg+idx" sh -c "'$BIN/dpack' pack --index-width 0 '$T/tree' '$T/i0.dpk' >/dev/null 2>&1 && '$BIN/dpack' verify '$T/i0.dpk' >/dev/null"
+check "--index-width refuses a non-number" sh -c "! '$BIN/dpack' pack --index-width x '$T/tree' '$T/ix.dpk' 2>/dev/null"
 check "--restart-width refuses a non-number" sh -c "! '$BIN/dpack' pack --restart-width x '$T/tree' '$T/rx.dpk' 2>/dev/null"
 
 "$BIN/dpack" pack --jobs 1 "$T/tree" "$T/j1.dpk" >/dev/null 2>&1

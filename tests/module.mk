@@ -36,6 +36,9 @@ build/fuzz/fuzz_srv: FUZZ_EXTRA := $(FUZZ_SRV_SRC)
 build/fuzz/fuzz_srv: $(FUZZ_SRV_SRC)
 build/fuzz/fuzz_token: FUZZ_EXTRA := shm/token.c
 build/fuzz/fuzz_token: shm/token.c
+# fuzz_jpeg_idx: the bit-indexed JPEG records and the transcode dpack falls back to (libjpeg).
+build/fuzz/fuzz_jpeg_idx: FUZZ_EXTRA := loader/jpeg_idx.c loader/jpeg_rst.c -ljpeg
+build/fuzz/fuzz_jpeg_idx: loader/jpeg_idx.c loader/jpeg_rst.c
 build/fuzz/%: tests/%.c $(FUZZ_LIBSRC) | $(DEPS_STAMP)
 	$(Q)mkdir -p $(@D)
 	$(if $(Q),@echo "  FUZZ    $@")

@@ -22,6 +22,7 @@
 #include <turbojpeg.h>
 #include <cmocka.h>
 
+#include "tests/jpeg_imgs.h"
 #include "tests/test_util.h"
 
 /* A xorshift state from TEST_JPEG_RST_SEED or the clock; the seed is printed for replay. */
@@ -30,70 +31,10 @@ static uint64_t seeded(const char *test)
 	return test_xorshift_init(test_seed(test, "TEST_JPEG_RST_SEED"));
 }
 
-/* Texture with edges and noise, so that any difference in upsampling or IDCT shows. */
-static uint8_t *make_pixels(int w, int h, int comps, uint64_t seed)
-{
-	uint8_t *p = malloc((size_t)w * h * comps);
-	uint64_t x = seed | 1;
-
-	assert_non_null(p);
-	for (int y = 0; y < h; y++)
-		for (int i = 0; i < w; i++)
-			for (int c = 0; c < comps; c++) {
-				int v = (i * (3 + c) + y * (5 - c)) % 256;
-				if (((i / 7) + (y / 5) + c) % 3 == 0)
-					v = 255 - v;
-				v += (int)(test_xorshift(&x) % 41) - 20;
-				p[((size_t)y * w + i) * comps + c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
-			}
-	return p;
-}
-
-struct img {
-	char name[64];
-	unsigned char *jpg;   /* the original (tjFree) */
-	unsigned long len;
-	int w, h;
-	uint8_t *full[4];     /* full decode of the original at 1/1, 1/2, 1/4, 1/8, RGB (free) */
-	int fw[4], fh[4];
-};
-
 enum { NIMG = 13 };
 static struct img imgs[NIMG];
 static struct ldr_decoder *dec;
 static tjhandle tjd;
-
-static void full_decode(struct img *m)
-{
-	for (int s = 0; s < 4; s++) {
-		tjscalingfactor sf = { 1, 1 << s };
-		m->fw[s] = TJSCALED(m->w, sf);
-		m->fh[s] = TJSCALED(m->h, sf);
-		m->full[s] = malloc((size_t)m->fw[s] * m->fh[s] * 3);
-		assert_non_null(m->full[s]);
-		if (tjDecompress2(tjd, m->jpg, m->len, m->full[s], m->fw[s], 0, m->fh[s], TJPF_RGB, 0))
-			fail_msg("%s: %s", m->name, tjGetErrorStr2(tjd));
-	}
-}
-
-static void make_img(struct img *m, int w, int h, int samp, int progressive, uint64_t seed)
-{
-	tjhandle c = tjInitCompress();
-	int gray = samp == TJSAMP_GRAY;
-	uint8_t *px = make_pixels(w, h, gray ? 1 : 3, seed);
-
-	assert_non_null(c);
-	snprintf(m->name, sizeof(m->name), "%dx%d samp %d%s", w, h, samp,
-		 progressive ? " progressive" : "");
-	m->w = w;
-	m->h = h;
-	if (tjCompress2(c, px, w, 0, h, gray ? TJPF_GRAY : TJPF_RGB, &m->jpg, &m->len, samp, 90,
-			progressive ? TJFLAG_PROGRESSIVE : 0))
-		fail_msg("%s: %s", m->name, tjGetErrorStr2(c));
-	free(px);
-	tjDestroy(c);
-	full_decode(m);
-}
 
 static int setup(void **state)
 {
@@ -109,18 +50,15 @@ static int setup(void **state)
 		{ 1031, 97, TJSAMP_420, 0 },  /* a row of 65 MCUs: 5 x 13 */
 	};
 	for (int i = 0; i < NIMG; i++)
-		make_img(&imgs[i], set[i].w, set[i].h, set[i].samp, set[i].progressive, (uint64_t)i + 1);
+		jpeg_img_make(tjd, &imgs[i], set[i].w, set[i].h, set[i].samp, set[i].progressive, (uint64_t)i + 1);
 	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	for (int i = 0; i < NIMG; i++) {
-		tjFree(imgs[i].jpg);
-		for (int s = 0; s < 4; s++)
-			free(imgs[i].full[s]);
-	}
+	for (int i = 0; i < NIMG; i++)
+		jpeg_img_free(&imgs[i]);
 	ldr_decoder_destroy(dec);
 	tjDestroy(tjd);
 	return 0;
@@ -177,32 +115,6 @@ static void test_rst_rewrite_lossless(void **state)
 		}
 }
 
-/* The crop's pixels of @win (at its scale) against the full decode of the original. */
-static void check_window(const struct img *m, const struct ldr_crop *c,
-			 const struct ldr_window *win, const char *what)
-{
-	int s = __builtin_ctz(win->den);
-	uint32_t x0 = c->x / win->den, y0 = c->y / win->den;
-	uint32_t x1 = (c->x + c->w + win->den - 1) / win->den;
-	uint32_t y1 = (c->y + c->h + win->den - 1) / win->den;
-
-	if (x1 > (uint32_t)m->fw[s])
-		x1 = (uint32_t)m->fw[s];
-	if (y1 > (uint32_t)m->fh[s])
-		y1 = (uint32_t)m->fh[s];
-	if (x0 < win->ox || y0 < win->oy || x1 > win->ox + win->w || y1 > win->oy + win->h)
-		fail_msg("%s: window %u,%u+%ux%u does not hold the crop [%u,%u)x[%u,%u)", what,
-			 win->ox, win->oy, win->w, win->h, x0, x1, y0, y1);
-	for (uint32_t y = y0; y < y1; y++) {
-		const uint8_t *got = win->px + win->stride * (y - win->oy) + (size_t)(x0 - win->ox) * 3;
-		const uint8_t *want = m->full[s] + ((size_t)y * m->fw[s] + x0) * 3;
-		for (uint32_t b = 0; b < (x1 - x0) * 3; b++)
-			if (got[b] != want[b])
-				fail_msg("%s scale 1/%u: pixel %u,%u channel %u is %u, full decode %u",
-					 what, win->den, x0 + b / 3, y, b % 3, got[b], want[b]);
-	}
-}
-
 /* Random windows at random scales: every crop pixel equals the full decode's. */
 static void test_rst_window_equals_full_decode(void **state)
 {
@@ -222,17 +134,9 @@ static void test_rst_window_equals_full_decode(void **state)
 				char why[256], what[192];
 				uint32_t W = (uint32_t)m->w, H = (uint32_t)m->h;
 
-				if (t % 2)
-					ldr_crop_random(W, H, test_xorshift(&x), &c);
-				else {
-					c.w = 1 + (uint32_t)(test_xorshift(&x) % W);
-					c.h = 1 + (uint32_t)(test_xorshift(&x) % H);
-					c.x = (uint32_t)(test_xorshift(&x) % (W - c.w + 1));
-					c.y = (uint32_t)(test_xorshift(&x) % (H - c.h + 1));
-				}
-				/* an output size that makes scale 1/2^s where the crop allows it */
-				unsigned s = (unsigned)(test_xorshift(&x) % 4);
-				uint32_t oh = c.h >> s ? c.h >> s : 1, ow = c.w >> s ? c.w >> s : 1;
+				uint32_t oh, ow;
+
+				jpeg_img_random_window(&x, t, W, H, &c, &oh, &ow);
 				snprintf(what, sizeof(what), "%.63s width %u crop %u,%u %ux%u", m->name,
 					 widths[k], c.x, c.y, c.w, c.h);
 				int ret = ldr_jpeg_rst_window(dec, r, len, &c, oh, ow, &win, why,
@@ -242,7 +146,7 @@ static void test_rst_window_equals_full_decode(void **state)
 				scales |= win.den;
 				spliced += win.w < (uint32_t)m->fw[__builtin_ctz(win.den)] ||
 					   win.oy > 0;
-				check_window(m, &c, &win, what);
+				jpeg_img_check_window(m, &c, &win, what);
 			}
 			free(r);
 		}

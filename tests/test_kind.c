@@ -45,12 +45,16 @@ static void test_kind_every_kind_has_both_rows(void **state)
 	assert_string_equal(ldr_kind_get(DPK_KIND_RAW)->name, "raw");
 	assert_string_equal(ldr_kind_get(DPK_KIND_RAW_ZSTD)->name, "raw+zstd");
 	assert_string_equal(ldr_kind_get(DPK_KIND_JPEG_RST)->name, "jpeg+rst");
-	/* both JPEG kinds are whole JPEG files; dpack rewrites plain JPEGs into the second */
+	assert_string_equal(ldr_kind_get(DPK_KIND_JPEG_IDX)->name, "jpeg+idx");
+	/* every JPEG kind is a whole JPEG file; dpack repacks plain JPEGs into jpeg+idx (or, when
+	 * asked, jpeg+rst) */
 	assert_true(dpk_kind_info(DPK_KIND_JPEG)->flags & DPK_KF_JPEG);
 	assert_true(dpk_kind_info(DPK_KIND_JPEG_RST)->flags & DPK_KF_JPEG);
+	assert_true(dpk_kind_info(DPK_KIND_JPEG_IDX)->flags & DPK_KF_JPEG);
 	assert_false(dpk_kind_info(DPK_KIND_RAW)->flags & DPK_KF_JPEG);
 	assert_non_null(ldr_kind_get(DPK_KIND_JPEG)->repack);
 	assert_null(ldr_kind_get(DPK_KIND_JPEG_RST)->repack);
+	assert_null(ldr_kind_get(DPK_KIND_JPEG_IDX)->repack);
 }
 
 static void test_kind_unknown_refused(void **state)

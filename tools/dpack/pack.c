@@ -14,7 +14,7 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "formats/dpk.h"
-#include "loader/jpeg_rst.h"
+#include "loader/jpeg_idx.h"
 #include "loader/kind.h"
 #include "tools/dpack/dpack.h"
 #include "tools/dpack/input.h"
@@ -50,7 +50,7 @@ struct pack {
 	struct dpack_src src;
 	int zstd_level;          /* 0: store raw uncompressed */
 	int keep;                /* --keep-jpeg: files are stored as they are, not repacked */
-	unsigned seg_px;         /* --restart-width: restart segment width of rewritten JPEGs */
+	struct ldr_repack_opts repack; /* jpeg+idx (--index-width) or jpeg+rst (--restart-width) */
 
 	pthread_mutex_t lock;
 	pthread_cond_t cv_done;  /* a slot became done (workers -> writer) */
@@ -135,7 +135,7 @@ static void process(struct pack *pk, uint64_t i, struct slot *s, ZSTD_CCtx *cctx
 			uint8_t *nb;
 			size_t nl;
 
-			ret = k->repack(s->buf, len, pk->seg_px, r, &nb, &nl, s->why, sizeof(s->why));
+			ret = k->repack(s->buf, len, &pk->repack, r, &nb, &nl, s->why, sizeof(s->why));
 			if (ret == -ENOMEM)
 				goto fatal;
 			if (ret < 0) {
@@ -236,18 +236,21 @@ static const char pack_usage[] =
 	"\n"
 	"SRC is an ImageFolder tree (classes = sorted sub-folders, as torchvision) or a WebDataset\n"
 	".tar (samples are KEY.jpg or KEY.jpeg with KEY.cls holding the integer label).\n"
-	"JPEGs are rewritten losslessly (the same DCT coefficients, so the same pixels) as baseline\n"
-	"JPEGs with optimised Huffman tables and restart markers, so that loaderd entropy-decodes\n"
-	"only the part of an image that a crop needs; .npy images become raw uint8 tensors.\n"
+	"JPEGs are stored as jpeg+idx records: the JPEG (kept byte for byte when it is baseline with\n"
+	"one scan, else first transcoded losslessly to that: the same DCT coefficients, so the same\n"
+	"pixels) followed by an index of where MCUs start, so that loaderd entropy-decodes only the\n"
+	"part of an image that a crop needs; .npy images become raw uint8 tensors.\n"
 	"\n"
 	"options:\n"
 	"  --compress zstd[:LEVEL]  compress raw tensors with zstd (level 1..19, default 3)\n"
 	"  --jobs N                 worker threads (default: all cores)\n"
 	"  --keep-jpeg              store JPEGs as they are (loaderd then decodes every row above\n"
 	"                           and the full width of the rows in a crop)\n"
-	"  --restart-width PX       restart segments of rewritten JPEGs about PX pixels wide (the\n"
-	"                           largest divisor of the MCU row that fits; default 64; 0: one\n"
-	"                           per MCU row)\n"
+	"  --index-width PX         index columns of jpeg+idx records about PX pixels wide\n"
+	"                           (default 64; 0: one per MCU row)\n"
+	"  --restart-width PX       make jpeg+rst records instead (the older rewrite: optimised\n"
+	"                           Huffman tables and restart segments about PX pixels wide, the\n"
+	"                           largest divisor of the MCU row that fits; 0: one per MCU row)\n"
 	"  --strict                 a bad or non-JPEG image is an error, not a skipped sample\n"
 	"  --no-fsync               do not wait for the disk (scratch space): faster, but a crash\n"
 	"                           soon after packing may lose the file\n"
@@ -301,6 +304,7 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 		{ "no-fsync", no_argument, NULL, 'F' },
 		{ "keep-jpeg", no_argument, NULL, 'K' },
 		{ "restart-width", required_argument, NULL, 'R' },
+		{ "index-width", required_argument, NULL, 'I' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -329,10 +333,18 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 			pk->keep = 1;
 			break;
 		case 'R':
-			if (arg_uint(optarg, 0, 65535, &pk->seg_px) < 0) {
+			if (arg_uint(optarg, 0, 65535, &pk->repack.width) < 0) {
 				LOG_ERROR("--restart-width: '%s' is not a number in 0..65535", optarg);
 				return 2;
 			}
+			pk->repack.rst = 1;
+			break;
+		case 'I':
+			if (arg_uint(optarg, 0, 65535, &pk->repack.width) < 0) {
+				LOG_ERROR("--index-width: '%s' is not a number in 0..65535", optarg);
+				return 2;
+			}
+			pk->repack.rst = 0;
 			break;
 		case 'h':
 			fputs(pack_usage, stdout);
@@ -514,7 +526,7 @@ static void src_fini(struct pack *pk)
 
 int dpack_pack_main(int argc, char **argv)
 {
-	struct pack pk = { .src.fd = -1, .seg_px = LDR_RST_WIDTH_DEFAULT };
+	struct pack pk = { .src.fd = -1, .repack.width = LDR_IDX_WIDTH_DEFAULT };
 	struct pack_args a;
 	struct tally t = { 0 };
 	struct dpk_writer *w = NULL;

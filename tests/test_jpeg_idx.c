@@ -1,0 +1,512 @@
+/* test_jpeg_idx.c - bit-indexed JPEG records (loader/jpeg_idx.h): dpack's index pass keeps a
+ * baseline JPEG byte for byte and transcodes any other losslessly (a full decode of the record
+ * equals a full decode of the original, every pixel), and the window that loaderd decodes from a
+ * bit-level splice equals the same window of a full decode of the original at the same DCT scale
+ * (1, 1/2, 1/4, 1/8), maximum absolute difference 0, for every image of a generated set (sizes
+ * that are and are not multiples of the MCU, 1x1, 4:4:4, 4:2:2, 4:2:0, 4:4:0, 4:1:1, grey,
+ * progressive inputs, inputs with restart markers, inputs with optimised Huffman tables whose
+ * DC tables lack categories), several index widths and many random windows each. A damaged
+ * footer, index or scan gives -EBADMSG with a reason, never a read outside the record (ASan in
+ * `make test`).
+ * Seeded tests print their seed. */
+#include "loader/decode.h"
+#include "loader/jpeg_idx.h"
+#include "loader/jpeg_rst.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <turbojpeg.h>
+#include <xxhash.h>
+#include <cmocka.h>
+
+#include "tests/jpeg_imgs.h"
+#include "tests/test_util.h"
+
+static uint64_t seeded(const char *test)
+{
+	return test_xorshift_init(test_seed(test, "TEST_JPEG_IDX_SEED"));
+}
+
+/* How an input is made from TurboJPEG's output before dpack sees it. */
+enum variant { V_PLAIN, V_OPTIMIZED, V_RESTART, V_OPT_RESTART };
+
+enum { NIMG = 19 };
+static struct img imgs[NIMG];
+static int kept[NIMG];          /* dpack keeps the input's bytes */
+static int optimized[NIMG];     /* optimised tables: some DC category has no code, so transcoded */
+static struct ldr_decoder *dec;
+static tjhandle tjd;
+
+/* Replace @m's JPEG with its lossless transcode for @v (the reference pixels stay valid). */
+static void make_variant(struct img *m, enum variant v)
+{
+	static const char *const names[] = { "", " optimized", " restart", " optimized+restart" };
+	uint8_t *out;
+	size_t len;
+	char why[160];
+
+	if (v == V_PLAIN)
+		return;
+	if (ldr_jpeg_transcode(m->jpg, m->len, v == V_OPTIMIZED || v == V_OPT_RESTART,
+			       v == V_OPTIMIZED ? -1 : 16, &out, &len, why, sizeof(why)))
+		fail_msg("%s: transcode: %s", m->name, why);
+	unsigned char *j = tjAlloc((int)len);
+	assert_non_null(j);
+	memcpy(j, out, len);
+	free(out);
+	tjFree(m->jpg);
+	m->jpg = j;
+	m->len = len;
+	strncat(m->name, names[v], sizeof(m->name) - strlen(m->name) - 1);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	tjd = tjInitDecompress();
+	assert_non_null(tjd);
+	assert_int_equal(ldr_decoder_create(&dec), 0);
+	static const struct { int w, h, samp, progressive; enum variant v; } set[NIMG] = {
+		{ 333, 517, TJSAMP_420, 0, V_PLAIN },  { 640, 480, TJSAMP_420, 0, V_PLAIN },
+		{ 517, 333, TJSAMP_422, 0, V_PLAIN },  { 301, 299, TJSAMP_444, 0, V_PLAIN },
+		{ 333, 211, TJSAMP_GRAY, 0, V_PLAIN }, { 419, 287, TJSAMP_420, 1, V_PLAIN },
+		{ 287, 419, TJSAMP_422, 1, V_PLAIN },  { 250, 190, TJSAMP_444, 1, V_PLAIN },
+		{ 203, 177, TJSAMP_GRAY, 1, V_PLAIN }, { 277, 263, TJSAMP_440, 0, V_PLAIN },
+		{ 17, 9, TJSAMP_420, 0, V_PLAIN },     { 1, 1, TJSAMP_420, 0, V_PLAIN },
+		{ 1031, 97, TJSAMP_420, 0, V_PLAIN },  { 512, 384, TJSAMP_420, 0, V_PLAIN },
+		{ 500, 375, TJSAMP_420, 0, V_OPTIMIZED }, { 355, 240, TJSAMP_GRAY, 0, V_OPTIMIZED },
+		{ 320, 241, TJSAMP_422, 0, V_RESTART },   { 407, 300, TJSAMP_444, 0, V_OPT_RESTART },
+		{ 350, 203, TJSAMP_411, 0, V_PLAIN },     /* MCUs 32 px wide */
+	};
+	for (int i = 0; i < NIMG; i++) {
+		jpeg_img_make(tjd, &imgs[i], set[i].w, set[i].h, set[i].samp, set[i].progressive,
+			      (uint64_t)i + 1);
+		make_variant(&imgs[i], set[i].v);
+		kept[i] = !set[i].progressive && set[i].v == V_PLAIN;
+		optimized[i] = set[i].v == V_OPTIMIZED;
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	for (int i = 0; i < NIMG; i++)
+		jpeg_img_free(&imgs[i]);
+	ldr_decoder_destroy(dec);
+	tjDestroy(tjd);
+	return 0;
+}
+
+static uint8_t *build(const struct img *m, unsigned col_px, size_t *len)
+{
+	struct dpk_record r = { .kind = DPK_KIND_JPEG, .flags = DPK_F_PROGRESSIVE };
+	uint8_t *out;
+	char why[256];
+
+	if (ldr_idx_build(m->jpg, m->len, col_px, &r, &out, len, why, sizeof(why)) != 0)
+		fail_msg("%s: index: %s", m->name, why);
+	assert_int_equal(r.kind, DPK_KIND_JPEG_IDX);
+	assert_int_equal(r.flags, 0);
+	return out;
+}
+
+static const unsigned widths[] = { 0, 8, 64, 128 };  /* index column widths, pixels */
+
+/* The record parses, is a JPEG whose full decode is the original's at every scale, keeps a
+ * baseline input's bytes, and has an index of the expected shape. */
+static void test_idx_build_lossless(void **state)
+{
+	(void)state;
+	for (int i = 0; i < NIMG; i++)
+		for (size_t k = 0; k < sizeof(widths) / sizeof(widths[0]); k++) {
+			const struct img *m = &imgs[i];
+			static struct ldr_idx_info info;
+			char why[160];
+			size_t len;
+			uint8_t *r = build(m, widths[k], &len);
+
+			if (ldr_idx_parse(r, len, &info, why, sizeof(why)))
+				fail_msg("%s width %u: parse: %s", m->name, widths[k], why);
+			assert_int_equal(info.geo.width, m->w);
+			assert_int_equal(info.geo.height, m->h);
+			if (widths[k] == 0)
+				assert_int_equal(info.geo.segs_x, 1);
+			else
+				assert_true(info.geo.interval * info.geo.mcu_w <= widths[k] ||
+					    info.geo.interval == 1);
+			if (kept[i])
+				assert_memory_equal(r, m->jpg, m->len);
+			else if (optimized[i])
+				assert_true(len < m->len || memcmp(r, m->jpg, m->len) != 0);
+			for (int s = 0; s < 4; s++) {
+				uint8_t *px = malloc((size_t)m->fw[s] * m->fh[s] * 3);
+				assert_non_null(px);
+				if (tjDecompress2(tjd, r, len, px, m->fw[s], 0, m->fh[s], TJPF_RGB, 0))
+					fail_msg("%s: %s", m->name, tjGetErrorStr2(tjd));
+				if (memcmp(px, m->full[s], (size_t)m->fw[s] * m->fh[s] * 3))
+					fail_msg("%s width %u scale 1/%d: record decodes differently",
+						 m->name, widths[k], 1 << s);
+				free(px);
+			}
+			free(r);
+		}
+}
+
+/* Random windows at random scales: every crop pixel equals the full decode's. */
+static void test_idx_window_equals_full_decode(void **state)
+{
+	uint64_t x = seeded("test_idx_window_equals_full_decode");
+	unsigned scales = 0, spliced = 0, n = 0;
+
+	(void)state;
+	for (int i = 0; i < NIMG; i++)
+		for (size_t k = 0; k < sizeof(widths) / sizeof(widths[0]); k++) {
+			const struct img *m = &imgs[i];
+			size_t len;
+			uint8_t *r = build(m, widths[k], &len);
+
+			for (int t = 0; t < 60; t++, n++) {
+				struct ldr_crop c;
+				struct ldr_window win;
+				char why[256], what[192];
+				uint32_t oh, ow;
+
+				jpeg_img_random_window(&x, t, (uint32_t)m->w, (uint32_t)m->h, &c, &oh,
+						       &ow);
+				snprintf(what, sizeof(what), "%.63s width %u crop %u,%u %ux%u", m->name,
+					 widths[k], c.x, c.y, c.w, c.h);
+				int ret = ldr_jpeg_idx_window(dec, r, len, &c, oh, ow, &win, why,
+							      sizeof(why));
+				if (ret)
+					fail_msg("%s: %d %s", what, ret, why);
+				scales |= win.den;
+				spliced += win.w < (uint32_t)m->fw[__builtin_ctz(win.den)] ||
+					   win.oy > 0;
+				jpeg_img_check_window(m, &c, &win, what);
+			}
+			free(r);
+		}
+	printf("%u windows spliced of %u\n", spliced, n);
+	assert_int_equal(scales, 1 | 2 | 4 | 8);
+	assert_true(spliced > n / 3);
+}
+
+/* The output path (window, resize, flip) equals ldr_decode_jpeg's on the original where the
+ * window is the whole image, and stays close elsewhere. */
+static void test_idx_decode_output(void **state)
+{
+	static uint8_t a[224 * 224 * 3], b[224 * 224 * 3];
+	struct ldr_out o = { 224, 224, 0, 1 };
+	char why[256];
+
+	(void)state;
+	for (int i = 0; i < NIMG; i++) {
+		const struct img *m = &imgs[i];
+		size_t len;
+		uint8_t *r = build(m, 64, &len);
+		struct ldr_crop all = { 0, 0, (uint32_t)m->w, (uint32_t)m->h };
+		struct ldr_crop c = { (uint32_t)m->w / 4, (uint32_t)m->h / 5, (uint32_t)m->w / 2 + 1,
+				      (uint32_t)m->h / 3 + 1 };
+
+		if (ldr_decode_jpeg_idx(dec, r, len, &all, &o, a, why, sizeof(why)))
+			fail_msg("%s: idx: %s", m->name, why);
+		if (ldr_decode_jpeg(dec, m->jpg, m->len, &all, &o, b, why, sizeof(why)))
+			fail_msg("%s: %s", m->name, why);
+		assert_memory_equal(a, b, sizeof(a));
+		if (ldr_decode_jpeg_idx(dec, r, len, &c, &o, a, why, sizeof(why)))
+			fail_msg("%s: idx: %s", m->name, why);
+		if (ldr_decode_jpeg(dec, m->jpg, m->len, &c, &o, b, why, sizeof(why)))
+			fail_msg("%s: %s", m->name, why);
+		double e = 0;
+		for (size_t k = 0; k < sizeof(a); k++)
+			e += abs(a[k] - b[k]);
+		if (e / sizeof(a) > 1.5)
+			fail_msg("%s: idx and plain decode differ by %.2f on average", m->name,
+				 e / sizeof(a));
+		free(r);
+	}
+}
+
+/* Recompute the footer's check after an edit of it, so that deeper checks are reached. */
+static void reseal(uint8_t *r, size_t len)
+{
+	uint8_t *f = r + len - LDR_IDX_FOOTER;
+	uint32_t h = (uint32_t)XXH3_64bits(f, 20);
+
+	for (int k = 0; k < 4; k++)
+		f[20 + k] = (uint8_t)(h >> (8 * k));
+}
+
+/* The byte offset of point (@r, @j) of the record @rec. */
+static size_t point_at(const uint8_t *rec, const struct ldr_idx_info *info, uint32_t r, uint32_t j)
+{
+	struct ldr_idx_point pt;
+	char why[160];
+
+	if (ldr_idx_point(rec, info, r, j, &pt, why, sizeof(why)))
+		fail_msg("point %u,%u: %s", r, j, why);
+	return info->geo.scan_at + (pt.bit >> 3);
+}
+
+/* The offset in @rec of the first byte of point (@r, @j)'s varints (j < columns). */
+static size_t point_bytes(const uint8_t *rec, const struct ldr_idx_info *info, uint32_t r,
+			  uint32_t j)
+{
+	const uint8_t *d = info->rows + 4 * (size_t)r;
+	size_t at = (size_t)(info->stream - rec) + (d[0] | (size_t)d[1] << 8 | (size_t)d[2] << 16);
+
+	for (uint32_t k = 0; k < j * (1 + info->ncomp); k++)
+		while (rec[at++] & 0x80)
+			;
+	return at;
+}
+
+static void expect_bad(const uint8_t *r, size_t len, const struct ldr_crop *c, const char *what,
+		       const char *reason)
+{
+	struct ldr_out o = { 32, 32, 0, 0 };
+	static uint8_t out[32 * 32 * 3];
+	char why[256] = "";
+	/* an exact-size copy, so that ASan sees any read past the record */
+	uint8_t *copy = malloc(len ? len : 1);
+
+	assert_non_null(copy);
+	memcpy(copy, r, len);
+	int ret = ldr_decode_jpeg_idx(dec, copy, len, c, &o, out, why, sizeof(why));
+	if (ret != -EBADMSG)
+		fail_msg("%s: %d, want -EBADMSG", what, ret);
+	if (strncmp(why, "JPEG", 4) || strlen(why) < 12)
+		fail_msg("%s: no reason (\"%s\")", what, why);
+	if (reason && !strstr(why, reason))
+		fail_msg("%s: \"%s\" does not say \"%s\"", what, why, reason);
+	free(copy);
+}
+
+/* Footer, index and scan damage inside what a window needs: -EBADMSG, naming it. */
+static void test_idx_damage_rejected(void **state)
+{
+	const struct img *m = &imgs[1];  /* 640x480 4:2:0: 30 rows of 40 MCUs */
+	static struct ldr_idx_info info;
+	struct ldr_crop c = { 300, 200, 100, 100 };
+	char why[160];
+	size_t len;
+	uint8_t *r = build(m, 64, &len), *bad = malloc(len + 8);
+
+	(void)state;
+	assert_non_null(bad);
+	assert_int_equal(ldr_idx_parse(r, len, &info, why, sizeof(why)), 0);
+	size_t tab = info.jpeg_len, foot = len - LDR_IDX_FOOTER;
+
+	memcpy(bad, r, len);
+	bad[len - 1] ^= 1;
+	expect_bad(bad, len, &c, "magic", "magic");
+	memcpy(bad, r, len);
+	bad[foot + 24] = 2;
+	expect_bad(bad, len, &c, "version", "version");
+	memcpy(bad, r, len);
+	bad[foot + 4] ^= 4;
+	expect_bad(bad, len, &c, "JPEG length", "lengths");
+	memcpy(bad, r, len);
+	bad[foot + 16] ^= 1;
+	expect_bad(bad, len, &c, "point count, check not updated", "check");
+	memcpy(bad, r, len);
+	bad[foot + 16] ^= 1;
+	reseal(bad, len);
+	expect_bad(bad, len, &c, "point count", "index size");
+	memcpy(bad, r, len);
+	bad[foot + 12] ^= 1;
+	reseal(bad, len);
+	expect_bad(bad, len, &c, "column width", "index size");
+	/* two rows of the directory swapped */
+	memcpy(bad, r, len);
+	memcpy(bad + tab + 4 * 13, r + tab + 4 * 14, 4);
+	memcpy(bad + tab + 4 * 14, r + tab + 4 * 13, 4);
+	expect_bad(bad, len, &c, "row directory", "directory");
+	/* a point that does not move (delta 0) */
+	memcpy(bad, r, len);
+	bad[point_bytes(r, &info, 14, 4)] = 0;
+	expect_bad(bad, len, &c, "zero delta", "order");
+	/* a row start past the scan */
+	memcpy(bad, r, len);
+	memset(bad + point_bytes(r, &info, 14, 0), 0xFF, 4);
+	bad[point_bytes(r, &info, 14, 0) + 4] = 0x0F;
+	expect_bad(bad, len, &c, "point past the scan", "outside");
+	/* a varint that runs on past five bytes */
+	memcpy(bad, r, len);
+	memset(bad + point_bytes(r, &info, 14, 0), 0xFF, 6);
+	expect_bad(bad, len, &c, "varint too long", "stream");
+	/* the first point not at the scan's start (a window from row 0) */
+	memcpy(bad, r, len);
+	bad[point_bytes(r, &info, 0, 0)] = 1;
+	struct ldr_crop top = { 0, 0, 100, 100 };
+	expect_bad(bad, len, &top, "first point", "start");
+	/* a marker inside the scan, in a row the window needs (between two of its points) */
+	memcpy(bad, r, len);
+	size_t at = point_at(r, &info, 14, 4), at2 = point_at(r, &info, 14, 5);
+	bad[(at + at2) / 2] = 0xFF;
+	bad[(at + at2) / 2 + 1] = 0xD3;
+	expect_bad(bad, len, &c, "marker in the scan", "marker");
+	/* bad Huffman codes at a row's start: all-ones bits */
+	memcpy(bad, r, len);
+	for (int k = 0; k < 6; k++) {
+		bad[at + 2 * k] = 0xFF;
+		bad[at + 2 * k + 1] = 0x00;
+	}
+	expect_bad(bad, len, &c, "bad code", NULL);
+	/* truncated: the footer is gone */
+	const size_t cuts[] = { 0, 1, 20, info.geo.scan_at, tab, len - 1 };
+	for (size_t k = 0; k < sizeof(cuts) / sizeof(cuts[0]); k++) {
+		char what[64];
+		snprintf(what, sizeof(what), "cut at %zu of %zu", cuts[k], len);
+		expect_bad(r, cuts[k], &c, what, NULL);
+	}
+	free(bad);
+	free(r);
+}
+
+/* A DC table without the category that a re-coded difference needs: -EBADMSG naming it. A grey
+ * image, left half 255 and right half 132, at quality 100 (quantisers 1): block DCs 1016 and 32,
+ * so the scan codes DC differences of categories 0 and 10 only; a splice that starts in the right
+ * half re-codes 32 - 0, category 6, which the record's DC table is then edited not to have. */
+static void test_idx_incomplete_dc_table_rejected(void **state)
+{
+	tjhandle c = tjInitCompress();
+	uint8_t px[32 * 64];
+	unsigned char *jpg = NULL;
+	unsigned long jlen = 0;
+	struct dpk_record r = { .kind = DPK_KIND_JPEG };
+	uint8_t *rec;
+	size_t len;
+	char why[256];
+
+	(void)state;
+	assert_non_null(c);
+	for (int i = 0; i < 32 * 64; i++)
+		px[i] = i % 64 < 32 ? 255 : 132;
+	if (tjCompress2(c, px, 64, 0, 32, TJPF_GRAY, &jpg, &jlen, TJSAMP_GRAY, 100, 0))
+		fail_msg("%s", tjGetErrorStr2(c));
+	assert_int_equal(ldr_idx_build(jpg, jlen, 8, &r, &rec, &len, why, sizeof(why)), 0);
+	assert_int_equal(r.kind, DPK_KIND_JPEG_IDX);
+	/* the DC table 0's symbol 6 becomes 13: same code lengths, so the scan is unchanged */
+	size_t at = 0;
+	for (size_t i = 2; i + 21 < len && !at; i++)
+		if (rec[i] == 0xFF && rec[i + 1] == 0xC4 && rec[i + 4] == 0x00)
+			at = i + 5;
+	assert_true(at > 0);
+	unsigned nsym = 0;
+	for (int k = 0; k < 16; k++)
+		nsym += rec[at + k];
+	int edited = 0;
+	for (unsigned k = 0; k < nsym; k++)
+		if (rec[at + 16 + k] == 6) {
+			rec[at + 16 + k] = 13;
+			edited = 1;
+		}
+	assert_true(edited);
+	struct ldr_crop left = { 0, 8, 24, 16 }, right = { 40, 8, 16, 16 };
+	struct ldr_out o = { 16, 16, 0, 0 };
+	static uint8_t out[16 * 16 * 3];
+	/* starting in the left half re-codes 1016 - 0: category 10, which the table has */
+	if (ldr_decode_jpeg_idx(dec, rec, len, &left, &o, out, why, sizeof(why)))
+		fail_msg("left half: %s", why);
+	assert_int_equal(ldr_decode_jpeg_idx(dec, rec, len, &right, &o, out, why, sizeof(why)),
+			 -EBADMSG);
+	if (!strstr(why, "DC table"))
+		fail_msg("reason \"%s\" does not name the DC table", why);
+	free(rec);
+	tjFree(jpg);
+	tjDestroy(c);
+}
+
+/* Random bytes anywhere (the check resealed half the time): a decode either succeeds or fails
+ * with -EBADMSG; ASan checks every read. */
+static void test_idx_garbage_never_crashes(void **state)
+{
+	uint64_t x = seeded("test_idx_garbage_never_crashes");
+	struct ldr_out o = { 48, 48, 0, 0 };
+	static uint8_t out[48 * 48 * 3];
+	int failed = 0;
+
+	(void)state;
+	for (int i = 0; i < NIMG; i++) {
+		const struct img *m = &imgs[i];
+		size_t len;
+		uint8_t *r = build(m, 32, &len);
+		for (int t = 0; t < 40; t++) {
+			uint8_t *bad = malloc(len);
+			char why[256];
+			struct ldr_crop c;
+
+			assert_non_null(bad);
+			memcpy(bad, r, len);
+			int n = 1 + (int)(test_xorshift(&x) % 8);
+			for (int k = 0; k < n; k++)
+				bad[test_xorshift(&x) % len] = (uint8_t)test_xorshift(&x);
+			if (t % 2)
+				reseal(bad, len);
+			ldr_crop_random((uint32_t)m->w, (uint32_t)m->h, test_xorshift(&x), &c);
+			int ret = ldr_decode_jpeg_idx(dec, bad, len, &c, &o, out, why, sizeof(why));
+			if (ret != 0 && ret != -EBADMSG)
+				fail_msg("%s: %d", m->name, ret);
+			failed += ret != 0;
+			free(bad);
+		}
+		free(r);
+	}
+	printf("%d of %d damaged records refused\n", failed, NIMG * 40);
+}
+
+/* A JPEG the index cannot describe even after a transcode (CMYK) is kept as a plain JPEG; a
+ * damaged one is refused with a reason. */
+static void test_idx_build_fallbacks(void **state)
+{
+	tjhandle c = tjInitCompress();
+	uint8_t *px = jpeg_img_pixels(40, 30, 4, 7), *out;
+	unsigned char *jpg = NULL;
+	unsigned long jlen = 0;
+	size_t len;
+	char why[160];
+	struct dpk_record r = { .kind = DPK_KIND_JPEG };
+
+	(void)state;
+	assert_non_null(c);
+	if (tjCompress2(c, px, 40, 0, 30, TJPF_CMYK, &jpg, &jlen, TJSAMP_444, 90, 0))
+		fail_msg("CMYK: %s", tjGetErrorStr2(c));
+	assert_int_equal(ldr_idx_build(jpg, jlen, 64, &r, &out, &len, why, sizeof(why)), 0);
+	assert_int_equal(r.kind, DPK_KIND_JPEG);
+	assert_int_equal(len, jlen);
+	assert_memory_equal(out, jpg, jlen);
+	free(out);
+	/* a scan cut short */
+	const struct img *m = &imgs[1];
+	assert_int_equal(ldr_idx_build(m->jpg, m->len / 2, 64, &r, &out, &len, why, sizeof(why)),
+			 -EBADMSG);
+	assert_true(strlen(why) > 8);
+	tjFree(jpg);
+	free(px);
+	tjDestroy(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_idx_build_lossless),
+		cmocka_unit_test(test_idx_window_equals_full_decode),
+		cmocka_unit_test(test_idx_decode_output),
+		cmocka_unit_test(test_idx_damage_rejected),
+		cmocka_unit_test(test_idx_incomplete_dc_table_rejected),
+		cmocka_unit_test(test_idx_garbage_never_crashes),
+		cmocka_unit_test(test_idx_build_fallbacks),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
