@@ -195,9 +195,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (ctl_send(fd, CTL_ADMIN, &a, sizeof(a), NULL, 0) < 0)
 		abort();
 	struct pollfd p = { .fd = fd, .events = POLLIN };
-	if (poll(&p, 1, 5000) != 1 || ctl_recv(fd, buf, &type, NULL, NULL) < 0 ||
-	    type != CTL_ADMIN_TEXT)
+	int ready;
+	do  /* libFuzzer's SIGALRM (its -timeout watchdog) interrupts a wait now and then */
+		ready = poll(&p, 1, 5000);
+	while (ready < 0 && errno == EINTR);
+	ssize_t got = ready == 1 ? ctl_recv(fd, buf, &type, NULL, NULL) : 0;
+	if (ready != 1 || got < 0 || type != CTL_ADMIN_TEXT) {
+		/* Say which, so that a failure that depends on the server's history (it does not
+		 * replay from one input) can be read from the log. */
+		fprintf(stderr, "fuzz_srv: status on a fresh connection: poll %d (%s), recv %zd, "
+			"type %u%s%.*s\n", ready, ready < 0 ? strerror(errno) : "-", got, type,
+			got > 0 ? ": " : "", got > 0 ? (int)got : 0, buf);
 		abort();
+	}
 	close(fd);
 	return 0;
 }
