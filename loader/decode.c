@@ -542,6 +542,39 @@ int ldr_jpeg_window(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
 	return decode_rows(d, jpg, len, crop, 0, out_h, out_w, 0, win, why, whylen);
 }
 
+/* Grow the splice buffer to @need bytes. */
+static int reserve_splice(struct ldr_decoder *d, size_t need, char *why, size_t whylen)
+{
+	if (need > d->splice_size) {
+		uint8_t *p = realloc(d->splice, need);
+		if (!p) {
+			snprintf(why, whylen, "out of memory for a %zu-byte splice", need);
+			return -ENOMEM;
+		}
+		d->splice = p;
+		d->splice_size = need;
+	}
+	return 0;
+}
+
+/* Decode the window @c (record pixels) of the splice d->splice[0, n) that starts at @plan's
+ * top-left, and move the window's origin back into the record's pixels. The splice starts on an
+ * MCU boundary, a multiple of 8 pixels: exact at every scale. */
+static int decode_splice(struct ldr_decoder *d, long n, const struct ldr_crop *c,
+			 const struct ldr_rst_plan *plan, unsigned den, uint32_t out_h,
+			 uint32_t out_w, struct ldr_window *win, char *why, size_t whylen)
+{
+	struct ldr_crop rel = { c->x - plan->x, c->y - plan->y, c->w, c->h };
+	int ret = decode_rows(d, d->splice, (size_t)n, &rel, den, out_h, out_w, 1, win, why,
+			      whylen);
+
+	if (ret == 0) {
+		win->ox += plan->x / den;
+		win->oy += plan->y / den;
+	}
+	return ret;
+}
+
 int ldr_jpeg_rst_window(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
 			const struct ldr_crop *crop, uint32_t out_h, uint32_t out_w,
 			struct ldr_window *win, char *why, size_t whylen)
@@ -564,44 +597,15 @@ int ldr_jpeg_rst_window(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
 	if (plan.whole)
 		return decode_rows(d, jpg, len, &c, den, out_h, out_w, 1, win, why, whylen);
 
-	size_t need = ldr_rst_splice_bound(len);
-	if (need > d->splice_size) {
-		uint8_t *p = realloc(d->splice, need);
-		if (!p) {
-			snprintf(why, whylen, "out of memory for a %zu-byte splice", need);
-			return -ENOMEM;
-		}
-		d->splice = p;
-		d->splice_size = need;
-	}
+	ret = reserve_splice(d, ldr_rst_splice_bound(len), why, whylen);
+	if (ret < 0)
+		return ret;
 	long n = ldr_rst_splice(jpg, len, &info, &plan, d->splice, tmp, sizeof(tmp));
 	if (n < 0) {
 		snprintf(why, whylen, "JPEG: %s", tmp);
 		return (int)n;
 	}
-	/* the splice starts on an MCU boundary, a multiple of 8 pixels: exact at every scale */
-	struct ldr_crop rel = { c.x - plan.x, c.y - plan.y, c.w, c.h };
-	ret = decode_rows(d, d->splice, (size_t)n, &rel, den, out_h, out_w, 1, win, why, whylen);
-	if (ret == 0) {
-		win->ox += plan.x / den;
-		win->oy += plan.y / den;
-	}
-	return ret;
-}
-
-/* Grow the splice buffer to @need bytes. */
-static int reserve_splice(struct ldr_decoder *d, size_t need, char *why, size_t whylen)
-{
-	if (need > d->splice_size) {
-		uint8_t *p = realloc(d->splice, need);
-		if (!p) {
-			snprintf(why, whylen, "out of memory for a %zu-byte splice", need);
-			return -ENOMEM;
-		}
-		d->splice = p;
-		d->splice_size = need;
-	}
-	return 0;
+	return decode_splice(d, n, &c, &plan, den, out_h, out_w, win, why, whylen);
 }
 
 /* Body of ldr_jpeg_idx_window with the parsed record (a large struct) in @info. */
@@ -633,14 +637,7 @@ static int idx_window(struct ldr_decoder *d, const uint8_t *rec, size_t len,
 		snprintf(why, whylen, "JPEG index: %s", tmp);
 		return (int)n;
 	}
-	/* the splice starts on an MCU boundary, a multiple of 8 pixels: exact at every scale */
-	struct ldr_crop rel = { c.x - plan.x, c.y - plan.y, c.w, c.h };
-	ret = decode_rows(d, d->splice, (size_t)n, &rel, den, out_h, out_w, 1, win, why, whylen);
-	if (ret == 0) {
-		win->ox += plan.x / den;
-		win->oy += plan.y / den;
-	}
-	return ret;
+	return decode_splice(d, n, &c, &plan, den, out_h, out_w, win, why, whylen);
 }
 
 int ldr_jpeg_idx_window(struct ldr_decoder *d, const uint8_t *rec, size_t len,
