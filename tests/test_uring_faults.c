@@ -152,8 +152,10 @@ static int count_fds(void)
 }
 
 /* Read every record once through a fresh io_uring reader; returns the index of the one record
- * that failed (with its error in *err), -1 if none did; every other record's bytes are checked. */
-static int read_all(int *err)
+ * that failed (with its error in *err), -1 if none did; every other record's bytes are checked.
+ * @split: use both halves of the reader: records 32..64 submitted on one half, records 0..32
+ * read (and the first half collected) while they are in flight. */
+static int read_records(int split, int *err)
 {
 	struct ldr_reader *r;
 	struct dpk *d;
@@ -171,7 +173,14 @@ static int read_all(int *err)
 	}
 	for (uint32_t i = 0; i < NREC; i++)
 		ids[i] = i;
-	assert_int_equal(ldr_reader_read(r, d, -1, ids, NREC, bufs, errs), NREC);
+	if (split) {
+		assert_int_equal(ldr_reader_submit(r, 1, d, -1, ids + NREC / 2, NREC / 2), NREC / 2);
+		assert_int_equal(ldr_reader_read(r, d, -1, ids, NREC / 2, bufs, errs), NREC / 2);
+		assert_int_equal(ldr_reader_complete(r, 1, bufs + NREC / 2, errs + NREC / 2),
+				 NREC / 2);
+	} else {
+		assert_int_equal(ldr_reader_read(r, d, -1, ids, NREC, bufs, errs), NREC);
+	}
 	for (int i = 0; i < NREC; i++) {
 		if (errs[i]) {
 			if (failed >= 0)
@@ -188,6 +197,9 @@ static int read_all(int *err)
 	dpk_close(d);
 	return failed;
 }
+
+static int read_all(int *err) { return read_records(0, err); }
+static int read_split(int *err) { return read_records(1, err); }
 
 /* ---- the reader ---- */
 
@@ -243,46 +255,6 @@ static void test_uring_faults_persistent_reported(void **state)
 	}
 	plan_set(F_NONE, 0, 0);
 	assert_int_equal(count_fds(), fds);
-}
-
-/* Both halves of the reader: records 32..64 submitted on one half, records 0..32 read (and the
- * first half collected) while they are in flight. Returns the failing record as read_all. */
-static int read_split(int *err)
-{
-	struct ldr_reader *r;
-	struct dpk *d;
-	char why[256];
-	uint64_t ids[NREC];
-	const uint8_t *bufs[NREC];
-	int errs[NREC], failed = -1;
-
-	assert_int_equal(dpk_open(path, 0, &d, why, sizeof(why)), 0);
-	assert_int_equal(ldr_reader_create(LDR_IO_BUFFERED, 4u << 20, &r), 0);
-	if (strcmp(ldr_reader_path(r, -1), "io_uring")) {
-		ldr_reader_destroy(r);
-		dpk_close(d);
-		skip();
-	}
-	for (uint32_t i = 0; i < NREC; i++)
-		ids[i] = i;
-	assert_int_equal(ldr_reader_submit(r, 1, d, -1, ids + NREC / 2, NREC / 2), NREC / 2);
-	assert_int_equal(ldr_reader_read(r, d, -1, ids, NREC / 2, bufs, errs), NREC / 2);
-	assert_int_equal(ldr_reader_complete(r, 1, bufs + NREC / 2, errs + NREC / 2), NREC / 2);
-	for (int i = 0; i < NREC; i++) {
-		if (errs[i]) {
-			if (failed >= 0)
-				fail_msg("records %d and %d both failed", failed, i);
-			failed = i;
-			*err = errs[i];
-			continue;
-		}
-		for (uint64_t j = 0; j < lens[i]; j++)
-			if (bufs[i][j] != byte_at((uint64_t)i, j))
-				fail_msg("record %d byte %llu wrong", i, (unsigned long long)j);
-	}
-	ldr_reader_destroy(r);
-	dpk_close(d);
-	return failed;
 }
 
 /* Faults while two halves are in flight (a completion of either half can arrive while the other
