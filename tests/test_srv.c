@@ -1119,13 +1119,14 @@ static void test_srv_job_mem_released_on_detach(void **state)
 	cli_close(b);
 }
 
-/* A fill that fails fails the job: its clients are told why, after the steps before it. */
-static void test_srv_job_fill_failure_reported(void **state)
+/* A job named @name whose fill fails at step 5 (batch @batch, server @cfg): its client gets
+ * steps 0..4, then the reason; the server lives and serves others. */
+static void fill_failure_case(const struct tsrv *cfg, const char *name, uint32_t batch)
 {
-	(void)state;
-	pid_t srv = start_server(NULL);
+	char after[64];
+	pid_t srv = start_server(cfg);
 	struct ldc *c = cli_connect();
-	struct ldc_job j = mkjob("failing", "fail:5", 4, 0, 1, 0);
+	struct ldc_job j = mkjob(name, "fail:5", batch, 0, 1, 0);
 	struct ldc_info in;
 	struct ldc_batch b;
 
@@ -1134,12 +1135,20 @@ static void test_srv_job_fill_failure_reported(void **state)
 	consume_ok(c, &e, 0, 5);
 	int r = ldc_acquire(c, ACQUIRE_MS, &b);
 	if (r != -EPIPE)
-		fail_msg("step 5 of a job whose fill fails there: %d %s", r, ldc_error(c));
+		fail_msg("step 5 of job %s, whose fill fails there: %d %s", name, r, ldc_error(c));
 	assert_has(ldc_error(c), "failed");
 	assert_has(ldc_error(c), "injected failure at step 5");
 	cli_close(c);
 	assert_alive(srv);
-	assert_serves("after-failing");
+	snprintf(after, sizeof(after), "after-%s", name);
+	assert_serves(after);
+}
+
+/* A fill that fails fails the job: its clients are told why, after the steps before it. */
+static void test_srv_job_fill_failure_reported(void **state)
+{
+	(void)state;
+	fill_failure_case(NULL, "failing", 4);
 }
 
 /* Regression: a fill callback that returned -EBADMSG without a message (the -errno STYLE.md gives
@@ -1247,22 +1256,7 @@ static void test_srv_tasks_failure_fails_job(void **state)
 {
 	(void)state;
 	struct tsrv cfg = { .workers = 4 };
-	pid_t srv = start_server(&cfg);
-	struct ldc *c = cli_connect();
-	struct ldc_job j = mkjob("tfail", "fail:5", 64, 0, 1, 0);
-	struct ldc_info in;
-	struct ldc_batch b;
-
-	open_ok(c, &j, &in);
-	struct expect e = expect_of(&in, 0);
-	consume_ok(c, &e, 0, 5);
-	int r = ldc_acquire(c, ACQUIRE_MS, &b);
-	if (r != -EPIPE)
-		fail_msg("step 5 of a job whose task fails there: %d %s", r, ldc_error(c));
-	assert_has(ldc_error(c), "injected failure at step 5");
-	cli_close(c);
-	assert_alive(srv);
-	assert_serves("after-tfail");
+	fill_failure_case(&cfg, "tfail", 64);
 }
 
 /* ---- 8. the socket ---- */
