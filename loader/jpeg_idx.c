@@ -405,18 +405,6 @@ static int parse_sos(const uint8_t *p, size_t n, const struct frame *f, struct l
 	return 0;
 }
 
-/* The MCU geometry of a parsed frame. */
-static void set_geometry(struct ldr_rst_info *g, unsigned ncomp)
-{
-	if (ncomp == 1) {  /* a non-interleaved scan: the MCU is one block */
-		g->hmax = g->vmax = 1;
-	}
-	g->mcu_w = 8 * g->hmax;
-	g->mcu_h = 8 * g->vmax;
-	g->mcus_x = (g->width + g->mcu_w - 1) / g->mcu_w;
-	g->mcus_y = (g->height + g->mcu_h - 1) / g->mcu_h;
-}
-
 /* Parse @jpg[0, len) up to its scan into @info (tables, with the index pass's acfast ones when
  * @fast; geometry). -ENOTSUP: a JPEG the index
  * cannot describe as it is (progressive, arithmetic, restart interval, ...); -EBADMSG: damaged. */
@@ -435,22 +423,16 @@ static int parse_header(const uint8_t *jpg, size_t len, int fast, struct ldr_idx
 	if (len < 4 || jpg[0] != 0xFF || jpg[1] != 0xD8)
 		return bad(why, whylen, -EBADMSG, "not a JPEG (no SOI)");
 	for (;;) {
-		while (pos + 1 < len && jpg[pos] == 0xFF && jpg[pos + 1] == 0xFF)
-			pos++;  /* fill bytes */
-		if (pos + 4 > len || jpg[pos] != 0xFF)
-			return bad(why, whylen, -EBADMSG, "header ends before the scan");
-		unsigned m = jpg[pos + 1], seg = be16(jpg + pos + 2);
-		const uint8_t *p = jpg + pos + 4;
-		if (m == 0xD8 || m == 0xD9 || (m >= 0xD0 && m <= 0xD7) || m == 0x01)
-			return bad(why, whylen, -EBADMSG, "unexpected marker in the header");
-		if (seg < 2 || seg > len - pos - 2)
-			return bad(why, whylen, -EBADMSG, "marker segment runs past the JPEG");
-		size_t n = seg - 2;
-		int ret = 0;
+		unsigned m;
+		const uint8_t *p;
+		size_t n;
+		int ret = ldr_jpeg_segment(jpg, len, &pos, &m, &p, &n, why, whylen);
+		if (ret < 0)
+			return ret;
 		if (m == 0xC0 || m == 0xC1) {
 			if (f.ncomp)
 				return bad(why, whylen, -EBADMSG, "two frame headers");
-			ret = parse_sof(p, n, pos + 5, info, &f, why, whylen);
+			ret = parse_sof(p, n, (size_t)(p + 1 - jpg), info, &f, why, whylen);
 		} else if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8) {
 			return bad(why, whylen, -ENOTSUP, "not a baseline Huffman JPEG");
 		} else if (m == 0xC4) {
@@ -464,14 +446,13 @@ static int parse_header(const uint8_t *jpg, size_t len, int fast, struct ldr_idx
 			ret = parse_sos(p, n, &f, info, why, whylen);
 			if (ret < 0)
 				return ret;
-			info->geo.scan_at = pos + 2 + seg;
+			info->geo.scan_at = pos;
 			break;
 		}
 		if (ret < 0)
 			return ret;
-		pos += 2 + seg;
 	}
-	set_geometry(&info->geo, info->ncomp);
+	ldr_jpeg_geometry(&info->geo, info->ncomp);
 	info->entry_size = 4 + 2 * info->ncomp;
 	return 0;
 }

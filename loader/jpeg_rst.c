@@ -42,6 +42,37 @@ static unsigned be16(const uint8_t *p)
 	return (unsigned)p[0] << 8 | p[1];
 }
 
+int ldr_jpeg_segment(const uint8_t *jpg, size_t len, size_t *pos, unsigned *m, const uint8_t **p,
+		     size_t *n, char *why, size_t whylen)
+{
+	size_t at = *pos;
+
+	while (at + 1 < len && jpg[at] == 0xFF && jpg[at + 1] == 0xFF)
+		at++;  /* fill bytes */
+	if (at + 4 > len || jpg[at] != 0xFF)
+		return bad(why, whylen, -EBADMSG, "header ends before the scan");
+	unsigned mk = jpg[at + 1], seg = be16(jpg + at + 2);
+	if (mk == 0xD8 || mk == 0xD9 || (mk >= 0xD0 && mk <= 0xD7) || mk == 0x01)
+		return bad(why, whylen, -EBADMSG, "unexpected marker in the header");
+	if (seg < 2 || seg > len - at - 2)
+		return bad(why, whylen, -EBADMSG, "marker segment runs past the end of the JPEG");
+	*m = mk;
+	*p = jpg + at + 4;
+	*n = seg - 2;
+	*pos = at + 2 + seg;
+	return 0;
+}
+
+void ldr_jpeg_geometry(struct ldr_rst_info *g, unsigned ncomp)
+{
+	if (ncomp == 1)  /* a non-interleaved scan: the MCU is one block */
+		g->hmax = g->vmax = 1;
+	g->mcu_w = 8 * g->hmax;
+	g->mcu_h = 8 * g->vmax;
+	g->mcus_x = (g->width + g->mcu_w - 1) / g->mcu_w;
+	g->mcus_y = (g->height + g->mcu_h - 1) / g->mcu_h;
+}
+
 int ldr_rst_parse(const uint8_t *jpg, size_t len, struct ldr_rst_info *info, char *why,
 		  size_t whylen)
 {
@@ -53,17 +84,12 @@ int ldr_rst_parse(const uint8_t *jpg, size_t len, struct ldr_rst_info *info, cha
 	if (len < 4 || jpg[0] != 0xFF || jpg[1] != 0xD8)
 		return bad(why, whylen, -EBADMSG, "not a JPEG (no SOI)");
 	for (;;) {
-		while (pos < len && jpg[pos] == 0xFF && pos + 1 < len && jpg[pos + 1] == 0xFF)
-			pos++;  /* fill bytes */
-		if (pos + 4 > len || jpg[pos] != 0xFF)
-			return bad(why, whylen, -EBADMSG, "header ends before the scan");
-		unsigned m = jpg[pos + 1], seg = be16(jpg + pos + 2);
-		const uint8_t *p = jpg + pos + 4;
-		if (m == 0xD8 || m == 0xD9 || (m >= 0xD0 && m <= 0xD7) || m == 0x01)
-			return bad(why, whylen, -EBADMSG, "unexpected marker in the header");
-		if (seg < 2 || seg > len - pos - 2)
-			return bad(why, whylen, -EBADMSG, "marker segment runs past the record");
-		size_t n = seg - 2;  /* payload bytes at p */
+		unsigned m;
+		const uint8_t *p;
+		size_t n;  /* payload bytes at p */
+		int ret = ldr_jpeg_segment(jpg, len, &pos, &m, &p, &n, why, whylen);
+		if (ret < 0)
+			return ret;
 		if (m == 0xC0 || m == 0xC1) {  /* baseline or extended, Huffman */
 			if (have_sof)
 				return bad(why, whylen, -EBADMSG, "two frame headers");
@@ -99,21 +125,11 @@ int ldr_rst_parse(const uint8_t *jpg, size_t len, struct ldr_rst_info *info, cha
 				return bad(why, whylen, -ENOTSUP, "scan does not hold every component");
 			if (p[1 + 2 * ncomp] != 0 || p[2 + 2 * ncomp] != 63 || p[3 + 2 * ncomp] != 0)
 				return bad(why, whylen, -ENOTSUP, "not a sequential scan");
-			info->scan_at = pos + 2 + seg;
+			info->scan_at = pos;
 			break;
 		}
-		pos += 2 + seg;
 	}
-	if (ncomp == 1) {
-		/* a non-interleaved scan: the MCU is one block */
-		info->mcu_w = info->mcu_h = 8;
-		info->hmax = info->vmax = 1;
-	} else {
-		info->mcu_w = 8 * info->hmax;
-		info->mcu_h = 8 * info->vmax;
-	}
-	info->mcus_x = (info->width + info->mcu_w - 1) / info->mcu_w;
-	info->mcus_y = (info->height + info->mcu_h - 1) / info->mcu_h;
+	ldr_jpeg_geometry(info, ncomp);
 	if (!info->interval || info->mcus_x % info->interval)
 		return bad(why, whylen, -ENOTSUP, "restart interval does not divide the MCU row");
 	info->segs_x = info->mcus_x / info->interval;

@@ -34,6 +34,16 @@ struct ldr_rst_plan {
 	int whole;                  /* the plan is the whole record: decode it as stored */
 };
 
+/* The marker segment of a JPEG header that starts at *pos (after SOI, fill bytes allowed): its
+ * marker *m, payload @*p of *n bytes; *pos moves past it. 0, or -EBADMSG with @why when the
+ * header ends, a marker that has no place in a header comes (SOI, EOI, RST, TEM), or the
+ * segment runs past @len. Shared by the jpeg+rst and jpeg+idx parsers. */
+int ldr_jpeg_segment(const uint8_t *jpg, size_t len, size_t *pos, unsigned *m, const uint8_t **p,
+		     size_t *n, char *why, size_t whylen);
+/* Fill in @g's MCU size and counts from its width, height and largest sampling factors (a
+ * one-component scan is not interleaved: its MCU is one block). */
+void ldr_jpeg_geometry(struct ldr_rst_info *g, unsigned ncomp);
+
 /* Parse the record @jpg[0, len) up to its scan. Returns 0; -ENOTSUP for a JPEG that is not
  * spliceable (progressive or arithmetic, several scans, no DRI, a restart interval that does not
  * divide the MCU row); -EBADMSG for a malformed header. @why gets the reason. */
