@@ -198,96 +198,86 @@ static int read_records(int split, int *err)
 	return failed;
 }
 
-static int read_all(int *err) { return read_records(0, err); }
-static int read_split(int *err) { return read_records(1, err); }
-
 /* ---- the reader ---- */
 
-/* A fault once at the 1st, 7th or 40th completion: retried (EIO, ECANCELED, ENOMEM) or resumed
- * (a short read); every record arrives whole. */
-static void test_uring_faults_transient_retried(void **state)
+/* Each fault of @kinds once at the 1st, 7th or 40th completion of a read (@split: of both
+ * halves): retried (EIO, ECANCELED, ENOMEM) or resumed (a short read); every record arrives
+ * whole. */
+static void transient_retried(int split, const enum fault *kinds, size_t nkinds)
 {
-	static const enum fault kinds[] = { F_EIO, F_ECANCELED, F_ENOMEM, F_SHORT };
 	static const unsigned ats[] = { 1, 7, 40 };
-	int fds = count_fds(), err = 0;
+	int err = 0;
 
-	(void)state;
-	for (size_t k = 0; k < 4; k++)
+	for (size_t k = 0; k < nkinds; k++)
 		for (size_t a = 0; a < 3; a++) {
 			plan_set(kinds[k], ats[a], 0);
-			int failed = read_all(&err);
+			int failed = read_records(split, &err);
 			if (failed >= 0)
 				fail_msg("fault %d at %u: record %d failed (%s)", (int)kinds[k], ats[a],
 					 failed, strerror(-err));
 			assert_int_equal(plan.victim_hits, 1);
 			assert_true(plan.seen > NREC);  /* the read was tried again */
 		}
-	plan_set(F_NONE, 0, 0);
-	assert_int_equal(count_fds(), fds);
 }
 
-/* The same fault on every completion of one read: a short read still finishes (each completion
- * brings half of what is left); an error reaches the caller for that record only, after
- * 1 + RETRIES tries, and it is the same record on every run. */
-static void test_uring_faults_persistent_reported(void **state)
+/* @kind on every completion of one read (@split: of both halves): the error (@want) reaches the
+ * caller for that record only, after 1 + RETRIES tries, and it is the same record on two runs. */
+static void persistent_reported(int split, enum fault kind, int want)
 {
-	static const enum fault kinds[] = { F_EIO, F_ECANCELED, F_ENOMEM };
-	static const int want[] = { -EIO, -ECANCELED, -ENOMEM };
-	int fds = count_fds(), err = 0;
+	int first = -1, err = 0;
 
-	(void)state;
-	plan_set(F_SHORT, 10, 1);
-	assert_int_equal(read_all(&err), -1);
-	assert_true(plan.victim_hits >= 2);
-	for (size_t k = 0; k < 3; k++) {
-		int first = -1;
-		for (int run = 0; run < 2; run++) {
-			plan_set(kinds[k], 10, 1);
-			int failed = read_all(&err);
-			assert_true(failed >= 0);
-			assert_int_equal(err, want[k]);
-			assert_int_equal(plan.victim_hits, 1 + RETRIES);
-			if (run == 0)
-				first = failed;
-			else
-				assert_int_equal(failed, first);
-		}
-	}
-	plan_set(F_NONE, 0, 0);
-	assert_int_equal(count_fds(), fds);
-}
-
-/* Faults while two halves are in flight (a completion of either half can arrive while the other
- * is waited for): transient ones are retried, a persistent one reaches the caller for that record
- * only, after 1 + RETRIES tries, the same record on every run. */
-static void test_uring_faults_two_halves(void **state)
-{
-	static const enum fault kinds[] = { F_EIO, F_ECANCELED, F_SHORT };
-	static const unsigned ats[] = { 1, 7, 40 };
-	int fds = count_fds(), err = 0;
-
-	(void)state;
-	for (size_t k = 0; k < 3; k++)
-		for (size_t a = 0; a < 3; a++) {
-			plan_set(kinds[k], ats[a], 0);
-			int failed = read_split(&err);
-			if (failed >= 0)
-				fail_msg("fault %d at %u: record %d failed (%s)", (int)kinds[k], ats[a],
-					 failed, strerror(-err));
-			assert_int_equal(plan.victim_hits, 1);
-		}
-	int first = -1;
 	for (int run = 0; run < 2; run++) {
-		plan_set(F_EIO, 10, 1);
-		int failed = read_split(&err);
+		plan_set(kind, 10, 1);
+		int failed = read_records(split, &err);
 		assert_true(failed >= 0);
-		assert_int_equal(err, -EIO);
+		assert_int_equal(err, want);
 		assert_int_equal(plan.victim_hits, 1 + RETRIES);
 		if (run == 0)
 			first = failed;
 		else
 			assert_int_equal(failed, first);
 	}
+}
+
+static void test_uring_faults_transient_retried(void **state)
+{
+	static const enum fault kinds[] = { F_EIO, F_ECANCELED, F_ENOMEM, F_SHORT };
+	int fds = count_fds();
+
+	(void)state;
+	transient_retried(0, kinds, 4);
+	plan_set(F_NONE, 0, 0);
+	assert_int_equal(count_fds(), fds);
+}
+
+/* The same fault on every completion of one read: a short read still finishes (each completion
+ * brings half of what is left); an error reaches the caller for that record only. */
+static void test_uring_faults_persistent_reported(void **state)
+{
+	int fds = count_fds(), err = 0;
+
+	(void)state;
+	plan_set(F_SHORT, 10, 1);
+	assert_int_equal(read_records(0, &err), -1);
+	assert_true(plan.victim_hits >= 2);
+	persistent_reported(0, F_EIO, -EIO);
+	persistent_reported(0, F_ECANCELED, -ECANCELED);
+	persistent_reported(0, F_ENOMEM, -ENOMEM);
+	plan_set(F_NONE, 0, 0);
+	assert_int_equal(count_fds(), fds);
+}
+
+/* Faults while two halves are in flight (a completion of either half can arrive while the other
+ * is waited for): transient ones are retried, a persistent one reaches the caller for that record
+ * only. */
+static void test_uring_faults_two_halves(void **state)
+{
+	static const enum fault kinds[] = { F_EIO, F_ECANCELED, F_SHORT };
+	int fds = count_fds();
+
+	(void)state;
+	transient_retried(1, kinds, 3);
+	persistent_reported(1, F_EIO, -EIO);
 	plan_set(F_NONE, 0, 0);
 	assert_int_equal(count_fds(), fds);
 }
@@ -346,7 +336,7 @@ static void test_uring_faults_persistent_substituted_deterministically(void **st
 	{
 		int err;
 		plan_set(F_NONE, 0, 0);
-		(void)read_all(&err);  /* skips (77) where io_uring is refused */
+		(void)read_records(0, &err);  /* skips (77) where io_uring is refused */
 	}
 	for (int run = 0; run < 2; run++) {
 		plan_set(F_EIO, 20, 1);
