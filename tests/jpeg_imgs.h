@@ -126,4 +126,39 @@ static inline void jpeg_img_random_window(uint64_t *x, int t, uint32_t W, uint32
 	*ow = c->w >> s ? c->w >> s : 1;
 }
 
+/* A splice path's window decoder: ldr_jpeg_rst_window or ldr_jpeg_idx_window. */
+typedef int (*jpeg_img_window_fn)(struct ldr_decoder *d, const uint8_t *rec, size_t len,
+				  const struct ldr_crop *crop, uint32_t out_h, uint32_t out_w,
+				  struct ldr_window *win, char *why, size_t whylen);
+
+/* @tries random windows (jpeg_img_random_window, from @x) of the record @r[0, len) made of @m
+ * with splice width @width px, decoded by @fn with @dec: each must succeed and equal the
+ * reference. The DCT scales seen are or-ed into *scales; returns how many windows were spliced
+ * (narrower than the image at their scale, or not from its top). */
+static inline unsigned jpeg_img_random_windows(jpeg_img_window_fn fn, struct ldr_decoder *dec,
+					       const struct img *m, const uint8_t *r, size_t len,
+					       unsigned width, int tries, uint64_t *x,
+					       unsigned *scales)
+{
+	unsigned spliced = 0;
+
+	for (int t = 0; t < tries; t++) {
+		struct ldr_crop c;
+		struct ldr_window win;
+		char why[256], what[192];
+		uint32_t oh, ow;
+
+		jpeg_img_random_window(x, t, (uint32_t)m->w, (uint32_t)m->h, &c, &oh, &ow);
+		snprintf(what, sizeof(what), "%.63s width %u crop %u,%u %ux%u", m->name, width, c.x,
+			 c.y, c.w, c.h);
+		int ret = fn(dec, r, len, &c, oh, ow, &win, why, sizeof(why));
+		if (ret)
+			fail_msg("%s: %d %s", what, ret, why);
+		*scales |= win.den;
+		spliced += win.w < (uint32_t)m->fw[__builtin_ctz(win.den)] || win.oy > 0;
+		jpeg_img_check_window(m, &c, &win, what);
+	}
+	return spliced;
+}
+
 #endif

@@ -174,25 +174,9 @@ static void test_idx_window_equals_full_decode(void **state)
 			size_t len;
 			uint8_t *r = build(m, widths[k], &len);
 
-			for (int t = 0; t < 60; t++, n++) {
-				struct ldr_crop c;
-				struct ldr_window win;
-				char why[256], what[192];
-				uint32_t oh, ow;
-
-				jpeg_img_random_window(&x, t, (uint32_t)m->w, (uint32_t)m->h, &c, &oh,
-						       &ow);
-				snprintf(what, sizeof(what), "%.63s width %u crop %u,%u %ux%u", m->name,
-					 widths[k], c.x, c.y, c.w, c.h);
-				int ret = ldr_jpeg_idx_window(dec, r, len, &c, oh, ow, &win, why,
-							      sizeof(why));
-				if (ret)
-					fail_msg("%s: %d %s", what, ret, why);
-				scales |= win.den;
-				spliced += win.w < (uint32_t)m->fw[__builtin_ctz(win.den)] ||
-					   win.oy > 0;
-				jpeg_img_check_window(m, &c, &win, what);
-			}
+			spliced += jpeg_img_random_windows(ldr_jpeg_idx_window, dec, m, r, len,
+							   widths[k], 60, &x, &scales);
+			n += 60;
 			free(r);
 		}
 	printf("%u windows spliced of %u\n", spliced, n);

@@ -50,7 +50,8 @@ static int setup(void **state)
 		{ 1031, 97, TJSAMP_420, 0 },  /* a row of 65 MCUs: 5 x 13 */
 	};
 	for (int i = 0; i < NIMG; i++)
-		jpeg_img_make(tjd, &imgs[i], set[i].w, set[i].h, set[i].samp, set[i].progressive, (uint64_t)i + 1);
+		jpeg_img_make(tjd, &imgs[i], set[i].w, set[i].h, set[i].samp, set[i].progressive,
+			      (uint64_t)i + 1);
 	return 0;
 }
 
@@ -128,26 +129,8 @@ static void test_rst_window_equals_full_decode(void **state)
 			size_t len;
 			uint8_t *r = rewrite(m, widths[k], &len);
 
-			for (int t = 0; t < 40; t++) {
-				struct ldr_crop c;
-				struct ldr_window win;
-				char why[256], what[192];
-				uint32_t W = (uint32_t)m->w, H = (uint32_t)m->h;
-
-				uint32_t oh, ow;
-
-				jpeg_img_random_window(&x, t, W, H, &c, &oh, &ow);
-				snprintf(what, sizeof(what), "%.63s width %u crop %u,%u %ux%u", m->name,
-					 widths[k], c.x, c.y, c.w, c.h);
-				int ret = ldr_jpeg_rst_window(dec, r, len, &c, oh, ow, &win, why,
-							      sizeof(why));
-				if (ret)
-					fail_msg("%s: %d %s", what, ret, why);
-				scales |= win.den;
-				spliced += win.w < (uint32_t)m->fw[__builtin_ctz(win.den)] ||
-					   win.oy > 0;
-				jpeg_img_check_window(m, &c, &win, what);
-			}
+			spliced += jpeg_img_random_windows(ldr_jpeg_rst_window, dec, m, r, len,
+							   widths[k], 40, &x, &scales);
 			free(r);
 		}
 	printf("%u windows spliced of %d\n", spliced, NIMG * 4 * 40);
