@@ -749,11 +749,79 @@ static int get_varint(const uint8_t **p, const uint8_t *end, uint32_t *v)
 	return -1;
 }
 
+/* One point of a row's stream at *p (before @end): its bit offset added to *off (within the row:
+ * the first point's is absolute) and its predictions to @pred. @first: the row's first point. */
+static int next_point(const uint8_t *rec, const uint8_t **p, const uint8_t *end,
+		      const struct ldr_idx_info *info, int first, uint64_t *off, int pred[3], char *why, size_t whylen)
+{
+	uint64_t limit = (uint64_t)(info->eoi_at - info->geo.scan_at) * 8;
+	uint32_t d;
+
+	if (get_varint(p, end, &d) < 0)
+		return bad(why, whylen, -EBADMSG, "index point stream damaged");
+	if (!first && d == 0)  /* an MCU has at least one bit per block */
+		return bad(why, whylen, -EBADMSG, "index points out of order");
+	*off += d;
+	if (*off > limit || *off > UINT32_MAX)
+		return bad(why, whylen, -EBADMSG, "index point outside the scan");
+	for (unsigned c = 0; c < info->ncomp; c++) {
+		if (get_varint(p, end, &d) < 0)
+			return bad(why, whylen, -EBADMSG, "index point stream damaged");
+		int64_t v = (int64_t)pred[c] + unzigzag(d);  /* 64 bits: cannot wrap */
+		if (v < -32768 || v > 32767)
+			return bad(why, whylen, -EBADMSG, "index DC prediction out of range");
+		pred[c] = (int)v;
+	}
+	size_t at = info->geo.scan_at + (size_t)(*off >> 3);
+	if (at > info->geo.scan_at && at < info->eoi_at && rec[at - 1] == 0xFF &&
+	    rec[at] == 0)
+		return bad(why, whylen, -EBADMSG, "index point inside a stuffed byte");
+	return 0;
+}
+
+/* Check every point of the index once, in stream order, before any splice trusts one: row 0
+ * starts at bit 0 with zero predictions; points rise strictly, within a row and from each row's
+ * last point to the next row's first (every MCU has bits), so that the bit ranges of any rows
+ * planned together never overlap and their sum is at most the scan; every point lies inside the
+ * scan and not on a stuffed byte; each row's stream holds exactly its points. */
+static int check_points(const uint8_t *rec, const struct ldr_idx_info *info, char *why,
+			size_t whylen)
+{
+	const struct ldr_rst_info *g = &info->geo;
+	uint64_t last = 0;
+
+	for (uint32_t r = 0; r <= g->mcus_y; r++) {
+		uint32_t a = le32(info->rows + 4 * (size_t)r);
+		uint32_t e = r < g->mcus_y ? le32(info->rows + 4 * ((size_t)r + 1)) : info->stream_len;
+		const uint8_t *p = info->stream + a, *end = info->stream + e;
+		uint32_t n = r < g->mcus_y ? g->segs_x : 1;  /* the last "row" is the final point */
+		uint64_t off = 0;
+		int pred[3] = { 0, 0, 0 };
+		for (uint32_t j = 0; j < n; j++) {
+			int ret = next_point(rec, &p, end, info, j == 0, &off, pred, why, whylen);
+			if (ret < 0)
+				return ret;
+			if (r == 0 && j == 0) {
+				if (off || pred[0] || pred[1] || pred[2])
+					return bad(why, whylen, -EBADMSG,
+						   "index does not start at the scan");
+			} else if (off <= last) {
+				return bad(why, whylen, -EBADMSG,
+					   "index row starts before the row above ends");
+			}
+			last = off;
+		}
+		if (p != end)
+			return bad(why, whylen, -EBADMSG, "index row holds more than its points");
+	}
+	return 0;
+}
+
 int ldr_idx_point(const uint8_t *rec, const struct ldr_idx_info *info, uint32_t r, uint32_t j,
 		  struct ldr_idx_point *pt, char *why, size_t whylen)
 {
 	const struct ldr_rst_info *g = &info->geo;
-	uint64_t limit = (uint64_t)(info->eoi_at - g->scan_at) * 8, off = 0;
+	uint64_t off = 0;
 
 	if (j >= g->segs_x && r < g->mcus_y) {  /* the end of row r: the next row's start */
 		r++;
@@ -766,25 +834,10 @@ int ldr_idx_point(const uint8_t *rec, const struct ldr_idx_info *info, uint32_t 
 	const uint8_t *p = info->stream + a, *end = info->stream + e;
 	int pred[3] = { 0, 0, 0 };
 	for (uint32_t i = 0; i <= j; i++) {
-		uint32_t d;
-		if (get_varint(&p, end, &d) < 0)
-			return bad(why, whylen, -EBADMSG, "index point stream damaged");
-		if (i > 0 && d == 0)  /* an MCU has at least one bit per block */
-			return bad(why, whylen, -EBADMSG, "index points out of order");
-		off += d;
-		if (off > limit)
-			return bad(why, whylen, -EBADMSG, "index point outside the scan");
-		for (unsigned c = 0; c < info->ncomp; c++) {
-			if (get_varint(&p, end, &d) < 0)
-				return bad(why, whylen, -EBADMSG, "index point stream damaged");
-			pred[c] += unzigzag(d);
-			if (pred[c] < -32768 || pred[c] > 32767)
-				return bad(why, whylen, -EBADMSG, "index DC prediction out of range");
-		}
+		int ret = next_point(rec, &p, end, info, i == 0, &off, pred, why, whylen);
+		if (ret < 0)
+			return ret;
 	}
-	size_t at = g->scan_at + (size_t)(off >> 3);
-	if (at > g->scan_at && at < info->eoi_at && rec[at - 1] == 0xFF && rec[at] == 0)
-		return bad(why, whylen, -EBADMSG, "index point inside a stuffed byte");
 	if (r == 0 && j == 0 && (off || pred[0] || pred[1] || pred[2]))
 		return bad(why, whylen, -EBADMSG, "index does not start at the scan");
 	pt->bit = (uint32_t)off;
@@ -831,7 +884,8 @@ int ldr_idx_parse(const uint8_t *rec, size_t len, struct ldr_idx_info *info, cha
 	info->stream = info->rows + dirlen;
 	info->stream_len = (uint32_t)(tablen - dirlen);
 	info->npoints = np;
-	return check_rows(info, why, whylen);
+	ret = check_rows(info, why, whylen);
+	return ret < 0 ? ret : check_points(rec, info, why, whylen);
 }
 
 /* ---- the splice ---- */
@@ -1025,20 +1079,36 @@ static int copy_block(struct bitrd *b, struct bitwr *w, const struct ldr_huff *d
 	return 0;
 }
 
+/* Output bytes a planned row may take beyond twice its bytes of entropy data: the re-coded DC
+ * differences (at most 27 bits a component more than the codes they replace), the bits pending
+ * from the row before, the partial bytes at both ends, all doubled by stuffing. */
+#define ROW_SLACK 40u
+/* Output that one block read into the zero bits past its row's data can write before the check
+ * after it stops the row: 64 codes of at most 31 bits, stuffing included; the splice's tail
+ * (LDR_IDX_SPLICE_TAIL, inside the bound) absorbs it. */
+#define BLOCK_OVERRUN 512u
+_Static_assert(BLOCK_OVERRUN < LDR_IDX_SPLICE_TAIL, "a block's overrun must land in the tail");
+
 /* One planned row: index points @s to @t; @prev: the point whose predictions the splice's decoder
- * holds at the row's start, or NULL (the first row: zero). */
+ * holds at the row's start, or NULL (the first row: zero). The row is refused before any byte is
+ * copied when its bits cannot fit before @cap (the splice's end less its tail), and its reader
+ * stops at @t's byte, so that an index that lies cannot make the copy run past the buffer. */
 static int splice_row(const uint8_t *rec, const struct ldr_idx_info *info,
 		      const struct ldr_idx_point *s, const struct ldr_idx_point *t,
-		      const struct ldr_idx_point *prev, struct bitwr *w, char *why, size_t whylen)
+		      const struct ldr_idx_point *prev, struct bitwr *w, const uint8_t *cap,
+		      char *why, size_t whylen)
 {
 	uint32_t so = s->bit, to = t->bit;
-	size_t at;
+	size_t at, stop = info->geo.scan_at + ((size_t)to + 7) / 8 + 1;  /* + a stuffed 0x00 */
 	unsigned bit;
 	struct bitrd b;
 
 	if (to <= so)
 		return bad(why, whylen, -EBADMSG, "index points out of order");
-	rd_init(&b, rec, info->geo.scan_at + (so >> 3), so & 7, info->eoi_at);
+	if (w->o > cap || (size_t)(cap - w->o) < 2 * ((size_t)(to - so) / 8) + ROW_SLACK)
+		return bad(why, whylen, -EBADMSG, "index rows hold more bits than the scan");
+	rd_init(&b, rec, info->geo.scan_at + (so >> 3), so & 7,
+		stop < info->eoi_at ? stop : info->eoi_at);
 	for (unsigned ci = 0; ci < info->ncomp; ci++) {
 		int pr[2] = { s->pred[ci], prev ? prev->pred[ci] : 0 };
 		for (unsigned bl = 0; bl < info->nblocks[ci]; bl++) {
@@ -1046,10 +1116,11 @@ static int splice_row(const uint8_t *rec, const struct ldr_idx_info *info,
 					     why, whylen);
 			if (ret < 0)
 				return ret;
+			if (b.n < b.fake)
+				return bad(why, whylen, -EBADMSG,
+					   "an MCU runs past the next index point");
 		}
 	}
-	if (b.n < b.fake)
-		return bad(why, whylen, -EBADMSG, "scan data ends inside an MCU");
 	rd_pos(&b, &at, &bit);
 	uint64_t off = (uint64_t)(at - info->geo.scan_at) * 8 + bit;
 	if (off > to)
@@ -1059,9 +1130,10 @@ static int splice_row(const uint8_t *rec, const struct ldr_idx_info *info,
 
 size_t ldr_idx_splice_bound(const struct ldr_idx_info *info, const struct ldr_rst_plan *plan)
 {
-	/* stuffing may double the copied bytes; each row's re-coded DC codes add a few */
+	/* stuffing may double the copied bytes; each row adds ROW_SLACK (splice_row's check), the
+	 * end 4 (the last byte, EOI) */
 	return info->geo.scan_at + 2 * (info->eoi_at - info->geo.scan_at) +
-	       (size_t)(plan->row1 - plan->row0) * 32 + 16 + LDR_IDX_SPLICE_TAIL;
+	       (size_t)(plan->row1 - plan->row0) * ROW_SLACK + 4 + LDR_IDX_SPLICE_TAIL;
 }
 
 long ldr_idx_splice(const uint8_t *rec, const struct ldr_idx_info *info,
@@ -1079,6 +1151,7 @@ long ldr_idx_splice(const uint8_t *rec, const struct ldr_idx_info *info,
 	out[g->sof_at + 2] = (uint8_t)(plan->w >> 8);
 	out[g->sof_at + 3] = (uint8_t)plan->w;
 	struct bitwr w = { out + g->scan_at, 0, 0 };
+	const uint8_t *cap = out + ldr_idx_splice_bound(info, plan) - LDR_IDX_SPLICE_TAIL - 4;
 	struct ldr_idx_point ps, pt, prev;
 	for (uint32_t r = plan->row0; r < plan->row1; r++) {
 		/* the end of the previous row's range is where the splice's predictions stand */
@@ -1086,8 +1159,8 @@ long ldr_idx_splice(const uint8_t *rec, const struct ldr_idx_info *info,
 		if (ret == 0)
 			ret = ldr_idx_point(rec, info, r, plan->seg_x1, &pt, why, whylen);
 		if (ret == 0)
-			ret = splice_row(rec, info, &ps, &pt, r > plan->row0 ? &prev : NULL, &w, why,
-					 whylen);
+			ret = splice_row(rec, info, &ps, &pt, r > plan->row0 ? &prev : NULL, &w,
+					 cap, why, whylen);
 		if (ret < 0)
 			return ret == -EINVAL ? -EBADMSG : ret;
 		prev = pt;

@@ -27,6 +27,7 @@
 #include <xxhash.h>
 #include <cmocka.h>
 
+#include "tests/idx_edit.h"
 #include "tests/jpeg_imgs.h"
 #include "tests/test_util.h"
 
@@ -480,6 +481,239 @@ static void test_idx_build_fallbacks(void **state)
 	tjDestroy(c);
 }
 
+/* ---- the index checked whole (a hostile dataset's records) ---- */
+
+/* The scan's length in bits: the most any index point may say. */
+static uint32_t scan_bits(const struct idx_edit *e)
+{
+	return (e->jpeg_len - 2 - e->scan_at) * 8;
+}
+
+/* The first point of row @r. */
+static uint32_t row_first(const struct idx_edit *e, uint32_t r)
+{
+	return r * e->segs_x;
+}
+
+/* A row whose first byte (after moving its start to just past the row above) is not a stuffed
+ * 0x00, so that the move is refused or accepted for its order alone. */
+static uint32_t row_after_plain_byte(const struct idx_edit *e)
+{
+	for (uint32_t r = 1; r + 1 < e->rows; r++) {
+		size_t at = e->scan_at + ((e->bit[row_first(e, r) - 1] + 1) >> 3);
+		if (!(e->jpg[at - 1] == 0xFF && e->jpg[at] == 0))
+			return r;
+	}
+	fail_msg("no row to move");
+	return 0;
+}
+
+/* The review's record: every row from the second on points near the end of the scan, rising
+ * within the row. Before the whole index was checked, a splice of the planned rows copied each
+ * row's bits to the end of the scan, far past the splice's bound (a heap overflow). */
+static void edit_rows_near_end(struct idx_edit *e)
+{
+	for (uint32_t r = 1; r + 1 < e->rows; r++)
+		for (uint32_t j = 0; j < e->segs_x; j++)
+			e->bit[row_first(e, r) + j] = scan_bits(e) - 8 * (e->segs_x - j) - 64;
+}
+
+/* Every row from the second on made of true MCU starts (so each decodes) that span most of the
+ * scan: rows 1, 4, 7, ... 28's starts as its columns. Planned together, the rows copy the scan
+ * many times over. */
+static void edit_rows_span_scan(struct idx_edit *e)
+{
+	uint32_t span[16][4];
+
+	assert_true(e->segs_x <= 16);
+	for (uint32_t j = 0; j < e->segs_x; j++) {
+		uint32_t k = row_first(e, 1 + j * (e->rows - 3) / (e->segs_x - 1));
+		span[j][0] = e->bit[k];
+		for (int c = 0; c < 3; c++)
+			span[j][1 + c] = (uint32_t)e->pred[3 * k + c];
+	}
+	for (uint32_t r = 1; r + 1 < e->rows; r++)
+		for (uint32_t j = 0; j < e->segs_x; j++) {
+			uint32_t k = row_first(e, r) + j;
+			e->bit[k] = span[j][0];
+			for (int c = 0; c < 3; c++)
+				e->pred[3 * k + c] = (int32_t)span[j][1 + c];
+		}
+}
+
+static void edit_row_at_prev_end(struct idx_edit *e)
+{
+	uint32_t k = row_first(e, row_after_plain_byte(e));
+	uint32_t d = e->bit[k] - e->bit[k - 1];
+	for (uint32_t j = 0; j < e->segs_x; j++)  /* the whole row moves: order within it holds */
+		e->bit[k + j] -= d;
+}
+
+static void edit_row_just_after_prev_end(struct idx_edit *e)
+{
+	uint32_t k = row_first(e, row_after_plain_byte(e));
+	uint32_t d = e->bit[k] - e->bit[k - 1] - 1;
+	for (uint32_t j = 0; j < e->segs_x; j++)
+		e->bit[k + j] -= d;
+}
+
+static void edit_final_at_scan_end(struct idx_edit *e)
+{
+	e->bit[e->npoints - 1] = scan_bits(e);
+}
+
+static void edit_final_past_scan_end(struct idx_edit *e)
+{
+	e->bit[e->npoints - 1] = scan_bits(e) + 1;
+}
+
+static void edit_first_not_zero(struct idx_edit *e)
+{
+	for (uint32_t k = 0; k < e->segs_x; k++)
+		e->bit[k] += 1;
+}
+
+static void edit_point_repeats(struct idx_edit *e)
+{
+	uint32_t k = row_first(e, 14) + 3;
+	e->bit[k] = e->bit[k - 1];
+}
+
+static void set_pred(struct idx_edit *e, int32_t v)
+{
+	e->pred[3 * (row_first(e, 14) + 3)] = v;
+}
+static void edit_pred_max(struct idx_edit *e) { set_pred(e, 32767); }
+static void edit_pred_past_max(struct idx_edit *e) { set_pred(e, 32768); }
+static void edit_pred_min(struct idx_edit *e) { set_pred(e, -32768); }
+static void edit_pred_past_min(struct idx_edit *e) { set_pred(e, -32769); }
+
+static void edit_stream_trailing_byte(struct idx_edit *e)
+{
+	e->extra = 1;
+}
+
+static void edit_rows_share_start(struct idx_edit *e)
+{
+	e->dir[14] = 0;
+	e->dir[15] = 0;
+}
+
+static void edit_none(struct idx_edit *e)
+{
+	(void)e;
+}
+
+/* Every bound of the index, at its limit (parsed; any window then decodes or is -EBADMSG) and one
+ * past it (refused at parse, naming the reason), on the 640x480 4:2:0 image (30 rows of 10
+ * columns at 64 px). */
+static void test_idx_index_checked_whole(void **state)
+{
+	static const struct {
+		const char *what;
+		void (*edit)(struct idx_edit *e);
+		const char *refused;  /* NULL: parses */
+	} cases[] = {
+		{ "unchanged", edit_none, NULL },
+		{ "rows near the end of the scan", edit_rows_near_end, "row above" },
+		{ "rows spanning the scan", edit_rows_span_scan, "row above" },
+		{ "a row starting where the row above ends", edit_row_at_prev_end, "row above" },
+		{ "a row starting one bit after the row above", edit_row_just_after_prev_end, NULL },
+		{ "the final point at the scan's end", edit_final_at_scan_end, NULL },
+		{ "the final point one bit past the scan", edit_final_past_scan_end, "outside" },
+		{ "the first point not at bit 0", edit_first_not_zero, "start" },
+		{ "a point that does not move", edit_point_repeats, "order" },
+		{ "a prediction of 32767", edit_pred_max, NULL },
+		{ "a prediction of 32768", edit_pred_past_max, "prediction" },
+		{ "a prediction of -32768", edit_pred_min, NULL },
+		{ "a prediction of -32769", edit_pred_past_min, "prediction" },
+		{ "a byte after the final point", edit_stream_trailing_byte, "more than its points" },
+		{ "two rows at one start", edit_rows_share_start, "" },
+	};
+	const struct img *m = &imgs[1];
+	static struct ldr_idx_info info;
+	size_t len;
+	uint8_t *r = build(m, 64, &len);
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct idx_edit e;
+		uint8_t *rec;
+		size_t n;
+		char why[160] = "";
+		assert_int_equal(idx_edit_load(r, len, &e), 0);
+		assert_int_equal(e.segs_x, 10);
+		assert_int_equal(e.rows, 31);
+		cases[i].edit(&e);
+		assert_int_equal(idx_edit_store(&e, &rec, &n), 0);
+		int ret = ldr_idx_parse(rec, n, &info, why, sizeof(why));
+		if (!cases[i].refused) {
+			if (ret != 0)
+				fail_msg("%s: refused (%s), want parsed", cases[i].what, why);
+			if (cases[i].edit == edit_none) {  /* the editor itself is exact */
+				assert_int_equal(n, len);
+				assert_memory_equal(rec, r, len);
+			}
+			/* every window decodes or is refused; never outside a buffer (ASan) */
+			uint64_t x = test_xorshift_init(i + 1);
+			for (int t = 0; t < 20; t++) {
+				struct ldr_crop c;
+				struct ldr_out o = { 32, 32, 0, 0 };
+				static uint8_t px[32 * 32 * 3];
+				ldr_crop_random((uint32_t)m->w, (uint32_t)m->h, test_xorshift(&x), &c);
+				ret = ldr_decode_jpeg_idx(dec, rec, n, &c, &o, px, why, sizeof(why));
+				if (ret != 0 && ret != -EBADMSG)
+					fail_msg("%s: decode %d", cases[i].what, ret);
+			}
+		} else {
+			if (ret != -EBADMSG)
+				fail_msg("%s: %d, want -EBADMSG", cases[i].what, ret);
+			if (!strstr(why, cases[i].refused) || strlen(why) < 12)
+				fail_msg("%s: \"%s\" does not say \"%s\"", cases[i].what, why,
+					 cases[i].refused);
+		}
+		free(rec);
+		idx_edit_free(&e);
+	}
+	free(r);
+}
+
+/* The splice on its own, given an index that the whole-index check would refuse (rows of true
+ * MCUs that each span most of the scan): each row is measured against what is left of the buffer before a bit is
+ * copied, so it refuses the plan instead of writing past the bound (an exact-size buffer: ASan). */
+static void test_idx_splice_bounded_without_check(void **state)
+{
+	const struct img *m = &imgs[1];
+	static struct ldr_idx_info info;
+	struct idx_edit e;
+	size_t len, n;
+	uint8_t *r = build(m, 64, &len), *rec;
+	char why[160] = "";
+
+	(void)state;
+	assert_int_equal(ldr_idx_parse(r, len, &info, why, sizeof(why)), 0);
+	assert_int_equal(idx_edit_load(r, len, &e), 0);
+	edit_rows_span_scan(&e);
+	assert_int_equal(idx_edit_store(&e, &rec, &n), 0);
+	/* the parsed geometry of the good record, the index of the bad one */
+	info.rows = rec + info.jpeg_len;
+	info.stream = info.rows + 4 * (size_t)e.rows;
+	info.stream_len = (uint32_t)(n - LDR_IDX_FOOTER - info.jpeg_len - 4 * (size_t)e.rows);
+	struct ldr_rst_plan plan;
+	ldr_rst_plan(&info.geo, 0, 0, (uint32_t)m->w - 100, (uint32_t)m->h, &plan);
+	assert_false(plan.whole);
+	size_t bound = ldr_idx_splice_bound(&info, &plan);
+	uint8_t *out = malloc(bound);
+	assert_non_null(out);
+	long ret = ldr_idx_splice(rec, &info, &plan, out, why, sizeof(why));
+	if (ret != -EBADMSG || !strstr(why, "more bits than the scan"))
+		fail_msg("splice: %ld (%s), want -EBADMSG for rows over the bound", ret, why);
+	free(out);
+	free(rec);
+	idx_edit_free(&e);
+	free(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -490,6 +724,8 @@ int main(void)
 		cmocka_unit_test(test_idx_incomplete_dc_table_rejected),
 		cmocka_unit_test(test_idx_garbage_never_crashes),
 		cmocka_unit_test(test_idx_build_fallbacks),
+		cmocka_unit_test(test_idx_index_checked_whole),
+		cmocka_unit_test(test_idx_splice_bounded_without_check),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
