@@ -39,6 +39,13 @@ build/fuzz/fuzz_token: shm/token.c
 # fuzz_jpeg_idx: the bit-indexed JPEG records and the transcode dpack falls back to (libjpeg).
 build/fuzz/fuzz_jpeg_idx: FUZZ_EXTRA := loader/jpeg_idx.c loader/jpeg_rst.c -ljpeg
 build/fuzz/fuzz_jpeg_idx: loader/jpeg_idx.c loader/jpeg_rst.c
+# fuzz_idx_fields, fuzz_rst_fields: valid jpeg+idx / jpeg+rst records with their index fields or
+# restart structure edited, spliced and decoded (loader/decode.c, libjpeg-turbo).
+FUZZ_JPEG_SRC := loader/jpeg_idx.c loader/jpeg_rst.c loader/decode.c loader/sampler.c
+build/fuzz/fuzz_idx_fields: FUZZ_EXTRA := $(FUZZ_JPEG_SRC) tests/idx_edit.c -lturbojpeg -ljpeg
+build/fuzz/fuzz_idx_fields: $(FUZZ_JPEG_SRC) tests/idx_edit.c tests/idx_edit.h tests/fuzz_jpeg_fields.h
+build/fuzz/fuzz_rst_fields: FUZZ_EXTRA := $(FUZZ_JPEG_SRC) -lturbojpeg -ljpeg
+build/fuzz/fuzz_rst_fields: $(FUZZ_JPEG_SRC) tests/fuzz_jpeg_fields.h
 build/fuzz/%: tests/%.c $(FUZZ_LIBSRC) | $(DEPS_STAMP)
 	$(Q)mkdir -p $(@D)
 	$(if $(Q),@echo "  FUZZ    $@")
