@@ -15,7 +15,13 @@
  * replaced by the sample at the next position of the epoch's order (then the one after, ...), read
  * and decoded on the spot, and flagged RING_SAMPLE_SUBSTITUTED; that choice depends only on (seed,
  * epoch, position), so every run and every rank makes the same one and batch counts stay equal.
- * With --on-bad fail the job stops with the sample id. Either way the sample id is logged. */
+ * With --on-bad fail the job stops with the sample id. Either way the sample id is logged.
+ *
+ * Memory: a record's size is the client's choice (a sparse file of 512 MiB records costs it
+ * nothing). Records above cfg->max_record refuse the job at open, naming the sample; reads check
+ * it again. What a worker makes for one large record (the reader's big buffer, the substitute
+ * buffer) is freed after the task, and the job's memory (srv_job_info.mem_bytes) counts its
+ * index and the most its records can make the workers hold at once, against --mem-limit. */
 #include "loader/job.h"
 #include "common/clk.h"
 #include "common/log.h"
@@ -44,6 +50,7 @@ struct job {
 	struct ctl_job_open spec;
 	struct ldr_out out;        /* output size (0x0 = records as stored), layout */
 	uint64_t max_pixels;       /* per record (ldr_config) */
+	uint64_t max_record;       /* stored bytes per record (ldr_config) */
 	uint64_t sample_bytes;
 	int rrc;                   /* RandomResizedCrop, else center crop */
 	int hflip;
@@ -85,6 +92,40 @@ static int accepts(struct job *j, uint64_t i, char *why, size_t whylen)
 	return 0;
 }
 
+static uint64_t max_record(const struct ldr_config *cfg)
+{
+	return cfg->max_record ? cfg->max_record : LDR_MAX_RECORD_DEFAULT;
+}
+
+/* Is every record within cfg->max_record? Then 0 and the memory the job makes loaderd hold
+ * besides rings (its index, and what the workers may hold at once for its largest record: each
+ * worker's two reader halves and its substitute buffer) in *mem; else -EFBIG with @why naming
+ * the first sample above it. Before anything reads a record. */
+static int records_bounded(const struct ldr_config *cfg, struct job *j, uint64_t *mem, char *why,
+			   size_t whylen)
+{
+	const struct dpk_header *h = dpk_header_get(j->d);
+	uint64_t n = dpk_count(j->d), big = 0;
+
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t len = dpk_entry_get(j->d, i)->length;
+		if (len > j->max_record) {
+			snprintf(why, whylen, "dataset %s: sample %llu is a record of %llu bytes, above "
+				 "the limit of %llu (loaderd --max-record)", j->spec.dataset,
+				 (unsigned long long)i, (unsigned long long)len,
+				 (unsigned long long)j->max_record);
+			return -EFBIG;
+		}
+		big = len > big ? len : big;
+	}
+	size_t arena = cfg->arena_bytes ? cfg->arena_bytes : LDR_ARENA_DEFAULT;
+	uint64_t per_worker = 2 * ldr_reader_extra(arena, big) + (big > LDR_SUB_KEEP ? big : 0);
+	*mem = sizeof(*j) + h->index_size + h->classes_size +
+	       (uint64_t)h->class_count * sizeof(char *) +
+	       (uint64_t)(cfg->workers ? cfg->workers : 1) * per_worker;
+	return 0;
+}
+
 static int job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **out,
 		    struct srv_job_info *info, char *why, size_t whylen)
 {
@@ -100,6 +141,7 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **o
 	j->fd = -1;
 	j->spec = *spec;
 	j->max_pixels = cfg->max_pixels ? cfg->max_pixels : LDR_MAX_PIXELS_DEFAULT;
+	j->max_record = max_record(cfg);
 	/* The client opened the dataset with its own rights (ldc_open): loaderd never opens a path
 	 * a client names, so it reads nothing that client could not read itself. */
 	if (fd < 0) {
@@ -119,6 +161,9 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **o
 		snprintf(why, whylen, "dataset %s: %s", spec->dataset, err);
 		goto fail;
 	}
+	ret = records_bounded(cfg, j, &info->mem_bytes, why, whylen);
+	if (ret < 0)
+		goto fail;
 	uint64_t n = dpk_count(j->d);
 	ret = ldr_sampler_init(&j->smp, n, spec->world, spec->batch, (enum ldr_sampling)spec->sampling,
 			       (enum ldr_tail)spec->tail, spec->seed, 0, 0);
@@ -218,7 +263,8 @@ static void *worker_init(void *ctx, unsigned index)
 
 	if (!w)
 		return NULL;
-	if (ldr_reader_create(cfg->io, cfg->arena_bytes ? cfg->arena_bytes : 16u << 20, &w->rd) < 0 ||
+	if (ldr_reader_create(cfg->io, cfg->arena_bytes ? cfg->arena_bytes : LDR_ARENA_DEFAULT,
+			      &w->rd) < 0 ||
 	    ldr_decoder_create(&w->dec) < 0) {
 		LOG_ERROR("worker %u: cannot set up its reader or decoder", index);
 		ldr_reader_destroy(w->rd);
@@ -227,6 +273,7 @@ static void *worker_init(void *ctx, unsigned index)
 		return NULL;
 	}
 	ldr_decoder_limit(w->dec, max_pixels(cfg));
+	ldr_reader_limit(w->rd, max_record(cfg));
 	return w;
 }
 
@@ -293,16 +340,20 @@ static int substitute(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 	for (uint64_t k = 1; k <= SUBSTITUTE_TRIES && k < j->smp.n; k++) {
 		uint64_t sid = ldr_sampler_substitute(&j->smp, epoch, pos, k);
 		const struct dpk_entry *e = dpk_entry_get(j->d, sid);
-		if (w->sub_cap < e->length) {
+		ssize_t n = -EFBIG;  /* above --max-record: job_open saw to it, but the index is the
+				      * client's */
+		if (e->length <= j->max_record && w->sub_cap < e->length) {
 			uint8_t *p = realloc(w->sub, e->length);
 			if (!p)
 				return -ENOMEM;
 			w->sub = p;
 			w->sub_cap = e->length;
 		}
-		uint64_t t0 = clk_now_ns();
-		ssize_t n = dpk_read(j->d, sid, w->sub, w->sub_cap);
-		f->phase_ns[LDR_PHASE_IO] += clk_now_ns() - t0;
+		if (e->length <= j->max_record) {
+			uint64_t t0 = clk_now_ns();
+			n = dpk_read(j->d, sid, w->sub, w->sub_cap);
+			f->phase_ns[LDR_PHASE_IO] += clk_now_ns() - t0;
+		}
 		if (n >= 0 && decode_one(j, w, epoch, sid, w->sub, dst, &f->phase_ns[LDR_PHASE_DECODE],
 					 why, sizeof(why)) == 0) {
 			*id = sid;
@@ -428,19 +479,13 @@ static void prefetch(struct worker *w, const struct srv_fill *f)
  * slot's payload; its label (and, when substituted, its id and flags) into the step's arrays.
  * The first records come from the reads the fill before started for them, if any; once they are
  * in, the reads of the next task start (f->next_step), before any decoding. */
-static int fill(void *ctx, void *wp, struct srv_fill *f)
+static int fill_task(struct worker *w, struct srv_fill *f)
 {
 	struct srv_step *st = f->step;
 	struct job *j = st->job;
-	struct worker *w = wp;
 	uint8_t *payload = f->slot->payload;
 	char why[160];  /* leaves room for the sample id in f->why */
 
-	(void)ctx;
-	if (!w) {
-		snprintf(f->why, sizeof(f->why), "a worker could not start (see loaderd's log)");
-		return -ENOMEM;
-	}
 	for (uint32_t i = f->begin; i < f->end;) {
 		uint64_t t0 = clk_now_ns();
 		uint32_t want = f->end - i > READ_MAX ? READ_MAX : f->end - i;
@@ -470,6 +515,27 @@ static int fill(void *ctx, void *wp, struct srv_fill *f)
 		}
 	}
 	return 0;
+}
+
+/* A task, then what it made for large records is let go (the reads of the next task, if any,
+ * stay in flight): a worker holds an outlier's size only while it fills it. */
+static int fill(void *ctx, void *wp, struct srv_fill *f)
+{
+	struct worker *w = wp;
+
+	(void)ctx;
+	if (!w) {
+		snprintf(f->why, sizeof(f->why), "a worker could not start (see loaderd's log)");
+		return -ENOMEM;
+	}
+	int ret = fill_task(w, f);
+	ldr_reader_trim(w->rd);
+	if (w->sub_cap > LDR_SUB_KEEP) {
+		free(w->sub);
+		w->sub = NULL;
+		w->sub_cap = 0;
+	}
+	return ret;
 }
 
 void ldr_job_ops(const struct ldr_config *cfg, struct srv_ops *ops)

@@ -11,12 +11,21 @@
 
 struct ldr_config {
 	enum ldr_io io;            /* AUTO (io_uring, O_DIRECT where possible), BUFFERED, PREAD */
-	size_t arena_bytes;        /* per worker, for batched reads (default 16 MiB) */
+	size_t arena_bytes;        /* per worker, for batched reads (0: LDR_ARENA_DEFAULT) */
 	uint64_t max_pixels;       /* per record (height x width); larger ones are refused at job
 				    * open and bad records at decode (0: LDR_MAX_PIXELS_DEFAULT) */
+	uint64_t max_record;       /* stored bytes per record; a dataset with a larger one is
+				    * refused at job open, and such a read fails (0:
+				    * LDR_MAX_RECORD_DEFAULT) */
+	unsigned workers;          /* worker threads (>= 1; 0 counts as 1): each may hold buffers
+				    * for a job's largest records, counted in the job's memory */
 };
 
 #define LDR_MAX_PIXELS_DEFAULT (64ull << 20)  /* 64 Mpixel: 8192 x 8192 */
+#define LDR_ARENA_DEFAULT (16u << 20)         /* a worker's reader arena */
+#define LDR_MAX_RECORD_DEFAULT (64ull << 20)  /* 64 MiB stored */
+#define LDR_SUB_KEEP (1u << 20)  /* a worker keeps a substitute buffer up to this; larger ones are
+				  * freed after the task */
 
 /* The phases of a fill whose time loaderd reports (srv_fill.phase_ns, ctl_stats.phase_ns):
  * reading the records, and checking and decoding them. */

@@ -46,7 +46,8 @@ static void usage(FILE *f)
 "  --socket PATH        control socket (default: $XDG_RUNTIME_DIR/loaderd.sock, else\n"
 "                       /tmp/loaderd-UID.sock); mode 0600 unless --group is given\n"
 "  --workers N          decode threads (default: all cores, here %u)\n"
-"  --mem-limit BYTES    ring memory over all ranks, suffix K, M, G (default: half of RAM)\n"
+"  --mem-limit BYTES    memory jobs make loaderd hold: rings, rank tables, indexes, worker\n"
+"                       buffers for large records; suffix K, M, G (default: half of RAM)\n"
 "  --slots N            ring depth when a client does not ask (default 4)\n"
 "  --task-samples N     samples per task: a batch is cut into tasks that any worker fills\n"
 "                       (default: batch / (4 x workers), within 4..8)\n"
@@ -63,7 +64,9 @@ static void usage(FILE *f)
 "  --mem-share PERCENT  share of --mem-limit one user's rings may take (default 100)\n"
 "  --idle-timeout SECONDS  close a connection that opens no job this long (default 10)\n"
 "  --admin-share PERCENT  of the control thread's time one user's loaderctl answers may\n"
-"                       take (default 2); past it, jobs/stats are refused for a while\n"
+"                       take (default 2); past it, every request is refused for a while\n"
+"  --max-record BYTES   stored bytes per record, suffix K, M, G (default 64M); a dataset\n"
+"                       with a larger record is refused at job open, naming the sample\n"
 "  --max-pixels N       pixels per record (height x width), suffix K, M (default 64M);\n"
 "                       larger records are refused at job open or substituted as bad\n"
 "  --metrics-file PATH  write the counters there in Prometheus text format, rewritten whole\n"
@@ -131,6 +134,7 @@ static const struct option long_opts[] = {
 	{ "mem-share", required_argument, NULL, 'S' },
 	{ "idle-timeout", required_argument, NULL, 'T' },
 	{ "max-pixels", required_argument, NULL, 'P' },
+	{ "max-record", required_argument, NULL, 'R' },
 	{ "admin-share", required_argument, NULL, 'A' },
 	{ "metrics-file", required_argument, NULL, 'M' },
 	{ "metrics-interval", required_argument, NULL, 'N' },
@@ -240,6 +244,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			if (arg_bytes(optarg, 1, 1ull << 40, &o->cfg.max_pixels) < 0)
 				goto bad_value;
 			break;
+		case 'R':
+			if (arg_bytes(optarg, 1, DPK_RECORD_MAX, &o->cfg.max_record) < 0)
+				goto bad_value;
+			break;
 		case 'M':
 			if (!*optarg)
 				goto bad_value;
@@ -278,6 +286,7 @@ bad_value:
 		fprintf(stderr, "loaderd: unexpected argument '%s' (see --help)\n", argv[optind]);
 		return 2;
 	}
+	o->cfg.workers = o->so.workers;
 	o->so.linger_ms = (int)(linger * 1000u);
 	o->so.idle_ms = (int)(idle * 1000u);
 	return -1;

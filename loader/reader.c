@@ -17,7 +17,12 @@
  * EINTR is tried again, up to RETRY_MAX times, after a pause that doubles each time (1 ms .. 16
  * ms; one pause per round of completions of a half, not per read), and a short read resumes where
  * it stopped. Only an error that persists past that, or the end of the file, reaches the caller, so
- * the records that get substituted are those whose bytes are bad, the same in every run. */
+ * the records that get substituted are those whose bytes are bad, the same in every run.
+ *
+ * Memory: the arena is the reader's for good; a record larger than a half goes to that half's
+ * big buffer, which is made for it and freed again by ldr_reader_trim once the half's records
+ * are used, so one outlier does not leave a worker holding its size. A record longer than the
+ * limit (ldr_reader_limit) is not read at all: -EFBIG, whatever the index says. */
 #include "loader/reader.h"
 
 #include <errno.h>
@@ -74,6 +79,7 @@ struct ldr_reader {
 	uint8_t *arena;
 	size_t arena_size;
 	uint32_t nreq_cap;
+	uint64_t max_record; /* bytes; longer records fail with -EFBIG (0: no limit) */
 	uint32_t inflight;  /* reads in the ring, both halves (<= QUEUE_DEPTH) */
 	struct half h[2];
 };
@@ -298,6 +304,11 @@ static uint32_t plan(struct ldr_reader *r, struct half *h, const struct dpk *d, 
 		struct dpk_extent x;
 
 		memset(q, 0, sizeof(*q));
+		if (r->max_record && e->length > r->max_record) {
+			/* Checked before any buffer is sized for it: the index is the client's. */
+			q->err = -EFBIG;
+			continue;
+		}
 		if (direct) {
 			dpk_extent_align(e, BLOCK, &x);
 		} else {
@@ -396,6 +407,34 @@ int ldr_reader_complete(struct ldr_reader *r, unsigned half, const uint8_t **buf
 		errs[j] = h->reqs[j].err;
 	}
 	return (int)h->n;
+}
+
+void ldr_reader_limit(struct ldr_reader *r, uint64_t max_record)
+{
+	r->max_record = max_record;
+}
+
+void ldr_reader_trim(struct ldr_reader *r)
+{
+	for (unsigned i = 0; i < 2; i++)
+		if (!r->h[i].pending && r->h[i].big) {
+			free(r->h[i].big);
+			r->h[i].big = NULL;
+			r->h[i].big_size = 0;
+		}
+}
+
+size_t ldr_reader_held(const struct ldr_reader *r)
+{
+	return r->h[0].big_size + r->h[1].big_size;
+}
+
+uint64_t ldr_reader_extra(size_t arena_bytes, uint64_t length)
+{
+	uint64_t arena = align_up(arena_bytes < 2 * BLOCK ? 2 * BLOCK : arena_bytes, 2 * BLOCK);
+	uint64_t x = align_up(length, BLOCK) + BLOCK;  /* the O_DIRECT extent, at worst */
+
+	return x > arena / 2 ? align_up(x, BLOCK) : 0;
 }
 
 int ldr_reader_read(struct ldr_reader *r, const struct dpk *d, int fd_direct, const uint64_t *ids,

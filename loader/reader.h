@@ -36,6 +36,18 @@ int ldr_reader_read(struct ldr_reader *r, const struct dpk *d, int fd_direct, co
 int ldr_reader_submit(struct ldr_reader *r, unsigned half, const struct dpk *d, int fd_direct,
 		      const uint64_t *ids, uint32_t n);
 int ldr_reader_complete(struct ldr_reader *r, unsigned half, const uint8_t **bufs, int *errs);
+/* Records longer than @max_record bytes (by the index) are not read: their errs entry is
+ * -EFBIG, and no buffer is sized for them. 0: no limit (the default). */
+void ldr_reader_limit(struct ldr_reader *r, uint64_t max_record);
+/* Free the buffers made for records larger than a half (see ldr_reader_create) of every half
+ * that is not pending: its bufs are no longer valid. Call once the records are used, so that an
+ * outlier does not leave the reader holding its size. */
+void ldr_reader_trim(struct ldr_reader *r);
+/* Bytes the reader holds beyond its arena now (the buffers ldr_reader_trim frees). */
+size_t ldr_reader_held(const struct ldr_reader *r);
+/* Bytes beyond its arena that a reader of @arena_bytes may hold for one half to read a record of
+ * @length (0 when it fits a half); at most two halves hold one each. */
+uint64_t ldr_reader_extra(size_t arena_bytes, uint64_t length);
 /* Which path it is using now: "io_uring+O_DIRECT", "io_uring", "pread". */
 const char *ldr_reader_path(const struct ldr_reader *r, int fd_direct);
 

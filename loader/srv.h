@@ -38,7 +38,9 @@ struct srv_job_info {
 	uint64_t samples;          /* samples in the dataset */
 	uint8_t dataset_id[CTL_DATASET_ID_SIZE]; /* the dataset's identity (dpk_identity); all zero:
 						  * unknown, and start positions are not checked
-						  * against it */
+						  * against it */	uint64_t mem_bytes;        /* memory the job makes loaderd hold besides rings and rank
+				    * tables: its index, the buffers workers may hold for its
+				    * records (counted against opts.mem_limit, its uid's share) */
 };
 
 /* A step, as the callbacks see it. The server takes its ring slot, then asks ops->step_open once
@@ -188,7 +190,11 @@ struct srv_job_snap {
 	unsigned nbad_ids;         /* entries of bad_ids in use */
 	int failed;
 	double rate;               /* samples/s over the last second, all ranks */
-	struct srv_rank_snap *ranks;  /* world entries, in the snapshot's memory */
+	uint64_t mem_rings;        /* bytes of its ranks' rings */
+	uint64_t mem_table;        /* bytes of its rank table */
+	uint64_t mem_state;        /* bytes of its index and the worker buffers for its records */
+	struct srv_rank_snap *ranks;  /* world entries, in the snapshot's memory; NULL in a summary
+				       * (srv_snapshot_locked without ranks) */
 };
 
 struct srv_snapshot {
@@ -196,8 +202,10 @@ struct srv_snapshot {
 	unsigned workers;
 	uint64_t busy_ns;          /* worker time spent filling since start, all workers */
 	double busy_share;         /* of the workers' time, over the last second */
-	uint64_t mem_used;         /* bytes of ring memory, all attached ranks */
+	uint64_t mem_used;         /* bytes held for jobs: rings, rank tables, job states */
+	uint64_t mem_rings;        /* of those, the rings of attached ranks */
 	uint64_t mem_limit;        /* 0 = none */
+	int accept_paused;         /* out of descriptors: not accepting connections for now */
 	unsigned clients;          /* open connections (ranks and loaderctl) */
 	unsigned ranks_attached;
 	unsigned njobs;

@@ -1,10 +1,12 @@
 /* srv_admin.c - loaderctl's answers (CTL_ADMIN): daemon status, the jobs, per-rank stats, and
  * stopping a job, rendered as text for people or as JSON for programs.
  *
- * Threads: srv_on_admin runs on the control thread under s->mu; it renders from a snapshot
- * (srv_snap.c), a consistent picture of every job and rank, into memory that this file allocates;
- * srv_conn_send_text then sends it in CTL_ADMIN_TEXT chunks as fast as the client reads them and
- * frees it. It changes nothing but a stopped job's failure fields. */
+ * Threads: srv_on_admin runs on the control thread; under s->mu it charges the uid's budget
+ * (--admin-share, every verb) and copies what the answer needs into a snapshot (srv_snap.c: a
+ * summary of each job for status and jobs, every rank of the jobs asked for only for stats); it
+ * lets go of the lock while it renders that copy into memory that this file allocates, then
+ * srv_conn_send_text sends it in CTL_ADMIN_TEXT chunks as fast as the client reads them and frees
+ * it. It changes nothing but a stopped job's failure fields. */
 #include "loader/srv_impl.h"
 
 #include <errno.h>
@@ -93,7 +95,7 @@ static void admin_job(struct text *t, const struct srv_phase *phases, const stru
 {
 	uint64_t fill = 0, phase[SRV_PHASES_MAX] = { 0 };
 
-	for (uint32_t r = 0; r < j->world; r++) {
+	for (uint32_t r = 0; stats && r < j->world; r++) {  /* ranks only in stats */
 		fill += j->ranks[r].fill_ns;
 		for (unsigned p = 0; p < SRV_PHASES_MAX; p++)
 			phase[p] += j->ranks[r].phase_ns[p];
@@ -180,6 +182,60 @@ static int visible(const struct srv *s, const struct conn *c, uid_t owner)
 	return s->opts.group == (gid_t)-1 || c->uid == 0 || c->uid == geteuid() || owner == c->uid;
 }
 
+int srv_admin_visible(const struct srv *s, const struct conn *c, uid_t owner)
+{
+	return visible(s, c, owner);
+}
+
+/* The daemon, and the memory each job (that @c may see) makes it hold. From a summary snapshot. */
+static void admin_status(struct text *t, const struct srv_snapshot *snap, int json)
+{
+	double up = (double)snap->uptime_ns * 1e-9;
+
+	if (json)
+		put(t, "{\"pid\":%d,\"uptime_s\":%.1f,\"workers\":%u,\"workers_busy\":%.3f,"
+		    "\"jobs\":%u,\"ranks_attached\":%u,\"clients\":%u,\"ring_bytes\":%llu,"
+		    "\"mem_bytes\":%llu,\"ring_bytes_limit\":%llu,\"mem_bytes_limit\":%llu,\"socket\":",
+		    (int)getpid(), up, snap->workers, snap->busy_share, snap->njobs,
+		    snap->ranks_attached, snap->clients, (unsigned long long)snap->mem_rings,
+		    (unsigned long long)snap->mem_used, (unsigned long long)snap->mem_limit,
+		    (unsigned long long)snap->mem_limit);
+	else
+		put(t, "loaderd pid %d, up %.0f s, socket %s\n%u workers, %.0f%% busy\n"
+		    "%u jobs, %u ranks attached, %u clients\nmemory for jobs %llu MiB of %llu MiB "
+		    "(rings %llu MiB)\n", (int)getpid(), up, snap->socket, snap->workers,
+		    100 * snap->busy_share, snap->njobs, snap->ranks_attached, snap->clients,
+		    (unsigned long long)(snap->mem_used >> 20),
+		    (unsigned long long)(snap->mem_limit >> 20),
+		    (unsigned long long)(snap->mem_rings >> 20));
+	if (!json && snap->accept_paused)
+		put(t, "not accepting connections for now: out of file descriptors\n");
+	if (json) {
+		put_json_str(t, snap->socket);
+		put(t, ",\"job_memory\":[");
+	}
+	for (unsigned k = 0; k < snap->njobs; k++) {
+		const struct srv_job_snap *j = &snap->jobs[k];
+		uint64_t all = j->mem_rings + j->mem_table + j->mem_state;
+		if (json) {
+			put(t, "%s{\"job\":", k ? "," : "");
+			put_json_str(t, j->name);
+			put(t, ",\"mem_bytes\":%llu,\"ring_bytes\":%llu,\"rank_table_bytes\":%llu,"
+			    "\"index_and_buffers_bytes\":%llu}", (unsigned long long)all,
+			    (unsigned long long)j->mem_rings, (unsigned long long)j->mem_table,
+			    (unsigned long long)j->mem_state);
+		} else {
+			put(t, "job %s: memory %llu KiB (rings %llu KiB, rank table %llu KiB, index and "
+			    "record buffers %llu KiB)\n", j->name, (unsigned long long)(all >> 10),
+			    (unsigned long long)(j->mem_rings >> 10),
+			    (unsigned long long)(j->mem_table >> 10),
+			    (unsigned long long)(j->mem_state >> 10));
+		}
+	}
+	if (json)
+		put(t, "]}\n");
+}
+
 /* Under mu. loaderctl's requests: answered as text chunks, then an empty chunk. */
 void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 {
@@ -191,14 +247,14 @@ void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 		srv_conn_fail(s, c, EINVAL, "%s", why);
 		return;
 	}
-	/* Rendering and sending run on the control thread under the lock the workers need, and
-	 * their cost is the answer's size (a job of 65,536 ranks: 10 MB, ~100 ms): each uid may
-	 * take opts.admin_share of that thread's time, so that a client asking again and again
-	 * cannot take the lock from everyone's workers. Status and stop answers are a few lines:
-	 * always served. */
+	/* Every answer costs the control thread, and its copy holds the lock the workers need:
+	 * each uid may take opts.admin_share of that thread's time, whatever it asks, so that a
+	 * client asking again and again cannot take the lock from everyone's workers. The copy is
+	 * what the answer needs (a summary for status and jobs: a few figures per job, kept up to
+	 * date; every rank only for stats); rendering runs without the lock. */
 	struct uid_use *u = srv_uid(s, c->uid);
 	int64_t t0 = now_ns();
-	if (u && (req->op == CTL_OP_JOBS || req->op == CTL_OP_STATS)) {
+	if (u) {
 		srv_admin_charge(s, u, 0);
 		if (u->admin_tokens < 0) {
 			srv_conn_fail(s, c, EAGAIN, "uid %u's loaderctl answers take more than %u%% of "
@@ -213,47 +269,37 @@ void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 		only = NULL;  /* another user's job: as if there were none */
 	if (req->job[0] && !only) {
 		srv_conn_fail(s, c, ENOENT, "no job named %s", req->job);
-		return;
+		goto charge;
 	}
-	struct srv_snapshot *snap = NULL;
-	if (req->op != CTL_OP_STOP) {
-		snap = srv_snapshot_locked(s, req->op == CTL_OP_STATUS ? NULL : only);
-		if (!snap) {
-			srv_conn_fail(s, c, ENOMEM, "out of memory for the answer");
-			return;
+	if (req->op == CTL_OP_STOP) {
+		if (!only->failed) {
+			only->failed = 1;
+			only->fail_err = ECANCELED;
+			snprintf(only->fail_msg, sizeof(only->fail_msg), "stopped by loaderctl");
+			srv_notice(s, 1, "job %s: stopped by loaderctl (pid %d)", only->name, (int)c->pid);
+			srv_wake_control(s);
 		}
+		put(&t, json ? "{\"stopped\":\"%s\"}\n" : "job %s stopped\n", only->name);
+		goto send;
 	}
+	struct srv_snapshot *snap = srv_snapshot_locked(s, req->op == CTL_OP_STATUS ? NULL : only, c,
+							req->op == CTL_OP_STATS);
+	if (!snap) {
+		srv_conn_fail(s, c, ENOMEM, "out of memory for the answer");
+		goto charge;
+	}
+	/* The snapshot is ours: render without the lock. Only this (the control) thread closes or
+	 * frees c, and nothing else of the server is read until the lock is held again. */
+	pthread_mutex_unlock(&s->mu);
 	switch (req->op) {
-	case CTL_OP_STATUS: {
-		double up = (double)snap->uptime_ns * 1e-9;
-		if (json)
-			put(&t, "{\"pid\":%d,\"uptime_s\":%.1f,\"workers\":%u,\"workers_busy\":%.3f,"
-			    "\"jobs\":%u,\"ranks_attached\":%u,\"clients\":%u,\"ring_bytes\":%llu,"
-			    "\"ring_bytes_limit\":%llu,\"socket\":", (int)getpid(), up, snap->workers,
-			    snap->busy_share, snap->njobs, snap->ranks_attached, snap->clients,
-			    (unsigned long long)snap->mem_used, (unsigned long long)snap->mem_limit);
-		else
-			put(&t, "loaderd pid %d, up %.0f s, socket %s\n%u workers, %.0f%% busy\n"
-			    "%u jobs, %u ranks attached, %u clients\nring memory %llu MiB of %llu MiB\n",
-			    (int)getpid(), up, snap->socket, snap->workers, 100 * snap->busy_share,
-			    snap->njobs, snap->ranks_attached, snap->clients,
-			    (unsigned long long)(snap->mem_used >> 20),
-			    (unsigned long long)(snap->mem_limit >> 20));
-		if (!json && s->accept_paused_until)
-			put(&t, "not accepting connections for now: out of file descriptors\n");
-		if (json) {
-			put_json_str(&t, snap->socket);
-			put(&t, "}\n");
-		}
+	case CTL_OP_STATUS:
+		admin_status(&t, snap, json);
 		break;
-	}
 	case CTL_OP_JOBS:
 	case CTL_OP_STATS:
 		if (json)
 			put(&t, "[");
 		for (unsigned k = 0; k < snap->njobs; k++) {
-			if (!visible(s, c, snap->jobs[k].uid))
-				continue;
 			shown++;
 			if (json && n++)
 				put(&t, ",");
@@ -264,24 +310,17 @@ void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 		else if (!shown)
 			put(&t, "no jobs\n");
 		break;
-	case CTL_OP_STOP:
-		if (!only->failed) {
-			only->failed = 1;
-			only->fail_err = ECANCELED;
-			snprintf(only->fail_msg, sizeof(only->fail_msg), "stopped by loaderctl");
-			srv_notice(s, 1, "job %s: stopped by loaderctl (pid %d)", only->name, (int)c->pid);
-			srv_wake_control(s);
-		}
-		put(&t, json ? "{\"stopped\":\"%s\"}\n" : "job %s stopped\n", only->name);
-		break;
 	}
 	srv_snapshot_free(snap);
+	pthread_mutex_lock(&s->mu);
+send:
 	if (t.oom) {
 		free(t.p);
 		srv_conn_fail(s, c, ENOMEM, "out of memory for the answer");
-		return;
+	} else {
+		srv_conn_send_text(s, c, t.p, t.len);
 	}
-	srv_conn_send_text(s, c, t.p, t.len);
+charge:
 	if (u)
 		srv_admin_charge(s, u, now_ns() - t0);
 }

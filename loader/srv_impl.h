@@ -122,7 +122,8 @@ struct open_step {
 struct uid_use {
 	uid_t uid;
 	unsigned conns, jobs;
-	uint64_t mem;            /* ring bytes reserved or attached */
+	uint64_t mem;            /* bytes held for its jobs: rings reserved or attached, rank
+				  * tables, job states (srv_mem_add) */
 	uint64_t out;            /* bytes of admin answers queued on its connections */
 	double admin_tokens;     /* ns of control-thread time its answers may take now
 				  * (opts.admin_share of the time since, up to SRV_ADMIN_BURST_S) */
@@ -143,7 +144,7 @@ struct att {
 	int hostile;             /* a worker saw an illegal state word */
 	uint64_t first, next;    /* first step of this ring; next step to hand to a worker */
 	uint64_t floor;          /* every step below it is known released */
-	uint64_t bytes;          /* ring memory, for the limit */
+	uint64_t bytes;          /* ring memory, for the limit (and in job->mem_rings) */
 	uid_t uid;               /* its client's, for the per-uid memory limit */
 	unsigned live;           /* its index in s->live while attached */
 	int64_t empty_since;     /* ns: since when the ring holds no batch for the consumer; 0 = it
@@ -185,6 +186,12 @@ struct job {
 	int failed;                   /* a fill failed: fail_msg goes to every rank */
 	char fail_msg[CTL_TEXT_MAX];
 	int fail_err;
+	/* Memory it makes loaderd hold, counted in s->mem_used and its uid's (srv_mem_check): */
+	uint64_t mem_table;           /* this struct and its ranks array (from the job's creation) */
+	uint64_t mem_state;           /* info.mem_bytes (from a successful ops->job_open) */
+	uint64_t mem_rings;           /* its atts' rings (a->bytes), attached or retired */
+	double rate;                  /* samples/s, all ranks, over the last rate interval
+				       * (srv_housekeeping keeps it, without walking ranks) */
 	uint64_t bad;
 	uint64_t bad_ids[16];         /* the most recent, for stats */
 	unsigned nbad_ids;            /* total ever recorded (index mod 16) */
@@ -282,8 +289,13 @@ struct att *srv_reap(struct srv *s);
 void srv_reap_free(struct att *dead);
 /* Under mu. @uid's usage, made on first use; NULL when out of memory. */
 struct uid_use *srv_uid(struct srv *s, uid_t uid);
-/* Under mu. Add @delta bytes of ring memory to the total and to @uid's. */
+/* Under mu. Add @delta bytes of memory held for a job (a ring, a rank table, a job's state) to
+ * the total and to @uid's. */
 void srv_mem_add(struct srv *s, uid_t uid, int64_t delta);
+/* Under mu. May @uid make loaderd hold @bytes more, for @what (e.g. "job x rank 3's ring")?
+ * 0, or -ENOMEM with the reason, naming --mem-limit or --mem-share, in @why. */
+int srv_mem_check(struct srv *s, uid_t uid, uint64_t bytes, const char *what, char *why,
+		  size_t whylen);
 /* Under mu. The job named @name, or NULL. */
 struct job *srv_job_find(struct srv *s, const char *name);
 /* Under mu. Unlink @j and bury it on s->job_grave (srv_job_close_all closes and frees it). */
@@ -322,14 +334,19 @@ void srv_workers_stop(struct srv *s);
 
 /* Under mu. Rank @r of @j as srv_snapshot reports it, at @now. */
 void srv_rank_snap(const struct job *j, uint32_t r, int64_t now, struct srv_rank_snap *out);
-/* Under mu. A snapshot of the server, of only job @only when not NULL. NULL when out of memory;
+/* Under mu. A snapshot of the server: of only job @only when not NULL, of only the jobs @viewer
+ * may see when not NULL (srv_admin_visible), with every rank of them when @ranks, else job
+ * summaries (ranks NULL), whose cost does not grow with world sizes. NULL when out of memory;
  * free with srv_snapshot_free(). */
-struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only);
+struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only,
+					 const struct conn *viewer, int ranks);
 
 /* ---- srv_admin.c ---- */
 
 /* Under mu, control thread. CTL_ADMIN (loaderctl) from @c: the answer as CTL_ADMIN_TEXT chunks,
- * then an empty one. */
+ * then an empty one. Lets go of mu while it renders (from a copy); holds it again on return. */
 void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req);
+/* May @c see (and stop) a job of @owner? */
+int srv_admin_visible(const struct srv *s, const struct conn *c, uid_t owner);
 
 #endif

@@ -57,6 +57,32 @@ void srv_mem_add(struct srv *s, uid_t uid, int64_t delta)
 		u->mem += (uint64_t)delta;
 }
 
+int srv_mem_check(struct srv *s, uid_t uid, uint64_t bytes, const char *what, char *why,
+		  size_t whylen)
+{
+	struct uid_use *u = srv_uid(s, uid);
+	uint64_t share = s->opts.mem_limit / 100 * s->opts.mem_share_uid;
+
+	if (!s->opts.mem_limit)
+		return 0;
+	if (s->mem_used + bytes > s->opts.mem_limit || s->mem_used + bytes < bytes) {
+		snprintf(why, whylen, "%s needs %llu KiB of memory; limit %llu KiB, %llu KiB in use "
+			 "(loaderd --mem-limit)", what, (unsigned long long)((bytes + 1023) >> 10),
+			 (unsigned long long)(s->opts.mem_limit >> 10),
+			 (unsigned long long)(s->mem_used >> 10));
+		return -ENOMEM;
+	}
+	if (u && (u->mem + bytes > share || u->mem + bytes < bytes)) {
+		snprintf(why, whylen, "%s needs %llu KiB of memory; uid %u has %llu KiB of its %llu "
+			 "KiB (%u%% of the memory limit, loaderd --mem-share)", what,
+			 (unsigned long long)((bytes + 1023) >> 10), (unsigned)uid,
+			 (unsigned long long)(u->mem >> 10), (unsigned long long)(share >> 10),
+			 s->opts.mem_share_uid);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 /* ---- attachments ---- */
 
 /* Under mu. An att that no worker holds any more is buried, not freed: an epoll batch that the
@@ -65,6 +91,7 @@ void srv_mem_add(struct srv *s, uid_t uid, int64_t delta)
 void srv_att_free(struct srv *s, struct att *a)
 {
 	srv_mem_add(s, a->uid, -(int64_t)a->bytes);
+	a->job->mem_rings -= a->bytes;
 	a->job->atts--;
 	a->job = NULL;
 	a->grave_next = s->att_grave;
@@ -161,6 +188,9 @@ void srv_att_retire(struct srv *s, struct att *a)
 	empty_end(a, now_ns());
 	rs->resume = srv_att_released(a);
 	rs->att = NULL;
+	a->job->rate -= rs->rate;  /* it fills no more: its rate is no longer kept */
+	rs->rate = 0;
+	rs->rate_samples = rs->samples;
 	if (--a->job->attached == 0)
 		a->job->idle_since_ns = now_ns();
 	epoll_ctl(s->ep, EPOLL_CTL_DEL, a->bell, NULL);
@@ -194,6 +224,8 @@ void srv_job_free(struct srv *s, struct job *j)
 	struct uid_use *u = srv_uid(s, j->uid);
 	if (u && u->jobs)
 		u->jobs--;
+	srv_mem_add(s, j->uid, -(int64_t)(j->mem_table + j->mem_state));
+	j->mem_table = j->mem_state = 0;
 	/* Closed by srv_job_close_all, without the lock: freeing a large index takes a while. */
 	j->next = s->job_grave;
 	s->job_grave = j;
@@ -328,7 +360,14 @@ static void *opener_main(void *p)
 		}
 		pthread_mutex_lock(&s->mu);
 		if (ret == 0) {
-			j->state = state;
+			char what[CTL_JOB_NAME_MAX + 64];
+			snprintf(what, sizeof(what), "its index and record buffers");
+			j->state = state;  /* closed with the job, whatever follows */
+			ret = srv_mem_check(s, j->uid, info.mem_bytes, what, why, sizeof(why));
+		}
+		if (ret == 0) {
+			srv_mem_add(s, j->uid, (int64_t)info.mem_bytes);
+			j->mem_state = info.mem_bytes;
 			j->info = info;
 			if (r->spec.epochs)
 				j->steps_total = (r->spec.start_epoch + r->spec.epochs) * info.steps_per_epoch;
@@ -361,21 +400,11 @@ static void *opener_main(void *p)
 			 r->d.slots, r->d.batch, (unsigned long long)r->d.sample_bytes, strerror(-ret));
 		goto done;
 	}
-	if (s->opts.mem_limit && s->mem_used + bytes > s->opts.mem_limit) {
-		FAIL_REQ(r, ENOMEM, "job %s rank %u needs %llu KiB of ring memory; limit %llu KiB, "
-			 "%llu KiB in use", j->name, r->spec.rank, (unsigned long long)(bytes >> 10),
-			 (unsigned long long)(s->opts.mem_limit >> 10),
-			 (unsigned long long)(s->mem_used >> 10));
-		goto done;
-	}
-	struct uid_use *u = srv_uid(s, r->uid);
-	uint64_t share = s->opts.mem_limit / 100 * s->opts.mem_share_uid;
-	if (s->opts.mem_limit && u && u->mem + bytes > share) {
-		FAIL_REQ(r, ENOMEM, "job %s rank %u needs %llu KiB of ring memory; uid %u has %llu KiB "
-			 "of its %llu KiB (%u%% of the memory limit, loaderd --mem-share)", j->name,
-			 r->spec.rank, (unsigned long long)(bytes >> 10), (unsigned)r->uid,
-			 (unsigned long long)(u->mem >> 10), (unsigned long long)(share >> 10),
-			 s->opts.mem_share_uid);
+	char what[CTL_JOB_NAME_MAX + 64];
+	snprintf(what, sizeof(what), "job %s rank %u's ring", j->name, r->spec.rank);
+	ret = srv_mem_check(s, r->uid, bytes, what, r->why, sizeof(r->why));
+	if (ret < 0) {
+		r->ret = ret;
 		goto done;
 	}
 	srv_mem_add(s, r->uid, (int64_t)bytes);
@@ -430,6 +459,7 @@ static void open_finish(struct srv *s, struct open_req *r)
 	r->bell = -1;
 	a->bytes = r->bytes;
 	a->uid = r->uid;
+	j->mem_rings += a->bytes;
 	j->atts++;
 	a->bell_ev.kind = EV_BELL;
 	a->bell_ev.p = a;
@@ -581,6 +611,15 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 			      "--max-jobs-per-uid)", spec->job, (unsigned)c->uid, u->jobs);
 		goto close_fd;
 	}
+	/* A new job's rank table is memory a client chooses (world): counted like its rings. */
+	uint64_t table = sizeof(*j) + (uint64_t)spec->world * sizeof(*j->ranks);
+	char what[CTL_JOB_NAME_MAX + 64];
+	snprintf(what, sizeof(what), "job %s's table of %u ranks", spec->job, spec->world);
+	if (!j && srv_mem_check(s, c->uid, table, what, why, sizeof(why)) < 0) {
+		free(r);
+		srv_conn_fail(s, c, ENOMEM, "%s", why);
+		goto close_fd;
+	}
 	if (!j) {
 		j = calloc(1, sizeof(*j));
 		if (j)
@@ -599,6 +638,8 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 		j->uid = c->uid;
 		if (u)
 			u->jobs++;
+		j->mem_table = table;
+		srv_mem_add(s, j->uid, (int64_t)table);
 		j->dev = st.st_dev;
 		j->ino = st.st_ino;
 		j->next = s->jobs;
@@ -665,13 +706,18 @@ void srv_housekeeping(struct srv *s)
 	int64_t now = now_ns();
 
 	if (now - s->rate_ns >= 1000000000) {
+		/* Only attached ranks fill (a detached one's rate was zeroed when it left): the walk
+		 * is over s->live, whatever the jobs' world sizes. */
 		double dt = (double)(now - s->rate_ns) * 1e-9;
 		for (struct job *j = s->jobs; j; j = j->next)
-			for (uint32_t r = 0; r < j->spec.world; r++) {
-				struct rank_state *rs = &j->ranks[r];
-				rs->rate = (double)(rs->samples - rs->rate_samples) / dt;
-				rs->rate_samples = rs->samples;
-			}
+			j->rate = 0;
+		for (unsigned i = 0; i < s->nlive; i++) {
+			struct att *a = s->live[i];
+			struct rank_state *rs = &a->job->ranks[a->rank];
+			rs->rate = (double)(rs->samples - rs->rate_samples) / dt;
+			rs->rate_samples = rs->samples;
+			a->job->rate += rs->rate;
+		}
 		s->busy_share = (double)(s->busy_ns - s->busy_snap) * 1e-9 / dt / s->nthreads;
 		s->busy_snap = s->busy_ns;
 		s->rate_ns = now;

@@ -5,7 +5,10 @@
  *
  * Threads: srv_snapshot_take locks s->mu for the copy only (one allocation, then a walk over the
  * jobs and ranks, one state-word scan per attached rank); the caller renders and writes without
- * the lock. srv_snapshot_locked and srv_rank_snap are for callers that hold it already. */
+ * the lock. srv_snapshot_locked and srv_rank_snap are for callers that hold it already. A summary
+ * (no ranks: loaderctl status and jobs) copies per-job figures that are kept up to date as they
+ * change (rates by srv_housekeeping, memory as it is reserved and let go), so its cost is the
+ * number of jobs, whatever their world sizes. */
 #include "loader/srv_impl.h"
 
 #include <errno.h>
@@ -43,21 +46,23 @@ void srv_rank_snap(const struct job *j, uint32_t r, int64_t now, struct srv_rank
 		out->empty_ns += (uint64_t)(now - a->empty_since);
 }
 
-struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only)
+struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only,
+					 const struct conn *viewer, int ranks)
 {
 	size_t njobs = 0, nranks = 0;
 	int64_t now = now_ns();
 
+#define WANTED(j) ((!only || (j) == only) && (!viewer || srv_admin_visible(s, viewer, (j)->uid)))
 	for (const struct job *j = s->jobs; j; j = j->next)
-		if (!only || j == only)
-			njobs++, nranks += j->spec.world;
+		if (WANTED(j))
+			njobs++, nranks += ranks ? j->spec.world : 0;
 	size_t size = sizeof(struct srv_snapshot) + njobs * sizeof(struct srv_job_snap) +
 		      nranks * sizeof(struct srv_rank_snap);
 	struct srv_snapshot *snap = calloc(1, size);
 	if (!snap)
 		return NULL;
 	snap->jobs = (struct srv_job_snap *)(snap + 1);
-	struct srv_rank_snap *ranks = (struct srv_rank_snap *)(snap->jobs + njobs);
+	struct srv_rank_snap *rank_mem = (struct srv_rank_snap *)(snap->jobs + njobs);
 
 	snap->uptime_ns = now - s->start_ns;
 	snap->workers = s->nthreads;
@@ -65,13 +70,14 @@ struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only)
 	snap->busy_share = s->busy_share;
 	snap->mem_used = s->mem_used;
 	snap->mem_limit = s->opts.mem_limit;
+	snap->accept_paused = s->accept_paused_until != 0;
 	memcpy(snap->phases, s->ops.phases, sizeof(snap->phases));
 	snprintf(snap->socket, sizeof(snap->socket), "%s", s->path);
-	for (const struct conn *c = s->conns; c; c = c->next)
-		snap->clients++;
+	snap->clients = s->nconns;
 	for (const struct job *j = s->jobs; j; j = j->next) {
 		snap->ranks_attached += j->attached;
-		if (only && j != only)
+		snap->mem_rings += j->mem_rings;
+		if (!WANTED(j))
 			continue;
 		struct srv_job_snap *js = &snap->jobs[snap->njobs++];
 		snprintf(js->name, sizeof(js->name), "%s", j->name);
@@ -87,20 +93,25 @@ struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only)
 		js->nbad_ids = j->nbad_ids < 16 ? j->nbad_ids : 16;
 		memcpy(js->bad_ids, j->bad_ids, sizeof(js->bad_ids));
 		js->failed = j->failed;
-		js->ranks = ranks;
-		ranks += js->world;
-		for (uint32_t r = 0; r < js->world; r++) {
+		js->rate = j->rate;
+		js->mem_rings = j->mem_rings;
+		js->mem_table = j->mem_table;
+		js->mem_state = j->mem_state;
+		if (!ranks)
+			continue;
+		js->ranks = rank_mem;
+		rank_mem += js->world;
+		for (uint32_t r = 0; r < js->world; r++)
 			srv_rank_snap(j, r, now, &js->ranks[r]);
-			js->rate += js->ranks[r].rate;
-		}
 	}
+#undef WANTED
 	return snap;
 }
 
 int srv_snapshot_take(struct srv *s, struct srv_snapshot **out)
 {
 	pthread_mutex_lock(&s->mu);
-	*out = srv_snapshot_locked(s, NULL);
+	*out = srv_snapshot_locked(s, NULL, NULL, 1);
 	pthread_mutex_unlock(&s->mu);
 	return *out ? 0 : -ENOMEM;
 }

@@ -167,10 +167,13 @@ static struct ctl_job_open spec_for(const char *name, uint32_t batch, uint32_t c
 	return s;
 }
 
-static int t_open(struct t *t, const struct ctl_job_open *spec)
+/* job_open as the server calls it, with @cfg (NULL: the defaults). */
+static int t_open_cfg(struct t *t, const struct ctl_job_open *spec, const struct ldr_config *cfg)
 {
 	memset(t, 0, sizeof(*t));
 	t->cfg.io = LDR_IO_AUTO;
+	if (cfg)
+		t->cfg = *cfg;
 	ldr_job_ops(&t->cfg, &t->ops);
 	/* As the server does: the client's fd, borrowed by job_open. */
 	int fd = open(spec->dataset, O_RDONLY | O_CLOEXEC);
@@ -178,6 +181,11 @@ static int t_open(struct t *t, const struct ctl_job_open *spec)
 	if (fd >= 0)
 		close(fd);
 	return ret;
+}
+
+static int t_open(struct t *t, const struct ctl_job_open *spec)
+{
+	return t_open_cfg(t, spec, NULL);
 }
 
 static void t_start(struct t *t, const struct ctl_job_open *spec)
@@ -438,6 +446,67 @@ static void test_job_open_refuses_bad_specs(void **state)
 	expect_refused(&s, "has 6 samples: too few for 7 ranks with tail policy drop");
 }
 
+/* --max-record (issue 23: one sparse record of 512 MiB made every worker hold it): a dataset
+ * whose largest record is exactly the limit opens; one byte less and it is refused at open with
+ * the sample and the option named. A worker whose limit is below a record (the index is the
+ * client's) does not read it: the sample is substituted. The job's memory counts its index and,
+ * per worker, two reader buffers for its largest record when that does not fit half an arena. */
+static void test_job_max_record_at_and_past_limit(void **state)
+{
+	struct ctl_job_open s = spec_for("img.dpk", 4, OUT);
+	struct ldr_config cfg = { .io = LDR_IO_AUTO };
+	char want[160];
+	struct srv_fill f;
+	struct t t;
+	uint64_t big = SIDE * SIDE * 3;  /* records 0 and 2 are raw: the largest */
+
+	(void)state;
+	cfg.max_record = big;
+	if (t_open_cfg(&t, &s, &cfg) < 0)
+		fail_msg("at the limit: %s", t.why);
+	uint64_t base = t.info.mem_bytes;
+	assert_true(base >= 4 * sizeof(struct dpk_entry));
+	t.ops.job_close(t.ops.ctx, t.job);
+	cfg.max_record = big - 1;
+	assert_int_equal(t_open_cfg(&t, &s, &cfg), -EFBIG);
+	assert_null(t.job);
+	snprintf(want, sizeof(want), "sample 0 is a record of %llu bytes, above the limit of %llu "
+		 "(loaderd --max-record)", (unsigned long long)big, (unsigned long long)big - 1);
+	if (!strstr(t.why, want))
+		fail_msg("refusal '%s' does not say '%s'", t.why, want);
+
+	/* the workers' share: 3 workers with arenas whose halves (4 KiB) the records do not fit */
+	cfg.max_record = 0;
+	cfg.arena_bytes = 8u << 10;
+	cfg.workers = 1;
+	assert_int_equal(t_open_cfg(&t, &s, &cfg), 0);
+	uint64_t one = t.info.mem_bytes;
+	t.ops.job_close(t.ops.ctx, t.job);
+	cfg.workers = 3;
+	assert_int_equal(t_open_cfg(&t, &s, &cfg), 0);
+	assert_int_equal(t.info.mem_bytes - one, 2 * 2 * ldr_reader_extra(8u << 10, big));
+	assert_true(one - base == 2 * ldr_reader_extra(8u << 10, big));
+	t.ops.job_close(t.ops.ctx, t.job);
+
+	/* per read: the job opened with the limit at the record, its worker below it */
+	cfg = (struct ldr_config){ .io = LDR_IO_AUTO, .max_record = big };
+	t_open_cfg(&t, &s, &cfg);
+	assert_non_null(t.job);
+	t.cfg.max_record = big - 1;  /* what worker_init reads */
+	t.worker = t.ops.worker_init(t.ops.ctx, 0);
+	assert_non_null(t.worker);
+	uint32_t b = t.info.ring.batch;
+	t.slot.ids = calloc(b, sizeof(uint64_t));
+	t.slot.labels = calloc(b, sizeof(int64_t));
+	t.slot.flags = calloc(b, 1);
+	t.slot.payload = calloc(b, t.info.ring.sample_bytes);
+	assert_int_equal(t_fill(&t, 0, &f), 0);
+	assert_int_equal(f.bad, 2);  /* 0 and 2 were not read; 1 and 3 stand in */
+	for (uint32_t i = 0; i < 4; i++)
+		assert_int_equal(!!(t.slot.flags[i] & RING_SAMPLE_SUBSTITUTED), i % 2 == 0);
+	t_stop(&t);
+}
+
 /* A worker that could not start makes its fills fail with a message, not a crash. */
 static void test_job_fill_without_worker_fails(void **state)
 {
@@ -463,6 +532,7 @@ int main(void)
 		cmocka_unit_test(test_job_bad_records_substituted_and_flagged),
 		cmocka_unit_test(test_job_open_refuses_bad_specs),
 		cmocka_unit_test(test_job_fill_without_worker_fails),
+		cmocka_unit_test(test_job_max_record_at_and_past_limit),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -3,7 +3,8 @@
  * pread where the kernel refuses it, and the path used is printed): exact bytes for records
  * asked in any order and repeated, batches larger than the queue depth and than the arena, a
  * record larger than the arena, a file cut short after open (-EBADMSG for the records past the
- * end), and a closed fd (-EBADF, not garbage). */
+ * end), a closed fd (-EBADF, not garbage), the record-size limit (--max-record) at and past it,
+ * and an outlier's buffer let go after use. */
 #include "formats/dpk.h"
 #include "loader/reader.h"
 
@@ -292,6 +293,75 @@ static void test_reader_closed_fd_is_ebadf(void **state)
 	}
 }
 
+/* --max-record as the reader enforces it: a record of exactly the limit is read, one byte over
+ * it fails with -EFBIG, and the records beside it read exactly. */
+static void limit_at_and_past(struct ldr_reader *r, const struct dpk *d, int fd_direct)
+{
+	const uint64_t ids[3] = { BIG_REC - 1, BIG_REC, BIG_REC + 1 };
+	const uint8_t *bufs[3];
+	int errs[3];
+	unsigned calls;
+
+	ldr_reader_limit(r, lens[BIG_REC]);
+	read_all_check(r, d, fd_direct, ids, 3, 0, 0, &calls);
+	ldr_reader_trim(r);
+	ldr_reader_limit(r, lens[BIG_REC] - 1);
+	for (uint32_t i = 0; i < 3;) {
+		int k = ldr_reader_read(r, d, fd_direct, ids + i, 3 - i, bufs, errs);
+		assert_true(k >= 1);
+		for (int q = 0; q < k; q++, i++) {
+			assert_int_equal(errs[q], ids[i] == BIG_REC ? -EFBIG : 0);
+			if (ids[i] != BIG_REC)
+				assert_int_equal(bufs[q][lens[ids[i]] - 1], byte_at(ids[i], lens[ids[i]] - 1));
+		}
+	}
+	ldr_reader_trim(r);
+	assert_int_equal(ldr_reader_held(r), 0);
+	ldr_reader_limit(r, 0);
+}
+
+static void test_reader_max_record_at_and_past_limit(void **state)
+{
+	(void)state;
+	each_mode(16u << 10, limit_at_and_past);
+}
+
+/* A record larger than a half of the arena gets a buffer of its own; once its half's records are
+ * used, ldr_reader_trim lets it go: an outlier does not leave the reader holding its size. A
+ * half still pending keeps its buffer until it completes. */
+static void trim_after_outlier(struct ldr_reader *r, const struct dpk *d, int fd_direct)
+{
+	const uint64_t big = BIG_REC, small = 0;
+	const uint8_t *bufs[1];
+	int errs[1];
+
+	assert_int_equal(ldr_reader_held(r), 0);
+	assert_int_equal(ldr_reader_read(r, d, fd_direct, &big, 1, bufs, errs), 1);
+	assert_int_equal(errs[0], 0);
+	assert_true(ldr_reader_held(r) >= lens[BIG_REC]);
+	assert_true(ldr_reader_held(r) <= ldr_reader_extra(16u << 10, lens[BIG_REC]));
+	ldr_reader_trim(r);
+	assert_int_equal(ldr_reader_held(r), 0);
+	/* one half pending with the outlier, the other read and trimmed: the pending one stays */
+	assert_int_equal(ldr_reader_submit(r, 1, d, fd_direct, &big, 1), 1);
+	assert_int_equal(ldr_reader_read(r, d, fd_direct, &small, 1, bufs, errs), 1);
+	ldr_reader_trim(r);
+	assert_true(ldr_reader_held(r) >= lens[BIG_REC]);
+	assert_int_equal(ldr_reader_complete(r, 1, bufs, errs), 1);
+	assert_int_equal(errs[0], 0);
+	assert_int_equal(bufs[0][lens[BIG_REC] - 1], byte_at(BIG_REC, lens[BIG_REC] - 1));
+	ldr_reader_trim(r);
+	assert_int_equal(ldr_reader_held(r), 0);
+	/* a record that fits a half needs nothing beyond the arena */
+	assert_int_equal(ldr_reader_extra(16u << 10, 4096), 0);
+}
+
+static void test_reader_trim_lets_outlier_buffer_go(void **state)
+{
+	(void)state;
+	each_mode(16u << 10, trim_after_outlier);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -300,6 +370,8 @@ int main(void)
 		cmocka_unit_test(test_reader_submit_complete_two_halves),
 		cmocka_unit_test(test_reader_short_file_is_ebadmsg),
 		cmocka_unit_test(test_reader_closed_fd_is_ebadf),
+		cmocka_unit_test(test_reader_max_record_at_and_past_limit),
+		cmocka_unit_test(test_reader_trim_lets_outlier_buffer_go),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

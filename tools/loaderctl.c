@@ -15,7 +15,8 @@ static void usage(FILE *f)
 	fprintf(f,
 "usage: loaderctl [--socket PATH] [--json] status|jobs|stats [JOB]|stop JOB\n"
 "\n"
-"  status     the daemon: pid, uptime, workers and how busy they are, ring memory\n"
+"  status     the daemon: pid, uptime, workers and how busy they are, memory held\n"
+"             for jobs, and each job's share (rings, rank table, index and buffers)\n"
 "  jobs       one line per job: dataset, ranks attached, samples/s, bad records\n"
 "  stats      per job and rank: samples/s, ring occupancy, time the ring sat empty, mean\n"
 "             batch latency (first task taken to publish; - before the first), time\n"
