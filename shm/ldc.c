@@ -168,7 +168,7 @@ static int take_unsolicited(struct ldc *c)
 		struct ctl_error e;
 		memcpy(&e, buf, sizeof(e));
 		e.text[sizeof(e.text) - 1] = '\0';
-		c->gone_err = e.err > 0 ? -e.err : -EPIPE;
+		c->gone_err = e.err > 0 && e.err < 4096 ? -e.err : -EPIPE;  /* as wait_reply */
 		return set_err(c, -EPIPE, "loaderd dropped this client: %s", e.text);
 	}
 	c->gone_err = -EPIPE;
