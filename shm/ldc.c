@@ -6,7 +6,13 @@
  * has hung up (poll: POLLHUP/POLLRDHUP, or a CTL_ERROR the daemon sent before dropping us). The
  * slice bounds how long a dead daemon goes unnoticed; it costs one wakeup per slice while idle.
  * After each release the client rings the doorbell (an eventfd the daemon polls), which is what
- * wakes the daemon's producer threads when the ring was full. */
+ * wakes the daemon's producer threads when the ring was full.
+ *
+ * Nothing the server sends is trusted. Every number of the job reply and of the ring's header is
+ * checked once, in ldc_open (check_job_ok), and every number of a slot's header once per
+ * acquire, from a private copy read once (read_slot): the server could change shared memory
+ * between a check and a second read. Labels, ids, sample flags and pixels are data, passed
+ * through; the client computes nothing from them. */
 #include "shm/ldc.h"
 
 #include <errno.h>
@@ -31,8 +37,9 @@ struct ldc {
 	struct ring *ring;
 	uint64_t next;          /* next step to acquire */
 	struct ldc_token job;   /* the open job's identity and shape, for ldc_token */
-	int gone;               /* the daemon hung up or dropped us */
+	int gone;               /* the daemon hung up or dropped us, or ldc_detach */
 	int gone_err;
+	int detached;           /* ldc_detach: socket and doorbell closed, ring still mapped */
 	char err[CTL_TEXT_MAX + 128];
 };
 
@@ -161,7 +168,7 @@ static int take_unsolicited(struct ldc *c)
 		struct ctl_error e;
 		memcpy(&e, buf, sizeof(e));
 		e.text[sizeof(e.text) - 1] = '\0';
-		c->gone_err = e.err > 0 ? -e.err : -EPIPE;
+		c->gone_err = e.err > 0 && e.err < 4096 ? -e.err : -EPIPE;  /* as wait_reply */
 		return set_err(c, -EPIPE, "loaderd dropped this client: %s", e.text);
 	}
 	c->gone_err = -EPIPE;
@@ -214,6 +221,75 @@ static int copy_field(char *dst, size_t cap, const char *src)
 	if (n == 0 || n >= cap)
 		return -1;
 	memcpy(dst, src, n);
+	return 0;
+}
+
+#define BAD_REPLY(...) set_err(c, -EBADMSG, "loaderd's job reply: " __VA_ARGS__)
+#define ULL(v) ((unsigned long long)(v))
+
+/* The job reply @ok and the ring's header @h (already checked for its own consistency by
+ * ring_attach) against the job asked for (@m) and against each other. 0 or -EBADMSG naming the
+ * field. After it, steps_per_epoch >= 1 (ldc_token and ldc_acquire divide by it), first_step is
+ * where the client asked to start, and steps_total is the job's end. */
+static int check_job_ok(struct ldc *c, const struct ctl_job_open *m, const struct ctl_job_ok *ok,
+			const struct ring_hdr *h)
+{
+	uint64_t spe = ok->steps_per_epoch, want;
+
+	if (ok->samples == 0)
+		return BAD_REPLY("samples: 0 (a job has at least one)");
+	if (spe == 0 || spe > ok->samples)
+		return BAD_REPLY("steps_per_epoch: %llu is not in 1..samples (%llu)", ULL(spe),
+				 ULL(ok->samples));
+	if (m->epochs == 0 && ok->steps_total)
+		return BAD_REPLY("steps_total: %llu for a job of unbounded epochs (0 expected)",
+				 ULL(ok->steps_total));
+	if (m->epochs && (__builtin_add_overflow(m->start_epoch, (uint64_t)m->epochs, &want) ||
+			  __builtin_mul_overflow(want, spe, &want) || ok->steps_total != want))
+		return BAD_REPLY("steps_total: %llu is not (start_epoch %llu + epochs %u) x "
+				 "steps_per_epoch %llu", ULL(ok->steps_total), ULL(m->start_epoch),
+				 m->epochs, ULL(spe));
+	if (ok->steps_total && ok->first_step > ok->steps_total)
+		return BAD_REPLY("first_step: %llu is past the job's end (steps_total %llu)",
+				 ULL(ok->first_step), ULL(ok->steps_total));
+	if (m->start == CTL_START_AT &&
+	    (m->at_step >= spe || __builtin_mul_overflow(m->at_epoch, spe, &want) ||
+	     __builtin_add_overflow(want, m->at_step, &want) || ok->first_step != want))
+		return BAD_REPLY("first_step: %llu is not the step asked for (epoch %llu step %llu "
+				 "at %llu steps per epoch)", ULL(ok->first_step), ULL(m->at_epoch),
+				 ULL(m->at_step), ULL(spe));
+	if (ok->reserved[0])
+		return BAD_REPLY("reserved: not zero");
+	/* The ring says the same as the reply, and has the shape asked for. */
+	if (h->first_step != ok->first_step)
+		return BAD_REPLY("ring first_step: %llu, the reply says %llu", ULL(h->first_step),
+				 ULL(ok->first_step));
+	if (h->rank != m->rank || h->world != m->world)
+		return BAD_REPLY("ring rank/world: rank %u of %u, asked for rank %u of %u", h->rank,
+				 h->world, m->rank, m->world);
+	if (h->steps_per_epoch != spe)
+		return BAD_REPLY("ring steps_per_epoch: %llu, the reply says %llu",
+				 ULL(h->steps_per_epoch), ULL(spe));
+	if (h->steps_total != ok->steps_total)
+		return BAD_REPLY("ring steps_total: %llu, the reply says %llu", ULL(h->steps_total),
+				 ULL(ok->steps_total));
+	if (h->job_id != ok->job_id)
+		return BAD_REPLY("ring job_id: %llu, the reply says %llu", ULL(h->job_id),
+				 ULL(ok->job_id));
+	if (h->batch != m->batch)
+		return BAD_REPLY("ring batch: %u samples per slot, asked for %u", h->batch, m->batch);
+	if (h->slots < 2 || (m->slots && h->slots != m->slots))
+		return BAD_REPLY("ring slots: %u, asked for %u (0: loaderd's default, at least 2)",
+				 h->slots, m->slots);
+	if (m->crop_h) {
+		int nchw = (m->transforms & CTL_TF_NCHW) != 0;
+		uint32_t hh = h->shape[nchw], ww = h->shape[nchw + 1];
+		if (h->ndim != 3 || h->layout != (nchw ? RING_LAYOUT_NCHW : RING_LAYOUT_NHWC) ||
+		    hh != m->crop_h || ww != m->crop_w)
+			return BAD_REPLY("ring shape: %u-d, layout %u, %ux%u; asked for %s %ux%u",
+					 h->ndim, h->layout, hh, ww, nchw ? "NCHW" : "NHWC",
+					 m->crop_h, m->crop_w);
+	}
 	return 0;
 }
 
@@ -307,13 +383,15 @@ int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 		return set_err(c, ret, "the ring loaderd sent cannot be used: %s%s", strerror(-ret),
 			       ret == -EPERM ? " (not sealed)" : "");
 	}
-	c->bell = fds[1];
 	const struct ring_hdr *h = ring_header(c->ring);
-	if (h->first_step != ok.first_step || h->rank != job->rank || h->world != job->world) {
+	ret = check_job_ok(c, &m, &ok, h);
+	if (ret < 0) {
+		close(fds[1]);
 		ring_destroy(c->ring);
 		c->ring = NULL;
-		return set_err(c, -EBADMSG, "the ring loaderd sent is for another rank or step");
+		return ret;
 	}
+	c->bell = fds[1];
 	want.samples = ok.samples;
 	want.steps_per_epoch = ok.steps_per_epoch;
 	memcpy(want.dataset, ok.dataset_id, sizeof(want.dataset));
@@ -348,6 +426,38 @@ static int check_peer(struct ldc *c)
 	return take_unsolicited(c);
 }
 
+/* Copy the header of the slot just taken, each field read once (the server may write shared
+ * memory at any time: what is checked is what is used), and check it. 0, or -EBADMSG naming the
+ * field; the connection is then done (the slot stays held, the ring is not to be trusted). */
+static int read_slot(struct ldc *c, const struct ring_slot *s, struct ring_slot_hdr *sh)
+{
+	const struct ring_hdr *h = ring_header(c->ring);
+	uint64_t spe = c->job.steps_per_epoch;  /* >= 1: check_job_ok */
+	const char *what = NULL;
+
+	sh->step = __atomic_load_n(&s->hdr->step, __ATOMIC_RELAXED);
+	sh->epoch = __atomic_load_n(&s->hdr->epoch, __ATOMIC_RELAXED);
+	sh->step_in_epoch = __atomic_load_n(&s->hdr->step_in_epoch, __ATOMIC_RELAXED);
+	sh->count = __atomic_load_n(&s->hdr->count, __ATOMIC_RELAXED);
+	sh->flags = __atomic_load_n(&s->hdr->flags, __ATOMIC_RELAXED);
+	if (sh->step != s->step)
+		what = "step";
+	else if (sh->count == 0 || sh->count > h->batch)
+		what = "count";
+	else if (sh->epoch != s->step / spe)
+		what = "epoch";
+	else if (sh->step_in_epoch != s->step % spe)
+		what = "step_in_epoch";
+	if (!what)
+		return 0;
+	c->gone = 1;
+	c->gone_err = -EBADMSG;
+	return set_err(c, -EBADMSG, "the ring's slot of step %llu: %s is out of range (step %llu, "
+		       "epoch %llu, step_in_epoch %llu, count %u; batch %u, %llu steps per epoch)",
+		       ULL(s->step), what, ULL(sh->step), ULL(sh->epoch), ULL(sh->step_in_epoch),
+		       sh->count, h->batch, ULL(spe));
+}
+
 int ldc_acquire(struct ldc *c, int timeout_ms, struct ldc_batch *b)
 {
 	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
@@ -356,6 +466,8 @@ int ldc_acquire(struct ldc *c, int timeout_ms, struct ldc_batch *b)
 
 	if (!c->ring)
 		return set_err(c, -EINVAL, "no job is open on this connection");
+	if (c->detached)
+		return set_err(c, -EPIPE, "this connection let go of its job (ldc_detach)");
 	for (;;) {
 		int slice = SLICE_MS;
 		if (deadline >= 0) {
@@ -365,6 +477,8 @@ int ldc_acquire(struct ldc *c, int timeout_ms, struct ldc_batch *b)
 		ret = ring_cons_acquire(c->ring, c->next, slice, &s);
 		if (ret == 0)
 			break;
+		if (ret == -EBADMSG && read_slot(c, &s, &(struct ring_slot_hdr){ 0 }) < 0)
+			return -EBADMSG;  /* the slot is held: name the field that is wrong */
 		if (ret == -ENODATA)
 			return set_err(c, ret, "end of job: all %llu steps were delivered",
 				       (unsigned long long)ring_header(c->ring)->steps_total);
@@ -379,12 +493,16 @@ int ldc_acquire(struct ldc *c, int timeout_ms, struct ldc_batch *b)
 				       (unsigned long long)c->next, timeout_ms);
 	}
 	const struct ring_hdr *h = ring_header(c->ring);
+	struct ring_slot_hdr sh;
+	ret = read_slot(c, &s, &sh);
+	if (ret < 0)
+		return ret;
 	c->next++;
 	b->step = s.step;
-	b->epoch = s.hdr->epoch;
-	b->step_in_epoch = s.hdr->step_in_epoch;
-	b->count = s.hdr->count;
-	b->flags = s.hdr->flags;
+	b->epoch = sh.epoch;
+	b->step_in_epoch = sh.step_in_epoch;
+	b->count = sh.count;
+	b->flags = sh.flags;
 	b->sample_flags = s.flags;
 	b->labels = s.labels;
 	b->ids = s.ids;
@@ -400,6 +518,8 @@ int ldc_release(struct ldc *c, const struct ldc_batch *b)
 
 	if (!c->ring)
 		return set_err(c, -EINVAL, "no job is open on this connection");
+	if (c->detached)
+		return set_err(c, -EPIPE, "this connection let go of its job (ldc_detach)");
 	ret = ring_cons_release(c->ring, b->step);
 	if (ret < 0)
 		return set_err(c, ret, "step %llu is not held by this client",
@@ -445,8 +565,36 @@ int ldc_stats(struct ldc *c, struct ctl_stats *st)
 		return (int)n;
 	if ((size_t)n != sizeof(*st))
 		return set_err(c, -EBADMSG, "loaderd's stats reply is %zd bytes", n);
-	memcpy(st, buf, sizeof(*st));
+	struct ctl_stats t;
+	memcpy(&t, buf, sizeof(t));
+	const struct ring_hdr *h = ring_header(c->ring);
+	if (t.job_id != h->job_id)
+		return set_err(c, -EBADMSG, "loaderd's stats: job_id %llu, this job is %llu",
+			       ULL(t.job_id), ULL(h->job_id));
+	if (t.slots != h->slots || t.occupancy > t.slots)
+		return set_err(c, -EBADMSG, "loaderd's stats: slots %u, occupancy %u; the ring has "
+			       "%u slots", t.slots, t.occupancy, h->slots);
+	if (t.ranks_attached > h->world)
+		return set_err(c, -EBADMSG, "loaderd's stats: ranks_attached %u of a world of %u",
+			       t.ranks_attached, h->world);
+	if (t.reserved0 || t.reserved[0] || t.reserved[1])
+		return set_err(c, -EBADMSG, "loaderd's stats: reserved fields are not zero");
+	*st = t;
 	return 0;
+}
+
+void ldc_detach(struct ldc *c)
+{
+	if (!c || c->detached)
+		return;
+	c->detached = 1;
+	c->gone = 1;
+	c->gone_err = -EPIPE;
+	if (c->bell >= 0)
+		close(c->bell);
+	if (c->fd >= 0)
+		close(c->fd);
+	c->bell = c->fd = -1;
 }
 
 void ldc_close(struct ldc *c)

@@ -84,7 +84,10 @@ char *ldc_default_socket(char *buf, size_t n);
 int ldc_connect(const char *socket_path, struct ldc **out, char *err, size_t errlen);
 /* Open (or join, or resume) a job as one of its ranks and map its ring. 0 or -errno; a resume
  * token that is damaged (-EBADMSG), of another version (-EPROTO) or made for another dataset or
- * job shape (-EINVAL) is refused, and ldc_error names the field. */
+ * job shape (-EINVAL) is refused, and ldc_error names the field. Nothing loaderd answers is
+ * trusted: every number of its reply and of the ring's header is checked once, here, against
+ * the job asked for and against each other (docs/RING.md, "What the client checks"); one out of
+ * range is -EBADMSG with ldc_error naming the field. */
 int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info);
 /* The resume token for global step @step (epoch * steps_per_epoch + step in epoch) of the open
  * job: the first step not consumed, i.e. the step after the last batch whose effect is in the
@@ -95,13 +98,23 @@ int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info);
 int ldc_token(struct ldc *c, uint64_t step, void *buf, size_t cap);
 /* The next batch in step order, waiting up to @timeout_ms (< 0: no limit; the wait still ends
  * within about 100 ms of the daemon going away). 0; -ENODATA at the end of the job; -ETIMEDOUT;
- * -EPIPE when loaderd exited, was killed or dropped this client (ldc_error says which). */
+ * -EPIPE when loaderd exited, was killed or dropped this client, or after ldc_detach (ldc_error
+ * says which); -EBADMSG when the slot's header is inconsistent (its step, count, epoch or
+ * step_in_epoch, read once: @b holds the values checked), after which the connection is done. */
 int ldc_acquire(struct ldc *c, int timeout_ms, struct ldc_batch *b);
 /* Give @b back to the daemon. 0 or -errno (-EINVAL: not held). */
 int ldc_release(struct ldc *c, const struct ldc_batch *b);
-/* This rank's counters. 0 or -errno. */
+/* This rank's counters. 0 or -errno (-EBADMSG: a field is out of range: job_id, slots,
+ * occupancy, ranks_attached or a reserved one; ldc_error names it). */
 int ldc_stats(struct ldc *c, struct ctl_stats *st);
-void ldc_close(struct ldc *c);  /* NULL ok; held batches are released by the daemon */
+/* Let go of the job but keep its ring mapped until ldc_close: hang up on loaderd, which takes
+ * this rank's batches back (the rank may then attach again, on another connection, with a ring
+ * of its own). The slots this client held keep their bytes: loaderd writes no slot a consumer
+ * holds, and drops the ring. Acquire, release and stats then fail with -EPIPE; ldc_token,
+ * ldc_ring_base and ldc_ring_size still answer. For a client whose batches outlive the
+ * connection (the Python client's arrays). NULL ok; a second call does nothing. */
+void ldc_detach(struct ldc *c);
+void ldc_close(struct ldc *c);  /* NULL ok; held batches are released by the daemon; unmaps */
 
 /* Ask loaderd at @socket_path an admin question on a connection of its own (what loaderctl
  * shows): @op is a CTL_OP_*, @flags CTL_ADMIN_JSON or 0, @job a job name for CTL_OP_STATS (NULL

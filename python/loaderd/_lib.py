@@ -267,6 +267,7 @@ def _declare(lib):
         "ldc_acquire": (I, [P, I, ctypes.POINTER(ldc_batch)]),
         "ldc_release": (I, [P, ctypes.POINTER(ldc_batch)]),
         "ldc_stats": (I, [P, ctypes.POINTER(ctl_stats)]),
+        "ldc_detach": (V, [P]),
         "ldc_close": (V, [P]),
         "ldc_error": (ctypes.c_char_p, [P]),
         "ldc_ring_base": (P, [P]),

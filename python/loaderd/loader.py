@@ -2,9 +2,12 @@
 
 Each batch is a view of a slot of the shared-memory ring that loaderd fills (no copy): torch
 tensors when torch is importable (torch.frombuffer over the mapping), numpy arrays otherwise.
-A slot is held from the moment its batch is yielded until the next batch is taken (or the ring
-is closed): that is the window in which the yielded arrays are valid. See README.md for the
-semantics of epochs, resuming and errors.
+A slot is held from the moment its batch is yielded until the next batch is taken: that is the
+window in which loaderd does not write it. A ring stays mapped while any array of it lives: a
+seek, a load_state_dict, a re-attach after a daemon restart or close() lets go of the job but
+not of the mapping, so a batch kept across them keeps its bytes (never another step's); the
+mapping goes with its last array. See README.md for the semantics of epochs, resuming and
+errors.
 """
 from __future__ import annotations
 
@@ -55,8 +58,9 @@ class LoaderdTimeout(LoaderdError):
 
 
 class Batch:
-    """One step of one rank: views into a ring slot, valid until the next batch is taken or the
-    Loader closes (``copy()`` makes an owned copy). Unpacks as ``images, labels``."""
+    """One step of one rank: views into a ring slot, valid until the next batch is taken (then
+    loaderd refills the slot); a seek, a re-attach or close() leaves them as they are
+    (``copy()`` makes an owned copy). Unpacks as ``images, labels``."""
 
     __slots__ = ("images", "labels", "ids", "flags", "step", "epoch", "step_in_epoch", "count",
                  "last", "_weights", "_torch")
@@ -150,9 +154,12 @@ def _pick(table, what, value) -> int:
 
 
 class _Conn:
-    """One ldc connection. Kept alive by the ring buffer object while any view of the mapping
-    exists, so that garbage collection never unmaps memory a live array still points into; an
-    explicit Loader.close() closes it regardless (documented)."""
+    """One ldc connection and its ring's mapping. The ring buffer object holds it, and every
+    numpy array and torch tensor of the ring holds that buffer (through .base, or the storage
+    torch.frombuffer and torch.from_numpy keep), so the mapping goes only with the last view:
+    hang_up() lets go of the job at once (loaderd takes this rank's slots back and the rank can
+    attach again) and close(), from __del__, unmaps. Memory a live array points into is never
+    unmapped, nor reused for another ring."""
 
     def __init__(self, lib, ptr):
         self.lib, self.ptr = lib, ptr
@@ -160,6 +167,11 @@ class _Conn:
 
     def error(self) -> str:
         return self.lib.ldc_error(self.ptr).decode("utf-8", "replace") if self.ptr else ""
+
+    def hang_up(self):
+        """Let go of the job; the ring stays mapped, frozen (ldc_detach), until close()."""
+        if self.ptr:
+            self.lib.ldc_detach(self.ptr)
 
     def close(self):
         if self.pinned:
@@ -325,8 +337,8 @@ class Loader:
         return False
 
     def close(self):
-        """Detach from loaderd and unmap the ring. Arrays yielded before are invalid from here
-        on (their memory is gone): keep ``.clone()``/``.copy()`` of anything you still need."""
+        """Detach from loaderd. The ring is unmapped when no array yielded from it is left: one
+        kept from the last batch keeps its bytes until it is dropped."""
         if self._prof is not None and not self._closed:
             self._prof.finish(self if self._conn is not None else None)
         self._disconnect()
@@ -515,7 +527,7 @@ class Loader:
         self._steps_total = 0
         self._held = collections.deque()   # [step, cuda event or None], oldest first
         self._views = {}
-        self._ring_buf = None
+        self._ring_buf = None       # holds the connection: see _Conn
         self._ring_view = None
         self._hdr = None
         self._base = 0
@@ -689,7 +701,9 @@ class Loader:
         self._conn = None
         self.last_batch = None
         self._reset_conn_state()
-        conn.close()
+        # The job goes now; the mapping when the last array of it does (_Conn): at once, unless
+        # the caller still holds one.
+        conn.hang_up()
 
     def _acquire(self, b: L.ldc_batch) -> bool:
         """Take the next step into @b. False at the end of the job; raises on anything else."""

@@ -1,0 +1,473 @@
+/* test_ldc.c - the client (shm/ldc.c) against a fake loaderd that answers with crafted numbers.
+ * The fake is a unix socket of the test's own: the client's connection waits in its backlog, the
+ * test accepts it and queues the answer (a job reply with a crafted ring memfd and a doorbell, a
+ * stats reply) before the client asks, so one thread plays both sides. Each field of the job
+ * reply, of the ring's header, of a slot's header and of the stats reply is set at its limit
+ * (accepted) and one past it (refused with -EBADMSG and a message naming the field): one table
+ * row per case. Regression: a job reply with steps_per_epoch 0 was accepted and ldc_token then
+ * divided by it (SIGFPE). Also ldc_detach: the held batch keeps its bytes after the hang-up, and
+ * ldc_close unmaps the ring. */
+#include "shm/ldc.h"
+#include "tests/tmpdir.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#define JOB_ID 77u
+#define BATCH 4u
+#define SPE 10u        /* steps per epoch */
+#define SAMPLES 100u
+#define FIRST 25u      /* start at epoch 2, step 5 */
+#define TOTAL 40u      /* (start_epoch 1 + epochs 3) x SPE */
+
+static char g_dir[64], g_sock[108], g_dataset[128];
+static int g_lfd = -1;
+
+struct fake {
+	struct ldc_job job;       /* what the client asks for */
+	struct ctl_job_ok ok;     /* what the fake answers */
+	struct ring_desc d;       /* the ring it sends */
+	struct ring *ring;        /* its producer side */
+	struct ldc *c;
+	int sfd;                  /* the fake's end of the connection */
+};
+
+static int setup(void **state)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	(void)state;
+	if (tmpdir_create(g_dir, sizeof(g_dir), "test_ldc") < 0)
+		return -1;
+	snprintf(g_sock, sizeof(g_sock), "%s/s.sock", g_dir);
+	snprintf(g_dataset, sizeof(g_dataset), "%s/data.dpk", g_dir);
+	int fd = open(g_dataset, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	close(fd);
+	strcpy(sa.sun_path, g_sock);
+	g_lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (g_lfd < 0 || bind(g_lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(g_lfd, 8) < 0)
+		return -1;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (g_lfd >= 0)
+		close(g_lfd);
+	g_lfd = -1;
+	return tmpdir_remove(g_dir);
+}
+
+/* The job and the consistent answer to it that the cases then bend. */
+static void fake_init(struct fake *f)
+{
+	memset(f, 0, sizeof(*f));
+	f->sfd = -1;
+	f->job = (struct ldc_job){ .job = "j", .dataset = g_dataset, .batch = BATCH, .crop_h = 8,
+				   .crop_w = 6, .seed = 1, .rank = 1, .world = 2, .slots = 4,
+				   .epochs = 3, .start_epoch = 1, .start_at = 1, .at_epoch = 2,
+				   .at_step = 5 };
+	f->ok = (struct ctl_job_ok){ .job_id = JOB_ID, .first_step = FIRST, .steps_total = TOTAL,
+				     .steps_per_epoch = SPE, .samples = SAMPLES };
+	f->d = (struct ring_desc){ .slots = 4, .batch = BATCH, .sample_bytes = 8 * 6 * 3,
+				   .shape = { 8, 6, 3 }, .ndim = 3, .dtype = RING_DTYPE_U8,
+				   .layout = RING_LAYOUT_NHWC, .rank = 1, .world = 2, .job_id = JOB_ID,
+				   .first_step = FIRST, .steps_total = TOTAL, .steps_per_epoch = SPE };
+}
+
+/* Connect, queue the job reply with the ring and a doorbell, then let the client open. The
+ * client's return value. */
+static int fake_open(struct fake *f)
+{
+	char err[256];
+	struct ldc_info info;
+
+	assert_int_equal(ldc_connect(g_sock, &f->c, err, sizeof(err)), 0);
+	f->sfd = accept4(g_lfd, NULL, NULL, SOCK_CLOEXEC);
+	assert_true(f->sfd >= 0);
+	assert_int_equal(ring_create(&f->d, RING_CREATE_NO_HUGE, &f->ring), 0);
+	int fds[2] = { ring_fd(f->ring), eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK) };
+	assert_true(fds[1] >= 0);
+	assert_int_equal(ctl_send(f->sfd, CTL_JOB_OK, &f->ok, sizeof(f->ok), fds, 2), 0);
+	close(fds[1]);
+	return ldc_open(f->c, &f->job, &info);
+}
+
+static void fake_close(struct fake *f)
+{
+	ldc_close(f->c);
+	ring_destroy(f->ring);
+	if (f->sfd >= 0)
+		close(f->sfd);
+	f->c = NULL;
+	f->ring = NULL;
+	f->sfd = -1;
+}
+
+/* Expect @ret from the client: 0 when @needle is NULL, else -EBADMSG with @needle in its error. */
+static void expect(struct fake *f, const char *what, int ret, const char *needle)
+{
+	const char *msg = ldc_error(f->c);
+
+	if (!needle && ret != 0)
+		fail_msg("%s: refused (%d): %s", what, ret, msg);
+	if (needle && ret != -EBADMSG)
+		fail_msg("%s: %d, expected -EBADMSG (%s)", what, ret, msg);
+	if (needle && !strstr(msg, needle))
+		fail_msg("%s: \"%s\" lacks \"%s\"", what, msg, needle);
+}
+
+/* ---- the job reply and the ring's header ---- */
+
+enum field {
+	F_SAMPLES, F_SPE, F_TOTAL, F_FIRST, F_RESERVED, F_UNBOUNDED_TOTAL, F_DEFAULT_FIRST,
+	R_FIRST, R_RANK, R_SPE, R_TOTAL, R_JOB_ID, R_BATCH, R_SLOTS, R_DEFAULT_SLOTS, R_WIDTH,
+	R_NCHW
+};
+
+struct open_case {
+	const char *what;
+	enum field f;
+	uint64_t v;
+	const char *needle;       /* NULL: accepted */
+};
+
+static const struct open_case open_cases[] = {
+	{ "samples 0", F_SAMPLES, 0, "samples" },
+	{ "samples = steps per epoch", F_SAMPLES, SPE, NULL },
+	{ "samples < steps per epoch", F_SAMPLES, SPE - 1, "steps_per_epoch" },
+	/* the regression: a division by zero in ldc_token */
+	{ "steps_per_epoch 0", F_SPE, 0, "steps_per_epoch" },
+	{ "steps_per_epoch 1", F_SPE, 1, NULL },
+	{ "steps_per_epoch = samples", F_SPE, SAMPLES, NULL },
+	{ "steps_per_epoch > samples", F_SPE, SAMPLES + 1, "steps_per_epoch" },
+	{ "steps_total exact", F_TOTAL, TOTAL, NULL },
+	{ "steps_total + 1", F_TOTAL, TOTAL + 1, "steps_total" },
+	{ "steps_total - 1", F_TOTAL, TOTAL - 1, "steps_total" },
+	{ "unbounded: steps_total 0", F_UNBOUNDED_TOTAL, 0, NULL },
+	{ "unbounded: steps_total 1", F_UNBOUNDED_TOTAL, 1, "steps_total" },
+	{ "first_step as asked", F_FIRST, FIRST, NULL },
+	{ "first_step + 1", F_FIRST, FIRST + 1, "first_step" },
+	{ "first_step - 1", F_FIRST, FIRST - 1, "first_step" },
+	{ "default start: first_step = steps_total", F_DEFAULT_FIRST, TOTAL, NULL },
+	{ "default start: first_step past the end", F_DEFAULT_FIRST, TOTAL + 1, "first_step" },
+	{ "reserved 1", F_RESERVED, 1, "reserved" },
+	{ "ring first_step + 1", R_FIRST, FIRST + 1, "ring first_step" },
+	{ "ring rank 0", R_RANK, 0, "ring rank" },
+	{ "ring steps_per_epoch + 1", R_SPE, SPE + 1, "ring steps_per_epoch" },
+	{ "ring steps_per_epoch 0", R_SPE, 0, "ring steps_per_epoch" },
+	{ "ring steps_total + 1", R_TOTAL, TOTAL + 1, "ring steps_total" },
+	{ "ring steps_total 0", R_TOTAL, 0, "ring steps_total" },
+	{ "ring job_id + 1", R_JOB_ID, JOB_ID + 1, "ring job_id" },
+	{ "ring batch + 1", R_BATCH, BATCH + 1, "ring batch" },
+	{ "ring batch - 1", R_BATCH, BATCH - 1, "ring batch" },
+	{ "ring slots as asked", R_SLOTS, 4, NULL },
+	{ "ring slots + 1", R_SLOTS, 5, "ring slots" },
+	{ "default slots: ring of 2", R_DEFAULT_SLOTS, 2, NULL },
+	{ "default slots: ring of 1", R_DEFAULT_SLOTS, 1, "ring slots" },
+	{ "ring width + 1", R_WIDTH, 7, "ring shape" },
+	{ "ring NCHW for an NHWC job", R_NCHW, 0, "ring shape" },
+};
+
+static void apply(struct fake *f, const struct open_case *k)
+{
+	uint64_t v = k->v;
+
+	switch (k->f) {
+	case F_SAMPLES:
+		f->ok.samples = v;
+		break;
+	case F_SPE:  /* and what follows from it, so that only steps_per_epoch is on trial */
+		f->ok.steps_per_epoch = f->d.steps_per_epoch = v;
+		f->ok.steps_total = f->d.steps_total = 4 * v;
+		f->ok.first_step = f->d.first_step = 2 * v + 5;
+		if (v && v <= 5) {
+			f->job.at_step = 0;
+			f->ok.first_step = f->d.first_step = 2 * v;
+		}
+		break;
+	case F_TOTAL:
+		f->ok.steps_total = f->d.steps_total = v;
+		break;
+	case F_UNBOUNDED_TOTAL:
+		f->job.epochs = 0;
+		f->ok.steps_total = f->d.steps_total = v;
+		if (v)
+			f->ok.first_step = f->d.first_step = v;  /* a ring's start is within its end */
+		break;
+	case F_FIRST:
+		f->ok.first_step = f->d.first_step = v;
+		break;
+	case F_DEFAULT_FIRST:
+		f->job.start_at = 0;
+		f->ok.first_step = v;
+		f->d.first_step = v > TOTAL ? TOTAL : v;  /* the ring refuses a start past its end */
+		break;
+	case F_RESERVED:
+		f->ok.reserved[0] = v;
+		break;
+	case R_FIRST:
+		f->d.first_step = v;
+		break;
+	case R_RANK:
+		f->d.rank = (uint32_t)v;
+		break;
+	case R_SPE:
+		f->d.steps_per_epoch = v;
+		break;
+	case R_TOTAL:
+		f->d.steps_total = v;
+		break;
+	case R_JOB_ID:
+		f->d.job_id = v;
+		break;
+	case R_BATCH:
+		f->d.batch = (uint32_t)v;
+		break;
+	case R_SLOTS:
+		f->d.slots = (uint32_t)v;
+		break;
+	case R_DEFAULT_SLOTS:
+		f->job.slots = 0;
+		f->d.slots = (uint32_t)v;
+		break;
+	case R_WIDTH:
+		f->d.shape[1] = (uint32_t)v;
+		f->d.sample_bytes = 8 * v * 3;
+		break;
+	case R_NCHW:
+		f->d.layout = RING_LAYOUT_NCHW;
+		f->d.shape[0] = 3, f->d.shape[1] = 8, f->d.shape[2] = 6;
+		break;
+	}
+}
+
+static void test_ldc_open_checks_every_field_of_the_reply(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(open_cases) / sizeof(open_cases[0]); i++) {
+		const struct open_case *k = &open_cases[i];
+		struct fake f;
+		char tok[LDC_TOKEN_SIZE];
+
+		fake_init(&f);
+		apply(&f, k);
+		expect(&f, k->what, fake_open(&f), k->needle);
+		/* refused: no job, so nothing to divide by; accepted: a token of the step asked */
+		int n = ldc_token(f.c, LDC_TOKEN_NEXT, tok, sizeof(tok));
+		if (k->needle)
+			assert_int_equal(n, -EINVAL);
+		else
+			assert_int_equal(n, LDC_TOKEN_SIZE);
+		fake_close(&f);
+	}
+}
+
+/* ---- a slot's header, at acquire ---- */
+
+enum slot_field { S_COUNT, S_EPOCH, S_STEP_IN_EPOCH, S_STEP };
+
+struct slot_case {
+	const char *what;
+	enum slot_field f;
+	uint64_t v;
+	const char *needle;
+};
+
+static const struct slot_case slot_cases[] = {
+	{ "count 0", S_COUNT, 0, ": count is" },
+	{ "count 1", S_COUNT, 1, NULL },
+	{ "count = batch", S_COUNT, BATCH, NULL },
+	{ "count = batch + 1", S_COUNT, BATCH + 1, ": count is" },
+	{ "epoch right", S_EPOCH, FIRST / SPE, NULL },
+	{ "epoch + 1", S_EPOCH, FIRST / SPE + 1, ": epoch is" },
+	{ "step_in_epoch right", S_STEP_IN_EPOCH, FIRST % SPE, NULL },
+	{ "step_in_epoch + 1", S_STEP_IN_EPOCH, FIRST % SPE + 1, ": step_in_epoch is" },
+	{ "step_in_epoch of the epoch before", S_STEP_IN_EPOCH, FIRST % SPE + SPE, ": step_in_epoch is" },
+	{ "step + 1", S_STEP, FIRST + 1, ": step is" },
+};
+
+static void test_ldc_acquire_checks_the_slot_header(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(slot_cases) / sizeof(slot_cases[0]); i++) {
+		const struct slot_case *k = &slot_cases[i];
+		struct fake f;
+		struct ring_slot s;
+		struct ldc_batch b;
+
+		fake_init(&f);
+		assert_int_equal(fake_open(&f), 0);
+		assert_int_equal(ring_prod_begin(f.ring, FIRST, &s), 0);
+		s.hdr->epoch = FIRST / SPE;
+		s.hdr->step_in_epoch = FIRST % SPE;
+		ring_prod_publish(f.ring, &s, BATCH, 0);
+		switch (k->f) {  /* after the publish, as a hostile server would */
+		case S_COUNT:
+			s.hdr->count = (uint32_t)k->v;
+			break;
+		case S_EPOCH:
+			s.hdr->epoch = k->v;
+			break;
+		case S_STEP_IN_EPOCH:
+			s.hdr->step_in_epoch = k->v;
+			break;
+		case S_STEP:
+			s.hdr->step = k->v;
+			break;
+		}
+		expect(&f, k->what, ldc_acquire(f.c, 1000, &b), k->needle);
+		if (!k->needle) {
+			assert_int_equal(b.step, FIRST);
+			assert_int_equal(b.epoch, FIRST / SPE);
+			assert_int_equal(b.step_in_epoch, FIRST % SPE);
+			assert_int_equal(b.count, k->f == S_COUNT ? k->v : BATCH);
+		} else {  /* the connection is done: no second look at a ring not to be trusted */
+			assert_int_equal(ldc_acquire(f.c, 0, &b), -EPIPE);
+		}
+		fake_close(&f);
+	}
+}
+
+/* ---- the stats reply ---- */
+
+enum stats_field { T_SLOTS, T_OCCUPANCY, T_RANKS, T_JOB_ID, T_RESERVED };
+
+struct stats_case {
+	const char *what;
+	enum stats_field f;
+	uint64_t v;
+	const char *needle;
+};
+
+static const struct stats_case stats_cases[] = {
+	{ "slots as the ring", T_SLOTS, 4, NULL },
+	{ "slots + 1", T_SLOTS, 5, "slots" },
+	{ "occupancy = slots", T_OCCUPANCY, 4, NULL },
+	{ "occupancy = slots + 1", T_OCCUPANCY, 5, "occupancy" },
+	{ "ranks_attached = world", T_RANKS, 2, NULL },
+	{ "ranks_attached = world + 1", T_RANKS, 3, "ranks_attached" },
+	{ "job_id + 1", T_JOB_ID, JOB_ID + 1, "job_id" },
+	{ "reserved0 1", T_RESERVED, 1, "reserved" },
+};
+
+static void test_ldc_stats_checks_the_reply(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(stats_cases) / sizeof(stats_cases[0]); i++) {
+		const struct stats_case *k = &stats_cases[i];
+		struct ctl_stats st = { .job_id = JOB_ID, .slots = 4, .occupancy = 1,
+					.ranks_attached = 1, .published = 3 }, got;
+		struct fake f;
+
+		fake_init(&f);
+		assert_int_equal(fake_open(&f), 0);
+		switch (k->f) {
+		case T_SLOTS:
+			st.slots = (uint32_t)k->v;
+			break;
+		case T_OCCUPANCY:
+			st.occupancy = (uint32_t)k->v;
+			break;
+		case T_RANKS:
+			st.ranks_attached = (uint32_t)k->v;
+			break;
+		case T_JOB_ID:
+			st.job_id = k->v;
+			break;
+		case T_RESERVED:
+			st.reserved0 = (uint32_t)k->v;
+			break;
+		}
+		assert_int_equal(ctl_send(f.sfd, CTL_STATS, &st, sizeof(st), NULL, 0), 0);
+		expect(&f, k->what, ldc_stats(f.c, &got), k->needle);
+		if (!k->needle)
+			assert_int_equal(got.published, 3);
+		fake_close(&f);
+	}
+}
+
+/* ---- ldc_detach ---- */
+
+/* Mappings of this process whose name holds @name (/proc/self/maps). */
+static int mappings(const char *name)
+{
+	FILE *fp = fopen("/proc/self/maps", "r");
+	char line[512];
+	int n = 0;
+
+	assert_non_null(fp);
+	while (fgets(line, sizeof(line), fp))
+		n += strstr(line, name) != NULL;
+	fclose(fp);
+	return n;
+}
+
+static void test_ldc_detach_keeps_the_held_batch_until_close(void **state)
+{
+	char name[64], buf[CTL_MSG_MAX];
+	struct ring_slot s;
+	struct ldc_batch b;
+	struct fake f;
+	uint16_t type;
+
+	(void)state;
+	fake_init(&f);
+	snprintf(name, sizeof(name), "loaderd-ring-j%u-r1", JOB_ID);
+	int before = mappings(name);  /* 0, unless a failed case above left its fake behind */
+	assert_int_equal(fake_open(&f), 0);
+	assert_int_equal(mappings(name), before + 2);  /* the fake's and the client's */
+	assert_int_equal(ring_prod_begin(f.ring, FIRST, &s), 0);
+	s.hdr->epoch = FIRST / SPE;
+	s.hdr->step_in_epoch = FIRST % SPE;
+	memset(s.payload, 0xa5, BATCH * f.d.sample_bytes);
+	ring_prod_publish(f.ring, &s, BATCH, 0);
+	assert_int_equal(ldc_acquire(f.c, 1000, &b), 0);
+
+	ldc_detach(f.c);
+	ldc_detach(f.c);  /* a second call does nothing */
+	/* the fake sees the hang-up (its job open came first) */
+	assert_true(ctl_recv(f.sfd, buf, &type, NULL, NULL) >= 0 && type == CTL_JOB_OPEN);
+	assert_int_equal(ctl_recv(f.sfd, buf, &type, NULL, NULL), -EPIPE);
+	assert_int_equal(ldc_acquire(f.c, -1, &b), -EPIPE);
+	assert_int_equal(ldc_release(f.c, &b), -EPIPE);
+	struct ctl_stats st;
+	assert_int_equal(ldc_stats(f.c, &st), -EPIPE);
+	/* the batch is still mapped, with its bytes */
+	assert_non_null(ldc_ring_base(f.c));
+	assert_int_equal(mappings(name), before + 2);
+	for (uint64_t i = 0; i < BATCH * b.sample_bytes; i++)
+		if (((uint8_t *)b.data)[i] != 0xa5)
+			fail_msg("byte %llu of the held batch changed", (unsigned long long)i);
+	ldc_close(f.c);
+	f.c = NULL;
+	assert_int_equal(mappings(name), before + 1);  /* ldc_close unmapped the client's */
+	fake_close(&f);
+	assert_int_equal(mappings(name), before);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ldc_open_checks_every_field_of_the_reply),
+		cmocka_unit_test(test_ldc_acquire_checks_the_slot_header),
+		cmocka_unit_test(test_ldc_stats_checks_the_reply),
+		cmocka_unit_test(test_ldc_detach_keeps_the_held_batch_until_close),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
