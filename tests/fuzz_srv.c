@@ -200,12 +200,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		ready = poll(&p, 1, 5000);
 	while (ready < 0 && errno == EINTR);
 	ssize_t got = ready == 1 ? ctl_recv(fd, buf, &type, NULL, NULL) : 0;
-	if (ready != 1 || got < 0 || type != CTL_ADMIN_TEXT) {
+	/* An answer either way: the status text, or the admin budget's refusal (EAGAIN, naming
+	 * --admin-share) when the input's own admin requests spent this uid's share. */
+	int throttled = got == (ssize_t)sizeof(struct ctl_error) && type == CTL_ERROR &&
+			((const struct ctl_error *)(const void *)buf)->err == EAGAIN;
+	if (ready != 1 || got < 0 || (type != CTL_ADMIN_TEXT && !throttled)) {
 		/* Say which, so that a failure that depends on the server's history (it does not
 		 * replay from one input) can be read from the log. */
+		const char *text = type == CTL_ERROR && got == (ssize_t)sizeof(struct ctl_error)
+					   ? ((const struct ctl_error *)(const void *)buf)->text : buf;
 		fprintf(stderr, "fuzz_srv: status on a fresh connection: poll %d (%s), recv %zd, "
 			"type %u%s%.*s\n", ready, ready < 0 ? strerror(errno) : "-", got, type,
-			got > 0 ? ": " : "", got > 0 ? (int)got : 0, buf);
+			got > 0 ? ": " : "", got > 0 ? (int)strnlen(text, (size_t)got) : 0, text);
 		abort();
 	}
 	close(fd);
