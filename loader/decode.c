@@ -465,9 +465,9 @@ static int fancy_across_columns(const struct jpeg_decompress_struct *c)
  * (it repeats the edge sample there): the crop's first pixel, and its last where that is the
  * right half of a sample, differ from a full decode's. So where that upsampling runs, the crop
  * reaches one pixel past the window on each side (before jpeg_crop_scanline() widens it to
- * iMCU boundaries), which keeps those pixels out of the window. Without it, a quarter of
- * RandomResizedCrop windows of real 4:2:0 and 4:2:2 photographs had edge columns off by up to 35
- * (at 1/1; 4:2:2 also at 1/2 and 1/4). And a crop of 2 chroma samples or fewer is upsampled
+ * iMCU boundaries), which keeps those pixels out of the window. Without it, about half of the
+ * RandomResizedCrop windows of real 4:2:0 and 4:2:2 photographs at 1/1 (and of 4:2:2's at 1/2 and
+ * 1/4) had an edge column off, by up to 35. And a crop of 2 chroma samples or fewer is upsampled
  * plainly (libjpeg re-chooses the upsampler for the crop's width), so the crop is at least
  * FANCY_MIN_W pixels wide. */
 #define FANCY_MIN_W 6u
