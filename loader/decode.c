@@ -5,7 +5,9 @@
  * crop needs: jpeg_crop_scanline() limits the columns to the iMCU columns that cover the window,
  * jpeg_skip_scanlines() skips the rows above it, decoding stops at the last row, and the DCT scale
  * (1/8, 1/4, 1/2: the fast ones in libjpeg-turbo) is the smallest whose scaled window still has at
- * least the output's pixels in each direction, so the resize only ever shrinks or stays near 1. */
+ * least the output's pixels in each direction, so the resize only ever shrinks or stays near 1.
+ * Every path gives the window's pixels exactly as a full decode at the same scale would
+ * (decode_rows()); tests/test_decode.c and the splice suites check it, on real photographs too. */
 #include "loader/decode.h"
 #include "loader/jpeg_idx.h"
 #include "loader/jpeg_rst.h"
@@ -435,18 +437,43 @@ static void clip_window(struct ldr_crop *win, uint32_t w, uint32_t h)
 		win->h = h - win->y;
 }
 
+/* Does fancy upsampling blend horizontally neighbouring chroma samples in @c's decode (after
+ * jpeg_start_decompress)? That is where a component has fewer samples per row than the output
+ * (after the DCT scaling, which gives 4:2:0 chroma its full size at 1/2 to 1/8 but not 4:2:2's),
+ * except at 1/8, where libjpeg turns fancy upsampling off (a sample is one pixel). Errs towards
+ * yes (4:1:1's plain replication counts): a yes costs at most an iMCU column on each side. */
+static int fancy_across_columns(const struct jpeg_decompress_struct *c)
+{
+	if (!c->do_fancy_upsampling || c->min_DCT_scaled_size <= 1)
+		return 0;
+	for (int i = 0; i < c->num_components; i++) {
+		const jpeg_component_info *k = &c->comp_info[i];
+		if (k->h_samp_factor * k->DCT_scaled_size < c->max_h_samp_factor * c->min_DCT_scaled_size)
+			return 1;
+	}
+	return 0;
+}
+
 /* Decode the rows and columns of the JPEG @jpg that cover @crop (in its pixels) at DCT scale
  * 1/@den (0: chosen from the clipped window and @out_h x @out_w) into the scratch buffer, and
- * describe them in @win (positions in the stream's scaled pixels).
+ * describe them in @win (positions in the stream's scaled pixels). The window's pixels equal a
+ * full decode's at that scale.
  * Columns outside the window's iMCU columns are left out (jpeg_crop_scanline()), and the rows
- * above it are skipped (jpeg_skip_scanlines(), which keeps the context rows that upsampling
- * needs). @exact: one more iMCU column is kept on each side where chroma is subsampled
- * horizontally, so that the pixels equal a full decode's (fancy upsampling looks one chroma
- * sample across the edge of what is decoded); without it (the path for records without restart
- * markers) the window's edge columns may differ slightly from a full decode. */
+ * above it are skipped (jpeg_skip_scanlines(), which keeps the context rows that vertical
+ * upsampling and block smoothing need). Horizontal fancy upsampling blends a pixel's chroma
+ * sample with its left or right neighbour, and libjpeg takes the crop's edges for the image's
+ * (it repeats the edge sample there): the crop's first pixel, and its last where that is the
+ * right half of a sample, differ from a full decode's. So where that upsampling runs, the crop
+ * reaches one pixel past the window on each side (before jpeg_crop_scanline() widens it to
+ * iMCU boundaries), which keeps those pixels out of the window. Without it, about half of the
+ * RandomResizedCrop windows of real 4:2:0 and 4:2:2 photographs at 1/1 (and of 4:2:2's at 1/2 and
+ * 1/4) had an edge column off, by up to 35. And a crop of 2 chroma samples or fewer is upsampled
+ * plainly (libjpeg re-chooses the upsampler for the crop's width), so the crop is at least
+ * FANCY_MIN_W pixels wide. */
+#define FANCY_MIN_W 6u
 static __attribute__((noinline)) int rows_body(struct ldr_decoder *d, const uint8_t *jpg,
 		size_t len, const struct ldr_crop *crop, unsigned den, uint32_t out_h, uint32_t out_w,
-		int exact, struct ldr_window *win, char *why, size_t whylen)
+		struct ldr_window *win, char *why, size_t whylen)
 {
 	struct jpeg_decompress_struct *c = &d->cinfo;
 	struct ldr_crop cw0 = *crop;
@@ -476,10 +503,14 @@ static __attribute__((noinline)) int rows_body(struct ldr_decoder *d, const uint
 	if (ey <= sy)
 		ey = sy + 1;
 	JDIMENSION xoff = sx, cw = ex - sx;
-	if (exact && c->num_components > 1 && c->max_h_samp_factor > 1) {
-		JDIMENSION imcu = (JDIMENSION)c->max_h_samp_factor * DCTSIZE / den;
-		xoff = sx > imcu ? sx - imcu : 0;
-		cw = (ex + imcu < c->output_width ? ex + imcu : c->output_width) - xoff;
+	if (fancy_across_columns(c)) {
+		JDIMENSION end = ex < c->output_width ? ex + 1 : ex;
+		xoff = sx > 0 ? sx - 1 : 0;
+		if (end - xoff < FANCY_MIN_W) {
+			end = xoff + FANCY_MIN_W < c->output_width ? xoff + FANCY_MIN_W : c->output_width;
+			xoff = end > FANCY_MIN_W ? end - FANCY_MIN_W : 0;
+		}
+		cw = end - xoff;
 	}
 	if (cw < c->output_width)
 		jpeg_crop_scanline(c, &xoff, &cw);  /* widens to iMCU boundaries: xoff <= sx */
@@ -521,7 +552,7 @@ static __attribute__((noinline)) int rows_body(struct ldr_decoder *d, const uint
 /* libjpeg's errors longjmp here; rows_body() holds every local that changes after the setjmp. */
 static int decode_rows(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
 		       const struct ldr_crop *crop, unsigned den, uint32_t out_h, uint32_t out_w,
-		       int exact, struct ldr_window *win, char *why, size_t whylen)
+		       struct ldr_window *win, char *why, size_t whylen)
 {
 	struct jpeg_decompress_struct *c = &d->cinfo;
 
@@ -532,14 +563,14 @@ static int decode_rows(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
 		jpeg_abort_decompress(c);
 		return -EBADMSG;
 	}
-	return rows_body(d, jpg, len, crop, den, out_h, out_w, exact, win, why, whylen);
+	return rows_body(d, jpg, len, crop, den, out_h, out_w, win, why, whylen);
 }
 
 int ldr_jpeg_window(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
 		    const struct ldr_crop *crop, uint32_t out_h, uint32_t out_w,
 		    struct ldr_window *win, char *why, size_t whylen)
 {
-	return decode_rows(d, jpg, len, crop, 0, out_h, out_w, 0, win, why, whylen);
+	return decode_rows(d, jpg, len, crop, 0, out_h, out_w, win, why, whylen);
 }
 
 /* Grow the splice buffer to @need bytes. */
@@ -565,7 +596,7 @@ static int decode_splice(struct ldr_decoder *d, long n, const struct ldr_crop *c
 			 uint32_t out_w, struct ldr_window *win, char *why, size_t whylen)
 {
 	struct ldr_crop rel = { c->x - plan->x, c->y - plan->y, c->w, c->h };
-	int ret = decode_rows(d, d->splice, (size_t)n, &rel, den, out_h, out_w, 1, win, why,
+	int ret = decode_rows(d, d->splice, (size_t)n, &rel, den, out_h, out_w, win, why,
 			      whylen);
 
 	if (ret == 0) {
@@ -595,7 +626,7 @@ int ldr_jpeg_rst_window(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
 	ldr_rst_plan(&info, c.x, c.y, c.w, c.h, &plan);
 	unsigned den = ldr_jpeg_scale(&c, out_h, out_w);
 	if (plan.whole)
-		return decode_rows(d, jpg, len, &c, den, out_h, out_w, 1, win, why, whylen);
+		return decode_rows(d, jpg, len, &c, den, out_h, out_w, win, why, whylen);
 
 	ret = reserve_splice(d, ldr_rst_splice_bound(len), why, whylen);
 	if (ret < 0)
@@ -628,7 +659,7 @@ static int idx_window(struct ldr_decoder *d, const uint8_t *rec, size_t len,
 	ldr_rst_plan(&info->geo, c.x, c.y, c.w, c.h, &plan);
 	unsigned den = ldr_jpeg_scale(&c, out_h, out_w);
 	if (plan.whole)  /* the record as it is: the trailer after EOI is ignored by libjpeg */
-		return decode_rows(d, rec, len, &c, den, out_h, out_w, 1, win, why, whylen);
+		return decode_rows(d, rec, len, &c, den, out_h, out_w, win, why, whylen);
 	ret = reserve_splice(d, ldr_idx_splice_bound(info, &plan), why, whylen);
 	if (ret < 0)
 		return ret;

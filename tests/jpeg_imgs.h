@@ -1,5 +1,6 @@
-/* jpeg_imgs.h - what the JPEG splice suites (test_jpeg_rst.c, test_jpeg_idx.c) share: a generated
- * image with edges and noise, compressed by TurboJPEG and fully decoded at every DCT scale (the
+/* jpeg_imgs.h - what the JPEG window suites (test_jpeg_rst.c, test_jpeg_idx.c, test_decode.c)
+ * share: a generated image with edges and noise, or a real photograph Debian ships, compressed by
+ * TurboJPEG (or as shipped, or losslessly cropped) and fully decoded at every DCT scale (the
  * reference), and the check that a decoded window's crop pixels equal that reference. Header-only
  * (each suite is one binary); include after <cmocka.h> and <turbojpeg.h>. */
 #ifndef LOADERD_JPEG_IMGS_H
@@ -67,11 +68,79 @@ static inline void jpeg_img_make(tjhandle tjd, struct img *m, int w, int h, int 
 		 progressive ? " progressive" : "");
 	m->w = w;
 	m->h = h;
+	m->jpg = NULL;  /* TurboJPEG allocates it (a non-NULL pointer would be reallocated) */
 	if (tjCompress2(c, px, w, 0, h, gray ? TJPF_GRAY : TJPF_RGB, &m->jpg, &m->len, samp, 90,
 			progressive ? TJFLAG_PROGRESSIVE : 0))
 		fail_msg("%s: %s", m->name, tjGetErrorStr2(c));
 	free(px);
 	tjDestroy(c);
+	jpeg_img_full_decode(tjd, m);
+}
+
+/* Photographs: mate-backgrounds (scripts/deps.sh installs it). 4:2:0, 4:2:2 and 4:4:4, baseline
+ * and progressive, 1280 to 2560 px wide. */
+#define JPEG_IMG_PHOTO_DIR "/usr/share/backgrounds/mate/"
+
+/* The photograph @file (under JPEG_IMG_PHOTO_DIR), as shipped when @w is 0, else losslessly cut
+ * to its @w x @h region at @x, @y (multiples of its MCU; @w, @h anything), with TurboJPEG's
+ * lossless transform @options (TJXOPT_GRAY: its luma only; TJXOPT_PROGRESSIVE); then, when
+ * @samp >= 0, decoded and compressed again with that subsampling (TJSAMP_*), quality 90; and its
+ * reference. Fails the test, naming the file, where it cannot be read. */
+static inline void jpeg_img_photo(tjhandle tjd, struct img *m, const char *file, int x, int y,
+				  int w, int h, int options, int samp)
+{
+	char path[256];
+	FILE *f;
+	long n = 0;
+	unsigned char *buf;
+	int ss, cs;
+
+	snprintf(path, sizeof(path), "%s%s", JPEG_IMG_PHOTO_DIR, file);
+	f = fopen(path, "rb");
+	if (!f)
+		fail_msg("%s: cannot open (the photographs come from the Debian package "
+			 "mate-backgrounds: run scripts/deps.sh)", path);
+	if (fseek(f, 0, SEEK_END) || (n = ftell(f)) <= 0 || fseek(f, 0, SEEK_SET))
+		fail_msg("%s: cannot size", path);
+	buf = tjAlloc((int)n);
+	assert_non_null(buf);
+	if (fread(buf, 1, (size_t)n, f) != (size_t)n)
+		fail_msg("%s: short read", path);
+	fclose(f);
+	if (w == 0) {
+		m->jpg = buf;
+		m->len = (unsigned long)n;
+	} else {
+		tjhandle tx = tjInitTransform();
+		tjtransform t = { .r = { x, y, w, h }, .op = TJXOP_NONE,
+				  .options = TJXOPT_CROP | options };
+		assert_non_null(tx);
+		m->jpg = NULL;
+		if (tjTransform(tx, buf, (unsigned long)n, 1, &m->jpg, &m->len, &t, 0))
+			fail_msg("%s: lossless crop: %s", path, tjGetErrorStr2(tx));
+		tjDestroy(tx);
+		tjFree(buf);
+	}
+	if (tjDecompressHeader3(tjd, m->jpg, m->len, &m->w, &m->h, &ss, &cs))
+		fail_msg("%s: %s", path, tjGetErrorStr2(tjd));
+	if (samp >= 0) {
+		tjhandle tc = tjInitCompress();
+		uint8_t *px = malloc((size_t)m->w * m->h * 3);
+		unsigned char *re = NULL;
+		assert_non_null(tc);
+		assert_non_null(px);
+		if (tjDecompress2(tjd, m->jpg, m->len, px, m->w, 0, m->h, TJPF_RGB, 0))
+			fail_msg("%s: %s", path, tjGetErrorStr2(tjd));
+		if (tjCompress2(tc, px, m->w, 0, m->h, TJPF_RGB, &re, &m->len, samp, 90, 0))
+			fail_msg("%s: re-encode: %s", path, tjGetErrorStr2(tc));
+		tjFree(m->jpg);
+		m->jpg = re;
+		ss = samp;
+		free(px);
+		tjDestroy(tc);
+	}
+	snprintf(m->name, sizeof(m->name), "%.24s %dx%d samp %d%s", file, m->w, m->h, ss,
+		 options & TJXOPT_PROGRESSIVE ? " progressive" : "");
 	jpeg_img_full_decode(tjd, m);
 }
 
@@ -108,8 +177,30 @@ static inline void jpeg_img_check_window(const struct img *m, const struct ldr_c
 	}
 }
 
-/* A random window of a @W x @H image: RandomResizedCrop or any rectangle, alternately by @t; an
- * output size in *oh, *ow that makes a random DCT scale where the crop allows it. */
+/* Move the window @c of a @W x @H image to touch edge @e: 0 left, 1 top, 2 right, 3 bottom. */
+static inline void jpeg_img_snap(struct ldr_crop *c, unsigned e, uint32_t W, uint32_t H)
+{
+	if (e == 0)
+		c->x = 0;
+	else if (e == 1)
+		c->y = 0;
+	else if (e == 2)
+		c->x = W - c->w;
+	else
+		c->y = H - c->h;
+}
+
+/* The output size for the crop @c that makes DCT scale 1/2^@s where the crop allows it. */
+static inline void jpeg_img_out_size(const struct ldr_crop *c, unsigned s, uint32_t *oh,
+				     uint32_t *ow)
+{
+	*oh = c->h >> s ? c->h >> s : 1;
+	*ow = c->w >> s ? c->w >> s : 1;
+}
+
+/* A random window of a @W x @H image: RandomResizedCrop or any rectangle, alternately by @t, the
+ * rectangle moved to touch an edge every other time (each edge in turn); an output size in *oh,
+ * *ow that makes a random DCT scale where the crop allows it. */
 static inline void jpeg_img_random_window(uint64_t *x, int t, uint32_t W, uint32_t H,
 					  struct ldr_crop *c, uint32_t *oh, uint32_t *ow)
 {
@@ -120,13 +211,13 @@ static inline void jpeg_img_random_window(uint64_t *x, int t, uint32_t W, uint32
 		c->h = 1 + (uint32_t)(test_xorshift(x) % H);
 		c->x = (uint32_t)(test_xorshift(x) % (W - c->w + 1));
 		c->y = (uint32_t)(test_xorshift(x) % (H - c->h + 1));
+		if (t % 4 == 2)
+			jpeg_img_snap(c, (unsigned)(t / 4) % 4, W, H);
 	}
-	unsigned s = (unsigned)(test_xorshift(x) % 4);
-	*oh = c->h >> s ? c->h >> s : 1;
-	*ow = c->w >> s ? c->w >> s : 1;
+	jpeg_img_out_size(c, (unsigned)(test_xorshift(x) % 4), oh, ow);
 }
 
-/* A splice path's window decoder: ldr_jpeg_rst_window or ldr_jpeg_idx_window. */
+/* A window decoder: ldr_jpeg_window (plain JPEG), ldr_jpeg_rst_window or ldr_jpeg_idx_window. */
 typedef int (*jpeg_img_window_fn)(struct ldr_decoder *d, const uint8_t *rec, size_t len,
 				  const struct ldr_crop *crop, uint32_t out_h, uint32_t out_w,
 				  struct ldr_window *win, char *why, size_t whylen);

@@ -3,6 +3,9 @@
  * progressive, grayscale; sizes that are not multiples of the MCU) are decoded cropped, scaled
  * and resized by ldr_decode_jpeg and compared with a full-size tjDecompress2 followed by a plain
  * bilinear crop+resize written here. Flip and NCHW are checked exactly against the plain output.
+ * The window that ldr_jpeg_window decodes (plain JPEG records: dpack --keep-jpeg) equals a full
+ * decode at its DCT scale byte for byte, on generated images and on real photographs (every
+ * subsampling, progressive, odd sizes, windows at every edge and every scale).
  * Truncated, corrupt and non-JPEG input gives -EBADMSG and leaves the decoder usable. Raw
  * tensors and zstd records too. Seeded tests print their seed. */
 #include "loader/decode.h"
@@ -22,6 +25,7 @@
 #include <zstd.h>
 #include <cmocka.h>
 #include "tests/test_util.h"
+#include "tests/jpeg_imgs.h"
 
 
 /* A xorshift state from TEST_DECODE_SEED or the clock; the seed is printed for replay. */
@@ -473,6 +477,114 @@ static void test_decode_jpeg_each_dct_scale(void **state)
 	printf("worst per-channel mean abs error %.2f\n", worst_mae);
 }
 
+/* ---- window pixels: ldr_jpeg_window against a full decode at the same DCT scale ---- */
+
+/* Windows of @m decoded by ldr_jpeg_window: @tries random ones (jpeg_img_random_windows), and at
+ * each DCT scale a random one moved to touch each edge, then the whole image: every crop pixel
+ * must equal the full decode's. Or-s the scales seen into *scales and the (scale, edge) pairs
+ * into *edges (bit 4 * log2(scale) + edge). */
+static void check_full_decode_windows(const struct img *m, int tries, uint64_t *x,
+				      unsigned *scales, unsigned *edges)
+{
+	const uint32_t W = (uint32_t)m->w, H = (uint32_t)m->h;
+
+	jpeg_img_random_windows(ldr_jpeg_window, dec, m, m->jpg, m->len, 0, tries, x, scales);
+	for (unsigned s = 0; s < 4; s++)
+		for (unsigned e = 0; e <= 4; e++) {
+			struct ldr_crop c = { 0, 0, W, H };
+			struct ldr_window win;
+			char what[192];
+			uint32_t oh, ow;
+
+			if (e < 4) {  /* e == 4: the whole image */
+				ldr_crop_random(W, H, test_xorshift(x), &c);
+				jpeg_img_snap(&c, e, W, H);
+			}
+			jpeg_img_out_size(&c, s, &oh, &ow);
+			snprintf(what, sizeof(what), "%.63s edge %u crop %u,%u %ux%u", m->name, e,
+				 c.x, c.y, c.w, c.h);
+			if (ldr_jpeg_window(dec, m->jpg, m->len, &c, oh, ow, &win, why, sizeof(why)))
+				fail_msg("%s: %s", what, why);
+			if (e < 4)
+				*edges |= 1u << (4 * __builtin_ctz(win.den) + e);
+			*scales |= win.den;
+			jpeg_img_check_window(m, &c, &win, what);
+		}
+}
+
+/* Regression (issue 23, item 8): on generated images of every subsampling (4:4:4, 4:2:2, 4:2:0,
+ * 4:4:0, 4:1:1, grey; baseline and progressive; sizes that are not multiples of the MCU, down to
+ * 1x1), the plain JPEG path's windows are the full decode's pixels. Its crops used to keep no
+ * margin, and fancy upsampling at the crop's edge changed the window's edge columns. */
+static void test_decode_jpeg_window_equals_full_decode(void **state)
+{
+	static const struct { int w, h, samp, progressive; } set[] = {
+		{ 333, 517, TJSAMP_420, 0 },  { 640, 480, TJSAMP_420, 0 },  { 517, 333, TJSAMP_422, 0 },
+		{ 301, 299, TJSAMP_444, 0 },  { 333, 211, TJSAMP_GRAY, 0 }, { 419, 287, TJSAMP_420, 1 },
+		{ 287, 419, TJSAMP_422, 1 },  { 250, 190, TJSAMP_444, 1 },  { 203, 177, TJSAMP_GRAY, 1 },
+		{ 277, 263, TJSAMP_440, 0 },  { 301, 203, TJSAMP_411, 0 },  { 17, 9, TJSAMP_420, 0 },
+		{ 5, 3, TJSAMP_422, 0 },      { 1, 1, TJSAMP_420, 0 },      { 1031, 97, TJSAMP_422, 0 },
+	};
+	uint64_t x = seeded("test_decode_jpeg_window_equals_full_decode");
+	unsigned scales = 0, edges = 0;
+	tjhandle tjd = tjInitDecompress();
+
+	(void)state;
+	assert_non_null(tjd);
+	for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++) {
+		struct img m;
+		jpeg_img_make(tjd, &m, set[i].w, set[i].h, set[i].samp, set[i].progressive,
+			      (uint64_t)i + 1);
+		check_full_decode_windows(&m, 60, &x, &scales, &edges);
+		jpeg_img_free(&m);
+	}
+	tjDestroy(tjd);
+	assert_int_equal(scales, 1 | 2 | 4 | 8);
+	assert_int_equal(edges, 0xffff);
+}
+
+/* The same on real photographs (mate-backgrounds; issue 23 measured a quarter of their
+ * RandomResizedCrop windows off, by up to 35): two as shipped (4:2:2 baseline, 4:2:0
+ * progressive, 1600 px and more), lossless cuts of others to odd sizes (4:2:0, 4:2:2 and 4:4:4,
+ * baseline and progressive; grey from their luma; a 17x9 piece; strips one MCU row or column
+ * wide and more), and cuts compressed again as 4:4:0, 4:1:1 and 4:2:0. */
+static void test_decode_jpeg_window_equals_full_decode_photos(void **state)
+{
+	static const struct { const char *file; int x, y, w, h, options, samp; } set[] = {
+		{ "nature/Dune.jpg", 0, 0, 0, 0, 0, -1 },
+		{ "nature/FreshFlower.jpg", 0, 0, 0, 0, 0, -1 },
+		{ "nature/RainDrops.jpg", 800, 304, 333, 517, 0, -1 },
+		{ "nature/Wood.jpg", 512, 640, 517, 333, 0, -1 },
+		{ "nature/Storm.jpg", 320, 400, 419, 287, TJXOPT_PROGRESSIVE, -1 },
+		{ "desktop/GreenTraditional.jpg", 800, 400, 299, 301, 0, -1 },
+		{ "desktop/GreenTraditional.jpg", 96, 64, 501, 375, TJXOPT_PROGRESSIVE, -1 },
+		{ "nature/LadyBird.jpg", 1024, 640, 401, 299, TJXOPT_GRAY, -1 },
+		{ "nature/YellowFlower.jpg", 1200, 800, 203, 177, TJXOPT_GRAY | TJXOPT_PROGRESSIVE, -1 },
+		{ "nature/Garden.jpg", 1600, 960, 17, 9, 0, -1 },
+		{ "nature/Aqua.jpg", 0, 736, 1031, 97, 0, -1 },
+		{ "nature/Blinds.jpg", 960, 0, 97, 1031, 0, -1 },
+		{ "nature/TwoWings.jpg", 640, 320, 277, 263, 0, TJSAMP_440 },
+		{ "nature/Garden.jpg", 320, 480, 301, 203, 0, TJSAMP_411 },
+		{ "nature/FreshFlower.jpg", 480, 320, 500, 375, 0, TJSAMP_420 },
+	};
+	uint64_t x = seeded("test_decode_jpeg_window_equals_full_decode_photos");
+	unsigned scales = 0, edges = 0;
+	tjhandle tjd = tjInitDecompress();
+
+	(void)state;
+	assert_non_null(tjd);
+	for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++) {
+		struct img m;
+		jpeg_img_photo(tjd, &m, set[i].file, set[i].x, set[i].y, set[i].w, set[i].h,
+			       set[i].options, set[i].samp);
+		check_full_decode_windows(&m, 60, &x, &scales, &edges);
+		jpeg_img_free(&m);
+	}
+	tjDestroy(tjd);
+	assert_int_equal(scales, 1 | 2 | 4 | 8);
+	assert_int_equal(edges, 0xffff);
+}
+
 static void decode_ok(const struct jpg *j, const struct ldr_crop *c, const struct ldr_out *o,
 		      uint8_t *dst)
 {
@@ -916,6 +1028,8 @@ int main(void)
 		T(test_decode_jpeg_flip_and_nchw),
 		T(test_decode_jpeg_window_clipped_to_stream),
 		T(test_decode_jpeg_decoder_reuse),
+		T(test_decode_jpeg_window_equals_full_decode),
+		T(test_decode_jpeg_window_equals_full_decode_photos),
 		T(test_decode_jpeg_truncated_rejected),
 		T(test_decode_jpeg_garbage_entropy_rejected),
 		T(test_decode_jpeg_random_bytes_rejected),
