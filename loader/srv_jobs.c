@@ -292,14 +292,51 @@ static int start_at(struct open_req *r)
 			 "epoch", j->name, (unsigned long long)spec->at_step, (unsigned long long)spe);
 		return -EINVAL;
 	}
-	if (spec->at_epoch > (UINT64_MAX - spec->at_step) / spe ||
-	    (j->steps_total && spec->at_epoch * spe + spec->at_step > j->steps_total)) {
+	/* at_step < spe <= samples <= CTL_STEP_LIMIT (the sampler's bound): no underflow */
+	if (spec->at_epoch > (CTL_STEP_LIMIT - spec->at_step) / spe) {
+		FAIL_REQ(r, EINVAL, "job %s: start: at_epoch: epoch %llu step %llu of %llu-step epochs "
+			 "is past the step limit %llu", j->name, (unsigned long long)spec->at_epoch,
+			 (unsigned long long)spec->at_step, (unsigned long long)spe,
+			 (unsigned long long)CTL_STEP_LIMIT);
+		return -EINVAL;
+	}
+	if (j->steps_total && spec->at_epoch * spe + spec->at_step > j->steps_total) {
 		FAIL_REQ(r, EINVAL, "job %s: start: epoch %llu step %llu is past the job's end (%llu "
 			 "steps)", j->name, (unsigned long long)spec->at_epoch,
 			 (unsigned long long)spec->at_step, (unsigned long long)j->steps_total);
 		return -EINVAL;
 	}
 	r->d.first_step = spec->at_epoch * spe + spec->at_step;
+	return 0;
+}
+
+/* The job's steps, now that the steps of an epoch are known: its first step and its end within
+ * CTL_STEP_LIMIT (ctl.h), so that no step number computed from them wraps. 0, or -EINVAL with
+ * the field in @why. */
+static int steps_check(const struct ctl_job_open *spec, const struct srv_job_info *info,
+		       char *why, size_t whylen)
+{
+	uint64_t spe = info->steps_per_epoch;
+
+	if (spe == 0) {
+		snprintf(why, whylen, "the job has no steps");
+		return -EINVAL;
+	}
+	/* ctl_check_job_open bounded start_epoch + epochs by CTL_STEP_LIMIT: the sum is exact */
+	if (spec->start_epoch + spec->epochs > CTL_STEP_LIMIT / spe) {
+		if (spec->epochs)
+			snprintf(why, whylen, "start_epoch: %llu + %u epochs of %llu steps end at step "
+				 "%.0f, past the step limit %llu", (unsigned long long)spec->start_epoch,
+				 spec->epochs, (unsigned long long)spe,
+				 (double)(spec->start_epoch + spec->epochs) * (double)spe,
+				 (unsigned long long)CTL_STEP_LIMIT);
+		else
+			snprintf(why, whylen, "start_epoch: %llu of %llu steps starts at step %.0f, past "
+				 "the step limit %llu", (unsigned long long)spec->start_epoch,
+				 (unsigned long long)spe, (double)spec->start_epoch * (double)spe,
+				 (unsigned long long)CTL_STEP_LIMIT);
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -320,12 +357,9 @@ static void *opener_main(void *p)
 		memset(&info, 0, sizeof(info));
 		why[0] = '\0';
 		ret = s->ops.job_open(s->ops.ctx, &r->spec, r->fd, &state, &info, why, sizeof(why));
-		if (ret == 0 && info.steps_per_epoch == 0) {
-			ret = -EINVAL;
-			snprintf(why, sizeof(why), "the job has no steps");
-			if (s->ops.job_close)
-				s->ops.job_close(s->ops.ctx, state);
-		}
+		if (ret == 0 && (ret = steps_check(&r->spec, &info, why, sizeof(why))) < 0 &&
+		    s->ops.job_close)
+			s->ops.job_close(s->ops.ctx, state);
 		pthread_mutex_lock(&s->mu);
 		if (ret == 0) {
 			j->state = state;

@@ -50,6 +50,12 @@ enum ctl_bad { CTL_BAD_SUBSTITUTE = 0, CTL_BAD_FAIL = 1 };
  * daemon still holds, at its first unreleased step. AT: exactly (at_epoch, at_step), whatever the
  * daemon remembers: the client's checkpoint is the authority on what was consumed. */
 enum ctl_start { CTL_START_DEFAULT = 0, CTL_START_AT = 1 };
+/* Step arithmetic: a position (a first step, a job's end, a resume point) is at most
+ * CTL_STEP_LIMIT, checked at job open where the steps of an epoch are known, so that no
+ * (epoch * steps_per_epoch + step) and no step + 1 wraps. An unbounded job that starts there has
+ * 2^64 - 2^62 steps to go before its step numbers would wrap: a million steps a second for
+ * 400,000 years. Every position also fits an int64 (Python, numpy, torch). */
+#define CTL_STEP_LIMIT (1ull << 62)
 #define CTL_DATASET_ID_SIZE 16u   /* = DPK_IDENTITY_SIZE */
 
 /* Transforms (bits). */
@@ -64,7 +70,8 @@ struct ctl_job_open {
 	char job[CTL_JOB_NAME_MAX];   /* [A-Za-z0-9._-]+, NUL-terminated, NUL-padded */
 	char dataset[CTL_PATH_MAX];   /* absolute or daemon-relative path, NUL-terminated, NUL-padded */
 	uint64_t seed;
-	uint64_t start_epoch;         /* first epoch of a fresh job */
+	uint64_t start_epoch;         /* first epoch of a fresh job; start_epoch + epochs, and
+				       * their steps, at most CTL_STEP_LIMIT */
 	uint32_t epochs;              /* 0 = unbounded */
 	uint32_t batch;               /* 1..RING_BATCH_MAX */
 	uint32_t crop_h, crop_w;      /* output size, 1..CTL_CROP_MAX; 0, 0 = records as stored */

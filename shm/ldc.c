@@ -419,6 +419,9 @@ int ldc_token(struct ldc *c, uint64_t step, void *buf, size_t cap)
 		return set_err(c, -ENOSPC, "a resume token needs %u bytes", LDC_TOKEN_SIZE);
 	if (step == LDC_TOKEN_NEXT)
 		step = c->next;
+	if (step > CTL_STEP_LIMIT)  /* a token no one could resume from (ctl.h) */
+		return set_err(c, -EINVAL, "step %llu is past the step limit %llu",
+			       (unsigned long long)step, (unsigned long long)CTL_STEP_LIMIT);
 	t = c->job;
 	t.epoch = step / t.steps_per_epoch;
 	t.step = step % t.steps_per_epoch;

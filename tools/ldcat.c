@@ -155,7 +155,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 			bad = arg_u64(optarg, 0, UINT32_MAX, &v);
 			job->epochs = (uint32_t)v;
 			break;
-		case O_START: bad = arg_u64(optarg, 0, UINT64_MAX, &job->start_epoch); break;
+		case O_START: bad = arg_u64(optarg, 0, CTL_STEP_LIMIT, &job->start_epoch); break;
 		case O_SAMPLING: bad = pick(optarg, samplings, &job->sampling); break;
 		case O_TAIL: bad = pick(optarg, tails, &job->tail); break;
 		case O_BAD: bad = pick(optarg, bads, &job->on_bad); break;
