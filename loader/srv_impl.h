@@ -168,7 +168,8 @@ struct rank_state {
 
 struct job {
 	char name[CTL_JOB_NAME_MAX];
-	struct ctl_job_open spec;     /* rank zeroed: what every rank must agree on */
+	struct ctl_job_open spec;     /* rank, start and owner_uid zeroed: what every rank must agree
+				       * on (share and share_gid: the owner's) */
 	uint64_t id;
 	void *state;                  /* ops->job_open's handle */
 	struct srv_job_info info;
@@ -178,7 +179,8 @@ struct job {
 	unsigned atts;                /* att objects alive (attached or retired with a worker in) */
 	unsigned pending;             /* open requests for it on opener threads */
 	int opening;                  /* ops->job_open runs: info and state are not there yet */
-	uid_t uid;                    /* who made it (admin in --group mode shows it to them) */
+	uid_t uid;                    /* its owner, who made it: the name is this uid's; spec.share
+				       * and spec.share_gid say whether others may see and join it */
 	dev_t dev;                    /* the dataset file: a joining rank must pass the same one */
 	ino_t ino;
 	int64_t idle_since_ns;        /* when the last rank detached */
@@ -236,6 +238,10 @@ static inline int64_t now_ns(void)
 
 /* ---- srv_conn.c ---- */
 
+/* Is the peer of unix socket @fd a member of group @g (its primary group or one of its
+ * supplementary groups when it connected)? 1 or 0. */
+int srv_peer_in_group(int fd, gid_t g);
+
 /* Pass a message to ops->notice (level: 0 error, 1 warn, 2 info), control characters escaped
  * (a dataset path is the client's bytes). Any thread. */
 void srv_notice(struct srv *s, int level, const char *fmt, ...)
@@ -285,7 +291,11 @@ struct uid_use *srv_uid(struct srv *s, uid_t uid);
 /* Under mu. Add @delta bytes of ring memory to the total and to @uid's. */
 void srv_mem_add(struct srv *s, uid_t uid, int64_t delta);
 /* Under mu. The job named @name, or NULL. */
-struct job *srv_job_find(struct srv *s, const char *name);
+/* The job @name of uid @owner (names are per owner: ctl.h, enum ctl_share), or NULL. */
+struct job *srv_job_find(struct srv *s, uid_t owner, const char *name);
+/* May the peer of @c see (admin answers) and join @j? Its owner, root, loaderd's own user, or a
+ * member of the group the owner shared it with. */
+int srv_job_visible(const struct conn *c, const struct job *j);
 /* Under mu. Unlink @j and bury it on s->job_grave (srv_job_close_all closes and frees it). */
 void srv_job_free(struct srv *s, struct job *j);
 /* Control thread, without the lock: ops->job_close and free the jobs of a job_grave list that

@@ -174,12 +174,18 @@ void srv_att_retire(struct srv *s, struct att *a)
 
 /* ---- jobs ---- */
 
-struct job *srv_job_find(struct srv *s, const char *name)
+struct job *srv_job_find(struct srv *s, uid_t owner, const char *name)
 {
 	for (struct job *j = s->jobs; j; j = j->next)
-		if (!strcmp(j->name, name))
+		if (j->uid == owner && !strcmp(j->name, name))
 			return j;
 	return NULL;
+}
+
+int srv_job_visible(const struct conn *c, const struct job *j)
+{
+	return c->uid == j->uid || c->uid == 0 || c->uid == geteuid() ||
+	       (j->spec.share == CTL_SHARE_GROUP && srv_peer_in_group(c->fd, j->spec.share_gid));
 }
 
 void srv_job_free(struct srv *s, struct job *j)
@@ -232,6 +238,8 @@ static const char *spec_diff(const struct ctl_job_open *a, const struct ctl_job_
 		return "tail";
 	if (a->epochs != b->epochs || a->start_epoch != b->start_epoch)
 		return "epochs";
+	if (a->share != b->share || a->share_gid != b->share_gid)
+		return "share (the owner's opens must all share it, or none, with one group)";
 	if (memcmp(a, b, sizeof(*a)))
 		return "on_bad or slots";
 	return NULL;
@@ -573,7 +581,27 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 	key.start = 0;
 	key.at_epoch = key.at_step = 0;
 	memset(key.dataset_id, 0, sizeof(key.dataset_id));
-	j = srv_job_find(s, spec->job);
+	/* Whose job (ctl.h, enum ctl_share): a name is its owner's. A join finds the owner's job or
+	 * nothing, and says the same either way, so that nobody learns another user's job names. */
+	uid_t owner = spec->share == CTL_SHARE_JOIN ? (uid_t)spec->owner_uid : c->uid;
+	key.owner_uid = 0;
+	j = srv_job_find(s, owner, spec->job);
+	if (spec->share == CTL_SHARE_JOIN) {
+		if (!j || !srv_job_visible(c, j)) {
+			srv_conn_fail(s, c, ENOENT, "job %s of uid %u: no such job shared with a group of "
+				      "yours (its owner opens it first, shared: ldcat --share-group)",
+				      spec->job, (unsigned)owner);
+			goto close_fd;
+		}
+		key.share = j->spec.share;
+		key.share_gid = j->spec.share_gid;
+	} else if (spec->share == CTL_SHARE_GROUP && c->uid != 0 &&
+		   !srv_peer_in_group(c->fd, spec->share_gid)) {
+		srv_conn_fail(s, c, EPERM, "job %s: share_gid: uid %u is not a member of group %u, so "
+			      "it cannot share a job with it", spec->job, (unsigned)c->uid,
+			      spec->share_gid);
+		goto close_fd;
+	}
 	if (j) {
 		const char *d = spec_diff(&j->spec, &key);
 		if (!d && (st.st_dev != j->dev || st.st_ino != j->ino))

@@ -78,6 +78,8 @@ struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only)
 		snprintf(js->dataset, sizeof(js->dataset), "%s", j->spec.dataset);
 		js->id = j->id;
 		js->uid = j->uid;
+		js->share = j->spec.share;
+		js->share_gid = j->spec.share_gid;
 		js->world = j->spec.world;
 		js->attached = j->attached;
 		js->batch = j->spec.batch;

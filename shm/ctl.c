@@ -181,9 +181,14 @@ int ctl_check_job_open(const struct ctl_job_open *j, char *why, size_t whylen)
 	if (j->start == CTL_START_AT && j->at_step >= CTL_STEP_LIMIT)
 		return BAD("at_step: %llu is past the step limit %llu", (unsigned long long)j->at_step,
 			   (unsigned long long)CTL_STEP_LIMIT);
-	for (size_t i = 0; i < sizeof(j->reserved) / sizeof(j->reserved[0]); i++)
-		if (j->reserved[i])
-			return BAD("reserved[%zu]: not zero", i);
+	if (j->share > CTL_SHARE_JOIN)
+		return BAD("share: unknown mode %u", j->share);
+	if (j->share != CTL_SHARE_GROUP && j->share_gid)
+		return BAD("share_gid: for share GROUP only");
+	if (j->share != CTL_SHARE_JOIN && j->owner_uid)
+		return BAD("owner_uid: for share JOIN only");
+	if (j->reserved)
+		return BAD("reserved: not zero");
 	return 0;
 }
 

@@ -11,7 +11,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,6 +219,68 @@ static int copy_field(char *dst, size_t cap, const char *src)
 	return 0;
 }
 
+/* A user (@group 0) or group (@group 1) named by a decimal number or a name, into *@id. 0, or
+ * -ENOENT when there is no such one, or -errno. */
+static int name_id(const char *name, int group, uint32_t *id)
+{
+	char *end, *buf;
+	unsigned long v;
+	size_t cap = 1 << 16;  /* a group entry lists its members */
+	int ret;
+
+	errno = 0;
+	v = strtoul(name, &end, 10);
+	if (*name >= '0' && *name <= '9' && !*end && !errno && v < UINT32_MAX) {
+		*id = (uint32_t)v;
+		return 0;
+	}
+	buf = malloc(cap);
+	if (!buf)
+		return -ENOMEM;
+	if (group) {
+		struct group g, *res = NULL;
+		ret = getgrnam_r(name, &g, buf, cap, &res);
+		if (res)
+			*id = (uint32_t)g.gr_gid;
+		if (!res && !ret)
+			ret = ENOENT;
+	} else {
+		struct passwd pw, *res = NULL;
+		ret = getpwnam_r(name, &pw, buf, cap, &res);
+		if (res)
+			*id = (uint32_t)pw.pw_uid;
+		if (!res && !ret)
+			ret = ENOENT;
+	}
+	free(buf);
+	return ret > 0 ? -ret : ret;
+}
+
+/* Whose job: @job's share_group and owner into @m's share fields. 0 or -errno (set_err). */
+static int open_share(struct ldc *c, const struct ldc_job *job, struct ctl_job_open *m)
+{
+	int ret;
+
+	if (job->share_group && job->owner)
+		return set_err(c, -EINVAL, "job %s: share_group is for the job's owner, owner for "
+			       "another user joining it: not both", m->job);
+	if (job->share_group) {
+		m->share = CTL_SHARE_GROUP;
+		ret = name_id(job->share_group, 1, &m->share_gid);
+		if (ret < 0)
+			return set_err(c, ret, "job %s: share_group: %s: %s", m->job, job->share_group,
+				       ret == -ENOENT ? "no such group" : strerror(-ret));
+	}
+	if (job->owner) {
+		m->share = CTL_SHARE_JOIN;
+		ret = name_id(job->owner, 0, &m->owner_uid);
+		if (ret < 0)
+			return set_err(c, ret, "job %s: owner: %s: %s", m->job, job->owner,
+				       ret == -ENOENT ? "no such user" : strerror(-ret));
+	}
+	return 0;
+}
+
 int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 {
 	struct ctl_job_open m;
@@ -246,6 +310,8 @@ int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 	m.tail = job->tail;
 	m.on_bad = job->on_bad;
 	m.slots = job->slots;
+	if ((ret = open_share(c, job, &m)) < 0)
+		return ret;
 	struct ldc_token want = { .seed = job->seed, .world = job->world, .batch = job->batch,
 				  .sampling = job->sampling, .tail = job->tail,
 				  .transforms = job->transforms, .crop_h = job->crop_h,

@@ -793,7 +793,7 @@ static void test_srv_ctl_bad_job_open_fields_refused(void **state)
 		{ "rank >= world", "rank: 2 is not below world size 2" },
 		{ "batch 0", "batch: 0" },
 		{ "job name not NUL-terminated", "job: empty, not NUL-terminated" },
-		{ "reserved not zero", "reserved[1]" },
+		{ "reserved not zero", "reserved: not zero" },
 		{ "junk after the dataset's NUL", "dataset: " },
 		{ "job name with '/'", "job: only letters" },
 		{ "world 0", "world: 0" },
@@ -803,6 +803,8 @@ static void test_srv_ctl_bad_job_open_fields_refused(void **state)
 		{ "unknown sampling", "sampling: unknown mode 99" },
 		{ "start_epoch past the step limit", "start_epoch: 4611686018427387905" },
 		{ "at_epoch 2^64 - 1", "at_epoch: 18446744073709551615 is past the step limit" },
+		{ "unknown share mode", "share: unknown mode 3" },
+		{ "owner_uid without a join", "owner_uid: for share JOIN only" },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -812,7 +814,7 @@ static void test_srv_ctl_bad_job_open_fields_refused(void **state)
 		case 0: m.world = 2; m.rank = 2; break;
 		case 1: m.batch = 0; break;
 		case 2: memset(m.job, 'a', sizeof(m.job)); break;
-		case 3: m.reserved[1] = 1; break;
+		case 3: m.reserved = 1; break;
 		case 4: m.dataset[sizeof(m.dataset) - 1] = 'x'; break;
 		case 5: memset(m.job, 0, sizeof(m.job)); memcpy(m.job, "a/b", 3); break;
 		case 6: m.world = 0; break;
@@ -822,6 +824,8 @@ static void test_srv_ctl_bad_job_open_fields_refused(void **state)
 		case 10: m.sampling = 99; break;
 		case 11: m.start_epoch = CTL_STEP_LIMIT + 1; break;
 		case 12: m.start = CTL_START_AT; m.at_epoch = UINT64_MAX; break;
+		case 13: m.share = 3; break;
+		case 14: m.owner_uid = 1000; break;
 		}
 		int fd = raw_connect();
 		assert_int_equal(ctl_send(fd, CTL_JOB_OPEN, &m, sizeof(m), NULL, 0), 0);
