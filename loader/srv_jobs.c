@@ -1,8 +1,9 @@
-/* srv_jobs.c - the server's job registry: jobs by name, their ranks, one attachment (att) per
+/* srv_jobs.c - the server's job registry: jobs by owner and name, their ranks, one attachment (att) per
  * connection's ring, resume, linger and housekeeping (see srv_impl.h for the shared state).
  *
  * DESIGN
- * A job is known by its name; each of its ranks is either attached (a live connection, a ring and
+ * A job is known by its owner's uid and its name (a name is per owner; who else may see and join
+ * it: ctl.h, enum ctl_share); each of its ranks is either attached (a live connection, a ring and
  * a doorbell) or detached with a resume step. One attachment ("att") = one connection's ring: it
  * is created on CTL_JOB_OPEN and retired when the connection goes, never reused, so a dead or
  * hostile consumer's memory is never handed to the next one.
