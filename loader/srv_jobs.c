@@ -1,5 +1,6 @@
-/* srv_jobs.c - the server's job registry: jobs by owner and name, their ranks, one attachment (att) per
- * connection's ring, resume, linger and housekeeping (see srv_impl.h for the shared state).
+/* srv_jobs.c - the server's job registry: jobs by owner and name, their ranks, one attachment
+ * (att) per connection's ring, resume, linger and housekeeping (see srv_impl.h for the shared
+ * state).
  *
  * DESIGN
  * A job is known by its owner's uid and its name (a name is per owner; who else may see and join

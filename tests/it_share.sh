@@ -47,7 +47,8 @@ check "... told there is no such job shared with it" \
 check "B does not see it" [ "$(ctl_as "$B" jobs)" = "[]" ]
 # B's own s: another job, though B names it the same; A's s is untouched by it
 cat_as "$B" bown --job s --world 1 --rank 0 --epochs 1
-check "B's own job s is B's: a whole epoch to itself" [ $? -eq 0 -a "$(wc -l <"$T/bown.out")" -eq $N ]
+check "B's own job s is B's: a whole epoch to itself" \
+	[ $? -eq 0 -a "$(wc -l <"$T/bown.out")" -eq $N ]
 
 # A's job t, shared with 64100: B joins it as rank 1, and the two ranks read one epoch
 cat_as "$A" t0 --job t --world 2 --rank 0 --epochs 1 --share-group 64100 &

@@ -232,7 +232,8 @@ class Loader:
     def __init__(self, socket, dataset, batch_size, crop=224, *, rank=None, world_size=None,
                  seed=0, job=None, transforms=None, layout="NHWC", epochs=None,
                  sampling="shuffle", tail="pad", on_bad="substitute", slots=0,
-                 share_group=None, owner=None, return_meta=False, copy=False, output=None, pin_memory=None, timeout=None,
+                 share_group=None, owner=None, return_meta=False, copy=False, output=None,
+                 pin_memory=None, timeout=None,
                  device=None, profile=None):
         self.socket = os.fspath(socket) if socket is not None else default_socket()
         self.dataset = os.path.abspath(os.fspath(dataset))
