@@ -53,6 +53,9 @@ check "B's own job s is B's: a whole epoch to itself" \
 # A's job t, shared with 64100: B joins it as rank 1, and the two ranks read one epoch
 cat_as "$A" t0 --job t --world 2 --rank 0 --epochs 1 --share-group 64100 &
 p0=$!
+# a join never creates the job: B waits until A's open made it
+i=0
+while ! matches "$(ctl_as "$A" jobs)" '"job":"t"' && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
 cat_as "$B" t1 --job t --world 2 --rank 1 --epochs 1 --owner 64001
 r1=$?
 wait $p0
