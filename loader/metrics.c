@@ -107,12 +107,14 @@ static const struct rank_family {
 	  RV_NS, offsetof(struct srv_rank_snap, empty_ns) },
 };
 
-/* "{job=\"J\",rank=\"R\"" without the closing brace, for a rank family. */
+/* "{job=\"J\",uid=\"U\",rank=\"R\"" without the closing brace, for a rank family. A job is
+ * its owner's name (two users' jobs may share one): job and uid together name it. */
 static void rank_labels(FILE *f, const struct srv_job_snap *j, const struct srv_rank_snap *r)
 {
 	struct lv b;
 
-	fprintf(f, "{job=\"%s\",rank=\"%u\"", lv(&b, j->name), r->rank);
+	fprintf(f, "{job=\"%s\",uid=\"%u\",rank=\"%u\"", lv(&b, j->name), (unsigned)j->uid,
+		r->rank);
 }
 
 static void render_ranks(FILE *f, const struct srv_snapshot *snap)
@@ -181,21 +183,23 @@ static void render_jobs(FILE *f, const struct srv_snapshot *snap)
 
 	head(f, "loaderd_job_info", "gauge", "1 for each job loaderd keeps, with its dataset.");
 	for (unsigned k = 0; k < snap->njobs; k++)
-		fprintf(f, "loaderd_job_info{job=\"%s\",dataset=\"%s\"} 1\n", lv(&b, snap->jobs[k].name),
+		fprintf(f, "loaderd_job_info{job=\"%s\",uid=\"%u\",dataset=\"%s\"} 1\n",
+			lv(&b, snap->jobs[k].name), (unsigned)snap->jobs[k].uid,
 			lv(&c, snap->jobs[k].dataset));
 	head(f, "loaderd_job_world", "gauge", "Ranks in the job.");
 	for (unsigned k = 0; k < snap->njobs; k++)
-		fprintf(f, "loaderd_job_world{job=\"%s\"} %u\n", lv(&b, snap->jobs[k].name),
-			snap->jobs[k].world);
+		fprintf(f, "loaderd_job_world{job=\"%s\",uid=\"%u\"} %u\n", lv(&b, snap->jobs[k].name),
+			(unsigned)snap->jobs[k].uid, snap->jobs[k].world);
 	head(f, "loaderd_job_failed", "gauge", "1 once the job failed (a fill error or loaderctl "
 	     "stop), else 0.");
 	for (unsigned k = 0; k < snap->njobs; k++)
-		fprintf(f, "loaderd_job_failed{job=\"%s\"} %d\n", lv(&b, snap->jobs[k].name),
-			snap->jobs[k].failed ? 1 : 0);
+		fprintf(f, "loaderd_job_failed{job=\"%s\",uid=\"%u\"} %d\n", lv(&b, snap->jobs[k].name),
+			(unsigned)snap->jobs[k].uid, snap->jobs[k].failed ? 1 : 0);
 	head(f, "loaderd_bad_records_total", "counter", "Records that failed their checksum or "
 	     "decode while filling the job's slots, all ranks (loaderd counts them per job).");
 	for (unsigned k = 0; k < snap->njobs; k++)
-		fprintf(f, "loaderd_bad_records_total{job=\"%s\"} %llu\n", lv(&b, snap->jobs[k].name),
+		fprintf(f, "loaderd_bad_records_total{job=\"%s\",uid=\"%u\"} %llu\n",
+			lv(&b, snap->jobs[k].name), (unsigned)snap->jobs[k].uid,
 			(unsigned long long)snap->jobs[k].bad);
 }
 

@@ -181,7 +181,9 @@ struct srv_job_snap {
 	char name[CTL_JOB_NAME_MAX];
 	char dataset[CTL_PATH_MAX];
 	uint64_t id;
-	uid_t uid;                 /* the user whose client opened it */
+	uid_t uid;                 /* the user whose client opened it: its owner */
+	uint32_t share;            /* enum ctl_share: CTL_SHARE_GROUP: shared with share_gid */
+	gid_t share_gid;
 	uint32_t world, attached, batch;
 	uint64_t steps_per_epoch;
 	uint64_t steps_total;      /* 0 = unbounded */

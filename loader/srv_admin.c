@@ -103,7 +103,12 @@ static void admin_job(struct text *t, const struct srv_phase *phases, const stru
 	if (json) {
 		put(t, "{\"job\":");
 		put_json_str(t, j->name);
-		put(t, ",\"id\":%llu,\"dataset\":", (unsigned long long)j->id);
+		put(t, ",\"id\":%llu,\"uid\":%u,\"shared_gid\":", (unsigned long long)j->id,
+		    (unsigned)j->uid);
+		if (j->share == CTL_SHARE_GROUP)
+			put(t, "%u,\"dataset\":", (unsigned)j->share_gid);
+		else
+			put(t, "null,\"dataset\":");
 		put_json_str(t, j->dataset);
 		put(t, ",\"world\":%u,\"attached\":%u,\"batch\":%u,\"steps_per_epoch\":%llu,"
 		    "\"steps_total\":%llu,\"samples_per_s\":%.1f,\"bad_records\":%llu,\"bad_ids\":[",
@@ -138,7 +143,10 @@ static void admin_job(struct text *t, const struct srv_phase *phases, const stru
 		put(t, "}");
 		return;
 	}
-	put(t, "job %s (id %llu): ", j->name, (unsigned long long)j->id);
+	put(t, "job %s (id %llu, uid %u", j->name, (unsigned long long)j->id, (unsigned)j->uid);
+	if (j->share == CTL_SHARE_GROUP)
+		put(t, ", shared with gid %u", (unsigned)j->share_gid);
+	put(t, "): ");
 	put_text_str(t, j->dataset);
 	put(t, "\n  %u/%u ranks attached, batch %u, %llu steps/epoch, %.1f samples/s, %llu bad "
 	    "records", j->attached, j->world, j->batch, (unsigned long long)j->steps_per_epoch,
@@ -175,16 +183,16 @@ static void admin_job(struct text *t, const struct srv_phase *phases, const stru
 	}
 }
 
-/* May @c see and stop @j? With --group, a peer sees its own uid's jobs only; root and the
- * daemon's own user see all. */
-static int visible(const struct srv *s, const struct conn *c, uid_t owner)
+/* Under mu. The job @name as @c sees it: its own, else one it may see (another user's, shared
+ * with it; any, for root and the daemon's user); NULL when none. */
+static struct job *find_visible(struct srv *s, const struct conn *c, const char *name)
 {
-	return s->opts.group == (gid_t)-1 || c->uid == 0 || c->uid == geteuid() || owner == c->uid;
-}
+	struct job *j = srv_job_find(s, c->uid, name);
 
-int srv_admin_visible(const struct srv *s, const struct conn *c, uid_t owner)
-{
-	return visible(s, c, owner);
+	for (struct job *k = s->jobs; !j && k; k = k->next)
+		if (!strcmp(k->name, name) && srv_job_visible(c, k))
+			j = k;
+	return j;
 }
 
 /* The daemon, and the memory each job (that @c may see) makes it hold. From a summary snapshot. */
@@ -264,11 +272,15 @@ void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 			return;
 		}
 	}
-	struct job *only = req->job[0] ? srv_job_find(s, req->job) : NULL;
-	if (only && !visible(s, c, only->uid))
-		only = NULL;  /* another user's job: as if there were none */
+	/* another user's job, not shared with this one: as if there were none */
+	struct job *only = req->job[0] ? find_visible(s, c, req->job) : NULL;
 	if (req->job[0] && !only) {
 		srv_conn_fail(s, c, ENOENT, "no job named %s", req->job);
+		goto charge;
+	}
+	if (req->op == CTL_OP_STOP && only->uid != c->uid && c->uid != 0 && c->uid != geteuid()) {
+		srv_conn_fail(s, c, EPERM, "job %s is uid %u's, shared with this one: only its owner "
+			      "stops it", only->name, (unsigned)only->uid);
 		goto charge;
 	}
 	if (req->op == CTL_OP_STOP) {

@@ -210,6 +210,25 @@ void srv_conn_fail(struct srv *s, struct conn *c, int err, const char *fmt, ...)
 	srv_conn_close(s, c);
 }
 
+int srv_peer_in_group(int fd, gid_t g)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+	gid_t groups[256];
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
+		return 0;
+	if (cr.gid == g)
+		return 1;
+	len = sizeof(groups);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+		return 0;
+	for (size_t i = 0; i < len / sizeof(gid_t); i++)
+		if (groups[i] == g)
+			return 1;
+	return 0;
+}
+
 /* Owner, root, or (when configured) a member of the group. Checked before any byte is parsed. */
 static int peer_allowed(struct srv *s, int fd, pid_t *pid, uid_t *uid)
 {
@@ -222,18 +241,7 @@ static int peer_allowed(struct srv *s, int fd, pid_t *pid, uid_t *uid)
 	*uid = cr.uid;
 	if (cr.uid == 0 || cr.uid == geteuid())
 		return 1;
-	if (s->opts.group == (gid_t)-1)
-		return 0;
-	if (cr.gid == s->opts.group)
-		return 1;
-	gid_t groups[256];
-	len = sizeof(groups);
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
-		return 0;
-	for (size_t i = 0; i < len / sizeof(gid_t); i++)
-		if (groups[i] == s->opts.group)
-			return 1;
-	return 0;
+	return s->opts.group != (gid_t)-1 && srv_peer_in_group(fd, s->opts.group);
 }
 
 /* Refuse a connection before it becomes a conn: tell the client why, then close. */

@@ -169,7 +169,8 @@ struct rank_state {
 
 struct job {
 	char name[CTL_JOB_NAME_MAX];
-	struct ctl_job_open spec;     /* rank zeroed: what every rank must agree on */
+	struct ctl_job_open spec;     /* rank, start and owner_uid zeroed: what every rank must agree
+				       * on (share and share_gid: the owner's) */
 	uint64_t id;
 	void *state;                  /* ops->job_open's handle */
 	struct srv_job_info info;
@@ -179,7 +180,8 @@ struct job {
 	unsigned atts;                /* att objects alive (attached or retired with a worker in) */
 	unsigned pending;             /* open requests for it on opener threads */
 	int opening;                  /* ops->job_open runs: info and state are not there yet */
-	uid_t uid;                    /* who made it (admin in --group mode shows it to them) */
+	uid_t uid;                    /* its owner, who made it: the name is this uid's; spec.share
+				       * and spec.share_gid say whether others may see and join it */
 	dev_t dev;                    /* the dataset file: a joining rank must pass the same one */
 	ino_t ino;
 	int64_t idle_since_ns;        /* when the last rank detached */
@@ -243,6 +245,10 @@ static inline int64_t now_ns(void)
 
 /* ---- srv_conn.c ---- */
 
+/* Is the peer of unix socket @fd a member of group @g (its primary group or one of its
+ * supplementary groups when it connected)? 1 or 0. */
+int srv_peer_in_group(int fd, gid_t g);
+
 /* Pass a message to ops->notice (level: 0 error, 1 warn, 2 info), control characters escaped
  * (a dataset path is the client's bytes). Any thread. */
 void srv_notice(struct srv *s, int level, const char *fmt, ...)
@@ -297,7 +303,11 @@ void srv_mem_add(struct srv *s, uid_t uid, int64_t delta);
 int srv_mem_check(struct srv *s, uid_t uid, uint64_t bytes, const char *what, char *why,
 		  size_t whylen);
 /* Under mu. The job named @name, or NULL. */
-struct job *srv_job_find(struct srv *s, const char *name);
+/* The job @name of uid @owner (names are per owner: ctl.h, enum ctl_share), or NULL. */
+struct job *srv_job_find(struct srv *s, uid_t owner, const char *name);
+/* May the peer of @c see (admin answers) and join @j? Its owner, root, loaderd's own user, or a
+ * member of the group the owner shared it with. */
+int srv_job_visible(const struct conn *c, const struct job *j);
 /* Under mu. Unlink @j and bury it on s->job_grave (srv_job_close_all closes and frees it). */
 void srv_job_free(struct srv *s, struct job *j);
 /* Control thread, without the lock: ops->job_close and free the jobs of a job_grave list that
@@ -335,7 +345,7 @@ void srv_workers_stop(struct srv *s);
 /* Under mu. Rank @r of @j as srv_snapshot reports it, at @now. */
 void srv_rank_snap(const struct job *j, uint32_t r, int64_t now, struct srv_rank_snap *out);
 /* Under mu. A snapshot of the server: of only job @only when not NULL, of only the jobs @viewer
- * may see when not NULL (srv_admin_visible), with every rank of them when @ranks, else job
+ * may see when not NULL (srv_job_visible), with every rank of them when @ranks, else job
  * summaries (ranks NULL), whose cost does not grow with world sizes. NULL when out of memory;
  * free with srv_snapshot_free(). */
 struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only,
@@ -346,7 +356,5 @@ struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only,
 /* Under mu, control thread. CTL_ADMIN (loaderctl) from @c: the answer as CTL_ADMIN_TEXT chunks,
  * then an empty one. Lets go of mu while it renders (from a copy); holds it again on return. */
 void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req);
-/* May @c see (and stop) a job of @owner? */
-int srv_admin_visible(const struct srv *s, const struct conn *c, uid_t owner);
 
 #endif

@@ -1,8 +1,10 @@
-/* srv_jobs.c - the server's job registry: jobs by name, their ranks, one attachment (att) per
- * connection's ring, resume, linger and housekeeping (see srv_impl.h for the shared state).
+/* srv_jobs.c - the server's job registry: jobs by owner and name, their ranks, one attachment
+ * (att) per connection's ring, resume, linger and housekeeping (see srv_impl.h for the shared
+ * state).
  *
  * DESIGN
- * A job is known by its name; each of its ranks is either attached (a live connection, a ring and
+ * A job is known by its owner's uid and its name (a name is per owner; who else may see and join
+ * it: ctl.h, enum ctl_share); each of its ranks is either attached (a live connection, a ring and
  * a doorbell) or detached with a resume step. One attachment ("att") = one connection's ring: it
  * is created on CTL_JOB_OPEN and retired when the connection goes, never reused, so a dead or
  * hostile consumer's memory is never handed to the next one.
@@ -204,12 +206,18 @@ void srv_att_retire(struct srv *s, struct att *a)
 
 /* ---- jobs ---- */
 
-struct job *srv_job_find(struct srv *s, const char *name)
+struct job *srv_job_find(struct srv *s, uid_t owner, const char *name)
 {
 	for (struct job *j = s->jobs; j; j = j->next)
-		if (!strcmp(j->name, name))
+		if (j->uid == owner && !strcmp(j->name, name))
 			return j;
 	return NULL;
+}
+
+int srv_job_visible(const struct conn *c, const struct job *j)
+{
+	return c->uid == j->uid || c->uid == 0 || c->uid == geteuid() ||
+	       (j->spec.share == CTL_SHARE_GROUP && srv_peer_in_group(c->fd, j->spec.share_gid));
 }
 
 void srv_job_free(struct srv *s, struct job *j)
@@ -264,6 +272,8 @@ static const char *spec_diff(const struct ctl_job_open *a, const struct ctl_job_
 		return "tail";
 	if (a->epochs != b->epochs || a->start_epoch != b->start_epoch)
 		return "epochs";
+	if (a->share != b->share || a->share_gid != b->share_gid)
+		return "share (the owner's opens must all share it, or none, with one group)";
 	if (memcmp(a, b, sizeof(*a)))
 		return "on_bad or slots";
 	return NULL;
@@ -324,14 +334,51 @@ static int start_at(struct open_req *r)
 			 "epoch", j->name, (unsigned long long)spec->at_step, (unsigned long long)spe);
 		return -EINVAL;
 	}
-	if (spec->at_epoch > (UINT64_MAX - spec->at_step) / spe ||
-	    (j->steps_total && spec->at_epoch * spe + spec->at_step > j->steps_total)) {
+	/* at_step < spe <= samples <= CTL_STEP_LIMIT (the sampler's bound): no underflow */
+	if (spec->at_epoch > (CTL_STEP_LIMIT - spec->at_step) / spe) {
+		FAIL_REQ(r, EINVAL, "job %s: start: at_epoch: epoch %llu step %llu of %llu-step epochs "
+			 "is past the step limit %llu", j->name, (unsigned long long)spec->at_epoch,
+			 (unsigned long long)spec->at_step, (unsigned long long)spe,
+			 (unsigned long long)CTL_STEP_LIMIT);
+		return -EINVAL;
+	}
+	if (j->steps_total && spec->at_epoch * spe + spec->at_step > j->steps_total) {
 		FAIL_REQ(r, EINVAL, "job %s: start: epoch %llu step %llu is past the job's end (%llu "
 			 "steps)", j->name, (unsigned long long)spec->at_epoch,
 			 (unsigned long long)spec->at_step, (unsigned long long)j->steps_total);
 		return -EINVAL;
 	}
 	r->d.first_step = spec->at_epoch * spe + spec->at_step;
+	return 0;
+}
+
+/* The job's steps, now that the steps of an epoch are known: its first step and its end within
+ * CTL_STEP_LIMIT (ctl.h), so that no step number computed from them wraps. 0, or -EINVAL with
+ * the field in @why. */
+static int steps_check(const struct ctl_job_open *spec, const struct srv_job_info *info,
+		       char *why, size_t whylen)
+{
+	uint64_t spe = info->steps_per_epoch;
+
+	if (spe == 0) {
+		snprintf(why, whylen, "the job has no steps");
+		return -EINVAL;
+	}
+	/* ctl_check_job_open bounded start_epoch + epochs by CTL_STEP_LIMIT: the sum is exact */
+	if (spec->start_epoch + spec->epochs > CTL_STEP_LIMIT / spe) {
+		if (spec->epochs)
+			snprintf(why, whylen, "start_epoch: %llu + %u epochs of %llu steps end at step "
+				 "%.0f, past the step limit %llu", (unsigned long long)spec->start_epoch,
+				 spec->epochs, (unsigned long long)spe,
+				 (double)(spec->start_epoch + spec->epochs) * (double)spe,
+				 (unsigned long long)CTL_STEP_LIMIT);
+		else
+			snprintf(why, whylen, "start_epoch: %llu of %llu steps starts at step %.0f, past "
+				 "the step limit %llu", (unsigned long long)spec->start_epoch,
+				 (unsigned long long)spe, (double)spec->start_epoch * (double)spe,
+				 (unsigned long long)CTL_STEP_LIMIT);
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -352,12 +399,9 @@ static void *opener_main(void *p)
 		memset(&info, 0, sizeof(info));
 		why[0] = '\0';
 		ret = s->ops.job_open(s->ops.ctx, &r->spec, r->fd, &state, &info, why, sizeof(why));
-		if (ret == 0 && info.steps_per_epoch == 0) {
-			ret = -EINVAL;
-			snprintf(why, sizeof(why), "the job has no steps");
-			if (s->ops.job_close)
-				s->ops.job_close(s->ops.ctx, state);
-		}
+		if (ret == 0 && (ret = steps_check(&r->spec, &info, why, sizeof(why))) < 0 &&
+		    s->ops.job_close)
+			s->ops.job_close(s->ops.ctx, state);
 		pthread_mutex_lock(&s->mu);
 		if (ret == 0) {
 			char what[CTL_JOB_NAME_MAX + 64];
@@ -569,7 +613,27 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 	key.start = 0;
 	key.at_epoch = key.at_step = 0;
 	memset(key.dataset_id, 0, sizeof(key.dataset_id));
-	j = srv_job_find(s, spec->job);
+	/* Whose job (ctl.h, enum ctl_share): a name is its owner's. A join finds the owner's job or
+	 * nothing, and says the same either way, so that nobody learns another user's job names. */
+	uid_t owner = spec->share == CTL_SHARE_JOIN ? (uid_t)spec->owner_uid : c->uid;
+	key.owner_uid = 0;
+	j = srv_job_find(s, owner, spec->job);
+	if (spec->share == CTL_SHARE_JOIN) {
+		if (!j || !srv_job_visible(c, j)) {
+			srv_conn_fail(s, c, ENOENT, "job %s of uid %u: no such job shared with a group of "
+				      "yours (its owner opens it first, shared: ldcat --share-group)",
+				      spec->job, (unsigned)owner);
+			goto close_fd;
+		}
+		key.share = j->spec.share;
+		key.share_gid = j->spec.share_gid;
+	} else if (spec->share == CTL_SHARE_GROUP && c->uid != 0 &&
+		   !srv_peer_in_group(c->fd, spec->share_gid)) {
+		srv_conn_fail(s, c, EPERM, "job %s: share_gid: uid %u is not a member of group %u, so "
+			      "it cannot share a job with it", spec->job, (unsigned)c->uid,
+			      spec->share_gid);
+		goto close_fd;
+	}
 	if (j) {
 		const char *d = spec_diff(&j->spec, &key);
 		if (!d && (st.st_dev != j->dev || st.st_ino != j->ino))

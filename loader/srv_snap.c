@@ -52,7 +52,7 @@ struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only,
 	size_t njobs = 0, nranks = 0;
 	int64_t now = now_ns();
 
-#define WANTED(j) ((!only || (j) == only) && (!viewer || srv_admin_visible(s, viewer, (j)->uid)))
+#define WANTED(j) ((!only || (j) == only) && (!viewer || srv_job_visible(viewer, (j))))
 	for (const struct job *j = s->jobs; j; j = j->next)
 		if (WANTED(j))
 			njobs++, nranks += ranks ? j->spec.world : 0;
@@ -84,6 +84,8 @@ struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only,
 		snprintf(js->dataset, sizeof(js->dataset), "%s", j->spec.dataset);
 		js->id = j->id;
 		js->uid = j->uid;
+		js->share = j->spec.share;
+		js->share_gid = j->spec.share_gid;
 		js->world = j->spec.world;
 		js->attached = j->attached;
 		js->batch = j->spec.batch;

@@ -169,9 +169,26 @@ int ctl_check_job_open(const struct ctl_job_open *j, char *why, size_t whylen)
 		if (j->at_epoch || j->at_step || memcmp(j->dataset_id, zero, sizeof(zero)))
 			return BAD("start: at_epoch, at_step and dataset_id are for start AT only");
 	}
-	for (size_t i = 0; i < sizeof(j->reserved) / sizeof(j->reserved[0]); i++)
-		if (j->reserved[i])
-			return BAD("reserved[%zu]: not zero", i);
+	/* Without the steps of an epoch (the server knows them at open) these bound the epochs
+	 * alone: every epoch has at least one step. The rest is checked where they are known. */
+	if (j->start_epoch > CTL_STEP_LIMIT || j->epochs > CTL_STEP_LIMIT - j->start_epoch)
+		return BAD("start_epoch: %llu (+ %u epochs) is past the step limit %llu",
+			   (unsigned long long)j->start_epoch, j->epochs,
+			   (unsigned long long)CTL_STEP_LIMIT);
+	if (j->start == CTL_START_AT && j->at_epoch > CTL_STEP_LIMIT)
+		return BAD("at_epoch: %llu is past the step limit %llu", (unsigned long long)j->at_epoch,
+			   (unsigned long long)CTL_STEP_LIMIT);
+	if (j->start == CTL_START_AT && j->at_step >= CTL_STEP_LIMIT)
+		return BAD("at_step: %llu is past the step limit %llu", (unsigned long long)j->at_step,
+			   (unsigned long long)CTL_STEP_LIMIT);
+	if (j->share > CTL_SHARE_JOIN)
+		return BAD("share: unknown mode %u", j->share);
+	if (j->share != CTL_SHARE_GROUP && j->share_gid)
+		return BAD("share_gid: for share GROUP only");
+	if (j->share != CTL_SHARE_JOIN && j->owner_uid)
+		return BAD("owner_uid: for share JOIN only");
+	if (j->reserved)
+		return BAD("reserved: not zero");
 	return 0;
 }
 

@@ -50,6 +50,19 @@ enum ctl_bad { CTL_BAD_SUBSTITUTE = 0, CTL_BAD_FAIL = 1 };
  * daemon still holds, at its first unreleased step. AT: exactly (at_epoch, at_step), whatever the
  * daemon remembers: the client's checkpoint is the authority on what was consumed. */
 enum ctl_start { CTL_START_DEFAULT = 0, CTL_START_AT = 1 };
+/* Whose job. A job belongs to the uid that opened it first, and its name is that uid's: another
+ * uid opening the same name opens a job of its own. Nobody else sees it, joins it or moves its
+ * resume position, unless the owner shared it with a group (GROUP: the owner's every open says
+ * so, with the same share_gid; the owner must be a member). Another user joins a shared job with
+ * JOIN, naming its owner: it never creates the job, and it must be a member of the job's group.
+ * loaderd's own user and root may JOIN any job. */
+enum ctl_share { CTL_SHARE_NONE = 0, CTL_SHARE_GROUP = 1, CTL_SHARE_JOIN = 2 };
+/* Step arithmetic: a position (a first step, a job's end, a resume point) is at most
+ * CTL_STEP_LIMIT, checked at job open where the steps of an epoch are known, so that no
+ * (epoch * steps_per_epoch + step) and no step + 1 wraps. An unbounded job that starts there has
+ * 2^64 - 2^62 steps to go before its step numbers would wrap: a million steps a second for
+ * 400,000 years. Every position also fits an int64 (Python, numpy, torch). */
+#define CTL_STEP_LIMIT (1ull << 62)
 #define CTL_DATASET_ID_SIZE 16u   /* = DPK_IDENTITY_SIZE */
 
 /* Transforms (bits). */
@@ -64,7 +77,8 @@ struct ctl_job_open {
 	char job[CTL_JOB_NAME_MAX];   /* [A-Za-z0-9._-]+, NUL-terminated, NUL-padded */
 	char dataset[CTL_PATH_MAX];   /* absolute or daemon-relative path, NUL-terminated, NUL-padded */
 	uint64_t seed;
-	uint64_t start_epoch;         /* first epoch of a fresh job */
+	uint64_t start_epoch;         /* first epoch of a fresh job; start_epoch + epochs, and
+				       * their steps, at most CTL_STEP_LIMIT */
 	uint32_t epochs;              /* 0 = unbounded */
 	uint32_t batch;               /* 1..RING_BATCH_MAX */
 	uint32_t crop_h, crop_w;      /* output size, 1..CTL_CROP_MAX; 0, 0 = records as stored */
@@ -78,9 +92,14 @@ struct ctl_job_open {
 	uint64_t at_epoch, at_step;   /* CTL_START_AT: step at_step (< steps per epoch) of at_epoch */
 	uint8_t dataset_id[CTL_DATASET_ID_SIZE]; /* CTL_START_AT: not all zero = the identity the
 					    * dataset must have (from a resume token), else refused */
-	uint64_t reserved[2];         /* zero */
+	uint32_t share;               /* enum ctl_share */
+	uint32_t share_gid;           /* CTL_SHARE_GROUP: the group whose members may join */
+	uint32_t owner_uid;           /* CTL_SHARE_JOIN: whose job to join */
+	uint32_t reserved;            /* zero */
 };
 _Static_assert(sizeof(struct ctl_job_open) == CTL_JOB_NAME_MAX + CTL_PATH_MAX + 112, "on the wire");
+_Static_assert(offsetof(struct ctl_job_open, share) == CTL_JOB_NAME_MAX + CTL_PATH_MAX + 96,
+	       "the bytes of reserved[2], zero from older clients (CTL_SHARE_NONE)");
 _Static_assert(offsetof(struct ctl_job_open, at_epoch) % 8 == 0, "on the wire");
 
 struct ctl_job_ok {

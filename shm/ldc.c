@@ -17,7 +17,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,6 +251,9 @@ static int check_job_ok(struct ldc *c, const struct ctl_job_open *m, const struc
 		return BAD_REPLY("steps_total: %llu is not (start_epoch %llu + epochs %u) x "
 				 "steps_per_epoch %llu", ULL(ok->steps_total), ULL(m->start_epoch),
 				 m->epochs, ULL(spe));
+	if (ok->first_step > CTL_STEP_LIMIT || ok->steps_total > CTL_STEP_LIMIT)
+		return BAD_REPLY("first_step %llu or steps_total %llu: past the step limit %llu",
+				 ULL(ok->first_step), ULL(ok->steps_total), ULL(CTL_STEP_LIMIT));
 	if (ok->steps_total && ok->first_step > ok->steps_total)
 		return BAD_REPLY("first_step: %llu is past the job's end (steps_total %llu)",
 				 ULL(ok->first_step), ULL(ok->steps_total));
@@ -293,6 +298,68 @@ static int check_job_ok(struct ldc *c, const struct ctl_job_open *m, const struc
 	return 0;
 }
 
+/* A user (@group 0) or group (@group 1) named by a decimal number or a name, into *@id. 0, or
+ * -ENOENT when there is no such one, or -errno. */
+static int name_id(const char *name, int group, uint32_t *id)
+{
+	char *end, *buf;
+	unsigned long v;
+	size_t cap = 1 << 16;  /* a group entry lists its members */
+	int ret;
+
+	errno = 0;
+	v = strtoul(name, &end, 10);
+	if (*name >= '0' && *name <= '9' && !*end && !errno && v < UINT32_MAX) {
+		*id = (uint32_t)v;
+		return 0;
+	}
+	buf = malloc(cap);
+	if (!buf)
+		return -ENOMEM;
+	if (group) {
+		struct group g, *res = NULL;
+		ret = getgrnam_r(name, &g, buf, cap, &res);
+		if (res)
+			*id = (uint32_t)g.gr_gid;
+		if (!res && !ret)
+			ret = ENOENT;
+	} else {
+		struct passwd pw, *res = NULL;
+		ret = getpwnam_r(name, &pw, buf, cap, &res);
+		if (res)
+			*id = (uint32_t)pw.pw_uid;
+		if (!res && !ret)
+			ret = ENOENT;
+	}
+	free(buf);
+	return ret > 0 ? -ret : ret;
+}
+
+/* Whose job: @job's share_group and owner into @m's share fields. 0 or -errno (set_err). */
+static int open_share(struct ldc *c, const struct ldc_job *job, struct ctl_job_open *m)
+{
+	int ret;
+
+	if (job->share_group && job->owner)
+		return set_err(c, -EINVAL, "job %s: share_group is for the job's owner, owner for "
+			       "another user joining it: not both", m->job);
+	if (job->share_group) {
+		m->share = CTL_SHARE_GROUP;
+		ret = name_id(job->share_group, 1, &m->share_gid);
+		if (ret < 0)
+			return set_err(c, ret, "job %s: share_group: %s: %s", m->job, job->share_group,
+				       ret == -ENOENT ? "no such group" : strerror(-ret));
+	}
+	if (job->owner) {
+		m->share = CTL_SHARE_JOIN;
+		ret = name_id(job->owner, 0, &m->owner_uid);
+		if (ret < 0)
+			return set_err(c, ret, "job %s: owner: %s: %s", m->job, job->owner,
+				       ret == -ENOENT ? "no such user" : strerror(-ret));
+	}
+	return 0;
+}
+
 int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 {
 	struct ctl_job_open m;
@@ -322,6 +389,8 @@ int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 	m.tail = job->tail;
 	m.on_bad = job->on_bad;
 	m.slots = job->slots;
+	if ((ret = open_share(c, job, &m)) < 0)
+		return ret;
 	struct ldc_token want = { .seed = job->seed, .world = job->world, .batch = job->batch,
 				  .sampling = job->sampling, .tail = job->tail,
 				  .transforms = job->transforms, .crop_h = job->crop_h,
@@ -539,6 +608,9 @@ int ldc_token(struct ldc *c, uint64_t step, void *buf, size_t cap)
 		return set_err(c, -ENOSPC, "a resume token needs %u bytes", LDC_TOKEN_SIZE);
 	if (step == LDC_TOKEN_NEXT)
 		step = c->next;
+	if (step > CTL_STEP_LIMIT)  /* a token no one could resume from (ctl.h) */
+		return set_err(c, -EINVAL, "step %llu is past the step limit %llu",
+			       (unsigned long long)step, (unsigned long long)CTL_STEP_LIMIT);
 	t = c->job;
 	t.epoch = step / t.steps_per_epoch;
 	t.step = step % t.steps_per_epoch;

@@ -50,6 +50,13 @@ struct ldc_job {
 				   * says; refused unless it is intact and made for this dataset and
 				   * job shape. Takes precedence over start_at. */
 	size_t token_len;
+	/* Whose job (ctl.h, enum ctl_share). Neither: this user's own job; no other user sees,
+	 * joins or squats it (another user's job of the same name is another job). */
+	const char *share_group;  /* this user's job, shared with this group (a name or a number,
+				   * one of this user's groups): its members may join it with owner */
+	const char *owner;        /* join another user's job that was shared with one of this
+				   * user's groups: the owner's user name or uid. Never creates the
+				   * job: its owner opens it first */
 };
 
 struct ldc_info {

@@ -81,15 +81,20 @@ int ldc_token_parse(const void *buf, size_t len, struct ldc_token *out, char *wh
 	/* A correct checksum only says the bytes are as written: the writer may have been wrong. */
 	if (t.reserved)
 		return refuse(why, whylen, -EBADMSG, "resume token: reserved: not zero");
-	if (t.steps_per_epoch == 0)
-		return refuse(why, whylen, -EBADMSG, "resume token: steps_per_epoch: 0");
+	if (t.steps_per_epoch == 0 || t.steps_per_epoch > CTL_STEP_LIMIT)
+		return refuse(why, whylen, -EBADMSG, "resume token: steps_per_epoch: %llu is not in "
+			      "1..%llu", (unsigned long long)t.steps_per_epoch,
+			      (unsigned long long)CTL_STEP_LIMIT);
 	if (t.step >= t.steps_per_epoch)
 		return refuse(why, whylen, -EBADMSG, "resume token: step: %llu is not below "
 			      "steps_per_epoch %llu", (unsigned long long)t.step,
 			      (unsigned long long)t.steps_per_epoch);
-	if (t.epoch > (UINT64_MAX - t.step) / t.steps_per_epoch)
-		return refuse(why, whylen, -EBADMSG, "resume token: epoch: %llu is out of range",
-			      (unsigned long long)t.epoch);
+	/* t.step < steps_per_epoch <= CTL_STEP_LIMIT: no underflow */
+	if (t.epoch > (CTL_STEP_LIMIT - t.step) / t.steps_per_epoch)
+		return refuse(why, whylen, -EBADMSG, "resume token: epoch: epoch %llu step %llu of "
+			      "%llu-step epochs is past the step limit %llu",
+			      (unsigned long long)t.epoch, (unsigned long long)t.step,
+			      (unsigned long long)t.steps_per_epoch, (unsigned long long)CTL_STEP_LIMIT);
 	if (t.world == 0 || t.world > CTL_WORLD_MAX)
 		return refuse(why, whylen, -EBADMSG, "resume token: world: %u", t.world);
 	if (t.batch == 0)

@@ -980,6 +980,232 @@ static void test_hostile_group_member_isolated(void **state)
 	assert_daemon_alive();
 }
 
+/* ---- jobs belong to their owner (issue 23, item 4) ---- */
+
+#define UID_A 64001u             /* two users of the daemon's group, with no passwd entries: */
+#define UID_B 64002u             /* the kernel needs none, and no account is made or left */
+#define GID_SHARE 64100u         /* a second group: A shares a job with it */
+
+/* What a user's child process is to do (struct who_act's op), and what it prints. */
+enum who_op {
+	W_OPEN_READ,      /* open @job (rank, batch, start), read @steps batches: "open=RET id=ID
+			   * first=STEP err" and, per batch, nothing unless it is wrong */
+	W_JOBS,           /* loaderctl jobs --json: "jobs=RET TEXT" */
+	W_STOP,           /* loaderctl stop @job: "stop=RET TEXT" */
+};
+
+struct who_act {
+	enum who_op op;
+	const char *job, *share_group, *owner;
+	uint32_t rank, world, batch;
+	int start_at;
+	uint64_t at_step, steps;
+};
+
+/* Run @act as uid @uid with groups @gids (the first is the primary) in a child; its words in
+ * @out. */
+static void as_user(uid_t uid, const gid_t *gids, int ngids, const struct who_act *act, char *out,
+		    size_t len)
+{
+	int p[2];
+
+	assert_int_equal(pipe(p), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		FILE *f = fdopen(p[1], "w");
+		char e[512], *t = NULL;
+		close(p[0]);
+		if (!f || setgroups((size_t)ngids, gids) < 0 || setgid(gids[0]) < 0 || setuid(uid) < 0)
+			_exit(2);
+		setvbuf(f, NULL, _IONBF, 0);
+		if (act->op == W_JOBS || act->op == W_STOP) {
+			int r = ldc_admin(sock, act->op == W_JOBS ? CTL_OP_JOBS : CTL_OP_STOP,
+					  CTL_ADMIN_JSON, act->job, &t, e, sizeof(e));
+			fprintf(f, "%s=%d %s", act->op == W_JOBS ? "jobs" : "stop", r, r == 0 ? t : e);
+			free(t);
+			_exit(0);
+		}
+		struct ldc *c;
+		struct ldc_info in;
+		struct ldc_job j = { .job = act->job, .dataset = ds, .batch = act->batch,
+				     .world = act->world, .rank = act->rank, .seed = 11,
+				     .start_at = act->start_at, .at_step = act->at_step,
+				     .share_group = act->share_group, .owner = act->owner };
+		if (ldc_connect(sock, &c, e, sizeof(e)) < 0) {
+			fprintf(f, "connect: %s", e);
+			_exit(3);
+		}
+		int r = ldc_open(c, &j, &in);
+		fprintf(f, "open=%d id=%" PRIu64 " first=%" PRIu64 " %s\n", r, r ? 0 : in.job_id,
+			r ? 0 : in.first_step, ldc_error(c));
+		for (uint64_t k = 0; r == 0 && k < act->steps; k++) {
+			struct ldc_batch b;
+			if (ldc_acquire(c, 10000, &b) < 0 || b.step != in.first_step + k ||
+			    b.count != act->batch || b.labels[0] != ld_label(b.ids[0]) ||
+			    ldc_release(c, &b) < 0) {
+				fprintf(f, "batch %" PRIu64 " wrong: %s\n", k, ldc_error(c));
+				_exit(4);
+			}
+		}
+		ldc_close(c);
+		_exit(0);
+	}
+	close(p[1]);
+	size_t n = 0;
+	ssize_t k;
+	while (n + 1 < len && (k = read(p[0], out + n, len - 1 - n)) > 0)
+		n += (size_t)k;
+	out[n] = '\0';
+	close(p[0]);
+	int st;
+	waitpid(pid, &st, 0);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fail_msg("uid %u: status 0x%x: %s", (unsigned)uid, st, out);
+}
+
+/* "open=0 id=N ...": N, or fail. */
+static uint64_t opened_id(const char *out)
+{
+	unsigned long long id;
+
+	if (sscanf(out, "open=0 id=%llu", &id) != 1)
+		fail_msg("expected an open: %s", out);
+	return id;
+}
+
+static void daemon_for_two_users(void)
+{
+	static const char *opts[] = { "--group", NULL, NULL };
+	const struct group *g = getgrgid(65534);
+
+	opts[1] = g->gr_name;
+	assert_int_equal(chmod(dir, 0711), 0);
+	assert_int_equal(chmod(ds, 0644), 0);
+	start(opts);
+}
+
+/* --group, two real uids of the group: a job is its owner's. B can neither list A's job, join it
+ * as a rank, read its data nor move its resume position; a name is per owner, so B opening the
+ * same name (even first: a squat) makes B's own job and A's opens are unaffected. Regression: a
+ * job was found by name alone, and B attached as a rank of A's job. */
+static void test_hostile_job_owned_by_its_uid(void **state)
+{
+	static const gid_t grp[] = { 65534 };
+	char out[8192];
+
+	(void)state;
+	if (geteuid() != 0 || !getgrgid(65534))
+		skip();
+	daemon_for_two_users();
+	/* A reads 3 steps of its job x (world 2), detaches: it resumes at 3 */
+	as_user(UID_A, grp, 1, &(struct who_act){ W_OPEN_READ, "x", NULL, NULL, 0, 2, 4, 0, 0, 3 },
+		out, sizeof(out));
+	uint64_t ax = opened_id(out);
+	/* B sees nothing of it */
+	as_user(UID_B, grp, 1, &(struct who_act){ .op = W_JOBS }, out, sizeof(out));
+	assert_non_null(strstr(out, "jobs=0 []"));
+	/* B cannot join it, as any rank or at any position: the same answer as no job at all */
+	as_user(UID_B, grp, 1, &(struct who_act){ W_OPEN_READ, "x", NULL, "64001", 1, 2, 4, 0, 0, 1 },
+		out, sizeof(out));
+	assert_non_null(strstr(out, "open=-2 "));
+	assert_non_null(strstr(out, "job x of uid 64001: no such job shared with a group of yours"));
+	as_user(UID_B, grp, 1, &(struct who_act){ W_OPEN_READ, "x", NULL, "64001", 0, 2, 4, 1, 40, 1 },
+		out, sizeof(out));
+	assert_non_null(strstr(out, "open=-2 "));
+	as_user(UID_B, grp, 1, &(struct who_act){ W_OPEN_READ, "nosuch", NULL, "64001", 0, 1, 4, 0, 0,
+						  0 }, out, sizeof(out));
+	assert_non_null(strstr(out, "job nosuch of uid 64001: no such job shared with a group of yours"));
+	/* B's own x: another job (another batch is no conflict), rank 0 moved to step 40 */
+	as_user(UID_B, grp, 1, &(struct who_act){ W_OPEN_READ, "x", NULL, NULL, 0, 2, 8, 1, 40, 1 },
+		out, sizeof(out));
+	uint64_t bx = opened_id(out);
+	assert_true(bx != ax);
+	assert_non_null(strstr(out, "first=40"));
+	/* B stops "x": its own; A's goes on */
+	as_user(UID_B, grp, 1, &(struct who_act){ .op = W_STOP, .job = "x" }, out, sizeof(out));
+	assert_non_null(strstr(out, "stop=0 "));
+	/* A's x is where A left it */
+	as_user(UID_A, grp, 1, &(struct who_act){ W_OPEN_READ, "x", NULL, NULL, 0, 2, 4, 0, 0, 1 },
+		out, sizeof(out));
+	assert_int_equal(opened_id(out), ax);
+	assert_non_null(strstr(out, "first=3 "));
+
+	/* a squat: B takes y first; A's y is A's own job, with A's spec */
+	as_user(UID_B, grp, 1, &(struct who_act){ W_OPEN_READ, "y", NULL, NULL, 0, 1, 8, 0, 0, 1 },
+		out, sizeof(out));
+	uint64_t by = opened_id(out);
+	as_user(UID_A, grp, 1, &(struct who_act){ W_OPEN_READ, "y", NULL, NULL, 0, 1, 4, 0, 0, 2 },
+		out, sizeof(out));
+	uint64_t ay = opened_id(out);
+	assert_true(ay != by);
+	assert_non_null(strstr(out, "first=0 "));
+	as_user(UID_A, grp, 1, &(struct who_act){ .op = W_JOBS }, out, sizeof(out));
+	assert_non_null(strstr(out, "\"job\":\"x\""));
+	assert_non_null(strstr(out, "\"job\":\"y\""));
+	assert_null(strstr(out, "\"uid\":64002"));
+	/* root sees both users' jobs, each with its owner */
+	char err[512], *all = NULL;
+	if (ldc_admin(sock, CTL_OP_JOBS, CTL_ADMIN_JSON, NULL, &all, err, sizeof(err)) < 0)
+		fail_msg("%s", err);
+	assert_non_null(strstr(all, "\"uid\":64001"));
+	assert_non_null(strstr(all, "\"uid\":64002"));
+	free(all);
+	assert_daemon_alive();
+}
+
+/* A job its owner shared with a group (ldc_job.share_group): a member of that group sees it and
+ * joins it as a rank (naming the owner), reads its data, cannot stop it; a user of the daemon's
+ * group who is not in that group neither sees nor joins it; nobody shares with a group they are
+ * not in; the owner's opens must agree on the sharing. */
+static void test_hostile_job_shared_with_group(void **state)
+{
+	static const gid_t both[] = { 65534, GID_SHARE }, one[] = { 65534 };
+	char out[8192], gid[16];
+
+	(void)state;
+	if (geteuid() != 0 || !getgrgid(65534))
+		skip();
+	snprintf(gid, sizeof(gid), "%u", GID_SHARE);
+	daemon_for_two_users();
+	as_user(UID_A, both, 2, &(struct who_act){ W_OPEN_READ, "s", gid, NULL, 0, 2, 4, 0, 0, 2 },
+		out, sizeof(out));
+	uint64_t as = opened_id(out);
+	/* B, a member: sees it, joins rank 1 of it, reads it */
+	as_user(UID_B, both, 2, &(struct who_act){ .op = W_JOBS }, out, sizeof(out));
+	assert_non_null(strstr(out, "\"job\":\"s\""));
+	assert_non_null(strstr(out, "\"uid\":64001,\"shared_gid\":64100"));
+	as_user(UID_B, both, 2, &(struct who_act){ W_OPEN_READ, "s", NULL, "64001", 1, 2, 4, 0, 0, 3 },
+		out, sizeof(out));
+	assert_int_equal(opened_id(out), as);
+	/* ... but does not stop it */
+	as_user(UID_B, both, 2, &(struct who_act){ .op = W_STOP, .job = "s" }, out, sizeof(out));
+	assert_non_null(strstr(out, "stop=-1 "));
+	assert_non_null(strstr(out, "only its owner stops it"));
+	/* B without that group: nothing */
+	as_user(UID_B, one, 1, &(struct who_act){ .op = W_JOBS }, out, sizeof(out));
+	assert_non_null(strstr(out, "jobs=0 []"));
+	as_user(UID_B, one, 1, &(struct who_act){ W_OPEN_READ, "s", NULL, "64001", 1, 2, 4, 0, 0, 1 },
+		out, sizeof(out));
+	assert_non_null(strstr(out, "open=-2 "));
+	/* nor may it share a job of its own with a group it is not in */
+	as_user(UID_B, one, 1, &(struct who_act){ W_OPEN_READ, "t", gid, NULL, 0, 1, 4, 0, 0, 0 },
+		out, sizeof(out));
+	assert_non_null(strstr(out, "open=-1 "));
+	assert_non_null(strstr(out, "share_gid: uid 64002 is not a member of group 64100"));
+	/* the owner's own opens agree on the sharing */
+	as_user(UID_A, both, 2, &(struct who_act){ W_OPEN_READ, "s", NULL, NULL, 1, 2, 4, 0, 0, 0 },
+		out, sizeof(out));
+	assert_non_null(strstr(out, "open=-17 "));
+	assert_non_null(strstr(out, "exists with another share"));
+	/* and the job is whole: A's rank 0 goes on where it was */
+	as_user(UID_A, both, 2, &(struct who_act){ W_OPEN_READ, "s", gid, NULL, 0, 2, 4, 0, 0, 1 },
+		out, sizeof(out));
+	assert_int_equal(opened_id(out), as);
+	assert_non_null(strstr(out, "first=2 "));
+	assert_daemon_alive();
+}
+
 /* ---- the hostile client ---- */
 
 static uint64_t rnd(uint64_t *x)
@@ -1493,6 +1719,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_hostile_world_65536_stats_whole, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_control_chars_escaped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_group_member_isolated, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_job_owned_by_its_uid, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_job_shared_with_group, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_random_client_beside_honest_job, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_stats_hammer_beside_honest_job, setup,

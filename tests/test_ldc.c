@@ -136,6 +136,7 @@ static void expect(struct fake *f, const char *what, int ret, const char *needle
 
 enum field {
 	F_SAMPLES, F_SPE, F_TOTAL, F_FIRST, F_RESERVED, F_UNBOUNDED_TOTAL, F_DEFAULT_FIRST,
+	F_UNBOUNDED_FIRST,
 	R_FIRST, R_RANK, R_SPE, R_TOTAL, R_JOB_ID, R_BATCH, R_SLOTS, R_DEFAULT_SLOTS, R_WIDTH,
 	R_NCHW
 };
@@ -166,6 +167,9 @@ static const struct open_case open_cases[] = {
 	{ "first_step - 1", F_FIRST, FIRST - 1, "first_step" },
 	{ "default start: first_step = steps_total", F_DEFAULT_FIRST, TOTAL, NULL },
 	{ "default start: first_step past the end", F_DEFAULT_FIRST, TOTAL + 1, "first_step" },
+	{ "unbounded: first_step at the step limit", F_UNBOUNDED_FIRST, CTL_STEP_LIMIT, NULL },
+	{ "unbounded: first_step past the step limit", F_UNBOUNDED_FIRST, CTL_STEP_LIMIT + 1,
+	  "step limit" },
 	{ "reserved 1", F_RESERVED, 1, "reserved" },
 	{ "ring first_step + 1", R_FIRST, FIRST + 1, "ring first_step" },
 	{ "ring rank 0", R_RANK, 0, "ring rank" },
@@ -217,6 +221,12 @@ static void apply(struct fake *f, const struct open_case *k)
 		f->job.start_at = 0;
 		f->ok.first_step = v;
 		f->d.first_step = v > TOTAL ? TOTAL : v;  /* the ring refuses a start past its end */
+		break;
+	case F_UNBOUNDED_FIRST:
+		f->job.epochs = 0;
+		f->job.start_at = 0;
+		f->ok.steps_total = f->d.steps_total = 0;
+		f->ok.first_step = f->d.first_step = v;
 		break;
 	case F_RESERVED:
 		f->ok.reserved[0] = v;

@@ -95,7 +95,7 @@ static void test_metrics_render_escapes_labels_and_is_well_formed(void **state)
 		{ .rank = 1 },  /* never attached: left out */
 	};
 	struct srv_job_snap job = { .name = "we\"ird\\job\n", .dataset = "/d/\"x\"\\y\nz.dpk",
-				    .world = 2, .batch = 4, .bad = 5, .ranks = ranks };
+				    .uid = 1234, .world = 2, .batch = 4, .bad = 5, .ranks = ranks };
 	struct srv_snapshot snap = { .uptime_ns = 12500000000, .workers = 3, .busy_ns = 1,
 				     .busy_share = 0.25, .mem_used = 1 << 20, .clients = 2,
 				     .ranks_attached = 1, .njobs = 1, .jobs = &job,
@@ -107,24 +107,25 @@ static void test_metrics_render_escapes_labels_and_is_well_formed(void **state)
 	assert_int_equal(ldr_metrics_render(&snap, &text, &len), 0);
 	assert_int_equal(strlen(text), len);
 	assert_well_formed(text);
-	const char *lbl = "{job=\"we\\\"ird\\\\job\\n\",rank=\"0\"}";
+	const char *lbl = "{job=\"we\\\"ird\\\\job\\n\",uid=\"1234\",rank=\"0\"}";
 	char want[256];
 	snprintf(want, sizeof(want), "\nloaderd_steps_total%s 7\n", lbl);
 	assert_has(text, want);
 	snprintf(want, sizeof(want), "\nloaderd_samples_total%s 28\n", lbl);
 	assert_has(text, want);
-	assert_has(text, "\nloaderd_job_info{job=\"we\\\"ird\\\\job\\n\","
+	assert_has(text, "\nloaderd_job_info{job=\"we\\\"ird\\\\job\\n\",uid=\"1234\","
 		   "dataset=\"/d/\\\"x\\\"\\\\y\\nz.dpk\"} 1\n");
-	assert_has(text, "\nloaderd_fill_seconds_total{job=\"we\\\"ird\\\\job\\n\",rank=\"0\","
-		   "phase=\"io\"} 1.500000000\n");
+	assert_has(text, "\nloaderd_fill_seconds_total{job=\"we\\\"ird\\\\job\\n\",uid=\"1234\","
+		   "rank=\"0\",phase=\"io\"} 1.500000000\n");
 	assert_has(text, "phase=\"decode\"} 1.250000001\n");
-	assert_has(text, "\nloaderd_ring_occupancy_ratio{job=\"we\\\"ird\\\\job\\n\",rank=\"0\"} 0.750000\n");
-	assert_has(text, "\nloaderd_ring_empty_seconds_total{job=\"we\\\"ird\\\\job\\n\",rank=\"0\"} "
-		   "0.000000042\n");
-	assert_has(text, "\nloaderd_batch_latency_seconds_total{job=\"we\\\"ird\\\\job\\n\","
+	assert_has(text, "\nloaderd_ring_occupancy_ratio{job=\"we\\\"ird\\\\job\\n\",uid=\"1234\","
+		   "rank=\"0\"} 0.750000\n");
+	assert_has(text, "\nloaderd_ring_empty_seconds_total{job=\"we\\\"ird\\\\job\\n\",uid=\"1234\","
+		   "rank=\"0\"} 0.000000042\n");
+	assert_has(text, "\nloaderd_batch_latency_seconds_total{job=\"we\\\"ird\\\\job\\n\",uid=\"1234\","
 		   "rank=\"0\"} 3.500000001\n");
 	assert_has(text, "# TYPE loaderd_batch_latency_seconds_total counter\n");
-	assert_has(text, "\nloaderd_bad_records_total{job=\"we\\\"ird\\\\job\\n\"} 5\n");
+	assert_has(text, "\nloaderd_bad_records_total{job=\"we\\\"ird\\\\job\\n\",uid=\"1234\"} 5\n");
 	assert_has(text, "\nloaderd_uptime_seconds 12.500000000\n");
 	assert_has(text, "# TYPE loaderd_samples_total counter\n");
 	assert_has(text, "# TYPE loaderd_ring_memory_bytes gauge\nloaderd_ring_memory_bytes 1048576\n");

@@ -198,6 +198,76 @@ static void test_srv_job_start_at_fills_nothing_before(void **state)
 	open_fails(&j, -EINVAL, "past the job's end");
 }
 
+/* Step arithmetic (issue 23, item 7): every position a job open makes, its first step and its end
+ * (start_epoch, epochs) or a start AT, is at most CTL_STEP_LIMIT; at the limit the job serves,
+ * one past it the open is refused naming the field. Regression: a start at step 2^64 - 1 was
+ * accepted and the next step wrapped to 0 (the log blamed the consumer), and start_epoch 2^63 of
+ * a 2-step epoch became epoch 0. Epochs of 1 step (pattern:4) and of 2 (pattern:8), batch 4. */
+static void test_srv_job_step_limit_exact(void **state)
+{
+	const uint64_t L = CTL_STEP_LIMIT;
+	static const struct {
+		const char *ds;
+		uint64_t start_epoch;
+		uint32_t epochs;
+		int at;                   /* start AT (at_epoch, at_step) */
+		uint64_t at_epoch, at_step;
+		uint64_t first, total;    /* when it opens: first step, steps_total */
+		const char *needle;       /* else: the refusal */
+	} cases[] = {
+		/* unbounded from start_epoch: the first step at the limit serves */
+		{ "pattern:4", L, 0, 0, 0, 0, L, 0, NULL },
+		{ "pattern:4", L + 1, 0, 0, 0, 0, 0, 0, "start_epoch: 4611686018427387905" },
+		{ "pattern:8", L / 2, 0, 0, 0, 0, L, 0, NULL },
+		{ "pattern:8", L / 2 + 1, 0, 0, 0, 0, 0, 0, "start_epoch: 2305843009213693953 of 2 "
+		  "steps starts at step" },
+		/* bounded: the end at the limit serves */
+		{ "pattern:4", L - 1, 1, 0, 0, 0, L - 1, L, NULL },
+		{ "pattern:4", L - 1, 2, 0, 0, 0, 0, 0, "start_epoch: 4611686018427387903 (+ 2 epochs)" },
+		{ "pattern:8", L / 2 - 1, 1, 0, 0, 0, L - 2, L, NULL },
+		{ "pattern:8", L / 2, 1, 0, 0, 0, 0, 0, "start_epoch: 2305843009213693952 + 1 epochs "
+		  "of 2 steps end at step" },
+		{ "pattern:8", 1ull << 63, 1, 0, 0, 0, 0, 0, "start_epoch: 9223372036854775808" },
+		/* start AT */
+		{ "pattern:8", 0, 0, 1, L / 2, 0, L, 0, NULL },
+		{ "pattern:8", 0, 0, 1, L / 2, 1, 0, 0, "at_epoch: epoch 2305843009213693952 step 1 of "
+		  "2-step epochs is past the step limit" },
+		{ "pattern:4", 0, 0, 1, L, 0, L, 0, NULL },
+		{ "pattern:4", 0, 0, 1, L + 1, 0, 0, 0, "at_epoch: 4611686018427387905 is past" },
+		{ "pattern:4", 0, 0, 1, UINT64_MAX, 0, 0, 0, "at_epoch: 18446744073709551615 is past" },
+	};
+
+	(void)state;
+	start_server(NULL);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "lim%zu", i);
+		struct ldc_job j = mkjob(name, cases[i].ds, 4, 0, 1, cases[i].epochs);
+		j.start_epoch = cases[i].start_epoch;
+		j.start_at = cases[i].at;
+		j.at_epoch = cases[i].at_epoch;
+		j.at_step = cases[i].at_step;
+		if (cases[i].needle) {
+			open_fails(&j, -EINVAL, cases[i].needle);
+			continue;
+		}
+		struct ldc *c = cli_connect();
+		struct ldc_info in;
+		open_ok(c, &j, &in);
+		assert_int_equal(in.first_step, cases[i].first);
+		assert_int_equal(in.steps_total, cases[i].total);
+		struct expect e = expect_of(&in, 0);
+		uint64_t to = cases[i].total ? cases[i].total : cases[i].first + 2;
+		consume_ok(c, &e, cases[i].first, to);  /* the steps after it do not wrap */
+		/* ldc_token makes a token for a position at the limit, none past it */
+		uint8_t tok[LDC_TOKEN_SIZE];
+		assert_int_equal(ldc_token(c, L, tok, sizeof(tok)), LDC_TOKEN_SIZE);
+		assert_int_equal(ldc_token(c, L + 1, tok, sizeof(tok)), -EINVAL);
+		assert_has(ldc_error(c), "step 4611686018427387905 is past the step limit");
+		cli_close(c);
+	}
+}
+
 /* A rank that comes back with a position starts there, not where loaderd last saw it: its
  * checkpoint is the authority on what was consumed. */
 static void test_srv_job_start_at_overrides_reattach_resume(void **state)
@@ -723,7 +793,7 @@ static void test_srv_ctl_bad_job_open_fields_refused(void **state)
 		{ "rank >= world", "rank: 2 is not below world size 2" },
 		{ "batch 0", "batch: 0" },
 		{ "job name not NUL-terminated", "job: empty, not NUL-terminated" },
-		{ "reserved not zero", "reserved[1]" },
+		{ "reserved not zero", "reserved: not zero" },
 		{ "junk after the dataset's NUL", "dataset: " },
 		{ "job name with '/'", "job: only letters" },
 		{ "world 0", "world: 0" },
@@ -731,6 +801,10 @@ static void test_srv_ctl_bad_job_open_fields_refused(void **state)
 		{ "crop_h without crop_w", "crop: 8x0" },
 		{ "unknown transform bit", "transforms: unknown bits 0x100" },
 		{ "unknown sampling", "sampling: unknown mode 99" },
+		{ "start_epoch past the step limit", "start_epoch: 4611686018427387905" },
+		{ "at_epoch 2^64 - 1", "at_epoch: 18446744073709551615 is past the step limit" },
+		{ "unknown share mode", "share: unknown mode 3" },
+		{ "owner_uid without a join", "owner_uid: for share JOIN only" },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -740,7 +814,7 @@ static void test_srv_ctl_bad_job_open_fields_refused(void **state)
 		case 0: m.world = 2; m.rank = 2; break;
 		case 1: m.batch = 0; break;
 		case 2: memset(m.job, 'a', sizeof(m.job)); break;
-		case 3: m.reserved[1] = 1; break;
+		case 3: m.reserved = 1; break;
 		case 4: m.dataset[sizeof(m.dataset) - 1] = 'x'; break;
 		case 5: memset(m.job, 0, sizeof(m.job)); memcpy(m.job, "a/b", 3); break;
 		case 6: m.world = 0; break;
@@ -748,6 +822,10 @@ static void test_srv_ctl_bad_job_open_fields_refused(void **state)
 		case 8: m.crop_h = 8; break;
 		case 9: m.transforms = 0x100; break;
 		case 10: m.sampling = 99; break;
+		case 11: m.start_epoch = CTL_STEP_LIMIT + 1; break;
+		case 12: m.start = CTL_START_AT; m.at_epoch = UINT64_MAX; break;
+		case 13: m.share = 3; break;
+		case 14: m.owner_uid = 1000; break;
 		}
 		int fd = raw_connect();
 		assert_int_equal(ctl_send(fd, CTL_JOB_OPEN, &m, sizeof(m), NULL, 0), 0);
@@ -1644,6 +1722,7 @@ int main(void)
 		T(test_srv_job_start_epoch_offsets_steps),
 		T(test_srv_job_start_at_fills_nothing_before),
 		T(test_srv_job_start_at_overrides_reattach_resume),
+		T(test_srv_job_step_limit_exact),
 		T(test_srv_token_resumes_a_fresh_job),
 		T(test_srv_ranks_read_concurrently),
 		T(test_srv_rank_stalled_does_not_block_other),

@@ -176,6 +176,46 @@ static void test_token_inconsistent_fields_refused(void **state)
 	}
 }
 
+/* A token's position, epoch * steps_per_epoch + step, is at most CTL_STEP_LIMIT (ctl.h): at the
+ * limit it parses, one step past it it is refused naming the field, whatever the epoch's length.
+ * Regression: the bound was 2^64 - 1, so a token could name a step whose next step wraps. */
+static void test_token_step_limit_exact(void **state)
+{
+	const uint64_t L = CTL_STEP_LIMIT;
+	static const struct {
+		uint64_t spe, epoch, step;
+		const char *needle;       /* NULL: parses */
+	} cases[] = {
+		{ 782, (L - 41) / 782, 41, NULL },
+		{ 782, (L - 41) / 782 + 1, 41, "epoch: epoch 5897296698756251 step 41 of 782-step" },
+		{ 1, L, 0, NULL },
+		{ 1, L + 1, 0, "epoch: epoch 4611686018427387905 step 0" },
+		{ 1, UINT64_MAX, 0, "past the step limit 4611686018427387904" },
+		{ 2, 1ull << 63, 0, "epoch: epoch 9223372036854775808" },
+		{ L, 1, 0, NULL },
+		{ L, 0, L - 1, NULL },
+		{ L, 1, 1, "epoch: epoch 1 step 1" },
+		{ L + 1, 0, 0, "steps_per_epoch: 4611686018427387905 is not in 1..4611686018427387904" },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct ldc_token t = good(), out;
+		char why[256] = "";
+		t.steps_per_epoch = cases[i].spe;
+		t.epoch = cases[i].epoch;
+		t.step = cases[i].step;
+		ldc_token_seal(&t);
+		if (cases[i].needle) {
+			refused(&t, sizeof(t), -EBADMSG, cases[i].needle);
+		} else if (ldc_token_parse(&t, sizeof(t), &out, why, sizeof(why)) != 0) {
+			fail_msg("case %zu: epoch %llu step %llu of %llu: refused: %s", i,
+				 (unsigned long long)t.epoch, (unsigned long long)t.step,
+				 (unsigned long long)t.steps_per_epoch, why);
+		}
+	}
+}
+
 /* Does @t match @job changed by @edit? Expect -EINVAL naming @needle. */
 static void mismatch(const struct ldc_token *job, const char *needle)
 {
@@ -230,6 +270,7 @@ int main(void)
 		cmocka_unit_test(test_token_tampered_refused),
 		cmocka_unit_test(test_token_every_byte_flip_refused),
 		cmocka_unit_test(test_token_inconsistent_fields_refused),
+		cmocka_unit_test(test_token_step_limit_exact),
 		cmocka_unit_test(test_token_other_job_refused),
 		cmocka_unit_test(test_token_match_ignores_position_and_unknowns),
 	};

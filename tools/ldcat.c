@@ -49,6 +49,11 @@ static void usage(FILE *f)
 "  --tail P             pad (default), drop or mask: what happens to the last partial round\n"
 "  --on-bad P           substitute (default) or fail: what a bad record does\n"
 "  --slots N            ring depth (default: loaderd's)\n"
+"  --share-group G      let members of group G (name or gid) join this job as ranks (loaderd\n"
+"                       --group); by default a job is this user's alone: other users neither\n"
+"                       see nor join it, and their jobs of the same name are other jobs\n"
+"  --owner USER         join USER's job (name or uid), shared with one of this user's groups\n"
+"                       (its owner opens it first, with --share-group)\n"
 "  --steps N            stop after N steps and exit 0 without finishing the job\n"
 "  --timeout-ms MS      longest wait for one batch (default 30000)\n"
 "  --help               this text\n"
@@ -68,7 +73,7 @@ static int pick(const char *s, const char *const *names, uint32_t *out)
 
 enum { O_SOCKET = 256, O_DATASET, O_JOB, O_RANK, O_WORLD, O_BATCH, O_CROP, O_TF, O_FLIP,
        O_NCHW, O_SEED, O_EPOCHS, O_START, O_SAMPLING, O_TAIL, O_BAD, O_SLOTS, O_STEPS,
-       O_TIMEOUT };
+       O_TIMEOUT, O_SHARE, O_OWNER };
 static const struct option long_opts[] = {
 	{ "socket", required_argument, NULL, O_SOCKET },
 	{ "dataset", required_argument, NULL, O_DATASET },
@@ -89,6 +94,8 @@ static const struct option long_opts[] = {
 	{ "slots", required_argument, NULL, O_SLOTS },
 	{ "steps", required_argument, NULL, O_STEPS },
 	{ "timeout-ms", required_argument, NULL, O_TIMEOUT },
+	{ "share-group", required_argument, NULL, O_SHARE },
+	{ "owner", required_argument, NULL, O_OWNER },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -155,7 +162,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 			bad = arg_u64(optarg, 0, UINT32_MAX, &v);
 			job->epochs = (uint32_t)v;
 			break;
-		case O_START: bad = arg_u64(optarg, 0, UINT64_MAX, &job->start_epoch); break;
+		case O_START: bad = arg_u64(optarg, 0, CTL_STEP_LIMIT, &job->start_epoch); break;
 		case O_SAMPLING: bad = pick(optarg, samplings, &job->sampling); break;
 		case O_TAIL: bad = pick(optarg, tails, &job->tail); break;
 		case O_BAD: bad = pick(optarg, bads, &job->on_bad); break;
@@ -165,6 +172,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case O_STEPS: bad = arg_u64(optarg, 1, UINT64_MAX, &a->max_steps); break;
 		case O_TIMEOUT: bad = arg_u64(optarg, 0, INT_MAX, &a->timeout_ms); break;
+		case O_SHARE: job->share_group = optarg; break;
+		case O_OWNER: job->owner = optarg; break;
 		case 'h':
 			usage(stdout);
 			return 0;

@@ -66,7 +66,7 @@ static void open_job(struct trn_data *d, const struct trn_opts *o, int rank, int
 			     .tail = CTL_TAIL_MASK, .slots = (uint32_t)o->slots,
 			     .epochs = (uint32_t)o->epochs,
 			     /* exactly step 0 when not resuming, even if a job of this name lingers */
-			     .start_at = 1 };
+			     .start_at = 1, .share_group = o->share_group, .owner = o->owner };
 	if (start && !start->token)
 		trn_die("the checkpoint has no loader token (written by a --synthetic run)");
 	if (start) {

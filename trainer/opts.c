@@ -39,6 +39,9 @@ static void usage(FILE *f)
 "  --classes N          classes (default: from --dataset, with --synthetic too; else 10)\n"
 "  --job NAME           loaderd job name (default: derived from dataset, seed, batch, world)\n"
 "  --slots N            ring depth asked of loaderd (default: loaderd's)\n"
+"  --share-group G      let members of group G join this job as ranks (loaderd --group); by\n"
+"                       default a job is this user's alone\n"
+"  --owner USER         join USER's job, shared with one of this user's groups (--share-group)\n"
 "  --warmup N           steps left out of the figures (default 10%% of the steps, at most 20)\n"
 "  --trace FILE         Chrome trace (Perfetto) of every rank's steps\n"
 "  --report-json FILE   rank 0 writes the report (per-rank, per-phase figures, thresholds,\n"
@@ -121,7 +124,8 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 		{ "report-json", 1, 0, 'R' }, { "log-samples", 1, 0, 'g' },
 		{ "checkpoint-dir", 1, 0, 'x' }, { "checkpoint-every", 1, 0, 'X' },
 		{ "resume", 0, 0, 'Z' }, { "log-consumed", 1, 0, 'G' },
-		{ "inject-kill-at", 1, 0, 'Q' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "inject-kill-at", 1, 0, 'Q' }, { "share-group", 1, 0, 256 }, { "owner", 1, 0, 257 },
+		{ "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
 
@@ -152,6 +156,8 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 		case 'C': o->classes = (int)parse_long("classes", optarg, 2, 1 << 24); break;
 		case 'j': o->job = optarg; break;
 		case 'r': o->slots = (int)parse_long("slots", optarg, 2, 1024); break;
+		case 256: o->share_group = optarg; break;
+		case 257: o->owner = optarg; break;
 		case 'w': o->warmup = (int)parse_long("warmup", optarg, 0, 1 << 30); break;
 		case 'P': o->dump = optarg; break;
 		case 'R': o->report_json = optarg; break;

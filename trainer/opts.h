@@ -7,6 +7,7 @@
 
 struct trn_opts {
 	const char *socket, *dataset, *model, *device, *backend, *trace, *job, *dump, *report_json;
+	const char *share_group, *owner;  /* loaderd job sharing (shm/ldc.h); NULL: not asked */
 	const char *log_samples;    /* --log-samples PREFIX: rank r writes PREFIX.r */
 	int batch, crop, accum, prefetch, classes, slots, warmup, log_every;
 	long steps, epochs;        /* one of them; steps default 100 */

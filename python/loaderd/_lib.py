@@ -67,6 +67,8 @@ class ldc_job(ctypes.Structure):
         ("at_step", c_u64),
         ("token", ctypes.c_void_p),
         ("token_len", ctypes.c_size_t),
+        ("share_group", ctypes.c_char_p),
+        ("owner", ctypes.c_char_p),
     ]
 
 
@@ -198,9 +200,9 @@ PHASES = ("io_ns", "decode_ns")
 # x86-64/aarch64 LP64 layout of shm/ldc.h). A field added on either side without the other shows
 # up here, before any byte crosses.
 ABI = {
-    ldc_job: (120, {"batch": 16, "seed": 32, "rank": 40, "slots": 60, "epochs": 64,
+    ldc_job: (136, {"batch": 16, "seed": 32, "rank": 40, "slots": 60, "epochs": 64,
                     "start_epoch": 72, "start_at": 80, "at_epoch": 88, "token": 104,
-                    "token_len": 112}),
+                    "token_len": 112, "share_group": 120, "owner": 128}),
     ldc_info: (64, {"samples": 32, "ring": 40, "dataset_id": 48}),
     ldc_token: (TOKEN_SIZE, {"dataset": 32, "world": 64, "check": 96}),
     ldc_batch: (72, {"count": 24, "flags": 28, "sample_flags": 32, "labels": 40, "ids": 48,

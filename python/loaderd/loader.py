@@ -218,6 +218,11 @@ class Loader:
       on_bad        "substitute" (default: a bad record is replaced, flagged SUBSTITUTED) or
                     "fail".
       slots         ring depth (batches loaderd may prepare ahead); 0: the daemon's default.
+      share_group   a group (name or gid) whose members may join this job (loaderd --group);
+                    None: the job is this user's alone, unseen by other users, and another
+                    user's job of the same name is another job.
+      owner         join another user's job (user name or uid) that its owner opened with
+                    share_group= one of this user's groups; it never creates the job.
       return_meta   yield Batch objects (images, labels, ids, flags, weights, step, ...)
                     instead of (images, labels) tuples.
       copy          yield copies instead of views (and release each slot at once).
@@ -239,7 +244,8 @@ class Loader:
     def __init__(self, socket, dataset, batch_size, crop=224, *, rank=None, world_size=None,
                  seed=0, job=None, transforms=None, layout="NHWC", epochs=None,
                  sampling="shuffle", tail="pad", on_bad="substitute", slots=0,
-                 return_meta=False, copy=False, output=None, pin_memory=None, timeout=None,
+                 share_group=None, owner=None, return_meta=False, copy=False, output=None,
+                 pin_memory=None, timeout=None,
                  device=None, profile=None):
         self.socket = os.fspath(socket) if socket is not None else default_socket()
         self.dataset = os.path.abspath(os.fspath(dataset))
@@ -274,6 +280,11 @@ class Loader:
         self.slots = int(slots)
         if self.slots == 1 or not 0 <= self.slots <= 1024:
             raise ValueError(f"slots: {slots} is not in 2..1024 (0 = loaderd's default)")
+        if share_group is not None and owner is not None:
+            raise ValueError("share_group is for the job's owner, owner for another user "
+                             "joining it: not both")
+        self.share_group = None if share_group is None else str(share_group)
+        self.owner = None if owner is None else str(owner)
         self.return_meta = bool(return_meta)
         self.copy = bool(copy)
         self.timeout = timeout
@@ -553,6 +564,12 @@ class Loader:
         j.rank, j.world = self.rank, self.world_size
         j.sampling, j.tail, j.on_bad = self._sampling, self._tail, self._on_bad
         j.slots = self.slots
+        if self.share_group is not None:
+            j._keep.append(self.share_group.encode())
+            j.share_group = j._keep[-1]
+        if self.owner is not None:
+            j._keep.append(self.owner.encode())
+            j.owner = j._keep[-1]
         j.epochs = self.epochs if self.epochs is not None else 0
         j.start_epoch = 0
         # Always an exact start: loaderd computes that step's samples directly.

@@ -2,6 +2,7 @@
 an epoch sees every sample once with its ImageFolder label; the ring views hold the right bytes;
 state_dict()/load_state_dict() resume exactly; a killed daemon raises within a second."""
 import gc
+import json
 import os
 import shutil
 import signal
@@ -361,3 +362,21 @@ def test_timeout_on_a_stalled_daemon(daemon, imagefolder):
         finally:
             os.kill(daemon.proc.pid, signal.SIGCONT)
         assert next(iter(it)).step == taken[-1] + 1
+
+
+def test_share_group_and_owner_reach_loaderd(daemon, bins, imagefolder):
+    """share_group= opens the job shared (loaderctl shows the group); owner= joins another
+    user's job and never creates one (issue 23, item 4; the two-user case is test_hostile)."""
+    gid = os.getgid()
+    with loader(daemon, imagefolder, job="shared-py", share_group=str(gid)) as it:
+        next(iter(it))
+        out = subprocess.run([str(bins / "loaderctl"), "--socket", daemon.sock, "--json", "jobs"],
+                             check=True, capture_output=True, text=True).stdout
+        job = [j for j in json.loads(out) if j["job"] == "shared-py"]
+        assert job and job[0]["shared_gid"] == gid and job[0]["uid"] == os.getuid()
+    with pytest.raises(loaderd.LoaderdError, match="no such job shared with a group of yours"):
+        loader(daemon, imagefolder, job="nobodys", owner=str(os.getuid() + 1)).open()
+    with pytest.raises(loaderd.LoaderdError, match="share_group: no-such-group-xyz: no such group"):
+        loader(daemon, imagefolder, share_group="no-such-group-xyz").open()
+    with pytest.raises(ValueError, match="not both"):
+        loader(daemon, imagefolder, share_group="0", owner="0")
