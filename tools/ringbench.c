@@ -1,9 +1,9 @@
 /* ringbench.c - how close does the batch ring (shm/ring.c) come to the machine's memory bandwidth,
  * and how long does a hand-off take? A producer process writes every byte of each slot, a consumer
  * process reads every byte; the same run measures single-core memcpy bandwidth as the yardstick,
- * and the same hand-off between the same two CPUs without the ring (spinning on plain sequence
- * numbers) as the ceiling. Last line: `ringbench: gbps=X memcpy_gbps=Y ratio=Z p99_us=W
- * xfer_gbps=V ring_vs_xfer=U` (GB = 10^9 bytes). What the two ratios mean: docs/RING.md,
+ * and the same hand-off between the same two CPUs without the ring (plain sequence numbers, spin
+ * then futex) as the ceiling. Last line: `ringbench: gbps=X memcpy_gbps=Y ratio=Z p99_us=W
+ * xfer_gbps=V ring_vs_xfer=U c2c_ns=L` (GB = 10^9 bytes). What the two ratios mean: docs/RING.md,
  * Throughput.
  *
  * DESIGN
@@ -51,6 +51,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <linux/futex.h>
 #include <math.h>
 #include <poll.h>
 #include <sched.h>
@@ -63,6 +64,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -119,12 +121,13 @@ static void usage(FILE *f)
 "byte. Measures, in one run: single-core memcpy bandwidth (the yardstick), ring throughput\n"
 "(streaming), and hand-off latency (ping-pong: publish to acquire returning, with the\n"
 "consumer already waiting), and the same hand-off between the same two CPUs\n"
-"without the ring (plain shared memory, each side spinning: the ceiling). Last line:\n"
-"  ringbench: gbps=X memcpy_gbps=Y ratio=Z p99_us=W xfer_gbps=V ring_vs_xfer=U\n"
+"without the ring (plain sequence numbers, spin then futex: the ceiling). Last line:\n"
+"  ringbench: gbps=X memcpy_gbps=Y ratio=Z p99_us=W xfer_gbps=V ring_vs_xfer=U c2c_ns=L\n"
 "gbps, memcpy_gbps and xfer_gbps are GB/s (10^9 bytes/s) of payload handed over /\n"
 "copied / handed over without the ring; ratio = gbps / memcpy_gbps; ring_vs_xfer =\n"
 "gbps / xfer_gbps (0 when not measured: fewer than two CPUs); p99_us is the ping-pong\n"
-"hand-off p99 in microseconds. On an idle machine a ring_vs_xfer under %.2f is warned\n"
+"hand-off p99 in microseconds; c2c_ns the one-way latency of a cache line between the\n"
+"two CPUs (0: not measured). On an idle machine a ring_vs_xfer under %.2f is warned\n"
 "about (docs/RING.md, Throughput).\n"
 "\n"
 "options:\n"
@@ -842,19 +845,26 @@ static int produce(struct bench *b, uint64_t *step, uint64_t count, uint64_t unt
 /* What no ring can beat on these two CPUs: the producer's CPU writes a slot (fill(), as the ring's
  * producer does), the consumer's CPU reads it (reduce_xor(), as the ring's consumer does), over
  * @slots slots of the same size in shared memory, each side told by a per-slot sequence number on
- * its own cache line that it spins on. No futex, no state words, no checks: the bytes have to
- * cross from one core's caches to the other's, and that, not the ring, is what bounds the ring's
- * throughput. On this kind of machine it is a property of where the two CPUs sit (sharing a last
- * level cache or not), not of the code: see docs/RING.md, "Throughput". */
+ * its own cache line. A side that waits spins for XFER_SPIN pauses, then sleeps on the number
+ * (futex, 1 ms at a time); each store is followed by a wake. That is the least any hand-off between
+ * processes can do: no state words, no checks, no slot header; a waiter that only spun would lose
+ * its CPU to other tasks on a busy machine, where a sleeper gets it back when woken (as the ring's
+ * sides do). The bytes have to cross from one core's caches to the other's, and that, not the
+ * ring, is what bounds the ring's throughput. It depends on where the two CPUs sit (sharing a last
+ * level cache or not), not on the code: see docs/RING.md, "Throughput". */
 #define XFER_SECONDS 1.0
 #define XFER_LINE 64u
+#define C2C_BATCHES 10            /* core-to-core latency: the fastest of 10 batches ... */
+#define C2C_ROUNDS 2000           /* ... of 2000 round trips of one cache line */
+#define XFER_SPIN 1024            /* pauses before a waiter sleeps (tens of microseconds at most) */
 
-struct xfer_ctl {                 /* line 0 of the yardstick's control area */
-	_Atomic uint64_t total;       /* steps the producer publishes; UINT64_MAX until it knows */
-	_Atomic uint64_t done;        /* consumer: 1 ok, 2 failed (gave up waiting) */
+struct xfer_ctl {                 /* lines 0 and 1 of the yardstick's control area */
+	_Atomic uint32_t total;       /* steps the producer publishes; UINT32_MAX until it knows */
+	_Atomic uint32_t done;        /* consumer: 1 ok, 2 failed (gave up waiting) */
 	uint64_t steps, ns;           /* consumer: measured steps and their time */
 	uint64_t runq_ns;             /* consumer: run-queue wait during its loop */
 	uint64_t sink;
+	_Atomic uint32_t ball __attribute__((aligned(64)));  /* the latency ping-pong's line */
 };
 
 static inline void cpu_relax(void)
@@ -866,35 +876,50 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Spin until *@w >= @want (acquire). 0, or -ETIMEDOUT after WAIT_MS; with @total, -ENODATA once
- * *@total <= @step (the producer stopped before @step). */
-static int spin_until(_Atomic uint64_t *w, uint64_t want, _Atomic uint64_t *total, uint64_t step)
+/* Wait until *@w >= @want (acquire): spin XFER_SPIN pauses, then sleep on @w 1 ms at a time. 0, or
+ * -ETIMEDOUT after WAIT_MS; with @total, -ENODATA once *@total <= @step (the producer stopped
+ * before @step). */
+static int xwait(_Atomic uint32_t *w, uint32_t want, _Atomic uint32_t *total, uint32_t step)
 {
+	const struct timespec ms = { 0, 1000000 };
 	uint64_t deadline = 0;
 
 	for (unsigned k = 1;; k++) {
-		if (atomic_load_explicit(w, memory_order_acquire) >= want)  /* pairs: the peer's store */
+		uint32_t v = atomic_load_explicit(w, memory_order_acquire);  /* pairs: xpost */
+		if (v >= want)
 			return 0;
 		if (total && atomic_load_explicit(total, memory_order_acquire) <= step)
 			return -ENODATA;
-		cpu_relax();
-		if (k % 4096 == 0) {
-			uint64_t now = clk_now_ns();
-			if (!deadline)
-				deadline = now + (uint64_t)WAIT_MS * 1000000;
-			else if (now >= deadline)
-				return -ETIMEDOUT;
+		if (k < XFER_SPIN) {
+			cpu_relax();
+			continue;
 		}
+		uint64_t now = clk_now_ns();
+		if (!deadline)
+			deadline = now + (uint64_t)WAIT_MS * 1000000;
+		else if (now >= deadline)
+			return -ETIMEDOUT;
+		syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, v, &ms, NULL, 0);
 	}
+}
+
+/* Store @v (release: pairs with the acquire load in xwait) and wake a sleeping waiter. */
+static void xpost(_Atomic uint32_t *w, uint32_t v)
+{
+	atomic_store_explicit(w, v, memory_order_release);
+	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
 /* Bytes handed over per second (GB/s) from this process's CPU to @cpu_c, measured by the consumer
  * as the ring's streaming phase is (first acquire to last release, after 2 x @slots warm-up steps).
- * *@runq_ns: both sides' run-queue wait meanwhile. 0 when it could not be measured (logged). */
-static double xfer_gbps(const struct opts *o, int cpu_c, uint64_t *runq_ns)
+ * *@runq_ns: both sides' run-queue wait meanwhile. *@c2c_ns: then the one-way core-to-core latency
+ * of a cache line (half the fastest batch's mean round trip), which says where the two CPUs sit:
+ * a few tens of ns within one last-level cache, 100 ns or more across (AMD: another CCX). 0 when
+ * it could not be measured (logged). */
+static double xfer_gbps(const struct opts *o, int cpu_c, uint64_t *runq_ns, double *c2c_ns)
 {
 	size_t n = (size_t)o->slot_bytes, stride = (n + 4095) & ~(size_t)4095;
-	size_t ctl_bytes = ((size_t)XFER_LINE * (1 + 2 * (size_t)o->slots) + 4095) & ~(size_t)4095;
+	size_t ctl_bytes = ((size_t)XFER_LINE * (2 + 2 * (size_t)o->slots) + 4095) & ~(size_t)4095;
 	size_t len = ctl_bytes + stride * o->slots;
 	uint64_t warm = 2ull * o->slots;
 	double gbps = 0;
@@ -906,11 +931,11 @@ static double xfer_gbps(const struct opts *o, int cpu_c, uint64_t *runq_ns)
 		return 0;
 	}
 	struct xfer_ctl *ctl = (struct xfer_ctl *)(void *)m;
-#define XPUB(i) ((_Atomic uint64_t *)(void *)(m + XFER_LINE * (1 + 2 * (size_t)(i))))
-#define XREL(i) ((_Atomic uint64_t *)(void *)(m + XFER_LINE * (2 + 2 * (size_t)(i))))
+#define XPUB(i) ((_Atomic uint32_t *)(void *)(m + XFER_LINE * (2 + 2 * (size_t)(i))))
+#define XREL(i) ((_Atomic uint32_t *)(void *)(m + XFER_LINE * (3 + 2 * (size_t)(i))))
 #define XSLOT(i) (m + ctl_bytes + stride * (size_t)(i))
 	memset(m, 0, len);  /* fault every page in, as the ring's producer does */
-	atomic_store(&ctl->total, UINT64_MAX);
+	atomic_store(&ctl->total, UINT32_MAX);
 	fflush(stdout);
 	pid_t parent = getpid(), child = fork();
 	if (child < 0) {
@@ -925,15 +950,14 @@ static double xfer_gbps(const struct opts *o, int cpu_c, uint64_t *runq_ns)
 		ctl->runq_ns = runq_wait_ns();
 		for (s = 0;; s++) {
 			uint64_t i = s % o->slots, lap = s / o->slots;
-			ret = spin_until(XPUB(i), lap + 1, &ctl->total, s);
+			ret = xwait(XPUB(i), (uint32_t)lap + 1, &ctl->total, (uint32_t)s);
 			if (ret < 0)
 				break;
 			uint64_t t = clk_now_ns();
 			if (s == warm)
 				t_first = t;
 			sink ^= reduce_xor(XSLOT(i), n);
-			/* release: pairs with the producer's acquire in spin_until */
-			atomic_store_explicit(XREL(i), lap + 1, memory_order_release);
+			xpost(XREL(i), (uint32_t)lap + 1);
 			t_last = clk_now_ns();
 		}
 		ctl->runq_ns = runq_wait_ns() - ctl->runq_ns;
@@ -941,24 +965,40 @@ static double xfer_gbps(const struct opts *o, int cpu_c, uint64_t *runq_ns)
 		ctl->ns = t_last - t_first;
 		ctl->sink = sink;
 		atomic_store_explicit(&ctl->done, ret == -ENODATA ? 1 : 2, memory_order_release);
+		/* pong: answer 2k + 1 with 2k + 2; pairs with the producer's ping */
+		for (uint64_t k = 0; ret == -ENODATA && k < (uint64_t)C2C_BATCHES * C2C_ROUNDS; k++) {
+			if (xwait(&ctl->ball, (uint32_t)(2 * k + 1), NULL, 0) < 0)
+				break;
+			atomic_store_explicit(&ctl->ball, (uint32_t)(2 * k + 2), memory_order_release);
+		}
 		_exit(0);
 	}
 	uint64_t t_end = clk_now_ns() + (uint64_t)(XFER_SECONDS * 1e9), s, runq = runq_wait_ns();
 	for (s = 0;; s++) {
 		uint64_t i = s % o->slots, lap = s / o->slots;
-		ret = spin_until(XREL(i), lap, NULL, 0);
+		ret = xwait(XREL(i), (uint32_t)lap, NULL, 0);
 		if (ret < 0)
 			break;
 		fill(o, XSLOT(i), n, s);
-		/* release: pairs with the consumer's acquire in spin_until */
-		atomic_store_explicit(XPUB(i), lap + 1, memory_order_release);
-		if (s > warm && clk_now_ns() >= t_end)
+		xpost(XPUB(i), (uint32_t)lap + 1);
+		if (s > warm && (clk_now_ns() >= t_end || s + 2 >= UINT32_MAX))
 			break;
 	}
-	atomic_store_explicit(&ctl->total, ret < 0 ? 0 : s + 1, memory_order_release);
+	atomic_store_explicit(&ctl->total, ret < 0 ? 0 : (uint32_t)(s + 1), memory_order_release);
 	runq = runq_wait_ns() - runq;
 	if (ret == 0)
-		ret = spin_until(&ctl->done, 1, NULL, 0);
+		ret = xwait(&ctl->done, 1, NULL, 0);
+	*c2c_ns = 0;
+	for (uint64_t b = 0, k = 0; ret == 0 && atomic_load(&ctl->done) == 1 && b < C2C_BATCHES; b++) {
+		uint64_t t0 = clk_now_ns();
+		for (uint64_t end = k + C2C_ROUNDS; ret == 0 && k < end; k++) {
+			atomic_store_explicit(&ctl->ball, (uint32_t)(2 * k + 1), memory_order_release);
+			ret = xwait(&ctl->ball, (uint32_t)(2 * k + 2), NULL, 0);
+		}
+		double one_way = (double)(clk_now_ns() - t0) / C2C_ROUNDS / 2;
+		if (ret == 0 && (*c2c_ns == 0 || one_way < *c2c_ns))
+			*c2c_ns = one_way;
+	}
 	if (ret < 0)
 		kill(child, SIGKILL);
 	while (waitpid(child, &st, 0) < 0 && errno == EINTR)
@@ -986,6 +1026,7 @@ static int run(const struct opts *o)
 	uint64_t step = 0;
 	double mgbps, gbps, xgbps = 0;
 	uint64_t xrunq = 0;
+	double c2c = 0;
 	int xbusy = 0;
 
 	ncpu = pick_cpus(&cpu_p, &cpu_c);
@@ -1030,14 +1071,18 @@ static int run(const struct opts *o)
 	printf("ringbench: memcpy %s -> %s, one core, %.1f s: %.2f GB/s (bytes copied)\n", sz, sz,
 	       MEMCPY_SECONDS, mgbps);
 	if (pinned) {
-		xgbps = xfer_gbps(o, cpu_c, &xrunq);
+		xgbps = xfer_gbps(o, cpu_c, &xrunq, &c2c);
 		xbusy = xrunq * 1000 > (uint64_t)(2 * XFER_SECONDS * 1e9) * RUNQ_IDLE_PERMILLE;
 		if (xgbps > 0)
 			printf("ringbench: cross-core hand-off without the ring (cpu %d writes, cpu %d "
-			       "reads, %u slot%s, spinning), %.1f s: %.2f GB/s = %.2f x memcpy; waited "
+			       "reads, %u slot%s, no ring), %.1f s: %.2f GB/s = %.2f x memcpy; waited "
 			       "for the CPU %.1f ms%s\n", cpu_p, cpu_c, o->slots, o->slots == 1 ? "" : "s",
 			       XFER_SECONDS, xgbps, xgbps / mgbps, xrunq / 1e6,
-			       xbusy ? " (not idle: spinning suffers most)" : "");
+			       xbusy ? " (not idle)" : "");
+		if (c2c > 0)
+			printf("ringbench: core-to-core latency cpu %d -> cpu %d: %.0f ns one way (one "
+			       "cache line; tens of ns within a last-level cache, 100 or more across)\n",
+			       cpu_p, cpu_c, c2c);
 	} else {
 		printf("ringbench: cross-core hand-off without the ring: not measured (needs two "
 		       "CPUs to pin to)\n");
@@ -1135,8 +1180,8 @@ static int run(const struct opts *o)
 			 "it should; see docs/RING.md, Throughput", gbps, gbps / xgbps, xgbps,
 			 RING_VS_XFER_MIN);
 	printf("ringbench: gbps=%.2f memcpy_gbps=%.2f ratio=%.2f p99_us=%.1f xfer_gbps=%.2f "
-	       "ring_vs_xfer=%.2f\n", gbps, mgbps, gbps / mgbps, b.res.pp_p99_ns / 1e3, xgbps,
-	       xgbps > 0 ? gbps / xgbps : 0.0);
+	       "ring_vs_xfer=%.2f c2c_ns=%.0f\n", gbps, mgbps, gbps / mgbps, b.res.pp_p99_ns / 1e3,
+	       xgbps, xgbps > 0 ? gbps / xgbps : 0.0, c2c);
 	rc = 0;
 	if (fflush(stdout) == EOF) {
 		LOG_ERROR("stdout: %s", strerror(errno));
