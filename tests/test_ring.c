@@ -115,6 +115,9 @@ static _Atomic(struct ring *) shutdown_on_wait;
 /* A thread that wants its sleep observed points this at its flag; set on each FUTEX_WAIT. */
 static _Thread_local atomic_int *futex_wait_flag;
 
+/* Every syscall() ring.c makes, by kind: what a step costs (test_ring_step_syscall_budget). */
+static atomic_long sys_futex_wake, sys_futex_wait, sys_other;
+
 /* ring.c calls syscall(SYS_futex, word, op, val, timeout, NULL, 0): always six arguments. */
 long __wrap_syscall(long nr, ...)
 {
@@ -125,6 +128,14 @@ long __wrap_syscall(long nr, ...)
 	for (int i = 0; i < 6; i++)
 		a[i] = va_arg(ap, long);
 	va_end(ap);
+	if (nr != SYS_futex)
+		atomic_fetch_add(&sys_other, 1);
+	else if (((int)a[1] & FUTEX_CMD_MASK) == FUTEX_WAKE)
+		atomic_fetch_add(&sys_futex_wake, 1);
+	else if (((int)a[1] & FUTEX_CMD_MASK) == FUTEX_WAIT)
+		atomic_fetch_add(&sys_futex_wait, 1);
+	else
+		atomic_fetch_add(&sys_other, 1);
 	if (nr == SYS_futex && ((int)a[1] & FUTEX_CMD_MASK) == FUTEX_WAIT) {
 		struct ring *r = atomic_exchange(&shutdown_on_wait, NULL);
 		if (r)
@@ -1412,6 +1423,56 @@ static void test_ring_wrap_1000_steps_3_slots(void **state)
 	assert_int_equal(frontier, 1000);
 }
 
+/* Regression guard for the ring's per-step cost (issue 23, item 9; docs/RING.md, Throughput): a
+ * step whose slot is already free (producer) or published (consumer) costs exactly the protocol's
+ * two wakes, one in publish and one in release, and no wait and no other syscall; everything else
+ * is a few hundred instructions in user space. Counted, not timed: a change that puts another
+ * syscall on the hot path (a wait before looking at the word, a second wake, a clock read through
+ * syscall()) fails here whatever the machine's load. Both sides go through their waiting entry
+ * points (ring_prod_wait, ring_cons_acquire with a timeout), as loaderd and ldc do. */
+static void test_ring_step_syscall_budget(void **state)
+{
+	const uint64_t steps = 1000;
+	struct ring_desc d = desc_make(4, 3, 16, 0, steps);
+
+	(void)state;
+	pair_open(&d);
+	atomic_store(&sys_futex_wake, 0);
+	atomic_store(&sys_futex_wait, 0);
+	atomic_store(&sys_other, 0);
+	for (uint64_t s = 0; s < steps; s++) {
+		produce_ok(g_prod, s);
+		consume_ok(g_cons, s);
+	}
+	assert_int_equal(atomic_load(&sys_futex_wait), 0);
+	assert_int_equal(atomic_load(&sys_other), 0);
+	assert_int_equal(atomic_load(&sys_futex_wake), 2 * steps);
+}
+
+/* The same budget with the ring at its limit: every slot published before the first is taken,
+ * and one step past it polled (not free, and saying so costs no syscall). */
+static void test_ring_step_syscall_budget_full_ring(void **state)
+{
+	const uint32_t slots = 4;
+	struct ring_desc d = desc_make(slots, 3, 16, 0, 0);
+
+	(void)state;
+	pair_open(&d);
+	atomic_store(&sys_futex_wake, 0);
+	atomic_store(&sys_futex_wait, 0);
+	atomic_store(&sys_other, 0);
+	for (uint64_t lap = 0; lap < 50; lap++) {
+		for (uint64_t s = lap * slots; s < (lap + 1) * slots; s++)
+			produce_ok(g_prod, s);
+		assert_int_equal(ring_prod_poll(g_prod, (lap + 1) * slots), 0);
+		for (uint64_t s = lap * slots; s < (lap + 1) * slots; s++)
+			consume_ok(g_cons, s);
+	}
+	assert_int_equal(atomic_load(&sys_futex_wait), 0);
+	assert_int_equal(atomic_load(&sys_other), 0);
+	assert_int_equal(atomic_load(&sys_futex_wake), 2 * 50 * slots);
+}
+
 /* A ring that starts at a resume step: step first_step is slot 0, lap 0. */
 static void test_ring_wrap_resume_first_step(void **state)
 {
@@ -2210,6 +2271,8 @@ int main(void)
 		T(test_ring_wrap_1000_steps_3_slots),
 		T(test_ring_wrap_resume_first_step),
 		T(test_ring_wrap_lap_counter_2pow30),
+		T(test_ring_step_syscall_budget),
+		T(test_ring_step_syscall_budget_full_ring),
 		/* 5. out of order */
 		T(test_ring_fill_scrambled_publish_order),
 		T(test_ring_fill_threads_out_of_order),

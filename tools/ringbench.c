@@ -1,14 +1,21 @@
 /* ringbench.c - how close does the batch ring (shm/ring.c) come to the machine's memory bandwidth,
  * and how long does a hand-off take? A producer process writes every byte of each slot, a consumer
- * process reads every byte; the same run measures single-core memcpy bandwidth as the yardstick.
- * Last line: `ringbench: gbps=X memcpy_gbps=Y ratio=Z p99_us=W` (GB = 10^9 bytes).
+ * process reads every byte; the same run measures single-core memcpy bandwidth as the yardstick,
+ * and the same hand-off between the same two CPUs without the ring (plain sequence numbers, spin
+ * then futex) as the ceiling. Last line: `ringbench: gbps=X memcpy_gbps=Y ratio=Z p99_us=W
+ * xfer_gbps=V ring_vs_xfer=U c2c_ns=L` (GB = 10^9 bytes). What the two ratios mean: docs/RING.md,
+ * Throughput.
  *
  * DESIGN
  * One ring (ring_create, batch 1, raw u8 payload of --slot-bytes), then fork(): the parent is the
  * producer, the child the consumer, which maps the ring again through ring_attach(dup(fd)) as a
  * real client would. With two or more CPUs each side is pinned to its own. Before the fork, alone
  * on the machine and on the producer's CPU, the yardstick: memcpy of --slot-bytes between two
- * prefaulted buffers for MEMCPY_SECONDS, counting bytes copied as the ring counts bytes handed over.
+ * prefaulted buffers for MEMCPY_SECONDS, counting bytes copied as the ring counts bytes handed
+ * over. Then, with two CPUs, the ceiling (xfer_gbps()): a forked child on the consumer's CPU reads
+ * what the producer's CPU writes, slot by slot, for XFER_SECONDS. ratio compares the ring with one
+ * core copying within its own caches, which depends on the machine (where its two CPUs sit);
+ * ring_vs_xfer compares it with the bytes' own cost of crossing from one core to the other.
  *
  * The parent runs three phases over one continuous sequence of steps; slot_hdr.epoch tells the
  * consumer which phase a step belongs to, RING_SLOT_LAST marks the final step:
@@ -44,17 +51,20 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <linux/futex.h>
 #include <math.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -70,6 +80,7 @@
 #define LAT_STEPS_MAX 10000000u
 #define SECONDS_MAX 86400.0
 #define RUNQ_IDLE_PERMILLE 10     /* run-queue wait over 1% of the stepping time: not idle */
+#define RING_VS_XFER_MIN 0.80     /* ring / bare hand-off below this on an idle machine: warn */
 
 enum { EPOCH_WARMUP = 0, EPOCH_STREAM = 1, EPOCH_PINGPONG = 2 };
 
@@ -109,10 +120,15 @@ static void usage(FILE *f)
 "A producer process writes every byte of each ring slot, a consumer process reads every\n"
 "byte. Measures, in one run: single-core memcpy bandwidth (the yardstick), ring throughput\n"
 "(streaming), and hand-off latency (ping-pong: publish to acquire returning, with the\n"
-"consumer already waiting). Last line:\n"
-"  ringbench: gbps=X memcpy_gbps=Y ratio=Z p99_us=W\n"
-"gbps and memcpy_gbps are GB/s (10^9 bytes/s) of payload handed over / copied;\n"
-"ratio = gbps / memcpy_gbps; p99_us is the ping-pong hand-off p99 in microseconds.\n"
+"consumer already waiting), and the same hand-off between the same two CPUs\n"
+"without the ring (plain sequence numbers, spin then futex: the ceiling). Last line:\n"
+"  ringbench: gbps=X memcpy_gbps=Y ratio=Z p99_us=W xfer_gbps=V ring_vs_xfer=U c2c_ns=L\n"
+"gbps, memcpy_gbps and xfer_gbps are GB/s (10^9 bytes/s) of payload handed over /\n"
+"copied / handed over without the ring; ratio = gbps / memcpy_gbps; ring_vs_xfer =\n"
+"gbps / xfer_gbps (0 when not measured: fewer than two CPUs); p99_us is the ping-pong\n"
+"hand-off p99 in microseconds; c2c_ns the one-way latency of a cache line between the\n"
+"two CPUs (0: not measured). On an idle machine a ring_vs_xfer under %.2f is warned\n"
+"about (docs/RING.md, Throughput).\n"
 "\n"
 "options:\n"
 "  --slot-bytes N   payload bytes per slot; suffix K, M or G (x1024) allowed\n"
@@ -126,7 +142,7 @@ static void usage(FILE *f)
 "                   it (slower: use for correctness, not for figures)\n"
 "  --help           this text\n"
 "Exit status: 0 ok, 1 runtime error (the failing side and why), 2 bad usage.\n",
-		RING_SLOTS_MAX, LAT_STEPS_MAX, LAT_STEPS_DEFAULT);
+		RING_VS_XFER_MIN, RING_SLOTS_MAX, LAT_STEPS_MAX, LAT_STEPS_DEFAULT);
 }
 
 /* arg_u64, or arg_bytes when @suffix, and a message that names the option. */
@@ -824,6 +840,183 @@ static int produce(struct bench *b, uint64_t *step, uint64_t count, uint64_t unt
 	return -EINVAL;  /* unreachable: the last step returns */
 }
 
+/* ---- cross-core yardstick: the same hand-off without the ring ---- */
+
+/* What no ring can beat on these two CPUs: the producer's CPU writes a slot (fill(), as the ring's
+ * producer does), the consumer's CPU reads it (reduce_xor(), as the ring's consumer does), over
+ * @slots slots of the same size in shared memory, each side told by a per-slot sequence number on
+ * its own cache line. A side that waits spins for XFER_SPIN pauses, then sleeps on the number
+ * (futex, 1 ms at a time); each store is followed by a wake. That is the least any hand-off between
+ * processes can do: no state words, no checks, no slot header; a waiter that only spun would lose
+ * its CPU to other tasks on a busy machine, where a sleeper gets it back when woken (as the ring's
+ * sides do). The bytes have to cross from one core's caches to the other's, and that, not the
+ * ring, is what bounds the ring's throughput. It depends on where the two CPUs sit (sharing a last
+ * level cache or not), not on the code: see docs/RING.md, "Throughput". */
+#define XFER_SECONDS 1.0
+#define XFER_LINE 64u
+#define C2C_BATCHES 10            /* core-to-core latency: the fastest of 10 batches ... */
+#define C2C_ROUNDS 2000           /* ... of 2000 round trips of one cache line */
+#define XFER_SPIN 1024            /* pauses before a waiter sleeps (tens of microseconds at most) */
+
+struct xfer_ctl {                 /* lines 0 and 1 of the yardstick's control area */
+	_Atomic uint32_t total;       /* steps the producer publishes; UINT32_MAX until it knows */
+	_Atomic uint32_t done;        /* consumer: 1 ok, 2 failed (gave up waiting) */
+	uint64_t steps, ns;           /* consumer: measured steps and their time */
+	uint64_t runq_ns;             /* consumer: run-queue wait during its loop */
+	uint64_t sink;
+	_Atomic uint32_t ball __attribute__((aligned(64)));  /* the latency ping-pong's line */
+};
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+/* Wait until *@w >= @want (acquire): spin XFER_SPIN pauses, then sleep on @w 1 ms at a time. 0, or
+ * -ETIMEDOUT after WAIT_MS; with @total, -ENODATA once *@total <= @step (the producer stopped
+ * before @step). */
+static int xwait(_Atomic uint32_t *w, uint32_t want, _Atomic uint32_t *total, uint32_t step)
+{
+	const struct timespec ms = { 0, 1000000 };
+	uint64_t deadline = 0;
+
+	for (unsigned k = 1;; k++) {
+		uint32_t v = atomic_load_explicit(w, memory_order_acquire);  /* pairs: xpost */
+		if (v >= want)
+			return 0;
+		if (total && atomic_load_explicit(total, memory_order_acquire) <= step)
+			return -ENODATA;
+		if (k < XFER_SPIN) {
+			cpu_relax();
+			continue;
+		}
+		uint64_t now = clk_now_ns();
+		if (!deadline)
+			deadline = now + (uint64_t)WAIT_MS * 1000000;
+		else if (now >= deadline)
+			return -ETIMEDOUT;
+		syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, v, &ms, NULL, 0);
+	}
+}
+
+/* Store @v (release: pairs with the acquire load in xwait) and wake a sleeping waiter. */
+static void xpost(_Atomic uint32_t *w, uint32_t v)
+{
+	atomic_store_explicit(w, v, memory_order_release);
+	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+/* Bytes handed over per second (GB/s) from this process's CPU to @cpu_c, measured by the consumer
+ * as the ring's streaming phase is (first acquire to last release, after 2 x @slots warm-up steps).
+ * *@runq_ns: both sides' run-queue wait meanwhile. *@c2c_ns: then the one-way core-to-core latency
+ * of a cache line (half the fastest batch's mean round trip), which says where the two CPUs sit:
+ * a few tens of ns within one last-level cache, 100 ns or more across (AMD: another CCX). 0 when
+ * it could not be measured (logged). */
+static double xfer_gbps(const struct opts *o, int cpu_c, uint64_t *runq_ns, double *c2c_ns)
+{
+	size_t n = (size_t)o->slot_bytes, stride = (n + 4095) & ~(size_t)4095;
+	size_t ctl_bytes = ((size_t)XFER_LINE * (2 + 2 * (size_t)o->slots) + 4095) & ~(size_t)4095;
+	size_t len = ctl_bytes + stride * o->slots;
+	uint64_t warm = 2ull * o->slots;
+	double gbps = 0;
+	int st, ret = 0;
+	uint8_t *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	if (m == MAP_FAILED) {
+		LOG_ERROR("cross-core yardstick: mmap of %zu bytes: %s", len, strerror(errno));
+		return 0;
+	}
+	struct xfer_ctl *ctl = (struct xfer_ctl *)(void *)m;
+#define XPUB(i) ((_Atomic uint32_t *)(void *)(m + XFER_LINE * (2 + 2 * (size_t)(i))))
+#define XREL(i) ((_Atomic uint32_t *)(void *)(m + XFER_LINE * (3 + 2 * (size_t)(i))))
+#define XSLOT(i) (m + ctl_bytes + stride * (size_t)(i))
+	memset(m, 0, len);  /* fault every page in, as the ring's producer does */
+	atomic_store(&ctl->total, UINT32_MAX);
+	fflush(stdout);
+	pid_t parent = getpid(), child = fork();
+	if (child < 0) {
+		LOG_ERROR("cross-core yardstick: fork: %s", strerror(errno));
+		munmap(m, len);
+		return 0;
+	}
+	if (child == 0) {
+		uint64_t sink = 0, t_first = 0, t_last = 0, s;
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent || pin_to(cpu_c) < 0)
+			_exit(1);
+		ctl->runq_ns = runq_wait_ns();
+		for (s = 0;; s++) {
+			uint64_t i = s % o->slots, lap = s / o->slots;
+			ret = xwait(XPUB(i), (uint32_t)lap + 1, &ctl->total, (uint32_t)s);
+			if (ret < 0)
+				break;
+			uint64_t t = clk_now_ns();
+			if (s == warm)
+				t_first = t;
+			sink ^= reduce_xor(XSLOT(i), n);
+			xpost(XREL(i), (uint32_t)lap + 1);
+			t_last = clk_now_ns();
+		}
+		ctl->runq_ns = runq_wait_ns() - ctl->runq_ns;
+		ctl->steps = s > warm ? s - warm : 0;
+		ctl->ns = t_last - t_first;
+		ctl->sink = sink;
+		atomic_store_explicit(&ctl->done, ret == -ENODATA ? 1 : 2, memory_order_release);
+		/* pong: answer 2k + 1 with 2k + 2; pairs with the producer's ping */
+		for (uint64_t k = 0; ret == -ENODATA && k < (uint64_t)C2C_BATCHES * C2C_ROUNDS; k++) {
+			if (xwait(&ctl->ball, (uint32_t)(2 * k + 1), NULL, 0) < 0)
+				break;
+			atomic_store_explicit(&ctl->ball, (uint32_t)(2 * k + 2), memory_order_release);
+		}
+		_exit(0);
+	}
+	uint64_t t_end = clk_now_ns() + (uint64_t)(XFER_SECONDS * 1e9), s, runq = runq_wait_ns();
+	for (s = 0;; s++) {
+		uint64_t i = s % o->slots, lap = s / o->slots;
+		ret = xwait(XREL(i), (uint32_t)lap, NULL, 0);
+		if (ret < 0)
+			break;
+		fill(o, XSLOT(i), n, s);
+		xpost(XPUB(i), (uint32_t)lap + 1);
+		if (s > warm && (clk_now_ns() >= t_end || s + 2 >= UINT32_MAX))
+			break;
+	}
+	atomic_store_explicit(&ctl->total, ret < 0 ? 0 : (uint32_t)(s + 1), memory_order_release);
+	runq = runq_wait_ns() - runq;
+	if (ret == 0)
+		ret = xwait(&ctl->done, 1, NULL, 0);
+	*c2c_ns = 0;
+	for (uint64_t b = 0, k = 0; ret == 0 && atomic_load(&ctl->done) == 1 && b < C2C_BATCHES; b++) {
+		uint64_t t0 = clk_now_ns();
+		for (uint64_t end = k + C2C_ROUNDS; ret == 0 && k < end; k++) {
+			atomic_store_explicit(&ctl->ball, (uint32_t)(2 * k + 1), memory_order_release);
+			ret = xwait(&ctl->ball, (uint32_t)(2 * k + 2), NULL, 0);
+		}
+		double one_way = (double)(clk_now_ns() - t0) / C2C_ROUNDS / 2;
+		if (ret == 0 && (*c2c_ns == 0 || one_way < *c2c_ns))
+			*c2c_ns = one_way;
+	}
+	if (ret < 0)
+		kill(child, SIGKILL);
+	while (waitpid(child, &st, 0) < 0 && errno == EINTR)
+		;
+	if (ret < 0 || atomic_load(&ctl->done) != 1 || ctl->steps == 0 || ctl->ns == 0)
+		LOG_ERROR("cross-core yardstick: the %s gave up waiting for its peer (2 s); not measured",
+			  ret < 0 ? "producer" : "consumer");
+	else
+		gbps = (double)ctl->steps * (double)n / (double)ctl->ns;
+	*runq_ns = runq + ctl->runq_ns;
+	g_sink ^= ctl->sink;
+#undef XPUB
+#undef XREL
+#undef XSLOT
+	munmap(m, len);
+	return gbps;
+}
+
 static int run(const struct opts *o)
 {
 	struct bench b = { .o = o, .child = -1, .rfd = -1 };
@@ -831,7 +1024,10 @@ static int run(const struct opts *o)
 	char sz[32], tot[32], thp[64], st[96];
 	int cpu_p, cpu_c, ncpu, pinned = 0, pfd[2], ret, rc = 1;
 	uint64_t step = 0;
-	double mgbps, gbps;
+	double mgbps, gbps, xgbps = 0;
+	uint64_t xrunq = 0;
+	double c2c = 0;
+	int xbusy = 0;
 
 	ncpu = pick_cpus(&cpu_p, &cpu_c);
 	if (ncpu >= 2) {
@@ -874,6 +1070,23 @@ static int run(const struct opts *o)
 		goto out_ring;
 	printf("ringbench: memcpy %s -> %s, one core, %.1f s: %.2f GB/s (bytes copied)\n", sz, sz,
 	       MEMCPY_SECONDS, mgbps);
+	if (pinned) {
+		xgbps = xfer_gbps(o, cpu_c, &xrunq, &c2c);
+		xbusy = xrunq * 1000 > (uint64_t)(2 * XFER_SECONDS * 1e9) * RUNQ_IDLE_PERMILLE;
+		if (xgbps > 0)
+			printf("ringbench: cross-core hand-off without the ring (cpu %d writes, cpu %d "
+			       "reads, %u slot%s, no ring), %.1f s: %.2f GB/s = %.2f x memcpy; waited "
+			       "for the CPU %.1f ms%s\n", cpu_p, cpu_c, o->slots, o->slots == 1 ? "" : "s",
+			       XFER_SECONDS, xgbps, xgbps / mgbps, xrunq / 1e6,
+			       xbusy ? " (not idle)" : "");
+		if (c2c > 0)
+			printf("ringbench: core-to-core latency cpu %d -> cpu %d: %.0f ns one way (one "
+			       "cache line; tens of ns within a last-level cache, 100 or more across)\n",
+			       cpu_p, cpu_c, c2c);
+	} else {
+		printf("ringbench: cross-core hand-off without the ring: not measured (needs two "
+		       "CPUs to pin to)\n");
+	}
 	fflush(stdout);  /* before fork: the child must not inherit unwritten output */
 
 	if (pipe2(pfd, O_CLOEXEC) < 0) {
@@ -954,14 +1167,21 @@ static int run(const struct opts *o)
 	printf("ringbench: while stepping (%.3f s): waited for the CPU %.1f ms (producer) and "
 	       "%.1f ms (consumer); hypervisor steal %.0f ms\n", t_steps / 1e9, prod_runq / 1e6,
 	       b.res.runq_ns / 1e6, steal);
-	if ((prod_runq + b.res.runq_ns) * 1000 > t_steps * 2 * RUNQ_IDLE_PERMILLE) {
-		fflush(stdout);  /* keep the order when both go to one file */
+	int busy = (prod_runq + b.res.runq_ns) * 1000 > t_steps * 2 * RUNQ_IDLE_PERMILLE;
+	fflush(stdout);  /* keep the order when both go to one file */
+	if (busy)
 		LOG_WARN("other tasks took the benchmark's CPUs for %.1f ms of 2 x %.1f ms: the "
 			 "machine is not idle, and throughput and p99 are worse than it can do",
 			 (prod_runq + b.res.runq_ns) / 1e6, t_steps / 1e6);
-	}
-	printf("ringbench: gbps=%.2f memcpy_gbps=%.2f ratio=%.2f p99_us=%.1f\n", gbps, mgbps,
-	       gbps / mgbps, b.res.pp_p99_ns / 1e3);
+	/* The regression check: only on an idle machine, where both figures mean something. */
+	if (!busy && !xbusy && xgbps > 0 && !o->check && gbps < RING_VS_XFER_MIN * xgbps)
+		LOG_WARN("on an idle machine the ring moved %.2f GB/s, %.2f of the %.2f GB/s the same "
+			 "two CPUs move without it (want >= %.2f): its per-step path costs more than "
+			 "it should; see docs/RING.md, Throughput", gbps, gbps / xgbps, xgbps,
+			 RING_VS_XFER_MIN);
+	printf("ringbench: gbps=%.2f memcpy_gbps=%.2f ratio=%.2f p99_us=%.1f xfer_gbps=%.2f "
+	       "ring_vs_xfer=%.2f c2c_ns=%.0f\n", gbps, mgbps, gbps / mgbps, b.res.pp_p99_ns / 1e3,
+	       xgbps, xgbps > 0 ? gbps / xgbps : 0.0, c2c);
 	rc = 0;
 	if (fflush(stdout) == EOF) {
 		LOG_ERROR("stdout: %s", strerror(errno));
