@@ -4,7 +4,7 @@
 # Knobs: V=1 (echo commands), SAN=address,undefined (sanitizer build, in build/san unless BUILD
 # is given), WERROR=1 (default on when CI=true), CUDA_HOME (default: from nvcc on PATH),
 # FUZZ_SECONDS (per fuzz target in `make test`, default 15).
-# Targets: all, test, test-unit, test-san, test-gpu, fuzz, demo, check, clean, install, uninstall
+# Targets: all, test, test-unit, test-san, test-tsan, test-gpu, fuzz, demo, check, clean, install, uninstall
 # (PREFIX=/usr/local, DESTDIR: scripts/module.mk).
 
 CC ?= cc
@@ -45,7 +45,7 @@ BINS :=
 TESTS :=
 DEPFILES :=
 
-.PHONY: all test test-unit test-san test-gpu fuzz demo check clean
+.PHONY: all test test-unit test-san test-tsan test-gpu fuzz demo check clean
 all:
 
 include common/module.mk
@@ -80,6 +80,7 @@ $(BUILD)/lib/%.a:
 
 test: all
 	$(Q)$(MAKE) --no-print-directory test-san
+	$(Q)$(MAKE) --no-print-directory test-tsan
 	$(Q)$(MAKE) --no-print-directory fuzz
 	$(Q)BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/run.sh $(TESTS) $(sort $(wildcard tests/it_*.sh)) $(FUZZ_RUNS)
 
@@ -89,6 +90,15 @@ test-unit: $(TESTS)
 # Unit tests again under AddressSanitizer and UBSan (corrupt input must never crash).
 test-san:
 	$(Q)$(MAKE) --no-print-directory SAN=address,undefined BUILD=build/san test-unit
+
+# The concurrent code under ThreadSanitizer: the ring's lock-free slot hand-off (shm/ring.c, with
+# producer and consumer threads in test_ring), the client over it, the server core's workers and
+# control thread, and the metrics writer.
+TSAN_TESTS := test_ring test_ldc test_srv test_metrics
+test-tsan:
+	$(Q)$(MAKE) --no-print-directory SAN=thread BUILD=build/tsan \
+		$(patsubst %,build/tsan/tests/%,$(TSAN_TESTS))
+	$(Q)BUILD=build/tsan sh tests/run.sh $(patsubst %,build/tsan/tests/%,$(TSAN_TESTS))
 
 # GPU tests (tests/module.mk): each exits 77 (SKIP) without a GPU or in a build without CUDA.
 test-gpu: all $(GPU_TESTS)
