@@ -197,7 +197,28 @@ void ldr_decoder_destroy(struct ldr_decoder *d)
 /* The horizontal pass loads 4 elements at a pixel's 3: one past the row's last pixel. */
 #define HROW_PAD 4
 
-/* Grow-only buffers: after the first few samples a worker never allocates again. */
+size_t ldr_decoder_held(const struct ldr_decoder *d)
+{
+	return d->scratch_size + d->splice_size + d->xcap * (2 * sizeof(*d->xi) + sizeof(*d->xw)) +
+	       (d->hrow ? (d->hcap + HROW_PAD) * sizeof(*d->hrow) : 0);
+}
+
+void ldr_decoder_trim(struct ldr_decoder *d, size_t keep)
+{
+	if (d->scratch_size > keep) {
+		free(d->scratch);
+		d->scratch = NULL;
+		d->scratch_size = 0;
+	}
+	if (d->splice_size > keep) {
+		free(d->splice);
+		d->splice = NULL;
+		d->splice_size = 0;
+	}
+}
+
+/* Grow-only buffers: after the first few samples a worker never allocates again (but after an
+ * outlier, which ldr_decoder_trim lets go). */
 static int reserve(struct ldr_decoder *d, size_t n)
 {
 	if (n <= d->scratch_size)

@@ -37,6 +37,12 @@ int ldr_decoder_create(struct ldr_decoder **out);  /* 0 or -ENOMEM */
  * Default (without this call): no bound. */
 void ldr_decoder_limit(struct ldr_decoder *d, uint64_t max_pixels);
 void ldr_decoder_destroy(struct ldr_decoder *d);   /* NULL ok */
+/* Bytes the decoder's own buffers hold now (window rows or a decompressed tensor, a splice, the
+ * resize's tables). */
+size_t ldr_decoder_held(const struct ldr_decoder *d);
+/* Let go of each buffer larger than @keep bytes (made for an outlier record), so that a worker
+ * does not hold an outlier's size after it. The next call that needs one makes it again. */
+void ldr_decoder_trim(struct ldr_decoder *d, size_t keep);
 
 /* Decode JPEG @jpg (@len bytes) cropped to @crop, resized to @o, into @dst (o->h * o->w * 3).
  * Returns 0 or -EBADMSG with libjpeg's message in @why. */

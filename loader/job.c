@@ -108,12 +108,15 @@ static int records_bounded(const struct ldr_config *cfg, struct job *j, uint64_t
 	uint64_t n = dpk_count(j->d), big = 0;
 
 	for (uint64_t i = 0; i < n; i++) {
-		uint64_t len = dpk_entry_get(j->d, i)->length;
+		const struct dpk_entry *e = dpk_entry_get(j->d, i);
+		/* a compressed tensor is held whole once decompressed (the decoder's scratch) */
+		int z = e->kind == DPK_KIND_RAW_ZSTD && e->raw_size > e->length;
+		uint64_t len = z ? e->raw_size : e->length;
 		if (len > j->max_record) {
-			snprintf(why, whylen, "dataset %s: sample %llu is a record of %llu bytes, above "
-				 "the limit of %llu (loaderd --max-record)", j->spec.dataset,
+			snprintf(why, whylen, "dataset %s: sample %llu is a record of %llu bytes%s, "
+				 "above the limit of %llu (loaderd --max-record)", j->spec.dataset,
 				 (unsigned long long)i, (unsigned long long)len,
-				 (unsigned long long)j->max_record);
+				 z ? " decompressed" : "", (unsigned long long)j->max_record);
 			return -EFBIG;
 		}
 		big = len > big ? len : big;
@@ -530,6 +533,7 @@ static int fill(void *ctx, void *wp, struct srv_fill *f)
 	}
 	int ret = fill_task(w, f);
 	ldr_reader_trim(w->rd);
+	ldr_decoder_trim(w->dec, LDR_DEC_KEEP);
 	if (w->sub_cap > LDR_SUB_KEEP) {
 		free(w->sub);
 		w->sub = NULL;

@@ -24,6 +24,8 @@ struct ldr_config {
 #define LDR_MAX_PIXELS_DEFAULT (64ull << 20)  /* 64 Mpixel: 8192 x 8192 */
 #define LDR_ARENA_DEFAULT (16u << 20)         /* a worker's reader arena */
 #define LDR_MAX_RECORD_DEFAULT (64ull << 20)  /* 64 MiB stored */
+#define LDR_DEC_KEEP (16u << 20) /* a worker's decoder keeps its buffers up to this after a task
+				  * (a 2-Mpixel window at full scale); larger ones are let go */
 #define LDR_SUB_KEEP (1u << 20)  /* a worker keeps a substitute buffer up to this; larger ones are
 				  * freed after the task */
 

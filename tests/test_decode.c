@@ -1013,6 +1013,37 @@ static void test_decode_zstd_then_raw(void **state)
 	free(img);
 }
 
+/* An outlier's buffer is let go after it: a buffer of exactly @keep bytes stays, one byte more
+ * goes (issue 23: one record made every worker hold its size forever); then the decoder works as
+ * before. The scratch of a fresh decoder after a zstd tensor of N bytes is exactly N. */
+static void test_decoder_trim_lets_outlier_go(void **state)
+{
+	enum { N = 3 << 20 };
+	struct ldr_decoder *d;
+	uint8_t *raw = calloc(1, N), z[4096];
+
+	(void)state;
+	assert_non_null(raw);
+	raw[N / 2] = 7;
+	size_t zn = ZSTD_compress(z, sizeof(z), raw, N, 3);
+	assert_false(ZSTD_isError(zn));
+	assert_int_equal(ldr_decoder_create(&d), 0);
+	assert_int_equal(ldr_decoder_held(d), 0);
+	assert_non_null(ldr_decode_zstd(d, z, zn, N, why, sizeof(why)));
+	assert_int_equal(ldr_decoder_held(d), N);
+	ldr_decoder_trim(d, N);  /* at the limit: kept */
+	assert_int_equal(ldr_decoder_held(d), N);
+	ldr_decoder_trim(d, N - 1);  /* one past it: let go */
+	assert_int_equal(ldr_decoder_held(d), 0);
+	const uint8_t *got = ldr_decode_zstd(d, z, zn, N, why, sizeof(why));
+	assert_non_null(got);
+	assert_memory_equal(got, raw, N);
+	ldr_decoder_trim(d, 0);
+	assert_int_equal(ldr_decoder_held(d), 0);
+	ldr_decoder_destroy(d);
+	free(raw);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup_decoder, teardown_decoder)
 
 int main(void)
@@ -1041,6 +1072,7 @@ int main(void)
 		T(test_decode_zstd_roundtrip),
 		T(test_decode_zstd_wrong_size_and_garbage),
 		T(test_decode_zstd_then_raw),
+		T(test_decoder_trim_lets_outlier_go),
 	};
 
 	return cmocka_run_group_tests(tests, make_images, free_images);

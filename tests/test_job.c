@@ -124,6 +124,24 @@ static void write_tensors(const char *name, uint32_t h, uint32_t wd, uint32_t c,
 	dpk_writer_destroy(w);
 }
 
+/* zeros.dpk: one zstd tensor of 128 x 128 x 4 zero bytes: a few bytes stored, 64 KiB held once
+ * decompressed. */
+static void write_zeros(const char *name)
+{
+	static uint8_t t[128 * 128 * 4];
+	uint8_t z[1024];
+	struct dpk_writer *w;
+	char p[128];
+
+	path_of(p, sizeof(p), name);
+	assert_int_equal(dpk_writer_create(p, DPK_WRITE_NO_SYNC, &w), 0);
+	size_t zn = ZSTD_compress(z, sizeof(z), t, sizeof(t), 3);
+	assert_false(ZSTD_isError(zn));
+	add(w, DPK_KIND_RAW_ZSTD, 1, z, zn, 128, 128, 4);
+	assert_int_equal(dpk_writer_finish(w), 0);
+	dpk_writer_destroy(w);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -132,6 +150,7 @@ static int setup(void **state)
 	write_tensors("img.dpk", SIDE, SIDE, 3, 0);
 	write_tensors("t2d.dpk", 5, 7, 0, 0);
 	write_tensors("mixed.dpk", 5, 7, 0, 1);
+	write_zeros("zeros.dpk");
 	return 0;
 }
 
@@ -505,6 +524,18 @@ static void test_job_max_record_at_and_past_limit(void **state)
 	for (uint32_t i = 0; i < 4; i++)
 		assert_int_equal(!!(t.slot.flags[i] & RING_SAMPLE_SUBSTITUTED), i % 2 == 0);
 	t_stop(&t);
+
+	/* a compressed record counts at its decompressed size: 64 KiB at the limit, one byte over */
+	s = spec_for("zeros.dpk", 1, 0);
+	cfg = (struct ldr_config){ .io = LDR_IO_AUTO, .max_record = 128 * 128 * 4 };
+	if (t_open_cfg(&t, &s, &cfg) < 0)
+		fail_msg("zstd at the limit: %s", t.why);
+	t.ops.job_close(t.ops.ctx, t.job);
+	cfg.max_record = 128 * 128 * 4 - 1;
+	assert_int_equal(t_open_cfg(&t, &s, &cfg), -EFBIG);
+	if (!strstr(t.why, "sample 0 is a record of 65536 bytes decompressed, above the limit of "
+			   "65535 (loaderd --max-record)"))
+		fail_msg("zstd refusal '%s'", t.why);
 }
 
 /* A worker that could not start makes its fills fail with a message, not a crash. */
