@@ -4,7 +4,7 @@
  * its consumer dies, and answers loaderctl. It knows nothing of datasets or decoding: loaderd is
  * this plus the callbacks of loader/job.h (sampler, readers, decoders); tests use it with a
  * pattern filler (tests/srv_harness.h). The implementation is split by role over
- * loader/srv_conn.c, srv_jobs.c, srv_workers.c and srv_admin.c (map in loader/srv_impl.h).
+ * loader/srv_*.c (the map in loader/srv_impl.h).
  *
  * Threads: srv_run() is the control loop (one thread, the caller's); srv_create() starts the
  * worker threads, which call ops->step_open and ops->fill. Callbacks may run on any of these

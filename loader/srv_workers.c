@@ -41,7 +41,10 @@
  * wakes as many sleeping workers as it has tasks for.
  *
  * Threads: opts.workers threads, started by srv_create and joined by srv_destroy. Each owns the
- * per-worker state ops->worker_init made for it, and the samples of the task it took. */
+ * per-worker state ops->worker_init made for it, and the samples of the task it took.
+ *
+ * It owns s->tasks, s->step_pool, the worker threads and the busy time; it reads s->live
+ * (srv_att.c keeps it) and uses srv_core.c and srv_att.c only. */
 #include "loader/srv_impl.h"
 
 #include <assert.h>
@@ -50,28 +53,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int srv_live_add(struct srv *s, struct att *a)
-{
-	if (s->nlive == s->live_cap) {
-		unsigned cap = s->live_cap ? 2 * s->live_cap : 64;
-		struct att **p = realloc(s->live, cap * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		s->live = p;
-		s->live_cap = cap;
-	}
-	a->live = s->nlive;
-	s->live[s->nlive++] = a;
-	return 0;
-}
-
-void srv_live_del(struct srv *s, struct att *a)
-{
-	assert(a->live < s->nlive && s->live[a->live] == a);
-	s->live[a->live] = s->live[--s->nlive];
-	s->live[a->live]->live = a->live;
-}
 
 /* Under mu. The next (att, step) whose slot is free, or NULL. Round-robin over the attached
  * rings only: the cost of a pick does not grow with the world sizes of the jobs. */
