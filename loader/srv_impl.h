@@ -81,8 +81,8 @@ struct conn {
 	uid_t uid;
 	struct att *att;         /* NULL until CTL_JOB_OPEN succeeds */
 	int64_t since_ns;        /* accepted at (the idle timeout counts from here) */
-	struct open_req *opening; /* a job open in progress on an opener thread; srv_reap keeps
-				  * the conn until it is finished (srv_open_finish) */
+	struct open_req *opening; /* a job open in progress on an opener thread; the control
+				  * loop keeps the conn until it is finished (srv_open_finish) */
 	int closed;              /* closed: events still queued for it are ignored */
 	char *out;               /* an answer being sent (srv_conn_send_text), NULL when none */
 	size_t out_len, out_off; /* its bytes, and how many are sent */
@@ -225,7 +225,8 @@ struct srv {
 	unsigned openers;             /* opener threads running */
 	struct job *jobs;
 	struct conn *conns;
-	struct att *att_grave;        /* retired atts whose memory waits for srv_reap() */
+	struct att *att_grave;        /* retired atts whose memory waits for the control loop
+				       * (srv_loop.c, after the event batch) */
 	struct conn *conn_grave;
 	struct job *job_grave;        /* forgotten jobs, for srv_job_close_all */
 	uint64_t next_job_id;
