@@ -23,7 +23,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
-#include <zstd.h>
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the on-disk structs are read in place: little-endian hosts only"
@@ -466,28 +465,6 @@ ssize_t dpk_read(const struct dpk *d, uint64_t i, void *buf, size_t cap)
 		return ret;
 	ret = dpk_record_check(e, buf);
 	return ret < 0 ? ret : (ssize_t)e->length;
-}
-
-ssize_t dpk_raw_decode(const struct dpk_entry *e, const void *src, void *dst, size_t cap)
-{
-	if (cap < e->raw_size)
-		return -ENOSPC;
-	switch (e->kind) {
-	case DPK_KIND_RAW:
-		memcpy(dst, src, e->raw_size);
-		return (ssize_t)e->raw_size;
-	case DPK_KIND_RAW_ZSTD: {
-		unsigned long long fcs = ZSTD_getFrameContentSize(src, e->length);
-		if (fcs != e->raw_size)
-			return -EBADMSG;
-		size_t n = ZSTD_decompress(dst, e->raw_size, src, e->length);
-		if (ZSTD_isError(n) || n != e->raw_size)
-			return -EBADMSG;
-		return (ssize_t)n;
-	}
-	default:
-		return -EINVAL;
-	}
 }
 
 void dpk_extent_align(const struct dpk_entry *e, uint64_t block, struct dpk_extent *out)

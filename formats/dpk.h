@@ -133,10 +133,6 @@ int dpk_fd(const struct dpk *d);
 ssize_t dpk_read(const struct dpk *d, uint64_t i, void *buf, size_t cap);
 /* 0 when @buf (entry->length bytes) matches the entry's checksum, else -EBADMSG. */
 int dpk_record_check(const struct dpk_entry *e, const void *buf);
-/* Decode a raw or zstd record's stored bytes @src into @dst (entry->raw_size bytes).
- * Returns raw_size, -EBADMSG when the data does not decode to exactly raw_size bytes,
- * -EINVAL for a JPEG entry, -ENOSPC when @cap is too small. */
-ssize_t dpk_raw_decode(const struct dpk_entry *e, const void *src, void *dst, size_t cap);
 
 /* The O_DIRECT view of a record: the block-aligned extent that covers it. */
 struct dpk_extent {

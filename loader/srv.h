@@ -3,8 +3,9 @@
  * rank, runs the worker threads that fill slots through a callback, reclaims a rank's ring when
  * its consumer dies, and answers loaderctl. It knows nothing of datasets or decoding: loaderd is
  * this plus the callbacks of loader/job.h (sampler, readers, decoders); tests use it with a
- * pattern filler (tests/srv_harness.h). The implementation is split by role over
- * loader/srv_conn.c, srv_jobs.c, srv_workers.c and srv_admin.c (map in loader/srv_impl.h).
+ * pattern filler (tests/srv_harness.h), and drive the callbacks without it, one step at a time
+ * (tests/step_fill.h). The implementation is split by role over loader/srv_*.c (the map in
+ * loader/srv_impl.h).
  *
  * Threads: srv_run() is the control loop (one thread, the caller's); srv_create() starts the
  * worker threads, which call ops->step_open and ops->fill. Callbacks may run on any of these
@@ -132,15 +133,6 @@ struct srv_opts {
 
 #define SRV_TASK_MIN 4u
 #define SRV_TASK_MAX 8u
-
-/* Fill a whole step on this thread with @ops as the server would (step_open, then fills over
- * tasks of @task samples, 0 = the whole step, then ids, flags and labels copied into @slot):
- * for tests and tools that drive the callbacks without a server. @st's job, rank, world, epoch
- * and step_in_epoch are the caller's; its arrays are allocated here (batch @batch entries) and
- * freed before return. @out sums the tasks' phase_ns and bad counts (its step, begin, end are
- * unused). 0 or the first failure's -errno with out->why. */
-int srv_fill_step(const struct srv_ops *ops, void *worker, struct srv_step *st, uint32_t batch,
-		  uint32_t task, struct ring_slot *slot, struct srv_fill *out);
 
 /* Bind and listen on opts->socket_path (a stale socket from a killed daemon is replaced; a live
  * one is -EADDRINUSE) and start the workers. Returns 0 or -errno with a message in @why. */

@@ -6,7 +6,11 @@
  * summary of each job for status and jobs, every rank of the jobs asked for only for stats); it
  * lets go of the lock while it renders that copy into memory that this file allocates, then
  * srv_conn_send_text sends it in CTL_ADMIN_TEXT chunks as fast as the client reads them and frees
- * it. It changes nothing but a stopped job's failure fields. */
+ * it. It changes nothing but a stopped job's failure fields.
+ *
+ * It owns the rendering only; it uses srv_core.c (the uid's budget), srv_jobs.c (the job asked
+ * for), srv_snap.c (the copy) and srv_conn.c (to answer). Nothing calls it but the control loop's
+ * dispatch (srv_loop.c). */
 #include "loader/srv_impl.h"
 
 #include <errno.h>
@@ -335,16 +339,4 @@ send:
 charge:
 	if (u)
 		srv_admin_charge(s, u, now_ns() - t0);
-}
-
-void srv_admin_charge(struct srv *s, struct uid_use *u, int64_t ns)
-{
-	int64_t now = now_ns();
-	double burst = SRV_ADMIN_BURST_S * 1e9 * s->opts.admin_share / 100;
-
-	u->admin_tokens += (double)(now - u->admin_ns) * s->opts.admin_share / 100;
-	if (u->admin_tokens > burst)
-		u->admin_tokens = burst;
-	u->admin_ns = now;
-	u->admin_tokens -= (double)ns;
 }

@@ -1,107 +1,44 @@
-/* srv_conn.c - the server's control loop: the listening socket, peer checks, connections and
- * their messages, and the server's lifecycle (srv_create, srv_run, srv_stop, srv_destroy). The
- * shared state is in srv_impl.h; jobs in srv_jobs.c, workers in srv_workers.c, loaderctl's
- * answers in srv_admin.c.
+/* srv_conn.c - the server's connections: the listening socket, accepting a client (its peer
+ * credentials checked before any byte of it is parsed, the connection limits), reading one
+ * message (the descriptor rules and the protocol's refusals), sending an answer of any size or
+ * an error, and closing. What a message asks for is not known here: the control loop's dispatch
+ * (srv_loop.c) hands it to srv_jobs.c or srv_admin.c, which answer through this file.
  *
  * DESIGN
- * One thread, srv_run's caller, waits in epoll on the listening socket, a wake eventfd, every
- * connection and every attached ring's doorbell. Each message is handled under s->mu; nothing a
- * client sends is parsed before its peer credentials are checked (SO_PEERCRED, SO_PEERGROUPS).
- * After each batch of events the control loop frees what was buried during it (srv_reap; rings
- * are unmapped without the lock, srv_reap_free) and runs housekeeping; the wake eventfd cuts the
- * wait short when a worker or srv_stop needs that.
- *
- * Peer death is learned from the kernel: the connection hangs up (EPOLLHUP/EPOLLRDHUP, or recv
- * returns 0), and the connection's att is retired (srv_jobs.c). A closed conn is buried, not
- * freed, until the end of the batch, since a later event of the same batch may point at it.
+ * Nothing a client sends is parsed before its peer credentials are checked (SO_PEERCRED,
+ * SO_PEERGROUPS). Peer death is learned from the kernel: the connection hangs up (EPOLLHUP/
+ * EPOLLRDHUP, or recv returns 0), and the connection's att is retired (srv_att.c). A closed conn
+ * is buried, not freed, until the end of the event batch, since a later event of the same batch
+ * may point at it (the control loop frees it). An answer is sent as the socket takes it: a client
+ * that does not read stalls only itself, and the bytes it leaves queued count against its uid.
  *
  * Ownership: s->conns owns the open connections; each conn owns its socket fd. The server owns
- * the listening socket and removes its file in srv_destroy. */
+ * the listening socket (the control loop closes it and removes its file).
+ *
+ * Threads: the control thread only; under s->mu except where a function says otherwise. It uses
+ * srv_core.c and srv_att.c only. */
 #include "loader/srv_impl.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <grp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Warnings and info are what clients cause (a refusal, a drop): a client that connects and
- * misbehaves in a loop would otherwise write the log as fast as it can. At most NOTICE_RATE a
- * second (bursts of NOTICE_BURST) pass; the next one that does says how many were left out.
- * Errors always pass. */
-#define NOTICE_RATE 100.0
-#define NOTICE_BURST 200.0
+/* ---- closing, answering ---- */
 
-static int notice_allowed(int level, unsigned *suppressed)
+/* Under mu. c->out is sent or dropped: it no longer counts against its uid. */
+static void out_forget(struct srv *s, struct conn *c)
 {
-	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-	static double tokens = NOTICE_BURST;
-	static int64_t last;
-	static unsigned dropped;
-	int ok;
+	struct uid_use *u = c->out ? srv_uid(s, c->uid) : NULL;
 
-	pthread_mutex_lock(&mu);
-	int64_t now = now_ns();
-	tokens += (double)(now - last) * 1e-9 * NOTICE_RATE;
-	if (tokens > NOTICE_BURST)
-		tokens = NOTICE_BURST;
-	last = now;
-	ok = level == 0 || tokens >= 1;
-	if (ok) {
-		tokens -= level == 0 ? 0 : 1;
-		*suppressed = dropped;
-		dropped = 0;
-	} else {
-		dropped++;
-	}
-	pthread_mutex_unlock(&mu);
-	return ok;
+	if (u)
+		u->out -= c->out_len;
 }
-
-void srv_notice(struct srv *s, int level, const char *fmt, ...)
-{
-	char msg[512];
-	unsigned suppressed = 0;
-	va_list ap;
-
-	if (!s->ops.notice || !notice_allowed(level, &suppressed))
-		return;
-	if (suppressed) {
-		char m[96];
-		snprintf(m, sizeof(m), "(%u notices about clients left out: more than %.0f a second)",
-			 suppressed, NOTICE_RATE);
-		s->ops.notice(s->ops.ctx, 1, m);
-	}
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	char safe[sizeof(msg) * 4];
-	size_t k = 0;
-	for (const unsigned char *p = (const unsigned char *)msg; *p && k + 5 < sizeof(safe); p++) {
-		if (*p < 0x20 || *p == 0x7f)
-			k += (size_t)snprintf(safe + k, sizeof(safe) - k, "\\x%02x", *p);
-		else
-			safe[k++] = (char)*p;
-	}
-	safe[k] = '\0';
-	s->ops.notice(s->ops.ctx, level, safe);
-}
-
-void srv_wake_control(struct srv *s)
-{
-	uint64_t one = 1;
-
-	(void)!write(s->wake, &one, sizeof(one));
-}
-
-/* ---- connections ---- */
 
 void srv_conn_close(struct srv *s, struct conn *c)
 {
@@ -116,7 +53,7 @@ void srv_conn_close(struct srv *s, struct conn *c)
 	if (u && u->conns)
 		u->conns--;
 	s->nconns--;
-	srv_out_forget(s, c);
+	out_forget(s, c);
 	free(c->out);
 	c->out = NULL;
 	for (pp = &s->conns; *pp; pp = &(*pp)->next)
@@ -124,7 +61,7 @@ void srv_conn_close(struct srv *s, struct conn *c)
 			*pp = c->next;
 			break;
 		}
-	c->next = s->conn_grave;  /* freed by srv_reap(), after the event batch */
+	c->next = s->conn_grave;  /* freed by the control loop, after the event batch */
 	s->conn_grave = c;
 }
 
@@ -134,15 +71,6 @@ static void want_out(struct srv *s, struct conn *c, int on)
 				  .data.ptr = &c->ev };
 
 	epoll_ctl(s->ep, EPOLL_CTL_MOD, c->fd, &ee);
-}
-
-/* c->out is sent or dropped: it no longer counts against its uid. */
-void srv_out_forget(struct srv *s, struct conn *c)
-{
-	struct uid_use *u = c->out ? srv_uid(s, c->uid) : NULL;
-
-	if (u)
-		u->out -= c->out_len;
 }
 
 /* Send what the socket takes of c->out; the empty chunk that ends it once all is sent. */
@@ -163,7 +91,7 @@ static void conn_flush(struct srv *s, struct conn *c)
 		want_out(s, c, 1);
 		return;
 	}
-	srv_out_forget(s, c);
+	out_forget(s, c);
 	free(c->out);
 	c->out = NULL;
 	c->out_len = c->out_off = 0;
@@ -186,7 +114,7 @@ void srv_conn_send_text(struct srv *s, struct conn *c, char *text, size_t len)
 	}
 	if (u)
 		u->out += len;
-	srv_out_forget(s, c);
+	out_forget(s, c);
 	free(c->out);
 	c->out = text;
 	c->out_len = len;
@@ -210,24 +138,7 @@ void srv_conn_fail(struct srv *s, struct conn *c, int err, const char *fmt, ...)
 	srv_conn_close(s, c);
 }
 
-int srv_peer_in_group(int fd, gid_t g)
-{
-	struct ucred cr;
-	socklen_t len = sizeof(cr);
-	gid_t groups[256];
-
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
-		return 0;
-	if (cr.gid == g)
-		return 1;
-	len = sizeof(groups);
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
-		return 0;
-	for (size_t i = 0; i < len / sizeof(gid_t); i++)
-		if (groups[i] == g)
-			return 1;
-	return 0;
-}
+/* ---- accepting ---- */
 
 /* Owner, root, or (when configured) a member of the group. Checked before any byte is parsed. */
 static int peer_allowed(struct srv *s, int fd, pid_t *pid, uid_t *uid)
@@ -264,7 +175,7 @@ static void refuse(struct srv *s, int fd, pid_t pid, int err, const char *fmt, .
 
 /* Out of descriptors (or memory) for a new connection: the pending one stays in the backlog, so
  * epoll would report the socket readable again at once. Take it out of epoll for a while instead
- * of spinning; srv_run puts it back (accept_resume). */
+ * of spinning; the control loop puts it back (srv_conn_accept_resume). */
 #define ACCEPT_PAUSE_NS 100000000  /* 100 ms */
 
 static void accept_pause(struct srv *s, int err)
@@ -282,7 +193,7 @@ static void accept_pause(struct srv *s, int err)
 	}
 }
 
-static void accept_resume(struct srv *s)
+void srv_conn_accept_resume(struct srv *s)
 {
 	struct epoll_event ee = { .events = EPOLLIN, .data.ptr = &s->lev };
 
@@ -292,7 +203,7 @@ static void accept_resume(struct srv *s)
 	}
 }
 
-static void on_accept(struct srv *s)
+void srv_conn_accept(struct srv *s)
 {
 	for (;;) {
 		int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -351,101 +262,78 @@ static void on_accept(struct srv *s)
 	}
 }
 
-static void on_conn(struct srv *s, struct conn *c, uint32_t events)
-{
-	char buf[CTL_MSG_MAX];
-	uint16_t type;
-	int fds[2], nfds = 0;
-	ssize_t n;
+/* ---- reading ---- */
 
-	if (c->closed)
-		return;  /* closed earlier in this event batch */
-	if ((events & EPOLLOUT) && c->out) {
-		pthread_mutex_lock(&s->mu);
-		int64_t t0 = now_ns();
-		uid_t uid = c->uid;
-		conn_flush(s, c);
-		struct uid_use *u = srv_uid(s, uid);
-		if (u)
-			srv_admin_charge(s, u, now_ns() - t0);
-		pthread_mutex_unlock(&s->mu);
-		if (c->closed)
-			return;
-	}
-	if (events & EPOLLIN) {
-		n = ctl_recv(c->fd, buf, &type, fds, &nfds);
-		/* Only a job open carries a descriptor: exactly one, the dataset the client opened
-		 * with its own rights. Any other fd is closed unread. */
-		int dataset_fd = -1;
-		if (n >= 0 && type == CTL_JOB_OPEN && nfds == 1)
-			dataset_fd = fds[0];
-		else
-			for (int i = 0; i < nfds; i++)
-				close(fds[i]);
-		pthread_mutex_lock(&s->mu);
-		if (n == -EAGAIN) {
-			/* spurious */
-		} else if (n >= 0 && nfds > 1) {
-			srv_conn_fail(s, c, EBADMSG, "a job open carries one file descriptor (the "
-				      "dataset), not %d", nfds);
-		} else if (n >= 0 && nfds > 0 && type != CTL_JOB_OPEN) {
-			srv_conn_fail(s, c, EBADMSG, "a client may send a file descriptor only with a "
-				      "job open");
-		} else if (n >= 0 && c->opening) {
-			srv_conn_fail(s, c, EBADMSG, "message type %u while its job is being opened",
-				      type);
-		} else if (n == -EPIPE) {
-			struct att *a = c->att;
-			if (a) {
-				struct job *j = a->job;
-				uint32_t rank = a->rank;
-				srv_att_retire(s, a);
-				uint64_t at = j->ranks[rank].resume;
-				if (j->steps_total && at >= j->steps_total)
-					srv_notice(s, 2, "job %s rank %u: consumer (pid %d) finished and left",
-					       j->name, rank, (int)c->pid);
-				else
-					srv_notice(s, 1, "job %s rank %u: consumer (pid %d) went away; its slots "
-					       "are reclaimed; it resumes at step %llu", j->name, rank,
-					       (int)c->pid, (unsigned long long)at);
-			}
-			srv_conn_close(s, c);
-		} else if (n < 0) {
-			srv_conn_fail(s, c, n, "bad message: %s", n == -EPROTO ?
-				  "protocol version mismatch (this loaderd speaks version 1)" :
-				  n == -EBADMSG ? "malformed packet" : strerror((int)-n));
-		} else if (type == CTL_JOB_OPEN && (size_t)n == sizeof(struct ctl_job_open)) {
-			struct ctl_job_open spec;
-			memcpy(&spec, buf, sizeof(spec));
-			srv_on_job_open(s, c, &spec, dataset_fd);
-			dataset_fd = -1;  /* taken over */
-		} else if (type == CTL_ADMIN && c->out) {
-			srv_conn_fail(s, c, EBUSY, "one request at a time: the last answer is still "
-				      "being sent");
-		} else if (type == CTL_ADMIN && (size_t)n == sizeof(struct ctl_admin) && !c->att) {
-			struct ctl_admin req;
-			memcpy(&req, buf, sizeof(req));
-			srv_on_admin(s, c, &req);
-		} else if (type == CTL_STATS_REQ && n == 0) {
-			srv_on_stats(s, c);
-		} else {
-			srv_conn_fail(s, c, EBADMSG, "unexpected message type %u with %zd bytes", type, n);
-		}
-		if (dataset_fd >= 0)
-			close(dataset_fd);
-		pthread_mutex_unlock(&s->mu);
-		return;
-	}
-	if (events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
-		pthread_mutex_lock(&s->mu);
-		srv_conn_close(s, c);
-		pthread_mutex_unlock(&s->mu);
-	}
+void srv_conn_writable(struct srv *s, struct conn *c)
+{
+	pthread_mutex_lock(&s->mu);
+	int64_t t0 = now_ns();
+	uid_t uid = c->uid;
+	conn_flush(s, c);
+	struct uid_use *u = srv_uid(s, uid);
+	if (u)
+		srv_admin_charge(s, u, now_ns() - t0);
+	pthread_mutex_unlock(&s->mu);
 }
 
-/* ---- socket ---- */
+ssize_t srv_conn_recv(struct conn *c, void *buf, uint16_t *type, int *dataset_fd, int *nfds)
+{
+	int fds[2];
+	ssize_t n = ctl_recv(c->fd, buf, type, fds, nfds);
 
-static int listen_on(struct srv *s, char *why, size_t whylen)
+	/* Only a job open carries a descriptor: exactly one, the dataset the client opened with its
+	 * own rights. Any other fd is closed unread. */
+	*dataset_fd = -1;
+	if (n >= 0 && *type == CTL_JOB_OPEN && *nfds == 1)
+		*dataset_fd = fds[0];
+	else
+		for (int i = 0; i < *nfds; i++)
+			close(fds[i]);
+	return n;
+}
+
+int srv_conn_vet(struct srv *s, struct conn *c, ssize_t n, uint16_t type, int nfds)
+{
+	if (n == -EAGAIN) {
+		/* spurious */
+	} else if (n >= 0 && nfds > 1) {
+		srv_conn_fail(s, c, EBADMSG, "a job open carries one file descriptor (the "
+			      "dataset), not %d", nfds);
+	} else if (n >= 0 && nfds > 0 && type != CTL_JOB_OPEN) {
+		srv_conn_fail(s, c, EBADMSG, "a client may send a file descriptor only with a "
+			      "job open");
+	} else if (n >= 0 && c->opening) {
+		srv_conn_fail(s, c, EBADMSG, "message type %u while its job is being opened",
+			      type);
+	} else if (n == -EPIPE) {
+		struct att *a = c->att;
+		if (a) {
+			struct job *j = a->job;
+			uint32_t rank = a->rank;
+			srv_att_retire(s, a);
+			uint64_t at = j->ranks[rank].resume;
+			if (j->steps_total && at >= j->steps_total)
+				srv_notice(s, 2, "job %s rank %u: consumer (pid %d) finished and left",
+				       j->name, rank, (int)c->pid);
+			else
+				srv_notice(s, 1, "job %s rank %u: consumer (pid %d) went away; its slots "
+				       "are reclaimed; it resumes at step %llu", j->name, rank,
+				       (int)c->pid, (unsigned long long)at);
+		}
+		srv_conn_close(s, c);
+	} else if (n < 0) {
+		srv_conn_fail(s, c, n, "bad message: %s", n == -EPROTO ?
+			  "protocol version mismatch (this loaderd speaks version 1)" :
+			  n == -EBADMSG ? "malformed packet" : strerror((int)-n));
+	} else {
+		return 1;
+	}
+	return 0;
+}
+
+/* ---- the listening socket ---- */
+
+int srv_conn_listen(struct srv *s, char *why, size_t whylen)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct stat st;
@@ -507,181 +395,4 @@ out:
 	if (fd >= 0)
 		close(fd);
 	return ret;
-}
-
-/* ---- lifecycle ---- */
-
-int srv_create(const struct srv_opts *opts, const struct srv_ops *ops, struct srv **out,
-	       char *why, size_t whylen)
-{
-	struct srv *s;
-	int ret;
-
-	*out = NULL;
-	if (!opts->socket_path || opts->workers == 0 || opts->workers > 1024 || !ops->job_open ||
-	    !ops->step_open || !ops->fill || opts->default_slots == 1 ||
-	    opts->default_slots > RING_SLOTS_MAX) {
-		snprintf(why, whylen, "bad server options");
-		return -EINVAL;
-	}
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	s->opts = *opts;
-	s->ops = *ops;
-	if (!s->opts.default_slots)
-		s->opts.default_slots = 4;
-	if (s->opts.linger_ms <= 0)
-		s->opts.linger_ms = 60000;
-	if (!s->opts.max_conns)
-		s->opts.max_conns = 1024;
-	if (!s->opts.max_conns_uid)
-		s->opts.max_conns_uid = 256;
-	if (!s->opts.max_jobs_uid)
-		s->opts.max_jobs_uid = 64;
-	if (!s->opts.max_world || s->opts.max_world > CTL_WORLD_MAX)
-		s->opts.max_world = CTL_WORLD_MAX;
-	if (!s->opts.mem_share_uid || s->opts.mem_share_uid > 100)
-		s->opts.mem_share_uid = 100;
-	if (s->opts.idle_ms <= 0)
-		s->opts.idle_ms = 10000;
-	if (!s->opts.admin_share || s->opts.admin_share > 100)
-		s->opts.admin_share = 2;
-	s->lfd = s->wake = s->ep = -1;
-	s->start_ns = s->rate_ns = now_ns();
-	pthread_mutex_init(&s->mu, NULL);
-	pthread_cond_init(&s->cv, NULL);
-	pthread_cond_init(&s->open_cv, NULL);
-	ret = listen_on(s, why, whylen);
-	if (ret < 0)
-		goto fail;
-	s->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	s->ep = epoll_create1(EPOLL_CLOEXEC);
-	if (s->wake < 0 || s->ep < 0) {
-		ret = -errno;
-		snprintf(why, whylen, "eventfd/epoll: %s", strerror(-ret));
-		goto fail;
-	}
-	s->lev = (struct ev){ EV_LISTEN, NULL };
-	s->wev = (struct ev){ EV_WAKE, NULL };
-	struct epoll_event e1 = { .events = EPOLLIN, .data.ptr = &s->lev };
-	struct epoll_event e2 = { .events = EPOLLIN, .data.ptr = &s->wev };
-	if (epoll_ctl(s->ep, EPOLL_CTL_ADD, s->lfd, &e1) < 0 ||
-	    epoll_ctl(s->ep, EPOLL_CTL_ADD, s->wake, &e2) < 0) {
-		ret = -errno;
-		snprintf(why, whylen, "epoll: %s", strerror(-ret));
-		goto fail;
-	}
-	ret = srv_workers_start(s, why, whylen);
-	if (ret < 0)
-		goto fail;
-	*out = s;
-	return 0;
-fail:
-	srv_destroy(s);
-	return ret;
-}
-
-void srv_stop(struct srv *s)
-{
-	atomic_store(&s->stop, 1);  /* pairs with the load in srv_run */
-	srv_wake_control(s);        /* one write(2): async-signal-safe */
-}
-
-int srv_run(struct srv *s)
-{
-	struct epoll_event evs[64];
-
-	s->ran = 1;
-	while (!atomic_load(&s->stop)) {
-		int n = epoll_wait(s->ep, evs, 64, s->accept_paused_until ? 20 : 500);
-		if (n < 0 && errno != EINTR)
-			return -errno;
-		for (int i = 0; i < n; i++) {
-			struct ev *e = evs[i].data.ptr;
-			uint64_t v;
-			switch (e->kind) {
-			case EV_LISTEN:
-				on_accept(s);
-				break;
-			case EV_WAKE:
-				(void)!read(s->wake, &v, sizeof(v));
-				break;
-			case EV_CONN:
-				on_conn(s, e->p, evs[i].events);
-				break;
-			case EV_BELL:
-				pthread_mutex_lock(&s->mu);
-				/* retired earlier in this batch: buried, not freed, so this is safe */
-				if (!((struct att *)e->p)->dead) {
-					(void)!read(((struct att *)e->p)->bell, &v, sizeof(v));
-					srv_att_check_empty(e->p, now_ns());
-				}
-				pthread_cond_broadcast(&s->cv);
-				pthread_mutex_unlock(&s->mu);
-				break;
-			}
-		}
-		accept_resume(s);
-		pthread_mutex_lock(&s->mu);
-		srv_open_finish(s);
-		struct att *dead = srv_reap(s);
-		srv_housekeeping(s);
-		struct job *gone = s->job_grave;
-		s->job_grave = NULL;
-		pthread_mutex_unlock(&s->mu);
-		srv_reap_free(dead);
-		srv_job_close_all(s, gone);
-	}
-	pthread_mutex_lock(&s->mu);
-	while (s->conns)
-		srv_conn_fail(s, s->conns, ESHUTDOWN, "loaderd is shutting down");
-	pthread_mutex_unlock(&s->mu);
-	return 0;
-}
-
-void srv_destroy(struct srv *s)
-{
-	if (!s)
-		return;
-	srv_workers_stop(s);
-	pthread_mutex_lock(&s->mu);
-	while (s->conns)
-		srv_conn_close(s, s->conns);
-	/* An opener thread may be stuck in a dataset on a hung file system: give up on it after a
-	 * while, and leave the server's memory to it (the process is about to exit). */
-	if (srv_open_drain(s, 5000) < 0) {
-		srv_notice(s, 0, "%u job opens still running at exit; not waiting for them",
-			   s->openers);
-		pthread_mutex_unlock(&s->mu);
-		if (s->lfd >= 0)
-			unlink(s->path);
-		return;
-	}
-	srv_open_finish(s);
-	pthread_mutex_unlock(&s->mu);
-	srv_reap_free(srv_reap(s));
-	while (s->jobs)
-		srv_job_free(s, s->jobs);
-	srv_job_close_all(s, s->job_grave);
-	s->job_grave = NULL;
-	srv_reap_free(srv_reap(s));
-	if (s->lfd >= 0) {
-		close(s->lfd);
-		unlink(s->path);
-	}
-	if (s->wake >= 0)
-		close(s->wake);
-	if (s->ep >= 0)
-		close(s->ep);
-	pthread_mutex_destroy(&s->mu);
-	pthread_cond_destroy(&s->cv);
-	pthread_cond_destroy(&s->open_cv);
-	free(s->live);
-	while (s->uids) {
-		struct uid_use *u = s->uids;
-		s->uids = u->next;
-		free(u);
-	}
-	free(s);
 }

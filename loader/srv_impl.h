@@ -1,23 +1,35 @@
 /* srv_impl.h - the server's shared state, private to loader/srv_*.c (public interface: srv.h).
  *
- * The server is one struct srv, split by role over four files:
- *   srv_conn.c     the control loop (epoll), the listening socket, peer checks, connections, and
- *                  the lifecycle (srv_create, srv_run, srv_stop, srv_destroy)
- *   srv_jobs.c     the job registry, ranks and attachments, job opens (opener threads), resume,
- *                  per-uid usage, linger and housekeeping
- *   srv_workers.c  the worker pool: which (ring, step) to fill next, the fill and the publish
- *   srv_snap.c     the counters copied into a struct srv_snapshot (srv.h), for srv_admin.c and
- *                  the metrics file (loader/metrics.c)
- *   srv_admin.c    loaderctl's answers, rendered as text or JSON from a snapshot
+ * The server is one struct srv, split by role over seven files that form a star around the
+ * first: each uses srv_core.c, and the calls between the others go one way only (no circle), as
+ * listed (measured: docs/ARCHITECTURE.md, the server core):
+ *   srv_core.c     the centre: notices, waking the control loop, the per-uid accounts (connections,
+ *                  jobs, memory, admin answers and budget), peer groups and who may see a job.
+ *                  Calls no other srv file.
+ *   srv_att.c      attachments (one connection's ring): the live set the workers pick from, the
+ *                  retire, the burial, the released step and the empty time. Uses core.
+ *   srv_workers.c  the worker pool: which (ring, step) to fill next, the tasks, the fill and the
+ *                  publish. Uses core, att.
+ *   srv_conn.c     connections: the listening socket, accept and peer checks, reading and vetting
+ *                  a message, sending answers and errors, closing. Uses core, att.
+ *   srv_snap.c     the counters copied into a struct srv_snapshot (srv.h), for srv_admin.c, a
+ *                  rank's CTL_STATS and the metrics file (loader/metrics.c). Uses core, att.
+ *   srv_jobs.c     the job registry, ranks, job opens (opener threads), resume, a rank's stats,
+ *                  linger and housekeeping. Uses core, att, conn, snap.
+ *   srv_admin.c    loaderctl's answers, rendered as text or JSON from a snapshot. Uses core, conn,
+ *                  jobs, snap.
+ *   srv_loop.c     the control loop (epoll) and the dispatch of events and messages, the work
+ *                  between event batches, the lifecycle (srv_create, srv_run, srv_stop,
+ *                  srv_destroy). Uses the others; none uses it.
  *
  * Threads and the lock: the control thread (srv_run), the workers and the opener threads (one
  * per job open in progress, detached; s->openers counts them) share everything below under
  * s->mu, except what a field says otherwise. Functions here that say "under mu" expect the caller
  * to hold it. Nothing a client controls is done under the lock at a cost it chooses: a job open
  * (index, ring) runs on its opener thread without it; rings are unmapped and jobs closed after
- * the control loop let go of it (srv_reap_free, srv_job_close_all); answers are rendered under it
+ * the control loop let go of it (srv_loop.c, srv_job_close_all); answers are rendered under it
  * within a per-uid budget (srv_admin.c). Only the control thread frees a job (housekeeping), an
- * att or a conn (srv_reap, after each epoll batch), and srv_destroy's caller once the workers
+ * att or a conn (srv_loop.c, after each epoll batch), and srv_destroy's caller once the workers
  * and the openers are done.
  *
  * Steps and tasks (srv_workers.c): a worker that finds no task opens the next free (ring, step):
@@ -36,10 +48,10 @@
  *
  * Ownership: s->jobs owns its jobs; a job owns its ranks array and ops->job_open's state. A conn
  * is owned by s->conns, and once closed by s->conn_grave. An att is referenced by its conn and
- * its rank while attached, and by every open step of its ring (a->refs); the last of
- * them to let go moves it to s->att_grave, which owns it until srv_reap() frees it. An open_req
- * is owned by its opener thread, then by s->opened until srv_open_finish; its conn is kept (on
- * the grave if closed) until then. */
+ * its rank while attached, and by every open step of its ring (a->refs); the last of them to let
+ * go moves it to s->att_grave, which owns it until the control loop frees it. An open_req is
+ * owned by its opener thread, then by s->opened until srv_open_finish; its conn is kept (on the
+ * grave if closed) until then. */
 #ifndef LOADERD_SRV_IMPL_H
 #define LOADERD_SRV_IMPL_H
 #include "common/clk.h"
@@ -69,8 +81,8 @@ struct conn {
 	uid_t uid;
 	struct att *att;         /* NULL until CTL_JOB_OPEN succeeds */
 	int64_t since_ns;        /* accepted at (the idle timeout counts from here) */
-	struct open_req *opening; /* a job open in progress on an opener thread; srv_reap keeps
-				  * the conn until it is finished (srv_open_finish) */
+	struct open_req *opening; /* a job open in progress on an opener thread; the control
+				  * loop keeps the conn until it is finished (srv_open_finish) */
 	int closed;              /* closed: events still queued for it are ignored */
 	char *out;               /* an answer being sent (srv_conn_send_text), NULL when none */
 	size_t out_len, out_off; /* its bytes, and how many are sent */
@@ -213,7 +225,8 @@ struct srv {
 	unsigned openers;             /* opener threads running */
 	struct job *jobs;
 	struct conn *conns;
-	struct att *att_grave;        /* retired atts whose memory waits for srv_reap() */
+	struct att *att_grave;        /* retired atts whose memory waits for the control loop
+				       * (srv_loop.c, after the event batch) */
 	struct conn *conn_grave;
 	struct job *job_grave;        /* forgotten jobs, for srv_job_close_all */
 	uint64_t next_job_id;
@@ -243,11 +256,7 @@ static inline int64_t now_ns(void)
 	return (int64_t)clk_now_ns();
 }
 
-/* ---- srv_conn.c ---- */
-
-/* Is the peer of unix socket @fd a member of group @g (its primary group or one of its
- * supplementary groups when it connected)? 1 or 0. */
-int srv_peer_in_group(int fd, gid_t g);
+/* ---- srv_core.c: used by every other file; uses none ---- */
 
 /* Pass a message to ops->notice (level: 0 error, 1 warn, 2 info), control characters escaped
  * (a dataset path is the client's bytes). Any thread. */
@@ -255,45 +264,7 @@ void srv_notice(struct srv *s, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /* Make srv_run's epoll_wait return, so that it runs housekeeping now. Any thread. */
 void srv_wake_control(struct srv *s);
-/* Under mu, control thread. Retire @c's att, close the socket, bury @c (srv_reap frees it). */
-void srv_conn_close(struct srv *s, struct conn *c);
-/* Under mu, control thread. Send @text (@len bytes, takes ownership, malloc'd) to @c as
- * CTL_ADMIN_TEXT chunks and an empty one: as much as the socket takes now, the rest whenever it
- * can take more (EPOLLOUT), so that an answer of any size arrives whole and a client that does
- * not read stalls only itself. */
-void srv_conn_send_text(struct srv *s, struct conn *c, char *text, size_t len);
-/* Under mu. @c's queued answer (if any) stops counting against its uid. */
-void srv_out_forget(struct srv *s, struct conn *c);
-/* Bytes of admin answers one uid may have queued at once (answers it does not read): past it a
- * request is refused with EAGAIN. A world-65,536 job's stats are about 10 MB. */
-#define SRV_OUT_UID_MAX (64ull << 20)
-/* Seconds of the uid's share it may spend at once (a fresh uid starts with them): at 2%, 40 ms.
- * An answer is never cut: a longer one (10 MB, ~100 ms) is made and the uid then waits it off. */
-#define SRV_ADMIN_BURST_S 2.0
-/* Under mu. Bring @u's admin budget up to date; then charge it @ns (0: only update). */
-void srv_admin_charge(struct srv *s, struct uid_use *u, int64_t ns);
-/* Under mu, control thread. Send @c a CTL_ERROR (errno @err, either sign), then close it. */
-void srv_conn_fail(struct srv *s, struct conn *c, int err, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-/* ---- srv_jobs.c ---- */
-
-/* Under mu. Add @a to / remove it from s->live (the rings workers may pick). 0 or -ENOMEM. */
-int srv_live_add(struct srv *s, struct att *a);
-void srv_live_del(struct srv *s, struct att *a);
-/* Under mu. Free @a now that neither a rank nor a worker holds it (buried until srv_reap). */
-void srv_att_free(struct srv *s, struct att *a);
-/* Under mu. Detach @a from its rank and connection; freed now or by its last worker. */
-void srv_att_retire(struct srv *s, struct att *a);
-/* Under mu. The first step @a's consumer has not released (never below a->floor). */
-uint64_t srv_att_released(const struct att *a);
-/* Under mu, control thread, between event batches: free buried conns, and take the buried atts
- * off s->att_grave for srv_reap_free. */
-struct att *srv_reap(struct srv *s);
-/* Control thread, without the lock (unmapping a large ring takes a while, and a client chose its
- * size), before the next event batch: close and free the atts srv_reap returned. */
-void srv_reap_free(struct att *dead);
-/* Under mu. @uid's usage, made on first use; NULL when out of memory. */
+/* Under mu. @uid's account, made on first use; NULL when out of memory. */
 struct uid_use *srv_uid(struct srv *s, uid_t uid);
 /* Under mu. Add @delta bytes of memory held for a job (a ring, a rank table, a job's state) to
  * the total and to @uid's. */
@@ -302,36 +273,74 @@ void srv_mem_add(struct srv *s, uid_t uid, int64_t delta);
  * 0, or -ENOMEM with the reason, naming --mem-limit or --mem-share, in @why. */
 int srv_mem_check(struct srv *s, uid_t uid, uint64_t bytes, const char *what, char *why,
 		  size_t whylen);
-/* Under mu. The job named @name, or NULL. */
-/* The job @name of uid @owner (names are per owner: ctl.h, enum ctl_share), or NULL. */
-struct job *srv_job_find(struct srv *s, uid_t owner, const char *name);
+/* Bytes of admin answers one uid may have queued at once (answers it does not read): past it a
+ * request is refused with EAGAIN. A world-65,536 job's stats are about 10 MB. */
+#define SRV_OUT_UID_MAX (64ull << 20)
+/* Seconds of the uid's share it may spend at once (a fresh uid starts with them): at 2%, 40 ms.
+ * An answer is never cut: a longer one (10 MB, ~100 ms) is made and the uid then waits it off. */
+#define SRV_ADMIN_BURST_S 2.0
+/* Under mu. Bring @u's admin budget up to date; then charge it @ns (0: only update). */
+void srv_admin_charge(struct srv *s, struct uid_use *u, int64_t ns);
+/* Is the peer of unix socket @fd a member of group @g (its primary group or one of its
+ * supplementary groups when it connected)? 1 or 0. */
+int srv_peer_in_group(int fd, gid_t g);
 /* May the peer of @c see (admin answers) and join @j? Its owner, root, loaderd's own user, or a
  * member of the group the owner shared it with. */
 int srv_job_visible(const struct conn *c, const struct job *j);
-/* Under mu. Unlink @j and bury it on s->job_grave (srv_job_close_all closes and frees it). */
-void srv_job_free(struct srv *s, struct job *j);
-/* Control thread, without the lock: ops->job_close and free the jobs of a job_grave list that
- * was taken off s->job_grave under the lock. */
-void srv_job_close_all(struct srv *s, struct job *dead);
-/* Under mu, control thread. CTL_JOB_OPEN from @c with the dataset @fd (-1: none; taken over
- * either way): checks it, then hands it to an opener thread (the conn waits). CTL_STATS_REQ.
- * On failure @c is closed. */
-void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *spec, int fd);
-/* Under mu, control thread: finish the opens the opener threads are done with. */
-void srv_open_finish(struct srv *s);
-/* Under mu. Wait (up to @ms) for the opener threads to end; 0 or -ETIMEDOUT. */
-int srv_open_drain(struct srv *s, int ms);
+
+/* ---- srv_att.c: uses core ---- */
+
+/* Under mu. Add @a to s->live, the rings workers may pick (srv_att_retire takes it off). 0 or
+ * -ENOMEM. */
+int srv_live_add(struct srv *s, struct att *a);
+/* Under mu. Free @a now that neither a rank nor a worker holds it: buried until the control loop
+ * frees it after the event batch. */
+void srv_att_free(struct srv *s, struct att *a);
+/* Under mu. Detach @a from its rank and connection; freed now or by its last worker. */
+void srv_att_retire(struct srv *s, struct att *a);
+/* Under mu. The first step @a's consumer has not released (never below a->floor). */
+uint64_t srv_att_released(const struct att *a);
 /* Under mu, control thread, after @a's consumer rang its doorbell (it released a step): when every
  * published step is released and the next one is not published, the ring is empty from @now. */
 void srv_att_check_empty(struct att *a, int64_t now);
 /* Under mu, after a worker published @step of @a: ends the empty time that waited for it. */
 void srv_att_published(struct att *a, uint64_t step, int64_t now);
-void srv_on_stats(struct srv *s, struct conn *c);
-/* Under mu, control thread, after each event batch: rates, hostile consumers, failed and idle
- * jobs. */
-void srv_housekeeping(struct srv *s);
 
-/* ---- srv_workers.c ---- */
+/* ---- srv_conn.c: uses core, att ---- */
+
+/* Bind and listen on opts->socket_path (a stale socket from a killed daemon is replaced; a live
+ * one is -EADDRINUSE): s->lfd. 0 or -errno with @why. */
+int srv_conn_listen(struct srv *s, char *why, size_t whylen);
+/* Control thread, without mu. Accept the pending connections: peer checks, then the connection
+ * limits; out of descriptors, the listening socket rests a while (srv_conn_accept_resume). */
+void srv_conn_accept(struct srv *s);
+/* Control thread, without mu, after each event batch: listen again once the rest is over. */
+void srv_conn_accept_resume(struct srv *s);
+/* Control thread, without mu (takes it). @c's socket takes more: send more of its answer, charged
+ * to its uid's admin budget. */
+void srv_conn_writable(struct srv *s, struct conn *c);
+/* Control thread, without mu. Read one message of @c into @buf (CTL_MSG_MAX bytes): ctl_recv's
+ * length or -errno, the type in *type, the descriptors received in *nfds; the one a job open
+ * carries in *dataset_fd (the caller closes it; -1: none). Any other descriptor is closed
+ * unread. */
+ssize_t srv_conn_recv(struct conn *c, void *buf, uint16_t *type, int *dataset_fd, int *nfds);
+/* Under mu, control thread. What srv_conn_recv returned (@n, @type, @nfds): 1 when it is a message
+ * to answer; else 0, when it was nothing (a spurious wake-up) or @c was closed (the peer went away:
+ * its att is retired; a message the protocol refuses: the client is told why). */
+int srv_conn_vet(struct srv *s, struct conn *c, ssize_t n, uint16_t type, int nfds);
+/* Under mu, control thread. Retire @c's att, close the socket, bury @c (the control loop frees
+ * it). */
+void srv_conn_close(struct srv *s, struct conn *c);
+/* Under mu, control thread. Send @text (@len bytes, takes ownership, malloc'd) to @c as
+ * CTL_ADMIN_TEXT chunks and an empty one: as much as the socket takes now, the rest whenever it
+ * can take more (EPOLLOUT), so that an answer of any size arrives whole and a client that does
+ * not read stalls only itself. */
+void srv_conn_send_text(struct srv *s, struct conn *c, char *text, size_t len);
+/* Under mu, control thread. Send @c a CTL_ERROR (errno @err, either sign), then close it. */
+void srv_conn_fail(struct srv *s, struct conn *c, int err, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* ---- srv_workers.c: uses core, att ---- */
 
 /* Start opts->workers threads (s->threads, s->nthreads). 0 or -errno with @why; the threads that
  * did start are stopped by srv_workers_stop. */
@@ -340,7 +349,7 @@ int srv_workers_start(struct srv *s, char *why, size_t whylen);
  * join the workers. */
 void srv_workers_stop(struct srv *s);
 
-/* ---- srv_snap.c ---- */
+/* ---- srv_snap.c: uses core, att ---- */
 
 /* Under mu. Rank @r of @j as srv_snapshot reports it, at @now. */
 void srv_rank_snap(const struct job *j, uint32_t r, int64_t now, struct srv_rank_snap *out);
@@ -351,10 +360,35 @@ void srv_rank_snap(const struct job *j, uint32_t r, int64_t now, struct srv_rank
 struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only,
 					 const struct conn *viewer, int ranks);
 
-/* ---- srv_admin.c ---- */
+/* ---- srv_jobs.c: uses core, att, conn, snap ---- */
+
+/* The job @name of uid @owner (names are per owner: ctl.h, enum ctl_share), or NULL. */
+struct job *srv_job_find(struct srv *s, uid_t owner, const char *name);
+/* Under mu. Unlink @j and bury it on s->job_grave (srv_job_close_all closes and frees it). */
+void srv_job_free(struct srv *s, struct job *j);
+/* Control thread, without the lock: ops->job_close and free the jobs of a job_grave list that
+ * was taken off s->job_grave under the lock. */
+void srv_job_close_all(struct srv *s, struct job *dead);
+/* Under mu, control thread. CTL_JOB_OPEN from @c with the dataset @fd (-1: none; taken over
+ * either way): checks it, then hands it to an opener thread (the conn waits). On failure @c is
+ * closed. */
+void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *spec, int fd);
+/* Under mu, control thread: finish the opens the opener threads are done with. */
+void srv_open_finish(struct srv *s);
+/* Under mu. Wait (up to @ms) for the opener threads to end; 0 or -ETIMEDOUT. */
+int srv_open_drain(struct srv *s, int ms);
+/* Under mu, control thread. CTL_STATS_REQ from @c: its rank's figures (CTL_STATS). */
+void srv_on_stats(struct srv *s, struct conn *c);
+/* Under mu, control thread, after each event batch: rates, hostile consumers, failed and idle
+ * jobs. */
+void srv_housekeeping(struct srv *s);
+
+/* ---- srv_admin.c: uses core, conn, jobs, snap ---- */
 
 /* Under mu, control thread. CTL_ADMIN (loaderctl) from @c: the answer as CTL_ADMIN_TEXT chunks,
  * then an empty one. Lets go of mu while it renders (from a copy); holds it again on return. */
 void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req);
+
+/* srv_loop.c: srv_create, srv_run, srv_stop and srv_destroy (srv.h); uses every file above. */
 
 #endif

@@ -1,23 +1,25 @@
-/* srv_jobs.c - the server's job registry: jobs by owner and name, their ranks, one attachment
- * (att) per connection's ring, resume, linger and housekeeping (see srv_impl.h for the shared
- * state).
+/* srv_jobs.c - the server's job registry. It owns
+ *   - s->jobs: jobs by owner and name, their ranks (struct rank_state), linger and forgetting;
+ *   - job opens (CTL_JOB_OPEN): the checks on the control thread, then an opener thread per
+ *     open (ops->job_open for a new job, the ring's creation), then the attach, which makes the
+ *     connection's att (srv_att.c) and tells the client (CTL_JOB_OK) or why not;
+ *   - a rank's stats (CTL_STATS) and housekeeping: rates, hostile consumers, failed and idle
+ *     jobs, idle connections.
  *
  * DESIGN
  * A job is known by its owner's uid and its name (a name is per owner; who else may see and join
  * it: ctl.h, enum ctl_share); each of its ranks is either attached (a live connection, a ring and
- * a doorbell) or detached with a resume step. One attachment ("att") = one connection's ring: it
- * is created on CTL_JOB_OPEN and retired when the connection goes, never reused, so a dead or
- * hostile consumer's memory is never handed to the next one.
+ * a doorbell: an att) or detached with a resume step. One att = one connection's ring: it is
+ * created here on CTL_JOB_OPEN and retired when the connection goes (srv_att.c).
  *
- * A retired att's resume step is the first step the consumer had not released, read from the
- * state words by ring_prod_scan() (or, if the words are garbage, the last step the producer itself
- * saw released). A consumer whose words break the state machine is dropped with an error message:
- * the workers notice (-EBADMSG from ring_prod_poll), mark the att hostile and wake the control
- * loop, whose housekeeping does the dropping. A job with no rank attached lingers for
- * opts.linger_ms, then is forgotten.
+ * A consumer whose words break the state machine is dropped with an error message: the workers
+ * notice (-EBADMSG from ring_prod_poll), mark the att hostile and wake the control loop, whose
+ * housekeeping does the dropping. A job with no rank attached lingers for opts.linger_ms, then
+ * is forgotten.
  *
- * Threads: everything here runs under s->mu; the job open, stats and housekeeping on the control
- * thread, srv_att_free also on a worker (the last one out of a retired att). */
+ * Threads: everything here runs under s->mu, on the control thread, except the opener threads
+ * (opener_main), which take it around what they share. It uses srv_core.c, srv_att.c,
+ * srv_conn.c (to answer and close) and srv_snap.c (a rank's figures). */
 #include "loader/srv_impl.h"
 
 #include <errno.h>
@@ -30,180 +32,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- per-uid usage ---- */
-
-struct uid_use *srv_uid(struct srv *s, uid_t uid)
-{
-	struct uid_use *u;
-
-	for (u = s->uids; u; u = u->next)
-		if (u->uid == uid)
-			return u;
-	u = calloc(1, sizeof(*u));
-	if (!u)
-		return NULL;
-	u->uid = uid;
-	u->admin_tokens = SRV_ADMIN_BURST_S * 1e9 * s->opts.admin_share / 100;  /* a full burst */
-	u->admin_ns = now_ns();
-	u->next = s->uids;
-	s->uids = u;
-	return u;
-}
-
-void srv_mem_add(struct srv *s, uid_t uid, int64_t delta)
-{
-	struct uid_use *u = srv_uid(s, uid);
-
-	s->mem_used += (uint64_t)delta;
-	if (u)
-		u->mem += (uint64_t)delta;
-}
-
-int srv_mem_check(struct srv *s, uid_t uid, uint64_t bytes, const char *what, char *why,
-		  size_t whylen)
-{
-	struct uid_use *u = srv_uid(s, uid);
-	uint64_t share = s->opts.mem_limit / 100 * s->opts.mem_share_uid;
-
-	if (!s->opts.mem_limit)
-		return 0;
-	if (s->mem_used + bytes > s->opts.mem_limit || s->mem_used + bytes < bytes) {
-		snprintf(why, whylen, "%s needs %llu KiB of memory; limit %llu KiB, %llu KiB in use "
-			 "(loaderd --mem-limit)", what, (unsigned long long)((bytes + 1023) >> 10),
-			 (unsigned long long)(s->opts.mem_limit >> 10),
-			 (unsigned long long)(s->mem_used >> 10));
-		return -ENOMEM;
-	}
-	if (u && (u->mem + bytes > share || u->mem + bytes < bytes)) {
-		snprintf(why, whylen, "%s needs %llu KiB of memory; uid %u has %llu KiB of its %llu "
-			 "KiB (%u%% of the memory limit, loaderd --mem-share)", what,
-			 (unsigned long long)((bytes + 1023) >> 10), (unsigned)uid,
-			 (unsigned long long)(u->mem >> 10), (unsigned long long)(share >> 10),
-			 s->opts.mem_share_uid);
-		return -ENOMEM;
-	}
-	return 0;
-}
-
-/* ---- attachments ---- */
-
-/* Under mu. An att that no worker holds any more is buried, not freed: an epoll batch that the
- * control loop is still walking may hold an event for its doorbell. srv_reap() frees it after the
- * batch; until then its fd stays open, so the number cannot be reused under that event. */
-void srv_att_free(struct srv *s, struct att *a)
-{
-	srv_mem_add(s, a->uid, -(int64_t)a->bytes);
-	a->job->mem_rings -= a->bytes;
-	a->job->atts--;
-	a->job = NULL;
-	a->grave_next = s->att_grave;
-	s->att_grave = a;
-}
-
-/* Under mu, on the control thread, between event batches. */
-struct att *srv_reap(struct srv *s)
-{
-	struct att *dead = s->att_grave;
-
-	s->att_grave = NULL;
-	for (struct conn **pp = &s->conn_grave; *pp;) {
-		struct conn *c = *pp;
-		if (c->opening) {  /* its opener thread still points at it */
-			pp = &c->next;
-			continue;
-		}
-		*pp = c->next;
-		free(c->out);
-		free(c);
-	}
-	return dead;
-}
-
-void srv_reap_free(struct att *dead)
-{
-	while (dead) {
-		struct att *a = dead;
-		dead = a->grave_next;
-		if (a->bell >= 0)
-			close(a->bell);
-		ring_destroy(a->ring);
-		free(a);
-	}
-}
-
-/* Under mu. The first step the consumer of @a has not released, read from the state words. With
- * garbage in them the scan still stops at the first step not cleanly released; never below what
- * the producer itself saw released (a->floor). */
-uint64_t srv_att_released(const struct att *a)
-{
-	uint64_t frontier;
-	int ret = ring_prod_scan(a->ring, a->first, a->next, &frontier);
-
-	if (ret < 0 && ret != -EBADMSG)
-		return a->floor;
-	return frontier > a->floor ? frontier : a->floor;
-}
-
-/* Empty time. The server cannot see the consumer wait (a futex wait on a state word) nor acquire;
- * it sees publishes (its own) and releases (the doorbell). So it measures what those two bound:
- * the time during which the consumer held nothing and nothing was ready for it, i.e. from the
- * release that left every published step released to the publish of the next step. For a
- * consumer that asks for its next batch when it releases one, that is its wait. */
-static void empty_end(struct att *a, int64_t now)
-{
-	if (!a->empty_since)
-		return;
-	if (now > a->empty_since)
-		a->job->ranks[a->rank].empty_ns += (uint64_t)(now - a->empty_since);
-	a->empty_since = 0;
-}
-
-void srv_att_check_empty(struct att *a, int64_t now)
-{
-	uint64_t rel = srv_att_released(a);
-
-	if (a->empty_since && a->empty_step == rel)
-		return;
-	empty_end(a, now);
-	if ((a->job->steps_total && rel >= a->job->steps_total) ||
-	    ring_prod_published(a->ring, rel))
-		return;
-	a->empty_since = now;
-	a->empty_step = rel;
-}
-
-void srv_att_published(struct att *a, uint64_t step, int64_t now)
-{
-	if (a->empty_since && a->empty_step == step)
-		empty_end(a, now);
-}
-
-/* Under mu. Detach @a from its rank and connection; free it now or when its last worker is done. */
-void srv_att_retire(struct srv *s, struct att *a)
-{
-	struct rank_state *rs = &a->job->ranks[a->rank];
-
-	if (a->dead)
-		return;
-	a->dead = 1;
-	srv_live_del(s, a);
-	empty_end(a, now_ns());
-	rs->resume = srv_att_released(a);
-	rs->att = NULL;
-	a->job->rate -= rs->rate;  /* it fills no more: its rate is no longer kept */
-	rs->rate = 0;
-	rs->rate_samples = rs->samples;
-	if (--a->job->attached == 0)
-		a->job->idle_since_ns = now_ns();
-	epoll_ctl(s->ep, EPOLL_CTL_DEL, a->bell, NULL);
-	ring_shutdown(a->ring);
-	if (a->conn)
-		a->conn->att = NULL;
-	a->conn = NULL;
-	if (a->refs == 0)
-		srv_att_free(s, a);
-}
-
 /* ---- jobs ---- */
 
 struct job *srv_job_find(struct srv *s, uid_t owner, const char *name)
@@ -212,12 +40,6 @@ struct job *srv_job_find(struct srv *s, uid_t owner, const char *name)
 		if (j->uid == owner && !strcmp(j->name, name))
 			return j;
 	return NULL;
-}
-
-int srv_job_visible(const struct conn *c, const struct job *j)
-{
-	return c->uid == j->uid || c->uid == 0 || c->uid == geteuid() ||
-	       (j->spec.share == CTL_SHARE_GROUP && srv_peer_in_group(c->fd, j->spec.share_gid));
 }
 
 void srv_job_free(struct srv *s, struct job *j)

@@ -41,7 +41,10 @@
  * wakes as many sleeping workers as it has tasks for.
  *
  * Threads: opts.workers threads, started by srv_create and joined by srv_destroy. Each owns the
- * per-worker state ops->worker_init made for it, and the samples of the task it took. */
+ * per-worker state ops->worker_init made for it, and the samples of the task it took.
+ *
+ * It owns s->tasks, s->step_pool, the worker threads and the busy time; it reads s->live
+ * (srv_att.c keeps it) and uses srv_core.c and srv_att.c only. */
 #include "loader/srv_impl.h"
 
 #include <assert.h>
@@ -50,28 +53,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int srv_live_add(struct srv *s, struct att *a)
-{
-	if (s->nlive == s->live_cap) {
-		unsigned cap = s->live_cap ? 2 * s->live_cap : 64;
-		struct att **p = realloc(s->live, cap * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		s->live = p;
-		s->live_cap = cap;
-	}
-	a->live = s->nlive;
-	s->live[s->nlive++] = a;
-	return 0;
-}
-
-void srv_live_del(struct srv *s, struct att *a)
-{
-	assert(a->live < s->nlive && s->live[a->live] == a);
-	s->live[a->live] = s->live[--s->nlive];
-	s->live[a->live]->live = a->live;
-}
 
 /* Under mu. The next (att, step) whose slot is free, or NULL. Round-robin over the attached
  * rings only: the cost of a pick does not grow with the world sizes of the jobs. */
@@ -461,56 +442,6 @@ static void *worker_main(void *p)
 		s->ops.worker_fini(s->ops.ctx, wstate);
 	free(wa);
 	return NULL;
-}
-
-int srv_fill_step(const struct srv_ops *ops, void *worker, struct srv_step *st, uint32_t batch,
-		  uint32_t task, struct ring_slot *slot, struct srv_fill *out)
-{
-	struct srv_fill f;
-	int ret;
-
-	memset(out, 0, sizeof(*out));
-	st->count = st->slot_flags = 0;
-	st->ids = calloc(batch ? batch : 1, sizeof(*st->ids));
-	st->flags = calloc(batch ? batch : 1, sizeof(*st->flags));
-	st->labels = calloc(batch ? batch : 1, sizeof(*st->labels));
-	ret = st->ids && st->flags && st->labels ? 0 : -ENOMEM;
-	if (ret == 0)
-		ret = ops->step_open(ops->ctx, worker, st, out->why, sizeof(out->why));
-	if (ret == 0 && st->count > batch)
-		ret = -EPROTO;
-	for (uint32_t b = 0; ret == 0 && b < st->count; b = f.end) {
-		memset(&f, 0, sizeof(f));
-		f.step = st;
-		f.begin = b;
-		f.end = task && st->count - b > task ? b + task : st->count;
-		f.slot = slot;
-		if (f.end < st->count) {  /* as a worker does: the next task's reads start now */
-			f.next_step = st;
-			f.next_begin = f.end;
-			f.next_end = task && st->count - f.end > task ? f.end + task : st->count;
-		}
-		ret = ops->fill(ops->ctx, worker, &f);
-		for (unsigned k = 0; k < SRV_PHASES_MAX; k++)
-			out->phase_ns[k] += f.phase_ns[k];
-		for (uint32_t i = 0; i < f.nbad_ids && out->nbad_ids < 8; i++)
-			out->bad_ids[out->nbad_ids++] = f.bad_ids[i];
-		out->bad += f.bad;
-		if (ret < 0)
-			memcpy(out->why, f.why, sizeof(out->why));
-	}
-	if (ret == 0) {
-		memcpy(slot->ids, st->ids, st->count * sizeof(*st->ids));
-		memcpy(slot->flags, st->flags, st->count * sizeof(*st->flags));
-		memcpy(slot->labels, st->labels, st->count * sizeof(*st->labels));
-	}
-	free(st->ids);
-	free(st->flags);
-	free(st->labels);
-	st->ids = NULL;
-	st->flags = NULL;
-	st->labels = NULL;
-	return ret;
 }
 
 int srv_workers_start(struct srv *s, char *why, size_t whylen)

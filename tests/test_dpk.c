@@ -76,6 +76,24 @@ static void fill(uint8_t *p, size_t n, uint64_t seed)
 		p[i] = (uint8_t)((seed * 131 + i * 7 + (i >> 5)) & 0xff);
 }
 
+/* What the stored bytes of a raw or raw+zstd record decode to (@cap >= raw_size): the bytes the
+ * writer was given back, or -EBADMSG when the frame does not hold exactly raw_size bytes. The
+ * daemon decodes records in loader/decode.c; formats/ only stores them, so the test decodes
+ * here to check that what it stored is what comes back. */
+static ssize_t stored_decode(const struct dpk_entry *e, const void *src, void *dst, size_t cap)
+{
+	assert_true(cap >= e->raw_size);
+	if (e->kind == DPK_KIND_RAW) {
+		memcpy(dst, src, e->raw_size);
+		return (ssize_t)e->raw_size;
+	}
+	assert_int_equal(e->kind, DPK_KIND_RAW_ZSTD);
+	if (ZSTD_getFrameContentSize(src, e->length) != e->raw_size)
+		return -EBADMSG;
+	size_t n = ZSTD_decompress(dst, e->raw_size, src, e->length);
+	return ZSTD_isError(n) || n != e->raw_size ? -EBADMSG : (ssize_t)n;
+}
+
 /* A dataset of @n samples cycling through the three kinds; sample i has label i % 3 and
  * content fill(..., i). Returns the bytes of the original (decoded) tensors in *raw. */
 static void write_dataset(uint64_t n)
@@ -223,13 +241,11 @@ static void test_dpk_roundtrip_all_kinds(void **state)
 			assert_int_equal(e->subsamp, DPK_SUB_420);
 			assert_int_equal(e->flags, (i % 2) ? DPK_F_PROGRESSIVE : 0);
 			assert_memory_equal(buf, want, len / 2 + 1);
-			assert_int_equal(dpk_raw_decode(e, buf, dec, sizeof(dec)), -EINVAL);
 			break;
 		case DPK_KIND_RAW:
 		case DPK_KIND_RAW_ZSTD:
-			assert_int_equal(dpk_raw_decode(e, buf, dec, sizeof(dec)), (ssize_t)len);
+			assert_int_equal(stored_decode(e, buf, dec, sizeof(dec)), (ssize_t)len);
 			assert_memory_equal(dec, want, len);
-			assert_int_equal(dpk_raw_decode(e, buf, dec, len - 1), -ENOSPC);
 			break;
 		default:
 			fail_msg("sample %llu has kind %u", (unsigned long long)i, e->kind);
@@ -260,7 +276,7 @@ static void test_dpk_random_access(void **state)
 		assert_int_equal(dpk_read(d, i, buf, sizeof(buf)), (ssize_t)e->length);
 		fill(want, e->raw_size, i);
 		if (e->kind != DPK_KIND_JPEG) {
-			assert_int_equal(dpk_raw_decode(e, buf, dec, sizeof(dec)), (ssize_t)e->raw_size);
+			assert_int_equal(stored_decode(e, buf, dec, sizeof(dec)), (ssize_t)e->raw_size);
 			assert_memory_equal(dec, want, e->raw_size);
 		} else {
 			assert_memory_equal(buf, want, e->length);

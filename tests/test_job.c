@@ -22,6 +22,7 @@
 #include <zstd.h>
 #include <cmocka.h>
 
+#include "tests/step_fill.h"
 #include "tests/tmpdir.h"
 
 #define SIDE 64   /* images are SIDE x SIDE; a 56 x 56 center crop of them is exactly 1:1 */
@@ -230,7 +231,7 @@ static int t_fill(struct t *t, uint64_t step, struct srv_fill *f)
 	struct srv_step st = { .job = t->job, .world = 1, .step_in_epoch = step };
 
 	memset(t->slot.flags, 0, t->info.ring.batch);
-	int ret = srv_fill_step(&t->ops, t->worker, &st, t->info.ring.batch, 3, &t->slot, f);
+	int ret = step_fill(&t->ops, t->worker, &st, t->info.ring.batch, 3, &t->slot, f);
 	t->count = st.count;
 	return ret;
 }

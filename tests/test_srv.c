@@ -1686,12 +1686,13 @@ static void test_srv_no_fd_leak(void **state)
 /* Regression: srv_run() handles the events of one epoll_wait() in turn, and a connection's
  * hang-up used to free its attachment (att_retire -> att_free) while a doorbell event for that
  * same attachment could still be waiting later in the same batch: EV_BELL then read the freed att
- * (heap use after free; read() on its closed eventfd). Now srv_att_free buries the att and
- * srv_reap frees it after the batch. Here the control thread is held for 500 ms in the attach
- * notice of "sleepnotice" while client A hangs up and then rings its doorbell, so both events
- * come out of one epoll_wait, hang-up first; AddressSanitizer would catch a use after free (the
- * server dies). Ordinary clients could hit it too ("release, then exit" while the server is still
- * reporting the previous doorbell: the level-triggered bell is requeued behind the hang-up). */
+ * (heap use after free; read() on its closed eventfd). Now srv_att_free buries the att and the
+ * control loop (srv_loop.c) frees it after the batch. Here the control thread is held for 500 ms
+ * in the attach notice of "sleepnotice" while client A hangs up and then rings its doorbell, so
+ * both events come out of one epoll_wait, hang-up first; AddressSanitizer would catch a use after
+ * free (the server dies). Ordinary clients could hit it too ("release, then exit" while the
+ * server is still reporting the previous doorbell: the level-triggered bell is requeued behind
+ * the hang-up). */
 static void test_srv_bell_after_hangup_same_wakeup(void **state)
 {
 	(void)state;

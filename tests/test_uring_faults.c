@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "tests/step_fill.h"
 #include "tests/tmpdir.h"
 
 #define NREC 64
@@ -318,7 +319,7 @@ static void fill_step(uint64_t *ids, uint8_t *flags, uint64_t *bad)
 	slot.labels = labels;
 	slot.payload = payload;
 	struct srv_step st = { .job = job, .world = 1 };
-	assert_int_equal(srv_fill_step(&ops, w, &st, NREC, 0, &slot, &f), 0);
+	assert_int_equal(step_fill(&ops, w, &st, NREC, 0, &slot, &f), 0);
 	assert_int_equal(st.count, NREC);
 	*bad = f.bad;
 	free(payload);
