@@ -37,11 +37,13 @@ build/fuzz/fuzz_srv: $(FUZZ_SRV_SRC)
 build/fuzz/fuzz_token: FUZZ_EXTRA := shm/token.c
 build/fuzz/fuzz_token: shm/token.c
 # fuzz_jpeg_idx: the bit-indexed JPEG records and the transcode dpack falls back to (libjpeg).
-build/fuzz/fuzz_jpeg_idx: FUZZ_EXTRA := loader/jpeg_idx.c loader/jpeg_rst.c -ljpeg
-build/fuzz/fuzz_jpeg_idx: loader/jpeg_idx.c loader/jpeg_rst.c
+build/fuzz/fuzz_dpk: FUZZ_EXTRA := codec/jpeg_probe.c
+build/fuzz/fuzz_dpk: codec/jpeg_probe.c
+build/fuzz/fuzz_jpeg_idx: FUZZ_EXTRA := codec/jpeg_idx.c codec/jpeg_rst.c -ljpeg
+build/fuzz/fuzz_jpeg_idx: codec/jpeg_idx.c codec/jpeg_rst.c
 # fuzz_idx_fields, fuzz_rst_fields: valid jpeg+idx / jpeg+rst records with their index fields or
-# restart structure edited, spliced and decoded (loader/decode.c, libjpeg-turbo).
-FUZZ_JPEG_SRC := loader/jpeg_idx.c loader/jpeg_rst.c loader/decode.c loader/sampler.c
+# restart structure edited, spliced and decoded (codec/decode.c, libjpeg-turbo).
+FUZZ_JPEG_SRC := codec/jpeg_idx.c codec/jpeg_rst.c codec/decode.c
 build/fuzz/fuzz_idx_fields: FUZZ_EXTRA := $(FUZZ_JPEG_SRC) tests/idx_edit.c -lturbojpeg -ljpeg
 build/fuzz/fuzz_idx_fields: $(FUZZ_JPEG_SRC) tests/idx_edit.c tests/idx_edit.h tests/fuzz_jpeg_fields.h
 build/fuzz/fuzz_rst_fields: FUZZ_EXTRA := $(FUZZ_JPEG_SRC) -lturbojpeg -ljpeg

@@ -46,7 +46,7 @@ struct dpack_input {
 	 * *off, *len. 0 or -errno. Thread-safe. */
 	int (*locate)(const struct dpack_src *s, uint64_t i, int *fd, uint64_t *off, uint64_t *len);
 	/* Tensor formats: @r's kind (DPK_KIND_RAW), shape, ndim and label for sample @i.
-	 * NULL: samples are files, typed by ldr_kind_probe(), labelled by their item. */
+	 * NULL: samples are files, typed by cdc_kind_probe(), labelled by their item. */
 	void (*tensor)(const struct dpack_src *s, uint64_t i, struct dpk_record *r);
 	void (*fini)(struct dpack_src *s);  /* frees priv; NULL when none */
 };

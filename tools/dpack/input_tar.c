@@ -3,7 +3,7 @@
  * its integer label. Members are read in place (offset and size in the archive). */
 #include "common/log.h"
 #include "formats/tarx.h"
-#include "loader/kind.h"
+#include "codec/kind.h"
 #include "tools/dpack/input.h"
 
 #include <ctype.h>
@@ -49,7 +49,7 @@ static int parse_label(const char *s, size_t len, int64_t *out)
 static int is_image(const char *ext)
 {
 	for (unsigned k = 0; k <= DPK_KIND_MAX; k++)
-		if (ldr_kinds[k] && ldr_kinds[k]->exts && dpack_has_ext(ext, ldr_kinds[k]->exts))
+		if (cdc_kinds[k] && cdc_kinds[k]->exts && dpack_has_ext(ext, cdc_kinds[k]->exts))
 			return 1;
 	return 0;
 }
@@ -61,7 +61,7 @@ static void image_exts(char *buf, size_t len)
 
 	buf[0] = '\0';
 	for (unsigned k = 0; k <= DPK_KIND_MAX; k++)
-		for (const char *const *e = ldr_kinds[k] ? ldr_kinds[k]->exts : NULL; e && *e; e++) {
+		for (const char *const *e = cdc_kinds[k] ? cdc_kinds[k]->exts : NULL; e && *e; e++) {
 			int n = snprintf(buf + pos, len - pos, "%s%s", pos ? "/" : "", *e);
 			if (n < 0 || (size_t)n >= len - pos)
 				return;

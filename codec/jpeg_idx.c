@@ -9,7 +9,7 @@
  * the prediction the splice's decoder will hold there (the DC at the end of the previous range,
  * or 0 at the start of the splice). Every other bit is copied as it is, shifted to the output's
  * bit position: Huffman codes are prefix codes, so they need no byte alignment. The splice's
- * geometry is the planned rectangle (ldr_rst_plan(), one MCU of margin where chroma is subsampled),
+ * geometry is the planned rectangle (cdc_rst_plan(), one MCU of margin where chroma is subsampled),
  * so its pixels inside the window equal those of a full decode.
  *
  * The Huffman decoder here only walks symbols (DC category and extra bits, AC run/size and extra
@@ -19,7 +19,7 @@
  * the splice decodes one MCU a row and would not repay building it. Byte stuffing (0xFF 0x00)
  * is removed on input and added again on output; a marker, a bad code or data that ends inside an
  * MCU is -EBADMSG. */
-#include "loader/jpeg_idx.h"
+#include "codec/jpeg_idx.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -85,28 +85,28 @@ static inline uint64_t ff_bytes(uint64_t x)
 
 /* ---- Huffman tables ---- */
 
-/* The acfast entries of AC code @code of length @l for run/size @rs (see struct ldr_huff). */
-static void ac_fast(struct ldr_huff *h, uint32_t code, unsigned l, unsigned rs)
+/* The acfast entries of AC code @code of length @l for run/size @rs (see struct cdc_huff). */
+static void ac_fast(struct cdc_huff *h, uint32_t code, unsigned l, unsigned rs)
 {
 	unsigned r = rs >> 4, sz = rs & 15, bits = l + sz;
 	unsigned adv = sz ? r + 1 : r == 15 ? 16 : 0;
 
-	if (bits > LDR_IDX_ACFAST)
+	if (bits > CDC_IDX_ACFAST)
 		return;
 	/* every value of the extra bits: the entry covers all of them */
-	for (uint32_t j = code << (LDR_IDX_ACFAST - l); j < (code + 1) << (LDR_IDX_ACFAST - l); j++)
+	for (uint32_t j = code << (CDC_IDX_ACFAST - l); j < (code + 1) << (CDC_IDX_ACFAST - l); j++)
 		h->acfast[j] = (uint16_t)(bits | adv << 5);
 }
 
 /* Build @h from a DHT's 16 code counts and its symbols (libjpeg's canonical assignment). Returns
  * 0, or -1 for a table whose codes do not fit their lengths. */
-static int huff_build(struct ldr_huff *h, const uint8_t counts[16], const uint8_t *syms,
+static int huff_build(struct cdc_huff *h, const uint8_t counts[16], const uint8_t *syms,
 		      unsigned nsyms, int dc, int fast)
 {
 	uint32_t code = 0;
 	unsigned k = 0;
 
-	memset(h, 0, offsetof(struct ldr_huff, acfast));
+	memset(h, 0, offsetof(struct cdc_huff, acfast));
 	if (fast && !dc)
 		memset(h->acfast, 0, sizeof(h->acfast));  /* 0: the long way */
 	memcpy(h->vals, syms, nsyms);
@@ -119,12 +119,12 @@ static int huff_build(struct ldr_huff *h, const uint8_t counts[16], const uint8_
 				return -1;
 			h->ehufco[syms[k]] = (uint16_t)code;
 			h->ehufsi[syms[k]] = (uint8_t)l;
-			if (l <= LDR_IDX_LOOK) {
-				unsigned sh = LDR_IDX_LOOK - l;
+			if (l <= CDC_IDX_LOOK) {
+				unsigned sh = CDC_IDX_LOOK - l;
 				for (uint32_t j = code << sh; j < (code + 1) << sh; j++)
 					h->look[j] = (uint16_t)(l << 8 | syms[k]);
 			}
-			if (fast && !dc && l <= LDR_IDX_ACFAST)
+			if (fast && !dc && l <= CDC_IDX_ACFAST)
 				ac_fast(h, code, l, syms[k]);
 		}
 		if (counts[l - 1])
@@ -136,7 +136,7 @@ static int huff_build(struct ldr_huff *h, const uint8_t counts[16], const uint8_
 }
 
 /* Every DC category of 8-bit data (0..11) has a code: any DC difference can be re-coded. */
-static int dc_complete(const struct ldr_huff *h)
+static int dc_complete(const struct cdc_huff *h)
 {
 	for (unsigned s = 0; s <= 11; s++)
 		if (!h->ehufsi[s])
@@ -208,17 +208,17 @@ static inline uint32_t rd_peek(const struct bitrd *b, unsigned k)
 
 /* The next symbol of @h, its code in *code and length in *len; -1 for a bad code. Needs 16 bits
  * in the reader. */
-static inline int huff_sym(const struct bitrd *b, const struct ldr_huff *h, uint32_t *code,
+static inline int huff_sym(const struct bitrd *b, const struct cdc_huff *h, uint32_t *code,
 			   unsigned *len)
 {
-	unsigned e = h->look[b->acc >> (64 - LDR_IDX_LOOK)];
+	unsigned e = h->look[b->acc >> (64 - CDC_IDX_LOOK)];
 
 	if (e) {
 		*len = e >> 8;
 		*code = (uint32_t)(b->acc >> (64 - *len));
 		return (int)(e & 0xFF);
 	}
-	for (unsigned l = LDR_IDX_LOOK + 1; l <= 16; l++) {
+	for (unsigned l = CDC_IDX_LOOK + 1; l <= 16; l++) {
 		int32_t c = (int32_t)(b->acc >> (64 - l));
 		if (c <= h->maxcode[l]) {
 			*len = l;
@@ -267,8 +267,8 @@ static inline void rd_need(struct bitrd *b)
 }
 
 /* Walk one block's symbols; its DC difference in *diff. -1 for a bad code. The AC codes whose
- * extra bits fit LDR_IDX_ACFAST bits go in one step (acfast), the others the long way. */
-static int skip_block(struct bitrd *b, const struct ldr_huff *dc, const struct ldr_huff *ac,
+ * extra bits fit CDC_IDX_ACFAST bits go in one step (acfast), the others the long way. */
+static int skip_block(struct bitrd *b, const struct cdc_huff *dc, const struct cdc_huff *ac,
 		      int *diff)
 {
 	uint32_t code;
@@ -293,7 +293,7 @@ static int skip_block(struct bitrd *b, const struct ldr_huff *dc, const struct l
 			acc = b->acc;
 			n = b->n;
 		}
-		unsigned f = ac->acfast[acc >> (64 - LDR_IDX_ACFAST)];
+		unsigned f = ac->acfast[acc >> (64 - CDC_IDX_ACFAST)];
 		if (f) {
 			acc <<= f & 31;
 			n -= (int)(f & 31);
@@ -325,7 +325,7 @@ static int skip_block(struct bitrd *b, const struct ldr_huff *dc, const struct l
 /* ---- the header ---- */
 
 /* One DHT segment's tables into info->huff[]. */
-static int parse_dht(const uint8_t *p, size_t n, struct ldr_idx_info *info, char *why,
+static int parse_dht(const uint8_t *p, size_t n, struct cdc_idx_info *info, char *why,
 		     size_t whylen)
 {
 	while (n > 0) {
@@ -348,7 +348,7 @@ struct frame {
 	unsigned ncomp, id[3], h[3], v[3];
 };
 
-static int parse_sof(const uint8_t *p, size_t n, size_t at, struct ldr_idx_info *info,
+static int parse_sof(const uint8_t *p, size_t n, size_t at, struct cdc_idx_info *info,
 		     struct frame *f, char *why, size_t whylen)
 {
 	if (n < 6 || p[0] != 8)
@@ -375,7 +375,7 @@ static int parse_sof(const uint8_t *p, size_t n, size_t at, struct ldr_idx_info 
 	return 0;
 }
 
-static int parse_sos(const uint8_t *p, size_t n, const struct frame *f, struct ldr_idx_info *info,
+static int parse_sos(const uint8_t *p, size_t n, const struct frame *f, struct cdc_idx_info *info,
 		     char *why, size_t whylen)
 {
 	unsigned total = 0;
@@ -408,7 +408,7 @@ static int parse_sos(const uint8_t *p, size_t n, const struct frame *f, struct l
 /* Parse @jpg[0, len) up to its scan into @info (tables, with the index pass's acfast ones when
  * @fast; geometry). -ENOTSUP: a JPEG the index
  * cannot describe as it is (progressive, arithmetic, restart interval, ...); -EBADMSG: damaged. */
-static int parse_header(const uint8_t *jpg, size_t len, int fast, struct ldr_idx_info *info,
+static int parse_header(const uint8_t *jpg, size_t len, int fast, struct cdc_idx_info *info,
 			char *why, size_t whylen)
 {
 	struct frame f = { 0 };
@@ -426,7 +426,7 @@ static int parse_header(const uint8_t *jpg, size_t len, int fast, struct ldr_idx
 		unsigned m;
 		const uint8_t *p;
 		size_t n;
-		int ret = ldr_jpeg_segment(jpg, len, &pos, &m, &p, &n, why, whylen);
+		int ret = cdc_jpeg_segment(jpg, len, &pos, &m, &p, &n, why, whylen);
 		if (ret < 0)
 			return ret;
 		if (m == 0xC0 || m == 0xC1) {
@@ -452,7 +452,7 @@ static int parse_header(const uint8_t *jpg, size_t len, int fast, struct ldr_idx
 		if (ret < 0)
 			return ret;
 	}
-	ldr_jpeg_geometry(&info->geo, info->ncomp);
+	cdc_jpeg_geometry(&info->geo, info->ncomp);
 	info->entry_size = 4 + 2 * info->ncomp;
 	return 0;
 }
@@ -460,7 +460,7 @@ static int parse_header(const uint8_t *jpg, size_t len, int fast, struct ldr_idx
 /* ---- the index pass (dpack) ---- */
 
 /* Append index point @k at the reader's position with predictions @pred. */
-static int put_point(uint8_t *tab, uint32_t k, const struct ldr_idx_info *info,
+static int put_point(uint8_t *tab, uint32_t k, const struct cdc_idx_info *info,
 		     const struct bitrd *b, const int pred[3])
 {
 	size_t at;
@@ -496,10 +496,10 @@ static size_t scan_end(const uint8_t *jpg, size_t len, const struct bitrd *b)
 }
 
 /* Walk the whole scan of the parsed JPEG @jpg[0, len), writing its index into *tab (malloc). */
-static int index_scan(const uint8_t *jpg, size_t len, struct ldr_idx_info *info, uint8_t **tab,
+static int index_scan(const uint8_t *jpg, size_t len, struct cdc_idx_info *info, uint8_t **tab,
 		      size_t *tablen, char *why, size_t whylen)
 {
-	const struct ldr_rst_info *g = &info->geo;
+	const struct cdc_rst_info *g = &info->geo;
 	uint32_t K = g->interval, cols = g->segs_x, k = 0;
 	uint64_t np = (uint64_t)g->mcus_y * cols + 1;
 	int pred[3] = { 0, 0, 0 };
@@ -555,7 +555,7 @@ too_large:
 }
 
 /* Index the JPEG @jpg[0, len) as it is: -ENOTSUP when it is not indexable as it is. */
-static int index_jpeg(const uint8_t *jpg, size_t len, unsigned col_px, struct ldr_idx_info *info,
+static int index_jpeg(const uint8_t *jpg, size_t len, unsigned col_px, struct cdc_idx_info *info,
 		      uint8_t **tab, size_t *tablen, char *why, size_t whylen)
 {
 	int ret = parse_header(jpg, len, 1, info, why, whylen);
@@ -565,7 +565,7 @@ static int index_jpeg(const uint8_t *jpg, size_t len, unsigned col_px, struct ld
 	for (unsigned i = 0; i < info->ncomp; i++)
 		if (!dc_complete(info->dc[i]))
 			return bad(why, whylen, -ENOTSUP, "a DC table lacks categories");
-	struct ldr_rst_info *g = &info->geo;
+	struct cdc_rst_info *g = &info->geo;
 	uint32_t K = col_px ? col_px / g->mcu_w : g->mcus_x;
 	if (K < 1)
 		K = 1;
@@ -601,10 +601,10 @@ static int unzigzag(uint32_t u)
 
 /* The index pass's fixed entries @tab (one per point) as the stored index: the row directory, then
  * the point stream (docs/FORMAT.md). *out (malloc) holds *outlen bytes. */
-static int encode_index(const struct ldr_idx_info *info, const uint8_t *tab, uint8_t **out,
+static int encode_index(const struct cdc_idx_info *info, const uint8_t *tab, uint8_t **out,
 			size_t *outlen)
 {
-	const struct ldr_rst_info *g = &info->geo;
+	const struct cdc_rst_info *g = &info->geo;
 	size_t dirlen = 4 * ((size_t)g->mcus_y + 1);
 	uint8_t *o = malloc(dirlen + (size_t)info->npoints * (5 + 5 * info->ncomp));
 	size_t n = dirlen;
@@ -630,7 +630,7 @@ static int encode_index(const struct ldr_idx_info *info, const uint8_t *tab, uin
 }
 
 /* The record: the JPEG, the index, the footer. */
-static int assemble(const uint8_t *jpg, const struct ldr_idx_info *info, const uint8_t *tab,
+static int assemble(const uint8_t *jpg, const struct cdc_idx_info *info, const uint8_t *tab,
 		    uint8_t **out, size_t *outlen)
 {
 	uint8_t *idx;
@@ -638,7 +638,7 @@ static int assemble(const uint8_t *jpg, const struct ldr_idx_info *info, const u
 
 	if (encode_index(info, tab, &idx, &idxlen) < 0)
 		return -ENOMEM;
-	size_t n = info->jpeg_len + idxlen + LDR_IDX_FOOTER;
+	size_t n = info->jpeg_len + idxlen + CDC_IDX_FOOTER;
 	uint8_t *o = malloc(n);
 	if (!o || idxlen > UINT32_MAX) {
 		free(idx);
@@ -649,7 +649,7 @@ static int assemble(const uint8_t *jpg, const struct ldr_idx_info *info, const u
 	memcpy(o + info->jpeg_len, idx, idxlen);
 	free(idx);
 	uint8_t *f = o + info->jpeg_len + idxlen;
-	memset(f, 0, LDR_IDX_FOOTER);
+	memset(f, 0, CDC_IDX_FOOTER);
 	put_le32(f, (uint32_t)idxlen);
 	put_le32(f + 4, (uint32_t)info->jpeg_len);
 	put_le32(f + 8, (uint32_t)info->geo.scan_at);
@@ -657,17 +657,17 @@ static int assemble(const uint8_t *jpg, const struct ldr_idx_info *info, const u
 	f[14] = (uint8_t)info->ncomp;
 	put_le32(f + 16, info->npoints);
 	put_le32(f + 20, (uint32_t)XXH3_64bits(f, 20));
-	put_le16(f + 24, LDR_IDX_VERSION);
+	put_le16(f + 24, CDC_IDX_VERSION);
 	memcpy(f + 26, idx_magic, sizeof(idx_magic));
 	*out = o;
 	*outlen = n;
 	return 0;
 }
 
-int ldr_idx_build(const uint8_t *jpg, size_t len, unsigned col_px, struct dpk_record *r,
+int cdc_idx_build(const uint8_t *jpg, size_t len, unsigned col_px, struct dpk_record *r,
 		  uint8_t **out, size_t *outlen, char *why, size_t whylen)
 {
-	struct ldr_idx_info *info = malloc(sizeof(*info));
+	struct cdc_idx_info *info = malloc(sizeof(*info));
 	uint8_t *tc = NULL, *tab = NULL;
 	size_t tclen = 0, tablen = 0;
 	int ret;
@@ -683,7 +683,7 @@ int ldr_idx_build(const uint8_t *jpg, size_t len, unsigned col_px, struct dpk_re
 	ret = index_jpeg(jpg, len, col_px, info, &tab, &tablen, why, whylen);
 	if (ret == -ENOTSUP) {
 		/* not indexable as it is: baseline with the standard tables, then index that */
-		ret = ldr_jpeg_transcode(jpg, len, 0, -1, &tc, &tclen, why, whylen);
+		ret = cdc_jpeg_transcode(jpg, len, 0, -1, &tc, &tclen, why, whylen);
 		if (ret == 0)
 			ret = index_jpeg(tc, tclen, col_px, info, &tab, &tablen, why, whylen);
 		if (ret == 0)
@@ -716,7 +716,7 @@ out:
 /* ---- the record ---- */
 
 /* Check the row directory: row 0 at the stream's start, rows in order, all inside the stream. */
-static int check_rows(const struct ldr_idx_info *info, char *why, size_t whylen)
+static int check_rows(const struct cdc_idx_info *info, char *why, size_t whylen)
 {
 	uint32_t prev = 0;
 
@@ -752,7 +752,7 @@ static int get_varint(const uint8_t **p, const uint8_t *end, uint32_t *v)
 /* One point of a row's stream at *p (before @end): its bit offset added to *off (within the row:
  * the first point's is absolute) and its predictions to @pred. @first: the row's first point. */
 static int next_point(const uint8_t *rec, const uint8_t **p, const uint8_t *end,
-		      const struct ldr_idx_info *info, int first, uint64_t *off, int pred[3], char *why, size_t whylen)
+		      const struct cdc_idx_info *info, int first, uint64_t *off, int pred[3], char *why, size_t whylen)
 {
 	uint64_t limit = (uint64_t)(info->eoi_at - info->geo.scan_at) * 8;
 	uint32_t d;
@@ -784,10 +784,10 @@ static int next_point(const uint8_t *rec, const uint8_t **p, const uint8_t *end,
  * last point to the next row's first (every MCU has bits), so that the bit ranges of any rows
  * planned together never overlap and their sum is at most the scan; every point lies inside the
  * scan and not on a stuffed byte; each row's stream holds exactly its points. */
-static int check_points(const uint8_t *rec, const struct ldr_idx_info *info, char *why,
+static int check_points(const uint8_t *rec, const struct cdc_idx_info *info, char *why,
 			size_t whylen)
 {
-	const struct ldr_rst_info *g = &info->geo;
+	const struct cdc_rst_info *g = &info->geo;
 	uint64_t last = 0;
 
 	for (uint32_t r = 0; r <= g->mcus_y; r++) {
@@ -817,10 +817,10 @@ static int check_points(const uint8_t *rec, const struct ldr_idx_info *info, cha
 	return 0;
 }
 
-int ldr_idx_point(const uint8_t *rec, const struct ldr_idx_info *info, uint32_t r, uint32_t j,
-		  struct ldr_idx_point *pt, char *why, size_t whylen)
+int cdc_idx_point(const uint8_t *rec, const struct cdc_idx_info *info, uint32_t r, uint32_t j,
+		  struct cdc_idx_point *pt, char *why, size_t whylen)
 {
-	const struct ldr_rst_info *g = &info->geo;
+	const struct cdc_rst_info *g = &info->geo;
 	uint64_t off = 0;
 
 	if (j >= g->segs_x && r < g->mcus_y) {  /* the end of row r: the next row's start */
@@ -845,20 +845,20 @@ int ldr_idx_point(const uint8_t *rec, const struct ldr_idx_info *info, uint32_t 
 	return 0;
 }
 
-int ldr_idx_parse(const uint8_t *rec, size_t len, struct ldr_idx_info *info, char *why,
+int cdc_idx_parse(const uint8_t *rec, size_t len, struct cdc_idx_info *info, char *why,
 		  size_t whylen)
 {
 	char tmp[160];
 
-	if (len < LDR_IDX_FOOTER + 4)
+	if (len < CDC_IDX_FOOTER + 4)
 		return bad(why, whylen, -EBADMSG, "record shorter than its index footer");
-	const uint8_t *f = rec + len - LDR_IDX_FOOTER;
-	if (memcmp(f + 26, idx_magic, sizeof(idx_magic)) || f[24] != LDR_IDX_VERSION || f[25])
+	const uint8_t *f = rec + len - CDC_IDX_FOOTER;
+	if (memcmp(f + 26, idx_magic, sizeof(idx_magic)) || f[24] != CDC_IDX_VERSION || f[25])
 		return bad(why, whylen, -EBADMSG, "no index footer (magic or version)");
 	uint32_t tablen = le32(f), jpeg_len = le32(f + 4), scan_at = le32(f + 8);
 	unsigned K = f[12] | (unsigned)f[13] << 8, ncomp = f[14];
 	uint32_t np = le32(f + 16);
-	if ((uint64_t)jpeg_len + tablen + LDR_IDX_FOOTER != len || f[15] || jpeg_len < 4)
+	if ((uint64_t)jpeg_len + tablen + CDC_IDX_FOOTER != len || f[15] || jpeg_len < 4)
 		return bad(why, whylen, -EBADMSG, "index footer lengths do not add up");
 	if (le32(f + 20) != (uint32_t)XXH3_64bits(f, 20))
 		return bad(why, whylen, -EBADMSG, "index footer check does not match");
@@ -867,7 +867,7 @@ int ldr_idx_parse(const uint8_t *rec, size_t len, struct ldr_idx_info *info, cha
 		snprintf(why, whylen, "index record header: %s", tmp);
 		return -EBADMSG;
 	}
-	struct ldr_rst_info *g = &info->geo;
+	struct cdc_rst_info *g = &info->geo;
 	if (rec[jpeg_len - 2] != 0xFF || rec[jpeg_len - 1] != 0xD9 || scan_at != g->scan_at ||
 	    scan_at > jpeg_len - 2 || ncomp != info->ncomp)
 		return bad(why, whylen, -EBADMSG, "index footer does not match the JPEG");
@@ -1022,7 +1022,7 @@ static int copy_bits(const uint8_t *rec, size_t a, unsigned abit, size_t e, unsi
 }
 
 /* The DC difference @d coded with @h. -1: the table has no code for its category. */
-static int put_dc(struct bitwr *w, const struct ldr_huff *h, int d)
+static int put_dc(struct bitwr *w, const struct cdc_huff *h, int d)
 {
 	unsigned a = (unsigned)(d < 0 ? -d : d), cat = 0;
 
@@ -1037,8 +1037,8 @@ static int put_dc(struct bitwr *w, const struct ldr_huff *h, int d)
 
 /* Copy one block from @b to @w; with @dc_pred, re-code its DC difference from the predictions
  * (original, new). */
-static int copy_block(struct bitrd *b, struct bitwr *w, const struct ldr_huff *dc,
-		      const struct ldr_huff *ac, const int *dc_pred, char *why, size_t whylen)
+static int copy_block(struct bitrd *b, struct bitwr *w, const struct cdc_huff *dc,
+		      const struct cdc_huff *ac, const int *dc_pred, char *why, size_t whylen)
 {
 	uint32_t code;
 	unsigned len;
@@ -1085,17 +1085,17 @@ static int copy_block(struct bitrd *b, struct bitwr *w, const struct ldr_huff *d
 #define ROW_SLACK 40u
 /* Output that one block read into the zero bits past its row's data can write before the check
  * after it stops the row: 64 codes of at most 31 bits, stuffing included; the splice's tail
- * (LDR_IDX_SPLICE_TAIL, inside the bound) absorbs it. */
+ * (CDC_IDX_SPLICE_TAIL, inside the bound) absorbs it. */
 #define BLOCK_OVERRUN 512u
-_Static_assert(BLOCK_OVERRUN < LDR_IDX_SPLICE_TAIL, "a block's overrun must land in the tail");
+_Static_assert(BLOCK_OVERRUN < CDC_IDX_SPLICE_TAIL, "a block's overrun must land in the tail");
 
 /* One planned row: index points @s to @t; @prev: the point whose predictions the splice's decoder
  * holds at the row's start, or NULL (the first row: zero). The row is refused before any byte is
  * copied when its bits cannot fit before @cap (the splice's end less its tail), and its reader
  * stops at @t's byte, so that an index that lies cannot make the copy run past the buffer. */
-static int splice_row(const uint8_t *rec, const struct ldr_idx_info *info,
-		      const struct ldr_idx_point *s, const struct ldr_idx_point *t,
-		      const struct ldr_idx_point *prev, struct bitwr *w, const uint8_t *cap,
+static int splice_row(const uint8_t *rec, const struct cdc_idx_info *info,
+		      const struct cdc_idx_point *s, const struct cdc_idx_point *t,
+		      const struct cdc_idx_point *prev, struct bitwr *w, const uint8_t *cap,
 		      char *why, size_t whylen)
 {
 	uint32_t so = s->bit, to = t->bit;
@@ -1128,18 +1128,18 @@ static int splice_row(const uint8_t *rec, const struct ldr_idx_info *info,
 	return copy_bits(rec, at, bit, info->geo.scan_at + (to >> 3), to & 7, w, why, whylen);
 }
 
-size_t ldr_idx_splice_bound(const struct ldr_idx_info *info, const struct ldr_rst_plan *plan)
+size_t cdc_idx_splice_bound(const struct cdc_idx_info *info, const struct cdc_rst_plan *plan)
 {
 	/* stuffing may double the copied bytes; each row adds ROW_SLACK (splice_row's check), the
 	 * end 4 (the last byte, EOI) */
 	return info->geo.scan_at + 2 * (info->eoi_at - info->geo.scan_at) +
-	       (size_t)(plan->row1 - plan->row0) * ROW_SLACK + 4 + LDR_IDX_SPLICE_TAIL;
+	       (size_t)(plan->row1 - plan->row0) * ROW_SLACK + 4 + CDC_IDX_SPLICE_TAIL;
 }
 
-long ldr_idx_splice(const uint8_t *rec, const struct ldr_idx_info *info,
-		    const struct ldr_rst_plan *plan, uint8_t *out, char *why, size_t whylen)
+long cdc_idx_splice(const uint8_t *rec, const struct cdc_idx_info *info,
+		    const struct cdc_rst_plan *plan, uint8_t *out, char *why, size_t whylen)
 {
-	const struct ldr_rst_info *g = &info->geo;
+	const struct cdc_rst_info *g = &info->geo;
 	uint64_t cols = g->segs_x;
 
 	if (plan->row1 <= plan->row0 || plan->seg_x1 <= plan->seg_x0 || plan->seg_x1 > cols ||
@@ -1151,13 +1151,13 @@ long ldr_idx_splice(const uint8_t *rec, const struct ldr_idx_info *info,
 	out[g->sof_at + 2] = (uint8_t)(plan->w >> 8);
 	out[g->sof_at + 3] = (uint8_t)plan->w;
 	struct bitwr w = { out + g->scan_at, 0, 0 };
-	const uint8_t *cap = out + ldr_idx_splice_bound(info, plan) - LDR_IDX_SPLICE_TAIL - 4;
-	struct ldr_idx_point ps, pt, prev;
+	const uint8_t *cap = out + cdc_idx_splice_bound(info, plan) - CDC_IDX_SPLICE_TAIL - 4;
+	struct cdc_idx_point ps, pt, prev;
 	for (uint32_t r = plan->row0; r < plan->row1; r++) {
 		/* the end of the previous row's range is where the splice's predictions stand */
-		int ret = ldr_idx_point(rec, info, r, plan->seg_x0, &ps, why, whylen);
+		int ret = cdc_idx_point(rec, info, r, plan->seg_x0, &ps, why, whylen);
 		if (ret == 0)
-			ret = ldr_idx_point(rec, info, r, plan->seg_x1, &pt, why, whylen);
+			ret = cdc_idx_point(rec, info, r, plan->seg_x1, &pt, why, whylen);
 		if (ret == 0)
 			ret = splice_row(rec, info, &ps, &pt, r > plan->row0 ? &prev : NULL, &w,
 					 cap, why, whylen);
@@ -1168,6 +1168,6 @@ long ldr_idx_splice(const uint8_t *rec, const struct ldr_idx_info *info,
 	wr_finish(&w);
 	*w.o++ = 0xFF;
 	*w.o++ = 0xD9;
-	memset(w.o, 0, LDR_IDX_SPLICE_TAIL);
-	return (long)(w.o + LDR_IDX_SPLICE_TAIL - out);
+	memset(w.o, 0, CDC_IDX_SPLICE_TAIL);
+	return (long)(w.o + CDC_IDX_SPLICE_TAIL - out);
 }

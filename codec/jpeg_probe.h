@@ -9,7 +9,7 @@
 extern "C" {
 #endif
 
-struct dpk_jpeg_info {
+struct cdc_jpeg_info {
 	uint32_t width;       /* pixels, 1..65535 */
 	uint32_t height;
 	uint8_t components;   /* 1 (gray) or 3 (YCbCr) */
@@ -20,7 +20,7 @@ struct dpk_jpeg_info {
 /* Probe the JPEG in @buf[0, len). Returns 0, -EBADMSG when it is not a JPEG or is truncated or
  * malformed, -ENOTSUP for a JPEG that the decoder path does not take (lossless, hierarchical,
  * 12-bit, CMYK, DNL height). @err (may be NULL) gets the reason. Reads only inside @buf. */
-int dpk_jpeg_probe(const void *buf, size_t len, struct dpk_jpeg_info *out, char *err, size_t errlen);
+int cdc_jpeg_probe(const void *buf, size_t len, struct cdc_jpeg_info *out, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

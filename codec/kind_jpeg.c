@@ -1,23 +1,23 @@
 /* kind_jpeg.c - JPEG records: DPK_KIND_JPEG, the file as it was, probed at pack time from the
  * frame header (formats/jpeg_probe.h) and decoded crop-aware at a reduced DCT scale
- * (loader/decode.h); DPK_KIND_JPEG_IDX, what dpack makes of a JPEG by default: the baseline JPEG
+ * (codec/decode.h); DPK_KIND_JPEG_IDX, what dpack makes of a JPEG by default: the baseline JPEG
  * followed by an index of MCU bit offsets and DC predictions, decoded from a bit-level splice of
- * the MCUs that cover the crop (loader/jpeg_idx.h); and DPK_KIND_JPEG_RST, the older rewrite
+ * the MCUs that cover the crop (codec/jpeg_idx.h); and DPK_KIND_JPEG_RST, the older rewrite
  * (dpack --restart-width): the same coefficients with restart markers, decoded from a splice of
- * the segments that cover the crop (loader/jpeg_rst.h). They share everything but the decode.
+ * the segments that cover the crop (codec/jpeg_rst.h). They share everything but the decode.
  * None has an "as stored" form: a job must give a crop size. */
-#include "formats/jpeg_probe.h"
-#include "loader/jpeg_idx.h"
-#include "loader/jpeg_rst.h"
-#include "loader/kind.h"
+#include "codec/jpeg_probe.h"
+#include "codec/jpeg_idx.h"
+#include "codec/jpeg_rst.h"
+#include "codec/kind.h"
 
 #include <errno.h>
 #include <stdio.h>
 
 static int jpeg_probe(const uint8_t *buf, size_t len, struct dpk_record *r, char *why, size_t whylen)
 {
-	struct dpk_jpeg_info ji;
-	int ret = dpk_jpeg_probe(buf, len, &ji, why, whylen);
+	struct cdc_jpeg_info ji;
+	int ret = cdc_jpeg_probe(buf, len, &ji, why, whylen);
 
 	if (ret < 0)
 		return len < 2 || buf[0] != 0xFF || buf[1] != 0xD8 ? -ENOMSG : ret;  /* no SOI */
@@ -32,7 +32,7 @@ static int jpeg_probe(const uint8_t *buf, size_t len, struct dpk_record *r, char
 	return 0;
 }
 
-static int jpeg_accepts(const struct dpk_entry *e, uint64_t id, const struct ldr_out *o, char *why,
+static int jpeg_accepts(const struct dpk_entry *e, uint64_t id, const struct cdc_out *o, char *why,
 			size_t whylen)
 {
 	(void)e, (void)id;
@@ -42,44 +42,44 @@ static int jpeg_accepts(const struct dpk_entry *e, uint64_t id, const struct ldr
 	return -EINVAL;
 }
 
-static int jpeg_decode(struct ldr_decoder *d, const struct dpk_entry *e, const uint8_t *src,
-		       const struct ldr_crop *crop, const struct ldr_out *o, uint8_t *dst, char *why,
+static int jpeg_decode(struct cdc_decoder *d, const struct dpk_entry *e, const uint8_t *src,
+		       const struct cdc_crop *crop, const struct cdc_out *o, uint8_t *dst, char *why,
 		       size_t whylen)
 {
-	return ldr_decode_jpeg(d, src, e->length, crop, o, dst, why, whylen);
+	return cdc_decode_jpeg(d, src, e->length, crop, o, dst, why, whylen);
 }
 
-static int jpeg_rst_decode(struct ldr_decoder *d, const struct dpk_entry *e, const uint8_t *src,
-			   const struct ldr_crop *crop, const struct ldr_out *o, uint8_t *dst,
+static int jpeg_rst_decode(struct cdc_decoder *d, const struct dpk_entry *e, const uint8_t *src,
+			   const struct cdc_crop *crop, const struct cdc_out *o, uint8_t *dst,
 			   char *why, size_t whylen)
 {
-	return ldr_decode_jpeg_rst(d, src, e->length, crop, o, dst, why, whylen);
+	return cdc_decode_jpeg_rst(d, src, e->length, crop, o, dst, why, whylen);
 }
 
-static int jpeg_idx_decode(struct ldr_decoder *d, const struct dpk_entry *e, const uint8_t *src,
-			   const struct ldr_crop *crop, const struct ldr_out *o, uint8_t *dst,
+static int jpeg_idx_decode(struct cdc_decoder *d, const struct dpk_entry *e, const uint8_t *src,
+			   const struct cdc_crop *crop, const struct cdc_out *o, uint8_t *dst,
 			   char *why, size_t whylen)
 {
-	return ldr_decode_jpeg_idx(d, src, e->length, crop, o, dst, why, whylen);
+	return cdc_decode_jpeg_idx(d, src, e->length, crop, o, dst, why, whylen);
 }
 
 /* jpeg+idx by default; jpeg+rst when asked (a restart width). */
-static int jpeg_repack(const uint8_t *buf, size_t len, const struct ldr_repack_opts *opt,
+static int jpeg_repack(const uint8_t *buf, size_t len, const struct cdc_repack_opts *opt,
 		       struct dpk_record *r, uint8_t **out, size_t *outlen, char *why, size_t whylen)
 {
 	if (opt->rst)
-		return ldr_rst_rewrite(buf, len, opt->width, r, out, outlen, why, whylen);
-	return ldr_idx_build(buf, len, opt->width, r, out, outlen, why, whylen);
+		return cdc_rst_rewrite(buf, len, opt->width, r, out, outlen, why, whylen);
+	return cdc_idx_build(buf, len, opt->width, r, out, outlen, why, whylen);
 }
 
-static unsigned jpeg_scale(const struct ldr_crop *crop, const struct ldr_out *o)
+static unsigned jpeg_scale(const struct cdc_crop *crop, const struct cdc_out *o)
 {
-	return ldr_jpeg_scale(crop, o->h, o->w);
+	return cdc_jpeg_scale(crop, o->h, o->w);
 }
 
 static const char *const jpeg_exts[] = { ".jpg", ".jpeg", NULL };
 
-const struct ldr_kind ldr_kind_jpeg = {
+const struct cdc_kind cdc_kind_jpeg = {
 	.kind = DPK_KIND_JPEG,
 	.name = "jpeg",
 	.exts = jpeg_exts,
@@ -90,7 +90,7 @@ const struct ldr_kind ldr_kind_jpeg = {
 	.scale = jpeg_scale,
 };
 
-const struct ldr_kind ldr_kind_jpeg_rst = {
+const struct cdc_kind cdc_kind_jpeg_rst = {
 	.kind = DPK_KIND_JPEG_RST,
 	.name = "jpeg+rst",
 	.accepts = jpeg_accepts,
@@ -98,7 +98,7 @@ const struct ldr_kind ldr_kind_jpeg_rst = {
 	.scale = jpeg_scale,
 };
 
-const struct ldr_kind ldr_kind_jpeg_idx = {
+const struct cdc_kind cdc_kind_jpeg_idx = {
 	.kind = DPK_KIND_JPEG_IDX,
 	.name = "jpeg+idx",
 	.accepts = jpeg_accepts,

@@ -2,7 +2,7 @@
  * SOS. Reads the frame header for size and sampling factors. Truncation is detected by looking
  * for EOI after the first scan header: entropy-coded data byte-stuffs 0xFF as FF 00, so FF D9
  * there can only be the real EOI (an EXIF thumbnail's EOI sits before the first SOS). */
-#include "formats/jpeg_probe.h"
+#include "codec/jpeg_probe.h"
 #include "formats/dpk.h"
 
 #include <errno.h>
@@ -49,7 +49,7 @@ static int classify(const uint8_t *comp, unsigned nf)
 	return DPK_SUB_OTHER;
 }
 
-int dpk_jpeg_probe(const void *data, size_t len, struct dpk_jpeg_info *out, char *err, size_t errlen)
+int cdc_jpeg_probe(const void *data, size_t len, struct cdc_jpeg_info *out, char *err, size_t errlen)
 {
 	const uint8_t *p = data;
 	size_t pos = 2;

@@ -12,23 +12,23 @@
 #include <stdint.h>
 
 #include "formats/dpk.h"
-#include "loader/jpeg_rst.h"
+#include "codec/jpeg_rst.h"
 
 /* Index column width that dpack aims for, in pixels (measured: docs/BENCHMARKS.md). */
-#define LDR_IDX_WIDTH_DEFAULT 64u
+#define CDC_IDX_WIDTH_DEFAULT 64u
 
-#define LDR_IDX_FOOTER 32u        /* bytes of the footer at the end of a record */
-#define LDR_IDX_VERSION 1u
+#define CDC_IDX_FOOTER 32u        /* bytes of the footer at the end of a record */
+#define CDC_IDX_VERSION 1u
 /* Zero bytes after a splice's EOI: libjpeg-turbo decodes an MCU on its slow Huffman path while
  * fewer than 512 bytes a block of an MCU (at most 10) are left in its buffer, so without them
  * the last few KB of every splice would take it. Decoders ignore data after EOI. */
-#define LDR_IDX_SPLICE_TAIL 5120u
+#define CDC_IDX_SPLICE_TAIL 5120u
 
 /* One Huffman table: the decoder's lookahead and canonical limits, and the encoder's codes. */
-#define LDR_IDX_LOOK 9
-#define LDR_IDX_ACFAST 12
-struct ldr_huff {
-	uint16_t look[1u << LDR_IDX_LOOK]; /* (code length << 8) | symbol; 0: a longer code */
+#define CDC_IDX_LOOK 9
+#define CDC_IDX_ACFAST 12
+struct cdc_huff {
+	uint16_t look[1u << CDC_IDX_LOOK]; /* (code length << 8) | symbol; 0: a longer code */
 	int32_t maxcode[18];      /* the largest code of each length, -1 if none */
 	int32_t valoff[18];       /* index into vals of a code of each length, minus the code */
 	uint8_t vals[256];
@@ -36,19 +36,19 @@ struct ldr_huff {
 	uint8_t ehufsi[256];      /* ... and its length; 0: the table has no code for it */
 	int defined;
 	/* AC tables, built for dpack's index pass only: a code and its extra bits in one step where
-	 * both fit LDR_IDX_ACFAST bits: bits 0-4 the bits they take, bits 5-9 how far the
+	 * both fit CDC_IDX_ACFAST bits: bits 0-4 the bits they take, bits 5-9 how far the
 	 * coefficient index moves (0: end of block); 0: take the long way */
-	uint16_t acfast[1u << LDR_IDX_ACFAST];
+	uint16_t acfast[1u << CDC_IDX_ACFAST];
 };
 
 /* A parsed jpeg+idx record (or, at pack time, a JPEG being indexed). */
-struct ldr_idx_info {
-	struct ldr_rst_info geo;  /* size, MCU geometry, sof_at, scan_at; interval = K (MCUs per
+struct cdc_idx_info {
+	struct cdc_rst_info geo;  /* size, MCU geometry, sof_at, scan_at; interval = K (MCUs per
 				   * index column), segs_x = index columns per MCU row */
 	unsigned ncomp;           /* components in the scan: 1 or 3 */
 	unsigned nblocks[3];      /* blocks of each scan component in an MCU */
-	const struct ldr_huff *dc[3], *ac[3]; /* each scan component's tables (into huff[]) */
-	struct ldr_huff huff[8];  /* DC 0..3, AC 0..3 */
+	const struct cdc_huff *dc[3], *ac[3]; /* each scan component's tables (into huff[]) */
+	struct cdc_huff huff[8];  /* DC 0..3, AC 0..3 */
 	size_t jpeg_len;          /* bytes of the JPEG, SOI to EOI */
 	size_t eoi_at;            /* offset of the EOI marker that ends the scan (records) */
 	const uint8_t *rows;      /* records: the row directory (mcus_y + 1 u32) ... */
@@ -62,28 +62,28 @@ struct ldr_idx_info {
 /* Parse the record @rec[0, len): its footer, its JPEG header up to the scan and its index's row
  * directory (the points are checked where they are read). Returns 0; -EBADMSG (with the reason
  * in @why) when any of it is damaged. */
-int ldr_idx_parse(const uint8_t *rec, size_t len, struct ldr_idx_info *info, char *why,
+int cdc_idx_parse(const uint8_t *rec, size_t len, struct cdc_idx_info *info, char *why,
 		  size_t whylen);
 
 /* An index point: the state before an MCU is decoded. */
-struct ldr_idx_point {
+struct cdc_idx_point {
 	uint32_t bit;             /* bit offset from the first entropy-coded byte (stored bytes) */
 	int pred[3];              /* each scan component's DC prediction */
 };
 /* Point (@r, @j) of a parsed record (@j up to geo.segs_x: the next row's first point, or after
  * the last row the final point). Returns 0, or -EBADMSG with @why when the stream is damaged or
  * the point lies outside the scan or on a stuffed byte. */
-int ldr_idx_point(const uint8_t *rec, const struct ldr_idx_info *info, uint32_t r, uint32_t j,
-		  struct ldr_idx_point *pt, char *why, size_t whylen);
+int cdc_idx_point(const uint8_t *rec, const struct cdc_idx_info *info, uint32_t r, uint32_t j,
+		  struct cdc_idx_point *pt, char *why, size_t whylen);
 /* An upper bound on the splice's size for @info and @plan. */
-size_t ldr_idx_splice_bound(const struct ldr_idx_info *info, const struct ldr_rst_plan *plan);
-/* Write the splice of @plan (from ldr_rst_plan(&info->geo, ...)) into @out (at least
- * ldr_idx_splice_bound() bytes): the header with the SOF resized, the planned MCUs of each
- * planned row joined at bit level, EOI, LDR_IDX_SPLICE_TAIL zero bytes. Returns its length (the
+size_t cdc_idx_splice_bound(const struct cdc_idx_info *info, const struct cdc_rst_plan *plan);
+/* Write the splice of @plan (from cdc_rst_plan(&info->geo, ...)) into @out (at least
+ * cdc_idx_splice_bound() bytes): the header with the SOF resized, the planned MCUs of each
+ * planned row joined at bit level, EOI, CDC_IDX_SPLICE_TAIL zero bytes. Returns its length (the
  * tail included), or -EBADMSG with @why when the entropy
  * data or the index is damaged as far as the plan needs. Reads only inside @rec's JPEG. */
-long ldr_idx_splice(const uint8_t *rec, const struct ldr_idx_info *info,
-		    const struct ldr_rst_plan *plan, uint8_t *out, char *why, size_t whylen);
+long cdc_idx_splice(const uint8_t *rec, const struct cdc_idx_info *info,
+		    const struct cdc_rst_plan *plan, uint8_t *out, char *why, size_t whylen);
 
 /* dpack's conversion: JPEG @jpg[0, len) (probed into @r) as a jpeg+idx record, index columns of
  * about @col_px pixels (0: one per MCU row). A JPEG that is baseline Huffman, 8-bit, one
@@ -92,7 +92,7 @@ long ldr_idx_splice(const uint8_t *rec, const struct ldr_idx_info *info,
  * On success *out (free()) holds *outlen bytes and @r's kind and flags say what it became
  * (DPK_KIND_JPEG_IDX; DPK_KIND_JPEG, the bytes as they are, for a JPEG the index cannot describe,
  * e.g. CMYK). Returns 0, -EBADMSG (with @why: the data is corrupt) or -ENOMEM. */
-int ldr_idx_build(const uint8_t *jpg, size_t len, unsigned col_px, struct dpk_record *r,
+int cdc_idx_build(const uint8_t *jpg, size_t len, unsigned col_px, struct dpk_record *r,
 		  uint8_t **out, size_t *outlen, char *why, size_t whylen);
 
 #endif

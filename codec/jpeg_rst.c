@@ -18,9 +18,9 @@
  * has a restart interval on its slow Huffman path (decode_mcu() turns the fast one off whenever
  * cinfo->restart_interval is set), which costs about as many instructions per MCU as skipping the
  * other MCUs saves on ImageNet-sized photographs; on larger images the splice wins. The splice
- * without markers that keeps the fast path is loader/jpeg_idx.c (jpeg+idx, dpack's default now);
+ * without markers that keeps the fast path is codec/jpeg_idx.c (jpeg+idx, dpack's default now);
  * this kind stays readable for older files and is made by dpack --restart-width. */
-#include "loader/jpeg_rst.h"
+#include "codec/jpeg_rst.h"
 
 #include <errno.h>
 #include <setjmp.h>
@@ -42,7 +42,7 @@ static unsigned be16(const uint8_t *p)
 	return (unsigned)p[0] << 8 | p[1];
 }
 
-int ldr_jpeg_segment(const uint8_t *jpg, size_t len, size_t *pos, unsigned *m, const uint8_t **p,
+int cdc_jpeg_segment(const uint8_t *jpg, size_t len, size_t *pos, unsigned *m, const uint8_t **p,
 		     size_t *n, char *why, size_t whylen)
 {
 	size_t at = *pos;
@@ -63,7 +63,7 @@ int ldr_jpeg_segment(const uint8_t *jpg, size_t len, size_t *pos, unsigned *m, c
 	return 0;
 }
 
-void ldr_jpeg_geometry(struct ldr_rst_info *g, unsigned ncomp)
+void cdc_jpeg_geometry(struct cdc_rst_info *g, unsigned ncomp)
 {
 	if (ncomp == 1)  /* a non-interleaved scan: the MCU is one block */
 		g->hmax = g->vmax = 1;
@@ -73,7 +73,7 @@ void ldr_jpeg_geometry(struct ldr_rst_info *g, unsigned ncomp)
 	g->mcus_y = (g->height + g->mcu_h - 1) / g->mcu_h;
 }
 
-int ldr_rst_parse(const uint8_t *jpg, size_t len, struct ldr_rst_info *info, char *why,
+int cdc_rst_parse(const uint8_t *jpg, size_t len, struct cdc_rst_info *info, char *why,
 		  size_t whylen)
 {
 	size_t pos = 2;
@@ -87,7 +87,7 @@ int ldr_rst_parse(const uint8_t *jpg, size_t len, struct ldr_rst_info *info, cha
 		unsigned m;
 		const uint8_t *p;
 		size_t n;  /* payload bytes at p */
-		int ret = ldr_jpeg_segment(jpg, len, &pos, &m, &p, &n, why, whylen);
+		int ret = cdc_jpeg_segment(jpg, len, &pos, &m, &p, &n, why, whylen);
 		if (ret < 0)
 			return ret;
 		if (m == 0xC0 || m == 0xC1) {  /* baseline or extended, Huffman */
@@ -129,15 +129,15 @@ int ldr_rst_parse(const uint8_t *jpg, size_t len, struct ldr_rst_info *info, cha
 			break;
 		}
 	}
-	ldr_jpeg_geometry(info, ncomp);
+	cdc_jpeg_geometry(info, ncomp);
 	if (!info->interval || info->mcus_x % info->interval)
 		return bad(why, whylen, -ENOTSUP, "restart interval does not divide the MCU row");
 	info->segs_x = info->mcus_x / info->interval;
 	return 0;
 }
 
-void ldr_rst_plan(const struct ldr_rst_info *info, uint32_t x, uint32_t y, uint32_t w, uint32_t h,
-		  struct ldr_rst_plan *plan)
+void cdc_rst_plan(const struct cdc_rst_info *info, uint32_t x, uint32_t y, uint32_t w, uint32_t h,
+		  struct cdc_rst_plan *plan)
 {
 	uint32_t mx = info->hmax > 1, my = info->vmax > 1;  /* margin in MCUs */
 	uint32_t c0 = x / info->mcu_w, c1 = (x + w + info->mcu_w - 1) / info->mcu_w;
@@ -161,7 +161,7 @@ void ldr_rst_plan(const struct ldr_rst_info *info, uint32_t x, uint32_t y, uint3
 		      plan->h == info->height;
 }
 
-size_t ldr_rst_splice_bound(size_t len)
+size_t cdc_rst_splice_bound(size_t len)
 {
 	return len + 16;
 }
@@ -190,8 +190,8 @@ static size_t segment_end(const uint8_t *jpg, size_t len, size_t pos, unsigned *
 	return (size_t)-1;
 }
 
-long ldr_rst_splice(const uint8_t *jpg, size_t len, const struct ldr_rst_info *info,
-		    const struct ldr_rst_plan *plan, uint8_t *out, char *why, size_t whylen)
+long cdc_rst_splice(const uint8_t *jpg, size_t len, const struct cdc_rst_info *info,
+		    const struct cdc_rst_plan *plan, uint8_t *out, char *why, size_t whylen)
 {
 	uint64_t total = (uint64_t)info->segs_x * info->mcus_y;
 	uint64_t last = ((uint64_t)plan->row1 - 1) * info->segs_x + plan->seg_x1 - 1;
@@ -249,14 +249,14 @@ static void rw_error(j_common_ptr c)
 	longjmp(((struct rw_err *)(void *)c->err)->jb, 1);
 }
 
-/* Corrupt-data warnings fail the rewrite, as they fail a decode (loader/decode.c). */
+/* Corrupt-data warnings fail the rewrite, as they fail a decode (codec/decode.c). */
 static void rw_message(j_common_ptr c, int level)
 {
 	if (level < 0 && c->err->msg_code != JWRN_EXTRANEOUS_DATA)
 		longjmp(((struct rw_err *)(void *)c->err)->jb, 1);
 }
 
-int ldr_jpeg_transcode(const uint8_t *jpg, size_t len, int optimize, long seg_px, uint8_t **out,
+int cdc_jpeg_transcode(const uint8_t *jpg, size_t len, int optimize, long seg_px, uint8_t **out,
 		       size_t *outlen, char *why, size_t whylen)
 {
 	struct jpeg_decompress_struct src;
@@ -312,10 +312,10 @@ int ldr_jpeg_transcode(const uint8_t *jpg, size_t len, int optimize, long seg_px
 	return 0;
 }
 
-int ldr_rst_rewrite(const uint8_t *jpg, size_t len, unsigned seg_px, struct dpk_record *r,
+int cdc_rst_rewrite(const uint8_t *jpg, size_t len, unsigned seg_px, struct dpk_record *r,
 		    uint8_t **out, size_t *outlen, char *why, size_t whylen)
 {
-	int ret = ldr_jpeg_transcode(jpg, len, 1, seg_px, out, outlen, why, whylen);
+	int ret = cdc_jpeg_transcode(jpg, len, 1, seg_px, out, outlen, why, whylen);
 
 	if (ret == 0) {
 		r->kind = DPK_KIND_JPEG_RST;
