@@ -1,15 +1,18 @@
 /* kind_jpeg.c - JPEG records: DPK_KIND_JPEG, the file as it was, probed at pack time from the
- * frame header (formats/jpeg_probe.h) and decoded crop-aware at a reduced DCT scale
+ * frame header (codec/jpeg_probe.h) and decoded crop-aware at a reduced DCT scale
  * (codec/decode.h); DPK_KIND_JPEG_IDX, what dpack makes of a JPEG by default: the baseline JPEG
  * followed by an index of MCU bit offsets and DC predictions, decoded from a bit-level splice of
  * the MCUs that cover the crop (codec/jpeg_idx.h); and DPK_KIND_JPEG_RST, the older rewrite
  * (dpack --restart-width): the same coefficients with restart markers, decoded from a splice of
  * the segments that cover the crop (codec/jpeg_rst.h). They share everything but the decode.
- * None has an "as stored" form: a job must give a crop size. */
+ * None has an "as stored" form: a job must give a crop size. This file is only the kinds' glue:
+ * their pack operations (cdc_jpeg_pack, kind_pack.h) call the pack side (jpeg_build.h), their load
+ * operations (cdc_*_load, kind_load.h) the load side (decode.h). */
+#include "codec/decode.h"
+#include "codec/jpeg_build.h"
 #include "codec/jpeg_probe.h"
-#include "codec/jpeg_idx.h"
-#include "codec/jpeg_rst.h"
-#include "codec/kind.h"
+#include "codec/kind_load.h"
+#include "codec/kind_pack.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -79,28 +82,25 @@ static unsigned jpeg_scale(const struct cdc_crop *crop, const struct cdc_out *o)
 
 static const char *const jpeg_exts[] = { ".jpg", ".jpeg", NULL };
 
-const struct cdc_kind cdc_kind_jpeg = {
-	.kind = DPK_KIND_JPEG,
-	.name = "jpeg",
+const struct cdc_kind_pack cdc_jpeg_pack = {
 	.exts = jpeg_exts,
 	.probe = jpeg_probe,
 	.repack = jpeg_repack,
+};
+
+const struct cdc_kind_load cdc_jpeg_load = {
 	.accepts = jpeg_accepts,
 	.decode = jpeg_decode,
 	.scale = jpeg_scale,
 };
 
-const struct cdc_kind cdc_kind_jpeg_rst = {
-	.kind = DPK_KIND_JPEG_RST,
-	.name = "jpeg+rst",
+const struct cdc_kind_load cdc_jpeg_rst_load = {
 	.accepts = jpeg_accepts,
 	.decode = jpeg_rst_decode,
 	.scale = jpeg_scale,
 };
 
-const struct cdc_kind cdc_kind_jpeg_idx = {
-	.kind = DPK_KIND_JPEG_IDX,
-	.name = "jpeg+idx",
+const struct cdc_kind_load cdc_jpeg_idx_load = {
 	.accepts = jpeg_accepts,
 	.decode = jpeg_idx_decode,
 	.scale = jpeg_scale,

@@ -1,7 +1,7 @@
 /* kind_raw.c - raw uint8 tensors, stored as they are (DPK_KIND_RAW) or as one zstd frame
  * (DPK_KIND_RAW_ZSTD). dpack makes them from arrays (npy), not from files, so they have no probe.
  * A job delivers them as stored, or crops and resizes HxWx3 ones like images. */
-#include "codec/kind.h"
+#include "codec/kind_load.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -41,16 +41,12 @@ static int raw_zstd_decode(struct cdc_decoder *d, const struct dpk_entry *e, con
 	return raw ? raw_decode(d, e, raw, crop, o, dst, why, whylen) : -EBADMSG;
 }
 
-const struct cdc_kind cdc_kind_raw = {
-	.kind = DPK_KIND_RAW,
-	.name = "raw",
+const struct cdc_kind_load cdc_raw_load = {
 	.accepts = raw_accepts,
 	.decode = raw_decode,
 };
 
-const struct cdc_kind cdc_kind_raw_zstd = {
-	.kind = DPK_KIND_RAW_ZSTD,
-	.name = "raw+zstd",
+const struct cdc_kind_load cdc_raw_zstd_load = {
 	.accepts = raw_accepts,
 	.decode = raw_zstd_decode,
 };

@@ -26,7 +26,7 @@
 #include "common/clk.h"
 #include "common/log.h"
 #include "codec/decode.h"
-#include "codec/kind.h"
+#include "codec/kind_load.h"
 #include "loader/sampler.h"
 
 #include <assert.h>
@@ -79,7 +79,7 @@ struct worker {
 static int accepts(struct job *j, uint64_t i, char *why, size_t whylen)
 {
 	const struct dpk_entry *e = dpk_entry_get(j->d, i);
-	const struct cdc_kind *k = cdc_kind_get(e->kind);
+	const struct cdc_kind_load *k = cdc_kind_load(e->kind);
 	char reason[200];
 
 	if (!k)
@@ -326,7 +326,7 @@ static int decode_one(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 		memset(&crop, 0, sizeof(crop));
 	}
 	/* as stored (o.h == 0), job_open made sure every record has sample_bytes bytes */
-	ret = cdc_kind_get(e->kind)->decode(w->dec, e, bytes, &crop, &o, dst, why, whylen);
+	ret = cdc_kind_load(e->kind)->decode(w->dec, e, bytes, &crop, &o, dst, why, whylen);
 	*decode_ns += clk_now_ns() - t0;
 	return ret;
 }

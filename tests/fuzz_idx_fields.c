@@ -1,4 +1,4 @@
-/* fuzz_idx_fields.c - structure-aware libFuzzer target for jpeg+idx records (loader/jpeg_idx.h):
+/* fuzz_idx_fields.c - structure-aware libFuzzer target for jpeg+idx records (codec/jpeg_idx.h):
  * the input does not supply a record but edits the index fields of a valid one (tests/idx_edit.h),
  * so that every run reaches the checks of the index and the splice instead of dying at the footer.
  * Byte 0 picks the image and the index column width; then each 5-byte op sets or moves one field:
@@ -8,6 +8,7 @@
  * plans must stay inside cdc_idx_splice_bound() (an exact-size buffer under ASan) and windows
  * must decode or be refused with -EBADMSG (cdc_decode_jpeg_idx). */
 #include "codec/decode.h"
+#include "codec/jpeg_build.h"
 #include "codec/jpeg_idx.h"
 #include "codec/jpeg_rst.h"
 #include "tests/fuzz_jpeg_fields.h"

@@ -1,8 +1,9 @@
-/* fuzz_jpeg_idx.c - libFuzzer target for bit-indexed JPEG records (loader/jpeg_idx.h). The first
+/* fuzz_jpeg_idx.c - libFuzzer target for bit-indexed JPEG records (codec/jpeg_idx.h). The first
  * input byte picks the mode: even, the rest is a record: cdc_idx_parse must refuse it cleanly or
  * give an index whose splices (every plan the second byte and the image's grid select) stay
  * inside their bound; odd, the rest is a JPEG: cdc_idx_build must refuse it or make a record that
  * parses and splices. Never a read or write outside the buffers (ASan). */
+#include "codec/jpeg_build.h"
 #include "codec/jpeg_idx.h"
 #include "codec/jpeg_rst.h"
 

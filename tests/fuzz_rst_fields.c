@@ -1,4 +1,4 @@
-/* fuzz_rst_fields.c - structure-aware libFuzzer target for jpeg+rst records (loader/jpeg_rst.h):
+/* fuzz_rst_fields.c - structure-aware libFuzzer target for jpeg+rst records (codec/jpeg_rst.h):
  * the input does not supply a record but edits the restart structure of a valid one, so that
  * every run reaches the segment walk and the splice. Byte 0 picks the image and the restart
  * width; then each 5-byte op changes one thing: the DRI interval, the frame's height or width, a
@@ -7,6 +7,7 @@
  * splices of a set of plans must stay inside cdc_rst_splice_bound() (an exact-size buffer under
  * ASan), and windows must decode or be refused with -EBADMSG (cdc_decode_jpeg_rst). */
 #include "codec/decode.h"
+#include "codec/jpeg_build.h"
 #include "codec/jpeg_rst.h"
 #include "tests/fuzz_jpeg_fields.h"
 

@@ -1,4 +1,4 @@
-/* test_jpeg_idx.c - bit-indexed JPEG records (loader/jpeg_idx.h): dpack's index pass keeps a
+/* test_jpeg_idx.c - bit-indexed JPEG records (codec/jpeg_idx.h): dpack's index pass keeps a
  * baseline JPEG byte for byte and transcodes any other losslessly (a full decode of the record
  * equals a full decode of the original, every pixel), and the window that loaderd decodes from a
  * bit-level splice equals the same window of a full decode of the original at the same DCT scale
@@ -10,6 +10,7 @@
  * `make test`).
  * Seeded tests print their seed. */
 #include "codec/decode.h"
+#include "codec/jpeg_build.h"
 #include "codec/jpeg_idx.h"
 #include "codec/jpeg_rst.h"
 

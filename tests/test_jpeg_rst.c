@@ -1,4 +1,4 @@
-/* test_jpeg_rst.c - restart-indexed JPEG records (loader/jpeg_rst.h): dpack's rewrite is lossless
+/* test_jpeg_rst.c - restart-indexed JPEG records (codec/jpeg_rst.h): dpack's rewrite is lossless
  * (a full decode of the rewrite equals a full decode of the original, every pixel), and the window
  * that loaderd decodes from a splice equals the same window of a full decode of the original at
  * the same DCT scale (1, 1/2, 1/4, 1/8), maximum absolute difference 0, for every image of a
@@ -7,6 +7,7 @@
  * segments give -EBADMSG with a reason, never a read outside the record (ASan in `make test`).
  * Seeded tests print their seed. */
 #include "codec/decode.h"
+#include "codec/jpeg_build.h"
 #include "codec/jpeg_rst.h"
 
 #include <errno.h>

@@ -1,9 +1,11 @@
 /* test_kind.c - the record-kind tables: every kind of formats/dpk.h has its formats/ row
- * (dpk_kind_info) and its loader row (cdc_kinds[], loader/kind.h) with the operations a job needs,
+ * (dpk_kind_info) and its codec row (cdc_kinds[], codec/kind.h) with the operations a job needs,
  * under the same name; values that are no kind are refused everywhere, by name; the pack-time
  * probe finds a JPEG's kind and shape and refuses other files with the JPEG probe's reason. */
 #include "formats/dpk.h"
 #include "codec/kind.h"
+#include "codec/kind_load.h"
+#include "codec/kind_pack.h"
 
 #include <errno.h>
 #include <setjmp.h>
@@ -29,15 +31,21 @@ static void test_kind_every_kind_has_both_rows(void **state)
 		const struct cdc_kind *lk = cdc_kind_get(k);
 
 		if (!fi || !lk)
-			fail_msg("kind %u: no %s row", k, fi ? "loader/kind.c" : "formats/dpk.c");
-		assert_ptr_equal(lk, cdc_kinds[k]);
+			fail_msg("kind %u: no %s row", k, fi ? "codec/kind.c" : "formats/dpk.c");
+		assert_ptr_equal(lk, &cdc_kinds[k]);
 		assert_int_equal(lk->kind, k);
 		assert_string_equal(lk->name, fi->name);
 		assert_string_equal(dpk_kind_name(k), fi->name);
 		assert_ptr_equal(cdc_kind_find(fi->name), lk);
-		assert_non_null(lk->accepts);
-		assert_non_null(lk->decode);
-		assert_true(!lk->probe == !lk->exts);  /* made from files: both, else neither */
+		assert_non_null(lk->load);
+		assert_ptr_equal(cdc_kind_load(k), lk->load);
+		assert_ptr_equal(cdc_kind_pack(k), lk->pack);
+		assert_non_null(lk->load->accepts);
+		assert_non_null(lk->load->decode);
+		if (lk->pack) {  /* made from files: a probe and extensions, both */
+			assert_non_null(lk->pack->probe);
+			assert_non_null(lk->pack->exts);
+		}
 		n++;
 	}
 	assert_int_equal(n, DPK_KIND_MAX);
@@ -52,9 +60,10 @@ static void test_kind_every_kind_has_both_rows(void **state)
 	assert_true(dpk_kind_info(DPK_KIND_JPEG_RST)->flags & DPK_KF_JPEG);
 	assert_true(dpk_kind_info(DPK_KIND_JPEG_IDX)->flags & DPK_KF_JPEG);
 	assert_false(dpk_kind_info(DPK_KIND_RAW)->flags & DPK_KF_JPEG);
-	assert_non_null(cdc_kind_get(DPK_KIND_JPEG)->repack);
-	assert_null(cdc_kind_get(DPK_KIND_JPEG_RST)->repack);
-	assert_null(cdc_kind_get(DPK_KIND_JPEG_IDX)->repack);
+	assert_non_null(cdc_kind_pack(DPK_KIND_JPEG)->repack);
+	assert_null(cdc_kind_pack(DPK_KIND_JPEG_RST));
+	assert_null(cdc_kind_pack(DPK_KIND_JPEG_IDX));
+	assert_null(cdc_kind_pack(DPK_KIND_RAW));
 }
 
 static void test_kind_unknown_refused(void **state)
@@ -65,6 +74,8 @@ static void test_kind_unknown_refused(void **state)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		assert_null(dpk_kind_info(bad[i]));
 		assert_null(cdc_kind_get(bad[i]));
+		assert_null(cdc_kind_pack(bad[i]));
+		assert_null(cdc_kind_load(bad[i]));
 		assert_string_equal(dpk_kind_name(bad[i]), "?");
 	}
 	assert_null(cdc_kind_find("png"));

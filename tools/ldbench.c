@@ -28,7 +28,7 @@
 #include "formats/dpk.h"
 #include "codec/decode.h"
 #include "loader/job.h"
-#include "codec/kind.h"
+#include "codec/kind_load.h"
 #include "loader/sampler.h"
 #include "shm/ldc.h"
 
@@ -247,7 +247,7 @@ static void crop_profile(const struct dpk *d, const struct opts *o)
 
 	for (uint64_t i = 0; i < n; i++) {
 		const struct dpk_entry *e = dpk_entry_get(d, i);
-		const struct cdc_kind *k = cdc_kind_get(e->kind);
+		const struct cdc_kind_load *k = cdc_kind_load(e->kind);
 		if (!k || !k->scale)
 			continue;
 		struct cdc_crop c;

@@ -2,7 +2,7 @@
  * (RandomResizedCrop window from the sample's key, the record's kind's decode, 224x224 RGB output,
  * horizontal flip), one thread, nothing else; run it under callgrind and divide the instruction
  * count by N. Sample i uses record i mod count and key mix64(i). Not built by make:
- *   cc -O2 -g -I. -D_GNU_SOURCE tools/bench/cropcost.c build/lib/libloader.a \
+ *   cc -O2 -g -I. -D_GNU_SOURCE tools/bench/cropcost.c build/lib/libcodec.a \
  *      build/lib/libformats.a build/lib/libcommon.a -lturbojpeg -ljpeg -lzstd -lxxhash -lm \
  *      -o build/cropcost
  *   valgrind --tool=callgrind build/cropcost FILE.dpk 200
@@ -11,7 +11,7 @@
 #include "common/mix.h"
 #include "formats/dpk.h"
 #include "codec/decode.h"
-#include "codec/kind.h"
+#include "codec/kind_load.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,7 +60,7 @@ int main(int argc, char **argv)
 		}
 		struct cdc_crop c;
 		cdc_crop_random(w, h, mix64((uint64_t)i), &c);
-		if (cdc_kind_get(e->kind)->decode(dec, e, buf, &c, &o, out, err, sizeof(err)) < 0) {
+		if (cdc_kind_load(e->kind)->decode(dec, e, buf, &c, &o, out, err, sizeof(err)) < 0) {
 			fprintf(stderr, "sample %ld: %s\n", i, err);
 			return 1;
 		}

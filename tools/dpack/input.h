@@ -1,7 +1,7 @@
 /* input.h - dpack's input formats: one row each (ImageFolder tree, WebDataset tar, npy arrays),
  * so that pack.c knows none of them. A row recognises its source, lists its samples in the order
  * torchvision would give them, and says where each sample's bytes are. Files (images) become
- * records of whichever kind recognises them (loader/kind.h); tensors become raw records.
+ * records of whichever kind recognises them (codec/kind_pack.h); tensors become raw records.
  * Adding a format is one tools/dpack/input_NAME.c that defines its struct dpack_input and one row
  * in dpack_inputs[] (input.c). */
 #ifndef LOADERD_DPACK_INPUT_H

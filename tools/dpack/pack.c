@@ -3,7 +3,7 @@
  *
  * DESIGN: the source is first listed into items (path or byte range, label) in the order
  * torchvision would give them, by its input format (tools/dpack/input.h). Worker threads then take
- * items in index order, read them, probe image files for their record kind (loader/kind.h: for a
+ * items in index order, read them, probe image files for their record kind (codec/kind_pack.h: for a
  * JPEG its dimensions, subsampling, truncation), compress raw tensors and checksum, and
  * leave the result in a slot of a reorder window; the main thread writes slots strictly in item
  * order, so the output does not depend on --jobs. Workers never run more than WINDOW items ahead
@@ -14,8 +14,8 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "formats/dpk.h"
-#include "codec/jpeg_idx.h"
-#include "codec/kind.h"
+#include "codec/jpeg_build.h"
+#include "codec/kind_pack.h"
 #include "tools/dpack/dpack.h"
 #include "tools/dpack/input.h"
 
@@ -130,8 +130,8 @@ static void process(struct pack *pk, uint64_t i, struct slot *s, ZSTD_CCtx *cctx
 			goto out;
 		}
 		r->label = pk->src.items[i].label;
-		const struct cdc_kind *k = cdc_kind_get(r->kind);
-		if (!pk->keep && k->repack) {
+		const struct cdc_kind_pack *k = cdc_kind_pack(r->kind);
+		if (!pk->keep && k && k->repack) {
 			uint8_t *nb;
 			size_t nl;
 
