@@ -51,6 +51,7 @@ all:
 include common/module.mk
 include formats/module.mk
 include shm/module.mk
+include codec/module.mk
 include loader/module.mk
 include trainer/module.mk
 include tools/module.mk
@@ -58,8 +59,8 @@ include tests/module.mk
 include scripts/module.mk
 
 # Link order: dependents first.
-LINKLIBS := $(filter %/libloader.a,$(LIBS)) $(filter %/libshm.a,$(LIBS)) \
-	$(filter %/libformats.a,$(LIBS)) $(filter %/libcommon.a,$(LIBS))
+LINKLIBS := $(filter %/libloader.a,$(LIBS)) $(filter %/libcodec.a,$(LIBS)) \
+	$(filter %/libshm.a,$(LIBS)) $(filter %/libformats.a,$(LIBS)) $(filter %/libcommon.a,$(LIBS))
 
 all: $(BINS) $(TESTS)
 

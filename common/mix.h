@@ -23,4 +23,13 @@ static inline uint64_t mix_next(uint64_t *s)
 	return mix64(*s);
 }
 
+/* A keyed mix of three words: the finaliser over the xor of each word times an odd constant. The
+ * sampler's permutations and the decoder's random crops draw from it (loader/sampler.c,
+ * codec/decode.c): the values are part of what a seed means, so they may not change. */
+static inline uint64_t mix3(uint64_t a, uint64_t b, uint64_t c)
+{
+	return mix64(a * MIX_GOLDEN ^ (b + 0x632be59bd9b4e019ull) * 0xbf58476d1ce4e5b9ull ^
+		     (c + 0x85157af5ull) * 0x94d049bb133111ebull);
+}
+
 #endif

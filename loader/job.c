@@ -25,8 +25,8 @@
 #include "loader/job.h"
 #include "common/clk.h"
 #include "common/log.h"
-#include "loader/decode.h"
-#include "loader/kind.h"
+#include "codec/decode.h"
+#include "codec/kind_load.h"
 #include "loader/sampler.h"
 
 #include <assert.h>
@@ -48,7 +48,7 @@ struct job {
 	int fd_direct;             /* O_DIRECT fd of the same file, or -1 */
 	struct ldr_sampler smp;
 	struct ctl_job_open spec;
-	struct ldr_out out;        /* output size (0x0 = records as stored), layout */
+	struct cdc_out out;        /* output size (0x0 = records as stored), layout */
 	uint64_t max_pixels;       /* per record (ldr_config) */
 	uint64_t max_record;       /* stored bytes per record (ldr_config) */
 	uint64_t sample_bytes;
@@ -58,7 +58,7 @@ struct job {
 
 struct worker {
 	struct ldr_reader *rd;
-	struct ldr_decoder *dec;
+	struct cdc_decoder *dec;
 	uint8_t *sub;              /* a substitute record's bytes */
 	size_t sub_cap;
 	const uint8_t *bufs[READ_MAX];
@@ -79,7 +79,7 @@ struct worker {
 static int accepts(struct job *j, uint64_t i, char *why, size_t whylen)
 {
 	const struct dpk_entry *e = dpk_entry_get(j->d, i);
-	const struct ldr_kind *k = ldr_kind_get(e->kind);
+	const struct cdc_kind_load *k = cdc_kind_load(e->kind);
 	char reason[200];
 
 	if (!k)
@@ -268,14 +268,14 @@ static void *worker_init(void *ctx, unsigned index)
 		return NULL;
 	if (ldr_reader_create(cfg->io, cfg->arena_bytes ? cfg->arena_bytes : LDR_ARENA_DEFAULT,
 			      &w->rd) < 0 ||
-	    ldr_decoder_create(&w->dec) < 0) {
+	    cdc_decoder_create(&w->dec) < 0) {
 		LOG_ERROR("worker %u: cannot set up its reader or decoder", index);
 		ldr_reader_destroy(w->rd);
-		ldr_decoder_destroy(w->dec);
+		cdc_decoder_destroy(w->dec);
 		free(w);
 		return NULL;
 	}
-	ldr_decoder_limit(w->dec, max_pixels(cfg));
+	cdc_decoder_limit(w->dec, max_pixels(cfg));
 	ldr_reader_limit(w->rd, max_record(cfg));
 	return w;
 }
@@ -288,7 +288,7 @@ static void worker_fini(void *ctx, void *p)
 	if (!w)
 		return;
 	ldr_reader_destroy(w->rd);
-	ldr_decoder_destroy(w->dec);
+	cdc_decoder_destroy(w->dec);
 	free(w->sub);
 	free(w);
 }
@@ -301,8 +301,8 @@ static int decode_one(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 {
 	const struct dpk_entry *e = dpk_entry_get(j->d, id);
 	uint64_t t0 = clk_now_ns();
-	struct ldr_crop crop;
-	struct ldr_out o = j->out;
+	struct cdc_crop crop;
+	struct cdc_out o = j->out;
 	int ret;
 
 	if (dpk_record_check(e, bytes) < 0) {
@@ -321,15 +321,15 @@ static int decode_one(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 	if (o.h) {
 		uint64_t key = ldr_mix(j->spec.seed, epoch, id);
 		if (j->rrc)
-			ldr_crop_random(iw, ih, key, &crop);
+			cdc_crop_random(iw, ih, key, &crop);
 		else
-			ldr_crop_center(iw, ih, o.h, o.w, &crop);
+			cdc_crop_center(iw, ih, o.h, o.w, &crop);
 		o.flip = j->hflip && (ldr_mix(key, 0x464c4950ull, 0) & 1);
 	} else {
 		memset(&crop, 0, sizeof(crop));
 	}
 	/* as stored (o.h == 0), job_open made sure every record has sample_bytes bytes */
-	ret = ldr_kind_get(e->kind)->decode(w->dec, e, bytes, &crop, &o, dst, why, whylen);
+	ret = cdc_kind_load(e->kind)->decode(w->dec, e, bytes, &crop, &o, dst, why, whylen);
 	*decode_ns += clk_now_ns() - t0;
 	return ret;
 }
@@ -533,7 +533,7 @@ static int fill(void *ctx, void *wp, struct srv_fill *f)
 	}
 	int ret = fill_task(w, f);
 	ldr_reader_trim(w->rd);
-	ldr_decoder_trim(w->dec, LDR_DEC_KEEP);
+	cdc_decoder_trim(w->dec, LDR_DEC_KEEP);
 	if (w->sub_cap > LDR_SUB_KEEP) {
 		free(w->sub);
 		w->sub = NULL;

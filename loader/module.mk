@@ -11,5 +11,3 @@ $(BUILD)/bin/loaderd: $(BUILD)/obj/loader/main.o $(LIBS)
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LINKLIBS) $(SYSLIBS)
 endif
-# The resize loops are the one place where -O3's vectoriser pays (measured with perf; see decode.c).
-$(BUILD)/obj/loader/decode.o: override CFLAGS += -O3

@@ -1,5 +1,6 @@
 /* sampler.c - keyed permutations and DistributedSampler sharding (see sampler.h). */
 #include "loader/sampler.h"
+#include "common/mix.h"
 #include "shm/ring.h"
 
 #include <errno.h>
@@ -8,15 +9,7 @@
 
 uint64_t ldr_mix(uint64_t a, uint64_t b, uint64_t c)
 {
-	uint64_t z = a * 0x9e3779b97f4a7c15ull ^ (b + 0x632be59bd9b4e019ull) * 0xbf58476d1ce4e5b9ull ^
-		     (c + 0x85157af5ull) * 0x94d049bb133111ebull;
-
-	z ^= z >> 30;
-	z *= 0xbf58476d1ce4e5b9ull;
-	z ^= z >> 27;
-	z *= 0x94d049bb133111ebull;
-	z ^= z >> 31;
-	return z;
+	return mix3(a, b, c);
 }
 
 /* A bijection on [0, n) keyed by @key: a balanced Feistel network on the smallest even power of

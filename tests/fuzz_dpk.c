@@ -3,7 +3,7 @@
  * (and a JPEG one probed) without touching memory outside its buffers. Decoding a record is the
  * daemon's (loader/decode.c), not the reader's. */
 #include "formats/dpk.h"
-#include "formats/jpeg_probe.h"
+#include "codec/jpeg_probe.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -15,11 +15,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct dpk_jpeg_info ji;
+	struct cdc_jpeg_info ji;
 	struct dpk *d = NULL;
 	char err[256];
 
-	dpk_jpeg_probe(data, size, &ji, err, sizeof(err));
+	cdc_jpeg_probe(data, size, &ji, err, sizeof(err));
 
 	int fd = memfd_create("fuzz_dpk", MFD_CLOEXEC);
 	if (fd < 0)
@@ -44,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				continue;
 			ssize_t r = dpk_read(d, i, buf, e->length);
 			if (r >= 0 && (dpk_kind_info(e->kind)->flags & DPK_KF_JPEG))
-				dpk_jpeg_probe(buf, e->length, &ji, err, sizeof(err));
+				cdc_jpeg_probe(buf, e->length, &ji, err, sizeof(err));
 			free(buf);
 		}
 		dpk_close(d);

@@ -1,15 +1,16 @@
-/* fuzz_idx_fields.c - structure-aware libFuzzer target for jpeg+idx records (loader/jpeg_idx.h):
+/* fuzz_idx_fields.c - structure-aware libFuzzer target for jpeg+idx records (codec/jpeg_idx.h):
  * the input does not supply a record but edits the index fields of a valid one (tests/idx_edit.h),
  * so that every run reaches the checks of the index and the splice instead of dying at the footer.
  * Byte 0 picks the image and the index column width; then each 5-byte op sets or moves one field:
  * a point's bit offset (absolute, relative, or that of another point), a DC prediction, a row's
  * directory entry, the column width, the component or point count, bytes after the stream. The
  * record is rebuilt with a valid footer check, then parsed; when it parses, splices of a set of
- * plans must stay inside ldr_idx_splice_bound() (an exact-size buffer under ASan) and windows
- * must decode or be refused with -EBADMSG (ldr_decode_jpeg_idx). */
-#include "loader/decode.h"
-#include "loader/jpeg_idx.h"
-#include "loader/jpeg_rst.h"
+ * plans must stay inside cdc_idx_splice_bound() (an exact-size buffer under ASan) and windows
+ * must decode or be refused with -EBADMSG (cdc_decode_jpeg_idx). */
+#include "codec/decode.h"
+#include "codec/jpeg_build.h"
+#include "codec/jpeg_idx.h"
+#include "codec/jpeg_rst.h"
 #include "tests/fuzz_jpeg_fields.h"
 #include "tests/idx_edit.h"
 
@@ -31,7 +32,7 @@ static const uint8_t *record(unsigned sel, size_t *len)
 		const struct fuzz_jpeg *j = &fuzz_jpegs()[i];
 		struct dpk_record r = { .kind = DPK_KIND_JPEG };
 		char why[160];
-		if (ldr_idx_build(j->jpg, j->len, cols[c], &r, &rec[i][c], &rlen[i][c], why,
+		if (cdc_idx_build(j->jpg, j->len, cols[c], &r, &rec[i][c], &rlen[i][c], why,
 				  sizeof(why)) || r.kind != DPK_KIND_JPEG_IDX)
 			abort();
 	}
@@ -40,7 +41,7 @@ static const uint8_t *record(unsigned sel, size_t *len)
 }
 
 /* Plans over the record's grid, each spliced into an exact-size buffer. */
-static void splice_plans(const uint8_t *rec, const struct ldr_idx_info *info, uint32_t sel)
+static void splice_plans(const uint8_t *rec, const struct cdc_idx_info *info, uint32_t sel)
 {
 	uint32_t W = info->geo.width, H = info->geo.height;
 	const uint32_t win[5][4] = {
@@ -48,15 +49,15 @@ static void splice_plans(const uint8_t *rec, const struct ldr_idx_info *info, ui
 		{ 0, H / 2, W - W / 4, H - H / 2 }, { sel % W, (sel >> 8) % H, 1, 1 },
 	};
 	for (int k = 0; k < 5; k++) {
-		struct ldr_rst_plan plan;
+		struct cdc_rst_plan plan;
 		uint32_t w = win[k][2] ? win[k][2] : 1, h = win[k][3] ? win[k][3] : 1;
-		ldr_rst_plan(&info->geo, win[k][0], win[k][1], w, h, &plan);
-		size_t bound = ldr_idx_splice_bound(info, &plan);
+		cdc_rst_plan(&info->geo, win[k][0], win[k][1], w, h, &plan);
+		size_t bound = cdc_idx_splice_bound(info, &plan);
 		uint8_t *out = malloc(bound);
 		char why[160];
 		if (!out)
 			return;
-		long n = ldr_idx_splice(rec, info, &plan, out, why, sizeof(why));
+		long n = cdc_idx_splice(rec, info, &plan, out, why, sizeof(why));
 		if (n > (long)bound || (n < 0 && n != -EBADMSG))
 			abort();
 		free(out);
@@ -104,7 +105,7 @@ static void apply(struct idx_edit *e, struct fuzz_in *in)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static struct ldr_idx_info info;
+	static struct cdc_idx_info info;
 	struct fuzz_in in = { data, data + size };
 	unsigned sel = fuzz_take(&in, 1);
 	size_t len, n;
@@ -122,11 +123,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		uint8_t *copy = malloc(n);  /* exact size: ASan sees reads past the record */
 		if (copy) {
 			memcpy(copy, rec, n);
-			if (ldr_idx_parse(copy, n, &info, why, sizeof(why)) == 0)
+			if (cdc_idx_parse(copy, n, &info, why, sizeof(why)) == 0)
 				splice_plans(copy, &info, (uint32_t)sel * 2654435761u);
 			free(copy);
 		}
-		fuzz_decode_windows(ldr_decode_jpeg_idx, rec, n, j->w, j->h,
+		fuzz_decode_windows(cdc_decode_jpeg_idx, rec, n, j->w, j->h,
 				    (uint32_t)(size * 2654435761u));
 		free(rec);
 	}

@@ -6,7 +6,7 @@
  * Header-only: each target is one binary. */
 #ifndef LOADERD_FUZZ_JPEG_FIELDS_H
 #define LOADERD_FUZZ_JPEG_FIELDS_H
-#include "loader/decode.h"
+#include "codec/decode.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -78,8 +78,8 @@ static inline int fuzz_more(const struct fuzz_in *in)
 	return in->p < in->end;
 }
 
-typedef int (*fuzz_decode_fn)(struct ldr_decoder *d, const uint8_t *rec, size_t len,
-			      const struct ldr_crop *crop, const struct ldr_out *o, uint8_t *dst,
+typedef int (*fuzz_decode_fn)(struct cdc_decoder *d, const uint8_t *rec, size_t len,
+			      const struct cdc_crop *crop, const struct cdc_out *o, uint8_t *dst,
 			      char *why, size_t whylen);
 
 /* Decode windows of @rec[0, len) (an exact-size copy: ASan sees reads past it) for an image of
@@ -88,25 +88,25 @@ typedef int (*fuzz_decode_fn)(struct ldr_decoder *d, const uint8_t *rec, size_t 
 static inline void fuzz_decode_windows(fuzz_decode_fn fn, const uint8_t *rec, size_t len, int w,
 				       int h, uint32_t sel)
 {
-	static struct ldr_decoder *dec;
+	static struct cdc_decoder *dec;
 	static uint8_t px[24 * 24 * 3];
 	uint32_t W = (uint32_t)w, H = (uint32_t)h;
-	const struct ldr_crop win[5] = {
+	const struct cdc_crop win[5] = {
 		{ 0, 0, W, H }, { 0, 0, (W + 1) / 2, (H + 1) / 2 }, { W / 3, H / 3, W / 3 + 1, H / 3 + 1 },
 		{ W - 1, H - 1, 1, 1 }, { sel % W, (sel >> 8) % H, 1 + (sel >> 16) % W, 1 + (sel >> 24) % H },
 	};
 
 	if (!dec) {
-		if (ldr_decoder_create(&dec))
+		if (cdc_decoder_create(&dec))
 			abort();
-		ldr_decoder_limit(dec, 1u << 22);
+		cdc_decoder_limit(dec, 1u << 22);
 	}
 	uint8_t *copy = malloc(len ? len : 1);
 	if (!copy)
 		return;
 	memcpy(copy, rec, len);
 	for (int k = 0; k < 5; k++) {
-		struct ldr_out o = { 24, 24, k & 1, k == 2 };
+		struct cdc_out o = { 24, 24, k & 1, k == 2 };
 		char why[256] = "";
 		int ret = fn(dec, copy, len, &win[k], &o, px, why, sizeof(why));
 		if (ret != 0 && (ret != -EBADMSG || strlen(why) < 8))

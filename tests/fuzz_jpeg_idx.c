@@ -1,10 +1,11 @@
-/* fuzz_jpeg_idx.c - libFuzzer target for bit-indexed JPEG records (loader/jpeg_idx.h). The first
- * input byte picks the mode: even, the rest is a record: ldr_idx_parse must refuse it cleanly or
+/* fuzz_jpeg_idx.c - libFuzzer target for bit-indexed JPEG records (codec/jpeg_idx.h). The first
+ * input byte picks the mode: even, the rest is a record: cdc_idx_parse must refuse it cleanly or
  * give an index whose splices (every plan the second byte and the image's grid select) stay
- * inside their bound; odd, the rest is a JPEG: ldr_idx_build must refuse it or make a record that
+ * inside their bound; odd, the rest is a JPEG: cdc_idx_build must refuse it or make a record that
  * parses and splices. Never a read or write outside the buffers (ASan). */
-#include "loader/jpeg_idx.h"
-#include "loader/jpeg_rst.h"
+#include "codec/jpeg_build.h"
+#include "codec/jpeg_idx.h"
+#include "codec/jpeg_rst.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -15,10 +16,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* A few plans over the record's grid: the whole image, a corner, the middle, one MCU. */
 static void splice_some(const uint8_t *rec, size_t len, unsigned sel)
 {
-	static struct ldr_idx_info info;
+	static struct cdc_idx_info info;
 	char why[160];
 
-	if (ldr_idx_parse(rec, len, &info, why, sizeof(why)) != 0)
+	if (cdc_idx_parse(rec, len, &info, why, sizeof(why)) != 0)
 		return;
 	uint32_t W = info.geo.width, H = info.geo.height;
 	const uint32_t win[4][4] = {
@@ -26,18 +27,18 @@ static void splice_some(const uint8_t *rec, size_t len, unsigned sel)
 		{ W / 3, H / 3, W / 3 + 1, H / 3 + 1 }, { (sel * 7) % W, (sel * 13) % H, 1, 1 },
 	};
 	for (int k = 0; k < 4; k++) {
-		struct ldr_rst_plan plan;
+		struct cdc_rst_plan plan;
 		uint32_t x = win[k][0], y = win[k][1], w = win[k][2], h = win[k][3];
 		if (x + w > W)
 			w = W - x;
 		if (y + h > H)
 			h = H - y;
-		ldr_rst_plan(&info.geo, x, y, w, h, &plan);
-		size_t bound = ldr_idx_splice_bound(&info, &plan);
+		cdc_rst_plan(&info.geo, x, y, w, h, &plan);
+		size_t bound = cdc_idx_splice_bound(&info, &plan);
 		uint8_t *out = malloc(bound);
 		if (!out)
 			return;
-		long n = ldr_idx_splice(rec, &info, &plan, out, why, sizeof(why));
+		long n = cdc_idx_splice(rec, &info, &plan, out, why, sizeof(why));
 		if (n > (long)bound)
 			abort();
 		free(out);
@@ -60,11 +61,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		uint8_t *rec;
 		size_t len;
 		char why[160];
-		if (ldr_idx_build(buf, size - 1, 8u * (data[0] >> 1), &r, &rec, &len, why,
+		if (cdc_idx_build(buf, size - 1, 8u * (data[0] >> 1), &r, &rec, &len, why,
 				  sizeof(why)) == 0) {
 			if (r.kind == DPK_KIND_JPEG_IDX) {
-				static struct ldr_idx_info info;
-				if (ldr_idx_parse(rec, len, &info, why, sizeof(why)) != 0)
+				static struct cdc_idx_info info;
+				if (cdc_idx_parse(rec, len, &info, why, sizeof(why)) != 0)
 					abort();  /* what dpack makes must parse */
 				splice_some(rec, len, data[0]);
 			}

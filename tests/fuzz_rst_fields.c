@@ -1,13 +1,14 @@
-/* fuzz_rst_fields.c - structure-aware libFuzzer target for jpeg+rst records (loader/jpeg_rst.h):
+/* fuzz_rst_fields.c - structure-aware libFuzzer target for jpeg+rst records (codec/jpeg_rst.h):
  * the input does not supply a record but edits the restart structure of a valid one, so that
  * every run reaches the segment walk and the splice. Byte 0 picks the image and the restart
  * width; then each 5-byte op changes one thing: the DRI interval, the frame's height or width, a
  * component's sampling factors, a restart marker (renumbered, made another marker, removed, moved,
  * or a new one inserted), a byte of the scan, or where the record ends. Then, when it parses,
- * splices of a set of plans must stay inside ldr_rst_splice_bound() (an exact-size buffer under
- * ASan), and windows must decode or be refused with -EBADMSG (ldr_decode_jpeg_rst). */
-#include "loader/decode.h"
-#include "loader/jpeg_rst.h"
+ * splices of a set of plans must stay inside cdc_rst_splice_bound() (an exact-size buffer under
+ * ASan), and windows must decode or be refused with -EBADMSG (cdc_decode_jpeg_rst). */
+#include "codec/decode.h"
+#include "codec/jpeg_build.h"
+#include "codec/jpeg_rst.h"
 #include "tests/fuzz_jpeg_fields.h"
 
 #include <stdint.h>
@@ -30,7 +31,7 @@ static const uint8_t *record(unsigned sel, size_t *len)
 		const struct fuzz_jpeg *j = &fuzz_jpegs()[i];
 		struct dpk_record r = { .kind = DPK_KIND_JPEG };
 		char why[160];
-		if (ldr_rst_rewrite(j->jpg, j->len, seg[c], &r, &rec[i][c], &rlen[i][c], why,
+		if (cdc_rst_rewrite(j->jpg, j->len, seg[c], &r, &rec[i][c], &rlen[i][c], why,
 				    sizeof(why)))
 			abort();
 	}
@@ -76,7 +77,7 @@ static void insert(uint8_t *b, size_t *len, size_t cap, size_t at, const uint8_t
 	*len += n;
 }
 
-static void apply(uint8_t *b, size_t *len, size_t cap, const struct ldr_rst_info *g, size_t dri,
+static void apply(uint8_t *b, size_t *len, size_t cap, const struct cdc_rst_info *g, size_t dri,
 		  struct fuzz_in *in)
 {
 	unsigned op = fuzz_take(in, 1);
@@ -139,10 +140,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t len;
 	const uint8_t *good = record(sel, &len);
 	const struct fuzz_jpeg *j = &fuzz_jpegs()[sel % FUZZ_NJPEG];
-	struct ldr_rst_info g, info;
+	struct cdc_rst_info g, info;
 	char why[160];
 
-	if (ldr_rst_parse(good, len, &g, why, sizeof(why)))
+	if (cdc_rst_parse(good, len, &g, why, sizeof(why)))
 		abort();  /* what dpack makes must parse */
 	size_t cap = len + SLACK, dri = 0;
 	for (size_t q = 2; q + 5 < g.scan_at; q++)
@@ -157,27 +158,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint8_t *rec = malloc(len ? len : 1);  /* exact size: ASan sees reads past the record */
 	if (rec) {
 		memcpy(rec, b, len);
-		if (ldr_rst_parse(rec, len, &info, why, sizeof(why)) == 0) {
+		if (cdc_rst_parse(rec, len, &info, why, sizeof(why)) == 0) {
 			uint32_t W = info.width, H = info.height;
 			const uint32_t win[4][4] = {
 				{ 0, 0, W, H }, { 0, 0, (W + 1) / 2, (H + 1) / 2 },
 				{ W / 3, H / 3, W / 3 + 1, H / 3 + 1 }, { W - 1, H / 2, 1, H - H / 2 },
 			};
 			for (int k = 0; k < 4; k++) {
-				struct ldr_rst_plan plan;
-				ldr_rst_plan(&info, win[k][0], win[k][1], win[k][2] ? win[k][2] : 1,
+				struct cdc_rst_plan plan;
+				cdc_rst_plan(&info, win[k][0], win[k][1], win[k][2] ? win[k][2] : 1,
 					     win[k][3] ? win[k][3] : 1, &plan);
-				size_t bound = ldr_rst_splice_bound(len);
+				size_t bound = cdc_rst_splice_bound(len);
 				uint8_t *out = malloc(bound);
 				if (!out)
 					break;
-				long n = ldr_rst_splice(rec, len, &info, &plan, out, why, sizeof(why));
+				long n = cdc_rst_splice(rec, len, &info, &plan, out, why, sizeof(why));
 				if (n > (long)bound || (n < 0 && n != -EBADMSG))
 					abort();
 				free(out);
 			}
 		}
-		fuzz_decode_windows(ldr_decode_jpeg_rst, rec, len, j->w, j->h,
+		fuzz_decode_windows(cdc_decode_jpeg_rst, rec, len, j->w, j->h,
 				    (uint32_t)(size * 2654435761u));
 		free(rec);
 	}

@@ -2,7 +2,7 @@
  * written as docs/FORMAT.md ("jpeg+idx") lays it out; nothing here checks what it writes. */
 #include "tests/idx_edit.h"
 
-#include "loader/jpeg_idx.h"
+#include "codec/jpeg_idx.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -34,15 +34,15 @@ static uint32_t zigzag(int64_t v)
 
 int idx_edit_load(const uint8_t *rec, size_t len, struct idx_edit *e)
 {
-	struct ldr_idx_info *info = malloc(sizeof(*info));
+	struct cdc_idx_info *info = malloc(sizeof(*info));
 	char why[160];
 
 	memset(e, 0, sizeof(*e));
-	if (!info || ldr_idx_parse(rec, len, info, why, sizeof(why)) < 0) {
+	if (!info || cdc_idx_parse(rec, len, info, why, sizeof(why)) < 0) {
 		free(info);
 		return -1;
 	}
-	const struct ldr_rst_info *g = &info->geo;
+	const struct cdc_rst_info *g = &info->geo;
 	e->jpg = rec;
 	e->jpeg_len = (uint32_t)info->jpeg_len;
 	e->scan_at = (uint32_t)g->scan_at;
@@ -56,8 +56,8 @@ int idx_edit_load(const uint8_t *rec, size_t len, struct idx_edit *e)
 	e->dir = malloc(e->rows * sizeof(*e->dir));
 	int ok = e->bit && e->pred && e->dir;
 	for (uint32_t k = 0; ok && k < e->npoints; k++) {
-		struct ldr_idx_point pt;
-		ok = ldr_idx_point(rec, info, k / g->segs_x, k % g->segs_x, &pt, why,
+		struct cdc_idx_point pt;
+		ok = cdc_idx_point(rec, info, k / g->segs_x, k % g->segs_x, &pt, why,
 				   sizeof(why)) == 0;
 		e->bit[k] = pt.bit;
 		for (int c = 0; c < 3; c++)
@@ -107,10 +107,10 @@ int idx_edit_store(const struct idx_edit *e, uint8_t **out, size_t *len)
 	f[14] = (uint8_t)e->ncomp;
 	put32(f + 16, e->npoints);
 	put32(f + 20, (uint32_t)XXH3_64bits(f, 20));
-	f[24] = LDR_IDX_VERSION;
+	f[24] = CDC_IDX_VERSION;
 	memcpy(f + 26, "JPGIDX", 6);
 	*out = o;
-	*len = (size_t)(f + LDR_IDX_FOOTER - o);
+	*len = (size_t)(f + CDC_IDX_FOOTER - o);
 	return 0;
 fail:
 	free(o);

@@ -1,4 +1,4 @@
-/* idx_edit.h - a jpeg+idx record (loader/jpeg_idx.h) taken apart into its index fields and put
+/* idx_edit.h - a jpeg+idx record (codec/jpeg_idx.h) taken apart into its index fields and put
  * back together with the footer's check made anew, so that a test or a fuzz target can change any
  * one field (a point's bit offset or DC predictions, a row start, the column width, the component
  * or point count) and see that the parser refuses it or that the splice stays inside its bound.

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loader/decode.h"
+#include "codec/decode.h"
 #include "tests/test_util.h"
 
 /* Texture with edges and noise, so that any difference in upsampling or IDCT shows. */
@@ -152,8 +152,8 @@ static inline void jpeg_img_free(struct img *m)
 }
 
 /* The crop's pixels of @win (at its scale) against the full decode of the original. */
-static inline void jpeg_img_check_window(const struct img *m, const struct ldr_crop *c,
-					 const struct ldr_window *win, const char *what)
+static inline void jpeg_img_check_window(const struct img *m, const struct cdc_crop *c,
+					 const struct cdc_window *win, const char *what)
 {
 	int s = __builtin_ctz(win->den);
 	uint32_t x0 = c->x / win->den, y0 = c->y / win->den;
@@ -178,7 +178,7 @@ static inline void jpeg_img_check_window(const struct img *m, const struct ldr_c
 }
 
 /* Move the window @c of a @W x @H image to touch edge @e: 0 left, 1 top, 2 right, 3 bottom. */
-static inline void jpeg_img_snap(struct ldr_crop *c, unsigned e, uint32_t W, uint32_t H)
+static inline void jpeg_img_snap(struct cdc_crop *c, unsigned e, uint32_t W, uint32_t H)
 {
 	if (e == 0)
 		c->x = 0;
@@ -191,7 +191,7 @@ static inline void jpeg_img_snap(struct ldr_crop *c, unsigned e, uint32_t W, uin
 }
 
 /* The output size for the crop @c that makes DCT scale 1/2^@s where the crop allows it. */
-static inline void jpeg_img_out_size(const struct ldr_crop *c, unsigned s, uint32_t *oh,
+static inline void jpeg_img_out_size(const struct cdc_crop *c, unsigned s, uint32_t *oh,
 				     uint32_t *ow)
 {
 	*oh = c->h >> s ? c->h >> s : 1;
@@ -202,10 +202,10 @@ static inline void jpeg_img_out_size(const struct ldr_crop *c, unsigned s, uint3
  * rectangle moved to touch an edge every other time (each edge in turn); an output size in *oh,
  * *ow that makes a random DCT scale where the crop allows it. */
 static inline void jpeg_img_random_window(uint64_t *x, int t, uint32_t W, uint32_t H,
-					  struct ldr_crop *c, uint32_t *oh, uint32_t *ow)
+					  struct cdc_crop *c, uint32_t *oh, uint32_t *ow)
 {
 	if (t % 2) {
-		ldr_crop_random(W, H, test_xorshift(x), c);
+		cdc_crop_random(W, H, test_xorshift(x), c);
 	} else {
 		c->w = 1 + (uint32_t)(test_xorshift(x) % W);
 		c->h = 1 + (uint32_t)(test_xorshift(x) % H);
@@ -217,16 +217,16 @@ static inline void jpeg_img_random_window(uint64_t *x, int t, uint32_t W, uint32
 	jpeg_img_out_size(c, (unsigned)(test_xorshift(x) % 4), oh, ow);
 }
 
-/* A window decoder: ldr_jpeg_window (plain JPEG), ldr_jpeg_rst_window or ldr_jpeg_idx_window. */
-typedef int (*jpeg_img_window_fn)(struct ldr_decoder *d, const uint8_t *rec, size_t len,
-				  const struct ldr_crop *crop, uint32_t out_h, uint32_t out_w,
-				  struct ldr_window *win, char *why, size_t whylen);
+/* A window decoder: cdc_jpeg_window (plain JPEG), cdc_jpeg_rst_window or cdc_jpeg_idx_window. */
+typedef int (*jpeg_img_window_fn)(struct cdc_decoder *d, const uint8_t *rec, size_t len,
+				  const struct cdc_crop *crop, uint32_t out_h, uint32_t out_w,
+				  struct cdc_window *win, char *why, size_t whylen);
 
 /* @tries random windows (jpeg_img_random_window, from @x) of the record @r[0, len) made of @m
  * with splice width @width px, decoded by @fn with @dec: each must succeed and equal the
  * reference. The DCT scales seen are or-ed into *scales; returns how many windows were spliced
  * (narrower than the image at their scale, or not from its top). */
-static inline unsigned jpeg_img_random_windows(jpeg_img_window_fn fn, struct ldr_decoder *dec,
+static inline unsigned jpeg_img_random_windows(jpeg_img_window_fn fn, struct cdc_decoder *dec,
 					       const struct img *m, const uint8_t *r, size_t len,
 					       unsigned width, int tries, uint64_t *x,
 					       unsigned *scales)
@@ -234,8 +234,8 @@ static inline unsigned jpeg_img_random_windows(jpeg_img_window_fn fn, struct ldr
 	unsigned spliced = 0;
 
 	for (int t = 0; t < tries; t++) {
-		struct ldr_crop c;
-		struct ldr_window win;
+		struct cdc_crop c;
+		struct cdc_window win;
 		char why[256], what[192];
 		uint32_t oh, ow;
 

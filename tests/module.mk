@@ -24,7 +24,8 @@ $(TESTS): $(LIBS) $(TEST_HELPER_LIB)
 $(filter $(BUILD)/tests/test_trn_%,$(TESTS)): $(TRN_LIB)
 
 # libFuzzer targets: built with clang against the formats/ and common/ sources directly (and, for
-# fuzz_srv, the server core and shm/; for fuzz_token, the resume token parser: FUZZ_EXTRA).
+# fuzz_srv, the server core and shm/; for fuzz_token, the resume token parser; for the JPEG
+# targets, the codec's JPEG sources: FUZZ_EXTRA).
 FUZZ_CC ?= clang
 FUZZ_SRC := $(wildcard tests/fuzz_*.c)
 FUZZ_BINS := $(patsubst tests/%.c,build/fuzz/%,$(FUZZ_SRC))
@@ -36,12 +37,19 @@ build/fuzz/fuzz_srv: FUZZ_EXTRA := $(FUZZ_SRV_SRC)
 build/fuzz/fuzz_srv: $(FUZZ_SRV_SRC)
 build/fuzz/fuzz_token: FUZZ_EXTRA := shm/token.c
 build/fuzz/fuzz_token: shm/token.c
+# The codec's JPEG sources (codec/): the marker walker and probe, the shared header parse, both
+# sides of jpeg+idx and jpeg+rst.
+FUZZ_CODEC_JPEG := codec/jpeg_probe.c codec/jpeg_hdr.c codec/jpeg_idx.c codec/jpeg_idx_build.c \
+	codec/jpeg_rst.c codec/jpeg_rst_build.c
+# fuzz_dpk probes every record it reads back as a JPEG (codec/jpeg_probe.c).
+build/fuzz/fuzz_dpk: FUZZ_EXTRA := codec/jpeg_probe.c
+build/fuzz/fuzz_dpk: codec/jpeg_probe.c
 # fuzz_jpeg_idx: the bit-indexed JPEG records and the transcode dpack falls back to (libjpeg).
-build/fuzz/fuzz_jpeg_idx: FUZZ_EXTRA := loader/jpeg_idx.c loader/jpeg_rst.c -ljpeg
-build/fuzz/fuzz_jpeg_idx: loader/jpeg_idx.c loader/jpeg_rst.c
+build/fuzz/fuzz_jpeg_idx: FUZZ_EXTRA := $(FUZZ_CODEC_JPEG) -ljpeg
+build/fuzz/fuzz_jpeg_idx: $(FUZZ_CODEC_JPEG)
 # fuzz_idx_fields, fuzz_rst_fields: valid jpeg+idx / jpeg+rst records with their index fields or
-# restart structure edited, spliced and decoded (loader/decode.c, libjpeg-turbo).
-FUZZ_JPEG_SRC := loader/jpeg_idx.c loader/jpeg_rst.c loader/decode.c loader/sampler.c
+# restart structure edited, spliced and decoded (codec/decode.c, libjpeg-turbo).
+FUZZ_JPEG_SRC := $(FUZZ_CODEC_JPEG) codec/decode.c
 build/fuzz/fuzz_idx_fields: FUZZ_EXTRA := $(FUZZ_JPEG_SRC) tests/idx_edit.c -lturbojpeg -ljpeg
 build/fuzz/fuzz_idx_fields: $(FUZZ_JPEG_SRC) tests/idx_edit.c tests/idx_edit.h tests/fuzz_jpeg_fields.h
 build/fuzz/fuzz_rst_fields: FUZZ_EXTRA := $(FUZZ_JPEG_SRC) -lturbojpeg -ljpeg

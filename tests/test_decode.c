@@ -1,14 +1,14 @@
 /* test_decode.c - crop windows (RandomResizedCrop and the evaluation center crop), the DCT scale
  * choice, and decode correctness: JPEGs made here with TurboJPEG (4:4:4, 4:2:0, 4:2:2
  * progressive, grayscale; sizes that are not multiples of the MCU) are decoded cropped, scaled
- * and resized by ldr_decode_jpeg and compared with a full-size tjDecompress2 followed by a plain
+ * and resized by cdc_decode_jpeg and compared with a full-size tjDecompress2 followed by a plain
  * bilinear crop+resize written here. Flip and NCHW are checked exactly against the plain output.
- * The window that ldr_jpeg_window decodes (plain JPEG records: dpack --keep-jpeg) equals a full
+ * The window that cdc_jpeg_window decodes (plain JPEG records: dpack --keep-jpeg) equals a full
  * decode at its DCT scale byte for byte, on generated images and on real photographs (every
  * subsampling, progressive, odd sizes, windows at every edge and every scale).
  * Truncated, corrupt and non-JPEG input gives -EBADMSG and leaves the decoder usable. Raw
  * tensors and zstd records too. Seeded tests print their seed. */
-#include "loader/decode.h"
+#include "codec/decode.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -36,7 +36,7 @@ static uint64_t seeded(const char *test)
 
 /* ---- crop windows ---- */
 
-static void check_window(uint32_t w, uint32_t h, const struct ldr_crop *c, const char *what,
+static void check_window(uint32_t w, uint32_t h, const struct cdc_crop *c, const char *what,
 			 uint64_t key)
 {
 	if (c->w < 1 || c->h < 1 || c->x > w || c->y > h || c->w > w - c->x ||
@@ -65,11 +65,11 @@ static void test_crop_random_window_inside_image(void **state)
 		}
 		for (int k = 0; k < 100; k++) {
 			uint64_t key = test_xorshift(&x);
-			struct ldr_crop a, b;
+			struct cdc_crop a, b;
 
-			ldr_crop_random(w, h, key, &a);
+			cdc_crop_random(w, h, key, &a);
 			check_window(w, h, &a, "crop_random", key);
-			ldr_crop_random(w, h, key, &b);
+			cdc_crop_random(w, h, key, &b);
 			if (memcmp(&a, &b, sizeof(a)) != 0)
 				fail_msg("%ux%u key %" PRIu64 ": two calls differ", w, h, key);
 		}
@@ -86,8 +86,8 @@ static void test_crop_random_distribution(void **state)
 
 	(void)state;
 	for (uint64_t key = 0; key < 2000; key++) {
-		struct ldr_crop c;
-		ldr_crop_random(w, h, key * 0x2545f4914f6cdd1dull, &c);
+		struct cdc_crop c;
+		cdc_crop_random(w, h, key * 0x2545f4914f6cdd1dull, &c);
 		check_window(w, h, &c, "crop_random", key);
 		double frac = (double)c.w * c.h / ((double)w * h);
 		if (c.w == w && c.h == h) {
@@ -132,21 +132,21 @@ static void test_crop_random_distribution(void **state)
  * clamped to the ratio range, centered. */
 static void test_crop_random_fallback_extreme_aspect(void **state)
 {
-	struct ldr_crop c;
+	struct cdc_crop c;
 
 	(void)state;
 	for (uint64_t key = 0; key < 50; key++) {
-		ldr_crop_random(5000, 20, key, &c);
+		cdc_crop_random(5000, 20, key, &c);
 		assert_int_equal(c.w, 27);  /* round(20 * 4/3) */
 		assert_int_equal(c.h, 20);
 		assert_int_equal(c.x, (5000 - 27) / 2);
 		assert_int_equal(c.y, 0);
-		ldr_crop_random(2, 300, key, &c);
+		cdc_crop_random(2, 300, key, &c);
 		assert_int_equal(c.w, 2);
 		assert_int_equal(c.h, 3);   /* round(2 / (3/4)) */
 		assert_int_equal(c.x, 0);
 		assert_int_equal(c.y, (300 - 3) / 2);
-		ldr_crop_random(1, 1, key, &c);
+		cdc_crop_random(1, 1, key, &c);
 		assert_int_equal(c.x, 0);
 		assert_int_equal(c.y, 0);
 		assert_int_equal(c.w, 1);
@@ -156,48 +156,48 @@ static void test_crop_random_fallback_extreme_aspect(void **state)
 
 static void test_crop_center_eval_semantics(void **state)
 {
-	struct ldr_crop c;
+	struct cdc_crop c;
 
 	(void)state;
 	/* Resize(256) makes 500x375 into 341.3x256; CenterCrop(224) sees 224 * 375/256 = 328.1 */
-	ldr_crop_center(500, 375, 224, 224, &c);
+	cdc_crop_center(500, 375, 224, 224, &c);
 	assert_int_equal(c.w, 328);
 	assert_int_equal(c.h, 328);
 	assert_int_equal(c.x, (500 - 328) / 2);
 	assert_int_equal(c.y, (375 - 328) / 2);
-	ldr_crop_center(375, 500, 224, 224, &c);
+	cdc_crop_center(375, 500, 224, 224, &c);
 	assert_int_equal(c.w, 328);
 	assert_int_equal(c.h, 328);
 	assert_int_equal(c.x, 23);
 	assert_int_equal(c.y, 86);
 	/* an image already 256 on its short side: exactly the 224 center */
-	ldr_crop_center(256, 300, 224, 224, &c);
+	cdc_crop_center(256, 300, 224, 224, &c);
 	assert_int_equal(c.w, 224);
 	assert_int_equal(c.h, 224);
 	assert_int_equal(c.x, 16);
 	assert_int_equal(c.y, 38);
 	/* tiny images: at least one pixel, never past the edge */
-	ldr_crop_center(10, 10, 224, 224, &c);
+	cdc_crop_center(10, 10, 224, 224, &c);
 	assert_int_equal(c.w, 9);
 	assert_int_equal(c.h, 9);
 	assert_int_equal(c.x, 0);
 	assert_int_equal(c.y, 0);
-	ldr_crop_center(1, 1, 224, 224, &c);
+	cdc_crop_center(1, 1, 224, 224, &c);
 	assert_int_equal(c.w, 1);
 	assert_int_equal(c.h, 1);
 	/* non-square output: the shorter output side sets the resize (floor(224 / 0.875) = 256) */
-	ldr_crop_center(500, 375, 224, 320, &c);
+	cdc_crop_center(500, 375, 224, 320, &c);
 	assert_int_equal(c.h, 328);
 	assert_int_equal(c.w, 469);  /* 320 * 375/256 = 468.75 */
 	assert_int_equal(c.x, 15);
 	/* clamped to the image */
-	ldr_crop_center(100, 1000, 224, 448, &c);
+	cdc_crop_center(100, 1000, 224, 448, &c);
 	assert_int_equal(c.w, 100);
 	assert_int_equal(c.x, 0);
 	check_window(100, 1000, &c, "crop_center", 0);
 	for (uint32_t w = 1; w < 3000; w += 37)
 		for (uint32_t h = 1; h < 3000; h += 91) {
-			ldr_crop_center(w, h, 224, 224, &c);
+			cdc_crop_center(w, h, 224, 224, &c);
 			check_window(w, h, &c, "crop_center", 0);
 			/* centered to the pixel */
 			assert_true(c.x == (w - c.w) / 2 && c.y == (h - c.h) / 2);
@@ -219,18 +219,18 @@ static void test_jpeg_scale_largest_covering(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct ldr_crop c = { 0, 0, cases[i].w, cases[i].h };
-		assert_int_equal(ldr_jpeg_scale(&c, cases[i].oh, cases[i].ow), cases[i].den);
+		struct cdc_crop c = { 0, 0, cases[i].w, cases[i].h };
+		assert_int_equal(cdc_jpeg_scale(&c, cases[i].oh, cases[i].ow), cases[i].den);
 	}
 	for (int i = 0; i < 100000; i++) {
-		struct ldr_crop c;
+		struct cdc_crop c;
 		c.x = (uint32_t)(test_xorshift(&x) % 100);
 		c.y = (uint32_t)(test_xorshift(&x) % 100);
 		c.w = 1 + (uint32_t)(test_xorshift(&x) % 4000);
 		c.h = 1 + (uint32_t)(test_xorshift(&x) % 4000);
 		uint32_t oh = 1 + (uint32_t)(test_xorshift(&x) % 600);
 		uint32_t ow = 1 + (uint32_t)(test_xorshift(&x) % 600);
-		unsigned den = ldr_jpeg_scale(&c, oh, ow);
+		unsigned den = cdc_jpeg_scale(&c, oh, ow);
 		assert_true(den == 1 || den == 2 || den == 4 || den == 8);
 		/* covers the output at this scale, and the next one up does not */
 		if (den > 1)
@@ -304,7 +304,7 @@ static void free_jpeg(struct jpg *j)
 
 /* The reference: bilinear sample of the full-size image at the centers of the output pixels
  * mapped into the crop (half-pixel convention, clamped at the image edges), NHWC, in double. */
-static void ref_resize(const uint8_t *img, int w, int h, const struct ldr_crop *c, uint32_t oh,
+static void ref_resize(const uint8_t *img, int w, int h, const struct cdc_crop *c, uint32_t oh,
 		       uint32_t ow, double *out)
 {
 	for (uint32_t oy = 0; oy < oh; oy++) {
@@ -343,19 +343,19 @@ static double mae(const uint8_t *got, const double *want, uint32_t oh, uint32_t 
 	return worst;
 }
 
-static struct ldr_decoder *dec;
+static struct cdc_decoder *dec;
 static char why[256];
 
 static int setup_decoder(void **state)
 {
 	(void)state;
-	return ldr_decoder_create(&dec);
+	return cdc_decoder_create(&dec);
 }
 
 static int teardown_decoder(void **state)
 {
 	(void)state;
-	ldr_decoder_destroy(dec);
+	cdc_decoder_destroy(dec);
 	dec = NULL;
 	return 0;
 }
@@ -363,18 +363,18 @@ static int teardown_decoder(void **state)
 static double worst_mae;
 
 /* Decodes @c of @j to oh x ow and checks it against the reference; returns the DCT scale. */
-static unsigned check_decode(const struct jpg *j, struct ldr_crop c, uint32_t oh, uint32_t ow)
+static unsigned check_decode(const struct jpg *j, struct cdc_crop c, uint32_t oh, uint32_t ow)
 {
-	struct ldr_out o = { oh, ow, 0, 0 };
+	struct cdc_out o = { oh, ow, 0, 0 };
 	uint8_t *got = malloc((size_t)oh * ow * 3);
 	double *want = malloc(sizeof(double) * oh * ow * 3);
-	unsigned den = ldr_jpeg_scale(&c, oh, ow);
+	unsigned den = cdc_jpeg_scale(&c, oh, ow);
 	int ret;
 
 	assert_non_null(got);
 	assert_non_null(want);
 	why[0] = 0;
-	ret = ldr_decode_jpeg(dec, j->buf, j->len, &c, &o, got, why, sizeof(why));
+	ret = cdc_decode_jpeg(dec, j->buf, j->len, &c, &o, got, why, sizeof(why));
 	if (ret != 0)
 		fail_msg("%s crop %u,%u %ux%u -> %ux%u: %d %s", j->name, c.x, c.y, c.w, c.h, oh, ow,
 			 ret, why);
@@ -427,25 +427,25 @@ static void test_decode_jpeg_matches_reference(void **state)
 	for (int i = 0; i < NIMG; i++) {
 		const struct jpg *j = &imgs[i];
 		uint32_t w = (uint32_t)j->w, h = (uint32_t)j->h;
-		struct ldr_crop c;
+		struct cdc_crop c;
 
-		used |= check_decode(j, (struct ldr_crop){ 0, 0, w, h }, 224, 224);
-		ldr_crop_center(w, h, 224, 224, &c);
+		used |= check_decode(j, (struct cdc_crop){ 0, 0, w, h }, 224, 224);
+		cdc_crop_center(w, h, 224, 224, &c);
 		used |= check_decode(j, c, 224, 224);
 		for (uint64_t key = 1; key <= 8; key++) {
-			ldr_crop_random(w, h, key * 7919 + (uint64_t)i, &c);
+			cdc_crop_random(w, h, key * 7919 + (uint64_t)i, &c);
 			used |= check_decode(j, c, 224, 224);
 		}
 		/* edges: right/bottom (x + w == W), left/top, one column/row at the edge */
-		used |= check_decode(j, (struct ldr_crop){ w - 200, h - 150, 200, 150 }, 224, 224);
-		used |= check_decode(j, (struct ldr_crop){ 0, 0, 131, 97 }, 224, 224);
-		used |= check_decode(j, (struct ldr_crop){ w - 1, 0, 1, h / 2 }, 224, 224);
-		used |= check_decode(j, (struct ldr_crop){ 0, h - 1, w / 3, 1 }, 224, 224);
-		used |= check_decode(j, (struct ldr_crop){ w - 17, h - 9, 17, 9 }, 64, 32);
+		used |= check_decode(j, (struct cdc_crop){ w - 200, h - 150, 200, 150 }, 224, 224);
+		used |= check_decode(j, (struct cdc_crop){ 0, 0, 131, 97 }, 224, 224);
+		used |= check_decode(j, (struct cdc_crop){ w - 1, 0, 1, h / 2 }, 224, 224);
+		used |= check_decode(j, (struct cdc_crop){ 0, h - 1, w / 3, 1 }, 224, 224);
+		used |= check_decode(j, (struct cdc_crop){ w - 17, h - 9, 17, 9 }, 64, 32);
 		/* non-square outputs, small outputs (large shrink: scale 1/8 on small images) */
-		used |= check_decode(j, (struct ldr_crop){ 5, 3, w - 10, h - 7 }, 160, 256);
-		used |= check_decode(j, (struct ldr_crop){ 0, 0, w, h }, 40, 40);
-		used |= check_decode(j, (struct ldr_crop){ w / 3, h / 5, w - w / 3, h - h / 5 }, 37,
+		used |= check_decode(j, (struct cdc_crop){ 5, 3, w - 10, h - 7 }, 160, 256);
+		used |= check_decode(j, (struct cdc_crop){ 0, 0, w, h }, 40, 40);
+		used |= check_decode(j, (struct cdc_crop){ w / 3, h / 5, w - w / 3, h - h / 5 }, 37,
 				     29);
 	}
 	printf("worst per-channel mean abs error %.2f\n", worst_mae);
@@ -457,7 +457,7 @@ static void test_decode_jpeg_matches_reference(void **state)
 static void test_decode_jpeg_each_dct_scale(void **state)
 {
 	const struct jpg *big = &imgs[BIG420], *big444 = &imgs[BIG444];
-	static const struct { struct ldr_crop c; unsigned den; } cases[] = {
+	static const struct { struct cdc_crop c; unsigned den; } cases[] = {
 		{ { 0, 0, 1792, 1792 }, 8 },     { { 109, 11, 1792, 1792 }, 8 },
 		{ { 1901 - 1800, 1803 - 1795, 1800, 1795 }, 8 },
 		{ { 0, 0, 896, 896 }, 4 },       { { 1005, 907, 896, 896 }, 4 },
@@ -477,9 +477,9 @@ static void test_decode_jpeg_each_dct_scale(void **state)
 	printf("worst per-channel mean abs error %.2f\n", worst_mae);
 }
 
-/* ---- window pixels: ldr_jpeg_window against a full decode at the same DCT scale ---- */
+/* ---- window pixels: cdc_jpeg_window against a full decode at the same DCT scale ---- */
 
-/* Windows of @m decoded by ldr_jpeg_window: @tries random ones (jpeg_img_random_windows), and at
+/* Windows of @m decoded by cdc_jpeg_window: @tries random ones (jpeg_img_random_windows), and at
  * each DCT scale a random one moved to touch each edge, then the whole image: every crop pixel
  * must equal the full decode's. Or-s the scales seen into *scales and the (scale, edge) pairs
  * into *edges (bit 4 * log2(scale) + edge). */
@@ -488,22 +488,22 @@ static void check_full_decode_windows(const struct img *m, int tries, uint64_t *
 {
 	const uint32_t W = (uint32_t)m->w, H = (uint32_t)m->h;
 
-	jpeg_img_random_windows(ldr_jpeg_window, dec, m, m->jpg, m->len, 0, tries, x, scales);
+	jpeg_img_random_windows(cdc_jpeg_window, dec, m, m->jpg, m->len, 0, tries, x, scales);
 	for (unsigned s = 0; s < 4; s++)
 		for (unsigned e = 0; e <= 4; e++) {
-			struct ldr_crop c = { 0, 0, W, H };
-			struct ldr_window win;
+			struct cdc_crop c = { 0, 0, W, H };
+			struct cdc_window win;
 			char what[192];
 			uint32_t oh, ow;
 
 			if (e < 4) {  /* e == 4: the whole image */
-				ldr_crop_random(W, H, test_xorshift(x), &c);
+				cdc_crop_random(W, H, test_xorshift(x), &c);
 				jpeg_img_snap(&c, e, W, H);
 			}
 			jpeg_img_out_size(&c, s, &oh, &ow);
 			snprintf(what, sizeof(what), "%.63s edge %u crop %u,%u %ux%u", m->name, e,
 				 c.x, c.y, c.w, c.h);
-			if (ldr_jpeg_window(dec, m->jpg, m->len, &c, oh, ow, &win, why, sizeof(why)))
+			if (cdc_jpeg_window(dec, m->jpg, m->len, &c, oh, ow, &win, why, sizeof(why)))
 				fail_msg("%s: %s", what, why);
 			if (e < 4)
 				*edges |= 1u << (4 * __builtin_ctz(win.den) + e);
@@ -585,10 +585,10 @@ static void test_decode_jpeg_window_equals_full_decode_photos(void **state)
 	assert_int_equal(edges, 0xffff);
 }
 
-static void decode_ok(const struct jpg *j, const struct ldr_crop *c, const struct ldr_out *o,
+static void decode_ok(const struct jpg *j, const struct cdc_crop *c, const struct cdc_out *o,
 		      uint8_t *dst)
 {
-	int ret = ldr_decode_jpeg(dec, j->buf, j->len, c, o, dst, why, sizeof(why));
+	int ret = cdc_decode_jpeg(dec, j->buf, j->len, c, o, dst, why, sizeof(why));
 
 	if (ret != 0)
 		fail_msg("%s: %d %s", j->name, ret, why);
@@ -622,11 +622,11 @@ static void test_decode_jpeg_flip_and_nchw(void **state)
 	(void)state;
 	for (int i = 0; i < NIMG; i++) {
 		uint32_t w = (uint32_t)imgs[i].w, h = (uint32_t)imgs[i].h;
-		const struct ldr_crop crops[] = { { 0, 0, w, h }, { w / 4, h / 3, w / 2, h / 3 },
+		const struct cdc_crop crops[] = { { 0, 0, w, h }, { w / 4, h / 3, w / 2, h / 3 },
 						  { w - 50, h - 70, 50, 70 } };
 
 		for (size_t k = 0; k < sizeof(crops) / sizeof(crops[0]); k++) {
-			struct ldr_out o = { FH, FW, 0, 0 };
+			struct cdc_out o = { FH, FW, 0, 0 };
 			char what[96];
 
 			decode_ok(&imgs[i], &crops[k], &o, plain);
@@ -648,10 +648,10 @@ static void test_decode_jpeg_window_clipped_to_stream(void **state)
 {
 	const struct jpg *j = &imgs[1];
 	static uint8_t a[224 * 224 * 3], b[224 * 224 * 3];
-	struct ldr_out o = { 224, 224, 0, 0 };
-	struct ldr_crop past = { 600, 100, 500, 1000 }, clipped = { 600, 100, 40, 380 };
-	struct ldr_crop outside = { 640, 0, 10, 10 }, whole = { 0, 0, 640, 480 };
-	struct ldr_crop huge = { 10, 10, UINT32_MAX, UINT32_MAX }, rest = { 10, 10, 630, 470 };
+	struct cdc_out o = { 224, 224, 0, 0 };
+	struct cdc_crop past = { 600, 100, 500, 1000 }, clipped = { 600, 100, 40, 380 };
+	struct cdc_crop outside = { 640, 0, 10, 10 }, whole = { 0, 0, 640, 480 };
+	struct cdc_crop huge = { 10, 10, UINT32_MAX, UINT32_MAX }, rest = { 10, 10, 630, 470 };
 
 	(void)state;
 	decode_ok(j, &past, &o, a);
@@ -671,8 +671,8 @@ static void test_decode_jpeg_decoder_reuse(void **state)
 {
 	const struct jpg *small = &imgs[3], *big = &imgs[BIG444];
 	static uint8_t first[224 * 224 * 3], again[224 * 224 * 3], tmp[300 * 300 * 3];
-	struct ldr_out o = { 224, 224, 0, 0 }, o2 = { 300, 300, 1, 1 };
-	struct ldr_crop c = { 10, 20, 300, 400 }, cb = { 0, 0, 1901, 1803 };
+	struct cdc_out o = { 224, 224, 0, 0 }, o2 = { 300, 300, 1, 1 };
+	struct cdc_crop c = { 10, 20, 300, 400 }, cb = { 0, 0, 1901, 1803 };
 
 	(void)state;
 	decode_ok(small, &c, &o, first);
@@ -686,12 +686,12 @@ static void check_rejected(const uint8_t *bad, size_t len, const struct jpg *goo
 			   const uint8_t *good_out, const char *what)
 {
 	static uint8_t out[224 * 224 * 3];
-	struct ldr_crop c = { 0, 0, (uint32_t)good->w, (uint32_t)good->h };
-	struct ldr_out o = { 224, 224, 0, 0 };
+	struct cdc_crop c = { 0, 0, (uint32_t)good->w, (uint32_t)good->h };
+	struct cdc_out o = { 224, 224, 0, 0 };
 	int ret;
 
 	why[0] = 0;
-	ret = ldr_decode_jpeg(dec, bad, len, &c, &o, out, why, sizeof(why));
+	ret = cdc_decode_jpeg(dec, bad, len, &c, &o, out, why, sizeof(why));
 	if (ret != -EBADMSG)
 		fail_msg("%s (%zu bytes): %d, want -EBADMSG", what, len, ret);
 	if (strncmp(why, "JPEG: ", 6) != 0 || strlen(why) < 10)
@@ -717,8 +717,8 @@ static void test_decode_jpeg_truncated_rejected(void **state)
 	(void)state;
 	for (int i = 0; i < NIMG; i++) {
 		const struct jpg *j = &imgs[i];
-		struct ldr_crop c = { 0, 0, (uint32_t)j->w, (uint32_t)j->h };
-		struct ldr_out o = { 224, 224, 0, 0 };
+		struct cdc_crop c = { 0, 0, (uint32_t)j->w, (uint32_t)j->h };
+		struct cdc_out o = { 224, 224, 0, 0 };
 		size_t sos = scan_start(j), data = j->len - sos;
 		const size_t cuts[] = { 0, 1, 2, 3, 20, sos / 2, sos - 1, sos, sos + 1,
 					sos + data / 10, sos + data / 2, sos + data * 9 / 10,
@@ -749,8 +749,8 @@ static void test_decode_jpeg_garbage_entropy_rejected(void **state)
 	(void)state;
 	for (int i = 0; i < NIMG; i++) {
 		const struct jpg *j = &imgs[i];
-		struct ldr_crop c = { 0, 0, (uint32_t)j->w, (uint32_t)j->h };
-		struct ldr_out o = { 224, 224, 0, 0 };
+		struct cdc_crop c = { 0, 0, (uint32_t)j->w, (uint32_t)j->h };
+		struct cdc_out o = { 224, 224, 0, 0 };
 		size_t sos = scan_start(j), data = j->len - sos;
 		uint8_t *bad = malloc(j->len);
 		char what[96];
@@ -774,8 +774,8 @@ static void test_decode_jpeg_random_bytes_rejected(void **state)
 {
 	const struct jpg *j = &imgs[3];
 	static uint8_t good_out[224 * 224 * 3];
-	struct ldr_crop c = { 0, 0, 333, 517 };
-	struct ldr_out o = { 224, 224, 0, 0 };
+	struct cdc_crop c = { 0, 0, 333, 517 };
+	struct cdc_out o = { 224, 224, 0, 0 };
 	uint64_t x = seeded("test_decode_jpeg_random_bytes_rejected");
 
 	(void)state;
@@ -802,20 +802,20 @@ static void test_decode_jpeg_random_bytes_rejected(void **state)
 static void test_decode_raw_copy_as_stored(void **state)
 {
 	uint8_t src[5 * 7 * 4], dst[5 * 7 * 4 + 1];
-	struct ldr_out o = { 0, 0, 0, 0 };
-	struct ldr_crop c = { 0, 0, 0, 0 };
+	struct cdc_out o = { 0, 0, 0, 0 };
+	struct cdc_crop c = { 0, 0, 0, 0 };
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(src); i++)
 		src[i] = (uint8_t)(i * 13 + 1);
 	for (uint32_t ch = 1; ch <= 4; ch++) {
 		memset(dst, 0xee, sizeof(dst));
-		assert_int_equal(ldr_decode_raw(dec, src, 5, 7, ch, &c, &o, dst), 0);
+		assert_int_equal(cdc_decode_raw(dec, src, 5, 7, ch, &c, &o, dst), 0);
 		assert_memory_equal(dst, src, 5 * 7 * ch);
 		assert_int_equal(dst[5 * 7 * ch], 0xee);  /* nothing past it */
 	}
 	/* a 1-D record (loader passes h = 1) */
-	assert_int_equal(ldr_decode_raw(dec, src, 1, 100, 1, &c, &o, dst), 0);
+	assert_int_equal(cdc_decode_raw(dec, src, 1, 100, 1, &c, &o, dst), 0);
 	assert_memory_equal(dst, src, 100);
 }
 
@@ -823,7 +823,7 @@ static void test_decode_raw_resize_matches_reference(void **state)
 {
 	const uint32_t W = 97, H = 61;
 	uint8_t *img = make_image(W, H, 0);
-	static const struct { struct ldr_crop c; uint32_t oh, ow; } cases[] = {
+	static const struct { struct cdc_crop c; uint32_t oh, ow; } cases[] = {
 		{ { 0, 0, 97, 61 }, 224, 224 }, { { 0, 0, 97, 61 }, 30, 50 },
 		{ { 10, 5, 40, 30 }, 224, 224 }, { { 96, 0, 1, 61 }, 8, 8 },
 		{ { 0, 60, 97, 1 }, 4, 100 },    { { 50, 20, 47, 41 }, 47, 41 },
@@ -833,12 +833,12 @@ static void test_decode_raw_resize_matches_reference(void **state)
 	(void)state;
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
 		uint32_t oh = cases[k].oh, ow = cases[k].ow;
-		struct ldr_out o = { oh, ow, 0, 0 };
+		struct cdc_out o = { oh, ow, 0, 0 };
 		uint8_t *got = malloc((size_t)oh * ow * 3);
 		double *want = malloc(sizeof(double) * oh * ow * 3), worst = 0;
 		assert_non_null(got);
 		assert_non_null(want);
-		assert_int_equal(ldr_decode_raw(dec, img, H, W, 3, &cases[k].c, &o, got), 0);
+		assert_int_equal(cdc_decode_raw(dec, img, H, W, 3, &cases[k].c, &o, got), 0);
 		ref_resize(img, (int)W, (int)H, &cases[k].c, oh, ow, want);
 		for (size_t i = 0; i < (size_t)oh * ow * 3; i++)
 			worst = fabs(got[i] - want[i]) > worst ? fabs(got[i] - want[i]) : worst;
@@ -856,23 +856,23 @@ static void test_decode_raw_identity_and_flip(void **state)
 {
 	const uint32_t W = 33, H = 21;
 	uint8_t src[33 * 21 * 3], out[33 * 21 * 3], fl[33 * 21 * 3];
-	struct ldr_crop c = { 0, 0, W, H };
-	struct ldr_out o = { H, W, 0, 0 };
+	struct cdc_crop c = { 0, 0, W, H };
+	struct cdc_out o = { H, W, 0, 0 };
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(src); i++)
 		src[i] = (uint8_t)(i * 97 + (i >> 4));  /* not smooth: any blending would show */
-	assert_int_equal(ldr_decode_raw(dec, src, H, W, 3, &c, &o, out), 0);
+	assert_int_equal(cdc_decode_raw(dec, src, H, W, 3, &c, &o, out), 0);
 	assert_memory_equal(out, src, sizeof(src));
 	o.flip = 1;
-	assert_int_equal(ldr_decode_raw(dec, src, H, W, 3, &c, &o, fl), 0);
+	assert_int_equal(cdc_decode_raw(dec, src, H, W, 3, &c, &o, fl), 0);
 	for (uint32_t y = 0; y < H; y++)
 		for (uint32_t x = 0; x < W; x++)
 			assert_memory_equal(fl + (y * W + x) * 3, src + (y * W + W - 1 - x) * 3, 3);
 	/* a 1:1 sub-window is a plain copy of it, NCHW transposed */
-	struct ldr_crop sub = { 5, 4, 20, 10 };
-	struct ldr_out os = { 10, 20, 1, 0 };
-	assert_int_equal(ldr_decode_raw(dec, src, H, W, 3, &sub, &os, out), 0);
+	struct cdc_crop sub = { 5, 4, 20, 10 };
+	struct cdc_out os = { 10, 20, 1, 0 };
+	assert_int_equal(cdc_decode_raw(dec, src, H, W, 3, &sub, &os, out), 0);
 	for (uint32_t y = 0; y < 10; y++)
 		for (uint32_t x = 0; x < 20; x++)
 			for (uint32_t ch = 0; ch < 3; ch++)
@@ -883,9 +883,9 @@ static void test_decode_raw_identity_and_flip(void **state)
 static void test_decode_raw_invalid(void **state)
 {
 	uint8_t src[16 * 16 * 4], dst[8 * 8 * 3];
-	struct ldr_out o = { 8, 8, 0, 0 };
-	struct ldr_crop ok = { 0, 0, 16, 16 };
-	static const struct ldr_crop bad[] = {
+	struct cdc_out o = { 8, 8, 0, 0 };
+	struct cdc_crop ok = { 0, 0, 16, 16 };
+	static const struct cdc_crop bad[] = {
 		{ 1, 0, 16, 16 }, { 0, 1, 16, 16 }, { 0, 0, 17, 16 }, { 0, 0, 16, 17 },
 		{ 16, 0, 1, 1 },  { 0, 16, 1, 1 },  { 0, 0, 0, 5 },   { 0, 0, 5, 0 },
 		{ 15, 15, 2, 1 },
@@ -893,24 +893,24 @@ static void test_decode_raw_invalid(void **state)
 
 	(void)state;
 	memset(src, 7, sizeof(src));
-	assert_int_equal(ldr_decode_raw(dec, src, 16, 16, 3, &ok, &o, dst), 0);
-	assert_int_equal(ldr_decode_raw(dec, src, 16, 16, 1, &ok, &o, dst), -EINVAL);
-	assert_int_equal(ldr_decode_raw(dec, src, 16, 16, 4, &ok, &o, dst), -EINVAL);
-	assert_int_equal(ldr_decode_raw(dec, src, 16, 16, 2, &ok, &o, dst), -EINVAL);
+	assert_int_equal(cdc_decode_raw(dec, src, 16, 16, 3, &ok, &o, dst), 0);
+	assert_int_equal(cdc_decode_raw(dec, src, 16, 16, 1, &ok, &o, dst), -EINVAL);
+	assert_int_equal(cdc_decode_raw(dec, src, 16, 16, 4, &ok, &o, dst), -EINVAL);
+	assert_int_equal(cdc_decode_raw(dec, src, 16, 16, 2, &ok, &o, dst), -EINVAL);
 	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++)
-		if (ldr_decode_raw(dec, src, 16, 16, 3, &bad[k], &o, dst) != -EINVAL)
+		if (cdc_decode_raw(dec, src, 16, 16, 3, &bad[k], &o, dst) != -EINVAL)
 			fail_msg("crop %u,%u %ux%u of 16x16 accepted", bad[k].x, bad[k].y, bad[k].w,
 				 bad[k].h);
 }
 
-/* Regression (decode.c, ldr_decode_raw): the bounds check adds crop->x + crop->w in uint32_t,
+/* Regression (decode.c, cdc_decode_raw): the bounds check adds crop->x + crop->w in uint32_t,
  * so a window whose end wraps past 2^32 passes it and is "resized" from clamped edge pixels
  * instead of being refused with -EINVAL. */
 static void test_decode_raw_crop_overflow_rejected(void **state)
 {
 	uint8_t src[16 * 16 * 3], dst[8 * 8 * 3];
-	struct ldr_out o = { 8, 8, 0, 0 };
-	static const struct ldr_crop bad[] = {
+	struct cdc_out o = { 8, 8, 0, 0 };
+	static const struct cdc_crop bad[] = {
 		{ UINT32_MAX, 0, 2, 16 }, { 0, UINT32_MAX, 16, 2 }, { 1, 0, UINT32_MAX, 16 },
 		{ 0, 8, 16, UINT32_MAX - 7 },
 	};
@@ -918,7 +918,7 @@ static void test_decode_raw_crop_overflow_rejected(void **state)
 	(void)state;
 	memset(src, 7, sizeof(src));
 	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
-		int ret = ldr_decode_raw(dec, src, 16, 16, 3, &bad[k], &o, dst);
+		int ret = cdc_decode_raw(dec, src, 16, 16, 3, &bad[k], &o, dst);
 		if (ret != -EINVAL)
 			fail_msg("crop %u,%u %ux%u of 16x16: %d, want -EINVAL (x + w wraps in "
 				 "uint32_t)", bad[k].x, bad[k].y, bad[k].w, bad[k].h, ret);
@@ -944,7 +944,7 @@ static void test_decode_zstd_roundtrip(void **state)
 			size_t zn = ZSTD_compress(z, cap, raw, n, 3);
 			assert_false(ZSTD_isError(zn));
 			why[0] = 0;
-			const uint8_t *got = ldr_decode_zstd(dec, z, zn, n, why, sizeof(why));
+			const uint8_t *got = cdc_decode_zstd(dec, z, zn, n, why, sizeof(why));
 			if (!got)
 				fail_msg("%zu bytes: %s", n, why);
 			assert_memory_equal(got, raw, n);
@@ -956,7 +956,7 @@ static void test_decode_zstd_roundtrip(void **state)
 static void zstd_fails(const uint8_t *z, size_t zn, size_t raw, const char *what)
 {
 	why[0] = 0;
-	if (ldr_decode_zstd(dec, z, zn, raw, why, sizeof(why)) != NULL)
+	if (cdc_decode_zstd(dec, z, zn, raw, why, sizeof(why)) != NULL)
 		fail_msg("%s: accepted", what);
 	if (strncmp(why, "zstd: ", 6) != 0 || strlen(why) < 10)
 		fail_msg("%s: no message (\"%s\")", what, why);
@@ -988,7 +988,7 @@ static void test_decode_zstd_wrong_size_and_garbage(void **state)
 		zstd_fails(junk, n, sizeof(raw), "garbage");
 	}
 	/* still usable */
-	const uint8_t *got = ldr_decode_zstd(dec, z, zn, sizeof(raw), why, sizeof(why));
+	const uint8_t *got = cdc_decode_zstd(dec, z, zn, sizeof(raw), why, sizeof(why));
 	assert_non_null(got);
 	assert_memory_equal(got, raw, sizeof(raw));
 }
@@ -999,16 +999,16 @@ static void test_decode_zstd_then_raw(void **state)
 {
 	const uint32_t W = 64, H = 48;
 	uint8_t *img = make_image(W, H, 0), z[16384], a[32 * 32 * 3], b[32 * 32 * 3];
-	struct ldr_crop c = { 4, 2, 50, 40 };
-	struct ldr_out o = { 32, 32, 1, 1 };
+	struct cdc_crop c = { 4, 2, 50, 40 };
+	struct cdc_out o = { 32, 32, 1, 1 };
 	size_t zn = ZSTD_compress(z, sizeof(z), img, (size_t)W * H * 3, 1);
 
 	(void)state;
 	assert_false(ZSTD_isError(zn));
-	const uint8_t *raw = ldr_decode_zstd(dec, z, zn, (size_t)W * H * 3, why, sizeof(why));
+	const uint8_t *raw = cdc_decode_zstd(dec, z, zn, (size_t)W * H * 3, why, sizeof(why));
 	assert_non_null(raw);
-	assert_int_equal(ldr_decode_raw(dec, raw, H, W, 3, &c, &o, a), 0);
-	assert_int_equal(ldr_decode_raw(dec, img, H, W, 3, &c, &o, b), 0);
+	assert_int_equal(cdc_decode_raw(dec, raw, H, W, 3, &c, &o, a), 0);
+	assert_int_equal(cdc_decode_raw(dec, img, H, W, 3, &c, &o, b), 0);
 	assert_memory_equal(a, b, sizeof(a));
 	free(img);
 }
@@ -1019,7 +1019,7 @@ static void test_decode_zstd_then_raw(void **state)
 static void test_decoder_trim_lets_outlier_go(void **state)
 {
 	enum { N = 3 << 20 };
-	struct ldr_decoder *d;
+	struct cdc_decoder *d;
 	uint8_t *raw = calloc(1, N), z[4096];
 
 	(void)state;
@@ -1027,20 +1027,20 @@ static void test_decoder_trim_lets_outlier_go(void **state)
 	raw[N / 2] = 7;
 	size_t zn = ZSTD_compress(z, sizeof(z), raw, N, 3);
 	assert_false(ZSTD_isError(zn));
-	assert_int_equal(ldr_decoder_create(&d), 0);
-	assert_int_equal(ldr_decoder_held(d), 0);
-	assert_non_null(ldr_decode_zstd(d, z, zn, N, why, sizeof(why)));
-	assert_int_equal(ldr_decoder_held(d), N);
-	ldr_decoder_trim(d, N);  /* at the limit: kept */
-	assert_int_equal(ldr_decoder_held(d), N);
-	ldr_decoder_trim(d, N - 1);  /* one past it: let go */
-	assert_int_equal(ldr_decoder_held(d), 0);
-	const uint8_t *got = ldr_decode_zstd(d, z, zn, N, why, sizeof(why));
+	assert_int_equal(cdc_decoder_create(&d), 0);
+	assert_int_equal(cdc_decoder_held(d), 0);
+	assert_non_null(cdc_decode_zstd(d, z, zn, N, why, sizeof(why)));
+	assert_int_equal(cdc_decoder_held(d), N);
+	cdc_decoder_trim(d, N);  /* at the limit: kept */
+	assert_int_equal(cdc_decoder_held(d), N);
+	cdc_decoder_trim(d, N - 1);  /* one past it: let go */
+	assert_int_equal(cdc_decoder_held(d), 0);
+	const uint8_t *got = cdc_decode_zstd(d, z, zn, N, why, sizeof(why));
 	assert_non_null(got);
 	assert_memory_equal(got, raw, N);
-	ldr_decoder_trim(d, 0);
-	assert_int_equal(ldr_decoder_held(d), 0);
-	ldr_decoder_destroy(d);
+	cdc_decoder_trim(d, 0);
+	assert_int_equal(cdc_decoder_held(d), 0);
+	cdc_decoder_destroy(d);
 	free(raw);
 }
 

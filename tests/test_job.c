@@ -6,7 +6,7 @@
  * fail policy naming the sample, and bad job specs refused with a message naming the field. */
 #include "formats/dpk.h"
 #include "loader/job.h"
-#include "loader/kind.h"
+#include "codec/kind.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* test_jpeg_idx.c - bit-indexed JPEG records (loader/jpeg_idx.h): dpack's index pass keeps a
+/* test_jpeg_idx.c - bit-indexed JPEG records (codec/jpeg_idx.h): dpack's index pass keeps a
  * baseline JPEG byte for byte and transcodes any other losslessly (a full decode of the record
  * equals a full decode of the original, every pixel), and the window that loaderd decodes from a
  * bit-level splice equals the same window of a full decode of the original at the same DCT scale
@@ -9,9 +9,10 @@
  * footer, index or scan gives -EBADMSG with a reason, never a read outside the record (ASan in
  * `make test`).
  * Seeded tests print their seed. */
-#include "loader/decode.h"
-#include "loader/jpeg_idx.h"
-#include "loader/jpeg_rst.h"
+#include "codec/decode.h"
+#include "codec/jpeg_build.h"
+#include "codec/jpeg_idx.h"
+#include "codec/jpeg_rst.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -43,7 +44,7 @@ enum { NIMG = 19 };
 static struct img imgs[NIMG];
 static int kept[NIMG];          /* dpack keeps the input's bytes */
 static int optimized[NIMG];     /* optimised tables: some DC category has no code, so transcoded */
-static struct ldr_decoder *dec;
+static struct cdc_decoder *dec;
 static tjhandle tjd;
 
 /* Replace @m's JPEG with its lossless transcode for @v (the reference pixels stay valid). */
@@ -56,7 +57,7 @@ static void make_variant(struct img *m, enum variant v)
 
 	if (v == V_PLAIN)
 		return;
-	if (ldr_jpeg_transcode(m->jpg, m->len, v == V_OPTIMIZED || v == V_OPT_RESTART,
+	if (cdc_jpeg_transcode(m->jpg, m->len, v == V_OPTIMIZED || v == V_OPT_RESTART,
 			       v == V_OPTIMIZED ? -1 : 16, &out, &len, why, sizeof(why)))
 		fail_msg("%s: transcode: %s", m->name, why);
 	unsigned char *j = tjAlloc((int)len);
@@ -74,7 +75,7 @@ static int setup(void **state)
 	(void)state;
 	tjd = tjInitDecompress();
 	assert_non_null(tjd);
-	assert_int_equal(ldr_decoder_create(&dec), 0);
+	assert_int_equal(cdc_decoder_create(&dec), 0);
 	static const struct { int w, h, samp, progressive; enum variant v; } set[NIMG] = {
 		{ 333, 517, TJSAMP_420, 0, V_PLAIN },  { 640, 480, TJSAMP_420, 0, V_PLAIN },
 		{ 517, 333, TJSAMP_422, 0, V_PLAIN },  { 301, 299, TJSAMP_444, 0, V_PLAIN },
@@ -102,7 +103,7 @@ static int teardown(void **state)
 	(void)state;
 	for (int i = 0; i < NIMG; i++)
 		jpeg_img_free(&imgs[i]);
-	ldr_decoder_destroy(dec);
+	cdc_decoder_destroy(dec);
 	tjDestroy(tjd);
 	return 0;
 }
@@ -113,7 +114,7 @@ static uint8_t *build(const struct img *m, unsigned col_px, size_t *len)
 	uint8_t *out;
 	char why[256];
 
-	if (ldr_idx_build(m->jpg, m->len, col_px, &r, &out, len, why, sizeof(why)) != 0)
+	if (cdc_idx_build(m->jpg, m->len, col_px, &r, &out, len, why, sizeof(why)) != 0)
 		fail_msg("%s: index: %s", m->name, why);
 	assert_int_equal(r.kind, DPK_KIND_JPEG_IDX);
 	assert_int_equal(r.flags, 0);
@@ -130,12 +131,12 @@ static void test_idx_build_lossless(void **state)
 	for (int i = 0; i < NIMG; i++)
 		for (size_t k = 0; k < sizeof(widths) / sizeof(widths[0]); k++) {
 			const struct img *m = &imgs[i];
-			static struct ldr_idx_info info;
+			static struct cdc_idx_info info;
 			char why[160];
 			size_t len;
 			uint8_t *r = build(m, widths[k], &len);
 
-			if (ldr_idx_parse(r, len, &info, why, sizeof(why)))
+			if (cdc_idx_parse(r, len, &info, why, sizeof(why)))
 				fail_msg("%s width %u: parse: %s", m->name, widths[k], why);
 			assert_int_equal(info.geo.width, m->w);
 			assert_int_equal(info.geo.height, m->h);
@@ -175,7 +176,7 @@ static void test_idx_window_equals_full_decode(void **state)
 			size_t len;
 			uint8_t *r = build(m, widths[k], &len);
 
-			spliced += jpeg_img_random_windows(ldr_jpeg_idx_window, dec, m, r, len,
+			spliced += jpeg_img_random_windows(cdc_jpeg_idx_window, dec, m, r, len,
 							   widths[k], 60, &x, &scales);
 			n += 60;
 			free(r);
@@ -185,12 +186,12 @@ static void test_idx_window_equals_full_decode(void **state)
 	assert_true(spliced > n / 3);
 }
 
-/* The output path (window, resize, flip) equals ldr_decode_jpeg's on the original where the
+/* The output path (window, resize, flip) equals cdc_decode_jpeg's on the original where the
  * window is the whole image, and stays close elsewhere. */
 static void test_idx_decode_output(void **state)
 {
 	static uint8_t a[224 * 224 * 3], b[224 * 224 * 3];
-	struct ldr_out o = { 224, 224, 0, 1 };
+	struct cdc_out o = { 224, 224, 0, 1 };
 	char why[256];
 
 	(void)state;
@@ -198,18 +199,18 @@ static void test_idx_decode_output(void **state)
 		const struct img *m = &imgs[i];
 		size_t len;
 		uint8_t *r = build(m, 64, &len);
-		struct ldr_crop all = { 0, 0, (uint32_t)m->w, (uint32_t)m->h };
-		struct ldr_crop c = { (uint32_t)m->w / 4, (uint32_t)m->h / 5, (uint32_t)m->w / 2 + 1,
+		struct cdc_crop all = { 0, 0, (uint32_t)m->w, (uint32_t)m->h };
+		struct cdc_crop c = { (uint32_t)m->w / 4, (uint32_t)m->h / 5, (uint32_t)m->w / 2 + 1,
 				      (uint32_t)m->h / 3 + 1 };
 
-		if (ldr_decode_jpeg_idx(dec, r, len, &all, &o, a, why, sizeof(why)))
+		if (cdc_decode_jpeg_idx(dec, r, len, &all, &o, a, why, sizeof(why)))
 			fail_msg("%s: idx: %s", m->name, why);
-		if (ldr_decode_jpeg(dec, m->jpg, m->len, &all, &o, b, why, sizeof(why)))
+		if (cdc_decode_jpeg(dec, m->jpg, m->len, &all, &o, b, why, sizeof(why)))
 			fail_msg("%s: %s", m->name, why);
 		assert_memory_equal(a, b, sizeof(a));
-		if (ldr_decode_jpeg_idx(dec, r, len, &c, &o, a, why, sizeof(why)))
+		if (cdc_decode_jpeg_idx(dec, r, len, &c, &o, a, why, sizeof(why)))
 			fail_msg("%s: idx: %s", m->name, why);
-		if (ldr_decode_jpeg(dec, m->jpg, m->len, &c, &o, b, why, sizeof(why)))
+		if (cdc_decode_jpeg(dec, m->jpg, m->len, &c, &o, b, why, sizeof(why)))
 			fail_msg("%s: %s", m->name, why);
 		double e = 0;
 		for (size_t k = 0; k < sizeof(a); k++)
@@ -224,7 +225,7 @@ static void test_idx_decode_output(void **state)
 /* Recompute the footer's check after an edit of it, so that deeper checks are reached. */
 static void reseal(uint8_t *r, size_t len)
 {
-	uint8_t *f = r + len - LDR_IDX_FOOTER;
+	uint8_t *f = r + len - CDC_IDX_FOOTER;
 	uint32_t h = (uint32_t)XXH3_64bits(f, 20);
 
 	for (int k = 0; k < 4; k++)
@@ -232,18 +233,18 @@ static void reseal(uint8_t *r, size_t len)
 }
 
 /* The byte offset of point (@r, @j) of the record @rec. */
-static size_t point_at(const uint8_t *rec, const struct ldr_idx_info *info, uint32_t r, uint32_t j)
+static size_t point_at(const uint8_t *rec, const struct cdc_idx_info *info, uint32_t r, uint32_t j)
 {
-	struct ldr_idx_point pt;
+	struct cdc_idx_point pt;
 	char why[160];
 
-	if (ldr_idx_point(rec, info, r, j, &pt, why, sizeof(why)))
+	if (cdc_idx_point(rec, info, r, j, &pt, why, sizeof(why)))
 		fail_msg("point %u,%u: %s", r, j, why);
 	return info->geo.scan_at + (pt.bit >> 3);
 }
 
 /* The offset in @rec of the first byte of point (@r, @j)'s varints (j < columns). */
-static size_t point_bytes(const uint8_t *rec, const struct ldr_idx_info *info, uint32_t r,
+static size_t point_bytes(const uint8_t *rec, const struct cdc_idx_info *info, uint32_t r,
 			  uint32_t j)
 {
 	const uint8_t *d = info->rows + 4 * (size_t)r;
@@ -255,10 +256,10 @@ static size_t point_bytes(const uint8_t *rec, const struct ldr_idx_info *info, u
 	return at;
 }
 
-static void expect_bad(const uint8_t *r, size_t len, const struct ldr_crop *c, const char *what,
+static void expect_bad(const uint8_t *r, size_t len, const struct cdc_crop *c, const char *what,
 		       const char *reason)
 {
-	struct ldr_out o = { 32, 32, 0, 0 };
+	struct cdc_out o = { 32, 32, 0, 0 };
 	static uint8_t out[32 * 32 * 3];
 	char why[256] = "";
 	/* an exact-size copy, so that ASan sees any read past the record */
@@ -266,7 +267,7 @@ static void expect_bad(const uint8_t *r, size_t len, const struct ldr_crop *c, c
 
 	assert_non_null(copy);
 	memcpy(copy, r, len);
-	int ret = ldr_decode_jpeg_idx(dec, copy, len, c, &o, out, why, sizeof(why));
+	int ret = cdc_decode_jpeg_idx(dec, copy, len, c, &o, out, why, sizeof(why));
 	if (ret != -EBADMSG)
 		fail_msg("%s: %d, want -EBADMSG", what, ret);
 	if (strncmp(why, "JPEG", 4) || strlen(why) < 12)
@@ -280,16 +281,16 @@ static void expect_bad(const uint8_t *r, size_t len, const struct ldr_crop *c, c
 static void test_idx_damage_rejected(void **state)
 {
 	const struct img *m = &imgs[1];  /* 640x480 4:2:0: 30 rows of 40 MCUs */
-	static struct ldr_idx_info info;
-	struct ldr_crop c = { 300, 200, 100, 100 };
+	static struct cdc_idx_info info;
+	struct cdc_crop c = { 300, 200, 100, 100 };
 	char why[160];
 	size_t len;
 	uint8_t *r = build(m, 64, &len), *bad = malloc(len + 8);
 
 	(void)state;
 	assert_non_null(bad);
-	assert_int_equal(ldr_idx_parse(r, len, &info, why, sizeof(why)), 0);
-	size_t tab = info.jpeg_len, foot = len - LDR_IDX_FOOTER;
+	assert_int_equal(cdc_idx_parse(r, len, &info, why, sizeof(why)), 0);
+	size_t tab = info.jpeg_len, foot = len - CDC_IDX_FOOTER;
 
 	memcpy(bad, r, len);
 	bad[len - 1] ^= 1;
@@ -332,7 +333,7 @@ static void test_idx_damage_rejected(void **state)
 	/* the first point not at the scan's start (a window from row 0) */
 	memcpy(bad, r, len);
 	bad[point_bytes(r, &info, 0, 0)] = 1;
-	struct ldr_crop top = { 0, 0, 100, 100 };
+	struct cdc_crop top = { 0, 0, 100, 100 };
 	expect_bad(bad, len, &top, "first point", "start");
 	/* a marker inside the scan, in a row the window needs (between two of its points) */
 	memcpy(bad, r, len);
@@ -379,7 +380,7 @@ static void test_idx_incomplete_dc_table_rejected(void **state)
 		px[i] = i % 64 < 32 ? 255 : 132;
 	if (tjCompress2(c, px, 64, 0, 32, TJPF_GRAY, &jpg, &jlen, TJSAMP_GRAY, 100, 0))
 		fail_msg("%s", tjGetErrorStr2(c));
-	assert_int_equal(ldr_idx_build(jpg, jlen, 8, &r, &rec, &len, why, sizeof(why)), 0);
+	assert_int_equal(cdc_idx_build(jpg, jlen, 8, &r, &rec, &len, why, sizeof(why)), 0);
 	assert_int_equal(r.kind, DPK_KIND_JPEG_IDX);
 	/* the DC table 0's symbol 6 becomes 13: same code lengths, so the scan is unchanged */
 	size_t at = 0;
@@ -397,13 +398,13 @@ static void test_idx_incomplete_dc_table_rejected(void **state)
 			edited = 1;
 		}
 	assert_true(edited);
-	struct ldr_crop left = { 0, 8, 24, 16 }, right = { 40, 8, 16, 16 };
-	struct ldr_out o = { 16, 16, 0, 0 };
+	struct cdc_crop left = { 0, 8, 24, 16 }, right = { 40, 8, 16, 16 };
+	struct cdc_out o = { 16, 16, 0, 0 };
 	static uint8_t out[16 * 16 * 3];
 	/* starting in the left half re-codes 1016 - 0: category 10, which the table has */
-	if (ldr_decode_jpeg_idx(dec, rec, len, &left, &o, out, why, sizeof(why)))
+	if (cdc_decode_jpeg_idx(dec, rec, len, &left, &o, out, why, sizeof(why)))
 		fail_msg("left half: %s", why);
-	assert_int_equal(ldr_decode_jpeg_idx(dec, rec, len, &right, &o, out, why, sizeof(why)),
+	assert_int_equal(cdc_decode_jpeg_idx(dec, rec, len, &right, &o, out, why, sizeof(why)),
 			 -EBADMSG);
 	if (!strstr(why, "DC table"))
 		fail_msg("reason \"%s\" does not name the DC table", why);
@@ -417,7 +418,7 @@ static void test_idx_incomplete_dc_table_rejected(void **state)
 static void test_idx_garbage_never_crashes(void **state)
 {
 	uint64_t x = seeded("test_idx_garbage_never_crashes");
-	struct ldr_out o = { 48, 48, 0, 0 };
+	struct cdc_out o = { 48, 48, 0, 0 };
 	static uint8_t out[48 * 48 * 3];
 	int failed = 0;
 
@@ -429,7 +430,7 @@ static void test_idx_garbage_never_crashes(void **state)
 		for (int t = 0; t < 40; t++) {
 			uint8_t *bad = malloc(len);
 			char why[256];
-			struct ldr_crop c;
+			struct cdc_crop c;
 
 			assert_non_null(bad);
 			memcpy(bad, r, len);
@@ -438,8 +439,8 @@ static void test_idx_garbage_never_crashes(void **state)
 				bad[test_xorshift(&x) % len] = (uint8_t)test_xorshift(&x);
 			if (t % 2)
 				reseal(bad, len);
-			ldr_crop_random((uint32_t)m->w, (uint32_t)m->h, test_xorshift(&x), &c);
-			int ret = ldr_decode_jpeg_idx(dec, bad, len, &c, &o, out, why, sizeof(why));
+			cdc_crop_random((uint32_t)m->w, (uint32_t)m->h, test_xorshift(&x), &c);
+			int ret = cdc_decode_jpeg_idx(dec, bad, len, &c, &o, out, why, sizeof(why));
 			if (ret != 0 && ret != -EBADMSG)
 				fail_msg("%s: %d", m->name, ret);
 			failed += ret != 0;
@@ -466,14 +467,14 @@ static void test_idx_build_fallbacks(void **state)
 	assert_non_null(c);
 	if (tjCompress2(c, px, 40, 0, 30, TJPF_CMYK, &jpg, &jlen, TJSAMP_444, 90, 0))
 		fail_msg("CMYK: %s", tjGetErrorStr2(c));
-	assert_int_equal(ldr_idx_build(jpg, jlen, 64, &r, &out, &len, why, sizeof(why)), 0);
+	assert_int_equal(cdc_idx_build(jpg, jlen, 64, &r, &out, &len, why, sizeof(why)), 0);
 	assert_int_equal(r.kind, DPK_KIND_JPEG);
 	assert_int_equal(len, jlen);
 	assert_memory_equal(out, jpg, jlen);
 	free(out);
 	/* a scan cut short */
 	const struct img *m = &imgs[1];
-	assert_int_equal(ldr_idx_build(m->jpg, m->len / 2, 64, &r, &out, &len, why, sizeof(why)),
+	assert_int_equal(cdc_idx_build(m->jpg, m->len / 2, 64, &r, &out, &len, why, sizeof(why)),
 			 -EBADMSG);
 	assert_true(strlen(why) > 8);
 	tjFree(jpg);
@@ -631,7 +632,7 @@ static void test_idx_index_checked_whole(void **state)
 		{ "two rows at one start", edit_rows_share_start, "" },
 	};
 	const struct img *m = &imgs[1];
-	static struct ldr_idx_info info;
+	static struct cdc_idx_info info;
 	size_t len;
 	uint8_t *r = build(m, 64, &len);
 
@@ -646,7 +647,7 @@ static void test_idx_index_checked_whole(void **state)
 		assert_int_equal(e.rows, 31);
 		cases[i].edit(&e);
 		assert_int_equal(idx_edit_store(&e, &rec, &n), 0);
-		int ret = ldr_idx_parse(rec, n, &info, why, sizeof(why));
+		int ret = cdc_idx_parse(rec, n, &info, why, sizeof(why));
 		if (!cases[i].refused) {
 			if (ret != 0)
 				fail_msg("%s: refused (%s), want parsed", cases[i].what, why);
@@ -657,11 +658,11 @@ static void test_idx_index_checked_whole(void **state)
 			/* every window decodes or is refused; never outside a buffer (ASan) */
 			uint64_t x = test_xorshift_init(i + 1);
 			for (int t = 0; t < 20; t++) {
-				struct ldr_crop c;
-				struct ldr_out o = { 32, 32, 0, 0 };
+				struct cdc_crop c;
+				struct cdc_out o = { 32, 32, 0, 0 };
 				static uint8_t px[32 * 32 * 3];
-				ldr_crop_random((uint32_t)m->w, (uint32_t)m->h, test_xorshift(&x), &c);
-				ret = ldr_decode_jpeg_idx(dec, rec, n, &c, &o, px, why, sizeof(why));
+				cdc_crop_random((uint32_t)m->w, (uint32_t)m->h, test_xorshift(&x), &c);
+				ret = cdc_decode_jpeg_idx(dec, rec, n, &c, &o, px, why, sizeof(why));
 				if (ret != 0 && ret != -EBADMSG)
 					fail_msg("%s: decode %d", cases[i].what, ret);
 			}
@@ -684,28 +685,28 @@ static void test_idx_index_checked_whole(void **state)
 static void test_idx_splice_bounded_without_check(void **state)
 {
 	const struct img *m = &imgs[1];
-	static struct ldr_idx_info info;
+	static struct cdc_idx_info info;
 	struct idx_edit e;
 	size_t len, n;
 	uint8_t *r = build(m, 64, &len), *rec;
 	char why[160] = "";
 
 	(void)state;
-	assert_int_equal(ldr_idx_parse(r, len, &info, why, sizeof(why)), 0);
+	assert_int_equal(cdc_idx_parse(r, len, &info, why, sizeof(why)), 0);
 	assert_int_equal(idx_edit_load(r, len, &e), 0);
 	edit_rows_span_scan(&e);
 	assert_int_equal(idx_edit_store(&e, &rec, &n), 0);
 	/* the parsed geometry of the good record, the index of the bad one */
 	info.rows = rec + info.jpeg_len;
 	info.stream = info.rows + 4 * (size_t)e.rows;
-	info.stream_len = (uint32_t)(n - LDR_IDX_FOOTER - info.jpeg_len - 4 * (size_t)e.rows);
-	struct ldr_rst_plan plan;
-	ldr_rst_plan(&info.geo, 0, 0, (uint32_t)m->w - 100, (uint32_t)m->h, &plan);
+	info.stream_len = (uint32_t)(n - CDC_IDX_FOOTER - info.jpeg_len - 4 * (size_t)e.rows);
+	struct cdc_rst_plan plan;
+	cdc_rst_plan(&info.geo, 0, 0, (uint32_t)m->w - 100, (uint32_t)m->h, &plan);
 	assert_false(plan.whole);
-	size_t bound = ldr_idx_splice_bound(&info, &plan);
+	size_t bound = cdc_idx_splice_bound(&info, &plan);
 	uint8_t *out = malloc(bound);
 	assert_non_null(out);
-	long ret = ldr_idx_splice(rec, &info, &plan, out, why, sizeof(why));
+	long ret = cdc_idx_splice(rec, &info, &plan, out, why, sizeof(why));
 	if (ret != -EBADMSG || !strstr(why, "more bits than the scan"))
 		fail_msg("splice: %ld (%s), want -EBADMSG for rows over the bound", ret, why);
 	free(out);

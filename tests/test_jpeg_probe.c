@@ -2,7 +2,7 @@
  * dimensions, subsampling and progressive flag match what was encoded; truncation anywhere in
  * the file, non-JPEG data and unsupported processes are rejected with the right error. */
 #include "formats/dpk.h"
-#include "formats/jpeg_probe.h"
+#include "codec/jpeg_probe.h"
 
 #include <errno.h>
 #include <setjmp.h>
@@ -36,10 +36,10 @@ static void check(int w, int h, int samp, int pf, int progressive, unsigned want
 {
 	unsigned long len;
 	unsigned char *j = encode(w, h, samp, pf, progressive, &len);
-	struct dpk_jpeg_info ji;
+	struct cdc_jpeg_info ji;
 	char err[128];
 
-	assert_int_equal(dpk_jpeg_probe(j, len, &ji, err, sizeof(err)), 0);
+	assert_int_equal(cdc_jpeg_probe(j, len, &ji, err, sizeof(err)), 0);
 	assert_int_equal(ji.width, w);
 	assert_int_equal(ji.height, h);
 	assert_int_equal(ji.subsamp, want_sub);
@@ -71,10 +71,10 @@ static void test_jpeg_probe_agrees_with_libjpeg_turbo(void **state)
 		int samps[] = { TJSAMP_420, TJSAMP_444, TJSAMP_422 };
 		unsigned long len;
 		unsigned char *j = encode(w, h, samps[k % 3], TJPF_RGB, k % 5 == 0, &len);
-		struct dpk_jpeg_info ji;
+		struct cdc_jpeg_info ji;
 		int tw, th, ts, tc;
 
-		assert_int_equal(dpk_jpeg_probe(j, len, &ji, NULL, 0), 0);
+		assert_int_equal(cdc_jpeg_probe(j, len, &ji, NULL, 0), 0);
 		assert_int_equal(tjDecompressHeader3(tj, j, len, &tw, &th, &ts, &tc), 0);
 		assert_int_equal(ji.width, tw);
 		assert_int_equal(ji.height, th);
@@ -88,21 +88,21 @@ static void test_jpeg_probe_truncated_anywhere(void **state)
 {
 	unsigned long len;
 	unsigned char *j = encode(200, 150, TJSAMP_420, TJPF_RGB, 0, &len);
-	struct dpk_jpeg_info ji;
+	struct cdc_jpeg_info ji;
 	char err[128];
 
 	(void)state;
 	for (unsigned long cut = 0; cut < len - 1; cut += 1 + cut / 8) {
-		int ret = dpk_jpeg_probe(j, cut, &ji, err, sizeof(err));
+		int ret = cdc_jpeg_probe(j, cut, &ji, err, sizeof(err));
 		assert_int_equal(ret, -EBADMSG);
 	}
-	assert_int_equal(dpk_jpeg_probe(j, len - 1, &ji, err, sizeof(err)), -EBADMSG);
+	assert_int_equal(cdc_jpeg_probe(j, len - 1, &ji, err, sizeof(err)), -EBADMSG);
 	assert_non_null(strstr(err, "truncated"));
 	/* Trailing bytes after EOI are tolerated (cameras append data). */
 	unsigned char *longer = malloc(len + 100);
 	memcpy(longer, j, len);
 	memset(longer + len, 0, 100);
-	assert_int_equal(dpk_jpeg_probe(longer, len + 100, &ji, err, sizeof(err)), 0);
+	assert_int_equal(cdc_jpeg_probe(longer, len + 100, &ji, err, sizeof(err)), 0);
 	free(longer);
 	tjFree(j);
 }
@@ -112,26 +112,26 @@ static void test_jpeg_probe_not_a_jpeg(void **state)
 	static const unsigned char png[] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0 };
 	static const unsigned char soi_only[] = { 0xFF, 0xD8, 0xFF, 0xD9 };
 	static const unsigned char bad_len[] = { 0xFF, 0xD8, 0xFF, 0xE0, 0xFF, 0xFF, 0, 0 };
-	struct dpk_jpeg_info ji;
+	struct cdc_jpeg_info ji;
 	char err[128];
 
 	(void)state;
-	assert_int_equal(dpk_jpeg_probe(png, sizeof(png), &ji, err, sizeof(err)), -EBADMSG);
+	assert_int_equal(cdc_jpeg_probe(png, sizeof(png), &ji, err, sizeof(err)), -EBADMSG);
 	assert_non_null(strstr(err, "not a JPEG"));
-	assert_int_equal(dpk_jpeg_probe(soi_only, sizeof(soi_only), &ji, err, sizeof(err)), -EBADMSG);
-	assert_int_equal(dpk_jpeg_probe(bad_len, sizeof(bad_len), &ji, err, sizeof(err)), -EBADMSG);
-	assert_int_equal(dpk_jpeg_probe("", 0, &ji, err, sizeof(err)), -EBADMSG);
+	assert_int_equal(cdc_jpeg_probe(soi_only, sizeof(soi_only), &ji, err, sizeof(err)), -EBADMSG);
+	assert_int_equal(cdc_jpeg_probe(bad_len, sizeof(bad_len), &ji, err, sizeof(err)), -EBADMSG);
+	assert_int_equal(cdc_jpeg_probe("", 0, &ji, err, sizeof(err)), -EBADMSG);
 }
 
 static void test_jpeg_probe_cmyk_unsupported(void **state)
 {
 	unsigned long len;
 	unsigned char *j = encode(40, 30, TJSAMP_444, TJPF_CMYK, 0, &len);
-	struct dpk_jpeg_info ji;
+	struct cdc_jpeg_info ji;
 	char err[128];
 
 	(void)state;
-	assert_int_equal(dpk_jpeg_probe(j, len, &ji, err, sizeof(err)), -ENOTSUP);
+	assert_int_equal(cdc_jpeg_probe(j, len, &ji, err, sizeof(err)), -ENOTSUP);
 	assert_non_null(strstr(err, "components"));
 	tjFree(j);
 }
@@ -140,7 +140,7 @@ static void test_jpeg_probe_lossless_unsupported(void **state)
 {
 	unsigned long len;
 	unsigned char *j = encode(40, 30, TJSAMP_444, TJPF_RGB, 0, &len);
-	struct dpk_jpeg_info ji;
+	struct cdc_jpeg_info ji;
 	char err[128];
 
 	(void)state;
@@ -150,7 +150,7 @@ static void test_jpeg_probe_lossless_unsupported(void **state)
 			j[i + 1] = 0xC3;
 			break;
 		}
-	assert_int_equal(dpk_jpeg_probe(j, len, &ji, err, sizeof(err)), -ENOTSUP);
+	assert_int_equal(cdc_jpeg_probe(j, len, &ji, err, sizeof(err)), -ENOTSUP);
 	tjFree(j);
 }
 

@@ -1,4 +1,4 @@
-/* test_jpeg_rst.c - restart-indexed JPEG records (loader/jpeg_rst.h): dpack's rewrite is lossless
+/* test_jpeg_rst.c - restart-indexed JPEG records (codec/jpeg_rst.h): dpack's rewrite is lossless
  * (a full decode of the rewrite equals a full decode of the original, every pixel), and the window
  * that loaderd decodes from a splice equals the same window of a full decode of the original at
  * the same DCT scale (1, 1/2, 1/4, 1/8), maximum absolute difference 0, for every image of a
@@ -6,8 +6,9 @@
  * grey, progressive inputs), several restart widths and many random windows each. Broken restart
  * segments give -EBADMSG with a reason, never a read outside the record (ASan in `make test`).
  * Seeded tests print their seed. */
-#include "loader/decode.h"
-#include "loader/jpeg_rst.h"
+#include "codec/decode.h"
+#include "codec/jpeg_build.h"
+#include "codec/jpeg_rst.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -33,7 +34,7 @@ static uint64_t seeded(const char *test)
 
 enum { NIMG = 13 };
 static struct img imgs[NIMG];
-static struct ldr_decoder *dec;
+static struct cdc_decoder *dec;
 static tjhandle tjd;
 
 static int setup(void **state)
@@ -41,7 +42,7 @@ static int setup(void **state)
 	(void)state;
 	tjd = tjInitDecompress();
 	assert_non_null(tjd);
-	assert_int_equal(ldr_decoder_create(&dec), 0);
+	assert_int_equal(cdc_decoder_create(&dec), 0);
 	static const struct { int w, h, samp, progressive; } set[NIMG] = {
 		{ 333, 517, TJSAMP_420, 0 },  { 640, 480, TJSAMP_420, 0 },  { 517, 333, TJSAMP_422, 0 },
 		{ 301, 299, TJSAMP_444, 0 },  { 333, 211, TJSAMP_GRAY, 0 }, { 419, 287, TJSAMP_420, 1 },
@@ -60,7 +61,7 @@ static int teardown(void **state)
 	(void)state;
 	for (int i = 0; i < NIMG; i++)
 		jpeg_img_free(&imgs[i]);
-	ldr_decoder_destroy(dec);
+	cdc_decoder_destroy(dec);
 	tjDestroy(tjd);
 	return 0;
 }
@@ -71,7 +72,7 @@ static uint8_t *rewrite(const struct img *m, unsigned seg_px, size_t *len)
 	uint8_t *out;
 	char why[256];
 
-	if (ldr_rst_rewrite(m->jpg, m->len, seg_px, &r, &out, len, why, sizeof(why)) != 0)
+	if (cdc_rst_rewrite(m->jpg, m->len, seg_px, &r, &out, len, why, sizeof(why)) != 0)
 		fail_msg("%s: rewrite: %s", m->name, why);
 	assert_int_equal(r.kind, DPK_KIND_JPEG_RST);
 	assert_int_equal(r.flags, 0);
@@ -88,12 +89,12 @@ static void test_rst_rewrite_lossless(void **state)
 	for (int i = 0; i < NIMG; i++)
 		for (size_t k = 0; k < sizeof(widths) / sizeof(widths[0]); k++) {
 			const struct img *m = &imgs[i];
-			struct ldr_rst_info info;
+			struct cdc_rst_info info;
 			char why[160];
 			size_t len;
 			uint8_t *r = rewrite(m, widths[k], &len);
 
-			assert_int_equal(ldr_rst_parse(r, len, &info, why, sizeof(why)), 0);
+			assert_int_equal(cdc_rst_parse(r, len, &info, why, sizeof(why)), 0);
 			assert_int_equal(info.width, m->w);
 			assert_int_equal(info.height, m->h);
 			assert_int_equal(info.mcus_x % info.interval, 0);
@@ -129,7 +130,7 @@ static void test_rst_window_equals_full_decode(void **state)
 			size_t len;
 			uint8_t *r = rewrite(m, widths[k], &len);
 
-			spliced += jpeg_img_random_windows(ldr_jpeg_rst_window, dec, m, r, len,
+			spliced += jpeg_img_random_windows(cdc_jpeg_rst_window, dec, m, r, len,
 							   widths[k], 40, &x, &scales);
 			free(r);
 		}
@@ -141,11 +142,11 @@ static void test_rst_window_equals_full_decode(void **state)
 /* The old path on a record without restart markers, and the new one on its rewrite, decode the
  * same crops to outputs that differ only where the old path's cropped decode differs at window
  * edges: the mean stays within the reference tolerance. The new path is also taken by
- * ldr_decode_jpeg_rst on a JPEG without restart markers (a fallback, not an error). */
+ * cdc_decode_jpeg_rst on a JPEG without restart markers (a fallback, not an error). */
 static void test_rst_decode_fallback_and_output(void **state)
 {
 	static uint8_t a[224 * 224 * 3], b[224 * 224 * 3];
-	struct ldr_out o = { 224, 224, 0, 1 };
+	struct cdc_out o = { 224, 224, 0, 1 };
 	char why[256];
 
 	(void)state;
@@ -153,15 +154,15 @@ static void test_rst_decode_fallback_and_output(void **state)
 		const struct img *m = &imgs[i];
 		size_t len;
 		uint8_t *r = rewrite(m, 64, &len);
-		struct ldr_crop c = { (uint32_t)m->w / 4, (uint32_t)m->h / 5, (uint32_t)m->w / 2 + 1,
+		struct cdc_crop c = { (uint32_t)m->w / 4, (uint32_t)m->h / 5, (uint32_t)m->w / 2 + 1,
 				      (uint32_t)m->h / 3 + 1 };
 
-		if (ldr_decode_jpeg_rst(dec, m->jpg, m->len, &c, &o, a, why, sizeof(why)))
+		if (cdc_decode_jpeg_rst(dec, m->jpg, m->len, &c, &o, a, why, sizeof(why)))
 			fail_msg("%s: fallback: %s", m->name, why);
-		if (ldr_decode_jpeg(dec, m->jpg, m->len, &c, &o, b, why, sizeof(why)))
+		if (cdc_decode_jpeg(dec, m->jpg, m->len, &c, &o, b, why, sizeof(why)))
 			fail_msg("%s: %s", m->name, why);
 		assert_memory_equal(a, b, sizeof(a));
-		if (ldr_decode_jpeg_rst(dec, r, len, &c, &o, a, why, sizeof(why)))
+		if (cdc_decode_jpeg_rst(dec, r, len, &c, &o, a, why, sizeof(why)))
 			fail_msg("%s: rst: %s", m->name, why);
 		double e = 0;
 		for (size_t k = 0; k < sizeof(a); k++)
@@ -181,9 +182,9 @@ static size_t nth_rst(const uint8_t *r, size_t len, size_t scan, int n)
 	return 0;
 }
 
-static void expect_bad(const uint8_t *r, size_t len, const struct ldr_crop *c, const char *what)
+static void expect_bad(const uint8_t *r, size_t len, const struct cdc_crop *c, const char *what)
 {
-	struct ldr_out o = { 32, 32, 0, 0 };
+	struct cdc_out o = { 32, 32, 0, 0 };
 	static uint8_t out[32 * 32 * 3];
 	char why[256] = "";
 	/* an exact-size copy, so that ASan sees any read past the record */
@@ -191,7 +192,7 @@ static void expect_bad(const uint8_t *r, size_t len, const struct ldr_crop *c, c
 
 	assert_non_null(copy);
 	memcpy(copy, r, len);
-	int ret = ldr_decode_jpeg_rst(dec, copy, len, c, &o, out, why, sizeof(why));
+	int ret = cdc_decode_jpeg_rst(dec, copy, len, c, &o, out, why, sizeof(why));
 	if (ret != -EBADMSG)
 		fail_msg("%s: %d, want -EBADMSG", what, ret);
 	if (strncmp(why, "JPEG: ", 6) || strlen(why) < 12)
@@ -204,15 +205,15 @@ static void expect_bad(const uint8_t *r, size_t len, const struct ldr_crop *c, c
 static void test_rst_broken_segments_rejected(void **state)
 {
 	const struct img *m = &imgs[1];  /* 640x480 4:2:0: 30 rows of 40 MCUs */
-	struct ldr_rst_info info;
-	struct ldr_crop c = { 300, 200, 100, 100 }, all = { 0, 0, 640, 480 };
+	struct cdc_rst_info info;
+	struct cdc_crop c = { 300, 200, 100, 100 }, all = { 0, 0, 640, 480 };
 	char why[160];
 	size_t len;
 	uint8_t *r = rewrite(m, 64, &len), *bad = malloc(len);
 
 	(void)state;
 	assert_non_null(bad);
-	assert_int_equal(ldr_rst_parse(r, len, &info, why, sizeof(why)), 0);
+	assert_int_equal(cdc_rst_parse(r, len, &info, why, sizeof(why)), 0);
 	int mid = (int)(info.segs_x * 10 + 2);  /* a marker above the window */
 	size_t at = nth_rst(r, len, info.scan_at, mid);
 	assert_true(at > 0);
@@ -249,7 +250,7 @@ static void test_rst_broken_segments_rejected(void **state)
 static void test_rst_garbage_never_crashes(void **state)
 {
 	uint64_t x = seeded("test_rst_garbage_never_crashes");
-	struct ldr_out o = { 48, 48, 0, 0 };
+	struct cdc_out o = { 48, 48, 0, 0 };
 	static uint8_t out[48 * 48 * 3];
 	int failed = 0;
 
@@ -262,15 +263,15 @@ static void test_rst_garbage_never_crashes(void **state)
 		for (int t = 0; t < 30; t++) {
 			uint8_t *bad = malloc(len);
 			char why[256];
-			struct ldr_crop c;
+			struct cdc_crop c;
 
 			assert_non_null(bad);
 			memcpy(bad, r, len);
 			int n = 1 + (int)(test_xorshift(&x) % 8);
 			for (int k = 0; k < n; k++)
 				bad[test_xorshift(&x) % len] = (uint8_t)test_xorshift(&x);
-			ldr_crop_random((uint32_t)m->w, (uint32_t)m->h, test_xorshift(&x), &c);
-			int ret = ldr_decode_jpeg_rst(dec, bad, len, &c, &o, out, why, sizeof(why));
+			cdc_crop_random((uint32_t)m->w, (uint32_t)m->h, test_xorshift(&x), &c);
+			int ret = cdc_decode_jpeg_rst(dec, bad, len, &c, &o, out, why, sizeof(why));
 			if (ret != 0 && ret != -EBADMSG)
 				fail_msg("%s: %d", m->name, ret);
 			failed += ret != 0;

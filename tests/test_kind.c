@@ -1,9 +1,11 @@
 /* test_kind.c - the record-kind tables: every kind of formats/dpk.h has its formats/ row
- * (dpk_kind_info) and its loader row (ldr_kinds[], loader/kind.h) with the operations a job needs,
+ * (dpk_kind_info) and its codec row (cdc_kinds[], codec/kind.h) with the operations a job needs,
  * under the same name; values that are no kind are refused everywhere, by name; the pack-time
  * probe finds a JPEG's kind and shape and refuses other files with the JPEG probe's reason. */
 #include "formats/dpk.h"
-#include "loader/kind.h"
+#include "codec/kind.h"
+#include "codec/kind_load.h"
+#include "codec/kind_pack.h"
 
 #include <errno.h>
 #include <setjmp.h>
@@ -26,35 +28,42 @@ static void test_kind_every_kind_has_both_rows(void **state)
 	(void)state;
 	for (unsigned k = DPK_KIND_JPEG; k <= DPK_KIND_MAX; k++) {
 		const struct dpk_kind_info *fi = dpk_kind_info(k);
-		const struct ldr_kind *lk = ldr_kind_get(k);
+		const struct cdc_kind *lk = cdc_kind_get(k);
 
 		if (!fi || !lk)
-			fail_msg("kind %u: no %s row", k, fi ? "loader/kind.c" : "formats/dpk.c");
-		assert_ptr_equal(lk, ldr_kinds[k]);
+			fail_msg("kind %u: no %s row", k, fi ? "codec/kind.c" : "formats/dpk.c");
+		assert_ptr_equal(lk, &cdc_kinds[k]);
 		assert_int_equal(lk->kind, k);
 		assert_string_equal(lk->name, fi->name);
 		assert_string_equal(dpk_kind_name(k), fi->name);
-		assert_ptr_equal(ldr_kind_find(fi->name), lk);
-		assert_non_null(lk->accepts);
-		assert_non_null(lk->decode);
-		assert_true(!lk->probe == !lk->exts);  /* made from files: both, else neither */
+		assert_ptr_equal(cdc_kind_find(fi->name), lk);
+		assert_non_null(lk->load);
+		assert_ptr_equal(cdc_kind_load(k), lk->load);
+		assert_ptr_equal(cdc_kind_pack(k), lk->pack);
+		assert_non_null(lk->load->accepts);
+		assert_non_null(lk->load->decode);
+		if (lk->pack) {  /* made from files: a probe and extensions, both */
+			assert_non_null(lk->pack->probe);
+			assert_non_null(lk->pack->exts);
+		}
 		n++;
 	}
 	assert_int_equal(n, DPK_KIND_MAX);
-	assert_string_equal(ldr_kind_get(DPK_KIND_JPEG)->name, "jpeg");
-	assert_string_equal(ldr_kind_get(DPK_KIND_RAW)->name, "raw");
-	assert_string_equal(ldr_kind_get(DPK_KIND_RAW_ZSTD)->name, "raw+zstd");
-	assert_string_equal(ldr_kind_get(DPK_KIND_JPEG_RST)->name, "jpeg+rst");
-	assert_string_equal(ldr_kind_get(DPK_KIND_JPEG_IDX)->name, "jpeg+idx");
+	assert_string_equal(cdc_kind_get(DPK_KIND_JPEG)->name, "jpeg");
+	assert_string_equal(cdc_kind_get(DPK_KIND_RAW)->name, "raw");
+	assert_string_equal(cdc_kind_get(DPK_KIND_RAW_ZSTD)->name, "raw+zstd");
+	assert_string_equal(cdc_kind_get(DPK_KIND_JPEG_RST)->name, "jpeg+rst");
+	assert_string_equal(cdc_kind_get(DPK_KIND_JPEG_IDX)->name, "jpeg+idx");
 	/* every JPEG kind is a whole JPEG file; dpack repacks plain JPEGs into jpeg+idx (or, when
 	 * asked, jpeg+rst) */
 	assert_true(dpk_kind_info(DPK_KIND_JPEG)->flags & DPK_KF_JPEG);
 	assert_true(dpk_kind_info(DPK_KIND_JPEG_RST)->flags & DPK_KF_JPEG);
 	assert_true(dpk_kind_info(DPK_KIND_JPEG_IDX)->flags & DPK_KF_JPEG);
 	assert_false(dpk_kind_info(DPK_KIND_RAW)->flags & DPK_KF_JPEG);
-	assert_non_null(ldr_kind_get(DPK_KIND_JPEG)->repack);
-	assert_null(ldr_kind_get(DPK_KIND_JPEG_RST)->repack);
-	assert_null(ldr_kind_get(DPK_KIND_JPEG_IDX)->repack);
+	assert_non_null(cdc_kind_pack(DPK_KIND_JPEG)->repack);
+	assert_null(cdc_kind_pack(DPK_KIND_JPEG_RST));
+	assert_null(cdc_kind_pack(DPK_KIND_JPEG_IDX));
+	assert_null(cdc_kind_pack(DPK_KIND_RAW));
 }
 
 static void test_kind_unknown_refused(void **state)
@@ -64,12 +73,14 @@ static void test_kind_unknown_refused(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		assert_null(dpk_kind_info(bad[i]));
-		assert_null(ldr_kind_get(bad[i]));
+		assert_null(cdc_kind_get(bad[i]));
+		assert_null(cdc_kind_pack(bad[i]));
+		assert_null(cdc_kind_load(bad[i]));
 		assert_string_equal(dpk_kind_name(bad[i]), "?");
 	}
-	assert_null(ldr_kind_find("png"));
-	assert_null(ldr_kind_find(""));
-	assert_null(ldr_kind_find("JPEG"));
+	assert_null(cdc_kind_find("png"));
+	assert_null(cdc_kind_find(""));
+	assert_null(cdc_kind_find("JPEG"));
 }
 
 /* The writer refuses a record of no kind; a file whose index holds one is refused at open with
@@ -125,7 +136,7 @@ static void test_kind_probe(void **state)
 	assert_int_equal(tjCompress2(tj, rgb, 40, 0, 24, TJPF_RGB, &jpg, &len, TJSAMP_420, 90,
 				     TJFLAG_PROGRESSIVE), 0);
 	memset(&r, 0, sizeof(r));
-	assert_int_equal(ldr_kind_probe(jpg, len, &r, why, sizeof(why)), 0);
+	assert_int_equal(cdc_kind_probe(jpg, len, &r, why, sizeof(why)), 0);
 	assert_int_equal(r.kind, DPK_KIND_JPEG);
 	assert_int_equal(r.ndim, 3);
 	assert_int_equal(r.shape[0], 24);
@@ -135,13 +146,13 @@ static void test_kind_probe(void **state)
 	assert_int_equal(r.flags, DPK_F_PROGRESSIVE);
 
 	/* truncated: a JPEG, damaged: the JPEG probe's own reason */
-	assert_int_equal(ldr_kind_probe(jpg, len / 2, &r, why, sizeof(why)), -EBADMSG);
+	assert_int_equal(cdc_kind_probe(jpg, len / 2, &r, why, sizeof(why)), -EBADMSG);
 	assert_non_null(strstr(why, "truncated"));
 	/* not a JPEG (a PNG signature): no kind takes it */
 	static const uint8_t png[] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0 };
-	assert_int_equal(ldr_kind_probe(png, sizeof(png), &r, why, sizeof(why)), -EBADMSG);
+	assert_int_equal(cdc_kind_probe(png, sizeof(png), &r, why, sizeof(why)), -EBADMSG);
 	assert_string_equal(why, "not a JPEG (no SOI marker)");
-	assert_int_equal(ldr_kind_probe(png, 0, &r, why, sizeof(why)), -EBADMSG);
+	assert_int_equal(cdc_kind_probe(png, 0, &r, why, sizeof(why)), -EBADMSG);
 	tjFree(jpg);
 	tjDestroy(tj);
 }

@@ -26,9 +26,9 @@
 #include "common/proc.h"
 #include "common/tjcheck.h"
 #include "formats/dpk.h"
-#include "loader/decode.h"
+#include "codec/decode.h"
 #include "loader/job.h"
-#include "loader/kind.h"
+#include "codec/kind_load.h"
 #include "loader/sampler.h"
 #include "shm/ldc.h"
 
@@ -247,12 +247,12 @@ static void crop_profile(const struct dpk *d, const struct opts *o)
 
 	for (uint64_t i = 0; i < n; i++) {
 		const struct dpk_entry *e = dpk_entry_get(d, i);
-		const struct ldr_kind *k = ldr_kind_get(e->kind);
+		const struct cdc_kind_load *k = cdc_kind_load(e->kind);
 		if (!k || !k->scale)
 			continue;
-		struct ldr_crop c;
-		struct ldr_out out = { .h = o->crop_h, .w = o->crop_w };
-		ldr_crop_random(e->shape[1], e->shape[0], ldr_mix(SEED, 0, i), &c);
+		struct cdc_crop c;
+		struct cdc_out out = { .h = o->crop_h, .w = o->crop_w };
+		cdc_crop_random(e->shape[1], e->shape[0], ldr_mix(SEED, 0, i), &c);
 		unsigned den = k->scale(&c, &out);
 		cnt[den == 1 ? 0 : den == 2 ? 1 : den == 4 ? 2 : 3]++;
 		frac += (double)c.w * c.h / ((double)den * den) / ((double)e->shape[0] * e->shape[1]);

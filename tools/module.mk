@@ -8,10 +8,16 @@ $(foreach t,$(TOOL_SINGLE),$(eval $(BUILD)/bin/$(t): $(BUILD)/obj/tools/$(t).o))
 $(foreach t,$(TOOL_DIRS),$(eval $(BUILD)/bin/$(t): \
 	$(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/$(t)/*.c))))
 
+# Only ldbench (it runs the fill in-process) links the daemon's library; every other tool links what
+# lies below loader/ (codec/, formats/, shm/, common/), as scripts/check_layers.sh holds its includes.
+TOOL_WITH_LOADER := ldbench
+TOOL_LINKLIBS = $(if $(filter $(TOOL_WITH_LOADER),$(notdir $@)),$(LINKLIBS),\
+	$(filter-out %/libloader.a,$(LINKLIBS)))
+
 $(TOOL_BINS): $(LIBS)
 	$(Q)mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LINKLIBS) $(SYSLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(TOOL_LINKLIBS) $(SYSLIBS)
 
 # tools/NAME.py is the program NAME too: a Python 3 script (standard library only), installed as
 # $(BUILD)/bin/NAME with mode 755. python3 comes from scripts/deps.sh.

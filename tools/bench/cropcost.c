@@ -2,7 +2,7 @@
  * (RandomResizedCrop window from the sample's key, the record's kind's decode, 224x224 RGB output,
  * horizontal flip), one thread, nothing else; run it under callgrind and divide the instruction
  * count by N. Sample i uses record i mod count and key mix64(i). Not built by make:
- *   cc -O2 -g -I. -D_GNU_SOURCE tools/bench/cropcost.c build/lib/libloader.a \
+ *   cc -O2 -g -I. -D_GNU_SOURCE tools/bench/cropcost.c build/lib/libcodec.a \
  *      build/lib/libformats.a build/lib/libcommon.a -lturbojpeg -ljpeg -lzstd -lxxhash -lm \
  *      -o build/cropcost
  *   valgrind --tool=callgrind build/cropcost FILE.dpk 200
@@ -10,8 +10,8 @@
  * (the ceiling's work). */
 #include "common/mix.h"
 #include "formats/dpk.h"
-#include "loader/decode.h"
-#include "loader/kind.h"
+#include "codec/decode.h"
+#include "codec/kind_load.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,16 +21,16 @@
 int main(int argc, char **argv)
 {
 	struct dpk *d;
-	struct ldr_decoder *dec;
+	struct cdc_decoder *dec;
 	char err[256];
 	static uint8_t out[224 * 224 * 3];
-	struct ldr_out o = { 224, 224, 0, 1 };
+	struct cdc_out o = { 224, 224, 0, 1 };
 
 	if (argc < 3) {
 		fprintf(stderr, "usage: cropcost FILE.dpk N [full]\n");
 		return 2;
 	}
-	if (dpk_open(argv[1], 0, &d, err, sizeof(err)) < 0 || ldr_decoder_create(&dec) < 0) {
+	if (dpk_open(argv[1], 0, &d, err, sizeof(err)) < 0 || cdc_decoder_create(&dec) < 0) {
 		fprintf(stderr, "%s\n", err);
 		return 1;
 	}
@@ -58,9 +58,9 @@ int main(int argc, char **argv)
 				return 1;
 			continue;
 		}
-		struct ldr_crop c;
-		ldr_crop_random(w, h, mix64((uint64_t)i), &c);
-		if (ldr_kind_get(e->kind)->decode(dec, e, buf, &c, &o, out, err, sizeof(err)) < 0) {
+		struct cdc_crop c;
+		cdc_crop_random(w, h, mix64((uint64_t)i), &c);
+		if (cdc_kind_load(e->kind)->decode(dec, e, buf, &c, &o, out, err, sizeof(err)) < 0) {
 			fprintf(stderr, "sample %ld: %s\n", i, err);
 			return 1;
 		}
@@ -68,7 +68,7 @@ int main(int argc, char **argv)
 	free(buf);
 	free(px);
 	tjDestroy(tj);
-	ldr_decoder_destroy(dec);
+	cdc_decoder_destroy(dec);
 	dpk_close(d);
 	return 0;
 }

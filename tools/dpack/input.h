@@ -1,7 +1,7 @@
 /* input.h - dpack's input formats: one row each (ImageFolder tree, WebDataset tar, npy arrays),
  * so that pack.c knows none of them. A row recognises its source, lists its samples in the order
  * torchvision would give them, and says where each sample's bytes are. Files (images) become
- * records of whichever kind recognises them (loader/kind.h); tensors become raw records.
+ * records of whichever kind recognises them (codec/kind_pack.h); tensors become raw records.
  * Adding a format is one tools/dpack/input_NAME.c that defines its struct dpack_input and one row
  * in dpack_inputs[] (input.c). */
 #ifndef LOADERD_DPACK_INPUT_H
@@ -46,7 +46,7 @@ struct dpack_input {
 	 * *off, *len. 0 or -errno. Thread-safe. */
 	int (*locate)(const struct dpack_src *s, uint64_t i, int *fd, uint64_t *off, uint64_t *len);
 	/* Tensor formats: @r's kind (DPK_KIND_RAW), shape, ndim and label for sample @i.
-	 * NULL: samples are files, typed by ldr_kind_probe(), labelled by their item. */
+	 * NULL: samples are files, typed by cdc_kind_probe(), labelled by their item. */
 	void (*tensor)(const struct dpack_src *s, uint64_t i, struct dpk_record *r);
 	void (*fini)(struct dpack_src *s);  /* frees priv; NULL when none */
 };

@@ -3,7 +3,7 @@
  * its integer label. Members are read in place (offset and size in the archive). */
 #include "common/log.h"
 #include "formats/tarx.h"
-#include "loader/kind.h"
+#include "codec/kind_pack.h"
 #include "tools/dpack/input.h"
 
 #include <ctype.h>
@@ -45,11 +45,11 @@ static int parse_label(const char *s, size_t len, int64_t *out)
 	return 0;
 }
 
-/* A member extension of a kind made from files (loader/kind.h): ".jpg" or ".jpeg" for JPEG. */
+/* A member extension of a kind made from files (codec/kind_pack.h): ".jpg" or ".jpeg" for JPEG. */
 static int is_image(const char *ext)
 {
 	for (unsigned k = 0; k <= DPK_KIND_MAX; k++)
-		if (ldr_kinds[k] && ldr_kinds[k]->exts && dpack_has_ext(ext, ldr_kinds[k]->exts))
+		if (cdc_kind_pack(k) && dpack_has_ext(ext, cdc_kind_pack(k)->exts))
 			return 1;
 	return 0;
 }
@@ -61,7 +61,8 @@ static void image_exts(char *buf, size_t len)
 
 	buf[0] = '\0';
 	for (unsigned k = 0; k <= DPK_KIND_MAX; k++)
-		for (const char *const *e = ldr_kinds[k] ? ldr_kinds[k]->exts : NULL; e && *e; e++) {
+		for (const char *const *e = cdc_kind_pack(k) ? cdc_kind_pack(k)->exts : NULL; e && *e;
+		     e++) {
 			int n = snprintf(buf + pos, len - pos, "%s%s", pos ? "/" : "", *e);
 			if (n < 0 || (size_t)n >= len - pos)
 				return;

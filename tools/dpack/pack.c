@@ -3,7 +3,7 @@
  *
  * DESIGN: the source is first listed into items (path or byte range, label) in the order
  * torchvision would give them, by its input format (tools/dpack/input.h). Worker threads then take
- * items in index order, read them, probe image files for their record kind (loader/kind.h: for a
+ * items in index order, read them, probe image files for their record kind (codec/kind_pack.h: for a
  * JPEG its dimensions, subsampling, truncation), compress raw tensors and checksum, and
  * leave the result in a slot of a reorder window; the main thread writes slots strictly in item
  * order, so the output does not depend on --jobs. Workers never run more than WINDOW items ahead
@@ -14,8 +14,8 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "formats/dpk.h"
-#include "loader/jpeg_idx.h"
-#include "loader/kind.h"
+#include "codec/jpeg_build.h"
+#include "codec/kind_pack.h"
 #include "tools/dpack/dpack.h"
 #include "tools/dpack/input.h"
 
@@ -50,7 +50,7 @@ struct pack {
 	struct dpack_src src;
 	int zstd_level;          /* 0: store raw uncompressed */
 	int keep;                /* --keep-jpeg: files are stored as they are, not repacked */
-	struct ldr_repack_opts repack; /* jpeg+idx (--index-width) or jpeg+rst (--restart-width) */
+	struct cdc_repack_opts repack; /* jpeg+idx (--index-width) or jpeg+rst (--restart-width) */
 
 	pthread_mutex_t lock;
 	pthread_cond_t cv_done;  /* a slot became done (workers -> writer) */
@@ -124,14 +124,14 @@ static void process(struct pack *pk, uint64_t i, struct slot *s, ZSTD_CCtx *cctx
 	s->in_len = len;
 
 	if (!pk->in->tensor) {
-		ret = ldr_kind_probe(s->buf, len, r, s->why, sizeof(s->why));
+		ret = cdc_kind_probe(s->buf, len, r, s->why, sizeof(s->why));
 		if (ret < 0) {
 			s->status = SLOT_SKIP;
 			goto out;
 		}
 		r->label = pk->src.items[i].label;
-		const struct ldr_kind *k = ldr_kind_get(r->kind);
-		if (!pk->keep && k->repack) {
+		const struct cdc_kind_pack *k = cdc_kind_pack(r->kind);
+		if (!pk->keep && k && k->repack) {
 			uint8_t *nb;
 			size_t nl;
 
@@ -526,7 +526,7 @@ static void src_fini(struct pack *pk)
 
 int dpack_pack_main(int argc, char **argv)
 {
-	struct pack pk = { .src.fd = -1, .repack.width = LDR_IDX_WIDTH_DEFAULT };
+	struct pack pk = { .src.fd = -1, .repack.width = CDC_IDX_WIDTH_DEFAULT };
 	struct pack_args a;
 	struct tally t = { 0 };
 	struct dpk_writer *w = NULL;

@@ -1,14 +1,14 @@
 /* kind_raw.c - raw uint8 tensors, stored as they are (DPK_KIND_RAW) or as one zstd frame
  * (DPK_KIND_RAW_ZSTD). dpack makes them from arrays (npy), not from files, so they have no probe.
  * A job delivers them as stored, or crops and resizes HxWx3 ones like images. */
-#include "loader/kind.h"
+#include "codec/kind_load.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
-static int raw_accepts(const struct dpk_entry *e, uint64_t id, const struct ldr_out *o, char *why,
+static int raw_accepts(const struct dpk_entry *e, uint64_t id, const struct cdc_out *o, char *why,
 		       size_t whylen)
 {
 	if (!o->h || (e->ndim == 3 && e->shape[2] == 3))
@@ -18,39 +18,35 @@ static int raw_accepts(const struct dpk_entry *e, uint64_t id, const struct ldr_
 	return -EINVAL;
 }
 
-static int raw_decode(struct ldr_decoder *d, const struct dpk_entry *e, const uint8_t *src,
-		      const struct ldr_crop *crop, const struct ldr_out *o, uint8_t *dst, char *why,
+static int raw_decode(struct cdc_decoder *d, const struct dpk_entry *e, const uint8_t *src,
+		      const struct cdc_crop *crop, const struct cdc_out *o, uint8_t *dst, char *why,
 		      size_t whylen)
 {
 	if (o->h == 0) {
 		memcpy(dst, src, e->raw_size);
 		return 0;
 	}
-	int ret = ldr_decode_raw(d, src, e->shape[0], e->shape[1], e->shape[2], crop, o, dst);
+	int ret = cdc_decode_raw(d, src, e->shape[0], e->shape[1], e->shape[2], crop, o, dst);
 	if (ret < 0)
 		snprintf(why, whylen, "raw record cannot be resized");
 	return ret;
 }
 
-static int raw_zstd_decode(struct ldr_decoder *d, const struct dpk_entry *e, const uint8_t *src,
-			   const struct ldr_crop *crop, const struct ldr_out *o, uint8_t *dst,
+static int raw_zstd_decode(struct cdc_decoder *d, const struct dpk_entry *e, const uint8_t *src,
+			   const struct cdc_crop *crop, const struct cdc_out *o, uint8_t *dst,
 			   char *why, size_t whylen)
 {
-	const uint8_t *raw = ldr_decode_zstd(d, src, e->length, e->raw_size, why, whylen);
+	const uint8_t *raw = cdc_decode_zstd(d, src, e->length, e->raw_size, why, whylen);
 
 	return raw ? raw_decode(d, e, raw, crop, o, dst, why, whylen) : -EBADMSG;
 }
 
-const struct ldr_kind ldr_kind_raw = {
-	.kind = DPK_KIND_RAW,
-	.name = "raw",
+const struct cdc_kind_load cdc_raw_load = {
 	.accepts = raw_accepts,
 	.decode = raw_decode,
 };
 
-const struct ldr_kind ldr_kind_raw_zstd = {
-	.kind = DPK_KIND_RAW_ZSTD,
-	.name = "raw+zstd",
+const struct cdc_kind_load cdc_raw_zstd_load = {
 	.accepts = raw_accepts,
 	.decode = raw_zstd_decode,
 };

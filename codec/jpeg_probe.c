@@ -1,8 +1,9 @@
-/* jpeg_probe.c - a JPEG marker walker (ITU T.81 B.1): SOI, then marker segments until the first
- * SOS. Reads the frame header for size and sampling factors. Truncation is detected by looking
+/* jpeg_probe.c - the JPEG marker walker (ITU T.81 B.1) that every header parser of the codec uses,
+ * and the pack-time probe over it: SOI, then marker segments until the first SOS. Reads the frame
+ * header for size and sampling factors. Truncation is detected by looking
  * for EOI after the first scan header: entropy-coded data byte-stuffs 0xFF as FF 00, so FF D9
  * there can only be the real EOI (an EXIF thumbnail's EOI sits before the first SOS). */
-#include "formats/jpeg_probe.h"
+#include "codec/jpeg_probe.h"
 #include "formats/dpk.h"
 
 #include <errno.h>
@@ -49,7 +50,39 @@ static int classify(const uint8_t *comp, unsigned nf)
 	return DPK_SUB_OTHER;
 }
 
-int dpk_jpeg_probe(const void *data, size_t len, struct dpk_jpeg_info *out, char *err, size_t errlen)
+int cdc_jpeg_segment(const uint8_t *jpg, size_t len, size_t *pos, struct cdc_jpeg_seg *s,
+		     char *why, size_t whylen)
+{
+	size_t at = *pos;
+
+	if (at >= len)
+		return fail(why, whylen, -EBADMSG, "truncated in the headers at byte %zu", at);
+	if (jpg[at] != 0xFF)
+		return fail(why, whylen, -EBADMSG, "expected a marker at byte %zu", at);
+	while (at < len && jpg[at] == 0xFF)  /* fill bytes */
+		at++;
+	if (at >= len)
+		return fail(why, whylen, -EBADMSG, "truncated in the headers at byte %zu", at);
+	s->m = jpg[at++];
+	s->p = NULL;
+	s->n = 0;
+	if (s->m == 0x01 || (s->m >= 0xD0 && s->m <= 0xD9)) {  /* standalone: TEM, RSTn, SOI, EOI */
+		*pos = at;
+		return 0;
+	}
+	if (len - at < 2)
+		return fail(why, whylen, -EBADMSG, "truncated in marker FF%02X", s->m);
+	size_t seg = be16(jpg + at);
+	if (seg < 2 || seg > len - at)
+		return fail(why, whylen, -EBADMSG, "marker FF%02X length %zu runs past the end", s->m,
+			    seg);
+	s->p = jpg + at + 2;
+	s->n = seg - 2;
+	*pos = at + seg;
+	return 0;
+}
+
+int cdc_jpeg_probe(const void *data, size_t len, struct cdc_jpeg_info *out, char *err, size_t errlen)
 {
 	const uint8_t *p = data;
 	size_t pos = 2;
@@ -60,25 +93,17 @@ int dpk_jpeg_probe(const void *data, size_t len, struct dpk_jpeg_info *out, char
 		return fail(err, errlen, -EBADMSG, "not a JPEG (no SOI marker)");
 
 	for (;;) {
-		if (pos >= len)
-			return fail(err, errlen, -EBADMSG, "truncated in the headers at byte %zu", pos);
-		if (p[pos] != 0xFF)
-			return fail(err, errlen, -EBADMSG, "expected a marker at byte %zu", pos);
-		while (pos < len && p[pos] == 0xFF)  /* fill bytes */
-			pos++;
-		if (pos >= len)
-			return fail(err, errlen, -EBADMSG, "truncated in the headers at byte %zu", pos);
-		unsigned m = p[pos++];
+		struct cdc_jpeg_seg sg;
+		int ret = cdc_jpeg_segment(p, len, &pos, &sg, err, errlen);
+		if (ret < 0)
+			return ret;
+		unsigned m = sg.m;
 		if (m == 0x01 || (m >= 0xD0 && m <= 0xD7))
 			continue;  /* standalone markers */
 		if (m == 0xD8 || m == 0xD9 || m == 0x00)
 			return fail(err, errlen, -EBADMSG, "unexpected marker FF%02X before the first scan", m);
-		if (len - pos < 2)
-			return fail(err, errlen, -EBADMSG, "truncated in marker FF%02X", m);
-		size_t seg = be16(p + pos);
-		if (seg < 2 || seg > len - pos)
-			return fail(err, errlen, -EBADMSG, "marker FF%02X length %zu runs past the end", m, seg);
-		const uint8_t *s = p + pos + 2;  /* segment payload, seg - 2 bytes */
+		size_t seg = sg.n + 2;
+		const uint8_t *s = sg.p;  /* segment payload, seg - 2 bytes */
 
 		int is_sof = m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
 		if (is_sof) {
@@ -113,12 +138,11 @@ int dpk_jpeg_probe(const void *data, size_t len, struct dpk_jpeg_info *out, char
 		} else if (m == 0xDA) {
 			if (!have_sof)
 				return fail(err, errlen, -EBADMSG, "scan before the frame header");
-			size_t scan = pos + seg;
+			size_t scan = pos;
 			for (size_t i = len - 2; i + 1 > scan; i--)
 				if (p[i] == 0xFF && p[i + 1] == 0xD9)
 					return 0;
 			return fail(err, errlen, -EBADMSG, "truncated: no EOI after the scan data");
 		}
-		pos += seg;
 	}
 }

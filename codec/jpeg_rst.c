@@ -1,5 +1,5 @@
-/* jpeg_rst.c - restart-indexed JPEG records: parse, plan and splice (see jpeg_rst.h), and dpack's
- * lossless rewrite into one.
+/* jpeg_rst.c - restart-indexed JPEG records, loaderd's side: parse, plan and splice (see
+ * jpeg_rst.h; dpack's lossless rewrite into one is jpeg_rst_build.c).
  *
  * Why a splice works: a restart marker resets the entropy decoder's bit buffer and the DC
  * predictions of every component, so the bytes of a segment decode the same wherever they sit in
@@ -18,62 +18,21 @@
  * has a restart interval on its slow Huffman path (decode_mcu() turns the fast one off whenever
  * cinfo->restart_interval is set), which costs about as many instructions per MCU as skipping the
  * other MCUs saves on ImageNet-sized photographs; on larger images the splice wins. The splice
- * without markers that keeps the fast path is loader/jpeg_idx.c (jpeg+idx, dpack's default now);
+ * without markers that keeps the fast path is codec/jpeg_idx.c (jpeg+idx, dpack's default now);
  * this kind stays readable for older files and is made by dpack --restart-width. */
-#include "loader/jpeg_rst.h"
+#include "codec/jpeg_rst.h"
+#include "codec/jpeg_bits.h"
 
 #include <errno.h>
-#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <jpeglib.h>
-#include <jerror.h>
-
-static int bad(char *why, size_t whylen, int ret, const char *msg)
-{
-	snprintf(why, whylen, "%s", msg);
-	return ret;
-}
-
 static unsigned be16(const uint8_t *p)
 {
 	return (unsigned)p[0] << 8 | p[1];
 }
 
-int ldr_jpeg_segment(const uint8_t *jpg, size_t len, size_t *pos, unsigned *m, const uint8_t **p,
-		     size_t *n, char *why, size_t whylen)
-{
-	size_t at = *pos;
-
-	while (at + 1 < len && jpg[at] == 0xFF && jpg[at + 1] == 0xFF)
-		at++;  /* fill bytes */
-	if (at + 4 > len || jpg[at] != 0xFF)
-		return bad(why, whylen, -EBADMSG, "header ends before the scan");
-	unsigned mk = jpg[at + 1], seg = be16(jpg + at + 2);
-	if (mk == 0xD8 || mk == 0xD9 || (mk >= 0xD0 && mk <= 0xD7) || mk == 0x01)
-		return bad(why, whylen, -EBADMSG, "unexpected marker in the header");
-	if (seg < 2 || seg > len - at - 2)
-		return bad(why, whylen, -EBADMSG, "marker segment runs past the end of the JPEG");
-	*m = mk;
-	*p = jpg + at + 4;
-	*n = seg - 2;
-	*pos = at + 2 + seg;
-	return 0;
-}
-
-void ldr_jpeg_geometry(struct ldr_rst_info *g, unsigned ncomp)
-{
-	if (ncomp == 1)  /* a non-interleaved scan: the MCU is one block */
-		g->hmax = g->vmax = 1;
-	g->mcu_w = 8 * g->hmax;
-	g->mcu_h = 8 * g->vmax;
-	g->mcus_x = (g->width + g->mcu_w - 1) / g->mcu_w;
-	g->mcus_y = (g->height + g->mcu_h - 1) / g->mcu_h;
-}
-
-int ldr_rst_parse(const uint8_t *jpg, size_t len, struct ldr_rst_info *info, char *why,
+int cdc_rst_parse(const uint8_t *jpg, size_t len, struct cdc_rst_info *info, char *why,
 		  size_t whylen)
 {
 	size_t pos = 2;
@@ -84,12 +43,15 @@ int ldr_rst_parse(const uint8_t *jpg, size_t len, struct ldr_rst_info *info, cha
 	if (len < 4 || jpg[0] != 0xFF || jpg[1] != 0xD8)
 		return bad(why, whylen, -EBADMSG, "not a JPEG (no SOI)");
 	for (;;) {
-		unsigned m;
-		const uint8_t *p;
-		size_t n;  /* payload bytes at p */
-		int ret = ldr_jpeg_segment(jpg, len, &pos, &m, &p, &n, why, whylen);
+		struct cdc_jpeg_seg sg;
+		int ret = cdc_jpeg_segment(jpg, len, &pos, &sg, why, whylen);
 		if (ret < 0)
 			return ret;
+		unsigned m = sg.m;
+		const uint8_t *p = sg.p;
+		size_t n = sg.n;  /* payload bytes at p */
+		if (!p)
+			return bad(why, whylen, -EBADMSG, "unexpected marker in the header");
 		if (m == 0xC0 || m == 0xC1) {  /* baseline or extended, Huffman */
 			if (have_sof)
 				return bad(why, whylen, -EBADMSG, "two frame headers");
@@ -129,15 +91,15 @@ int ldr_rst_parse(const uint8_t *jpg, size_t len, struct ldr_rst_info *info, cha
 			break;
 		}
 	}
-	ldr_jpeg_geometry(info, ncomp);
+	cdc_jpeg_geometry(info, ncomp);
 	if (!info->interval || info->mcus_x % info->interval)
 		return bad(why, whylen, -ENOTSUP, "restart interval does not divide the MCU row");
 	info->segs_x = info->mcus_x / info->interval;
 	return 0;
 }
 
-void ldr_rst_plan(const struct ldr_rst_info *info, uint32_t x, uint32_t y, uint32_t w, uint32_t h,
-		  struct ldr_rst_plan *plan)
+void cdc_rst_plan(const struct cdc_rst_info *info, uint32_t x, uint32_t y, uint32_t w, uint32_t h,
+		  struct cdc_rst_plan *plan)
 {
 	uint32_t mx = info->hmax > 1, my = info->vmax > 1;  /* margin in MCUs */
 	uint32_t c0 = x / info->mcu_w, c1 = (x + w + info->mcu_w - 1) / info->mcu_w;
@@ -161,7 +123,7 @@ void ldr_rst_plan(const struct ldr_rst_info *info, uint32_t x, uint32_t y, uint3
 		      plan->h == info->height;
 }
 
-size_t ldr_rst_splice_bound(size_t len)
+size_t cdc_rst_splice_bound(size_t len)
 {
 	return len + 16;
 }
@@ -190,8 +152,8 @@ static size_t segment_end(const uint8_t *jpg, size_t len, size_t pos, unsigned *
 	return (size_t)-1;
 }
 
-long ldr_rst_splice(const uint8_t *jpg, size_t len, const struct ldr_rst_info *info,
-		    const struct ldr_rst_plan *plan, uint8_t *out, char *why, size_t whylen)
+long cdc_rst_splice(const uint8_t *jpg, size_t len, const struct cdc_rst_info *info,
+		    const struct cdc_rst_plan *plan, uint8_t *out, char *why, size_t whylen)
 {
 	uint64_t total = (uint64_t)info->segs_x * info->mcus_y;
 	uint64_t last = ((uint64_t)plan->row1 - 1) * info->segs_x + plan->seg_x1 - 1;
@@ -233,93 +195,4 @@ long ldr_rst_splice(const uint8_t *jpg, size_t len, const struct ldr_rst_info *i
 	out[o++] = 0xFF;
 	out[o++] = 0xD9;
 	return (long)o;
-}
-
-/* ---- the rewrite (dpack) ---- */
-
-struct rw_err {
-	struct jpeg_error_mgr pub;
-	jmp_buf jb;
-	unsigned char *mem;        /* jpeg_mem_dest's buffer: in memory, so valid after longjmp */
-	unsigned long memlen;
-};
-
-static void rw_error(j_common_ptr c)
-{
-	longjmp(((struct rw_err *)(void *)c->err)->jb, 1);
-}
-
-/* Corrupt-data warnings fail the rewrite, as they fail a decode (loader/decode.c). */
-static void rw_message(j_common_ptr c, int level)
-{
-	if (level < 0 && c->err->msg_code != JWRN_EXTRANEOUS_DATA)
-		longjmp(((struct rw_err *)(void *)c->err)->jb, 1);
-}
-
-int ldr_jpeg_transcode(const uint8_t *jpg, size_t len, int optimize, long seg_px, uint8_t **out,
-		       size_t *outlen, char *why, size_t whylen)
-{
-	struct jpeg_decompress_struct src;
-	struct jpeg_compress_struct dst;
-	struct rw_err err;
-	volatile int have_dst = 0;
-
-	*out = NULL;
-	*outlen = 0;
-	memset(&src, 0, sizeof(src));
-	memset(&dst, 0, sizeof(dst));
-	src.err = dst.err = jpeg_std_error(&err.pub);
-	err.pub.error_exit = rw_error;
-	err.pub.emit_message = rw_message;
-	err.mem = NULL;
-	err.memlen = 0;
-	if (setjmp(err.jb)) {
-		char msg[JMSG_LENGTH_MAX];
-		err.pub.format_message((j_common_ptr)&src, msg);
-		snprintf(why, whylen, "JPEG rewrite: %s", msg);
-		if (have_dst)
-			jpeg_destroy_compress(&dst);
-		jpeg_destroy_decompress(&src);
-		free(err.mem);
-		return -EBADMSG;
-	}
-	jpeg_create_decompress(&src);
-	jpeg_mem_src(&src, jpg, (unsigned long)len);
-	jpeg_read_header(&src, TRUE);
-	jvirt_barray_ptr *coef = jpeg_read_coefficients(&src);
-	jpeg_create_compress(&dst);
-	have_dst = 1;
-	jpeg_mem_dest(&dst, &err.mem, &err.memlen);
-	jpeg_copy_critical_parameters(&src, &dst);  /* also the standard Huffman tables */
-	dst.optimize_coding = optimize ? TRUE : FALSE;
-
-	/* the largest divisor of the MCU row that is at most seg_px wide */
-	unsigned mcu_w = src.num_components == 1 ? 8 : 8 * (unsigned)src.max_h_samp_factor;
-	unsigned mcus_x = (src.image_width + mcu_w - 1) / mcu_w, interval = mcus_x;
-	if (seg_px > 0) {
-		for (interval = (unsigned)seg_px / mcu_w ? (unsigned)seg_px / mcu_w : 1;
-		     mcus_x % interval; interval--)
-			;
-	}
-	dst.restart_interval = seg_px < 0 ? 0 : interval;
-	jpeg_write_coefficients(&dst, coef);
-	jpeg_finish_compress(&dst);
-	jpeg_finish_decompress(&src);
-	jpeg_destroy_compress(&dst);
-	jpeg_destroy_decompress(&src);
-	*out = err.mem;
-	*outlen = err.memlen;
-	return 0;
-}
-
-int ldr_rst_rewrite(const uint8_t *jpg, size_t len, unsigned seg_px, struct dpk_record *r,
-		    uint8_t **out, size_t *outlen, char *why, size_t whylen)
-{
-	int ret = ldr_jpeg_transcode(jpg, len, 1, seg_px, out, outlen, why, whylen);
-
-	if (ret == 0) {
-		r->kind = DPK_KIND_JPEG_RST;
-		r->flags &= (uint8_t)~DPK_F_PROGRESSIVE;
-	}
-	return ret;
 }

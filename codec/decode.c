@@ -8,10 +8,10 @@
  * least the output's pixels in each direction, so the resize only ever shrinks or stays near 1.
  * Every path gives the window's pixels exactly as a full decode at the same scale would
  * (decode_rows()); tests/test_decode.c and the splice suites check it, on real photographs too. */
-#include "loader/decode.h"
-#include "loader/jpeg_idx.h"
-#include "loader/jpeg_rst.h"
-#include "loader/sampler.h"
+#include "codec/decode.h"
+#include "codec/jpeg_idx.h"
+#include "codec/jpeg_rst.h"
+#include "common/mix.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -35,14 +35,14 @@ struct err_mgr {
 	jmp_buf jb;
 };
 
-struct ldr_decoder {
+struct cdc_decoder {
 	struct jpeg_decompress_struct cinfo;
 	struct err_mgr err;
 	uint8_t *scratch;          /* decoded window rows, or a decompressed zstd record */
 	size_t scratch_size;
 	uint8_t *splice;           /* the small JPEG spliced from a restart- or bit-indexed record */
 	size_t splice_size;
-	struct ldr_idx_info *idx;  /* the parsed bit-indexed record (tables: too large a local) */
+	struct cdc_idx_info *idx;  /* the parsed bit-indexed record (tables: too large a local) */
 	ZSTD_DCtx *zd;
 	int32_t *xi;               /* resize tables: per output column, left and right byte offset */
 	uint32_t *xw;              /* and the weights in 1/256: left | right << 16 (pmaddwd pairs) */
@@ -50,17 +50,17 @@ struct ldr_decoder {
 	size_t hcap;               /* its capacity, in elements */
 	int avx2;                  /* the CPU has AVX2: resize's horizontal pass takes 4 pixels a step */
 	size_t xcap;
-	uint64_t max_pixels;       /* per JPEG frame; 0 = no bound (ldr_decoder_limit) */
+	uint64_t max_pixels;       /* per JPEG frame; 0 = no bound (cdc_decoder_limit) */
 };
 
 /* ---- crop windows ---- */
 
 static double uniform(uint64_t key, uint64_t *ctr)
 {
-	return (double)(ldr_mix(key, (*ctr)++, 0x52414e44ull) >> 11) * (1.0 / 9007199254740992.0);
+	return (double)(mix3(key, (*ctr)++, 0x52414e44ull) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-void ldr_crop_random(uint32_t w, uint32_t h, uint64_t key, struct ldr_crop *out)
+void cdc_crop_random(uint32_t w, uint32_t h, uint64_t key, struct cdc_crop *out)
 {
 	const double lo = log(3.0 / 4.0), hi = log(4.0 / 3.0);
 	double area = (double)w * h;
@@ -98,7 +98,7 @@ void ldr_crop_random(uint32_t w, uint32_t h, uint64_t key, struct ldr_crop *out)
 	out->y = (h - out->h) / 2;
 }
 
-void ldr_crop_center(uint32_t w, uint32_t h, uint32_t out_h, uint32_t out_w, struct ldr_crop *out)
+void cdc_crop_center(uint32_t w, uint32_t h, uint32_t out_h, uint32_t out_w, struct cdc_crop *out)
 {
 	uint32_t short_side = w < h ? w : h, out_short = out_w < out_h ? out_w : out_h;
 	double resize = floor(out_short / 0.875);  /* torchvision: Resize(int(224 / 0.875)) = 256 */
@@ -118,7 +118,7 @@ void ldr_crop_center(uint32_t w, uint32_t h, uint32_t out_h, uint32_t out_w, str
 	out->y = (h - out->h) / 2;
 }
 
-unsigned ldr_jpeg_scale(const struct ldr_crop *crop, uint32_t out_h, uint32_t out_w)
+unsigned cdc_jpeg_scale(const struct cdc_crop *crop, uint32_t out_h, uint32_t out_w)
 {
 	for (unsigned den = 8; den > 1; den /= 2)
 		if (crop->w >= (uint64_t)out_w * den && crop->h >= (uint64_t)out_h * den)
@@ -141,9 +141,9 @@ static void on_message(j_common_ptr c, int level)
 		longjmp(((struct err_mgr *)(void *)c->err)->jb, 1);
 }
 
-int ldr_decoder_create(struct ldr_decoder **out)
+int cdc_decoder_create(struct cdc_decoder **out)
 {
-	struct ldr_decoder *d = calloc(1, sizeof(*d));
+	struct cdc_decoder *d = calloc(1, sizeof(*d));
 
 	*out = NULL;
 	if (!d)
@@ -157,14 +157,14 @@ int ldr_decoder_create(struct ldr_decoder **out)
 	jpeg_create_decompress(&d->cinfo);
 	d->zd = ZSTD_createDCtx();
 	if (!d->zd) {
-		ldr_decoder_destroy(d);
+		cdc_decoder_destroy(d);
 		return -ENOMEM;
 	}
 	*out = d;
 	return 0;
 }
 
-void ldr_decoder_limit(struct ldr_decoder *d, uint64_t max_pixels)
+void cdc_decoder_limit(struct cdc_decoder *d, uint64_t max_pixels)
 {
 	d->max_pixels = max_pixels;
 	/* libjpeg's own allocations (progressive coefficient buffers: 2 bytes per coefficient,
@@ -179,7 +179,7 @@ void ldr_decoder_limit(struct ldr_decoder *d, uint64_t max_pixels)
 	ZSTD_DCtx_setParameter(d->zd, ZSTD_d_windowLogMax, log);
 }
 
-void ldr_decoder_destroy(struct ldr_decoder *d)
+void cdc_decoder_destroy(struct cdc_decoder *d)
 {
 	if (!d)
 		return;
@@ -197,13 +197,13 @@ void ldr_decoder_destroy(struct ldr_decoder *d)
 /* The horizontal pass loads 4 elements at a pixel's 3: one past the row's last pixel. */
 #define HROW_PAD 4
 
-size_t ldr_decoder_held(const struct ldr_decoder *d)
+size_t cdc_decoder_held(const struct cdc_decoder *d)
 {
 	return d->scratch_size + d->splice_size + d->xcap * (2 * sizeof(*d->xi) + sizeof(*d->xw)) +
 	       (d->hrow ? (d->hcap + HROW_PAD) * sizeof(*d->hrow) : 0);
 }
 
-void ldr_decoder_trim(struct ldr_decoder *d, size_t keep)
+void cdc_decoder_trim(struct cdc_decoder *d, size_t keep)
 {
 	if (d->scratch_size > keep) {
 		free(d->scratch);
@@ -218,8 +218,8 @@ void ldr_decoder_trim(struct ldr_decoder *d, size_t keep)
 }
 
 /* Grow-only buffers: after the first few samples a worker never allocates again (but after an
- * outlier, which ldr_decoder_trim lets go). */
-static int reserve(struct ldr_decoder *d, size_t n)
+ * outlier, which cdc_decoder_trim lets go). */
+static int reserve(struct cdc_decoder *d, size_t n)
 {
 	if (n <= d->scratch_size)
 		return 0;
@@ -231,7 +231,7 @@ static int reserve(struct ldr_decoder *d, size_t n)
 	return 0;
 }
 
-static int reserve_x(struct ldr_decoder *d, size_t w, size_t src_row)
+static int reserve_x(struct cdc_decoder *d, size_t w, size_t src_row)
 {
 	if (w > d->xcap) {
 		int32_t *xi = realloc(d->xi, 2 * w * sizeof(*xi));
@@ -345,8 +345,8 @@ static inline uint8_t blend1(const uint16_t *v, const int32_t *xi, const uint32_
  * halves the time of the horizontal-first one, as the gathers run once per output row instead of
  * once per source row. The DCT scale has already done the bulk of any shrink (an averaging
  * filter), so what is left is a factor below 2 and bilinear does not alias. */
-static int resize(struct ldr_decoder *d, const uint8_t *src, uint32_t src_w, uint32_t src_h,
-		  size_t stride, double x0, double y0, double sw, double sh, const struct ldr_out *o,
+static int resize(struct cdc_decoder *d, const uint8_t *src, uint32_t src_w, uint32_t src_h,
+		  size_t stride, double x0, double y0, double sw, double sh, const struct cdc_out *o,
 		  uint8_t *dst)
 {
 	const size_t plane = (size_t)o->h * o->w;
@@ -432,8 +432,8 @@ static int resize(struct ldr_decoder *d, const uint8_t *src, uint32_t src_w, uin
 	return 0;
 }
 
-/* Is a @w x @h frame above the decoder's limit (ldr_decoder_limit)? 1 with @why set, else 0. */
-static int too_many_pixels(const struct ldr_decoder *d, uint32_t w, uint32_t h, char *why,
+/* Is a @w x @h frame above the decoder's limit (cdc_decoder_limit)? 1 with @why set, else 0. */
+static int too_many_pixels(const struct cdc_decoder *d, uint32_t w, uint32_t h, char *why,
 			   size_t whylen)
 {
 	if (!d->max_pixels || (uint64_t)w * h <= d->max_pixels)
@@ -445,7 +445,7 @@ static int too_many_pixels(const struct ldr_decoder *d, uint32_t w, uint32_t h, 
 
 /* Clip @crop to a @w x @h stream: the window was planned from the index, and the stream has the
  * last word on the size. A window that starts outside the image becomes the whole image. */
-static void clip_window(struct ldr_crop *win, uint32_t w, uint32_t h)
+static void clip_window(struct cdc_crop *win, uint32_t w, uint32_t h)
 {
 	if (win->x >= w || win->y >= h) {
 		win->x = win->y = 0;
@@ -492,12 +492,12 @@ static int fancy_across_columns(const struct jpeg_decompress_struct *c)
  * plainly (libjpeg re-chooses the upsampler for the crop's width), so the crop is at least
  * FANCY_MIN_W pixels wide. */
 #define FANCY_MIN_W 6u
-static __attribute__((noinline)) int rows_body(struct ldr_decoder *d, const uint8_t *jpg,
-		size_t len, const struct ldr_crop *crop, unsigned den, uint32_t out_h, uint32_t out_w,
-		struct ldr_window *win, char *why, size_t whylen)
+static __attribute__((noinline)) int rows_body(struct cdc_decoder *d, const uint8_t *jpg,
+		size_t len, const struct cdc_crop *crop, unsigned den, uint32_t out_h, uint32_t out_w,
+		struct cdc_window *win, char *why, size_t whylen)
 {
 	struct jpeg_decompress_struct *c = &d->cinfo;
-	struct ldr_crop cw0 = *crop;
+	struct cdc_crop cw0 = *crop;
 
 	jpeg_mem_src(c, jpg, (unsigned long)len);
 	jpeg_read_header(c, TRUE);
@@ -507,7 +507,7 @@ static __attribute__((noinline)) int rows_body(struct ldr_decoder *d, const uint
 	}
 	clip_window(&cw0, c->image_width, c->image_height);
 	if (!den)
-		den = ldr_jpeg_scale(&cw0, out_h, out_w);
+		den = cdc_jpeg_scale(&cw0, out_h, out_w);
 	c->out_color_space = JCS_RGB;
 	c->scale_num = 1;
 	c->scale_denom = den;
@@ -571,9 +571,9 @@ static __attribute__((noinline)) int rows_body(struct ldr_decoder *d, const uint
 }
 
 /* libjpeg's errors longjmp here; rows_body() holds every local that changes after the setjmp. */
-static int decode_rows(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
-		       const struct ldr_crop *crop, unsigned den, uint32_t out_h, uint32_t out_w,
-		       struct ldr_window *win, char *why, size_t whylen)
+static int decode_rows(struct cdc_decoder *d, const uint8_t *jpg, size_t len,
+		       const struct cdc_crop *crop, unsigned den, uint32_t out_h, uint32_t out_w,
+		       struct cdc_window *win, char *why, size_t whylen)
 {
 	struct jpeg_decompress_struct *c = &d->cinfo;
 
@@ -587,15 +587,15 @@ static int decode_rows(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
 	return rows_body(d, jpg, len, crop, den, out_h, out_w, win, why, whylen);
 }
 
-int ldr_jpeg_window(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
-		    const struct ldr_crop *crop, uint32_t out_h, uint32_t out_w,
-		    struct ldr_window *win, char *why, size_t whylen)
+int cdc_jpeg_window(struct cdc_decoder *d, const uint8_t *jpg, size_t len,
+		    const struct cdc_crop *crop, uint32_t out_h, uint32_t out_w,
+		    struct cdc_window *win, char *why, size_t whylen)
 {
 	return decode_rows(d, jpg, len, crop, 0, out_h, out_w, win, why, whylen);
 }
 
 /* Grow the splice buffer to @need bytes. */
-static int reserve_splice(struct ldr_decoder *d, size_t need, char *why, size_t whylen)
+static int reserve_splice(struct cdc_decoder *d, size_t need, char *why, size_t whylen)
 {
 	if (need > d->splice_size) {
 		uint8_t *p = realloc(d->splice, need);
@@ -612,11 +612,11 @@ static int reserve_splice(struct ldr_decoder *d, size_t need, char *why, size_t 
 /* Decode the window @c (record pixels) of the splice d->splice[0, n) that starts at @plan's
  * top-left, and move the window's origin back into the record's pixels. The splice starts on an
  * MCU boundary, a multiple of 8 pixels: exact at every scale. */
-static int decode_splice(struct ldr_decoder *d, long n, const struct ldr_crop *c,
-			 const struct ldr_rst_plan *plan, unsigned den, uint32_t out_h,
-			 uint32_t out_w, struct ldr_window *win, char *why, size_t whylen)
+static int decode_splice(struct cdc_decoder *d, long n, const struct cdc_crop *c,
+			 const struct cdc_rst_plan *plan, unsigned den, uint32_t out_h,
+			 uint32_t out_w, struct cdc_window *win, char *why, size_t whylen)
 {
-	struct ldr_crop rel = { c->x - plan->x, c->y - plan->y, c->w, c->h };
+	struct cdc_crop rel = { c->x - plan->x, c->y - plan->y, c->w, c->h };
 	int ret = decode_rows(d, d->splice, (size_t)n, &rel, den, out_h, out_w, win, why,
 			      whylen);
 
@@ -627,15 +627,15 @@ static int decode_splice(struct ldr_decoder *d, long n, const struct ldr_crop *c
 	return ret;
 }
 
-int ldr_jpeg_rst_window(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
-			const struct ldr_crop *crop, uint32_t out_h, uint32_t out_w,
-			struct ldr_window *win, char *why, size_t whylen)
+int cdc_jpeg_rst_window(struct cdc_decoder *d, const uint8_t *jpg, size_t len,
+			const struct cdc_crop *crop, uint32_t out_h, uint32_t out_w,
+			struct cdc_window *win, char *why, size_t whylen)
 {
-	struct ldr_rst_info info;
-	struct ldr_rst_plan plan;
-	struct ldr_crop c = *crop;
+	struct cdc_rst_info info;
+	struct cdc_rst_plan plan;
+	struct cdc_crop c = *crop;
 	char tmp[160];
-	int ret = ldr_rst_parse(jpg, len, &info, tmp, sizeof(tmp));
+	int ret = cdc_rst_parse(jpg, len, &info, tmp, sizeof(tmp));
 
 	if (ret < 0) {
 		snprintf(why, whylen, "JPEG: %s", tmp);
@@ -644,15 +644,15 @@ int ldr_jpeg_rst_window(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
 	if (too_many_pixels(d, info.width, info.height, why, whylen))
 		return -EBADMSG;
 	clip_window(&c, info.width, info.height);
-	ldr_rst_plan(&info, c.x, c.y, c.w, c.h, &plan);
-	unsigned den = ldr_jpeg_scale(&c, out_h, out_w);
+	cdc_rst_plan(&info, c.x, c.y, c.w, c.h, &plan);
+	unsigned den = cdc_jpeg_scale(&c, out_h, out_w);
 	if (plan.whole)
 		return decode_rows(d, jpg, len, &c, den, out_h, out_w, win, why, whylen);
 
-	ret = reserve_splice(d, ldr_rst_splice_bound(len), why, whylen);
+	ret = reserve_splice(d, cdc_rst_splice_bound(len), why, whylen);
 	if (ret < 0)
 		return ret;
-	long n = ldr_rst_splice(jpg, len, &info, &plan, d->splice, tmp, sizeof(tmp));
+	long n = cdc_rst_splice(jpg, len, &info, &plan, d->splice, tmp, sizeof(tmp));
 	if (n < 0) {
 		snprintf(why, whylen, "JPEG: %s", tmp);
 		return (int)n;
@@ -660,15 +660,15 @@ int ldr_jpeg_rst_window(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
 	return decode_splice(d, n, &c, &plan, den, out_h, out_w, win, why, whylen);
 }
 
-/* Body of ldr_jpeg_idx_window with the parsed record (a large struct) in @info. */
-static int idx_window(struct ldr_decoder *d, const uint8_t *rec, size_t len,
-		      struct ldr_idx_info *info, const struct ldr_crop *crop, uint32_t out_h,
-		      uint32_t out_w, struct ldr_window *win, char *why, size_t whylen)
+/* Body of cdc_jpeg_idx_window with the parsed record (a large struct) in @info. */
+static int idx_window(struct cdc_decoder *d, const uint8_t *rec, size_t len,
+		      struct cdc_idx_info *info, const struct cdc_crop *crop, uint32_t out_h,
+		      uint32_t out_w, struct cdc_window *win, char *why, size_t whylen)
 {
-	struct ldr_rst_plan plan;
-	struct ldr_crop c = *crop;
+	struct cdc_rst_plan plan;
+	struct cdc_crop c = *crop;
 	char tmp[160];
-	int ret = ldr_idx_parse(rec, len, info, tmp, sizeof(tmp));
+	int ret = cdc_idx_parse(rec, len, info, tmp, sizeof(tmp));
 
 	if (ret < 0) {
 		snprintf(why, whylen, "JPEG index: %s", tmp);
@@ -677,14 +677,14 @@ static int idx_window(struct ldr_decoder *d, const uint8_t *rec, size_t len,
 	if (too_many_pixels(d, info->geo.width, info->geo.height, why, whylen))
 		return -EBADMSG;
 	clip_window(&c, info->geo.width, info->geo.height);
-	ldr_rst_plan(&info->geo, c.x, c.y, c.w, c.h, &plan);
-	unsigned den = ldr_jpeg_scale(&c, out_h, out_w);
+	cdc_rst_plan(&info->geo, c.x, c.y, c.w, c.h, &plan);
+	unsigned den = cdc_jpeg_scale(&c, out_h, out_w);
 	if (plan.whole)  /* the record as it is: the trailer after EOI is ignored by libjpeg */
 		return decode_rows(d, rec, len, &c, den, out_h, out_w, win, why, whylen);
-	ret = reserve_splice(d, ldr_idx_splice_bound(info, &plan), why, whylen);
+	ret = reserve_splice(d, cdc_idx_splice_bound(info, &plan), why, whylen);
 	if (ret < 0)
 		return ret;
-	long n = ldr_idx_splice(rec, info, &plan, d->splice, tmp, sizeof(tmp));
+	long n = cdc_idx_splice(rec, info, &plan, d->splice, tmp, sizeof(tmp));
 	if (n < 0) {
 		snprintf(why, whylen, "JPEG index: %s", tmp);
 		return (int)n;
@@ -692,9 +692,9 @@ static int idx_window(struct ldr_decoder *d, const uint8_t *rec, size_t len,
 	return decode_splice(d, n, &c, &plan, den, out_h, out_w, win, why, whylen);
 }
 
-int ldr_jpeg_idx_window(struct ldr_decoder *d, const uint8_t *rec, size_t len,
-			const struct ldr_crop *crop, uint32_t out_h, uint32_t out_w,
-			struct ldr_window *win, char *why, size_t whylen)
+int cdc_jpeg_idx_window(struct cdc_decoder *d, const uint8_t *rec, size_t len,
+			const struct cdc_crop *crop, uint32_t out_h, uint32_t out_w,
+			struct cdc_window *win, char *why, size_t whylen)
 {
 	if (!d->idx && !(d->idx = malloc(sizeof(*d->idx)))) {
 		snprintf(why, whylen, "out of memory for a JPEG index");
@@ -703,39 +703,39 @@ int ldr_jpeg_idx_window(struct ldr_decoder *d, const uint8_t *rec, size_t len,
 	return idx_window(d, rec, len, d->idx, crop, out_h, out_w, win, why, whylen);
 }
 
-int ldr_decode_jpeg_idx(struct ldr_decoder *d, const uint8_t *rec, size_t len,
-			const struct ldr_crop *crop, const struct ldr_out *o, uint8_t *dst,
+int cdc_decode_jpeg_idx(struct cdc_decoder *d, const uint8_t *rec, size_t len,
+			const struct cdc_crop *crop, const struct cdc_out *o, uint8_t *dst,
 			char *why, size_t whylen)
 {
-	struct ldr_window w;
-	int ret = ldr_jpeg_idx_window(d, rec, len, crop, o->h, o->w, &w, why, whylen);
+	struct cdc_window w;
+	int ret = cdc_jpeg_idx_window(d, rec, len, crop, o->h, o->w, &w, why, whylen);
 
 	return ret < 0 ? ret : resize(d, w.px, w.w, w.h, w.stride, w.x0, w.y0, w.sw, w.sh, o, dst);
 }
 
-int ldr_decode_jpeg(struct ldr_decoder *d, const uint8_t *jpg, size_t len, const struct ldr_crop *crop,
-		    const struct ldr_out *o, uint8_t *dst, char *why, size_t whylen)
+int cdc_decode_jpeg(struct cdc_decoder *d, const uint8_t *jpg, size_t len, const struct cdc_crop *crop,
+		    const struct cdc_out *o, uint8_t *dst, char *why, size_t whylen)
 {
-	struct ldr_window w;
-	int ret = ldr_jpeg_window(d, jpg, len, crop, o->h, o->w, &w, why, whylen);
+	struct cdc_window w;
+	int ret = cdc_jpeg_window(d, jpg, len, crop, o->h, o->w, &w, why, whylen);
 
 	return ret < 0 ? ret : resize(d, w.px, w.w, w.h, w.stride, w.x0, w.y0, w.sw, w.sh, o, dst);
 }
 
-int ldr_decode_jpeg_rst(struct ldr_decoder *d, const uint8_t *jpg, size_t len,
-			const struct ldr_crop *crop, const struct ldr_out *o, uint8_t *dst,
+int cdc_decode_jpeg_rst(struct cdc_decoder *d, const uint8_t *jpg, size_t len,
+			const struct cdc_crop *crop, const struct cdc_out *o, uint8_t *dst,
 			char *why, size_t whylen)
 {
-	struct ldr_window w;
-	int ret = ldr_jpeg_rst_window(d, jpg, len, crop, o->h, o->w, &w, why, whylen);
+	struct cdc_window w;
+	int ret = cdc_jpeg_rst_window(d, jpg, len, crop, o->h, o->w, &w, why, whylen);
 
 	if (ret == -ENOTSUP)  /* a JPEG, but not one that splices: decode it the usual way */
-		return ldr_decode_jpeg(d, jpg, len, crop, o, dst, why, whylen);
+		return cdc_decode_jpeg(d, jpg, len, crop, o, dst, why, whylen);
 	return ret < 0 ? ret : resize(d, w.px, w.w, w.h, w.stride, w.x0, w.y0, w.sw, w.sh, o, dst);
 }
 
-int ldr_decode_raw(struct ldr_decoder *d, const uint8_t *src, uint32_t h, uint32_t w, uint32_t c,
-		   const struct ldr_crop *crop, const struct ldr_out *o, uint8_t *dst)
+int cdc_decode_raw(struct cdc_decoder *d, const uint8_t *src, uint32_t h, uint32_t w, uint32_t c,
+		   const struct cdc_crop *crop, const struct cdc_out *o, uint8_t *dst)
 {
 	if (o->h == 0) {
 		memcpy(dst, src, (size_t)h * w * c);
@@ -748,7 +748,7 @@ int ldr_decode_raw(struct ldr_decoder *d, const uint8_t *src, uint32_t h, uint32
 	return resize(d, src, w, h, (size_t)w * 3, crop->x, crop->y, crop->w, crop->h, o, dst);
 }
 
-const uint8_t *ldr_decode_zstd(struct ldr_decoder *d, const uint8_t *src, size_t len, size_t raw,
+const uint8_t *cdc_decode_zstd(struct cdc_decoder *d, const uint8_t *src, size_t len, size_t raw,
 			       char *why, size_t whylen)
 {
 	if (reserve(d, raw ? raw : 1) < 0) {
