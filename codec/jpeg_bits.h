@@ -10,28 +10,14 @@
 #include <string.h>
 
 #include "codec/jpeg_hdr.h"
+#include "common/bytes.h"
+#include "common/err.h"
+
+/* A reason that is a fixed string (most of the parsers' refusals). */
+#define bad(why, whylen, ret, msg) err_set((why), (whylen), (ret), "%s", (msg))
 
 /* The magic at the end of a jpeg+idx record's footer (docs/FORMAT.md, "jpeg+idx"). */
 static const uint8_t idx_magic[6] = { 'J', 'P', 'G', 'I', 'D', 'X' };
-
-static inline int bad(char *why, size_t whylen, int ret, const char *msg)
-{
-	snprintf(why, whylen, "%s", msg);
-	return ret;
-}
-
-static inline uint32_t le32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static inline uint64_t be64(const uint8_t *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, 8);
-	return __builtin_bswap64(v);
-}
 
 /* Nonzero when a byte of @x is 0xFF. */
 static inline uint64_t has_ff64(uint64_t x)

@@ -10,11 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static unsigned be16(const uint8_t *p)
-{
-	return (unsigned)p[0] << 8 | p[1];
-}
-
 void cdc_jpeg_geometry(struct cdc_rst_info *g, unsigned ncomp)
 {
 	if (ncomp == 1)  /* a non-interleaved scan: the MCU is one block */

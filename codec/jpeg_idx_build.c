@@ -19,18 +19,6 @@
 
 #include <xxhash.h>
 
-static void put_le16(uint8_t *p, unsigned v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-	put_le16(p, v & 0xFFFF);
-	put_le16(p + 2, v >> 16);
-}
-
 /* Every DC category of 8-bit data (0..11) has a code: any DC difference can be re-coded. */
 static int dc_complete(const struct cdc_huff *h)
 {

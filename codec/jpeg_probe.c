@@ -4,29 +4,14 @@
  * for EOI after the first scan header: entropy-coded data byte-stuffs 0xFF as FF 00, so FF D9
  * there can only be the real EOI (an EXIF thumbnail's EOI sits before the first SOS). */
 #include "codec/jpeg_probe.h"
+#include "common/bytes.h"
+#include "common/err.h"
 #include "formats/dpk.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-static int fail(char *err, size_t errlen, int ret, const char *fmt, ...)
-{
-	if (err && errlen) {
-		va_list ap;
-
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return ret;
-}
-
-static unsigned be16(const uint8_t *p)
-{
-	return (unsigned)p[0] << 8 | p[1];
-}
 
 static int classify(const uint8_t *comp, unsigned nf)
 {
@@ -56,13 +41,13 @@ int cdc_jpeg_segment(const uint8_t *jpg, size_t len, size_t *pos, struct cdc_jpe
 	size_t at = *pos;
 
 	if (at >= len)
-		return fail(why, whylen, -EBADMSG, "truncated in the headers at byte %zu", at);
+		return err_set(why, whylen, -EBADMSG, "truncated in the headers at byte %zu", at);
 	if (jpg[at] != 0xFF)
-		return fail(why, whylen, -EBADMSG, "expected a marker at byte %zu", at);
+		return err_set(why, whylen, -EBADMSG, "expected a marker at byte %zu", at);
 	while (at < len && jpg[at] == 0xFF)  /* fill bytes */
 		at++;
 	if (at >= len)
-		return fail(why, whylen, -EBADMSG, "truncated in the headers at byte %zu", at);
+		return err_set(why, whylen, -EBADMSG, "truncated in the headers at byte %zu", at);
 	s->m = jpg[at++];
 	s->p = NULL;
 	s->n = 0;
@@ -71,10 +56,10 @@ int cdc_jpeg_segment(const uint8_t *jpg, size_t len, size_t *pos, struct cdc_jpe
 		return 0;
 	}
 	if (len - at < 2)
-		return fail(why, whylen, -EBADMSG, "truncated in marker FF%02X", s->m);
+		return err_set(why, whylen, -EBADMSG, "truncated in marker FF%02X", s->m);
 	size_t seg = be16(jpg + at);
 	if (seg < 2 || seg > len - at)
-		return fail(why, whylen, -EBADMSG, "marker FF%02X length %zu runs past the end", s->m,
+		return err_set(why, whylen, -EBADMSG, "marker FF%02X length %zu runs past the end", s->m,
 			    seg);
 	s->p = jpg + at + 2;
 	s->n = seg - 2;
@@ -90,7 +75,7 @@ int cdc_jpeg_probe(const void *data, size_t len, struct cdc_jpeg_info *out, char
 
 	memset(out, 0, sizeof(*out));
 	if (len < 4 || p[0] != 0xFF || p[1] != 0xD8)
-		return fail(err, errlen, -EBADMSG, "not a JPEG (no SOI marker)");
+		return err_set(err, errlen, -EBADMSG, "not a JPEG (no SOI marker)");
 
 	for (;;) {
 		struct cdc_jpeg_seg sg;
@@ -101,33 +86,33 @@ int cdc_jpeg_probe(const void *data, size_t len, struct cdc_jpeg_info *out, char
 		if (m == 0x01 || (m >= 0xD0 && m <= 0xD7))
 			continue;  /* standalone markers */
 		if (m == 0xD8 || m == 0xD9 || m == 0x00)
-			return fail(err, errlen, -EBADMSG, "unexpected marker FF%02X before the first scan", m);
+			return err_set(err, errlen, -EBADMSG, "unexpected marker FF%02X before the first scan", m);
 		size_t seg = sg.n + 2;
 		const uint8_t *s = sg.p;  /* segment payload, seg - 2 bytes */
 
 		int is_sof = m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
 		if (is_sof) {
 			if (have_sof)
-				return fail(err, errlen, -EBADMSG, "second frame header");
+				return err_set(err, errlen, -EBADMSG, "second frame header");
 			if (m != 0xC0 && m != 0xC1 && m != 0xC2 && m != 0xC9 && m != 0xCA)
-				return fail(err, errlen, -ENOTSUP, "unsupported JPEG process (SOF%u)", m - 0xC0);
+				return err_set(err, errlen, -ENOTSUP, "unsupported JPEG process (SOF%u)", m - 0xC0);
 			if (seg < 8)
-				return fail(err, errlen, -EBADMSG, "frame header too short");
+				return err_set(err, errlen, -EBADMSG, "frame header too short");
 			unsigned prec = s[0], h = be16(s + 1), w = be16(s + 3), nf = s[5];
 			if (seg != 8 + 3 * nf)
-				return fail(err, errlen, -EBADMSG, "frame header length %zu for %u components", seg, nf);
+				return err_set(err, errlen, -EBADMSG, "frame header length %zu for %u components", seg, nf);
 			if (prec != 8)
-				return fail(err, errlen, -ENOTSUP, "%u-bit samples (only 8-bit)", prec);
+				return err_set(err, errlen, -ENOTSUP, "%u-bit samples (only 8-bit)", prec);
 			if (h == 0)
-				return fail(err, errlen, -ENOTSUP, "height defined by DNL");
+				return err_set(err, errlen, -ENOTSUP, "height defined by DNL");
 			if (w == 0)
-				return fail(err, errlen, -EBADMSG, "zero width");
+				return err_set(err, errlen, -EBADMSG, "zero width");
 			if (nf != 1 && nf != 3)
-				return fail(err, errlen, -ENOTSUP, "%u components (only gray or YCbCr)", nf);
+				return err_set(err, errlen, -ENOTSUP, "%u components (only gray or YCbCr)", nf);
 			for (unsigned i = 0; i < nf; i++) {
 				unsigned hv = s[6 + 3 * i + 1];
 				if ((hv >> 4) < 1 || (hv >> 4) > 4 || (hv & 15) < 1 || (hv & 15) > 4)
-					return fail(err, errlen, -EBADMSG, "component %u sampling factors 0x%02X", i, hv);
+					return err_set(err, errlen, -EBADMSG, "component %u sampling factors 0x%02X", i, hv);
 			}
 			out->width = w;
 			out->height = h;
@@ -137,12 +122,12 @@ int cdc_jpeg_probe(const void *data, size_t len, struct cdc_jpeg_info *out, char
 			have_sof = 1;
 		} else if (m == 0xDA) {
 			if (!have_sof)
-				return fail(err, errlen, -EBADMSG, "scan before the frame header");
+				return err_set(err, errlen, -EBADMSG, "scan before the frame header");
 			size_t scan = pos;
 			for (size_t i = len - 2; i + 1 > scan; i--)
 				if (p[i] == 0xFF && p[i + 1] == 0xD9)
 					return 0;
-			return fail(err, errlen, -EBADMSG, "truncated: no EOI after the scan data");
+			return err_set(err, errlen, -EBADMSG, "truncated: no EOI after the scan data");
 		}
 	}
 }

@@ -27,11 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-static unsigned be16(const uint8_t *p)
-{
-	return (unsigned)p[0] << 8 | p[1];
-}
-
 int cdc_rst_parse(const uint8_t *jpg, size_t len, struct cdc_rst_info *info, char *why,
 		  size_t whylen)
 {

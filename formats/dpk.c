@@ -9,6 +9,7 @@
  * (64 bytes a sample), and on finish appends class table and index, writes the header last,
  * fsyncs and renames: the target path either holds a complete dataset or is untouched. */
 #include "formats/dpk.h"
+#include "common/err.h"
 
 #include "common/afile.h"
 #include "common/fdio.h"
@@ -40,21 +41,6 @@ struct dpk {
 	uint8_t identity[DPK_IDENTITY_SIZE]; /* XXH3-128 of the index, seeded by the class table's
 					      * checksum: computed once here (dpk_identity) */
 };
-
-static int fail(char *err, size_t errlen, int ret, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int ret, const char *fmt, ...)
-{
-	if (err && errlen) {
-		va_list ap;
-
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return ret;
-}
 
 /* pread exactly @len bytes at @off. Returns 0, -EBADMSG at EOF, or -errno. */
 static int pread_full(int fd, void *buf, size_t len, uint64_t off)
@@ -159,36 +145,36 @@ static int check_header(const struct dpk_header *h, uint64_t st_size, char *err,
 	uint64_t end;
 
 	if (memcmp(h->magic, DPK_MAGIC, 8) != 0)
-		return fail(err, errlen, -EBADMSG, "not a dpk file (bad magic)");
+		return err_set(err, errlen, -EBADMSG, "not a dpk file (bad magic)");
 	if (h->version != DPK_VERSION)
-		return fail(err, errlen, -EPROTO, "format version %u; this build reads version %u",
+		return err_set(err, errlen, -EPROTO, "format version %u; this build reads version %u",
 			    h->version, DPK_VERSION);
 	if (XXH3_64bits(h, offsetof(struct dpk_header, header_xxh3)) != h->header_xxh3)
-		return fail(err, errlen, -EBADMSG, "header checksum mismatch");
+		return err_set(err, errlen, -EBADMSG, "header checksum mismatch");
 	if (h->header_size != DPK_HEADER_SIZE || h->entry_size != sizeof(struct dpk_entry) ||
 	    h->data_offset != DPK_HEADER_SIZE)
-		return fail(err, errlen, -EBADMSG, "header: bad header_size, entry_size or data_offset");
+		return err_set(err, errlen, -EBADMSG, "header: bad header_size, entry_size or data_offset");
 	if (h->file_size != st_size)
-		return fail(err, errlen, -EBADMSG, "file is %llu bytes, header says %llu (truncated or appended to)",
+		return err_set(err, errlen, -EBADMSG, "file is %llu bytes, header says %llu (truncated or appended to)",
 			    (unsigned long long)st_size, (unsigned long long)h->file_size);
 	if (h->count > UINT64_MAX / sizeof(struct dpk_entry) ||
 	    h->index_size != h->count * sizeof(struct dpk_entry))
-		return fail(err, errlen, -EBADMSG, "header: index size does not match %llu samples",
+		return err_set(err, errlen, -EBADMSG, "header: index size does not match %llu samples",
 			    (unsigned long long)h->count);
 	if (add_overflows(h->data_offset, h->data_size, &end) || end != h->classes_offset ||
 	    add_overflows(h->classes_offset, h->classes_size, &end) || end != h->index_offset ||
 	    add_overflows(h->index_offset, h->index_size, &end) || end != h->file_size)
-		return fail(err, errlen, -EBADMSG, "header: sections do not tile the file");
+		return err_set(err, errlen, -EBADMSG, "header: sections do not tile the file");
 	if (h->index_offset % DPK_INDEX_ALIGN)
-		return fail(err, errlen, -EBADMSG, "header: index offset %llu is not %u-byte aligned",
+		return err_set(err, errlen, -EBADMSG, "header: index offset %llu is not %u-byte aligned",
 			    (unsigned long long)h->index_offset, DPK_INDEX_ALIGN);
 	if (h->classes_size > CLASSES_SIZE_MAX || h->classes_size < 4ull * h->class_count)
-		return fail(err, errlen, -EBADMSG, "header: class table size %llu for %u classes",
+		return err_set(err, errlen, -EBADMSG, "header: class table size %llu for %u classes",
 			    (unsigned long long)h->classes_size, h->class_count);
 	if (h->kinds & ~(uint32_t)((1u << (DPK_KIND_MAX + 1)) - 2))
-		return fail(err, errlen, -EBADMSG, "header: unknown record kinds 0x%x", h->kinds);
+		return err_set(err, errlen, -EBADMSG, "header: unknown record kinds 0x%x", h->kinds);
 	if (h->reserved0 || h->reserved[0] || h->reserved[1] || h->reserved[2] || h->reserved[3])
-		return fail(err, errlen, -EBADMSG, "header: reserved fields are not zero");
+		return err_set(err, errlen, -EBADMSG, "header: reserved fields are not zero");
 	return 0;
 }
 
@@ -210,11 +196,11 @@ static int load_classes(struct dpk *d, char *err, size_t errlen)
 	}
 	ret = pread_full(d->fd, raw, h->classes_size, h->classes_offset);
 	if (ret < 0) {
-		fail(err, errlen, ret, "reading the class table: %s", strerror(-ret));
+		err_set(err, errlen, ret, "reading the class table: %s", strerror(-ret));
 		goto out;
 	}
 	if (XXH3_64bits(raw, h->classes_size) != h->classes_xxh3) {
-		ret = fail(err, errlen, -EBADMSG, "class table checksum mismatch");
+		ret = err_set(err, errlen, -EBADMSG, "class table checksum mismatch");
 		goto out;
 	}
 	uint64_t pos = 0, out_pos = 0;
@@ -222,13 +208,13 @@ static int load_classes(struct dpk *d, char *err, size_t errlen)
 		uint32_t n;
 
 		if (h->classes_size - pos < 4) {
-			ret = fail(err, errlen, -EBADMSG, "class table ends inside class %u", i);
+			ret = err_set(err, errlen, -EBADMSG, "class table ends inside class %u", i);
 			goto out;
 		}
 		memcpy(&n, raw + pos, 4);
 		pos += 4;
 		if (n > DPK_CLASS_NAME_MAX || n > h->classes_size - pos || memchr(raw + pos, 0, n)) {
-			ret = fail(err, errlen, -EBADMSG, "class %u: bad name length %u", i, n);
+			ret = err_set(err, errlen, -EBADMSG, "class %u: bad name length %u", i, n);
 			goto out;
 		}
 		d->class_names[i] = d->class_blob + out_pos;
@@ -239,11 +225,11 @@ static int load_classes(struct dpk *d, char *err, size_t errlen)
 	}
 	/* Past the last name: fewer than DPK_INDEX_ALIGN bytes of zero padding, nothing else. */
 	if (h->classes_size - pos >= DPK_INDEX_ALIGN)
-		ret = fail(err, errlen, -EBADMSG, "class table has %llu trailing bytes",
+		ret = err_set(err, errlen, -EBADMSG, "class table has %llu trailing bytes",
 			   (unsigned long long)(h->classes_size - pos));
 	for (; ret == 0 && pos < h->classes_size; pos++)
 		if (raw[pos])
-			ret = fail(err, errlen, -EBADMSG, "class table padding is not zero");
+			ret = err_set(err, errlen, -EBADMSG, "class table padding is not zero");
 out:
 	free(raw);
 	return ret;
@@ -262,35 +248,35 @@ static int check_entries(const struct dpk *d, char *err, size_t errlen)
 		uint64_t raw_size, end;
 
 		if (shape_check(e->kind, e->ndim, e->shape, e->subsamp, &raw_size, &why) < 0)
-			return fail(err, errlen, -EBADMSG, "sample %llu: %s", id, why);
+			return err_set(err, errlen, -EBADMSG, "sample %llu: %s", id, why);
 		if (e->raw_size != raw_size)
-			return fail(err, errlen, -EBADMSG, "sample %llu: raw_size %llu is not the product of its shape",
+			return err_set(err, errlen, -EBADMSG, "sample %llu: raw_size %llu is not the product of its shape",
 				    id, (unsigned long long)e->raw_size);
 		if (e->length == 0 || e->length > DPK_RECORD_MAX)
-			return fail(err, errlen, -EBADMSG, "sample %llu: absurd length %llu",
+			return err_set(err, errlen, -EBADMSG, "sample %llu: absurd length %llu",
 				    id, (unsigned long long)e->length);
 		if (add_overflows(e->offset, e->length, &end))
-			return fail(err, errlen, -EBADMSG, "sample %llu: offset + length overflows", id);
+			return err_set(err, errlen, -EBADMSG, "sample %llu: offset + length overflows", id);
 		if (e->offset < prev_end)
-			return fail(err, errlen, -EBADMSG, "sample %llu: record at %llu overlaps the previous one (ends at %llu)",
+			return err_set(err, errlen, -EBADMSG, "sample %llu: record at %llu overlaps the previous one (ends at %llu)",
 				    id, (unsigned long long)e->offset, (unsigned long long)prev_end);
 		if (end > data_end)
-			return fail(err, errlen, -EBADMSG, "sample %llu: record [%llu, %llu) runs past the data section (ends at %llu)",
+			return err_set(err, errlen, -EBADMSG, "sample %llu: record [%llu, %llu) runs past the data section (ends at %llu)",
 				    id, (unsigned long long)e->offset, (unsigned long long)end,
 				    (unsigned long long)data_end);
 		if ((dpk_kind_info(e->kind)->flags & DPK_KF_STORED_RAW) && e->length != e->raw_size)
-			return fail(err, errlen, -EBADMSG, "sample %llu: raw record of %llu bytes for shape of %llu",
+			return err_set(err, errlen, -EBADMSG, "sample %llu: raw record of %llu bytes for shape of %llu",
 				    id, (unsigned long long)e->length, (unsigned long long)e->raw_size);
 		if (h->class_count && (e->label < 0 || e->label >= (int64_t)h->class_count))
-			return fail(err, errlen, -EBADMSG, "sample %llu: label %lld outside %u classes",
+			return err_set(err, errlen, -EBADMSG, "sample %llu: label %lld outside %u classes",
 				    id, (long long)e->label, h->class_count);
 		if (e->reserved || (e->flags & ~DPK_F_PROGRESSIVE))
-			return fail(err, errlen, -EBADMSG, "sample %llu: reserved bits set", id);
+			return err_set(err, errlen, -EBADMSG, "sample %llu: reserved bits set", id);
 		kinds |= 1u << e->kind;
 		prev_end = end;
 	}
 	if (kinds != h->kinds)
-		return fail(err, errlen, -EBADMSG, "header kinds 0x%x but index has 0x%x", h->kinds, kinds);
+		return err_set(err, errlen, -EBADMSG, "header kinds 0x%x but index has 0x%x", h->kinds, kinds);
 	return 0;
 }
 
@@ -304,11 +290,11 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 	if (err && errlen)
 		err[0] = '\0';
 	if (fstat(fd, &st) < 0)
-		return fail(err, errlen, -errno, "stat: %s", strerror(errno));
+		return err_set(err, errlen, -errno, "stat: %s", strerror(errno));
 	if (!S_ISREG(st.st_mode))
-		return fail(err, errlen, -EINVAL, "not a regular file");
+		return err_set(err, errlen, -EINVAL, "not a regular file");
 	if ((uint64_t)st.st_size < DPK_HEADER_SIZE)
-		return fail(err, errlen, -EBADMSG, "file is %lld bytes, shorter than a header (%u)",
+		return err_set(err, errlen, -EBADMSG, "file is %lld bytes, shorter than a header (%u)",
 			    (long long)st.st_size, DPK_HEADER_SIZE);
 	d = calloc(1, sizeof(*d));
 	if (!d)
@@ -324,14 +310,14 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 	ret = pread_full(fd, block, DPK_HEADER_SIZE, 0);
 	if (ret < 0) {
 		free(block);
-		fail(err, errlen, ret, "reading the header: %s", strerror(-ret));
+		err_set(err, errlen, ret, "reading the header: %s", strerror(-ret));
 		goto fail;
 	}
 	memcpy(&d->hdr, block, sizeof(d->hdr));
 	ret = check_header(&d->hdr, (uint64_t)st.st_size, err, errlen);
 	for (size_t k = sizeof(d->hdr); ret == 0 && k < DPK_HEADER_SIZE; k++)
 		if (block[k])
-			ret = fail(err, errlen, -EBADMSG, "header: nonzero byte %zu in the reserved block", k);
+			ret = err_set(err, errlen, -EBADMSG, "header: nonzero byte %zu in the reserved block", k);
 	free(block);
 	if (ret < 0)
 		goto fail;
@@ -343,24 +329,24 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 		 * raises SIGBUS on access, and a file rewritten in place would change entries that
 		 * check_entries() has already validated. */
 		if (d->hdr.index_size > SIZE_MAX) {
-			ret = fail(err, errlen, -EFBIG, "index of %llu bytes does not fit the address space",
+			ret = err_set(err, errlen, -EFBIG, "index of %llu bytes does not fit the address space",
 				   (unsigned long long)d->hdr.index_size);
 			goto fail;
 		}
 		d->index = malloc((size_t)d->hdr.index_size);
 		if (!d->index) {
-			ret = fail(err, errlen, -ENOMEM, "no memory for an index of %llu bytes",
+			ret = err_set(err, errlen, -ENOMEM, "no memory for an index of %llu bytes",
 				   (unsigned long long)d->hdr.index_size);
 			goto fail;
 		}
 		ret = pread_full(fd, d->index, (size_t)d->hdr.index_size, d->hdr.index_offset);
 		if (ret < 0) {
-			fail(err, errlen, ret, "reading the index: %s", strerror(-ret));
+			err_set(err, errlen, ret, "reading the index: %s", strerror(-ret));
 			goto fail;
 		}
 		if (!(flags & DPK_OPEN_NO_INDEX_CHECK) &&
 		    XXH3_64bits(d->index, d->hdr.index_size) != d->hdr.index_xxh3) {
-			ret = fail(err, errlen, -EBADMSG, "index checksum mismatch");
+			ret = err_set(err, errlen, -EBADMSG, "index checksum mismatch");
 			goto fail;
 		}
 	}
@@ -389,7 +375,7 @@ int dpk_open(const char *path, unsigned flags, struct dpk **out, char *err, size
 
 	*out = NULL;
 	if (fd < 0)
-		return fail(err, errlen, -errno, "%s", strerror(errno));
+		return err_set(err, errlen, -errno, "%s", strerror(errno));
 	ret = dpk_open_fd(fd, flags, out, err, errlen);
 	if (ret < 0) {
 		close(fd);

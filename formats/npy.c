@@ -6,6 +6,7 @@
  * turn into an out-of-bounds read later. No allocation: the header is parsed from a stack
  * buffer, bounded as NumPy bounds it. */
 #include "formats/npy.h"
+#include "common/err.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -20,20 +21,6 @@
 /* NumPy (>= 1.24) refuses headers longer than this unless told otherwise; ours are ~128 bytes,
  * and only structured dtypes (-ENOTSUP anyway) come near it. */
 #define NPY_HEADER_MAX 10000u
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 /* Read up to @len bytes at @off; returns the count (short only at EOF) or -errno. */
 static ssize_t read_upto(int fd, void *buf, size_t len, uint64_t off)
@@ -84,7 +71,7 @@ static int bad(struct cur *c, const char *what)
 {
 	size_t at = (size_t)(c->p - c->base);
 
-	seterr(c->err, c->errlen, "npy header byte %zu (file offset %" PRIu64 "): %s", at,
+	err_set(c->err, c->errlen, 0, "npy header byte %zu (file offset %" PRIu64 "): %s", at,
 	       c->base_off + at, what);
 	return -EBADMSG;
 }
@@ -301,7 +288,7 @@ static int parse_dict(struct cur *c, struct dict *d)
 	if (c->p != c->end)
 		return bad(c, "text after the closing '}'");
 	if (!d->seen_descr || !d->seen_fortran || !d->seen_shape) {
-		seterr(c->err, c->errlen, "npy header: missing key '%s'",
+		err_set(c->err, c->errlen, 0, "npy header: missing key '%s'",
 		       !d->seen_descr ? "descr" : !d->seen_fortran ? "fortran_order" : "shape");
 		return -EBADMSG;
 	}
@@ -318,7 +305,7 @@ static int parse_descr(const struct dict *d, struct npy_info *out, char *err, si
 	int host_big = __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__;
 
 	if (d->structured) {
-		seterr(err, errlen, "npy 'descr': structured dtype not supported");
+		err_set(err, errlen, 0, "npy 'descr': structured dtype not supported");
 		return -ENOTSUP;
 	}
 	if (s < end && *s && strchr("<>|=", *s))
@@ -328,7 +315,7 @@ static int parse_descr(const struct dict *d, struct npy_info *out, char *err, si
 	if (*s != 'u' && *s != 'i' && *s != 'b') {
 		/* Float, complex, object, string, void, datetime: valid NumPy, not ours. */
 		if (*s && strchr("fcOSUVMmaeg", *s)) {
-			seterr(err, errlen, "npy 'descr' '%.*s': only integer and bool dtypes are "
+			err_set(err, errlen, 0, "npy 'descr' '%.*s': only integer and bool dtypes are "
 			       "supported", (int)d->descr_len, d->descr);
 			return -ENOTSUP;
 		}
@@ -345,7 +332,7 @@ static int parse_descr(const struct dict *d, struct npy_info *out, char *err, si
 		out->big_endian = order == '>' || ((order == '|' || order == '=') && host_big);
 	return 0;
 bad:
-	seterr(err, errlen, "npy 'descr': '%.*s' is not a NumPy integer dtype",
+	err_set(err, errlen, 0, "npy 'descr': '%.*s' is not a NumPy integer dtype",
 	       (int)(d->descr_len > 32 ? 32 : d->descr_len), d->descr);
 	return -EBADMSG;
 }
@@ -366,7 +353,7 @@ int npy_read_header(int fd, struct npy_info *out, char *err, size_t errlen)
 		err[0] = '\0';
 	if (fstat(fd, &st) < 0) {
 		ret = -errno;
-		seterr(err, errlen, "npy: fstat: %s", strerror(-ret));
+		err_set(err, errlen, 0, "npy: fstat: %s", strerror(-ret));
 		return ret;
 	}
 	fsize = (uint64_t)st.st_size;
@@ -375,13 +362,13 @@ int npy_read_header(int fd, struct npy_info *out, char *err, size_t errlen)
 	if (n < 0)
 		goto read_err;
 	if (n < NPY_MAGIC_LEN || memcmp(pre, NPY_MAGIC, NPY_MAGIC_LEN) != 0) {
-		seterr(err, errlen, "npy magic (offset 0): not a .npy file");
+		err_set(err, errlen, 0, "npy magic (offset 0): not a .npy file");
 		return -EBADMSG;
 	}
 	if (n < 8)
 		goto truncated;
 	if ((pre[6] != 1 && pre[6] != 2 && pre[6] != 3) || pre[7] != 0) {
-		seterr(err, errlen, "npy version (offset 6): %u.%u, only 1.0, 2.0 and 3.0 are "
+		err_set(err, errlen, 0, "npy version (offset 6): %u.%u, only 1.0, 2.0 and 3.0 are "
 		       "known", pre[6], pre[7]);
 		return -EPROTO;
 	}
@@ -398,7 +385,7 @@ int npy_read_header(int fd, struct npy_info *out, char *err, size_t errlen)
 		hoff = 12;
 	}
 	if (hlen == 0 || hlen > NPY_HEADER_MAX) {
-		seterr(err, errlen, "npy header length (offset 8): %" PRIu64 " bytes, expected "
+		err_set(err, errlen, 0, "npy header length (offset 8): %" PRIu64 " bytes, expected "
 		       "1..%u", hlen, NPY_HEADER_MAX);
 		return -EBADMSG;
 	}
@@ -406,7 +393,7 @@ int npy_read_header(int fd, struct npy_info *out, char *err, size_t errlen)
 	if (n < 0)
 		goto read_err;
 	if ((uint64_t)n < hlen) {
-		seterr(err, errlen, "npy header: truncated, %" PRIu64 " bytes at offset %" PRIu64
+		err_set(err, errlen, 0, "npy header: truncated, %" PRIu64 " bytes at offset %" PRIu64
 		       " announced, the file has %zd", hlen, hoff, n);
 		return -EBADMSG;
 	}
@@ -420,11 +407,11 @@ int npy_read_header(int fd, struct npy_info *out, char *err, size_t errlen)
 	if (ret < 0)
 		return ret;
 	if (d.fortran) {
-		seterr(err, errlen, "npy 'fortran_order': True is not supported");
+		err_set(err, errlen, 0, "npy 'fortran_order': True is not supported");
 		return -ENOTSUP;
 	}
 	if (d.ndim > NPY_NDIM_MAX) {
-		seterr(err, errlen, "npy 'shape': %d dimensions, at most %d supported", d.ndim,
+		err_set(err, errlen, 0, "npy 'shape': %d dimensions, at most %d supported", d.ndim,
 		       NPY_NDIM_MAX);
 		return -ENOTSUP;
 	}
@@ -435,18 +422,18 @@ int npy_read_header(int fd, struct npy_info *out, char *err, size_t errlen)
 		out->count = 0;
 	for (int i = 0; i < d.ndim && out->count; i++) {
 		if (__builtin_mul_overflow(out->count, d.shape[i], &out->count)) {
-			seterr(err, errlen, "npy 'shape': element count overflows 64 bits");
+			err_set(err, errlen, 0, "npy 'shape': element count overflows 64 bits");
 			return -EBADMSG;
 		}
 	}
 	out->data_offset = hoff + hlen;
 	if (__builtin_mul_overflow(out->count, (uint64_t)out->itemsize, &out->data_size) ||
 	    __builtin_add_overflow(out->data_offset, out->data_size, &end)) {
-		seterr(err, errlen, "npy 'shape': data size overflows 64 bits");
+		err_set(err, errlen, 0, "npy 'shape': data size overflows 64 bits");
 		return -EBADMSG;
 	}
 	if (end != fsize) {
-		seterr(err, errlen, "npy data size: 'shape' and 'descr' give %" PRIu64 " bytes "
+		err_set(err, errlen, 0, "npy data size: 'shape' and 'descr' give %" PRIu64 " bytes "
 		       "at offset %" PRIu64 ", expected file size %" PRIu64 ", actual %" PRIu64,
 		       out->data_size, out->data_offset, end, fsize);
 		return -EBADMSG;
@@ -454,10 +441,10 @@ int npy_read_header(int fd, struct npy_info *out, char *err, size_t errlen)
 	return 0;
 
 truncated:
-	seterr(err, errlen, "npy: truncated, %zd bytes is too short for the preamble", n);
+	err_set(err, errlen, 0, "npy: truncated, %zd bytes is too short for the preamble", n);
 	return -EBADMSG;
 read_err:
-	seterr(err, errlen, "npy: read: %s", strerror((int)-n));
+	err_set(err, errlen, 0, "npy: read: %s", strerror((int)-n));
 	return (int)n;
 }
 

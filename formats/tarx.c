@@ -9,6 +9,7 @@
  * describe whatever its type. After an error the position is not advanced, so calling
  * tarx_next() again reports the same error. */
 #include "formats/tarx.h"
+#include "common/err.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -44,7 +45,7 @@ static void seterr(struct tarx *t, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(t->err, sizeof(t->err), fmt, ap);
+	err_vset(t->err, sizeof(t->err), 0, fmt, ap);
 	va_end(ap);
 }
 

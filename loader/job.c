@@ -23,6 +23,7 @@
  * buffer) is freed after the task, and the job's memory (srv_job_info.mem_bytes) counts its
  * index and the most its records can make the workers hold at once, against --mem-limit. */
 #include "loader/job.h"
+#include "common/mix.h"
 #include "common/clk.h"
 #include "common/log.h"
 #include "codec/decode.h"
@@ -319,12 +320,12 @@ static int decode_one(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 		return -EBADMSG;
 	}
 	if (o.h) {
-		uint64_t key = ldr_mix(j->spec.seed, epoch, id);
+		uint64_t key = mix3(j->spec.seed, epoch, id);
 		if (j->rrc)
 			cdc_crop_random(iw, ih, key, &crop);
 		else
 			cdc_crop_center(iw, ih, o.h, o.w, &crop);
-		o.flip = j->hflip && (ldr_mix(key, 0x464c4950ull, 0) & 1);
+		o.flip = j->hflip && (mix3(key, 0x464c4950ull, 0) & 1);
 	} else {
 		memset(&crop, 0, sizeof(crop));
 	}

@@ -7,11 +7,6 @@
 
 #define FEISTEL_ROUNDS 6
 
-uint64_t ldr_mix(uint64_t a, uint64_t b, uint64_t c)
-{
-	return mix3(a, b, c);
-}
-
 /* A bijection on [0, n) keyed by @key: a balanced Feistel network on the smallest even power of
  * two >= n, cycle-walked (re-applied until the value lands in range; expected < 4 rounds, since
  * the domain is < 4n). */
@@ -30,7 +25,7 @@ static uint64_t permute(uint64_t x, uint64_t n, uint64_t key)
 	do {
 		uint64_t l = x >> half, r = x & mask;
 		for (unsigned i = 0; i < FEISTEL_ROUNDS; i++) {
-			uint64_t t = l ^ (ldr_mix(key, i, r) & mask);
+			uint64_t t = l ^ (mix3(key, i, r) & mask);
 			l = r;
 			r = t;
 		}
@@ -63,7 +58,7 @@ int ldr_sampler_init(struct ldr_sampler *s, uint64_t n, uint32_t world, uint32_t
 
 uint64_t ldr_sampler_order(const struct ldr_sampler *s, uint64_t epoch, uint64_t pos)
 {
-	uint64_t key = ldr_mix(s->seed, epoch, 0x5348554646ull);
+	uint64_t key = mix3(s->seed, epoch, 0x5348554646ull);
 
 	switch (s->mode) {
 	case LDR_SAMPLE_SEQUENTIAL:
@@ -74,11 +69,11 @@ uint64_t ldr_sampler_order(const struct ldr_sampler *s, uint64_t epoch, uint64_t
 		uint64_t wsz = (uint64_t)s->block * s->window;
 		uint64_t w = pos / wsz, off = pos % wsz;
 		uint64_t wlen = s->n - w * wsz < wsz ? s->n - w * wsz : wsz;
-		uint64_t q = w * wsz + permute(off, wlen, ldr_mix(key, w, 0x57494eull));
+		uint64_t q = w * wsz + permute(off, wlen, mix3(key, w, 0x57494eull));
 		uint64_t nfull = s->n / s->block, b = q / s->block;
 		if (b >= nfull)
 			return q;  /* the short last block stays last */
-		return permute(b, nfull, ldr_mix(key, 0x424c4bull, 1)) * s->block + q % s->block;
+		return permute(b, nfull, mix3(key, 0x424c4bull, 1)) * s->block + q % s->block;
 	}
 	}
 	return pos;

@@ -50,7 +50,4 @@ uint64_t ldr_sampler_substitute(const struct ldr_sampler *s, uint64_t epoch, uin
 /* The global position of the i-th sample of (@step, @rank). */
 uint64_t ldr_sampler_pos(const struct ldr_sampler *s, uint64_t step, uint32_t rank, uint32_t i);
 
-/* A keyed 64-bit mix (splitmix64 finaliser over the xor of the key words). */
-uint64_t ldr_mix(uint64_t a, uint64_t b, uint64_t c);
-
 #endif

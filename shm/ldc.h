@@ -10,7 +10,12 @@
  * Every failing call returns -errno and leaves a sentence in ldc_error(c) that says what happened
  * in words (e.g. "loaderd closed the connection: it exited or was killed"). Not thread-safe: one
  * thread per connection (acquire and release may be called from different threads only if the
- * caller serialises them). */
+ * caller serialises them).
+ *
+ * shm/ is built into libldc.so, which depends on libc alone (a client links one library and
+ * nothing of loaderd's): so shm/ keeps its own small copies of what common/ has for the rest of
+ * the tree -- the error message (ldc.c set_err, token.c refuse, ctl.c ctl_error_make) and the
+ * monotonic clock (ring.c now_ns) -- and includes nothing of common/ (tests/it_layers.sh). */
 #ifndef LOADERD_LDC_H
 #define LOADERD_LDC_H
 #include <stddef.h>

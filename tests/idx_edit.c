@@ -3,17 +3,12 @@
 #include "tests/idx_edit.h"
 
 #include "codec/jpeg_idx.h"
+#include "common/bytes.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include <xxhash.h>
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
 
 static size_t varint(uint8_t *o, uint32_t v)
 {
@@ -88,25 +83,25 @@ int idx_edit_store(const struct idx_edit *e, uint8_t **out, size_t *len)
 		int first = k % e->segs_x == 0;
 		uint32_t r = k / e->segs_x;
 		if (first && r < e->rows)
-			put32(dir + 4 * r, e->dir[r] < 0 ? (uint32_t)n : (uint32_t)e->dir[r]);
+			put_le32(dir + 4 * r, e->dir[r] < 0 ? (uint32_t)n : (uint32_t)e->dir[r]);
 		n += varint(s + n, e->bit[k] - (first ? 0 : e->bit[k - 1]));
 		for (uint32_t c = 0; c < e->ncomp && c < 3; c++)
 			n += varint(s + n, zigzag((int64_t)e->pred[3 * k + c] -
 						  (first ? 0 : e->pred[3 * (k - 1) + c])));
 	}
 	for (uint32_t r = (e->npoints + e->segs_x - 1) / e->segs_x; r < e->rows; r++)
-		put32(dir + 4 * r, e->dir[r] < 0 ? (uint32_t)n : (uint32_t)e->dir[r]);
+		put_le32(dir + 4 * r, e->dir[r] < 0 ? (uint32_t)n : (uint32_t)e->dir[r]);
 	n += e->extra;
 	size_t tablen = dirlen + n;
 	uint8_t *f = s + n;
-	put32(f, (uint32_t)tablen);
-	put32(f + 4, e->jpeg_len);
-	put32(f + 8, e->scan_at);
+	put_le32(f, (uint32_t)tablen);
+	put_le32(f + 4, e->jpeg_len);
+	put_le32(f + 8, e->scan_at);
 	f[12] = (uint8_t)e->K;
 	f[13] = (uint8_t)(e->K >> 8);
 	f[14] = (uint8_t)e->ncomp;
-	put32(f + 16, e->npoints);
-	put32(f + 20, (uint32_t)XXH3_64bits(f, 20));
+	put_le32(f + 16, e->npoints);
+	put_le32(f + 20, (uint32_t)XXH3_64bits(f, 20));
 	f[24] = CDC_IDX_VERSION;
 	memcpy(f + 26, "JPGIDX", 6);
 	*out = o;

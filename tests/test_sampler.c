@@ -4,6 +4,7 @@
  * does, compared against a direct re-implementation of its algorithm); any step can be computed
  * without the ones before it; substitution is deterministic; block mode keeps reads local. */
 #include "loader/sampler.h"
+#include "common/mix.h"
 #include "shm/ring.h"
 
 #include <errno.h>
@@ -710,19 +711,19 @@ static void test_sampler_substitute_next_positions(void **state)
 
 static void test_sampler_mix_deterministic(void **state)
 {
-	const uint64_t a = 0x1234, b = 0x5678, c = 0x9abc, base = ldr_mix(a, b, c);
+	const uint64_t a = 0x1234, b = 0x5678, c = 0x9abc, base = mix3(a, b, c);
 
 	(void)state;
-	assert_int_equal(ldr_mix(1, 2, 3), ldr_mix(1, 2, 3));
-	assert_true(ldr_mix(1, 2, 3) != ldr_mix(1, 2, 4));
-	assert_true(ldr_mix(1, 2, 3) != ldr_mix(1, 3, 3));
-	assert_true(ldr_mix(1, 2, 3) != ldr_mix(2, 2, 3));
+	assert_int_equal(mix3(1, 2, 3), mix3(1, 2, 3));
+	assert_true(mix3(1, 2, 3) != mix3(1, 2, 4));
+	assert_true(mix3(1, 2, 3) != mix3(1, 3, 3));
+	assert_true(mix3(1, 2, 3) != mix3(2, 2, 3));
 	/* each argument reaches every output bit: flipping one input bit flips about half */
 	for (int bit = 0; bit < 64; bit++) {
 		uint64_t f = 1ull << bit;
-		int pa = __builtin_popcountll(base ^ ldr_mix(a ^ f, b, c));
-		int pb = __builtin_popcountll(base ^ ldr_mix(a, b ^ f, c));
-		int pc = __builtin_popcountll(base ^ ldr_mix(a, b, c ^ f));
+		int pa = __builtin_popcountll(base ^ mix3(a ^ f, b, c));
+		int pb = __builtin_popcountll(base ^ mix3(a, b ^ f, c));
+		int pc = __builtin_popcountll(base ^ mix3(a, b, c ^ f));
 
 		if (pa < 12 || pb < 12 || pc < 12)
 			fail_msg("bit %d: %d %d %d output bits change", bit, pa, pb, pc);

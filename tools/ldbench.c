@@ -21,6 +21,7 @@
  * loaderd runs in its own process group (a Ctrl-C reaches ldbench, which then stops it), dies with
  * ldbench (PR_SET_PDEATHSIG), and is stopped with SIGTERM, then SIGKILL after 5 s, on every path. */
 #include "common/args.h"
+#include "common/mix.h"
 #include "common/clk.h"
 #include "common/log.h"
 #include "common/proc.h"
@@ -238,7 +239,7 @@ out:
 	return ret;
 }
 
-/* The crop windows loaderd draws in epoch 0 (the key is ldr_mix(seed, epoch, id), as in
+/* The crop windows loaderd draws in epoch 0 (the key is mix3(seed, epoch, id), as in
  * loader/job.c), and the DCT scale each one gets: how much less work than a full decode. */
 static void crop_profile(const struct dpk *d, const struct opts *o)
 {
@@ -252,7 +253,7 @@ static void crop_profile(const struct dpk *d, const struct opts *o)
 			continue;
 		struct cdc_crop c;
 		struct cdc_out out = { .h = o->crop_h, .w = o->crop_w };
-		cdc_crop_random(e->shape[1], e->shape[0], ldr_mix(SEED, 0, i), &c);
+		cdc_crop_random(e->shape[1], e->shape[0], mix3(SEED, 0, i), &c);
 		unsigned den = k->scale(&c, &out);
 		cnt[den == 1 ? 0 : den == 2 ? 1 : den == 4 ? 2 : 3]++;
 		frac += (double)c.w * c.h / ((double)den * den) / ((double)e->shape[0] * e->shape[1]);

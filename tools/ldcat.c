@@ -2,6 +2,7 @@
  * "STEP ID LABEL FLAGS". For tests and for looking at a job by hand: the ids and labels are the
  * ring's, so what is printed is exactly what a trainer of that rank would have been given. */
 #include "common/args.h"
+#include "common/clk.h"
 #include "common/log.h"
 #include "shm/ldc.h"
 
@@ -217,12 +218,11 @@ static int print_batches(struct ldc *cl, const struct args *a)
 {
 	static char obuf[1 << 16];
 	struct ldc_batch b;
-	struct timespec t0, t1;
 	uint64_t steps = 0, samples = 0, substituted = 0, padding = 0;
 	int ret, status = 0;
 
 	setvbuf(stdout, obuf, _IOFBF, sizeof(obuf));
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	double t0 = clk_now_s();
 	while (!a->max_steps || steps < a->max_steps) {
 		ret = ldc_acquire(cl, (int)a->timeout_ms, &b);
 		if (ret == -ENODATA)
@@ -249,12 +249,11 @@ static int print_batches(struct ldc *cl, const struct args *a)
 			break;
 		}
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double dt = clk_now_s() - t0;
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		fprintf(stderr, "ldcat: writing the output: %s\n", strerror(errno));
 		status = 1;
 	}
-	double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
 	fprintf(stderr, "ldcat: rank %u/%u: %" PRIu64 " steps, %" PRIu64 " samples, %" PRIu64
 		" substituted, %" PRIu64 " padding, %.1f samples/s\n", a->job.rank, a->job.world, steps,
 		samples, substituted, padding, dt > 0 ? (double)samples / dt : 0.0);

@@ -2,6 +2,7 @@
  * treats the file as untrusted (sizes checked against the file before anything is allocated,
  * then the checksum) and names the fault. */
 #include "trainer/ckpt.h"
+#include "common/err.h"
 
 #include "common/afile.h"
 #include "common/fdio.h"
@@ -19,18 +20,6 @@
 #include <xxhash.h>
 
 #define NAME_FMT "ckpt-%016" PRIu64 ".ldck"
-
-static int say(char *why, size_t whylen, int ret, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static int say(char *why, size_t whylen, int ret, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(why, whylen, fmt, ap);
-	va_end(ap);
-	return ret;
-}
 
 /* XXH3-64 of header, parameters and momentum (@bytes each) into *out. 0 or -ENOMEM. */
 static int digest(const struct trn_ckpt_hdr *h, const float *params, const float *mom, size_t bytes,
@@ -107,7 +96,7 @@ int trn_ckpt_save(const char *dir, const struct trn_ckpt *c, char *path, size_t 
 	int ret;
 
 	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-		return say(why, whylen, -errno, "cannot create %s: %s", dir, strerror(errno));
+		return err_set(why, whylen, -errno, "cannot create %s: %s", dir, strerror(errno));
 	snprintf(path, cap, "%s/" NAME_FMT, dir, c->step);
 	memset(&h, 0, sizeof(h));
 	memcpy(h.magic, TRN_CKPT_MAGIC, sizeof(h.magic));
@@ -120,24 +109,24 @@ int trn_ckpt_save(const char *dir, const struct trn_ckpt *c, char *path, size_t 
 	h.file_size = sizeof(h) + 2 * bytes + sizeof(uint64_t);
 	h.token_len = c->token ? c->token_len : 0;
 	if (h.token_len > sizeof(h.token))
-		return say(why, whylen, -EINVAL, "token of %u bytes", h.token_len);
+		return err_set(why, whylen, -EINVAL, "token of %u bytes", h.token_len);
 	if (c->token)
 		memcpy(h.token, c->token, h.token_len);
 
 	uint64_t sum;
 	if (digest(&h, c->params, c->mom, bytes, &sum) < 0)
-		return say(why, whylen, -ENOMEM, "out of memory");
+		return err_set(why, whylen, -ENOMEM, "out of memory");
 
 	ret = afile_open(&f, path, 0);
 	if (ret < 0)
-		return say(why, whylen, ret, "%s: %s", path, strerror(-ret));
+		return err_set(why, whylen, ret, "%s: %s", path, strerror(-ret));
 	if ((ret = fd_write_all(f.fd, &h, sizeof(h))) < 0 ||
 	    (ret = fd_write_all(f.fd, c->params, bytes)) < 0 ||
 	    (ret = fd_write_all(f.fd, c->mom, bytes)) < 0 ||
 	    (ret = fd_write_all(f.fd, &sum, sizeof(sum))) < 0 ||
 	    (ret = afile_commit(&f)) < 0) {
 		afile_close(&f);
-		return say(why, whylen, ret, "writing %s: %s", path, strerror(-ret));
+		return err_set(why, whylen, ret, "writing %s: %s", path, strerror(-ret));
 	}
 	afile_close(&f);
 
@@ -164,22 +153,22 @@ static int load(const char *path, struct trn_ckpt *c, uint8_t tok[LDC_TOKEN_SIZE
 
 	memset(c, 0, sizeof(*c));
 	if (fd < 0)
-		return say(why, whylen, -errno, "%s: %s", path, strerror(errno));
+		return err_set(why, whylen, -errno, "%s: %s", path, strerror(errno));
 	if (fstat(fd, &sb) < 0) {
-		ret = say(why, whylen, -errno, "%s: %s", path, strerror(errno));
+		ret = err_set(why, whylen, -errno, "%s: %s", path, strerror(errno));
 		goto out;
 	}
 	if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
-		ret = say(why, whylen, -EBADMSG, "%s: truncated: %lld bytes, shorter than its header",
+		ret = err_set(why, whylen, -EBADMSG, "%s: truncated: %lld bytes, shorter than its header",
 			  path, (long long)sb.st_size);
 		goto out;
 	}
 	if (memcmp(h.magic, TRN_CKPT_MAGIC, sizeof(h.magic))) {
-		ret = say(why, whylen, -EBADMSG, "%s: not a trainer checkpoint (magic)", path);
+		ret = err_set(why, whylen, -EBADMSG, "%s: not a trainer checkpoint (magic)", path);
 		goto out;
 	}
 	if (h.version != TRN_CKPT_VERSION || h.hdr_size != sizeof(h)) {
-		ret = say(why, whylen, -EPROTO, "%s: checkpoint version %u; this trainer reads "
+		ret = err_set(why, whylen, -EPROTO, "%s: checkpoint version %u; this trainer reads "
 			  "version %u", path, h.version, TRN_CKPT_VERSION);
 		goto out;
 	}
@@ -188,11 +177,11 @@ static int load(const char *path, struct trn_ckpt *c, uint8_t tok[LDC_TOKEN_SIZE
 	if (h.n == 0 || h.n > (1ull << 58) ||
 	    h.file_size != sizeof(h) + 2 * h.n * sizeof(float) + sizeof(uint64_t) ||
 	    h.token_len > sizeof(h.token) || h.reserved) {
-		ret = say(why, whylen, -EBADMSG, "%s: corrupt header (sizes)", path);
+		ret = err_set(why, whylen, -EBADMSG, "%s: corrupt header (sizes)", path);
 		goto out;
 	}
 	if ((uint64_t)sb.st_size != h.file_size) {
-		ret = say(why, whylen, -EBADMSG, "%s: truncated or extended: %lld bytes, the header "
+		ret = err_set(why, whylen, -EBADMSG, "%s: truncated or extended: %lld bytes, the header "
 			  "says %llu", path, (long long)sb.st_size, (unsigned long long)h.file_size);
 		goto out;
 	}
@@ -201,23 +190,23 @@ static int load(const char *path, struct trn_ckpt *c, uint8_t tok[LDC_TOKEN_SIZE
 	c->params = malloc(bytes);
 	c->mom = malloc(bytes);
 	if (!c->params || !c->mom) {
-		ret = say(why, whylen, -ENOMEM, "%s: out of memory for %llu parameters", path,
+		ret = err_set(why, whylen, -ENOMEM, "%s: out of memory for %llu parameters", path,
 			  (unsigned long long)h.n);
 		goto out;
 	}
 	if (pread(fd, c->params, bytes, sizeof(h)) != (ssize_t)bytes ||
 	    pread(fd, c->mom, bytes, (off_t)(sizeof(h) + bytes)) != (ssize_t)bytes ||
 	    pread(fd, &sum, sizeof(sum), (off_t)(sizeof(h) + 2 * bytes)) != (ssize_t)sizeof(sum)) {
-		ret = say(why, whylen, -EBADMSG, "%s: short read", path);
+		ret = err_set(why, whylen, -EBADMSG, "%s: short read", path);
 		goto out;
 	}
 	uint64_t want;
 	if (digest(&h, c->params, c->mom, bytes, &want) < 0) {
-		ret = say(why, whylen, -ENOMEM, "out of memory");
+		ret = err_set(why, whylen, -ENOMEM, "out of memory");
 		goto out;
 	}
 	if (want != sum) {
-		ret = say(why, whylen, -EBADMSG, "%s: checksum mismatch: the file is damaged", path);
+		ret = err_set(why, whylen, -EBADMSG, "%s: checksum mismatch: the file is damaged", path);
 		goto out;
 	}
 	c->step = h.step;
@@ -244,7 +233,7 @@ int trn_ckpt_load_newest(const char *dir, struct trn_ckpt *c, uint8_t tok[LDC_TO
 	int n = list(dir, &steps);
 
 	if (n < 0)
-		return say(why, whylen, n, "%s: %s", dir, strerror(-n));
+		return err_set(why, whylen, n, "%s: %s", dir, strerror(-n));
 	if (n == 0)
 		return 0;
 	snprintf(path, cap, "%s/" NAME_FMT, dir, (uint64_t)steps[n - 1]);
