@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 BUILD=${BUILD:-build}
 BIN=$BUILD/bin
-need_bins loaderd trainer
+need_bins loaderd trainer ldprobe
 T=$(mktemp -d /tmp/it_options.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 trap 'exit 130' INT TERM HUP
