@@ -12,7 +12,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <grp.h>
 #include <limits.h>
 #include <signal.h>
@@ -29,58 +28,6 @@ static void on_signal(int sig)
 	(void)sig;
 	if (g_srv)
 		srv_stop(g_srv);  /* async-signal-safe: one eventfd write */
-}
-
-static void usage(FILE *f)
-{
-	fprintf(f,
-"usage: loaderd [options]\n"
-"\n"
-"Serves training jobs from packed datasets (.dpk, made by dpack) over a unix socket. Each rank\n"
-"of a job attaches with the client API (shm/ldc.h) and gets its own shared-memory ring.\n"
-"Runs in the foreground, logs to stderr; SIGTERM or SIGINT stops it (clients are told).\n"
-"Under a service manager that sets $NOTIFY_SOCKET (systemd, Type=notify), loaderd sends it\n"
-"READY=1 once serving and STOPPING=1 when it stops.\n"
-"\n"
-"options:\n"
-"  --socket PATH        control socket (default: $XDG_RUNTIME_DIR/loaderd.sock, else\n"
-"                       /tmp/loaderd-UID.sock); mode 0600 unless --group is given\n"
-"  --workers N          decode threads (default: all cores, here %u)\n"
-"  --mem-limit BYTES    memory jobs make loaderd hold: rings, rank tables, indexes, worker\n"
-"                       buffers for large records; suffix K, M, G (default: half of RAM)\n"
-"  --slots N            ring depth when a client does not ask (default 4)\n"
-"  --task-samples N     samples per task: a batch is cut into tasks that any worker fills\n"
-"                       (default: batch / (4 x workers), within 4..8)\n"
-"  --io MODE            auto (io_uring, O_DIRECT where the file system allows; default),\n"
-"                       buffered (io_uring through the page cache), pread (no io_uring)\n"
-"  --group NAME         let members of this group connect too (socket mode 0660)\n"
-"  --linger SECONDS     keep a job with no rank attached this long (default 60)\n"
-"\n"
-"limits (a client past one is refused with a message naming the option; docs/TUNING.md):\n"
-"  --max-conns N        connections at once, all users (default 1024)\n"
-"  --max-conns-per-uid N  connections at once per user (default 256)\n"
-"  --max-jobs-per-uid N jobs per user (default 64)\n"
-"  --max-world N        ranks per job (default and most 65536)\n"
-"  --mem-share PERCENT  share of --mem-limit one user's rings may take (default 100)\n"
-"  --idle-timeout SECONDS  close a connection that opens no job this long (default 10)\n"
-"  --admin-share PERCENT  of the control thread's time one user's loaderctl answers may\n"
-"                       take (default 2); past it, every request is refused for a while\n"
-"  --max-record BYTES   stored bytes per record, suffix K, M, G (default 64M); a dataset\n"
-"                       with a larger record is refused at job open, naming the sample\n"
-"  --max-pixels N       pixels per record (height x width), suffix K, M (default 64M);\n"
-"                       larger records are refused at job open or substituted as bad\n"
-"  --metrics-file PATH  write the counters there in Prometheus text format, rewritten whole\n"
-"                       (temporary file, rename) every interval and once at shutdown: for\n"
-"                       node_exporter's textfile collector, e.g.\n"
-"                       /var/lib/prometheus/node-exporter/loaderd.prom\n"
-"  --metrics-interval SECONDS  how often (default 5; decimals allowed, at least 0.1)\n"
-"  --log-level LEVEL    error, warn, info (default) or debug\n"
-"  --ready-fd N         once serving (socket listening, workers started), write the line\n"
-"                       \"READY socket=PATH pid=PID\" to file descriptor N and close it, for\n"
-"                       whoever started loaderd to wait on (a pipe; systemd-notify style)\n"
-"  --help               this text\n"
-"Exit status: 0 stopped by a signal, 1 runtime error, 2 bad usage.\n",
-		proc_cpu_count());
 }
 
 /* --ready-fd: one line, then close, so that a reader sees the line and then EOF. A reader that
@@ -117,178 +64,176 @@ static void notice(void *ctx, int level, const char *msg)
 	LOG_AT(level, "%s", msg);
 }
 
-static const struct option long_opts[] = {
-	{ "socket", required_argument, NULL, 's' },
-	{ "workers", required_argument, NULL, 'w' },
-	{ "mem-limit", required_argument, NULL, 'm' },
-	{ "slots", required_argument, NULL, 'n' },
-	{ "task-samples", required_argument, NULL, 't' },
-	{ "io", required_argument, NULL, 'i' },
-	{ "group", required_argument, NULL, 'g' },
-	{ "linger", required_argument, NULL, 'L' },
-	{ "log-level", required_argument, NULL, 'l' },
-	{ "max-conns", required_argument, NULL, 'C' },
-	{ "max-conns-per-uid", required_argument, NULL, 'U' },
-	{ "max-jobs-per-uid", required_argument, NULL, 'J' },
-	{ "max-world", required_argument, NULL, 'W' },
-	{ "mem-share", required_argument, NULL, 'S' },
-	{ "idle-timeout", required_argument, NULL, 'T' },
-	{ "max-pixels", required_argument, NULL, 'P' },
-	{ "max-record", required_argument, NULL, 'R' },
-	{ "admin-share", required_argument, NULL, 'A' },
-	{ "metrics-file", required_argument, NULL, 'M' },
-	{ "metrics-interval", required_argument, NULL, 'N' },
-	{ "ready-fd", required_argument, NULL, 'r' },
-	{ "help", no_argument, NULL, 'h' },
-	{ NULL, 0, NULL, 0 },
-};
-
-/* Everything the command line decides. so.socket_path points into path: not to be copied. */
+/* Everything the command line decides: the targets of the option table below. */
 struct opts {
-	struct srv_opts so;
-	struct ldr_config cfg;
-	char path[PATH_MAX];
+	struct srv_opts so;        /* so.socket_path: set from socket after parsing */
+	struct ldr_config cfg;     /* cfg.io, cfg.workers: set from io, so.workers after parsing */
+	char path[PATH_MAX];       /* the default socket path; not to be copied (socket may point
+				    * here) */
+	const char *socket;        /* --socket */
+	int io;                    /* --io: index in io_names, the same as enum ldr_io */
+	unsigned linger_s, idle_s; /* --linger, --idle-timeout: seconds */
 	const char *metrics_path;  /* NULL: no metrics file */
 	double metrics_s;          /* metrics interval, seconds */
-	unsigned ready_fd;
-	int have_ready;            /* --ready-fd given */
+	int log_level;             /* --log-level */
+	int ready_fd;              /* --ready-fd; -1: none */
+};
+
+static const char *const io_names[] = { "auto", "buffered", "pread", NULL };
+_Static_assert(LDR_IO_AUTO == 0 && LDR_IO_BUFFERED == 1 && LDR_IO_PREAD == 2,
+	       "io_names is indexed by enum ldr_io");
+/* Defaults spelled in the table that the code below the daemon also knows. */
+_Static_assert(CTL_WORLD_MAX == 65536, "--max-world's default in the table");
+_Static_assert(LDR_MAX_RECORD_DEFAULT == 64ull << 20, "--max-record's default in the table");
+_Static_assert(LDR_MAX_PIXELS_DEFAULT == 64ull << 20, "--max-pixels's default in the table");
+
+static int parse_group(const char *s, void *target)
+{
+	struct group *g = getgrnam(s);
+
+	if (!g)
+		return -EINVAL;
+	*(gid_t *)target = g->gr_gid;
+	return 0;
+}
+
+static int parse_level(const char *s, void *target)
+{
+	int lvl = log_level_parse(s);
+
+	if (lvl < 0)
+		return -EINVAL;
+	*(int *)target = lvl;
+	return 0;
+}
+
+static int parse_ready_fd(const char *s, void *target)
+{
+	unsigned fd;
+
+	if (arg_uint(s, 0, INT_MAX, &fd) < 0 || fcntl((int)fd, F_GETFD) < 0)
+		return -EINVAL;
+	/* Not inherited by anything we might start; closed once written. */
+	(void)fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+	*(int *)target = (int)fd;
+	return 0;
+}
+
+#define AT(field, type) ARG_AT(struct opts, field, type)
+
+/* loaderd's options, in --help's order. A new option is one row here and, when it is a limit or
+ * a tuning knob, one line in docs/TUNING.md (tests/it_options.sh checks both ways). */
+static const struct arg_opt opt_rows[] = {
+	{ .kind = ARG_HEADING, .help = "options:" },
+	{ "socket", 0, ARG_PATH, AT(socket, const char *),
+	  .def_doc = "$XDG_RUNTIME_DIR/loaderd.sock, else /tmp/loaderd-UID.sock",
+	  .help = "control socket; mode 0600 unless --group is given" },
+	{ "workers", 0, ARG_UINT, AT(so.workers, unsigned), .lo = 1, .hi = 1024,
+	  .def_doc = "all cores", .help = "decode threads" },
+	{ "mem-limit", 0, ARG_BYTES, AT(so.mem_limit, uint64_t), .lo = 1, .hi = UINT64_MAX,
+	  .def_doc = "half of RAM",
+	  .help = "memory jobs make loaderd hold: rings, rank tables, indexes, worker buffers for "
+		  "large records" },
+	{ "slots", 0, ARG_UINT, AT(so.default_slots, unsigned), .lo = 2, .hi = RING_SLOTS_MAX,
+	  .def = "4", .help = "ring depth when a client does not ask" },
+	{ "task-samples", 0, ARG_UINT, AT(so.task_samples, unsigned), .lo = 1,
+	  .hi = RING_BATCH_MAX, .def_doc = "batch / (4 x workers), within 4..8",
+	  .help = "samples per task: a batch is cut into tasks that any worker fills" },
+	{ "io", 0, ARG_ENUM, AT(io, int), .choices = io_names, .meta = "MODE", .def = "auto",
+	  .help = "auto: io_uring, O_DIRECT where the file system allows; buffered: io_uring "
+		  "through the page cache; pread: no io_uring" },
+	{ "group", 0, ARG_CUSTOM, AT(so.group, gid_t), .parse = parse_group, .meta = "NAME",
+	  .allowed = "a group of this host", .def_doc = "none, owner only",
+	  .help = "let members of this group connect too: socket mode 0660" },
+	{ "linger", 0, ARG_UINT, AT(linger_s, unsigned), .lo = 1, .hi = 86400 * 7,
+	  .meta = "SECONDS", .def = "60", .help = "keep a job with no rank attached this long" },
+
+	{ .kind = ARG_HEADING,
+	  .help = "limits (a client past one is refused with a message naming the option; "
+		  "docs/TUNING.md):" },
+	{ "max-conns", 0, ARG_UINT, AT(so.max_conns, unsigned), .lo = 1, .hi = 1u << 20,
+	  .def = "1024", .help = "connections at once, all users" },
+	{ "max-conns-per-uid", 0, ARG_UINT, AT(so.max_conns_uid, unsigned), .lo = 1,
+	  .hi = 1u << 20, .def = "256", .help = "connections at once per user" },
+	{ "max-jobs-per-uid", 0, ARG_UINT, AT(so.max_jobs_uid, unsigned), .lo = 1, .hi = 1u << 20,
+	  .def = "64", .help = "jobs per user" },
+	{ "max-world", 0, ARG_UINT, AT(so.max_world, unsigned), .lo = 1, .hi = CTL_WORLD_MAX,
+	  .def = "65536", .help = "ranks per job" },
+	{ "mem-share", 0, ARG_PERCENT, AT(so.mem_share_uid, unsigned), .lo = 1, .hi = 100,
+	  .def = "100", .help = "share of --mem-limit that one user's jobs may make loaderd hold" },
+	{ "idle-timeout", 0, ARG_UINT, AT(idle_s, unsigned), .lo = 1, .hi = 86400,
+	  .meta = "SECONDS", .def = "10", .help = "close a connection that opens no job this long" },
+	{ "admin-share", 0, ARG_PERCENT, AT(so.admin_share, unsigned), .lo = 1, .hi = 100,
+	  .def = "2",
+	  .help = "of the control thread's time, what one user's loaderctl answers may take; past "
+		  "it, every request is refused for a while" },
+	{ "max-record", 0, ARG_BYTES, AT(cfg.max_record, uint64_t), .lo = 1, .hi = DPK_RECORD_MAX,
+	  .def = "64M",
+	  .help = "stored bytes per record: a dataset with a larger record is refused at job open, "
+		  "naming the sample" },
+	{ "max-pixels", 0, ARG_BYTES, AT(cfg.max_pixels, uint64_t), .lo = 1, .hi = 1ull << 40,
+	  .meta = "N", .def = "64M",
+	  .help = "pixels per record (height x width): larger records are refused at job open or "
+		  "substituted as bad" },
+
+	{ .kind = ARG_HEADING, .help = "watching it, starting it:" },
+	{ "metrics-file", 0, ARG_PATH, AT(metrics_path, const char *), .def_doc = "none",
+	  .help = "write the counters there in Prometheus text format, rewritten whole (temporary "
+		  "file, rename) every interval and once at shutdown: for node_exporter's textfile "
+		  "collector, e.g. /var/lib/prometheus/node-exporter/loaderd.prom" },
+	{ "metrics-interval", 0, ARG_DOUBLE, AT(metrics_s, double), .dlo = 0.1, .dhi = 86400,
+	  .meta = "SECONDS", .def = "5", .help = "how often, in seconds, decimals allowed" },
+	{ "log-level", 0, ARG_CUSTOM, AT(log_level, int), .parse = parse_level, .meta = "LEVEL",
+	  .allowed = "error, warn, info or debug, or 0..3", .def = "info",
+	  .help = "what to log" },
+	{ "ready-fd", 0, ARG_CUSTOM, AT(ready_fd, int), .parse = parse_ready_fd,
+	  .allowed = "an open file descriptor", .def_doc = "none",
+	  .help = "once serving (socket listening, workers started), write the line \"READY "
+		  "socket=PATH pid=PID\" to file descriptor N and close it, for whoever started "
+		  "loaderd to wait on (a pipe; systemd-notify style)" },
+	{ "help", 'h', ARG_HELP, .help = "this text" },
+};
+
+static const struct arg_table opt_table = {
+	.prog = "loaderd",
+	.intro =
+"usage: loaderd [options]\n"
+"\n"
+"Serves training jobs from packed datasets (.dpk, made by dpack) over a unix socket. Each rank\n"
+"of a job attaches with the client API (shm/ldc.h) and gets its own shared-memory ring.\n"
+"Runs in the foreground, logs to stderr; SIGTERM or SIGINT stops it (clients are told).\n"
+"Under a service manager that sets $NOTIFY_SOCKET (systemd, Type=notify), loaderd sends it\n"
+"READY=1 once serving and STOPPING=1 when it stops.\n",
+	.outro = "\nExit status: 0 stopped by a signal, 1 runtime error, 2 bad usage.\n",
+	.opts = opt_rows,
+	.n_opts = sizeof(opt_rows) / sizeof(opt_rows[0]),
 };
 
 /* Fill *o from the defaults and the command line. Returns -1 to go on serving, or the exit
  * status to end with (0 after --help, 2 for bad usage; the message is printed). */
 static int parse_args(int argc, char **argv, struct opts *o)
 {
-	unsigned linger = 60, idle = 10;
-	int c, lvl;
-
-	*o = (struct opts){ .so.group = (gid_t)-1, .cfg.io = LDR_IO_AUTO, .metrics_s = 5 };
-	o->so.workers = proc_cpu_count();
 	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+	int ret;
+
+	/* The defaults that depend on the host; the table sets the others. */
+	*o = (struct opts){ .so.group = (gid_t)-1, .ready_fd = -1 };
+	o->so.workers = proc_cpu_count();
 	o->so.mem_limit = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize / 2 : 0;
 	ldc_default_socket(o->path, sizeof(o->path));
-	o->so.socket_path = o->path;
+	o->socket = o->path;
 
-	while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
-		switch (c) {
-		case 's':
-			snprintf(o->path, sizeof(o->path), "%s", optarg);
-			break;
-		case 'w':
-			if (arg_uint(optarg, 1, 1024, &o->so.workers) < 0)
-				goto bad_value;
-			break;
-		case 'm':
-			if (arg_bytes(optarg, 1, UINT64_MAX, &o->so.mem_limit) < 0)
-				goto bad_value;
-			break;
-		case 'n':
-			if (arg_uint(optarg, 2, RING_SLOTS_MAX, &o->so.default_slots) < 0)
-				goto bad_value;
-			break;
-		case 't':
-			if (arg_uint(optarg, 1, RING_BATCH_MAX, &o->so.task_samples) < 0)
-				goto bad_value;
-			break;
-		case 'i':
-			if (!strcmp(optarg, "auto"))
-				o->cfg.io = LDR_IO_AUTO;
-			else if (!strcmp(optarg, "buffered"))
-				o->cfg.io = LDR_IO_BUFFERED;
-			else if (!strcmp(optarg, "pread"))
-				o->cfg.io = LDR_IO_PREAD;
-			else
-				goto bad_value;
-			break;
-		case 'g': {
-			struct group *g = getgrnam(optarg);
-			if (!g) {
-				fprintf(stderr, "loaderd: --group %s: no such group\n", optarg);
-				return 2;
-			}
-			o->so.group = g->gr_gid;
-			break;
-		}
-		case 'L':
-			if (arg_uint(optarg, 1, 86400 * 7, &linger) < 0)
-				goto bad_value;
-			break;
-		case 'C':
-			if (arg_uint(optarg, 1, 1u << 20, &o->so.max_conns) < 0)
-				goto bad_value;
-			break;
-		case 'U':
-			if (arg_uint(optarg, 1, 1u << 20, &o->so.max_conns_uid) < 0)
-				goto bad_value;
-			break;
-		case 'J':
-			if (arg_uint(optarg, 1, 1u << 20, &o->so.max_jobs_uid) < 0)
-				goto bad_value;
-			break;
-		case 'W':
-			if (arg_uint(optarg, 1, CTL_WORLD_MAX, &o->so.max_world) < 0)
-				goto bad_value;
-			break;
-		case 'S':
-			if (arg_uint(optarg, 1, 100, &o->so.mem_share_uid) < 0)
-				goto bad_value;
-			break;
-		case 'T':
-			if (arg_uint(optarg, 1, 86400, &idle) < 0)
-				goto bad_value;
-			break;
-		case 'A':
-			if (arg_uint(optarg, 1, 100, &o->so.admin_share) < 0)
-				goto bad_value;
-			break;
-		case 'P':
-			if (arg_bytes(optarg, 1, 1ull << 40, &o->cfg.max_pixels) < 0)
-				goto bad_value;
-			break;
-		case 'R':
-			if (arg_bytes(optarg, 1, DPK_RECORD_MAX, &o->cfg.max_record) < 0)
-				goto bad_value;
-			break;
-		case 'M':
-			if (!*optarg)
-				goto bad_value;
-			o->metrics_path = optarg;
-			break;
-		case 'N':
-			if (arg_double(optarg, 0.1, 86400, &o->metrics_s) < 0)
-				goto bad_value;
-			break;
-		case 'l':
-			lvl = log_level_parse(optarg);
-			if (lvl < 0)
-				goto bad_value;
-			log_level = lvl;
-			break;
-		case 'r':
-			if (arg_uint(optarg, 0, INT_MAX, &o->ready_fd) < 0 ||
-			    fcntl((int)o->ready_fd, F_GETFD) < 0)
-				goto bad_value;
-			/* Not inherited by anything we might start; closed once written. */
-			(void)fcntl((int)o->ready_fd, F_SETFD, FD_CLOEXEC);
-			o->have_ready = 1;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-		continue;
-bad_value:
-		return arg_bad_value(long_opts, c, optarg);
-	}
-	if (optind < argc) {
-		fprintf(stderr, "loaderd: unexpected argument '%s' (see --help)\n", argv[optind]);
+	ret = arg_parse(&opt_table, argc, argv, o);
+	if (ret == -ECANCELED)
+		return 0;
+	if (ret < 0)
 		return 2;
-	}
+	o->so.socket_path = o->socket;
+	o->cfg.io = (enum ldr_io)o->io;
 	o->cfg.workers = o->so.workers;
-	o->so.linger_ms = (int)(linger * 1000u);
-	o->so.idle_ms = (int)(idle * 1000u);
+	o->so.linger_ms = (int)(o->linger_s * 1000u);
+	o->so.idle_ms = (int)(o->idle_s * 1000u);
+	log_level = o->log_level;
 	return -1;
 }
 
@@ -309,7 +254,7 @@ static int serve(const struct opts *o)
 		return 1;
 	}
 	proc_on_stop_signals(on_signal, 0);
-	LOG_INFO("serving on %s: %u workers, io %s, ring memory limit %llu MiB", o->path,
+	LOG_INFO("serving on %s: %u workers, io %s, ring memory limit %llu MiB", o->socket,
 		 o->so.workers, o->cfg.io == LDR_IO_PREAD ? "pread" :
 		 o->cfg.io == LDR_IO_BUFFERED ? "io_uring (buffered)" :
 		 "io_uring (O_DIRECT where possible)", (unsigned long long)(o->so.mem_limit >> 20));
@@ -327,8 +272,8 @@ static int serve(const struct opts *o)
 	if (sd < 0)
 		LOG_WARN("NOTIFY_SOCKET=%s: cannot tell the service manager that loaderd serves: %s",
 			 getenv("NOTIFY_SOCKET"), strerror(-sd));
-	if (o->have_ready)
-		notify_ready((int)o->ready_fd, o->path);
+	if (o->ready_fd >= 0)
+		notify_ready(o->ready_fd, o->socket);
 	ret = srv_run(g_srv);
 	if (sd > 0)
 		ldr_sd_notify("STOPPING=1");

@@ -1,5 +1,7 @@
 /* test_args.c - common/args.c: every parser takes the spellings it documents and refuses empty,
- * signed, spaced, junk-suffixed, out-of-range and overflowing values without writing *out. */
+ * signed, spaced, junk-suffixed, out-of-range and overflowing values without writing *out; the
+ * option tables (arg_parse, arg_help) take each kind exactly at its bounds and refuse it one past
+ * them, naming the option, the value and the range, and --help shows every row with its default. */
 #include "common/args.h"
 
 #include <errno.h>
@@ -9,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -201,6 +204,317 @@ static void test_args_bad_value_names_option_and_value(void **state)
 	assert_non_null(strstr(buf, "--mem-limit: bad value '12Q'"));
 }
 
+/* ---- option tables ---- */
+
+/* The targets of a table with one row of each kind. */
+struct topts {
+	unsigned u;
+	uint64_t big;
+	uint64_t bytes;
+	unsigned pct;
+	double d;
+	int mode;
+	const char *path;
+	int yes;
+	unsigned chosen;           /* a default the caller fills (def_doc) */
+};
+
+static const char *const mode_names[] = { "auto", "buffered", "pread", NULL };
+
+static int parse_yes(const char *s, void *target)
+{
+	if (strcmp(s, "yes"))
+		return -EINVAL;
+	*(int *)target = 1;
+	return 0;
+}
+
+#define TAT(field, type) ARG_AT(struct topts, field, type)
+
+static const struct arg_opt trows[] = {
+	{ .kind = ARG_HEADING, .help = "kinds:" },
+	{ "count", 'c', ARG_UINT, TAT(u, unsigned), .lo = 2, .hi = 10, .def = "4",
+	  .help = "a count" },
+	{ "big", 0, ARG_U64, TAT(big, uint64_t), .lo = 0, .hi = 1ull << 40, .def = "0",
+	  .help = "a large count" },
+	{ "size", 0, ARG_BYTES, TAT(bytes, uint64_t), .lo = 1, .hi = 64ull << 20, .def = "1M",
+	  .help = "a size" },
+	{ "share", 0, ARG_PERCENT, TAT(pct, unsigned), .lo = 1, .hi = 100, .def = "100",
+	  .help = "a share" },
+	{ "every", 0, ARG_DOUBLE, TAT(d, double), .dlo = 0.1, .dhi = 5, .meta = "SECONDS",
+	  .def = "0.5", .help = "an interval" },
+	{ "mode", 0, ARG_ENUM, TAT(mode, int), .choices = mode_names, .meta = "MODE",
+	  .def = "buffered", .help = "a mode" },
+	{ "file", 0, ARG_PATH, TAT(path, const char *), .def_doc = "none", .help = "a file" },
+	{ "agree", 0, ARG_CUSTOM, TAT(yes, int), .parse = parse_yes, .allowed = "the word yes",
+	  .def_doc = "no", .help = "a custom parser" },
+	{ "chosen", 0, ARG_UINT, TAT(chosen, unsigned), .lo = 1, .hi = 99, .def_doc = "the host's",
+	  .help = "a default the caller chooses, and a help text long enough to be wrapped at the "
+		  "hundredth column by arg_help, twice over: words words words words words words "
+		  "words words words words words words words words words words words words words" },
+	{ "help", 'h', ARG_HELP, .help = "this text" },
+};
+
+static const struct arg_table ttable = {
+	.prog = "tprog",
+	.intro = "usage: tprog [options]\n",
+	.outro = "Exit status: 0.\n",
+	.opts = trows,
+	.n_opts = sizeof(trows) / sizeof(trows[0]),
+};
+
+/* Run arg_parse over @words (a NULL-terminated list, argv[0] added) into *o, the caller's default
+ * for "chosen" set first; stderr and stdout of the call land in @err and @out (may be NULL).
+ * Returns what arg_parse returned. */
+static int parse_words(const struct arg_table *t, const char *const *words, struct topts *o,
+		       char *err, size_t errlen, char *out, size_t outlen)
+{
+	char *argv[32] = { (char *)"tprog" };
+	int argc = 1, ret, pe[2], po[2], save_e, save_o;
+	ssize_t n;
+
+	for (; words[argc - 1]; argc++)
+		argv[argc] = (char *)words[argc - 1];
+	*o = (struct topts){ .chosen = 7 };
+	assert_int_equal(pipe(pe), 0);
+	assert_int_equal(pipe(po), 0);
+	fflush(stderr);
+	fflush(stdout);
+	save_e = dup(STDERR_FILENO);
+	save_o = dup(STDOUT_FILENO);
+	dup2(pe[1], STDERR_FILENO);
+	dup2(po[1], STDOUT_FILENO);
+	ret = arg_parse(t, argc, argv, o);
+	fflush(stderr);
+	fflush(stdout);
+	dup2(save_e, STDERR_FILENO);
+	dup2(save_o, STDOUT_FILENO);
+	close(save_e);
+	close(save_o);
+	close(pe[1]);
+	close(po[1]);
+	n = read(pe[0], err ? err : (char[256]){ 0 }, err ? errlen - 1 : 255);
+	if (err)
+		err[n > 0 ? n : 0] = '\0';
+	n = read(po[0], out ? out : (char[256]){ 0 }, out ? outlen - 1 : 255);
+	if (out)
+		out[n > 0 ? n : 0] = '\0';
+	close(pe[0]);
+	close(po[0]);
+	return ret;
+}
+
+static void test_args_table_defaults_applied(void **state)
+{
+	static const char *const none[] = { NULL };
+	struct topts o;
+
+	(void)state;
+	assert_int_equal(parse_words(&ttable, none, &o, NULL, 0, NULL, 0), 1);
+	assert_int_equal(o.u, 4);
+	assert_true(o.big == 0);
+	assert_true(o.bytes == 1u << 20);
+	assert_int_equal(o.pct, 100);
+	assert_true(o.d == 0.5);
+	assert_int_equal(o.mode, 1);
+	assert_null(o.path);
+	assert_int_equal(o.yes, 0);
+	assert_int_equal(o.chosen, 7);  /* the caller's default, untouched */
+}
+
+/* Each kind exactly at its bounds (taken) and one past them (refused, naming the option, the
+ * value and the range, the target left at its default). */
+static void test_args_table_each_kind_at_bounds(void **state)
+{
+	static const struct {
+		const char *opt, *value;
+		size_t off;       /* the target, to compare */
+		int size;         /* 4: unsigned/int, 8: uint64_t, 'd': double, 'p': pointer */
+		double want;      /* when taken */
+		const char *why;  /* when refused: the range the message states; NULL: taken */
+	} cases[] = {
+		{ "--count", "2", offsetof(struct topts, u), 4, 2, NULL },
+		{ "--count", "10", offsetof(struct topts, u), 4, 10, NULL },
+		{ "--count", "1", offsetof(struct topts, u), 4, 0, "(2..10)" },
+		{ "--count", "11", offsetof(struct topts, u), 4, 0, "(2..10)" },
+		{ "--big", "0", offsetof(struct topts, big), 8, 0, NULL },
+		{ "--big", "1099511627776", offsetof(struct topts, big), 8, 1099511627776.0, NULL },
+		{ "--big", "1099511627777", offsetof(struct topts, big), 8, 0, "(0..1099511627776)" },
+		{ "--size", "1", offsetof(struct topts, bytes), 8, 1, NULL },
+		{ "--size", "64M", offsetof(struct topts, bytes), 8, 64 << 20, NULL },
+		{ "--size", "67108864", offsetof(struct topts, bytes), 8, 64 << 20, NULL },
+		{ "--size", "0", offsetof(struct topts, bytes), 8, 0, "(1..64M, suffix K, M, G or T)" },
+		{ "--size", "67108865", offsetof(struct topts, bytes), 8, 0, "(1..64M," },
+		{ "--size", "65537K", offsetof(struct topts, bytes), 8, 0, "(1..64M," },
+		{ "--share", "1", offsetof(struct topts, pct), 4, 1, NULL },
+		{ "--share", "100", offsetof(struct topts, pct), 4, 100, NULL },
+		{ "--share", "0", offsetof(struct topts, pct), 4, 0, "(1..100 percent)" },
+		{ "--share", "101", offsetof(struct topts, pct), 4, 0, "(1..100 percent)" },
+		{ "--every", "0.1", offsetof(struct topts, d), 'd', 0.1, NULL },
+		{ "--every", "5", offsetof(struct topts, d), 'd', 5, NULL },
+		{ "--every", "0.0999", offsetof(struct topts, d), 'd', 0, "(0.1..5)" },
+		{ "--every", "5.001", offsetof(struct topts, d), 'd', 0, "(0.1..5)" },
+		{ "--mode", "auto", offsetof(struct topts, mode), 4, 0, NULL },
+		{ "--mode", "pread", offsetof(struct topts, mode), 4, 2, NULL },
+		{ "--mode", "PREAD", offsetof(struct topts, mode), 4, 0,
+		  "(one of auto, buffered or pread)" },
+		{ "--mode", "buf", offsetof(struct topts, mode), 4, 0, "(one of" },
+		{ "--mode", "", offsetof(struct topts, mode), 4, 0, "(one of" },
+		{ "--file", "x", offsetof(struct topts, path), 'p', 0, NULL },
+		{ "--file", "", offsetof(struct topts, path), 'p', 0, "(a path, not empty)" },
+		{ "--agree", "yes", offsetof(struct topts, yes), 4, 1, NULL },
+		{ "--agree", "no", offsetof(struct topts, yes), 4, 0, "(the word yes)" },
+	};
+	struct topts o, def;
+
+	(void)state;
+	assert_int_equal(parse_words(&ttable, (const char *const[]){ NULL }, &def, NULL, 0, NULL,
+				     0), 1);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *words[] = { cases[i].opt, cases[i].value, NULL };
+		char err[512], want[256];
+		int ret = parse_words(&ttable, words, &o, err, sizeof(err), NULL, 0);
+		const char *t = (const char *)&o + cases[i].off;
+		const char *d = (const char *)&def + cases[i].off;
+		size_t size = cases[i].size == 'd' ? sizeof(double) : cases[i].size == 'p' ?
+			      sizeof(char *) : (size_t)cases[i].size;
+
+		if (!cases[i].why) {
+			double got = cases[i].size == 4 ? (double)*(const unsigned *)t :
+				     cases[i].size == 8 ? (double)*(const uint64_t *)t :
+				     cases[i].size == 'd' ? *(const double *)t : 0;
+			if (ret != 3 || err[0])
+				fail_msg("%s %s: refused (%d): %s", cases[i].opt, cases[i].value, ret,
+					 err);
+			if (cases[i].size == 'p' ? strcmp(*(const char *const *)t, cases[i].value) :
+			    got != cases[i].want)
+				fail_msg("%s %s: got %g, expected %g", cases[i].opt, cases[i].value,
+					 got, cases[i].want);
+			continue;
+		}
+		snprintf(want, sizeof(want), "tprog: %s: bad value '%s' %s", cases[i].opt,
+			 cases[i].value, cases[i].why);
+		if (ret != -EINVAL || !strstr(err, want))
+			fail_msg("%s %s: returned %d, said \"%s\", expected \"%s\"", cases[i].opt,
+				 cases[i].value, ret, err, want);
+		if (memcmp(t, d, size))
+			fail_msg("%s %s: refused, but the target changed", cases[i].opt,
+				 cases[i].value);
+	}
+}
+
+/* --name=value, unique prefixes, short names, a later occurrence winning; the table parses again
+ * from the start on a second call (getopt's state reset). */
+static void test_args_table_spellings(void **state)
+{
+	struct topts o;
+
+	(void)state;
+	assert_int_equal(parse_words(&ttable, (const char *const[]){ "--count=9", "--sha", "50",
+				     "-c", "3", "--count", "5", NULL }, &o, NULL, 0, NULL, 0), 8);
+	assert_int_equal(o.u, 5);
+	assert_int_equal(o.pct, 50);
+	assert_int_equal(parse_words(&ttable, (const char *const[]){ "-c3", NULL }, &o, NULL, 0,
+				     NULL, 0), 2);
+	assert_int_equal(o.u, 3);
+}
+
+/* Usage errors: each says what is wrong, names the word and returns -EINVAL. */
+static void test_args_table_usage_errors(void **state)
+{
+	static const struct { const char *words[4]; const char *says; } cases[] = {
+		{ { "--nope", "1", NULL }, "tprog: --nope: no such option" },
+		{ { "--s", "1", NULL }, "tprog: --s: no such option, or not a unique prefix" },
+		{ { "-x", NULL }, "tprog: -x: no such option" },
+		{ { "--count", NULL }, "tprog: --count: needs a value" },
+		{ { "-c", NULL }, "tprog: -c: needs a value" },
+		{ { "--count", "3", "extra", NULL }, "tprog: unexpected argument 'extra'" },
+		{ { "--help=x", NULL }, "tprog: --help=x: takes no value" },
+	};
+	struct topts o;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char err[512];
+		int ret = parse_words(&ttable, cases[i].words, &o, err, sizeof(err), NULL, 0);
+		if (ret != -EINVAL || !strstr(err, cases[i].says))
+			fail_msg("case %zu: returned %d, said \"%s\", expected \"%s\"", i, ret, err,
+				 cases[i].says);
+	}
+}
+
+/* A table that takes operands returns the first one's index. */
+static void test_args_table_operands(void **state)
+{
+	struct arg_table t = ttable;
+	struct topts o;
+
+	(void)state;
+	t.operands = 1;
+	assert_int_equal(parse_words(&t, (const char *const[]){ "--count", "3", "a.dpk", NULL }, &o,
+				     NULL, 0, NULL, 0), 3);
+	assert_int_equal(o.u, 3);
+}
+
+/* --help: -ECANCELED, on stdout, every row with its value's name, range and default (the caller's
+ * chosen value for a def_doc row), wrapped within 100 columns. */
+static void test_args_table_help_lists_every_row(void **state)
+{
+	static const char *const want[] = {
+		"usage: tprog [options]\n", "\nkinds:\n", "  -c, --count N ", "(2..10; default 4)",
+		"--big N ", "(0..1099511627776; default 0)", "--size BYTES ",
+		"(1..64M, suffix K, M, G or T; default 1M)", "--share PERCENT ",
+		"(1..100 percent; default 100)", "--every SECONDS ", "(0.1..5; default 0.5)",
+		"--mode MODE ", "(one of auto, buffered or pread; default buffered)", "--file PATH ",
+		"a file (default: none)", "--agree N ", "(the word yes; default: no)", "--chosen N ",
+		"(1..99; default: the host's, here 7)", "  -h, --help ", "Exit status: 0.\n",
+	};
+	char out[8192];
+	struct topts o;
+
+	(void)state;
+	assert_int_equal(parse_words(&ttable, (const char *const[]){ "--help", NULL }, &o, NULL, 0,
+				     out, sizeof(out)), -ECANCELED);
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		if (!strstr(out, want[i]))
+			fail_msg("--help lacks \"%s\":\n%s", want[i], out);
+	for (const char *line = out; *line;) {
+		size_t len = strcspn(line, "\n");
+		if (len >= 100)
+			fail_msg("a --help line of %zu columns: %.*s", len, (int)len, line);
+		line += len + (line[len] == '\n');
+	}
+	/* the long help text was wrapped onto lines of its own, at the help column */
+	assert_non_null(strstr(out, "\n                       "));
+	/* -h too */
+	assert_int_equal(parse_words(&ttable, (const char *const[]){ "-h", NULL }, &o, NULL, 0,
+				     out, sizeof(out)), -ECANCELED);
+	assert_non_null(strstr(out, "--chosen N"));
+}
+
+static void test_args_fmt_bytes_exact_units(void **state)
+{
+	static const struct { uint64_t v; const char *s; } cases[] = {
+		{ 0, "0" }, { 1, "1" }, { 1023, "1023" }, { 1024, "1K" }, { 1025, "1025" },
+		{ 1536, "1536" }, { 1536ull << 10, "1536K" },
+		{ 64ull << 20, "64M" }, { (64ull << 20) + 1024, "65537K" }, { 1ull << 40, "1T" },
+		{ 1ull << 50, "1024T" }, { UINT64_MAX, "18446744073709551615" },
+	};
+	char buf[32];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		arg_fmt_bytes(buf, sizeof(buf), cases[i].v);
+		if (strcmp(buf, cases[i].s))
+			fail_msg("arg_fmt_bytes(%llu) = \"%s\", expected \"%s\"",
+				 (unsigned long long)cases[i].v, buf, cases[i].s);
+		/* and arg_bytes reads it back */
+		uint64_t back = 0;
+		assert_int_equal(arg_bytes(buf, 0, UINT64_MAX, &back), 0);
+		assert_true(back == cases[i].v);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -213,6 +527,13 @@ int main(void)
 		cmocka_unit_test(test_args_double_valid_bounds_garbage),
 		cmocka_unit_test(test_args_size2_forms_and_limits),
 		cmocka_unit_test(test_args_bad_value_names_option_and_value),
+		cmocka_unit_test(test_args_table_defaults_applied),
+		cmocka_unit_test(test_args_table_each_kind_at_bounds),
+		cmocka_unit_test(test_args_table_spellings),
+		cmocka_unit_test(test_args_table_usage_errors),
+		cmocka_unit_test(test_args_table_operands),
+		cmocka_unit_test(test_args_table_help_lists_every_row),
+		cmocka_unit_test(test_args_fmt_bytes_exact_units),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

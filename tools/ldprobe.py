@@ -961,8 +961,9 @@ def pos_float(lo, hi):
     return ranged(float, lo, hi)
 
 
-def parse_args(argv):
-    ncpu = os.cpu_count() or 1
+def make_parser(ncpu):
+    """ldprobe's options: argparse is the table, one add_argument a row (name, kind and range,
+    default, help), and it both parses and prints --help. Rules between options: check_usage()."""
     p = argparse.ArgumentParser(
         prog="ldprobe", formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="ldprobe --dataset D.dpk [--model M] [--crop N] [--batch B] [--ranks N] "
@@ -984,7 +985,7 @@ def parse_args(argv):
             "  ldprobe: loader_per_s=X compute_per_s=Y actual_per_s=Z au=A verdict=V"),
         epilog="Exit status: 0 measured, 1 runtime error (the failing program's log is shown), "
                "2 bad usage.")
-    p.add_argument("--dataset", required=True, metavar="D.dpk", help="packed dataset (dpack)")
+    p.add_argument("--dataset", required=True, metavar="D.dpk", help="packed dataset (dpack); required")
     p.add_argument("--model", default="mlp", metavar="M",
                    help="trainer model: mlp, mlp:hidden=N, synthetic:resnet50, "
                         "synthetic:flops=F,params=P (default mlp)")
@@ -997,20 +998,23 @@ def parse_args(argv):
     p.add_argument("--hostfile", metavar="FILE", default=None,
                    help="several nodes: an Open MPI hostfile, `HOST slots=N` a line (N ranks on "
                         "HOST). Needs --socket: the loaderd of every node, the same path on each. "
-                        "Each node's loader ceiling is measured on it; mpirun gets the hostfile")
+                        "Each node's loader ceiling is measured on it; mpirun gets the hostfile (default: "
+                        "this node only)")
     p.add_argument("--launch-agent", metavar="'CMD'", default="ssh",
                    help="with --hostfile: runs a command on a node as `CMD HOST COMMAND` (default "
                         "ssh); also mpirun's --mca plm_rsh_agent when not ssh")
     p.add_argument("--node-ceiling", metavar="FIRST:COUNT", default=None,
                    help="(what ldprobe runs on each node) only the loader ceiling of ranks FIRST.. "
-                        "FIRST+COUNT-1 of --ranks, against --socket; prints `ldprobe-node: JSON`")
+                        "FIRST+COUNT-1 of --ranks, against --socket; prints `ldprobe-node: JSON` (default: "
+                        "the whole probe)")
     p.add_argument("--node-job", default=None, help=argparse.SUPPRESS)
     p.add_argument("--workers", type=pos_int(1, 1024), default=None, metavar="N",
                    help="decode workers of ldprobe's own loaderd (default: all cores, here %d)"
                         % ncpu)
     p.add_argument("--socket", metavar="PATH",
                    help="use the loaderd already serving on PATH instead of starting one "
-                        "(its workers are what is measured; it is left running)")
+                        "(its workers are what is measured; it is left running) (default: ldprobe starts "
+                        "its own)")
     p.add_argument("--slots", type=pos_int(2, 1024), default=None, metavar="N",
                    help="ring depth asked of loaderd (default: loaderd's)")
     p.add_argument("--prefetch", type=pos_int(1, PREFETCH_MAX), default=None, metavar="N",
@@ -1024,9 +1028,9 @@ def parse_args(argv):
     p.add_argument("--trainer-args", default="", metavar="'ARGS'",
                    help="more trainer options for both trainer runs, e.g. '--bucket-mb 4' or the "
                         "test knobs '--inject-slow-rank 1:3', '--inject-comm-delay-ms 20' "
-                        "(a single word: --trainer-args=--WORD)")
+                        "(a single word: --trainer-args=--WORD) (default: none)")
     p.add_argument("--io", choices=("auto", "buffered", "pread"), default=None,
-                   help="loaderd --io of ldprobe's own loaderd")
+                   help="loaderd --io of ldprobe's own loaderd (default: loaderd's, auto)")
     p.add_argument("--mpirun", metavar="'CMD'", default=None,
                    help="launcher, given -np N after it (default: mpirun; for Open MPI with "
                         "--oversubscribe --bind-to none)")
@@ -1037,60 +1041,85 @@ def parse_args(argv):
     p.add_argument("--bin", metavar="DIR", default=None,
                    help="where loaderd, trainer, ldcat and loaderctl are (default: next to "
                         "ldprobe, else build/bin)")
+    return p
+
+
+def parse_options(argv, ncpu=None):
+    """The command line, checked (exit 2 with a message on bad usage) and with the defaults that
+    depend on other options filled in; the programs are not looked for (parse_args does)."""
+    ncpu = ncpu or os.cpu_count() or 1
+    p = make_parser(ncpu)
     a = p.parse_args(argv)
+    check_usage(p, a)
+    a.workers = a.workers or (None if a.socket else ncpu)
+    a.dataset_abs = os.path.realpath(a.dataset)
+    a.timeout = a.timeout or max(120.0, 20 * a.seconds)
+    a.prefetch = trainer_prefetch(a.trainer_args_list, a.prefetch)
+    return a
 
-    def usage_error(msg):
-        p.print_usage(sys.stderr)
-        print("ldprobe: error: %s" % msg, file=sys.stderr)
-        sys.exit(EXIT_USAGE)
 
+def usage_error(p, msg):
+    p.print_usage(sys.stderr)
+    print("ldprobe: error: %s" % msg, file=sys.stderr)
+    sys.exit(EXIT_USAGE)
+
+
+def check_usage(p, a):
+    """The rules between options that argparse's rows cannot state; sets a.nodes, a.node_ranks,
+    a.ranks (1 by default, the hostfile's slots with one) and a.trainer_args_list."""
     if a.socket and (a.workers or a.io):
-        usage_error("--workers and --io configure ldprobe's own loaderd: not with --socket")
+        usage_error(p, "--workers and --io configure ldprobe's own loaderd: not with --socket")
     if not os.path.isfile(a.dataset):
-        usage_error("--dataset %s: no such file" % a.dataset)
+        usage_error(p, "--dataset %s: no such file" % a.dataset)
     a.nodes, a.node_ranks = None, None
     if a.hostfile:
         if not a.socket:
-            usage_error("--hostfile: give --socket, the path of the loaderd on every node")
+            usage_error(p, "--hostfile: give --socket, the path of the loaderd on every node")
         try:
             with open(a.hostfile) as f:
                 a.nodes = parse_hostfile(f.read())
         except (OSError, ValueError) as e:
-            usage_error("--hostfile %s: %s" % (a.hostfile, e))
+            usage_error(p, "--hostfile %s: %s" % (a.hostfile, e))
         a.hostfile = os.path.abspath(a.hostfile)
         slots = sum(n for _, n in a.nodes)
         if a.ranks is not None and a.ranks != slots:
-            usage_error("--ranks %d: the hostfile has %d slots (one rank each)" % (a.ranks, slots))
+            usage_error(p, "--ranks %d: the hostfile has %d slots (one rank each)" %
+                        (a.ranks, slots))
         a.ranks = slots
     if a.node_ceiling:
         try:
             first, count = (int(x) for x in a.node_ceiling.split(":"))
         except ValueError:
-            usage_error("--node-ceiling %s: give FIRST:COUNT" % a.node_ceiling)
+            usage_error(p, "--node-ceiling %s: give FIRST:COUNT" % a.node_ceiling)
         if not a.socket or a.ranks is None or first < 0 or count < 1 or first + count > a.ranks:
-            usage_error("--node-ceiling %s: needs --socket and --ranks N > FIRST + COUNT - 1" %
+            usage_error(p, "--node-ceiling %s: needs --socket and --ranks N > FIRST + COUNT - 1" %
                         a.node_ceiling)
         a.node_ranks = range(first, first + count)
     a.ranks = a.ranks or 1
     try:
         a.trainer_args_list = shlex.split(a.trainer_args)
     except ValueError as e:
-        usage_error("--trainer-args: %s" % e)
+        usage_error(p, "--trainer-args: %s" % e)
     if a.socket and not os.path.exists(a.socket) and not a.nodes:
-        usage_error("--socket %s: no such socket (is loaderd running?)" % a.socket)
-    a.workers = a.workers or (None if a.socket else ncpu)
-    a.dataset_abs = os.path.realpath(a.dataset)
-    a.timeout = a.timeout or max(120.0, 20 * a.seconds)
-    # what the trainer will use, for the advice (a later occurrence wins, as with getopt)
-    ta = a.trainer_args_list
-    for i, w in enumerate(ta):
+        usage_error(p, "--socket %s: no such socket (is loaderd running?)" % a.socket)
+
+
+def trainer_prefetch(words, prefetch):
+    """The --prefetch the trainer will use, for the advice: the last one in @words (as getopt
+    takes it), else @prefetch."""
+    for i, w in enumerate(words):
         if w.startswith("--prefetch"):
-            v = w.split("=", 1)[1] if "=" in w else (ta[i + 1] if i + 1 < len(ta) else "")
+            v = w.split("=", 1)[1] if "=" in w else (words[i + 1] if i + 1 < len(words) else "")
             try:
-                a.prefetch = int(v)
+                prefetch = int(v)
             except ValueError:
                 pass
-    # programs
+    return prefetch
+
+
+def find_programs(a):
+    """a.bin and a.bin_PROG for trainer, loaderd, ldcat, loaderctl: --bin, else next to ldprobe,
+    else build/bin. Exits 1 naming what is missing."""
     here = os.path.dirname(os.path.realpath(__file__))
     cands = [a.bin] if a.bin else [here, os.path.join(here, "..", "build", "bin"),
                                    os.path.join("build", "bin")]
@@ -1109,21 +1138,33 @@ def parse_args(argv):
                   file=sys.stderr)
             sys.exit(1)
         setattr(a, "bin_" + prog, path)
-    a.mpirun_extra = []
-    if (a.ranks > 1 or a.nodes) and not a.mpirun and not a.node_ranks:
-        if not shutil.which("mpirun"):
-            print("ldprobe: --ranks %d needs mpirun (or --mpirun 'CMD')" % a.ranks,
-                  file=sys.stderr)
-            sys.exit(1)
-        try:
-            v = subprocess.run(["mpirun", "--version"], capture_output=True, text=True,
-                               timeout=20).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            v = ""
-        if "Open MPI" in v or "OpenRTE" in v:
-            # ranks + decode workers > cores is the common case; pinning each rank to one core
-            # would make a rank that shares its core with a decode worker look like a straggler
-            a.mpirun_extra = ["--oversubscribe", "--bind-to", "none"]
+
+
+def mpirun_options(a):
+    """Options for the default mpirun: Open MPI's --oversubscribe --bind-to none. Exits 1 when
+    the run needs mpirun and there is none."""
+    if not ((a.ranks > 1 or a.nodes) and not a.mpirun and not a.node_ranks):
+        return []
+    if not shutil.which("mpirun"):
+        print("ldprobe: --ranks %d needs mpirun (or --mpirun 'CMD')" % a.ranks, file=sys.stderr)
+        sys.exit(1)
+    try:
+        v = subprocess.run(["mpirun", "--version"], capture_output=True, text=True,
+                           timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        v = ""
+    if "Open MPI" in v or "OpenRTE" in v:
+        # ranks + decode workers > cores is the common case; pinning each rank to one core
+        # would make a rank that shares its core with a decode worker look like a straggler
+        return ["--oversubscribe", "--bind-to", "none"]
+    return []
+
+
+def parse_args(argv):
+    """The options checked, the programs found, mpirun's options chosen."""
+    a = parse_options(argv)
+    find_programs(a)
+    a.mpirun_extra = mpirun_options(a)
     return a
 
 
