@@ -169,8 +169,8 @@ static const struct arg_opt opt_rows[] = {
 		  "it, every request is refused for a while" },
 	{ "max-record", 0, ARG_BYTES, AT(cfg.max_record, uint64_t), .lo = 1, .hi = DPK_RECORD_MAX,
 	  .def = "64M",
-	  .help = "stored bytes per record: a dataset with a larger record is refused at job open, "
-		  "naming the sample" },
+	  .help = "bytes per record, stored or (a zstd tensor) decompressed: a dataset with a "
+		  "larger record is refused at job open, naming the sample" },
 	{ "max-pixels", 0, ARG_BYTES, AT(cfg.max_pixels, uint64_t), .lo = 1, .hi = 1ull << 40,
 	  .meta = "N", .def = "64M",
 	  .help = "pixels per record (height x width): larger records are refused at job open or "
