@@ -1,8 +1,9 @@
 /* jpeg_imgs.h - what the JPEG window suites (test_jpeg_rst.c, test_jpeg_idx.c, test_decode.c)
  * share: a generated image with edges and noise, or a real photograph Debian ships, compressed by
  * TurboJPEG (or as shipped, or losslessly cropped) and fully decoded at every DCT scale (the
- * reference), and the check that a decoded window's crop pixels equal that reference. Header-only
- * (each suite is one binary); include after <cmocka.h> and <turbojpeg.h>. */
+ * reference), and the check that a decoded window's crop pixels equal that reference; the image
+ * set both splice suites decode, with its setup and teardown. Header-only (each suite is one
+ * binary); include after <cmocka.h> and <turbojpeg.h>. */
 #ifndef LOADERD_JPEG_IMGS_H
 #define LOADERD_JPEG_IMGS_H
 #include <stdint.h>
@@ -77,6 +78,38 @@ static inline void jpeg_img_make(tjhandle tjd, struct img *m, int w, int h, int 
 	jpeg_img_full_decode(tjd, m);
 }
 
+/* One generated image of a suite's set: jpeg_img_make's size, chroma subsampling (TJSAMP_*) and
+ * progressive flag, and what the suite does with it after (@variant, the suite's own; 0: nothing). */
+struct jpeg_img_spec {
+	int w, h, samp, progressive;
+	int variant;
+};
+
+/* The images both splice suites (test_jpeg_rst.c, test_jpeg_idx.c) begin their set with: sizes
+ * that are and are not multiples of the MCU, 1x1, 4:2:0, 4:2:2, 4:4:4, 4:4:0, grey, progressive. */
+#define JPEG_IMG_SET_SPLICE						\
+	{ 333, 517, TJSAMP_420, 0, 0 },  { 640, 480, TJSAMP_420, 0, 0 },	\
+	{ 517, 333, TJSAMP_422, 0, 0 },  { 301, 299, TJSAMP_444, 0, 0 },	\
+	{ 333, 211, TJSAMP_GRAY, 0, 0 }, { 419, 287, TJSAMP_420, 1, 0 },	\
+	{ 287, 419, TJSAMP_422, 1, 0 },  { 250, 190, TJSAMP_444, 1, 0 },	\
+	{ 203, 177, TJSAMP_GRAY, 1, 0 }, { 277, 263, TJSAMP_440, 0, 0 },	\
+	{ 17, 9, TJSAMP_420, 0, 0 },     { 1, 1, TJSAMP_420, 0, 0 },		\
+	{ 1031, 97, TJSAMP_420, 0, 0 }   /* a row of 65 MCUs: 5 x 13 */
+enum { JPEG_IMG_SET_SPLICE_N = 13 };
+
+/* A suite's group setup: its TurboJPEG decompressor in *tjd, its decoder in *dec and @imgs[i]
+ * made from @set[i] with seed i + 1, for i < @n. Undo with jpeg_imgs_teardown. */
+static inline void jpeg_imgs_setup(tjhandle *tjd, struct cdc_decoder **dec, struct img *imgs,
+				   const struct jpeg_img_spec *set, int n)
+{
+	*tjd = tjInitDecompress();
+	assert_non_null(*tjd);
+	assert_int_equal(cdc_decoder_create(dec), 0);
+	for (int i = 0; i < n; i++)
+		jpeg_img_make(*tjd, &imgs[i], set[i].w, set[i].h, set[i].samp, set[i].progressive,
+			      (uint64_t)i + 1);
+}
+
 /* Photographs: mate-backgrounds (scripts/deps.sh installs it). 4:2:0, 4:2:2 and 4:4:4, baseline
  * and progressive, 1280 to 2560 px wide. */
 #define JPEG_IMG_PHOTO_DIR "/usr/share/backgrounds/mate/"
@@ -149,6 +182,16 @@ static inline void jpeg_img_free(struct img *m)
 	tjFree(m->jpg);
 	for (int s = 0; s < 4; s++)
 		free(m->full[s]);
+}
+
+/* Frees what jpeg_imgs_setup made. */
+static inline void jpeg_imgs_teardown(tjhandle tjd, struct cdc_decoder *dec, struct img *imgs,
+				      int n)
+{
+	for (int i = 0; i < n; i++)
+		jpeg_img_free(&imgs[i]);
+	cdc_decoder_destroy(dec);
+	tjDestroy(tjd);
 }
 
 /* The crop's pixels of @win (at its scale) against the full decode of the original. */

@@ -72,28 +72,21 @@ static void make_variant(struct img *m, enum variant v)
 
 static int setup(void **state)
 {
-	(void)state;
-	tjd = tjInitDecompress();
-	assert_non_null(tjd);
-	assert_int_equal(cdc_decoder_create(&dec), 0);
-	static const struct { int w, h, samp, progressive; enum variant v; } set[NIMG] = {
-		{ 333, 517, TJSAMP_420, 0, V_PLAIN },  { 640, 480, TJSAMP_420, 0, V_PLAIN },
-		{ 517, 333, TJSAMP_422, 0, V_PLAIN },  { 301, 299, TJSAMP_444, 0, V_PLAIN },
-		{ 333, 211, TJSAMP_GRAY, 0, V_PLAIN }, { 419, 287, TJSAMP_420, 1, V_PLAIN },
-		{ 287, 419, TJSAMP_422, 1, V_PLAIN },  { 250, 190, TJSAMP_444, 1, V_PLAIN },
-		{ 203, 177, TJSAMP_GRAY, 1, V_PLAIN }, { 277, 263, TJSAMP_440, 0, V_PLAIN },
-		{ 17, 9, TJSAMP_420, 0, V_PLAIN },     { 1, 1, TJSAMP_420, 0, V_PLAIN },
-		{ 1031, 97, TJSAMP_420, 0, V_PLAIN },  { 512, 384, TJSAMP_420, 0, V_PLAIN },
+	static const struct jpeg_img_spec set[NIMG] = {
+		JPEG_IMG_SET_SPLICE,
+		{ 512, 384, TJSAMP_420, 0, V_PLAIN },
 		{ 500, 375, TJSAMP_420, 0, V_OPTIMIZED }, { 355, 240, TJSAMP_GRAY, 0, V_OPTIMIZED },
 		{ 320, 241, TJSAMP_422, 0, V_RESTART },   { 407, 300, TJSAMP_444, 0, V_OPT_RESTART },
 		{ 350, 203, TJSAMP_411, 0, V_PLAIN },     /* MCUs 32 px wide */
 	};
+
+	(void)state;
+	_Static_assert(V_PLAIN == 0, "the shared set's rows are variant 0");
+	jpeg_imgs_setup(&tjd, &dec, imgs, set, NIMG);
 	for (int i = 0; i < NIMG; i++) {
-		jpeg_img_make(tjd, &imgs[i], set[i].w, set[i].h, set[i].samp, set[i].progressive,
-			      (uint64_t)i + 1);
-		make_variant(&imgs[i], set[i].v);
-		kept[i] = !set[i].progressive && set[i].v == V_PLAIN;
-		optimized[i] = set[i].v == V_OPTIMIZED;
+		make_variant(&imgs[i], (enum variant)set[i].variant);
+		kept[i] = !set[i].progressive && set[i].variant == V_PLAIN;
+		optimized[i] = set[i].variant == V_OPTIMIZED;
 	}
 	return 0;
 }
@@ -101,10 +94,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	for (int i = 0; i < NIMG; i++)
-		jpeg_img_free(&imgs[i]);
-	cdc_decoder_destroy(dec);
-	tjDestroy(tjd);
+	jpeg_imgs_teardown(tjd, dec, imgs, NIMG);
 	return 0;
 }
 

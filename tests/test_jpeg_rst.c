@@ -32,37 +32,24 @@ static uint64_t seeded(const char *test)
 	return test_xorshift_init(test_seed(test, "TEST_JPEG_RST_SEED"));
 }
 
-enum { NIMG = 13 };
+enum { NIMG = JPEG_IMG_SET_SPLICE_N };
 static struct img imgs[NIMG];
 static struct cdc_decoder *dec;
 static tjhandle tjd;
 
 static int setup(void **state)
 {
+	static const struct jpeg_img_spec set[NIMG] = { JPEG_IMG_SET_SPLICE };
+
 	(void)state;
-	tjd = tjInitDecompress();
-	assert_non_null(tjd);
-	assert_int_equal(cdc_decoder_create(&dec), 0);
-	static const struct { int w, h, samp, progressive; } set[NIMG] = {
-		{ 333, 517, TJSAMP_420, 0 },  { 640, 480, TJSAMP_420, 0 },  { 517, 333, TJSAMP_422, 0 },
-		{ 301, 299, TJSAMP_444, 0 },  { 333, 211, TJSAMP_GRAY, 0 }, { 419, 287, TJSAMP_420, 1 },
-		{ 287, 419, TJSAMP_422, 1 },  { 250, 190, TJSAMP_444, 1 },  { 203, 177, TJSAMP_GRAY, 1 },
-		{ 277, 263, TJSAMP_440, 0 },  { 17, 9, TJSAMP_420, 0 },     { 1, 1, TJSAMP_420, 0 },
-		{ 1031, 97, TJSAMP_420, 0 },  /* a row of 65 MCUs: 5 x 13 */
-	};
-	for (int i = 0; i < NIMG; i++)
-		jpeg_img_make(tjd, &imgs[i], set[i].w, set[i].h, set[i].samp, set[i].progressive,
-			      (uint64_t)i + 1);
+	jpeg_imgs_setup(&tjd, &dec, imgs, set, NIMG);
 	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	for (int i = 0; i < NIMG; i++)
-		jpeg_img_free(&imgs[i]);
-	cdc_decoder_destroy(dec);
-	tjDestroy(tjd);
+	jpeg_imgs_teardown(tjd, dec, imgs, NIMG);
 	return 0;
 }
 
