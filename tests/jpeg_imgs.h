@@ -2,7 +2,8 @@
  * share: a generated image with edges and noise, or a real photograph Debian ships, compressed by
  * TurboJPEG (or as shipped, or losslessly cropped) and fully decoded at every DCT scale (the
  * reference), and the check that a decoded window's crop pixels equal that reference; the image
- * set both splice suites decode, with its setup and teardown. Header-only (each suite is one
+ * set both splice suites decode, with its setup and teardown, and what they do alike to each
+ * record their builder makes (cdc_idx_build, cdc_rst_rewrite). Header-only (each suite is one
  * binary); include after <cmocka.h> and <turbojpeg.h>. */
 #ifndef LOADERD_JPEG_IMGS_H
 #define LOADERD_JPEG_IMGS_H
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "codec/decode.h"
+#include "codec/jpeg_build.h"
 #include "tests/test_util.h"
 
 /* Texture with edges and noise, so that any difference in upsampling or IDCT shows. */
@@ -218,6 +220,54 @@ static inline void jpeg_img_check_window(const struct img *m, const struct cdc_c
 				fail_msg("%s scale 1/%u: pixel %u,%u channel %u is %u, full decode %u",
 					 what, win->den, x0 + b / 3, y, b % 3, got[b], want[b]);
 	}
+}
+
+/* A splice record builder: cdc_idx_build or cdc_rst_rewrite. */
+typedef int (*jpeg_img_record_fn)(const uint8_t *jpg, size_t len, unsigned px,
+				  struct dpk_record *r, uint8_t **out, size_t *outlen, char *why,
+				  size_t whylen);
+
+/* @m's record from @fn at width @px (free()), *len bytes; @fn must say it is of @kind, baseline.
+ * A failure names @m and @what (the builder). */
+static inline uint8_t *jpeg_img_record(jpeg_img_record_fn fn, unsigned kind, const char *what,
+				       const struct img *m, unsigned px, size_t *len)
+{
+	struct dpk_record r = { .kind = DPK_KIND_JPEG, .flags = DPK_F_PROGRESSIVE };
+	uint8_t *out;
+	char why[256];
+
+	if (fn(m->jpg, m->len, px, &r, &out, len, why, sizeof(why)) != 0)
+		fail_msg("%s: %s: %s", m->name, what, why);
+	assert_int_equal(r.kind, kind);
+	assert_int_equal(r.flags, 0);
+	return out;
+}
+
+/* The record @r[0, len) of @m at width @width, fully decoded by TurboJPEG at every DCT scale,
+ * equals the reference; a failure names @m, the width, the scale and @what (the record). */
+static inline void jpeg_img_check_full_decode(tjhandle tjd, const struct img *m, const uint8_t *r,
+					      size_t len, unsigned width, const char *what)
+{
+	for (int s = 0; s < 4; s++) {
+		uint8_t *px = malloc((size_t)m->fw[s] * m->fh[s] * 3);
+		assert_non_null(px);
+		if (tjDecompress2(tjd, r, len, px, m->fw[s], 0, m->fh[s], TJPF_RGB, 0))
+			fail_msg("%s: %s", m->name, tjGetErrorStr2(tjd));
+		if (memcmp(px, m->full[s], (size_t)m->fw[s] * m->fh[s] * 3))
+			fail_msg("%s width %u scale 1/%d: %s decodes differently", m->name, width,
+				 1 << s, what);
+		free(px);
+	}
+}
+
+/* The mean absolute difference of @a and @b, @n bytes each. */
+static inline double jpeg_img_mean_abs_diff(const uint8_t *a, const uint8_t *b, size_t n)
+{
+	double e = 0;
+
+	for (size_t k = 0; k < n; k++)
+		e += abs(a[k] - b[k]);
+	return e / n;
 }
 
 /* Move the window @c of a @W x @H image to touch edge @e: 0 left, 1 top, 2 right, 3 bottom. */

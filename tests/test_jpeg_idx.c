@@ -100,15 +100,7 @@ static int teardown(void **state)
 
 static uint8_t *build(const struct img *m, unsigned col_px, size_t *len)
 {
-	struct dpk_record r = { .kind = DPK_KIND_JPEG, .flags = DPK_F_PROGRESSIVE };
-	uint8_t *out;
-	char why[256];
-
-	if (cdc_idx_build(m->jpg, m->len, col_px, &r, &out, len, why, sizeof(why)) != 0)
-		fail_msg("%s: index: %s", m->name, why);
-	assert_int_equal(r.kind, DPK_KIND_JPEG_IDX);
-	assert_int_equal(r.flags, 0);
-	return out;
+	return jpeg_img_record(cdc_idx_build, DPK_KIND_JPEG_IDX, "index", m, col_px, len);
 }
 
 static const unsigned widths[] = { 0, 8, 64, 128 };  /* index column widths, pixels */
@@ -139,16 +131,7 @@ static void test_idx_build_lossless(void **state)
 				assert_memory_equal(r, m->jpg, m->len);
 			else if (optimized[i])
 				assert_true(len < m->len || memcmp(r, m->jpg, m->len) != 0);
-			for (int s = 0; s < 4; s++) {
-				uint8_t *px = malloc((size_t)m->fw[s] * m->fh[s] * 3);
-				assert_non_null(px);
-				if (tjDecompress2(tjd, r, len, px, m->fw[s], 0, m->fh[s], TJPF_RGB, 0))
-					fail_msg("%s: %s", m->name, tjGetErrorStr2(tjd));
-				if (memcmp(px, m->full[s], (size_t)m->fw[s] * m->fh[s] * 3))
-					fail_msg("%s width %u scale 1/%d: record decodes differently",
-						 m->name, widths[k], 1 << s);
-				free(px);
-			}
+			jpeg_img_check_full_decode(tjd, m, r, len, widths[k], "record");
 			free(r);
 		}
 }
@@ -202,12 +185,9 @@ static void test_idx_decode_output(void **state)
 			fail_msg("%s: idx: %s", m->name, why);
 		if (cdc_decode_jpeg(dec, m->jpg, m->len, &c, &o, b, why, sizeof(why)))
 			fail_msg("%s: %s", m->name, why);
-		double e = 0;
-		for (size_t k = 0; k < sizeof(a); k++)
-			e += abs(a[k] - b[k]);
-		if (e / sizeof(a) > 1.5)
-			fail_msg("%s: idx and plain decode differ by %.2f on average", m->name,
-				 e / sizeof(a));
+		double e = jpeg_img_mean_abs_diff(a, b, sizeof(a));
+		if (e > 1.5)
+			fail_msg("%s: idx and plain decode differ by %.2f on average", m->name, e);
 		free(r);
 	}
 }

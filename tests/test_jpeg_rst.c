@@ -55,15 +55,7 @@ static int teardown(void **state)
 
 static uint8_t *rewrite(const struct img *m, unsigned seg_px, size_t *len)
 {
-	struct dpk_record r = { .kind = DPK_KIND_JPEG, .flags = DPK_F_PROGRESSIVE };
-	uint8_t *out;
-	char why[256];
-
-	if (cdc_rst_rewrite(m->jpg, m->len, seg_px, &r, &out, len, why, sizeof(why)) != 0)
-		fail_msg("%s: rewrite: %s", m->name, why);
-	assert_int_equal(r.kind, DPK_KIND_JPEG_RST);
-	assert_int_equal(r.flags, 0);
-	return out;
+	return jpeg_img_record(cdc_rst_rewrite, DPK_KIND_JPEG_RST, "rewrite", m, seg_px, len);
 }
 
 static const unsigned widths[] = { 0, 16, 64, 128 };  /* restart segment widths, pixels */
@@ -90,16 +82,7 @@ static void test_rst_rewrite_lossless(void **state)
 			else
 				assert_true(info.interval * info.mcu_w <= widths[k] ||
 					    info.interval == 1);
-			for (int s = 0; s < 4; s++) {
-				uint8_t *px = malloc((size_t)m->fw[s] * m->fh[s] * 3);
-				assert_non_null(px);
-				if (tjDecompress2(tjd, r, len, px, m->fw[s], 0, m->fh[s], TJPF_RGB, 0))
-					fail_msg("%s: %s", m->name, tjGetErrorStr2(tjd));
-				if (memcmp(px, m->full[s], (size_t)m->fw[s] * m->fh[s] * 3))
-					fail_msg("%s width %u scale 1/%d: rewrite decodes differently",
-						 m->name, widths[k], 1 << s);
-				free(px);
-			}
+			jpeg_img_check_full_decode(tjd, m, r, len, widths[k], "rewrite");
 			free(r);
 		}
 }
@@ -151,11 +134,9 @@ static void test_rst_decode_fallback_and_output(void **state)
 		assert_memory_equal(a, b, sizeof(a));
 		if (cdc_decode_jpeg_rst(dec, r, len, &c, &o, a, why, sizeof(why)))
 			fail_msg("%s: rst: %s", m->name, why);
-		double e = 0;
-		for (size_t k = 0; k < sizeof(a); k++)
-			e += abs(a[k] - b[k]);
-		if (e / sizeof(a) > 1.5)
-			fail_msg("%s: new and old path differ by %.2f on average", m->name, e / sizeof(a));
+		double e = jpeg_img_mean_abs_diff(a, b, sizeof(a));
+		if (e > 1.5)
+			fail_msg("%s: new and old path differ by %.2f on average", m->name, e);
 		free(r);
 	}
 }
