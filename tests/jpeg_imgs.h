@@ -270,6 +270,50 @@ static inline double jpeg_img_mean_abs_diff(const uint8_t *a, const uint8_t *b, 
 	return e / n;
 }
 
+/* A copy of the record @r[0, len) (free()) with 1 to 8 bytes, drawn from @x, set to values
+ * drawn from @x. */
+static inline uint8_t *jpeg_img_damaged(const uint8_t *r, size_t len, uint64_t *x)
+{
+	uint8_t *bad = malloc(len);
+
+	assert_non_null(bad);
+	memcpy(bad, r, len);
+	int n = 1 + (int)(test_xorshift(x) % 8);
+	for (int k = 0; k < n; k++)
+		bad[test_xorshift(x) % len] = (uint8_t)test_xorshift(x);
+	return bad;
+}
+
+/* A record decoder: cdc_decode_jpeg_rst or cdc_decode_jpeg_idx. */
+typedef int (*jpeg_img_decode_fn)(struct cdc_decoder *d, const uint8_t *rec, size_t len,
+				  const struct cdc_crop *crop, const struct cdc_out *o,
+				  uint8_t *dst, char *why, size_t whylen);
+
+/* @fn with @dec refuses the damaged record @r[0, len), cropped to @c, with -EBADMSG and a reason
+ * that begins with @prefix, holds at least 12 characters and, where @reason is not NULL, holds
+ * @reason. It decodes an exact-size copy, so that ASan sees any read past the record. A failure
+ * names @what. */
+static inline void jpeg_img_expect_bad(jpeg_img_decode_fn fn, struct cdc_decoder *dec,
+				       const uint8_t *r, size_t len, const struct cdc_crop *c,
+				       const char *prefix, const char *what, const char *reason)
+{
+	struct cdc_out o = { 32, 32, 0, 0 };
+	static uint8_t out[32 * 32 * 3];
+	char why[256] = "";
+	uint8_t *copy = malloc(len ? len : 1);
+
+	assert_non_null(copy);
+	memcpy(copy, r, len);
+	int ret = fn(dec, copy, len, c, &o, out, why, sizeof(why));
+	if (ret != -EBADMSG)
+		fail_msg("%s: %d, want -EBADMSG", what, ret);
+	if (strncmp(why, prefix, strlen(prefix)) || strlen(why) < 12)
+		fail_msg("%s: no reason (\"%s\")", what, why);
+	if (reason && !strstr(why, reason))
+		fail_msg("%s: \"%s\" does not say \"%s\"", what, why, reason);
+	free(copy);
+}
+
 /* Move the window @c of a @W x @H image to touch edge @e: 0 left, 1 top, 2 right, 3 bottom. */
 static inline void jpeg_img_snap(struct cdc_crop *c, unsigned e, uint32_t W, uint32_t H)
 {
