@@ -1,8 +1,10 @@
 /* jpeg_imgs.h - what the JPEG window suites (test_jpeg_rst.c, test_jpeg_idx.c, test_decode.c)
  * share: a generated image with edges and noise, or a real photograph Debian ships, compressed by
  * TurboJPEG (or as shipped, or losslessly cropped) and fully decoded at every DCT scale (the
- * reference), and the check that a decoded window's crop pixels equal that reference. Header-only
- * (each suite is one binary); include after <cmocka.h> and <turbojpeg.h>. */
+ * reference), and the check that a decoded window's crop pixels equal that reference; the image
+ * set both splice suites decode, with its setup and teardown, and what they do alike to each
+ * record their builder makes (cdc_idx_build, cdc_rst_rewrite). Header-only (each suite is one
+ * binary); include after <cmocka.h> and <turbojpeg.h>. */
 #ifndef LOADERD_JPEG_IMGS_H
 #define LOADERD_JPEG_IMGS_H
 #include <stdint.h>
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "codec/decode.h"
+#include "codec/jpeg_build.h"
 #include "tests/test_util.h"
 
 /* Texture with edges and noise, so that any difference in upsampling or IDCT shows. */
@@ -75,6 +78,38 @@ static inline void jpeg_img_make(tjhandle tjd, struct img *m, int w, int h, int 
 	free(px);
 	tjDestroy(c);
 	jpeg_img_full_decode(tjd, m);
+}
+
+/* One generated image of a suite's set: jpeg_img_make's size, chroma subsampling (TJSAMP_*) and
+ * progressive flag, and what the suite does with it after (@variant, the suite's own; 0: nothing). */
+struct jpeg_img_spec {
+	int w, h, samp, progressive;
+	int variant;
+};
+
+/* The images both splice suites (test_jpeg_rst.c, test_jpeg_idx.c) begin their set with: sizes
+ * that are and are not multiples of the MCU, 1x1, 4:2:0, 4:2:2, 4:4:4, 4:4:0, grey, progressive. */
+#define JPEG_IMG_SET_SPLICE						\
+	{ 333, 517, TJSAMP_420, 0, 0 },  { 640, 480, TJSAMP_420, 0, 0 },	\
+	{ 517, 333, TJSAMP_422, 0, 0 },  { 301, 299, TJSAMP_444, 0, 0 },	\
+	{ 333, 211, TJSAMP_GRAY, 0, 0 }, { 419, 287, TJSAMP_420, 1, 0 },	\
+	{ 287, 419, TJSAMP_422, 1, 0 },  { 250, 190, TJSAMP_444, 1, 0 },	\
+	{ 203, 177, TJSAMP_GRAY, 1, 0 }, { 277, 263, TJSAMP_440, 0, 0 },	\
+	{ 17, 9, TJSAMP_420, 0, 0 },     { 1, 1, TJSAMP_420, 0, 0 },		\
+	{ 1031, 97, TJSAMP_420, 0, 0 }   /* a row of 65 MCUs: 5 x 13 */
+enum { JPEG_IMG_SET_SPLICE_N = 13 };
+
+/* A suite's group setup: its TurboJPEG decompressor in *tjd, its decoder in *dec and @imgs[i]
+ * made from @set[i] with seed i + 1, for i < @n. Undo with jpeg_imgs_teardown. */
+static inline void jpeg_imgs_setup(tjhandle *tjd, struct cdc_decoder **dec, struct img *imgs,
+				   const struct jpeg_img_spec *set, int n)
+{
+	*tjd = tjInitDecompress();
+	assert_non_null(*tjd);
+	assert_int_equal(cdc_decoder_create(dec), 0);
+	for (int i = 0; i < n; i++)
+		jpeg_img_make(*tjd, &imgs[i], set[i].w, set[i].h, set[i].samp, set[i].progressive,
+			      (uint64_t)i + 1);
 }
 
 /* Photographs: mate-backgrounds (scripts/deps.sh installs it). 4:2:0, 4:2:2 and 4:4:4, baseline
@@ -151,6 +186,16 @@ static inline void jpeg_img_free(struct img *m)
 		free(m->full[s]);
 }
 
+/* Frees what jpeg_imgs_setup made. */
+static inline void jpeg_imgs_teardown(tjhandle tjd, struct cdc_decoder *dec, struct img *imgs,
+				      int n)
+{
+	for (int i = 0; i < n; i++)
+		jpeg_img_free(&imgs[i]);
+	cdc_decoder_destroy(dec);
+	tjDestroy(tjd);
+}
+
 /* The crop's pixels of @win (at its scale) against the full decode of the original. */
 static inline void jpeg_img_check_window(const struct img *m, const struct cdc_crop *c,
 					 const struct cdc_window *win, const char *what)
@@ -175,6 +220,98 @@ static inline void jpeg_img_check_window(const struct img *m, const struct cdc_c
 				fail_msg("%s scale 1/%u: pixel %u,%u channel %u is %u, full decode %u",
 					 what, win->den, x0 + b / 3, y, b % 3, got[b], want[b]);
 	}
+}
+
+/* A splice record builder: cdc_idx_build or cdc_rst_rewrite. */
+typedef int (*jpeg_img_record_fn)(const uint8_t *jpg, size_t len, unsigned px,
+				  struct dpk_record *r, uint8_t **out, size_t *outlen, char *why,
+				  size_t whylen);
+
+/* @m's record from @fn at width @px (free()), *len bytes; @fn must say it is of @kind, baseline.
+ * A failure names @m and @what (the builder). */
+static inline uint8_t *jpeg_img_record(jpeg_img_record_fn fn, unsigned kind, const char *what,
+				       const struct img *m, unsigned px, size_t *len)
+{
+	struct dpk_record r = { .kind = DPK_KIND_JPEG, .flags = DPK_F_PROGRESSIVE };
+	uint8_t *out;
+	char why[256];
+
+	if (fn(m->jpg, m->len, px, &r, &out, len, why, sizeof(why)) != 0)
+		fail_msg("%s: %s: %s", m->name, what, why);
+	assert_int_equal(r.kind, kind);
+	assert_int_equal(r.flags, 0);
+	return out;
+}
+
+/* The record @r[0, len) of @m at width @width, fully decoded by TurboJPEG at every DCT scale,
+ * equals the reference; a failure names @m, the width, the scale and @what (the record). */
+static inline void jpeg_img_check_full_decode(tjhandle tjd, const struct img *m, const uint8_t *r,
+					      size_t len, unsigned width, const char *what)
+{
+	for (int s = 0; s < 4; s++) {
+		uint8_t *px = malloc((size_t)m->fw[s] * m->fh[s] * 3);
+		assert_non_null(px);
+		if (tjDecompress2(tjd, r, len, px, m->fw[s], 0, m->fh[s], TJPF_RGB, 0))
+			fail_msg("%s: %s", m->name, tjGetErrorStr2(tjd));
+		if (memcmp(px, m->full[s], (size_t)m->fw[s] * m->fh[s] * 3))
+			fail_msg("%s width %u scale 1/%d: %s decodes differently", m->name, width,
+				 1 << s, what);
+		free(px);
+	}
+}
+
+/* The mean absolute difference of @a and @b, @n bytes each. */
+static inline double jpeg_img_mean_abs_diff(const uint8_t *a, const uint8_t *b, size_t n)
+{
+	double e = 0;
+
+	for (size_t k = 0; k < n; k++)
+		e += abs(a[k] - b[k]);
+	return e / n;
+}
+
+/* A copy of the record @r[0, len) (free()) with 1 to 8 bytes, drawn from @x, set to values
+ * drawn from @x. */
+static inline uint8_t *jpeg_img_damaged(const uint8_t *r, size_t len, uint64_t *x)
+{
+	uint8_t *bad = malloc(len);
+
+	assert_non_null(bad);
+	memcpy(bad, r, len);
+	int n = 1 + (int)(test_xorshift(x) % 8);
+	for (int k = 0; k < n; k++)
+		bad[test_xorshift(x) % len] = (uint8_t)test_xorshift(x);
+	return bad;
+}
+
+/* A record decoder: cdc_decode_jpeg_rst or cdc_decode_jpeg_idx. */
+typedef int (*jpeg_img_decode_fn)(struct cdc_decoder *d, const uint8_t *rec, size_t len,
+				  const struct cdc_crop *crop, const struct cdc_out *o,
+				  uint8_t *dst, char *why, size_t whylen);
+
+/* @fn with @dec refuses the damaged record @r[0, len), cropped to @c, with -EBADMSG and a reason
+ * that begins with @prefix, holds at least 12 characters and, where @reason is not NULL, holds
+ * @reason. It decodes an exact-size copy, so that ASan sees any read past the record. A failure
+ * names @what. */
+static inline void jpeg_img_expect_bad(jpeg_img_decode_fn fn, struct cdc_decoder *dec,
+				       const uint8_t *r, size_t len, const struct cdc_crop *c,
+				       const char *prefix, const char *what, const char *reason)
+{
+	struct cdc_out o = { 32, 32, 0, 0 };
+	static uint8_t out[32 * 32 * 3];
+	char why[256] = "";
+	uint8_t *copy = malloc(len ? len : 1);
+
+	assert_non_null(copy);
+	memcpy(copy, r, len);
+	int ret = fn(dec, copy, len, c, &o, out, why, sizeof(why));
+	if (ret != -EBADMSG)
+		fail_msg("%s: %d, want -EBADMSG", what, ret);
+	if (strncmp(why, prefix, strlen(prefix)) || strlen(why) < 12)
+		fail_msg("%s: no reason (\"%s\")", what, why);
+	if (reason && !strstr(why, reason))
+		fail_msg("%s: \"%s\" does not say \"%s\"", what, why, reason);
+	free(copy);
 }
 
 /* Move the window @c of a @W x @H image to touch edge @e: 0 left, 1 top, 2 right, 3 bottom. */

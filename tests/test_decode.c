@@ -130,71 +130,84 @@ static void test_crop_random_distribution(void **state)
 
 /* Aspect ratios far outside [3/4, 4/3] never fit: torchvision's fallback takes the whole image
  * clamped to the ratio range, centered. */
+/* A crop's expected x, y, w, h; -1: not checked. */
+struct crop_want {
+	int64_t x, y, w, h;
+};
+
+/* @c against @want; @what names the case when a field differs. */
+static void expect_crop(const struct cdc_crop *c, struct crop_want want, const char *what)
+{
+	const int64_t got[4] = { c->x, c->y, c->w, c->h };
+	const int64_t exp[4] = { want.x, want.y, want.w, want.h };
+
+	for (int i = 0; i < 4; i++) {
+		if (exp[i] < 0)
+			continue;
+		if (got[i] != exp[i])
+			print_error("%s: %c is %" PRId64 ", want %" PRId64 "\n", what, "xywh"[i],
+				    got[i], exp[i]);
+		assert_int_equal(got[i], exp[i]);
+	}
+}
+
+/* Aspect ratios far outside [3/4, 4/3] never fit: torchvision's fallback takes the whole image
+ * clamped to the ratio range, centered. */
 static void test_crop_random_fallback_extreme_aspect(void **state)
 {
+	static const struct {
+		uint32_t w, h;
+		struct crop_want want;
+	} cases[] = {
+		{ 5000, 20, { (5000 - 27) / 2, 0, 27, 20 } },  /* w: round(20 * 4/3) */
+		{ 2, 300, { 0, (300 - 3) / 2, 2, 3 } },        /* h: round(2 / (3/4)) */
+		{ 1, 1, { 0, 0, 1, 1 } },
+	};
 	struct cdc_crop c;
+	char what[64];
 
 	(void)state;
-	for (uint64_t key = 0; key < 50; key++) {
-		cdc_crop_random(5000, 20, key, &c);
-		assert_int_equal(c.w, 27);  /* round(20 * 4/3) */
-		assert_int_equal(c.h, 20);
-		assert_int_equal(c.x, (5000 - 27) / 2);
-		assert_int_equal(c.y, 0);
-		cdc_crop_random(2, 300, key, &c);
-		assert_int_equal(c.w, 2);
-		assert_int_equal(c.h, 3);   /* round(2 / (3/4)) */
-		assert_int_equal(c.x, 0);
-		assert_int_equal(c.y, (300 - 3) / 2);
-		cdc_crop_random(1, 1, key, &c);
-		assert_int_equal(c.x, 0);
-		assert_int_equal(c.y, 0);
-		assert_int_equal(c.w, 1);
-		assert_int_equal(c.h, 1);
-	}
+	for (uint64_t key = 0; key < 50; key++)
+		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+			cdc_crop_random(cases[i].w, cases[i].h, key, &c);
+			snprintf(what, sizeof(what), "crop_random(%u, %u, key %" PRIu64 ")",
+				 cases[i].w, cases[i].h, key);
+			expect_crop(&c, cases[i].want, what);
+		}
 }
 
 static void test_crop_center_eval_semantics(void **state)
 {
+	static const struct {
+		uint32_t w, h, oh, ow;
+		struct crop_want want;
+	} cases[] = {
+		/* Resize(256) makes 500x375 into 341.3x256; CenterCrop(224) sees 224 * 375/256 =
+		 * 328.1 */
+		{ 500, 375, 224, 224, { (500 - 328) / 2, (375 - 328) / 2, 328, 328 } },
+		{ 375, 500, 224, 224, { 23, 86, 328, 328 } },
+		/* an image already 256 on its short side: exactly the 224 center */
+		{ 256, 300, 224, 224, { 16, 38, 224, 224 } },
+		/* tiny images: at least one pixel, never past the edge */
+		{ 10, 10, 224, 224, { 0, 0, 9, 9 } },
+		{ 1, 1, 224, 224, { -1, -1, 1, 1 } },
+		/* non-square output: the shorter output side sets the resize (floor(224 / 0.875) =
+		 * 256); w: 320 * 375/256 = 468.75 */
+		{ 500, 375, 224, 320, { 15, -1, 469, 328 } },
+		/* clamped to the image */
+		{ 100, 1000, 224, 448, { 0, -1, 100, -1 } },
+	};
 	struct cdc_crop c;
+	char what[64];
 
 	(void)state;
-	/* Resize(256) makes 500x375 into 341.3x256; CenterCrop(224) sees 224 * 375/256 = 328.1 */
-	cdc_crop_center(500, 375, 224, 224, &c);
-	assert_int_equal(c.w, 328);
-	assert_int_equal(c.h, 328);
-	assert_int_equal(c.x, (500 - 328) / 2);
-	assert_int_equal(c.y, (375 - 328) / 2);
-	cdc_crop_center(375, 500, 224, 224, &c);
-	assert_int_equal(c.w, 328);
-	assert_int_equal(c.h, 328);
-	assert_int_equal(c.x, 23);
-	assert_int_equal(c.y, 86);
-	/* an image already 256 on its short side: exactly the 224 center */
-	cdc_crop_center(256, 300, 224, 224, &c);
-	assert_int_equal(c.w, 224);
-	assert_int_equal(c.h, 224);
-	assert_int_equal(c.x, 16);
-	assert_int_equal(c.y, 38);
-	/* tiny images: at least one pixel, never past the edge */
-	cdc_crop_center(10, 10, 224, 224, &c);
-	assert_int_equal(c.w, 9);
-	assert_int_equal(c.h, 9);
-	assert_int_equal(c.x, 0);
-	assert_int_equal(c.y, 0);
-	cdc_crop_center(1, 1, 224, 224, &c);
-	assert_int_equal(c.w, 1);
-	assert_int_equal(c.h, 1);
-	/* non-square output: the shorter output side sets the resize (floor(224 / 0.875) = 256) */
-	cdc_crop_center(500, 375, 224, 320, &c);
-	assert_int_equal(c.h, 328);
-	assert_int_equal(c.w, 469);  /* 320 * 375/256 = 468.75 */
-	assert_int_equal(c.x, 15);
-	/* clamped to the image */
-	cdc_crop_center(100, 1000, 224, 448, &c);
-	assert_int_equal(c.w, 100);
-	assert_int_equal(c.x, 0);
-	check_window(100, 1000, &c, "crop_center", 0);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		cdc_crop_center(cases[i].w, cases[i].h, cases[i].oh, cases[i].ow, &c);
+		snprintf(what, sizeof(what), "crop_center(%u, %u, %u, %u)", cases[i].w, cases[i].h,
+			 cases[i].oh, cases[i].ow);
+		expect_crop(&c, cases[i].want, what);
+	}
+	check_window(100, 1000, &c, "crop_center", 0);  /* the last row's crop */
 	for (uint32_t w = 1; w < 3000; w += 37)
 		for (uint32_t h = 1; h < 3000; h += 91) {
 			cdc_crop_center(w, h, 224, 224, &c);
@@ -512,29 +525,64 @@ static void check_full_decode_windows(const struct img *m, int tries, uint64_t *
 		}
 }
 
-/* Regression (issue 23, item 8): on generated images of every subsampling (4:4:4, 4:2:2, 4:2:0,
- * 4:4:0, 4:1:1, grey; baseline and progressive; sizes that are not multiples of the MCU, down to
- * 1x1), the plain JPEG path's windows are the full decode's pixels. Its crops used to keep no
- * margin, and fancy upsampling at the crop's edge changed the window's edge columns. */
-static void test_decode_jpeg_window_equals_full_decode(void **state)
+/* Generated images of every subsampling, baseline and progressive, sizes that are not multiples
+ * of the MCU, down to 1x1 (seed: the row's index + 1). */
+static const struct jpeg_img_spec window_set[] = {
+	{ 333, 517, TJSAMP_420, 0, 0 },  { 640, 480, TJSAMP_420, 0, 0 },  { 517, 333, TJSAMP_422, 0, 0 },
+	{ 301, 299, TJSAMP_444, 0, 0 },  { 333, 211, TJSAMP_GRAY, 0, 0 }, { 419, 287, TJSAMP_420, 1, 0 },
+	{ 287, 419, TJSAMP_422, 1, 0 },  { 250, 190, TJSAMP_444, 1, 0 },  { 203, 177, TJSAMP_GRAY, 1, 0 },
+	{ 277, 263, TJSAMP_440, 0, 0 },  { 301, 203, TJSAMP_411, 0, 0 },  { 17, 9, TJSAMP_420, 0, 0 },
+	{ 5, 3, TJSAMP_422, 0, 0 },      { 1, 1, TJSAMP_420, 0, 0 },      { 1031, 97, TJSAMP_422, 0, 0 },
+};
+
+static void make_window_img(tjhandle tjd, struct img *m, size_t i)
 {
-	static const struct { int w, h, samp, progressive; } set[] = {
-		{ 333, 517, TJSAMP_420, 0 },  { 640, 480, TJSAMP_420, 0 },  { 517, 333, TJSAMP_422, 0 },
-		{ 301, 299, TJSAMP_444, 0 },  { 333, 211, TJSAMP_GRAY, 0 }, { 419, 287, TJSAMP_420, 1 },
-		{ 287, 419, TJSAMP_422, 1 },  { 250, 190, TJSAMP_444, 1 },  { 203, 177, TJSAMP_GRAY, 1 },
-		{ 277, 263, TJSAMP_440, 0 },  { 301, 203, TJSAMP_411, 0 },  { 17, 9, TJSAMP_420, 0 },
-		{ 5, 3, TJSAMP_422, 0 },      { 1, 1, TJSAMP_420, 0 },      { 1031, 97, TJSAMP_422, 0 },
-	};
-	uint64_t x = seeded("test_decode_jpeg_window_equals_full_decode");
+	jpeg_img_make(tjd, m, window_set[i].w, window_set[i].h, window_set[i].samp,
+		      window_set[i].progressive, (uint64_t)i + 1);
+}
+
+/* Real photographs (mate-backgrounds; issue 23 measured a quarter of their RandomResizedCrop
+ * windows off, by up to 35): two as shipped (4:2:2 baseline, 4:2:0 progressive, 1600 px and
+ * more), lossless cuts of others to odd sizes (4:2:0, 4:2:2 and 4:4:4, baseline and progressive;
+ * grey from their luma; a 17x9 piece; strips one MCU row or column wide and more), and cuts
+ * compressed again as 4:4:0, 4:1:1 and 4:2:0. */
+static const struct { const char *file; int x, y, w, h, options, samp; } photo_set[] = {
+	{ "nature/Dune.jpg", 0, 0, 0, 0, 0, -1 },
+	{ "nature/FreshFlower.jpg", 0, 0, 0, 0, 0, -1 },
+	{ "nature/RainDrops.jpg", 800, 304, 333, 517, 0, -1 },
+	{ "nature/Wood.jpg", 512, 640, 517, 333, 0, -1 },
+	{ "nature/Storm.jpg", 320, 400, 419, 287, TJXOPT_PROGRESSIVE, -1 },
+	{ "desktop/GreenTraditional.jpg", 800, 400, 299, 301, 0, -1 },
+	{ "desktop/GreenTraditional.jpg", 96, 64, 501, 375, TJXOPT_PROGRESSIVE, -1 },
+	{ "nature/LadyBird.jpg", 1024, 640, 401, 299, TJXOPT_GRAY, -1 },
+	{ "nature/YellowFlower.jpg", 1200, 800, 203, 177, TJXOPT_GRAY | TJXOPT_PROGRESSIVE, -1 },
+	{ "nature/Garden.jpg", 1600, 960, 17, 9, 0, -1 },
+	{ "nature/Aqua.jpg", 0, 736, 1031, 97, 0, -1 },
+	{ "nature/Blinds.jpg", 960, 0, 97, 1031, 0, -1 },
+	{ "nature/TwoWings.jpg", 640, 320, 277, 263, 0, TJSAMP_440 },
+	{ "nature/Garden.jpg", 320, 480, 301, 203, 0, TJSAMP_411 },
+	{ "nature/FreshFlower.jpg", 480, 320, 500, 375, 0, TJSAMP_420 },
+};
+
+static void make_photo_img(tjhandle tjd, struct img *m, size_t i)
+{
+	jpeg_img_photo(tjd, m, photo_set[i].file, photo_set[i].x, photo_set[i].y, photo_set[i].w,
+		       photo_set[i].h, photo_set[i].options, photo_set[i].samp);
+}
+
+/* 60 random windows of each of the @n images @make makes, from the seed of @test: each equals
+ * the full decode; together they see every DCT scale and every edge. */
+static void windows_equal_full_decode(const char *test, size_t n,
+				      void (*make)(tjhandle tjd, struct img *m, size_t i))
+{
+	uint64_t x = seeded(test);
 	unsigned scales = 0, edges = 0;
 	tjhandle tjd = tjInitDecompress();
 
-	(void)state;
 	assert_non_null(tjd);
-	for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++) {
+	for (size_t i = 0; i < n; i++) {
 		struct img m;
-		jpeg_img_make(tjd, &m, set[i].w, set[i].h, set[i].samp, set[i].progressive,
-			      (uint64_t)i + 1);
+		make(tjd, &m, i);
 		check_full_decode_windows(&m, 60, &x, &scales, &edges);
 		jpeg_img_free(&m);
 	}
@@ -543,46 +591,23 @@ static void test_decode_jpeg_window_equals_full_decode(void **state)
 	assert_int_equal(edges, 0xffff);
 }
 
-/* The same on real photographs (mate-backgrounds; issue 23 measured a quarter of their
- * RandomResizedCrop windows off, by up to 35): two as shipped (4:2:2 baseline, 4:2:0
- * progressive, 1600 px and more), lossless cuts of others to odd sizes (4:2:0, 4:2:2 and 4:4:4,
- * baseline and progressive; grey from their luma; a 17x9 piece; strips one MCU row or column
- * wide and more), and cuts compressed again as 4:4:0, 4:1:1 and 4:2:0. */
+/* Regression (issue 23, item 8): on generated images of every subsampling (4:4:4, 4:2:2, 4:2:0,
+ * 4:4:0, 4:1:1, grey; baseline and progressive; sizes that are not multiples of the MCU, down to
+ * 1x1), the plain JPEG path's windows are the full decode's pixels. Its crops used to keep no
+ * margin, and fancy upsampling at the crop's edge changed the window's edge columns. */
+static void test_decode_jpeg_window_equals_full_decode(void **state)
+{
+	(void)state;
+	windows_equal_full_decode(__func__, sizeof(window_set) / sizeof(window_set[0]),
+				  make_window_img);
+}
+
+/* The same on the real photographs of photo_set. */
 static void test_decode_jpeg_window_equals_full_decode_photos(void **state)
 {
-	static const struct { const char *file; int x, y, w, h, options, samp; } set[] = {
-		{ "nature/Dune.jpg", 0, 0, 0, 0, 0, -1 },
-		{ "nature/FreshFlower.jpg", 0, 0, 0, 0, 0, -1 },
-		{ "nature/RainDrops.jpg", 800, 304, 333, 517, 0, -1 },
-		{ "nature/Wood.jpg", 512, 640, 517, 333, 0, -1 },
-		{ "nature/Storm.jpg", 320, 400, 419, 287, TJXOPT_PROGRESSIVE, -1 },
-		{ "desktop/GreenTraditional.jpg", 800, 400, 299, 301, 0, -1 },
-		{ "desktop/GreenTraditional.jpg", 96, 64, 501, 375, TJXOPT_PROGRESSIVE, -1 },
-		{ "nature/LadyBird.jpg", 1024, 640, 401, 299, TJXOPT_GRAY, -1 },
-		{ "nature/YellowFlower.jpg", 1200, 800, 203, 177, TJXOPT_GRAY | TJXOPT_PROGRESSIVE, -1 },
-		{ "nature/Garden.jpg", 1600, 960, 17, 9, 0, -1 },
-		{ "nature/Aqua.jpg", 0, 736, 1031, 97, 0, -1 },
-		{ "nature/Blinds.jpg", 960, 0, 97, 1031, 0, -1 },
-		{ "nature/TwoWings.jpg", 640, 320, 277, 263, 0, TJSAMP_440 },
-		{ "nature/Garden.jpg", 320, 480, 301, 203, 0, TJSAMP_411 },
-		{ "nature/FreshFlower.jpg", 480, 320, 500, 375, 0, TJSAMP_420 },
-	};
-	uint64_t x = seeded("test_decode_jpeg_window_equals_full_decode_photos");
-	unsigned scales = 0, edges = 0;
-	tjhandle tjd = tjInitDecompress();
-
 	(void)state;
-	assert_non_null(tjd);
-	for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++) {
-		struct img m;
-		jpeg_img_photo(tjd, &m, set[i].file, set[i].x, set[i].y, set[i].w, set[i].h,
-			       set[i].options, set[i].samp);
-		check_full_decode_windows(&m, 60, &x, &scales, &edges);
-		jpeg_img_free(&m);
-	}
-	tjDestroy(tjd);
-	assert_int_equal(scales, 1 | 2 | 4 | 8);
-	assert_int_equal(edges, 0xffff);
+	windows_equal_full_decode(__func__, sizeof(photo_set) / sizeof(photo_set[0]),
+				  make_photo_img);
 }
 
 static void decode_ok(const struct jpg *j, const struct cdc_crop *c, const struct cdc_out *o,
@@ -710,6 +735,19 @@ static size_t scan_start(const struct jpg *j)
 	return 0;
 }
 
+/* @j decoded whole to 224x224 into @good_out (what check_rejected compares with); returns where
+ * its scan data starts, and their length in *data. */
+static size_t good_decode(const struct jpg *j, uint8_t *good_out, size_t *data)
+{
+	struct cdc_crop c = { 0, 0, (uint32_t)j->w, (uint32_t)j->h };
+	struct cdc_out o = { 224, 224, 0, 0 };
+	size_t sos = scan_start(j);
+
+	decode_ok(j, &c, &o, good_out);
+	*data = j->len - sos;
+	return sos;
+}
+
 static void test_decode_jpeg_truncated_rejected(void **state)
 {
 	static uint8_t good_out[224 * 224 * 3];
@@ -717,15 +755,12 @@ static void test_decode_jpeg_truncated_rejected(void **state)
 	(void)state;
 	for (int i = 0; i < NIMG; i++) {
 		const struct jpg *j = &imgs[i];
-		struct cdc_crop c = { 0, 0, (uint32_t)j->w, (uint32_t)j->h };
-		struct cdc_out o = { 224, 224, 0, 0 };
-		size_t sos = scan_start(j), data = j->len - sos;
+		size_t data, sos = good_decode(j, good_out, &data);
 		const size_t cuts[] = { 0, 1, 2, 3, 20, sos / 2, sos - 1, sos, sos + 1,
 					sos + data / 10, sos + data / 2, sos + data * 9 / 10,
 					j->len * 95 / 100 };
 		char what[96];
 
-		decode_ok(j, &c, &o, good_out);
 		for (size_t k = 0; k < sizeof(cuts) / sizeof(cuts[0]); k++) {
 			/* a copy of exactly the cut length, so ASan sees any read past it */
 			uint8_t *cut = malloc(cuts[k] ? cuts[k] : 1);
@@ -749,14 +784,11 @@ static void test_decode_jpeg_garbage_entropy_rejected(void **state)
 	(void)state;
 	for (int i = 0; i < NIMG; i++) {
 		const struct jpg *j = &imgs[i];
-		struct cdc_crop c = { 0, 0, (uint32_t)j->w, (uint32_t)j->h };
-		struct cdc_out o = { 224, 224, 0, 0 };
-		size_t sos = scan_start(j), data = j->len - sos;
+		size_t data, sos = good_decode(j, good_out, &data);
 		uint8_t *bad = malloc(j->len);
 		char what[96];
 
 		assert_non_null(bad);
-		decode_ok(j, &c, &o, good_out);
 		for (int k = 0; k < 10; k++) {
 			size_t from = sos + data / 4 + test_xorshift(&x) % (data / 8);
 			size_t n = data / 4 + test_xorshift(&x) % (data / 8);

@@ -72,28 +72,21 @@ static void make_variant(struct img *m, enum variant v)
 
 static int setup(void **state)
 {
-	(void)state;
-	tjd = tjInitDecompress();
-	assert_non_null(tjd);
-	assert_int_equal(cdc_decoder_create(&dec), 0);
-	static const struct { int w, h, samp, progressive; enum variant v; } set[NIMG] = {
-		{ 333, 517, TJSAMP_420, 0, V_PLAIN },  { 640, 480, TJSAMP_420, 0, V_PLAIN },
-		{ 517, 333, TJSAMP_422, 0, V_PLAIN },  { 301, 299, TJSAMP_444, 0, V_PLAIN },
-		{ 333, 211, TJSAMP_GRAY, 0, V_PLAIN }, { 419, 287, TJSAMP_420, 1, V_PLAIN },
-		{ 287, 419, TJSAMP_422, 1, V_PLAIN },  { 250, 190, TJSAMP_444, 1, V_PLAIN },
-		{ 203, 177, TJSAMP_GRAY, 1, V_PLAIN }, { 277, 263, TJSAMP_440, 0, V_PLAIN },
-		{ 17, 9, TJSAMP_420, 0, V_PLAIN },     { 1, 1, TJSAMP_420, 0, V_PLAIN },
-		{ 1031, 97, TJSAMP_420, 0, V_PLAIN },  { 512, 384, TJSAMP_420, 0, V_PLAIN },
+	static const struct jpeg_img_spec set[NIMG] = {
+		JPEG_IMG_SET_SPLICE,
+		{ 512, 384, TJSAMP_420, 0, V_PLAIN },
 		{ 500, 375, TJSAMP_420, 0, V_OPTIMIZED }, { 355, 240, TJSAMP_GRAY, 0, V_OPTIMIZED },
 		{ 320, 241, TJSAMP_422, 0, V_RESTART },   { 407, 300, TJSAMP_444, 0, V_OPT_RESTART },
 		{ 350, 203, TJSAMP_411, 0, V_PLAIN },     /* MCUs 32 px wide */
 	};
+
+	(void)state;
+	_Static_assert(V_PLAIN == 0, "the shared set's rows are variant 0");
+	jpeg_imgs_setup(&tjd, &dec, imgs, set, NIMG);
 	for (int i = 0; i < NIMG; i++) {
-		jpeg_img_make(tjd, &imgs[i], set[i].w, set[i].h, set[i].samp, set[i].progressive,
-			      (uint64_t)i + 1);
-		make_variant(&imgs[i], set[i].v);
-		kept[i] = !set[i].progressive && set[i].v == V_PLAIN;
-		optimized[i] = set[i].v == V_OPTIMIZED;
+		make_variant(&imgs[i], (enum variant)set[i].variant);
+		kept[i] = !set[i].progressive && set[i].variant == V_PLAIN;
+		optimized[i] = set[i].variant == V_OPTIMIZED;
 	}
 	return 0;
 }
@@ -101,24 +94,13 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	for (int i = 0; i < NIMG; i++)
-		jpeg_img_free(&imgs[i]);
-	cdc_decoder_destroy(dec);
-	tjDestroy(tjd);
+	jpeg_imgs_teardown(tjd, dec, imgs, NIMG);
 	return 0;
 }
 
 static uint8_t *build(const struct img *m, unsigned col_px, size_t *len)
 {
-	struct dpk_record r = { .kind = DPK_KIND_JPEG, .flags = DPK_F_PROGRESSIVE };
-	uint8_t *out;
-	char why[256];
-
-	if (cdc_idx_build(m->jpg, m->len, col_px, &r, &out, len, why, sizeof(why)) != 0)
-		fail_msg("%s: index: %s", m->name, why);
-	assert_int_equal(r.kind, DPK_KIND_JPEG_IDX);
-	assert_int_equal(r.flags, 0);
-	return out;
+	return jpeg_img_record(cdc_idx_build, DPK_KIND_JPEG_IDX, "index", m, col_px, len);
 }
 
 static const unsigned widths[] = { 0, 8, 64, 128 };  /* index column widths, pixels */
@@ -149,16 +131,7 @@ static void test_idx_build_lossless(void **state)
 				assert_memory_equal(r, m->jpg, m->len);
 			else if (optimized[i])
 				assert_true(len < m->len || memcmp(r, m->jpg, m->len) != 0);
-			for (int s = 0; s < 4; s++) {
-				uint8_t *px = malloc((size_t)m->fw[s] * m->fh[s] * 3);
-				assert_non_null(px);
-				if (tjDecompress2(tjd, r, len, px, m->fw[s], 0, m->fh[s], TJPF_RGB, 0))
-					fail_msg("%s: %s", m->name, tjGetErrorStr2(tjd));
-				if (memcmp(px, m->full[s], (size_t)m->fw[s] * m->fh[s] * 3))
-					fail_msg("%s width %u scale 1/%d: record decodes differently",
-						 m->name, widths[k], 1 << s);
-				free(px);
-			}
+			jpeg_img_check_full_decode(tjd, m, r, len, widths[k], "record");
 			free(r);
 		}
 }
@@ -212,12 +185,9 @@ static void test_idx_decode_output(void **state)
 			fail_msg("%s: idx: %s", m->name, why);
 		if (cdc_decode_jpeg(dec, m->jpg, m->len, &c, &o, b, why, sizeof(why)))
 			fail_msg("%s: %s", m->name, why);
-		double e = 0;
-		for (size_t k = 0; k < sizeof(a); k++)
-			e += abs(a[k] - b[k]);
-		if (e / sizeof(a) > 1.5)
-			fail_msg("%s: idx and plain decode differ by %.2f on average", m->name,
-				 e / sizeof(a));
+		double e = jpeg_img_mean_abs_diff(a, b, sizeof(a));
+		if (e > 1.5)
+			fail_msg("%s: idx and plain decode differ by %.2f on average", m->name, e);
 		free(r);
 	}
 }
@@ -259,22 +229,7 @@ static size_t point_bytes(const uint8_t *rec, const struct cdc_idx_info *info, u
 static void expect_bad(const uint8_t *r, size_t len, const struct cdc_crop *c, const char *what,
 		       const char *reason)
 {
-	struct cdc_out o = { 32, 32, 0, 0 };
-	static uint8_t out[32 * 32 * 3];
-	char why[256] = "";
-	/* an exact-size copy, so that ASan sees any read past the record */
-	uint8_t *copy = malloc(len ? len : 1);
-
-	assert_non_null(copy);
-	memcpy(copy, r, len);
-	int ret = cdc_decode_jpeg_idx(dec, copy, len, c, &o, out, why, sizeof(why));
-	if (ret != -EBADMSG)
-		fail_msg("%s: %d, want -EBADMSG", what, ret);
-	if (strncmp(why, "JPEG", 4) || strlen(why) < 12)
-		fail_msg("%s: no reason (\"%s\")", what, why);
-	if (reason && !strstr(why, reason))
-		fail_msg("%s: \"%s\" does not say \"%s\"", what, why, reason);
-	free(copy);
+	jpeg_img_expect_bad(cdc_decode_jpeg_idx, dec, r, len, c, "JPEG", what, reason);
 }
 
 /* Footer, index and scan damage inside what a window needs: -EBADMSG, naming it. */
@@ -428,15 +383,10 @@ static void test_idx_garbage_never_crashes(void **state)
 		size_t len;
 		uint8_t *r = build(m, 32, &len);
 		for (int t = 0; t < 40; t++) {
-			uint8_t *bad = malloc(len);
+			uint8_t *bad = jpeg_img_damaged(r, len, &x);
 			char why[256];
 			struct cdc_crop c;
 
-			assert_non_null(bad);
-			memcpy(bad, r, len);
-			int n = 1 + (int)(test_xorshift(&x) % 8);
-			for (int k = 0; k < n; k++)
-				bad[test_xorshift(&x) % len] = (uint8_t)test_xorshift(&x);
 			if (t % 2)
 				reseal(bad, len);
 			cdc_crop_random((uint32_t)m->w, (uint32_t)m->h, test_xorshift(&x), &c);

@@ -32,51 +32,30 @@ static uint64_t seeded(const char *test)
 	return test_xorshift_init(test_seed(test, "TEST_JPEG_RST_SEED"));
 }
 
-enum { NIMG = 13 };
+enum { NIMG = JPEG_IMG_SET_SPLICE_N };
 static struct img imgs[NIMG];
 static struct cdc_decoder *dec;
 static tjhandle tjd;
 
 static int setup(void **state)
 {
+	static const struct jpeg_img_spec set[NIMG] = { JPEG_IMG_SET_SPLICE };
+
 	(void)state;
-	tjd = tjInitDecompress();
-	assert_non_null(tjd);
-	assert_int_equal(cdc_decoder_create(&dec), 0);
-	static const struct { int w, h, samp, progressive; } set[NIMG] = {
-		{ 333, 517, TJSAMP_420, 0 },  { 640, 480, TJSAMP_420, 0 },  { 517, 333, TJSAMP_422, 0 },
-		{ 301, 299, TJSAMP_444, 0 },  { 333, 211, TJSAMP_GRAY, 0 }, { 419, 287, TJSAMP_420, 1 },
-		{ 287, 419, TJSAMP_422, 1 },  { 250, 190, TJSAMP_444, 1 },  { 203, 177, TJSAMP_GRAY, 1 },
-		{ 277, 263, TJSAMP_440, 0 },  { 17, 9, TJSAMP_420, 0 },     { 1, 1, TJSAMP_420, 0 },
-		{ 1031, 97, TJSAMP_420, 0 },  /* a row of 65 MCUs: 5 x 13 */
-	};
-	for (int i = 0; i < NIMG; i++)
-		jpeg_img_make(tjd, &imgs[i], set[i].w, set[i].h, set[i].samp, set[i].progressive,
-			      (uint64_t)i + 1);
+	jpeg_imgs_setup(&tjd, &dec, imgs, set, NIMG);
 	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	for (int i = 0; i < NIMG; i++)
-		jpeg_img_free(&imgs[i]);
-	cdc_decoder_destroy(dec);
-	tjDestroy(tjd);
+	jpeg_imgs_teardown(tjd, dec, imgs, NIMG);
 	return 0;
 }
 
 static uint8_t *rewrite(const struct img *m, unsigned seg_px, size_t *len)
 {
-	struct dpk_record r = { .kind = DPK_KIND_JPEG, .flags = DPK_F_PROGRESSIVE };
-	uint8_t *out;
-	char why[256];
-
-	if (cdc_rst_rewrite(m->jpg, m->len, seg_px, &r, &out, len, why, sizeof(why)) != 0)
-		fail_msg("%s: rewrite: %s", m->name, why);
-	assert_int_equal(r.kind, DPK_KIND_JPEG_RST);
-	assert_int_equal(r.flags, 0);
-	return out;
+	return jpeg_img_record(cdc_rst_rewrite, DPK_KIND_JPEG_RST, "rewrite", m, seg_px, len);
 }
 
 static const unsigned widths[] = { 0, 16, 64, 128 };  /* restart segment widths, pixels */
@@ -103,16 +82,7 @@ static void test_rst_rewrite_lossless(void **state)
 			else
 				assert_true(info.interval * info.mcu_w <= widths[k] ||
 					    info.interval == 1);
-			for (int s = 0; s < 4; s++) {
-				uint8_t *px = malloc((size_t)m->fw[s] * m->fh[s] * 3);
-				assert_non_null(px);
-				if (tjDecompress2(tjd, r, len, px, m->fw[s], 0, m->fh[s], TJPF_RGB, 0))
-					fail_msg("%s: %s", m->name, tjGetErrorStr2(tjd));
-				if (memcmp(px, m->full[s], (size_t)m->fw[s] * m->fh[s] * 3))
-					fail_msg("%s width %u scale 1/%d: rewrite decodes differently",
-						 m->name, widths[k], 1 << s);
-				free(px);
-			}
+			jpeg_img_check_full_decode(tjd, m, r, len, widths[k], "rewrite");
 			free(r);
 		}
 }
@@ -164,11 +134,9 @@ static void test_rst_decode_fallback_and_output(void **state)
 		assert_memory_equal(a, b, sizeof(a));
 		if (cdc_decode_jpeg_rst(dec, r, len, &c, &o, a, why, sizeof(why)))
 			fail_msg("%s: rst: %s", m->name, why);
-		double e = 0;
-		for (size_t k = 0; k < sizeof(a); k++)
-			e += abs(a[k] - b[k]);
-		if (e / sizeof(a) > 1.5)
-			fail_msg("%s: new and old path differ by %.2f on average", m->name, e / sizeof(a));
+		double e = jpeg_img_mean_abs_diff(a, b, sizeof(a));
+		if (e > 1.5)
+			fail_msg("%s: new and old path differ by %.2f on average", m->name, e);
 		free(r);
 	}
 }
@@ -184,20 +152,7 @@ static size_t nth_rst(const uint8_t *r, size_t len, size_t scan, int n)
 
 static void expect_bad(const uint8_t *r, size_t len, const struct cdc_crop *c, const char *what)
 {
-	struct cdc_out o = { 32, 32, 0, 0 };
-	static uint8_t out[32 * 32 * 3];
-	char why[256] = "";
-	/* an exact-size copy, so that ASan sees any read past the record */
-	uint8_t *copy = malloc(len ? len : 1);
-
-	assert_non_null(copy);
-	memcpy(copy, r, len);
-	int ret = cdc_decode_jpeg_rst(dec, copy, len, c, &o, out, why, sizeof(why));
-	if (ret != -EBADMSG)
-		fail_msg("%s: %d, want -EBADMSG", what, ret);
-	if (strncmp(why, "JPEG: ", 6) || strlen(why) < 12)
-		fail_msg("%s: no reason (\"%s\")", what, why);
-	free(copy);
+	jpeg_img_expect_bad(cdc_decode_jpeg_rst, dec, r, len, c, "JPEG: ", what, NULL);
 }
 
 /* Missing, renumbered and foreign markers, and truncation, inside the segments a window needs:
@@ -261,15 +216,10 @@ static void test_rst_garbage_never_crashes(void **state)
 		uint8_t *r = rewrite(m, 32, &len);
 
 		for (int t = 0; t < 30; t++) {
-			uint8_t *bad = malloc(len);
+			uint8_t *bad = jpeg_img_damaged(r, len, &x);
 			char why[256];
 			struct cdc_crop c;
 
-			assert_non_null(bad);
-			memcpy(bad, r, len);
-			int n = 1 + (int)(test_xorshift(&x) % 8);
-			for (int k = 0; k < n; k++)
-				bad[test_xorshift(&x) % len] = (uint8_t)test_xorshift(&x);
 			cdc_crop_random((uint32_t)m->w, (uint32_t)m->h, test_xorshift(&x), &c);
 			int ret = cdc_decode_jpeg_rst(dec, bad, len, &c, &o, out, why, sizeof(why));
 			if (ret != 0 && ret != -EBADMSG)

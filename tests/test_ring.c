@@ -219,6 +219,19 @@ static int reap(pid_t pid, int ms)
 	return -1;
 }
 
+/* ring_attach(@fd), and what it made undone: the ring destroyed, or @fd closed. Its result. */
+static int attach_and_drop(int fd)
+{
+	struct ring *r;
+	int ret = ring_attach(fd, &r);
+
+	if (ret == 0)
+		ring_destroy(r);
+	else
+		close(fd);
+	return ret;
+}
+
 /* One byte from @fd within @ms: 0, or -1. */
 static int read_byte(int fd, int ms)
 {
@@ -577,12 +590,7 @@ static void test_ring_create_huge_layout_with_fake_hugetlb(void **state)
 		assert_int_equal(ftruncate(fd, (off_t)h.total_size), 0);
 		assert_int_equal(pwrite(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
 		assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
-		struct ring *c;
-		int ret = ring_attach(fd, &c);
-		if (ret == 0)
-			ring_destroy(c);
-		else
-			close(fd);
+		int ret = attach_and_drop(fd);
 		if (ret != -EBADMSG)
 			fail_msg("a huge-page layout with huge = %u: ring_attach %d", v, ret);
 	}
@@ -966,12 +974,7 @@ static void test_ring_attach_forged_valid_header_accepted(void **state)
 	}
 	/* write-sealed: a consumer must write its state words, so the mapping is refused */
 	int fd = fake_ring_fd(&h, h.total_size, seals[2]);
-	struct ring *r;
-	int ret = ring_attach(fd, &r);
-	if (ret == 0)
-		ring_destroy(r);
-	else
-		close(fd);
+	int ret = attach_and_drop(fd);
 	assert_true(ret < 0);
 }
 
@@ -2019,20 +2022,38 @@ static struct ring *child_attach(const struct ring *prod)
 	return r;
 }
 
+/* Fork a consumer of g_prod: in the child, 0 with the child's own attachment in *c; in the
+ * parent, the child's pid. */
+static pid_t fork_consumer(struct ring **c)
+{
+	pid_t pid;
+
+	fflush(NULL);  /* what stdio holds is not written twice */
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		*c = child_attach(g_prod);
+	return pid;
+}
+
+/* Kill the child @pid and wait for it: a test failing in the parent leaves no process behind. */
+static void kill_child(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+}
+
 static void test_ring_fork_child_consumer_reads_every_byte(void **state)
 {
 	const uint64_t steps = 300;
 	struct ring_desc d = desc_make(4, 16, 30, 0, steps);  /* 2700-byte samples */
 	uint64_t frontier;
+	struct ring *c;
 	pid_t pid;
 
 	(void)state;
 	assert_int_equal(ring_create(&d, RING_CREATE_NO_HUGE, &g_prod), 0);
-	fflush(NULL);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		struct ring *c = child_attach(g_prod);
+	if ((pid = fork_consumer(&c)) == 0) {
 		struct ring_slot s;
 		for (uint64_t st = 0; st < steps; st++) {
 			const char *bad = consume(c, st, LONG_MS);
@@ -2049,8 +2070,7 @@ static void test_ring_fork_child_consumer_reads_every_byte(void **state)
 	for (uint64_t st = 0; st < steps; st++) {
 		int ret = produce(g_prod, st, LONG_MS);
 		if (ret) {
-			kill(pid, SIGKILL);
-			waitpid(pid, NULL, 0);
+			kill_child(pid);
 			fail_msg("producer, step %" PRIu64 ": %s", st, strerror(-ret));
 		}
 	}
@@ -2068,6 +2088,7 @@ static void test_ring_fork_child_killed_holding_two_slots(void **state)
 	struct ring_desc d = desc_make(4, 4, 8, 0, 0);
 	int pfd[2];
 	uint64_t f;
+	struct ring *c;
 	pid_t pid;
 
 	(void)state;
@@ -2075,11 +2096,7 @@ static void test_ring_fork_child_killed_holding_two_slots(void **state)
 	for (uint64_t st = 0; st < 4; st++)
 		produce_ok(g_prod, st);
 	assert_int_equal(pipe(pfd), 0);
-	fflush(NULL);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		struct ring *c = child_attach(g_prod);
+	if ((pid = fork_consumer(&c)) == 0) {
 		struct ring_slot s;
 		if (consume(c, 0, LONG_MS) || ring_cons_acquire(c, 1, LONG_MS, &s) ||
 		    ring_cons_acquire(c, 2, LONG_MS, &s))
@@ -2158,6 +2175,7 @@ static void test_ring_fork_hostile_child_scribbles(void **state)
 	uint64_t seed = test_seed(__func__, "TEST_RING_SEED");
 	struct ring_hdr saved;
 	int pfd[2];
+	struct ring *c;
 	pid_t pid;
 
 	(void)state;
@@ -2166,11 +2184,7 @@ static void test_ring_fork_hostile_child_scribbles(void **state)
 	for (uint64_t st = 0; st < slots; st++)
 		produce_ok(g_prod, st);
 	assert_int_equal(pipe(pfd), 0);
-	fflush(NULL);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		struct ring *c = child_attach(g_prod);
+	if ((pid = fork_consumer(&c)) == 0) {
 		const struct ring_hdr *h = ring_header(c);
 		uint8_t *base = ring_base(c);
 		uint64_t rs = seed;
@@ -2199,8 +2213,7 @@ static void test_ring_fork_hostile_child_scribbles(void **state)
 	int got = read_byte(pfd[0], 2 * LONG_MS);
 	close(pfd[0]);
 	if (got < 0) {
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
+		kill_child(pid);
 		fail_msg("the hostile child did not start");
 	}
 	int status = -1, rounds = 0;
@@ -2209,8 +2222,7 @@ static void test_ring_fork_hostile_child_scribbles(void **state)
 		hostile_round(&saved);
 		rounds++;
 		if (now_ns() > t_end) {
-			kill(pid, SIGKILL);
-			waitpid(pid, NULL, 0);
+			kill_child(pid);
 			fail_msg("the hostile child did not finish in 60 s");
 		}
 	}
@@ -2222,12 +2234,7 @@ static void test_ring_fork_hostile_child_scribbles(void **state)
 	assert_memory_equal(ring_header(g_prod), &saved, sizeof(saved));
 	/* a consumer attaching now reads the scribbled header: refused, or consistent and mapped */
 	int fd = dup(ring_fd(g_prod));
-	struct ring *c;
-	int ret = ring_attach(fd, &c);
-	if (ret == 0)
-		ring_destroy(c);
-	else
-		close(fd);
+	int ret = attach_and_drop(fd);
 	assert_true(ret == 0 || ret == -EBADMSG || ret == -EPROTO);
 }
 

@@ -868,6 +868,17 @@ static void test_srv_ctl_second_open_refused(void **state)
 }
 
 /* More fds than the server takes: the packet is refused and no fd stays open in the server. */
+/* The server's fd count comes back to @before (give it 3 s to settle). */
+static void assert_fds_back(pid_t srv, int before)
+{
+	int64_t end = mono_ms() + 3000;
+	int now;
+
+	while ((now = count_fds(srv)) != before && mono_ms() < end)
+		usleep(5000);
+	assert_int_equal(now, before);
+}
+
 static void test_srv_ctl_client_many_fds_refused(void **state)
 {
 	(void)state;
@@ -903,20 +914,17 @@ static void test_srv_ctl_client_many_fds_refused(void **state)
 	assert_int_equal(sent, sizeof(h));
 	expect_refused(fd, "5 fds", EBADMSG, "malformed");
 	fd_close(fd);
-	/* The server closed what it got: its fd count comes back (give it 3 s to settle). */
-	int64_t end = mono_ms() + 3000;
-	int now;
-	while ((now = count_fds(srv)) != before && mono_ms() < end)
-		usleep(5000);
-	assert_int_equal(now, before);
+	assert_fds_back(srv, before);  /* the server closed what it got */
 	assert_serves("after-fds");
 }
 
 /* A job open carries exactly one fd, the dataset the client opened, and it must be a regular
  * file: an eventfd (as a FIFO, a device or a directory would be) is refused before anything reads
  * it, two fds are refused, an fd with any other message is refused; each is closed by the server.
- * (Before datasets were passed open, any fd was refused: srv once let one through, see git log.) */
-static void fd_open_refused(const char *job, const int *fds, int nfds, const char *needle)
+ * (Before datasets were passed open, any fd was refused: srv once let one through, see git log.)
+ * fd_open opens job @job with @fds: refused with a message holding @needle, or accepted when
+ * @needle is NULL. */
+static void fd_open(const char *job, const int *fds, int nfds, const char *needle)
 {
 	struct ctl_job_open m;
 	char buf[CTL_MSG_MAX];
@@ -929,6 +937,12 @@ static void fd_open_refused(const char *job, const int *fds, int nfds, const cha
 	ssize_t n = ctl_recv(fd, buf, &type, got, &ngot);
 	for (int i = 0; i < ngot; i++)
 		close(got[i]);
+	if (!needle) {  /* accepted */
+		assert_int_equal(n, sizeof(struct ctl_job_ok));
+		assert_int_equal(type, CTL_JOB_OK);
+		fd_close(fd);
+		return;
+	}
 	if (n >= 0 && type == CTL_JOB_OK)
 		fail_msg("%s: the server accepted it", job);
 	if (n != (ssize_t)sizeof(struct ctl_error) || type != CTL_ERROR)
@@ -952,32 +966,16 @@ static void test_srv_ctl_job_open_fds_checked(void **state)
 	int reg = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	assert_true(efd >= 0 && reg >= 0);
 	int two[2] = { reg, reg };
-	fd_open_refused("fd-eventfd", &efd, 1, "is not a regular file");
-	fd_open_refused("fd-two", two, 2, "one file descriptor (the dataset), not 2");
+	fd_open("fd-eventfd", &efd, 1, "is not a regular file");
+	fd_open("fd-two", two, 2, "one file descriptor (the dataset), not 2");
 	int sfd = raw_connect();
 	assert_int_equal(ctl_send(sfd, CTL_STATS_REQ, NULL, 0, &reg, 1), 0);
 	expect_refused(sfd, "stats with an fd", EBADMSG, "only with a job open");
 	fd_close(sfd);
-	/* One regular file: accepted (the pattern filler has no use for it). */
-	int ok = raw_connect();
-	struct ctl_job_open m;
-	char buf[CTL_MSG_MAX];
-	uint16_t type = 0;
-	int got[2], ngot = 0;
-	good_open(&m, "fd-regular");
-	assert_int_equal(ctl_send(ok, CTL_JOB_OPEN, &m, sizeof(m), &reg, 1), 0);
-	assert_int_equal(ctl_recv(ok, buf, &type, got, &ngot), sizeof(struct ctl_job_ok));
-	assert_int_equal(type, CTL_JOB_OK);
-	for (int i = 0; i < ngot; i++)
-		close(got[i]);
-	fd_close(ok);
+	fd_open("fd-regular", &reg, 1, NULL);  /* accepted: the pattern filler has no use for it */
 	close(efd);
 	close(reg);
-	int64_t end = mono_ms() + 3000;
-	int now;
-	while ((now = count_fds(srv)) != before && mono_ms() < end)
-		usleep(5000);
-	assert_int_equal(now, before);
+	assert_fds_back(srv, before);
 	assert_alive(srv);
 	assert_serves("after-fd");
 }
@@ -1145,18 +1143,25 @@ static uint64_t ring_bytes(uint32_t slots, uint32_t batch, uint32_t crop)
 	return bytes;
 }
 
+/* A job @name of batch @batch and @crop px square crops (0: 64-byte samples) on a server whose
+ * ring memory limit is @limit bytes: refused with ENOMEM, saying what it needs and the limit. */
+static void mem_limit_case(uint64_t limit, const char *name, uint32_t batch, uint32_t crop)
+{
+	start_server(&(struct tsrv){ .mem_limit = limit, .ring_flags = RING_CREATE_NO_HUGE });
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob(name, "pattern:1000", batch, 0, 1, 0);
+	struct ldc_info in;
+
+	j.crop_h = j.crop_w = crop;
+	assert_int_equal(ldc_open(c, &j, &in), -ENOMEM);
+	check_mem_message(ldc_error(c), ring_bytes(4, batch, crop), limit);
+	cli_close(c);
+}
+
 static void test_srv_job_mem_limit_enomem(void **state)
 {
 	(void)state;
-	start_server(&(struct tsrv){ .mem_limit = 1 << 20, .ring_flags = RING_CREATE_NO_HUGE });
-	struct ldc *c = cli_connect();
-	struct ldc_job j = mkjob("big", "pattern:1000", 64, 0, 1, 0);
-	struct ldc_info in;
-
-	j.crop_h = j.crop_w = 64;
-	assert_int_equal(ldc_open(c, &j, &in), -ENOMEM);
-	check_mem_message(ldc_error(c), ring_bytes(4, 64, 64), 1 << 20);
-	cli_close(c);
+	mem_limit_case(1 << 20, "big", 64, 64);
 	assert_serves("fits");  /* a 40 KiB ring fits */
 }
 
@@ -1165,14 +1170,7 @@ static void test_srv_job_mem_limit_enomem(void **state)
 static void test_srv_job_mem_limit_message_small_ring(void **state)
 {
 	(void)state;
-	start_server(&(struct tsrv){ .mem_limit = 16 << 10, .ring_flags = RING_CREATE_NO_HUGE });
-	struct ldc *c = cli_connect();
-	struct ldc_job j = mkjob("small", "pattern:1000", 4, 0, 1, 0);
-	struct ldc_info in;
-
-	assert_int_equal(ldc_open(c, &j, &in), -ENOMEM);
-	check_mem_message(ldc_error(c), ring_bytes(4, 4, 0), 16 << 10);
-	cli_close(c);
+	mem_limit_case(16 << 10, "small", 4, 0);
 }
 
 /* A ring's memory counts against the limit until its consumer goes, and no longer. */
@@ -1675,11 +1673,7 @@ static void test_srv_no_fd_leak(void **state)
 	int fd = raw_open("leak-c", NULL, &bell);
 	fd_close(fd);
 	fd_close(bell);
-	int64_t end = mono_ms() + 3000;
-	int now;
-	while ((now = count_fds(srv)) != before && mono_ms() < end)
-		usleep(5000);
-	assert_int_equal(now, before);
+	assert_fds_back(srv, before);
 	assert_alive(srv);
 }
 
