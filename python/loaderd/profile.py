@@ -22,8 +22,13 @@ count, hence the share of loaderd's workers this job kept busy.
 Cost when on: three clock reads and a list append per step, one more per bucket; two stats
 round trips per run. Off: one attribute test per step.
 
-Each rank's record is written as JSON into $LOADERD_PROFILE_DIR when the Loader closes (or at
-exit); loaderd.diagnose reads them. Under torch.distributed, ``Loader.profile_report()`` gathers
+Each rank's record is written as JSON into $LOADERD_PROFILE_DIR when the Loader closes, when it
+is collected without close() (a Loader made inside main() and dropped), at exit (sys.exit, an
+uncaught exception, KeyboardInterrupt) and on SIGTERM (a handler of ours, only where the script
+left the default: it writes the records, then dies of the signal as before); loaderd.diagnose
+reads them. The recorders are held strongly until their record is written: the Loader only
+weakly (its end is seen by weakref.finalize). loaderd's counters at the end are those of close()
+or exit; when the Loader is gone first, the last of the snapshots taken every STATS_EVERY_NS. Under torch.distributed, ``Loader.profile_report()`` gathers
 the ranks' records itself (a collective: every rank calls it) and returns the report.
 """
 import atexit
@@ -39,6 +44,7 @@ ENV = "LOADERD_PROFILE"          # 1: attribution on in every Loader
 ENV_DIR = "LOADERD_PROFILE_DIR"  # where each rank writes its record
 RECORD_VERSION = 1
 STEPS_MAX = 200000               # steps kept per Loader (totals go on)
+STATS_EVERY_NS = 2 * 10**9       # loaderd's counters re-read at most this often during a run
 
 _now = time.monotonic_ns         # CLOCK_MONOTONIC: one clock for every process of the host
 
@@ -221,16 +227,44 @@ class Recorder:
         self.written = False
         self.where = None          # (rank, world, backend) seen while the run was on
         self.device = None
-        _live.add(self)
+        self.meta = {}             # the Loader's facts for the record, kept past its collection
+        self.t_last = None
+        self.t_snap = 0
+        self.conn_ref = None       # the Loader's connection, weakly: stats at its collection
+        _live.add(self)            # strongly: the record outlives a Loader never closed
+        if loader is not None:
+            weakref.finalize(loader, self._loader_gone)
+        _install_signal_handlers()
         if "torch" in sys.modules:  # no DDP without torch; $LOADERD_PROFILE patches at import
             install_ddp_patch()
+
+    def _loader_gone(self):
+        """The Loader was collected (never closed, or closed: then this is a no-op). Freed by
+        its reference count, the Loader's weak references are called before its attributes go:
+        its connection is still there for loaderd's counters (not so when a cycle collector
+        frees it: then the last snapshot)."""
+        try:
+            conn = self.conn_ref() if self.conn_ref is not None and not self.written else None
+            if conn is not None and self.st0 is not None:
+                st = _conn_stats(conn)
+                if st is not None:
+                    self.st1, self.t_last = st, _now()
+            self.finish(None)
+        except Exception as e:
+            print("loaderd.profile: cannot write the record: %s" % e, file=sys.stderr)
 
     # called by the Loader
     def first_batch(self, loader):
         self.t_first = _now()
         self.st0 = _stats(loader)
+        self.t_snap = self.t_first
+        self.conn_ref = weakref.ref(loader._conn) if loader._conn is not None else None
         self.where = _dist_rank_world(loader)
         self.device = loader.device_type()   # while the ring is mapped (and maybe pinned)
+        self.meta = {"job": loader.job_name, "dataset": loader.dataset,
+                     "batch": loader.batch_size,
+                     "crop": loader.crop[0] if loader.crop else None,
+                     "device": self.device, "socket": loader.socket}
 
     def begin(self):
         """A batch is requested."""
@@ -258,6 +292,8 @@ class Recorder:
             self.dropped += 1
             return
         self.steps.append(rec)
+        if t_end - self.t_snap >= STATS_EVERY_NS and self.st0 is not None:
+            self._snapshot()
         if copy_events is not None:
             self.pending_copy.append([len(self.steps) - 1] + list(copy_events))
         if self.pending_copy:
@@ -281,19 +317,32 @@ class Recorder:
             rec[4] -= ns
         self.pending_copy = keep
 
-    def finish(self, loader):
-        """The Loader detaches: loaderd's counters, then the record (once)."""
+    def _snapshot(self):
+        """loaderd's counters now, the end of the run should the Loader vanish unclosed."""
+        lo = self.loader()
+        self.t_snap = _now()
+        if lo is not None and lo._conn is not None:
+            st = _stats(lo)
+            if st is not None:
+                self.st1, self.t_last = st, self.t_snap
+
+    def finish(self, loader, final=True):
+        """The Loader detaches (or is gone: @loader None): loaderd's counters, then the record
+        (once)."""
         if self.pending_copy:
             self._read_copies(True)
-        if loader is not None and self.st0 is not None and self.st1 is None:
-            self.st1 = _stats(loader)
-            self.t_last = _now()
+        if loader is not None and self.st0 is not None:
+            st = _stats(loader)
+            if st is not None:
+                self.st1, self.t_last = st, _now()
         if not self.written and os.environ.get(ENV_DIR) and self.steps:
             self.written = True
             try:
                 write_record(os.environ[ENV_DIR], self.record())
             except OSError as e:
                 print("loaderd.profile: cannot write the record: %s" % e, file=sys.stderr)
+        if final:
+            _live.discard(self)
 
     def record(self):
         """This rank's record (JSON-able)."""
@@ -308,14 +357,17 @@ class Recorder:
              "fields": ["step", "start_ns", "data_ns", "copy_ns", "compute_ns", "comm_ns",
                         "opt_ns", "samples", "comm_busy_ns", "buckets"],
              "params": params, "bucket_mb": cap, "ddp": bool(_ddp)}
-        if lo is not None:
+        d.update(self.meta)
+        if lo is not None and not self.meta:
             d.update({"job": lo.job_name, "dataset": lo.dataset, "batch": lo.batch_size,
                       "crop": lo.crop[0] if lo.crop else None,
                       "device": self.device or lo.device_type(),
                       "socket": lo.socket})
-        b, t_last = self.st1, getattr(self, "t_last", None)
-        if b is None and self.st0 is not None and lo is not None and lo._conn is not None:
-            b, t_last = _stats(lo), _now()     # a report of the run so far
+        b, t_last = self.st1, self.t_last
+        if self.st0 is not None and lo is not None and lo._conn is not None and not self.written:
+            st = _stats(lo)                   # a report of the run so far
+            if st is not None:
+                b, t_last = st, _now()
         if self.st0 is not None and b is not None:
             a = self.st0
             d["loaderd"] = {"workers": b.get("workers", 0),
@@ -333,6 +385,24 @@ def _stats(loader):
         return loader.stats()
     except Exception:
         return None
+
+
+def _conn_stats(conn):
+    """Loader.stats() from the connection alone (its Loader being freed)."""
+    import ctypes
+    from . import _lib as L
+    if not conn.ptr:
+        return None
+    st = L.ctl_stats()
+    if conn.lib.ldc_stats(conn.ptr, ctypes.byref(st)) < 0:
+        return None
+    out = {}
+    for f, _ in L.ctl_stats._fields_:
+        if f == "phase_ns":
+            out.update(zip(L.PHASES, st.phase_ns))
+        elif not f.startswith("reserved"):
+            out[f] = getattr(st, f)
+    return out
 
 
 def _dist_rank_world(loader):
@@ -358,7 +428,7 @@ def write_record(d, rec):
     return path
 
 
-_live = weakref.WeakSet()
+_live = set()     # recorders whose record is not written yet (strong: see the top)
 
 
 @atexit.register
@@ -369,8 +439,36 @@ def _at_exit():
         lo = r.loader()
         try:
             r.finish(lo if lo is not None and lo._conn is not None else None)
-        except Exception:
+        except Exception as e:
+            print("loaderd.profile: cannot write the record: %s" % e, file=sys.stderr)
+
+
+_signals_done = False
+
+
+def _install_signal_handlers():
+    """SIGTERM (torchrun's, a scheduler's, kill) would end the process without atexit: where
+    the script left the default action, write the records first, then die of the signal as
+    before (the default action again, the signal raised anew). SIGINT is KeyboardInterrupt,
+    which reaches atexit by itself. Main thread only (Python's rule for signal.signal)."""
+    global _signals_done
+    import signal
+    if _signals_done or threading.current_thread() is not threading.main_thread():
+        return
+    _signals_done = True
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            if signal.getsignal(sig) == signal.SIG_DFL:
+                signal.signal(sig, _on_signal)
+        except (ValueError, OSError):
             pass
+
+
+def _on_signal(signum, frame):
+    import signal
+    _at_exit()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def gather(loader):

@@ -104,6 +104,7 @@ def test_exposed_allreduce_from_bucket_times():
     """Buckets launched during backward; what is left after the last launch is exposed."""
     rec = P.Recorder.__new__(P.Recorder)
     rec.steps, rec.dropped, rec.pending_copy = [], 0, []
+    rec.st0, rec.t_snap = None, 0
     t = 1000 * MS
     with P._comm_lock:
         P._comm[:] = [(t + 3 * MS, t + 5 * MS, 0), (t + 6 * MS, t + 9 * MS, 0),
