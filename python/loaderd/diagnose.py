@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 
+from . import profile as P
 from . import report as R
 from . import timeline as TL
 
@@ -61,15 +62,46 @@ def load_records(d):
     return recs
 
 
+def _train_key(r):
+    """Which of a rank's loops is the training loop: one whose steps ran backward (a
+    DataLoader's "loop"; a Loader's record does not say), then the most steps."""
+    return (r.get("loop", "train") == "train", len(r["steps"]))
+
+
 def per_rank(records):
-    """One record per rank: the Loader with the most steps (a training loop, not an
-    evaluation loop beside it)."""
+    """One record per rank: its training loop (see _train_key), not an evaluation loop."""
     by = {}
     for r in records:
         k = int(r.get("rank", 0))
-        if k not in by or len(r["steps"]) > len(by[k]["steps"]):
+        if k not in by or _train_key(r) > _train_key(by[k]):
             by[k] = r
     return [by[k] for k in sorted(by)]
+
+
+def other_loops(records, chosen):
+    """The loops that are not the training loop (evaluation), summed over ranks per job:
+    reported apart, never in the verdict."""
+    ids = set(id(r) for r in chosen)
+    out = {}
+    for r in records:
+        if id(r) in ids:
+            continue
+        st = r["steps"]
+        o = out.setdefault(r.get("job") or "?", {"job": r.get("job"), "loop": r.get("loop",
+                           "other"), "ranks": 0, "steps": 0, "samples": 0, "data_ns": 0,
+                           "period_ns": 0})
+        o["ranks"] += 1
+        o["steps"] += len(st)
+        o["samples"] += sum(s[7] for s in st)
+        o["data_ns"] += sum(s[2] for s in st)
+        o["period_ns"] += sum(s[2] + s[3] + s[4] + s[5] + s[6] for s in st)
+    res = []
+    for o in out.values():
+        per = o.pop("period_ns")
+        o["data_share"] = o.pop("data_ns") / per if per else 0.0
+        o["step_ms"] = per / o["steps"] / 1e6 if o["steps"] else 0.0
+        res.append(o)
+    return sorted(res, key=lambda o: o["job"] or "")
 
 
 def runs_of(recs, warmup=None):
@@ -136,6 +168,16 @@ def analyse(records, warmup=None, info=None, cores=None):
     if len(recs) < world:
         rep["missing_ranks"] = sorted(set(range(world)) - set(rep["rank_ids"]))
     rep["loaderd"] = loader_side(recs)
+    rep["input"] = r0.get("source", "loaderd.Loader")
+    if r0.get("dataloader"):
+        rep["dataloader"] = r0["dataloader"]
+        rep["loop"] = r0.get("loop")
+    dp = [d for r in recs for d in (r.get("dataparallel") or [])]
+    if dp:
+        rep["dataparallel"] = dp[0]
+    rep["other_loops"] = other_loops(records, recs)
+    if rep.get("dataloader"):
+        rep["dataloader_model"] = dataloader_model(rep, recs, cores)
     rep["why"], rep["advice"] = advise(rep, cores or os.cpu_count() or 1)
     # the timeline's input: per rank, measured step k -> its start and phases in us
     rep["_ranks"] = {i: {k: dict({"start": s[0] / 1e3},
@@ -146,6 +188,102 @@ def analyse(records, warmup=None, info=None, cores=None):
 
 
 # ---- advice ----
+
+def dataloader_model(rep, recs, cores=None):
+    """What a torch DataLoader's knobs would do, from the loop's own figures: the time one core
+    takes to load a batch (load_ms: the data wait itself with num_workers=0; with W workers that
+    keep the loop waiting, W x the step time), the rest of the step (compute, allreduce), the
+    cores free for workers per rank, and the workers' start-up at each epoch's first batch."""
+    f = rep["dataloader"]
+    w = int(f.get("num_workers") or 0)
+    # per step, the worst rank's wait; time in no step (evaluation between epochs) left out
+    warm = rep.get("warmup", 0)
+    waits, rests = [], []
+    for r in recs:
+        st = sorted(r["steps"])[warm:] or r["steps"]
+        waits.append(sum(s[2] for s in st) / len(st) / 1e6)
+        rests.append(sum(s[3] + s[4] + s[5] + s[6] for s in st) / len(st) / 1e6)
+    wait, rest = max(waits), max(max(rests), 1e-3)
+    step = wait + rest
+    limited = rep["verdict"] == "loader-limited"
+    load = wait if w == 0 else (w * step if limited else w * rest)
+    cores = cores or max(int(r.get("cores") or 0) for r in recs) or os.cpu_count() or 1
+    hosts = {}
+    for r in recs:
+        hosts[r.get("host")] = hosts.get(r.get("host"), 0) + 1
+    per_host = max(hosts.values())
+    free = max(0, cores - per_host) // per_host
+    # start-up: an epoch's first wait beyond the loop's usual one
+    startup = None
+    starts = recs[0].get("epoch_starts") or []
+    if w > 0 and len(starts) > 1:
+        waits = {s[0]: s[2] for s in recs[0]["steps"]}
+        usual = sorted(waits.values())[len(waits) // 2] if waits else 0
+        firsts = [waits[s] - usual for s in starts[1:] if s in waits]
+        if firsts:
+            startup = max(0.0, sum(firsts) / len(firsts) / 1e6)
+    return {"num_workers": w, "load_ms_per_batch": load, "rest_ms": rest, "step_ms": step,
+            "cores": cores, "ranks_per_host": per_host, "free_cores_per_rank": free,
+            "startup_ms": startup, "load_is_bound": not limited and w > 0}
+
+
+def predict_step(m, workers):
+    """Step time (ms) with @workers DataLoader workers, each on a free core of its own (more
+    workers than free cores share them)."""
+    par = min(workers, m["free_cores_per_rank"])
+    if par <= 0:
+        return m["rest_ms"] + m["load_ms_per_batch"]
+    return max(m["rest_ms"], m["load_ms_per_batch"] / par)
+
+
+def dataloader_advice(rep):
+    m, f = rep["dataloader_model"], rep["dataloader"]
+    lost_min = rep["thresholds"]["lost_min"]
+    gb = (rep.get("batch") or 0) * rep["ranks"]
+    adv = []
+
+    def rate(ms):
+        return gb / (ms * 1e-3) if ms > 0 else 0.0
+    w, free, load, rest = m["num_workers"], m["free_cores_per_rank"], m["load_ms_per_batch"], \
+        m["rest_ms"]
+    now = m["step_ms"]
+    if rep["verdict"] == "loader-limited":
+        want = max(1, math.ceil(load / rest)) if rest > 0 else 1
+        k = min(want, free)
+        base = ("num_workers: %d now; one core loads a batch in %.1f ms, the rest of the step "
+                "takes %.1f ms; this host has %d cores for %d rank%s: %d free per rank" %
+                (w, load, rest, m["cores"], m["ranks_per_host"],
+                 plural(m["ranks_per_host"]), free))
+        if k > w:
+            p = predict_step(m, k)
+            adv.append(base + " -> DataLoader(num_workers=%d): about %.1f ms per step, %.0f "
+                       "samples/s (%.2fx)%s" % (k, p, rate(p), now / p if p else 0,
+                                                "" if k >= want else
+                                                "; %d workers would keep up, but the cores "
+                                                "are not there" % want))
+        else:
+            adv.append(base + ": more workers than free cores share them, no faster "
+                       "(about %.1f ms per step with %d): the loading itself has to get "
+                       "cheaper (below) or have cores of its own" %
+                       (predict_step(m, max(w, 1)), max(w, 1)))
+        if w > 0 and free and load / min(w, free) < rest * 0.9:
+            pf = f.get("prefetch_factor") or 2
+            adv.append("prefetch_factor: the %d workers keep up on average (%.1f ms of loading "
+                       "per batch each against %.1f ms of step) yet the loop waits: the "
+                       "queue is too shallow for the jitter -> DataLoader(prefetch_factor=%d): "
+                       "about %.1f ms per step" %
+                       (w, load / min(w, free), rest, pf * 2, rest))
+    if w > 0 and not f.get("persistent_workers") and m.get("startup_ms") and \
+            m["startup_ms"] > lost_min * now:
+        adv.append("persistent_workers: the workers start again at every epoch, %.0f ms at its "
+                   "first batch -> DataLoader(persistent_workers=True) saves that per epoch" %
+                   m["startup_ms"])
+    if rep.get("device") == "cuda" and not f.get("pin_memory"):
+        adv.append("pin_memory: the batches are in pageable memory, so their copy to the GPU is "
+                   "synchronous -> DataLoader(pin_memory=True) and .to(device, "
+                   "non_blocking=True); (the copy is in compute here: not timed apart for a "
+                   "DataLoader)")
+    return adv
 
 def _rate_without_wait(rep):
     """Samples/s were every step's data wait (the worst rank's) gone."""
@@ -165,7 +303,9 @@ def advise(rep, cores):
         why.append("the ranks wait for batches %.0f%% of each step (worst rank per step: "
                    "%.1f ms of %.1f ms)" % (100 * c["loader"], c["loader"] * step_ms, step_ms))
         need = _rate_without_wait(rep)
-        if ld and ld.get("per_worker_per_s"):
+        if rep.get("dataloader_model"):
+            adv += dataloader_advice(rep)
+        elif ld and ld.get("per_worker_per_s"):
             w, pw = ld["workers"], ld["per_worker_per_s"]
             k = max(w + 1, math.ceil(need / (pw * BUSY_TARGET))) if need else w + 1
             s = ("decode workers: loaderd's %d worker%s busy %.0f%% for this job, %.2f ms "
@@ -188,8 +328,10 @@ def advise(rep, cores):
         else:
             adv.append("decode workers: add loaderd --workers (loaderd's counters were not "
                        "read: an older loaderd, or the loop ended before its first batch)")
-        adv.append("cheaper input: a smaller crop= decodes at a coarser DCT scale; pack the "
-                   "images at a lower resolution (dpack) when they are much larger than the crop")
+        if not rep.get("dataloader_model"):
+            adv.append("cheaper input: a smaller crop= decodes at a coarser DCT scale; pack the "
+                       "images at a lower resolution (dpack) when they are much larger than "
+                       "the crop")
     elif v == "communication-limited":
         comm_ms = c["comm"] * step_ms
         rest = step_ms - comm_ms
@@ -239,7 +381,10 @@ def advise(rep, cores):
         why.append("compute takes %.0f%% of the step time; data wait, exposed copy, exposed "
                    "allreduce and rank imbalance each cost less than %.0f%%" %
                    (100 * rep["shares"]["compute"], 100 * lost_min))
-        if ld and ld.get("capacity_per_s"):
+        if rep.get("dataloader_model"):
+            adv += dataloader_advice(rep)
+            adv.append("the loader keeps up: to go faster make compute faster or add ranks")
+        elif ld and ld.get("capacity_per_s"):
             cap = ld["capacity_per_s"]
             adv.append("headroom: loaderd's %d worker%s could deliver about %.0f samples/s "
                        "(%.1fx this run's %.0f; busy %.0f%% now): %s" %
@@ -257,13 +402,46 @@ def advise(rep, cores):
                    "copy: deepen the ring (slots=) so that copies start earlier" %
                    (100 * sh["copy"]))
     if sh["gap"] >= GAP_MIN:
-        adv.append("%.0f%% of the time is in no step: between the loops over the Loader (epoch "
-                   "ends, evaluation, checkpoints)" % (100 * sh["gap"]))
+        adv.append("%.0f%% of the time is in no step: between the loops over the %s (epoch "
+                   "ends, evaluation, checkpoints)%s" %
+                   (100 * sh["gap"], "DataLoader" if rep.get("dataloader") else "Loader",
+                    "; the evaluation loops are reported apart above" if rep.get("other_loops")
+                    else ""))
+    dp = rep.get("dataparallel")
+    if dp:
+        adv.append(dataparallel_advice(rep, dp))
     if rep.get("missing_ranks"):
         adv.append("no record from rank%s %s: the report is of the others" %
                    (plural(len(rep["missing_ranks"])),
                     ", ".join(map(str, rep["missing_ranks"]))))
     return why, adv
+
+
+def dataparallel_advice(rep, dp):
+    n = len(dp["device_ids"])
+    b = rep.get("batch") or 0
+    if not dp["active"]:
+        return ("nn.DataParallel(%s) (%d parameters) without GPUs here: a plain wrapper, "
+                "nothing scattered or replicated on this host. On N GPUs it scatters each batch "
+                "from device 0 (batch %d -> %s per device), copies the whole module to every "
+                "device each step, runs the replicas in threads of this one process and gathers "
+                "the outputs (and the loss) on device 0, which carries that extra load. "
+                "DistributedDataParallel instead: one process per GPU (torchrun "
+                "--nproc_per_node N train.py), torch.distributed.init_process_group('nccl'), "
+                "model = nn.parallel.DistributedDataParallel(model.to(rank), "
+                "device_ids=[rank]) in place of nn.DataParallel(model), and "
+                "DataLoader(..., sampler=DistributedSampler(dataset)) with the batch per "
+                "process; the gain needs the GPUs to measure (not measured here)" %
+                (dp["module"], dp["params"], b, "%d/N" % b if b else "batch/N"))
+    return ("nn.DataParallel(%s) over devices %s: batch %d -> %d per device; each step "
+            "scatters the inputs from device %s, replicates the module (%d parameters), "
+            "applies the replicas in threads and gathers the outputs on device %s. "
+            "DistributedDataParallel instead: torchrun --nproc_per_node %d, "
+            "init_process_group('nccl'), DistributedDataParallel(model.to(rank), "
+            "device_ids=[rank]), a DistributedSampler; the per-step split of scatter, "
+            "replicate, apply and gather is not measured by this version" %
+            (dp["module"], dp["device_ids"], b, b // max(n, 1), dp["device_ids"][0],
+             dp["params"], dp["output_device"], n))
 
 
 # ---- output ----
@@ -300,6 +478,24 @@ def render_text(rep, files=()):
                     ld["fill_ms_per_sample"], 100 * ld["read_share"], 100 * ld["decode_share"],
                     ": at most %.0f samples/s with these workers" % ld["capacity_per_s"]
                     if ld.get("capacity_per_s") else ""))
+    for o in rep.get("other_loops") or []:
+        out.append("  %s loop %s: %d steps over %d rank%s, %.1f ms per step, data wait %.0f%% "
+                   "(reported apart, not in the verdict)" %
+                   ("evaluation" if o["loop"] == "eval" else "other", o["job"], o["steps"],
+                    o["ranks"], plural(o["ranks"]), o["step_ms"], 100 * o["data_share"]))
+    if rep.get("dataloader"):
+        f = rep["dataloader"]
+        ds = f.get("dataset") or {}
+        out.append("  input: torch DataLoader over %s (%s samples), batch %s, num_workers=%d, "
+                   "pin_memory=%s, persistent_workers=%s, prefetch_factor=%s" %
+                   (ds.get("class"), ds.get("len", "?"), f.get("batch_size"),
+                    f.get("num_workers") or 0, f.get("pin_memory"),
+                    f.get("persistent_workers"), f.get("prefetch_factor")))
+    if rep.get("dataparallel"):
+        dp = rep["dataparallel"]
+        out.append("  model: nn.DataParallel(%s), %d parameters, device_ids %s%s" %
+                   (dp["module"], dp["params"], dp["device_ids"],
+                    "" if dp["active"] else " (no GPU: a plain wrapper here)"))
     out.append("  accelerator utilisation (compute / wall, warm-up excluded) %.2f" % rep["au"])
     out += ["", "verdict: %s" % rep["verdict"]] + ["  " + x for x in rep["why"]] + ["advice:"]
     out += ["  - " + x for x in rep["advice"]]
@@ -375,7 +571,11 @@ def main(argv=None):
     os.makedirs(recdir, exist_ok=True)
     for f in glob.glob(os.path.join(recdir, "rank-*.json")):
         os.unlink(f)
-    env = dict(os.environ, LOADERD_PROFILE="1", LOADERD_PROFILE_DIR=recdir)
+    # torch DataLoader loops: a sitecustomize of ours, first on the path (profile.py)
+    site = P.write_sitecustomize(os.path.join(out, "site"))
+    pp = os.environ.get("PYTHONPATH")
+    env = dict(os.environ, LOADERD_PROFILE="1", LOADERD_PROFILE_DIR=recdir,
+               PYTHONPATH=site + (os.pathsep + pp if pp else ""))
     print("loaderd.diagnose: running %s" % " ".join(shlex.quote(c) for c in cmd),
           file=sys.stderr, flush=True)
     try:
@@ -392,7 +592,7 @@ def main(argv=None):
     recs = load_records(recdir)
     if not recs:
         print("loaderd.diagnose: %s left no record in %s: does it iterate a loaderd.Loader "
-              "(and run at least two steps)?" % (cmd[0], recdir), file=sys.stderr)
+              "or a torch.utils.data.DataLoader (and run at least two steps)?" % (cmd[0], recdir), file=sys.stderr)
         return rc or 1
     try:
         script = [os.path.basename(c) for c in cmd if c.endswith(".py")]
