@@ -23,9 +23,12 @@ import json
 import math
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 
 from . import profile as P
 from . import report as R
@@ -444,6 +447,232 @@ def dataparallel_advice(rep, dp):
              dp["params"], dp["output_device"], n))
 
 
+# ---- the swap to loaderd, measured on the user's own files ----
+
+JPEG_EXT = (".jpg", ".jpeg")
+SAMPLE_FILES = 256          # files of the dataset packed for the measurement
+MEASURE_S = 3.0             # drain the private loaderd this long (at least 2 epochs of it)
+
+
+def swap_plan(rep):
+    """Whether the training DataLoader maps onto a loaderd.Loader: an ImageFolder/DatasetFolder
+    of JPEGs with RandomResizedCrop [+ flip] ("train") or Resize + CenterCrop ("eval"), then
+    ToTensor [+ Normalize]. Returns a dict (transforms, crop, normalize, files) or a reason
+    (str) why not."""
+    f = rep.get("dataloader") or {}
+    ds = f.get("dataset") or {}
+    folder = ds.get("folder")
+    if not folder:
+        return "the dataset is a %s, not an ImageFolder/DatasetFolder" % ds.get("class")
+    files = [x for x in folder["files"] if x.lower().endswith(JPEG_EXT)]
+    if not files or len(files) < len(folder["files"]) * 0.9:
+        return "the ImageFolder's files are not JPEGs"
+    names = [t["name"] for t in ds.get("transforms") or []]
+    tf = {t["name"]: t for t in ds.get("transforms") or []}
+    rest = [n for n in names if n not in ("RandomResizedCrop", "RandomHorizontalFlip", "Resize",
+                                          "CenterCrop", "ToTensor", "Normalize",
+                                          "ConvertImageDtype", "PILToTensor")]
+    if rest:
+        return "transforms loaderd does not do: %s" % ", ".join(rest)
+    if "RandomResizedCrop" in tf:
+        mode, size = "train", tf["RandomResizedCrop"].get("size")
+        if "RandomHorizontalFlip" not in tf:
+            mode = ["random_resized_crop"]
+    elif "CenterCrop" in tf:
+        mode, size = "eval", tf["CenterCrop"].get("size")
+    else:
+        return "no RandomResizedCrop or CenterCrop: the output size is not fixed"
+    crop = [int(x) for x in size] if isinstance(size, list) else [int(size)] * 2
+    norm = None
+    if "Normalize" in tf:
+        norm = (tf["Normalize"].get("mean"), tf["Normalize"].get("std"))
+    return {"transforms": mode, "crop": crop, "normalize": norm, "files": files,
+            "root": folder["root"], "classes": folder["classes"]}
+
+
+def find_bin(name):
+    """A loaderd program: $LOADERD_BIN_DIR, then PATH, then this checkout's build/bin."""
+    d = os.environ.get("LOADERD_BIN_DIR")
+    cands = [os.path.join(d, name)] if d else []
+    w = shutil.which(name)
+    if w:
+        cands.append(w)
+    here = os.path.dirname(os.path.abspath(__file__))
+    cands.append(os.path.join(here, "..", "..", os.environ.get("BUILD", "build"), "bin", name))
+    for c in cands:
+        if os.access(c, os.X_OK):
+            return os.path.abspath(c)
+    return None
+
+
+def measure_swap(rep, plan, workers, sample=SAMPLE_FILES, seconds=MEASURE_S):
+    """loaderd on a sample of the user's files: @sample of them (spread over the folder's list)
+    linked into a temporary tree, packed with dpack into a temporary .dpk, served by a private
+    loaderd with @workers decode workers, drained by one Loader of the script's batch and crop
+    for about @seconds (no consumer work: the workers' rate). Returns loaderd's worker time per
+    sample (its stats) and the drain rate, or raises RuntimeError naming what failed."""
+    from . import daemon
+    from . import loader as LD
+    dpack, loaderd = find_bin("dpack"), find_bin("loaderd")
+    if not dpack or not loaderd:
+        raise RuntimeError("dpack/loaderd not found ($LOADERD_BIN_DIR, PATH, build/bin)")
+    files = plan["files"]
+    step = max(1, len(files) // sample)
+    pick = files[::step][:sample]
+    tmp = tempfile.mkdtemp(prefix="loaderd-diagnose.")
+    proc = log = None
+    try:
+        tree = os.path.join(tmp, "tree")
+        for i, src in enumerate(pick):
+            cls = os.path.basename(os.path.dirname(src)) or "c"
+            os.makedirs(os.path.join(tree, cls), exist_ok=True)
+            os.symlink(os.path.abspath(src), os.path.join(tree, cls, "%05d%s" % (
+                i, os.path.splitext(src)[1])))
+        dpk = os.path.join(tmp, "sample.dpk")
+        p = subprocess.run([dpack, "pack", tree, dpk], capture_output=True, text=True)
+        if p.returncode:
+            raise RuntimeError("dpack pack: " + (p.stderr.strip().splitlines() or ["?"])[-1])
+        sock = os.path.join(tmp, "s.sock")
+        log = open(os.path.join(tmp, "loaderd.log"), "w+")
+        proc, _ = daemon.start([loaderd, "--socket", sock, "--workers", str(workers)], log,
+                               start_new_session=True)
+        batch = min(rep.get("batch") or 32, len(pick))
+        n = 0
+        with LD.Loader(sock, dpk, batch, crop=tuple(plan["crop"]),
+                       transforms=plan["transforms"], output="numpy", epochs=1000,
+                       profile=False) as it:
+            st0, t0 = None, time.monotonic()
+            while st0 is None or time.monotonic() - t0 < seconds:
+                for b in it:         # one epoch per loop
+                    if st0 is None:  # the first batch: loaderd is warm from here
+                        st0, t0 = it.stats(), time.monotonic()
+                        continue
+                    n += len(b[1])
+                    if time.monotonic() - t0 >= seconds:
+                        break
+            st1, t1 = it.stats(), time.monotonic()
+        fill = st1["fill_ns"] - st0["fill_ns"]
+        done = st1["samples"] - st0["samples"]
+        if done <= 0 or fill <= 0:
+            raise RuntimeError("the private loaderd delivered nothing")
+        return {"files": len(pick), "workers": workers, "fill_ms_per_sample": fill / done / 1e6,
+                "drained_per_s": n / (t1 - t0) if t1 > t0 else 0.0, "batch": batch}
+    finally:
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if log is not None:
+            log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def convert_ms(batch, crop):
+    """The Loader's uint8 NHWC batch to a normalised float NCHW one in this process (what the
+    swapped script does per step, or Loader(normalize=) for it), per batch, in ms."""
+    try:
+        import torch
+    except ImportError:
+        return 0.0
+    x = torch.randint(0, 255, (batch, crop[0], crop[1], 3), dtype=torch.uint8)
+    mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1) * 255
+    inv = 1 / (torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1) * 255)
+    best = None
+    for _ in range(5):
+        t = time.perf_counter()
+        (x.permute(0, 3, 1, 2).float() - mean).mul_(inv).contiguous()
+        d = time.perf_counter() - t
+        best = d if best is None else min(best, d)
+    return best * 1e3
+
+
+def predict_swap(rep, meas, conv_ms):
+    """Samples/s of the script with loaderd: per rank, a step takes the larger of the rest of
+    the step (model, allreduce) plus the batch's conversion, and the batch's worker time over
+    the rank's workers (free cores; none free: they share the rank's core, then the sum)."""
+    m = rep["dataloader_model"]
+    b = rep.get("batch") or meas["batch"]
+    per_rank_w = m["free_cores_per_rank"]
+    fill = b * meas["fill_ms_per_sample"]
+    rest = m["rest_ms"] + conv_ms
+    step = max(rest, fill / per_rank_w) if per_rank_w >= 1 else rest + fill
+    return b * rep["ranks"] / (step * 1e-3), step
+
+
+def script_lines(script, plan, rep, pred):
+    """The lines to change in @script, printed as 'file:line: old' then '  -> new'."""
+    try:
+        with open(script) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    crop = plan["crop"]
+    crop_s = str(crop[0]) if crop[0] == crop[1] else "(%d, %d)" % tuple(crop)
+    f = rep["dataloader"]
+    norm = ""
+    if plan["normalize"]:
+        norm = ", normalize=(%s, %s), dtype=torch.float32, layout=\"NCHW\"" % (
+            [round(x, 3) for x in plan["normalize"][0]], [round(x, 3) for x in
+                                                          plan["normalize"][1]])
+    new_dl = ("loaderd.Loader(None, %r, %d, crop=%s, transforms=%r%s, epochs=EPOCHS)" %
+              (os.path.join(os.path.dirname(plan["root"].rstrip("/")) or ".",
+                            os.path.basename(plan["root"].rstrip("/")) + ".dpk"),
+               f.get("batch_size") or 0, crop_s, plan["transforms"], norm))
+    where = f.get("where") or [None, 0]
+    at = where[1] if where[0] and os.path.abspath(where[0]) == os.path.abspath(script) else 0
+    for i, ln in enumerate(lines, 1):
+        s = ln.strip()
+        if i == at or (not at and "DataLoader(" in s and "import" not in s):
+            out.append("%s:%d: %s" % (os.path.basename(script), i, s))
+            out.append("  -> %s%s" % (s.split("=")[0].strip() + " = " if "=" in s.split(
+                "DataLoader(")[0] else "", new_dl))
+        elif "set_epoch(" in s:
+            out.append("%s:%d: %s" % (os.path.basename(script), i, s))
+            out.append("  -> the Loader's set_epoch(epoch) (DistributedSampler goes)")
+    if out:
+        out.insert(0, "once: dpack pack %s %s.dpk" % (plan["root"], plan["root"].rstrip("/")))
+    return out
+
+
+def swap_advice(rep, cmd_script, sample=SAMPLE_FILES):
+    """The loaderd swap for a loader-limited DataLoader run: measured, predicted, the lines.
+    Sets rep["swap"]; returns advice lines."""
+    plan = swap_plan(rep)
+    if isinstance(plan, str):
+        rep["swap"] = {"possible": False, "why": plan}
+        return []
+    m = rep["dataloader_model"]
+    workers = max(1, m["free_cores_per_rank"] * m["ranks_per_host"])
+    try:
+        meas = measure_swap(rep, plan, workers, sample)
+    except (RuntimeError, OSError, ValueError) as e:
+        rep["swap"] = {"possible": True, "measured": False, "why": str(e)}
+        return ["loaderd: this dataset and its transforms map onto loaderd.Loader, but the "
+                "measurement failed: %s" % e]
+    conv = convert_ms(rep.get("batch") or meas["batch"], plan["crop"]) if plan["normalize"] \
+        else 0.0
+    rate, step = predict_swap(rep, meas, conv)
+    rep["swap"] = dict(meas, possible=True, measured=True, convert_ms=conv,
+                       predicted_samples_per_s=rate, predicted_step_ms=step,
+                       transforms=plan["transforms"], crop=plan["crop"])
+    rep["with_loaderd"] = rate
+    lines = script_lines(cmd_script, plan, rep, rate) if cmd_script else []
+    rep["swap"]["lines"] = lines
+    a = ("loaderd: measured on %d of this dataset's JPEGs (a temporary .dpk, a private loaderd "
+         "with %d worker%s on this host): %.2f ms of worker time per sample against this "
+         "loop's %.1f ms of loading per batch of %d in the DataLoader -> with loaderd.Loader "
+         "about %.1f ms per step (%.1f ms of it converting to normalised floats), %.0f "
+         "samples/s (%.2fx now)" %
+         (meas["files"], workers, plural(workers), meas["fill_ms_per_sample"],
+          m["load_ms_per_batch"], rep.get("batch") or 0, step, conv, rate,
+          rate / rep["samples_per_s"] if rep["samples_per_s"] else 0))
+    return [a]
+
+
 # ---- output ----
 
 def render_text(rep, files=()):
@@ -499,10 +728,15 @@ def render_text(rep, files=()):
     out.append("  accelerator utilisation (compute / wall, warm-up excluded) %.2f" % rep["au"])
     out += ["", "verdict: %s" % rep["verdict"]] + ["  " + x for x in rep["why"]] + ["advice:"]
     out += ["  - " + x for x in rep["advice"]]
+    lines = (rep.get("swap") or {}).get("lines")
+    if lines:
+        out.append("the swap to loaderd, lines to change:")
+        out += ["  " + x for x in lines]
     if files:
         out.append("files: %s" % ", ".join(files))
-    out.append("loaderd.diagnose: samples_per_s=%.1f data_wait=%.3f verdict=%s" %
-               (rep["samples_per_s"], sh["data"], rep["verdict"]))
+    out.append("loaderd.diagnose: samples_per_s=%.1f data_wait=%.3f verdict=%s%s" %
+               (rep["samples_per_s"], sh["data"], rep["verdict"],
+                " with_loaderd=%.1f" % rep["with_loaderd"] if rep.get("with_loaderd") else ""))
     return "\n".join(out) + "\n"
 
 
@@ -549,11 +783,12 @@ def main(argv=None):
     else:   # the options before the first word that is none of theirs
         i = 0
         while i < len(argv) and argv[i].startswith("-"):
-            i += 2 if argv[i] in ("--out", "--warmup") else 1
+            i += 2 if argv[i] in ("--out", "--warmup", "--sample") else 1
         opts, cmd = argv[:i], argv[i:]
     p = argparse.ArgumentParser(
         prog="python -m loaderd.diagnose",
-        usage="python -m loaderd.diagnose [--out DIR] [--warmup N] -- CMD ...",
+        usage="python -m loaderd.diagnose [--out DIR] [--warmup N] [--no-swap] [--sample N] "
+              "-- CMD ...",
         description="Run CMD (python train.py ..., torchrun ...) with loaderd's per-step "
                     "attribution on (LOADERD_PROFILE=1), gather its ranks' records and say "
                     "whether the training is loader-, compute-, communication- or "
@@ -563,6 +798,11 @@ def main(argv=None):
                    help="report directory, created if missing (default ./loaderd-diagnose)")
     p.add_argument("--warmup", type=int, default=None, metavar="N",
                    help="steps left out at the start (default: a tenth, 2 to 20)")
+    p.add_argument("--no-swap", dest="swap", action="store_false",
+                   help="for a loader-limited torch DataLoader over an ImageFolder of JPEGs: do "
+                        "not measure loaderd on a sample of its files")
+    p.add_argument("--sample", type=int, default=SAMPLE_FILES, metavar="N",
+                   help="files packed for that measurement (default %d)" % SAMPLE_FILES)
     a = p.parse_args(opts)
     if not cmd:
         p.error("no command: python -m loaderd.diagnose [--out DIR] -- CMD ...")
@@ -597,6 +837,9 @@ def main(argv=None):
     try:
         script = [os.path.basename(c) for c in cmd if c.endswith(".py")]
         rep = analyse(recs, a.warmup, info={"model": script[0] if script else None})
+        if rep.get("dataloader_model") and rep["verdict"] == "loader-limited" and a.swap:
+            scripts = [c for c in cmd if c.endswith(".py")]
+            rep["advice"] += swap_advice(rep, scripts[0] if scripts else None, a.sample)
         text = write_outputs(rep, out)
     except (ValueError, OSError) as e:
         print("loaderd.diagnose: %s" % e, file=sys.stderr)

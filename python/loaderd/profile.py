@@ -577,7 +577,8 @@ class DLRecorder(Recorder):
                  "persistent_workers": bool(getattr(dl, "persistent_workers", False)),
                  "prefetch_factor": getattr(dl, "prefetch_factor", None),
                  "batch_size": dl.batch_size, "drop_last": bool(dl.drop_last),
-                 "sampler": type(getattr(dl, "sampler", None)).__name__}
+                 "sampler": type(getattr(dl, "sampler", None)).__name__,
+                 "where": dl.__dict__.get("_loaderd_where")}
         try:
             facts["dataset"] = _dataset_facts(dl.dataset)
         except Exception as e:
@@ -760,6 +761,14 @@ class _LoaderdDataLoaderFinder:
 def _wrap(module):
     DL = module.DataLoader
     orig_iter = DL.__iter__
+    orig_init = DL.__init__
+
+    def __init__(self, *a, **kw):
+        # where the script makes it: the line the advice rewrites
+        f = sys._getframe(1)
+        self.__dict__["_loaderd_where"] = (f.f_code.co_filename, f.f_lineno)
+        orig_init(self, *a, **kw)
+    DL.__init__ = __init__
 
     def __iter__(self):
         # the first iteration: torch is whole now; loaderd's hook replaces this one
