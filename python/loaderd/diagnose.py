@@ -638,7 +638,7 @@ def script_lines(script, plan, rep, pred):
     return out
 
 
-def swap_advice(rep, cmd_script, sample=SAMPLE_FILES):
+def swap_advice(rep, cmd_script, sample=SAMPLE_FILES, seconds=MEASURE_S):
     """The loaderd swap for a loader-limited DataLoader run: measured, predicted, the lines.
     Sets rep["swap"]; returns advice lines."""
     plan = swap_plan(rep)
@@ -648,7 +648,7 @@ def swap_advice(rep, cmd_script, sample=SAMPLE_FILES):
     m = rep["dataloader_model"]
     workers = max(1, m["free_cores_per_rank"] * m["ranks_per_host"])
     try:
-        meas = measure_swap(rep, plan, workers, sample)
+        meas = measure_swap(rep, plan, workers, sample, seconds)
     except (RuntimeError, OSError, ValueError) as e:
         rep["swap"] = {"possible": True, "measured": False, "why": str(e)}
         return ["loaderd: this dataset and its transforms map onto loaderd.Loader, but the "
@@ -783,12 +783,12 @@ def main(argv=None):
     else:   # the options before the first word that is none of theirs
         i = 0
         while i < len(argv) and argv[i].startswith("-"):
-            i += 2 if argv[i] in ("--out", "--warmup", "--sample") else 1
+            i += 2 if argv[i] in ("--out", "--warmup", "--sample", "--swap-seconds") else 1
         opts, cmd = argv[:i], argv[i:]
     p = argparse.ArgumentParser(
         prog="python -m loaderd.diagnose",
         usage="python -m loaderd.diagnose [--out DIR] [--warmup N] [--no-swap] [--sample N] "
-              "-- CMD ...",
+              "[--swap-seconds S] -- CMD ...",
         description="Run CMD (python train.py ..., torchrun ...) with loaderd's per-step "
                     "attribution on (LOADERD_PROFILE=1), gather its ranks' records and say "
                     "whether the training is loader-, compute-, communication- or "
@@ -803,6 +803,8 @@ def main(argv=None):
                         "not measure loaderd on a sample of its files")
     p.add_argument("--sample", type=int, default=SAMPLE_FILES, metavar="N",
                    help="files packed for that measurement (default %d)" % SAMPLE_FILES)
+    p.add_argument("--swap-seconds", type=float, default=MEASURE_S, metavar="S",
+                   help="how long that measurement drains loaderd (default %g)" % MEASURE_S)
     a = p.parse_args(opts)
     if not cmd:
         p.error("no command: python -m loaderd.diagnose [--out DIR] -- CMD ...")
@@ -839,7 +841,8 @@ def main(argv=None):
         rep = analyse(recs, a.warmup, info={"model": script[0] if script else None})
         if rep.get("dataloader_model") and rep["verdict"] == "loader-limited" and a.swap:
             scripts = [c for c in cmd if c.endswith(".py")]
-            rep["advice"] += swap_advice(rep, scripts[0] if scripts else None, a.sample)
+            rep["advice"] += swap_advice(rep, scripts[0] if scripts else None, a.sample,
+                                         a.swap_seconds)
         text = write_outputs(rep, out)
     except (ValueError, OSError) as e:
         print("loaderd.diagnose: %s" % e, file=sys.stderr)

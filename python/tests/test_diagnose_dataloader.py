@@ -21,7 +21,8 @@ pytest.importorskip("torchvision", reason="scripts/deps.sh installs python3-torc
 from conftest import REPO, run  # noqa: E402
 
 SCRIPT = REPO / "python" / "tests" / "scripts" / "train_dataloader.py"
-LAST = re.compile(r"^loaderd\.diagnose: samples_per_s=[0-9.]+ data_wait=[0-9.]+ verdict=(\S+)$")
+LAST = re.compile(r"^loaderd\.diagnose: samples_per_s=[0-9.]+ data_wait=[0-9.]+ verdict=(\S+)"
+                  r"( with_loaderd=[0-9.]+)?$")
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,8 @@ def env():
 def diagnose(tmp_path, *cmd, rc=0):
     out = tmp_path / "diag"
     for _ in range(2):
-        p = subprocess.run([sys.executable, "-m", "loaderd.diagnose", "--out", str(out), "--"] +
+        p = subprocess.run([sys.executable, "-m", "loaderd.diagnose", "--out", str(out),
+                        "--swap-seconds", "1", "--"] +
                            [str(c) for c in cmd], env=env(), capture_output=True, text=True,
                            timeout=240)
         # torchrun's own rendezvous store can drop its connection on a loaded host: once more
@@ -79,6 +81,15 @@ def test_loader_limited_dataloader_with_an_evaluation_loop(tmp_path, trees):
     m = rep["dataloader_model"]
     assert m["load_ms_per_batch"] > m["rest_ms"] > 0
     assert any(a.startswith("num_workers: 0 now") for a in rep["advice"]), rep["advice"]
+    # the swap: loaderd measured on the script's own files, the prediction on the last line
+    sw = rep["swap"]
+    assert sw["measured"] and sw["files"] == 32 and sw["workers"] >= 1
+    assert sw["transforms"] == "train" and sw["crop"] == [224, 224]
+    assert sw["fill_ms_per_sample"] > 0 and rep["with_loaderd"] == sw["predicted_samples_per_s"]
+    assert text.strip().endswith("with_loaderd=%.1f" % rep["with_loaderd"])
+    line = [x for x in sw["lines"] if x.startswith("train_dataloader.py:")]
+    assert line[0].startswith("train_dataloader.py:57: train = torch.utils.data.DataLoader(")
+    assert "train = loaderd.Loader(None, " in sw["lines"][2] and "crop=224" in sw["lines"][2]
 
 
 def test_compute_limited_dataloader(tmp_path, trees):
@@ -132,5 +143,6 @@ def test_dataparallel_on_a_host_without_gpus(tmp_path, trees):
 def test_script_exiting_by_exception(tmp_path, trees):
     rep, text = diagnose(tmp_path, *train(trees / "big", "--epochs", 3, "--exit-by-exception"),
                          rc=1)
+    assert "with_loaderd" in text
     # 12 steps ran; the 12th raised inside its step: 11 have an end
     assert rep["steps"] == 11 and rep["verdict"] == "loader-limited"
