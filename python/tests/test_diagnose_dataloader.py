@@ -87,8 +87,10 @@ def test_loader_limited_dataloader_with_an_evaluation_loop(tmp_path, trees):
     assert sw["transforms"] == "train" and sw["crop"] == [224, 224]
     assert sw["fill_ms_per_sample"] > 0 and rep["with_loaderd"] == sw["predicted_samples_per_s"]
     assert text.strip().endswith("with_loaderd=%.1f" % rep["with_loaderd"])
+    at = [i for i, ln in enumerate(SCRIPT.read_text().splitlines(), 1)
+          if "train = torch.utils.data.DataLoader(" in ln]
     line = [x for x in sw["lines"] if x.startswith("train_dataloader.py:")]
-    assert line[0].startswith("train_dataloader.py:57: train = torch.utils.data.DataLoader(")
+    assert line[0] == "train_dataloader.py:%d: train = torch.utils.data.DataLoader(" % at[0]
     assert "train = loaderd.Loader(None, " in sw["lines"][2] and "crop=224" in sw["lines"][2]
 
 

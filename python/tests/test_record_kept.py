@@ -53,8 +53,14 @@ def test_loader_in_a_function_never_closed_writes_at_collection(daemon, imagefol
     assert "files=1" in p.stdout
     assert len(recs) == 1 and len(recs[0]["steps"]) == 12
     assert recs[0]["batch"] == 4 and recs[0]["crop"] == 16 and recs[0]["job"]
-    # loaderd's counters from a snapshot or close: present, the fill time of the run
-    assert recs[0]["loaderd"]["samples"] > 0
+    # loaderd's counters from its connection at collection: present, the fill time of the run
+    assert recs[0]["loaderd"]["samples"] > 0 and recs[0]["loaderd"]["fill_ns"] > 0
+    # and the report of it, of all 12 steps (2 of warm-up)
+    from loaderd import diagnose as D
+    rep = D.analyse(recs)
+    assert rep["steps"] == 12 and rep["steps_compared"] == 10
+    assert rep["verdict"] in ("loader-limited", "compute-limited")
+    assert rep["loaderd"]["workers"] == 2
 
 
 def test_sys_exit_with_an_open_loader(daemon, imagefolder, tmp_path):

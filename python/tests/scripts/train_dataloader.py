@@ -7,6 +7,11 @@ no_grad after each epoch. Nothing in it knows of loaderd. Prints "loss STEP VALU
     python train_dataloader.py DATA_DIR [--workers N] [--batch B] [--crop C] [--model tiny|conv]
         [--epochs E] [--steps S] [--eval] [--dataparallel] [--ddp] [--pin-memory]
         [--persistent-workers] [--seed N] [--exit-by-exception]
+        [--loaderd SOCKET --dpk DATA.dpk]
+
+--loaderd/--dpk: the same script swapped to loaderd.Loader as loaderd.diagnose prints it (the
+DataLoader line, set_epoch; normalize= in the Loader), for the prediction check
+(tools/bench/dataloader_swap.py).
 """
 import argparse
 import os
@@ -44,6 +49,8 @@ def main():
     p.add_argument("--persistent-workers", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--exit-by-exception", action="store_true")
+    p.add_argument("--loaderd", metavar="SOCKET")
+    p.add_argument("--dpk")
     a = p.parse_args()
     torch.manual_seed(a.seed)
     torch.set_num_threads(1)
@@ -54,10 +61,17 @@ def main():
         transforms.RandomResizedCrop(a.crop), transforms.RandomHorizontalFlip(),
         transforms.ToTensor(), normalize]))
     sampler = torch.utils.data.distributed.DistributedSampler(train_ds) if a.ddp else None
-    train = torch.utils.data.DataLoader(
-        train_ds, batch_size=a.batch, shuffle=sampler is None, sampler=sampler,
-        num_workers=a.workers, pin_memory=a.pin_memory,
-        persistent_workers=a.persistent_workers and a.workers > 0)
+    if a.loaderd:   # the swap
+        import loaderd
+        train = loaderd.Loader(a.loaderd, a.dpk, a.batch, crop=a.crop, transforms="train",
+                               normalize=(normalize.mean, normalize.std), layout="NCHW",
+                               epochs=a.epochs, seed=a.seed)
+        sampler = train
+    else:
+        train = torch.utils.data.DataLoader(
+            train_ds, batch_size=a.batch, shuffle=sampler is None, sampler=sampler,
+            num_workers=a.workers, pin_memory=a.pin_memory,
+            persistent_workers=a.persistent_workers and a.workers > 0)
     model = model_of(a.model, len(train_ds.classes))
     if a.dataparallel:
         model = nn.DataParallel(model)
