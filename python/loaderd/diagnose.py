@@ -1,17 +1,23 @@
-"""diagnose.py - is my training loader-limited? Run a PyTorch script that uses loaderd.Loader with
-per-step attribution on, gather its ranks' records, and answer with the trainer's report:
+"""diagnose.py - is my training loader-limited? Run a PyTorch script that iterates loaderd.Loader
+or torch.utils.data.DataLoader with per-step attribution on, gather its ranks' records, and
+answer with the trainer's report:
 
     python -m loaderd.diagnose [--out DIR] -- python train.py ARGS...
     python -m loaderd.diagnose --out diag -- torchrun --nproc_per_node 8 train.py ARGS...
 
 The script is not changed: LOADERD_PROFILE=1 turns attribution on in every Loader it makes
-(profile.py says what is measured), and each rank writes its record into DIR/records/. The
+(profile.py says what is measured), a sitecustomize of ours (DIR/site, first on PYTHONPATH)
+wraps torch's DataLoader iterator, and each rank writes its records into DIR/records/ (one per
+Loader or DataLoader; the training loop is the one whose steps ran backward, the others are
+reported apart). For a loader-limited DataLoader: its knobs with predicted step times and,
+for an ImageFolder of JPEGs with loaderd's transforms, loaderd measured on a sample of its
+files and the predicted samples/s after the swap (with_loaderd= on the last line). The
 report is the trainer's (loaderd-trainer-report/1, computed by loaderd.report from the one
 threshold table trainer/report_limits.def), with loaderd's side (its workers' busy share and
 fill time per sample, from its stats) and advice in numbers. Written into DIR: report.json,
 report.txt (also printed) and timeline.svg (the renderer ldprobe uses). The last line is
 
-    loaderd.diagnose: samples_per_s=X data_wait=Y verdict=V
+    loaderd.diagnose: samples_per_s=X data_wait=Y verdict=V [with_loaderd=Z]
 
 (data_wait: the average rank's share of step time waiting for batches). The exit status is the
 command's, or 1 when it left no record. Standard library only here; the script needs what it
@@ -799,8 +805,9 @@ def main(argv=None):
         prog="python -m loaderd.diagnose",
         usage="python -m loaderd.diagnose [--out DIR] [--warmup N] [--no-swap] [--sample N] "
               "[--swap-seconds S] -- CMD ...",
-        description="Run CMD (python train.py ..., torchrun ...) with loaderd's per-step "
-                    "attribution on (LOADERD_PROFILE=1), gather its ranks' records and say "
+        description="Run CMD (python train.py ..., torchrun ...), whose loop iterates a "
+                    "loaderd.Loader or a torch.utils.data.DataLoader, unchanged, with "
+                    "loaderd's per-step attribution on (LOADERD_PROFILE=1), gather its ranks' records and say "
                     "whether the training is loader-, compute-, communication- or "
                     "straggler-limited, with advice in numbers. Writes report.json, report.txt "
                     "and timeline.svg into DIR.")
