@@ -231,6 +231,7 @@ class Recorder:
         self.t_last = None
         self.t_snap = 0
         self.conn_ref = None       # the Loader's connection, weakly: stats at its collection
+        self.pid = os.getpid()     # a forked child (a DataLoader worker) writes nothing of ours
         _live.add(self)            # strongly: the record outlives a Loader never closed
         if loader is not None:
             weakref.finalize(loader, self._loader_gone)
@@ -335,7 +336,8 @@ class Recorder:
             st = _stats(loader)
             if st is not None:
                 self.st1, self.t_last = st, _now()
-        if not self.written and os.environ.get(ENV_DIR) and self.steps:
+        if not self.written and os.environ.get(ENV_DIR) and self.steps and \
+                self.pid == os.getpid():
             self.written = True
             try:
                 write_record(os.environ[ENV_DIR], self.record())

@@ -133,3 +133,24 @@ def test_several_loaders_each_write(daemon, imagefolder, tmp_path):
     jobs = sorted(r["job"] for r in recs)
     assert len(recs) == 3, jobs
     assert sorted(len(r["steps"]) for r in recs) == [2, 4, 12]
+
+
+def test_forked_child_writes_nothing_of_its_parent(daemon, imagefolder, tmp_path):
+    # a forked child (a DataLoader worker, a script's own fork) that exits through atexit or
+    # SIGTERM leaves the parent's record to the parent: one record, the parent's pid
+    p, recs = run_script(daemon, imagefolder, tmp_path, """
+        it = make()
+        for i, _ in enumerate(it):
+            if i == 3:
+                for how in ("exit", "term"):
+                    pid = os.fork()
+                    if pid == 0:
+                        if how == "term":
+                            os.kill(os.getpid(), signal.SIGTERM)
+                        sys.exit(0)
+                    os.waitpid(pid, 0)
+        it.close()
+        print("parent %d" % os.getpid())
+    """)
+    assert len(recs) == 1 and len(recs[0]["steps"]) == 12
+    assert "parent %d" % recs[0]["pid"] in p.stdout
