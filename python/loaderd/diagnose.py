@@ -807,7 +807,8 @@ def main(argv=None):
               "[--swap-seconds S] -- CMD ...",
         description="Run CMD (python train.py ..., torchrun ...), whose loop iterates a "
                     "loaderd.Loader or a torch.utils.data.DataLoader, unchanged, with "
-                    "loaderd's per-step attribution on (LOADERD_PROFILE=1), gather its ranks' records and say "
+                    "loaderd's per-step attribution on (LOADERD_PROFILE=1), gather its ranks' "
+                    "records and say "
                     "whether the training is loader-, compute-, communication- or "
                     "straggler-limited, with advice in numbers. Writes report.json, report.txt "
                     "and timeline.svg into DIR.")
@@ -851,7 +852,8 @@ def main(argv=None):
     recs = load_records(recdir)
     if not recs:
         print("loaderd.diagnose: %s left no record in %s: does it iterate a loaderd.Loader "
-              "or a torch.utils.data.DataLoader (and run at least two steps)?" % (cmd[0], recdir), file=sys.stderr)
+              "or a torch.utils.data.DataLoader (and run at least two steps)?" % (cmd[0], recdir),
+              file=sys.stderr)
         return rc or 1
     try:
         script = [os.path.basename(c) for c in cmd if c.endswith(".py")]

@@ -125,8 +125,8 @@ def test_losses_unchanged_by_the_hook(tmp_path, trees):
 def test_ddp_two_ranks_torchrun_gloo(tmp_path, trees):
     rep, text = diagnose(tmp_path, sys.executable, "-m", "torch.distributed.run", "--standalone",
                          "--nproc_per_node", 2, "--redirects", 1, "--tee", 1,
-                         "--log_dir", tmp_path / "logs", SCRIPT, trees / "small", "--ddp", "--model",
-                         "conv", "--crop", 16, "--steps", 10)
+                         "--log_dir", tmp_path / "logs", SCRIPT, trees / "small", "--ddp",
+                         "--model", "conv", "--crop", 16, "--steps", 10)
     assert rep["ranks"] == 2 and rep["rank_ids"] == [0, 1] and rep["backend"] == "gloo"
     assert (rep["buckets"] or 0) >= 1 and rep["params"] > 0
     assert "  rank 1: " in text
