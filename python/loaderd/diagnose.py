@@ -44,6 +44,7 @@ BUSY_TARGET = 0.90    # advice: workers sized to be busy at most this share of t
 COPY_MIN = 0.05       # exposed copy share that earns a remark
 GAP_MIN = 0.10        # time in no step worth a remark
 LATENCY_BOUND_MIBS = 200   # exposed allreduce slower than this per MiB: per-call cost
+BURST_SHARE = 0.25    # a DataLoader's median wait under this share of its mean: bursts
 
 
 def warmup_for(steps):
@@ -207,11 +208,15 @@ def dataloader_model(rep, recs, cores=None):
     w = int(f.get("num_workers") or 0)
     # per step, the worst rank's wait; time in no step (evaluation between epochs) left out
     warm = rep.get("warmup", 0)
-    waits, rests = [], []
+    waits, rests, medians = [], [], []
     for r in recs:
         st = sorted(r["steps"])[warm:] or r["steps"]
+        if w > 0:   # the workers' start-up at an epoch's first batch: persistent_workers below
+            starts = set(r.get("epoch_starts") or [])
+            st = [s for s in st if s[0] not in starts] or st
         waits.append(sum(s[2] for s in st) / len(st) / 1e6)
         rests.append(sum(s[3] + s[4] + s[5] + s[6] for s in st) / len(st) / 1e6)
+        medians.append(sorted(s[2] for s in st)[len(st) // 2] / 1e6)
     wait, rest = max(waits), max(max(rests), 1e-3)
     step = wait + rest
     limited = rep["verdict"] == "loader-limited"
@@ -233,7 +238,8 @@ def dataloader_model(rep, recs, cores=None):
             startup = max(0.0, sum(firsts) / len(firsts) / 1e6)
     return {"num_workers": w, "load_ms_per_batch": load, "rest_ms": rest, "step_ms": step,
             "cores": cores, "ranks_per_host": per_host, "free_cores_per_rank": free,
-            "startup_ms": startup, "load_is_bound": not limited and w > 0}
+            "startup_ms": startup, "load_is_bound": not limited and w > 0,
+            "wait_ms": wait, "wait_median_ms": max(medians)}
 
 
 def predict_step(m, workers):
@@ -275,13 +281,17 @@ def dataloader_advice(rep):
                        "(about %.1f ms per step with %d): the loading itself has to get "
                        "cheaper (below) or have cores of its own" %
                        (predict_step(m, max(w, 1)), max(w, 1)))
-        if w > 0 and free and load / min(w, free) < rest * 0.9:
+        if w > 0 and m["wait_median_ms"] < BURST_SHARE * m["wait_ms"]:
+            # most steps do not wait, a few wait long: the workers keep up on average and the
+            # queue is too shallow for the jitter
             pf = f.get("prefetch_factor") or 2
-            adv.append("prefetch_factor: the %d workers keep up on average (%.1f ms of loading "
-                       "per batch each against %.1f ms of step) yet the loop waits: the "
-                       "queue is too shallow for the jitter -> DataLoader(prefetch_factor=%d): "
-                       "about %.1f ms per step" %
-                       (w, load / min(w, free), rest, pf * 2, rest))
+            p = rest + m["wait_median_ms"]
+            adv.append("prefetch_factor: the waits come in bursts (median %.1f ms, mean %.1f ms "
+                       "per step): the %d workers keep up on average, the queue (%d batches "
+                       "per worker) is too shallow for the jitter -> DataLoader(prefetch_factor="
+                       "%d): about %.1f ms per step, %.0f samples/s (%.2fx)" %
+                       (m["wait_median_ms"], m["wait_ms"], w, pf, pf * 2, p, rate(p),
+                        now / p if p else 0))
     if w > 0 and not f.get("persistent_workers") and m.get("startup_ms") and \
             m["startup_ms"] > lost_min * now:
         adv.append("persistent_workers: the workers start again at every epoch, %.0f ms at its "
