@@ -180,7 +180,12 @@ def analyse(records, warmup=None, info=None, cores=None):
     rep["loaderd"] = loader_side(recs)
     rep["input"] = r0.get("source", "loaderd.Loader")
     if r0.get("dataloader"):
-        rep["dataloader"] = r0["dataloader"]
+        # the folder's file list (for the swap's sample) stays out of report.json: a count there
+        rep["dataloader"] = json.loads(json.dumps(r0["dataloader"]))
+        folder = rep["dataloader"].get("dataset", {}).get("folder")
+        if folder:
+            rep["_folder_files"] = folder.pop("files", [])
+            folder["files_listed"] = len(rep["_folder_files"])
         rep["loop"] = r0.get("loop")
     dp = [d for r in recs for d in (r.get("dataparallel") or [])]
     if dp:
@@ -480,8 +485,9 @@ def swap_plan(rep):
     folder = ds.get("folder")
     if not folder:
         return "the dataset is a %s, not an ImageFolder/DatasetFolder" % ds.get("class")
-    files = [x for x in folder["files"] if x.lower().endswith(JPEG_EXT)]
-    if not files or len(files) < len(folder["files"]) * 0.9:
+    listed = rep.get("_folder_files") or []
+    files = [x for x in listed if x.lower().endswith(JPEG_EXT)]
+    if not files or len(files) < len(listed) * 0.9:
         return "the ImageFolder's files are not JPEGs"
     names = [t["name"] for t in ds.get("transforms") or []]
     tf = {t["name"]: t for t in ds.get("transforms") or []}
@@ -770,12 +776,17 @@ def render_svg(path, rep):
     ld = rep.get("loaderd") or {}
     title = "loaderd.diagnose: %d rank%s x batch %s: %s" % (
         rep["ranks"], plural(rep["ranks"]), rep.get("batch"), rep["verdict"])
-    sub = "device %s; loaderd %s worker%s; %s samples/s actual, AU %.2f" % (
-        rep.get("device"), ld.get("workers", "?"), plural(ld.get("workers", 2)),
-        TL.fmt_rate(rep["samples_per_s"]), rep["au"])
+    if rep.get("dataloader"):
+        src = "torch DataLoader, num_workers=%d" % (rep["dataloader"].get("num_workers") or 0)
+    else:
+        src = "loaderd %s worker%s" % (ld.get("workers", "?"), plural(ld.get("workers", 2)))
+    sub = "device %s; %s; %s samples/s actual, AU %.2f" % (
+        rep.get("device"), src, TL.fmt_rate(rep["samples_per_s"]), rep["au"])
     bars = []
     if ld.get("capacity_per_s"):
         bars.append(("loaderd capacity", ld["capacity_per_s"], "#8c564b"))
+    if rep.get("with_loaderd"):
+        bars.append(("predicted with loaderd", rep["with_loaderd"], "#8c564b"))
     bars.append(("without data wait", _rate_without_wait(rep), "#2ca02c"))
     bars.append(("actual", rep["samples_per_s"], "#17becf"))
     ranks = {rep["rank_ids"][i]: v for i, v in rep["_ranks"].items()}

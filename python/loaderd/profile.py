@@ -538,7 +538,9 @@ def _dataset_facts(ds):
     if hasattr(inner, "samples") and hasattr(inner, "root"):     # DatasetFolder, ImageFolder
         f["folder"] = {"class": type(inner).__name__, "root": str(inner.root),
                        "classes": len(getattr(inner, "classes", []) or []),
-                       "files": [str(p) for p, _ in inner.samples[:1000]]}
+                       # spread over the classes (samples are in class order), at most 1000
+                       "files": [str(p) for p, _ in inner.samples[::max(
+                           1, -(-len(inner.samples) // 1000))]]}
     tf = getattr(inner, "transform", None)
     if tf is not None:
         f["transforms"] = _transform_facts(tf)
