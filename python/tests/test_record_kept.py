@@ -154,3 +154,20 @@ def test_forked_child_writes_nothing_of_its_parent(daemon, imagefolder, tmp_path
     """)
     assert len(recs) == 1 and len(recs[0]["steps"]) == 12
     assert "parent %d" % recs[0]["pid"] in p.stdout
+
+
+def test_diagnose_runs_the_scripts_own_sitecustomize(tmp_path):
+    # diagnose's sitecustomize comes first on PYTHONPATH; the one the script would have loaded
+    # (here a directory of the user's, on Debian the system's) still runs after it
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("print('own sitecustomize ran')\n")
+    env = dict(os.environ, PYTHONPATH="%s:%s" % (own, REPO / "python"),
+               PYTHONDONTWRITEBYTECODE="1")
+    p = subprocess.run([sys.executable, "-m", "loaderd.diagnose", "--out", str(tmp_path / "d"),
+                        "--", sys.executable, "-c",
+                        "import sys; print('hook', type(sys.meta_path[0]).__name__)"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert "own sitecustomize ran" in p.stdout
+    assert "hook _LoaderdDataLoaderFinder" in p.stdout
+    assert p.returncode == 1 and "left no record" in p.stderr
