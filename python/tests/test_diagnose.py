@@ -245,3 +245,26 @@ def test_training_loop_chosen_evaluation_apart():
     assert rep["other_loops"][0]["data_share"] == pytest.approx(0.5)
     assert "evaluation loop dataloader-2: 30 steps over 1 rank, 10.0 ms per step, data wait " \
         "50%" in D.render_text(rep)
+
+
+def test_swap_plan_maps_transforms_or_says_why():
+    def rep_of(names, files=("a/x.JPEG", "b/y.jpg")):
+        tf = [{"name": n, "size": [160, 160]} if "Crop" in n else {"name": n} for n in names]
+        if "Normalize" in names:
+            tf[names.index("Normalize")].update(mean=[0.5] * 3, std=[0.25] * 3)
+        return {"dataloader": {"dataset": {"class": "ImageFolder", "folder": {
+            "root": "/d/train", "classes": 2}, "transforms": tf}}, "_folder_files": list(files)}
+    p = D.swap_plan(rep_of(["RandomResizedCrop", "RandomHorizontalFlip", "ToTensor",
+                            "Normalize"]))
+    assert (p["transforms"], p["crop"], p["normalize"]) == ("train", [160, 160],
+                                                            ([0.5] * 3, [0.25] * 3))
+    p = D.swap_plan(rep_of(["Resize", "CenterCrop", "ToTensor"]))
+    assert (p["transforms"], p["normalize"]) == ("eval", None)
+    p = D.swap_plan(rep_of(["RandomResizedCrop", "ToTensor"]))
+    assert p["transforms"] == ["random_resized_crop"]
+    assert "ColorJitter" in D.swap_plan(rep_of(["RandomResizedCrop", "ColorJitter"]))
+    assert "not JPEGs" in D.swap_plan(rep_of(["RandomResizedCrop"], files=("a/x.png",)))
+    assert "not fixed" in D.swap_plan(rep_of(["Resize", "ToTensor"]))
+    r = rep_of(["RandomResizedCrop"])
+    r["dataloader"]["dataset"] = {"class": "TensorDataset"}
+    assert "TensorDataset, not an ImageFolder" in D.swap_plan(r)
