@@ -7,7 +7,7 @@ set -eu
 PKGS="build-essential pkg-config liburing-dev libturbojpeg0-dev libjpeg62-turbo-dev libzstd-dev
 libxxhash-dev libcmocka-dev libopenmpi-dev openmpi-bin libopenblas-dev clang libclang-rt-14-dev
 python3 bc iproute2
-python3-numpy python3-pytest python3-torch python3-venv python3-setuptools python3-wheel systemd
+python3-numpy python3-pytest python3-torch python3-torchvision python3-venv python3-setuptools python3-wheel systemd
 python3-prometheus-client
 mate-backgrounds"
 

@@ -147,6 +147,54 @@ def _parse_transforms(transforms, crop, layout) -> int:
     return bits
 
 
+_FLOAT_NAMES = ("float32", "float16", "bfloat16", "float64")
+
+
+def _parse_normalize(normalize, dtype, crop, layout, torch):
+    """(scale, shift, dtype, nchw) such that images * scale + shift is (x / 255 - mean) / std,
+    or None when neither normalize nor dtype is given. Raises ValueError naming the argument."""
+    if normalize is None and dtype is None:
+        return None
+    if not crop:
+        raise ValueError("normalize/dtype: needs crop= (3-channel images of one size)")
+    if dtype is None:
+        name = "float32"
+    elif isinstance(dtype, str):
+        name = dtype
+    else:   # numpy.float32 (a class), numpy.dtype("float16"), torch.bfloat16
+        name = getattr(dtype, "__name__", None) or str(dtype).replace("torch.", "")
+    if name not in _FLOAT_NAMES:
+        raise ValueError(f"dtype: {dtype!r} is not one of {', '.join(_FLOAT_NAMES)}")
+    if torch is not None:
+        dt = getattr(torch, name)
+    else:
+        import numpy as np
+        if name == "bfloat16":
+            raise ValueError("dtype: bfloat16 needs torch output")
+        dt = getattr(np, name)
+    if normalize is None:
+        mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+    else:
+        try:
+            mean, std = normalize
+            mean = [float(v) for v in mean]
+            std = [float(v) for v in std]
+        except (TypeError, ValueError):
+            raise ValueError(f"normalize: {normalize!r} is not (mean, std), each 3 numbers "
+                             "(or 1)") from None
+        if len(mean) == 1:
+            mean = mean * 3
+        if len(std) == 1:
+            std = std * 3
+        if len(mean) != 3 or len(std) != 3:
+            raise ValueError(f"normalize: {normalize!r}: mean and std need 3 values (or 1)")
+        if not all(v > 0 for v in std):
+            raise ValueError(f"normalize: std {std} must be positive")
+    scale = [1.0 / (255.0 * v) for v in std]
+    shift = [-m / v for m, v in zip(mean, std)]
+    return scale, shift, dt, layout.upper() == "NCHW"
+
+
 def _pick(table, what, value) -> int:
     if value not in table:
         raise ValueError(f"{what}: {value!r} is not one of {sorted(table)}")
@@ -239,6 +287,15 @@ class Loader:
                     exposed allreduce under DistributedDataParallel) and loaderd's fill time
                     for loaderd.diagnose: None (on when $LOADERD_PROFILE=1), True, False.
                     See profile.py and README "Is my training loader-limited?".
+      normalize     (mean, std) per channel, in [0, 1] units as torchvision's Normalize after
+                    ToTensor: images become (x / 255 - mean) / std in dtype (float32 unless
+                    said). Needs a crop (3-channel images); the channel axis follows layout.
+                    On the CPU the result is new memory and the slot goes back at once; with
+                    device= on CUDA the uint8 batch is copied and converted there, on the
+                    copy stream.
+      dtype         the images' type with normalize (float32, float16, bfloat16, float64, as
+                    torch or numpy types or their names); alone, x / 255 in that type
+                    (ToTensor). None: uint8 as stored.
     """
 
     def __init__(self, socket, dataset, batch_size, crop=224, *, rank=None, world_size=None,
@@ -246,7 +303,7 @@ class Loader:
                  sampling="shuffle", tail="pad", on_bad="substitute", slots=0,
                  share_group=None, owner=None, return_meta=False, copy=False, output=None,
                  pin_memory=None, timeout=None,
-                 device=None, profile=None):
+                 device=None, profile=None, normalize=None, dtype=None):
         self.socket = os.fspath(socket) if socket is not None else default_socket()
         self.dataset = os.path.abspath(os.fspath(dataset))
         if len(self.dataset.encode()) >= L.PATH_MAX:
@@ -311,6 +368,8 @@ class Loader:
             if self._torch is None:
                 raise ValueError("device= needs torch output")
             self.device = self._torch.device(device)
+        self._norm = _parse_normalize(normalize, dtype, self.crop, layout, self._torch)
+        self.normalize = normalize
         self._wait_ns = 0
         self._copy_ev = None
         self._prof = None
@@ -827,6 +886,13 @@ class Loader:
                     b.step_in_epoch, n, bool(b.flags & L.SLOT_LAST), self._torch is not None)
         if self.device is not None and self.device.type != "cpu":
             self._to_device(out)
+        elif self._norm is not None:
+            # new memory for the images, copies of the rest: the slot goes back now
+            out = Batch(self._normalized(out.images), *[x.clone() if self._torch else x.copy()
+                        for x in (out.labels, out.ids, out.flags)], out.step, out.epoch,
+                        out.step_in_epoch, out.count, out.last, self._torch)
+            self._held.pop()
+            self._release_step(b.step)
         elif self.copy:
             out = out.copy()
             self._held.pop()
@@ -852,6 +918,8 @@ class Loader:
         with torch.cuda.stream(side):
             images = out.images.to(dev, non_blocking=True)
             labels = out.labels.to(dev, non_blocking=True)
+            if self._norm is not None:   # converted on the copy stream, after the copy
+                images = self._normalized(images)
             done = torch.cuda.Event()
             done.record(side)
         if self._prof is not None:
@@ -867,6 +935,26 @@ class Loader:
         labels.record_stream(cur)
         self._held[-1][1] = done
         out.images, out.labels = images, labels
+
+    def _normalized(self, x):
+        """uint8 images @x as (x / 255 - mean) / std in the normalize dtype (a new array)."""
+        scale, shift, dt, nchw = self._norm
+        if self._torch is not None:
+            torch = self._torch
+            key = (x.device, dt)
+            c = self._norm_consts.get(key) if hasattr(self, "_norm_consts") else None
+            if c is None:
+                shape = (1, 3, 1, 1) if nchw else (1, 1, 1, 3)
+                c = (torch.tensor(scale, dtype=torch.float32, device=x.device).view(shape),
+                     torch.tensor(shift, dtype=torch.float32, device=x.device).view(shape))
+                self.__dict__.setdefault("_norm_consts", {})[key] = c
+            y = torch.addcmul(c[1], x.to(torch.float32), c[0])
+            return y if dt == torch.float32 else y.to(dt)
+        import numpy as np
+        shape = (1, 3, 1, 1) if nchw else (1, 1, 1, 3)
+        y = x.astype(np.float32) * np.asarray(scale, np.float32).reshape(shape)
+        y += np.asarray(shift, np.float32).reshape(shape)
+        return y if dt == np.float32 else y.astype(dt)
 
     def device_type(self) -> str:
         """Where batches end up: the device= type, else "cuda" when the ring is pinned (the

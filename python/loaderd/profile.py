@@ -22,8 +22,13 @@ count, hence the share of loaderd's workers this job kept busy.
 Cost when on: three clock reads and a list append per step, one more per bucket; two stats
 round trips per run. Off: one attribute test per step.
 
-Each rank's record is written as JSON into $LOADERD_PROFILE_DIR when the Loader closes (or at
-exit); loaderd.diagnose reads them. Under torch.distributed, ``Loader.profile_report()`` gathers
+Each rank's record is written as JSON into $LOADERD_PROFILE_DIR when the Loader closes, when it
+is collected without close() (a Loader made inside main() and dropped), at exit (sys.exit, an
+uncaught exception, KeyboardInterrupt) and on SIGTERM (a handler of ours, only where the script
+left the default: it writes the records, then dies of the signal as before); loaderd.diagnose
+reads them. The recorders are held strongly until their record is written: the Loader only
+weakly (its end is seen by weakref.finalize). loaderd's counters at the end are those of close()
+or exit; when the Loader is gone first, the last of the snapshots taken every STATS_EVERY_NS. Under torch.distributed, ``Loader.profile_report()`` gathers
 the ranks' records itself (a collective: every rank calls it) and returns the report.
 """
 import atexit
@@ -39,6 +44,7 @@ ENV = "LOADERD_PROFILE"          # 1: attribution on in every Loader
 ENV_DIR = "LOADERD_PROFILE_DIR"  # where each rank writes its record
 RECORD_VERSION = 1
 STEPS_MAX = 200000               # steps kept per Loader (totals go on)
+STATS_EVERY_NS = 2 * 10**9       # loaderd's counters re-read at most this often during a run
 
 _now = time.monotonic_ns         # CLOCK_MONOTONIC: one clock for every process of the host
 
@@ -212,7 +218,7 @@ class Recorder:
     samples, comm_busy_ns, buckets] each; see the top of the file."""
 
     def __init__(self, loader):
-        self.loader = weakref.ref(loader)
+        self.loader = weakref.ref(loader) if loader is not None else (lambda: None)
         self.steps = []
         self.dropped = 0
         self.pending_copy = []     # [index in steps, event before wait, event after wait]
@@ -221,16 +227,45 @@ class Recorder:
         self.written = False
         self.where = None          # (rank, world, backend) seen while the run was on
         self.device = None
-        _live.add(self)
+        self.meta = {}             # the Loader's facts for the record, kept past its collection
+        self.t_last = None
+        self.t_snap = 0
+        self.conn_ref = None       # the Loader's connection, weakly: stats at its collection
+        self.pid = os.getpid()     # a forked child (a DataLoader worker) writes nothing of ours
+        _live.add(self)            # strongly: the record outlives a Loader never closed
+        if loader is not None:
+            weakref.finalize(loader, self._loader_gone)
+        _install_signal_handlers()
         if "torch" in sys.modules:  # no DDP without torch; $LOADERD_PROFILE patches at import
             install_ddp_patch()
+
+    def _loader_gone(self):
+        """The Loader was collected (never closed, or closed: then this is a no-op). Freed by
+        its reference count, the Loader's weak references are called before its attributes go:
+        its connection is still there for loaderd's counters (not so when a cycle collector
+        frees it: then the last snapshot)."""
+        try:
+            conn = self.conn_ref() if self.conn_ref is not None and not self.written else None
+            if conn is not None and self.st0 is not None:
+                st = _conn_stats(conn)
+                if st is not None:
+                    self.st1, self.t_last = st, _now()
+            self.finish(None)
+        except Exception as e:
+            print("loaderd.profile: cannot write the record: %s" % e, file=sys.stderr)
 
     # called by the Loader
     def first_batch(self, loader):
         self.t_first = _now()
         self.st0 = _stats(loader)
+        self.t_snap = self.t_first
+        self.conn_ref = weakref.ref(loader._conn) if loader._conn is not None else None
         self.where = _dist_rank_world(loader)
         self.device = loader.device_type()   # while the ring is mapped (and maybe pinned)
+        self.meta = {"job": loader.job_name, "dataset": loader.dataset,
+                     "batch": loader.batch_size,
+                     "crop": loader.crop[0] if loader.crop else None,
+                     "device": self.device, "socket": loader.socket}
 
     def begin(self):
         """A batch is requested."""
@@ -258,6 +293,8 @@ class Recorder:
             self.dropped += 1
             return
         self.steps.append(rec)
+        if t_end - self.t_snap >= STATS_EVERY_NS and self.st0 is not None:
+            self._snapshot()
         if copy_events is not None:
             self.pending_copy.append([len(self.steps) - 1] + list(copy_events))
         if self.pending_copy:
@@ -281,19 +318,33 @@ class Recorder:
             rec[4] -= ns
         self.pending_copy = keep
 
-    def finish(self, loader):
-        """The Loader detaches: loaderd's counters, then the record (once)."""
+    def _snapshot(self):
+        """loaderd's counters now, the end of the run should the Loader vanish unclosed."""
+        lo = self.loader()
+        self.t_snap = _now()
+        if lo is not None and lo._conn is not None:
+            st = _stats(lo)
+            if st is not None:
+                self.st1, self.t_last = st, self.t_snap
+
+    def finish(self, loader, final=True):
+        """The Loader detaches (or is gone: @loader None): loaderd's counters, then the record
+        (once)."""
         if self.pending_copy:
             self._read_copies(True)
-        if loader is not None and self.st0 is not None and self.st1 is None:
-            self.st1 = _stats(loader)
-            self.t_last = _now()
-        if not self.written and os.environ.get(ENV_DIR) and self.steps:
+        if loader is not None and self.st0 is not None:
+            st = _stats(loader)
+            if st is not None:
+                self.st1, self.t_last = st, _now()
+        if not self.written and os.environ.get(ENV_DIR) and self.steps and \
+                self.pid == os.getpid():
             self.written = True
             try:
                 write_record(os.environ[ENV_DIR], self.record())
             except OSError as e:
                 print("loaderd.profile: cannot write the record: %s" % e, file=sys.stderr)
+        if final:
+            _live.discard(self)
 
     def record(self):
         """This rank's record (JSON-able)."""
@@ -308,14 +359,17 @@ class Recorder:
              "fields": ["step", "start_ns", "data_ns", "copy_ns", "compute_ns", "comm_ns",
                         "opt_ns", "samples", "comm_busy_ns", "buckets"],
              "params": params, "bucket_mb": cap, "ddp": bool(_ddp)}
-        if lo is not None:
+        d.update(self.meta)
+        if lo is not None and not self.meta:
             d.update({"job": lo.job_name, "dataset": lo.dataset, "batch": lo.batch_size,
                       "crop": lo.crop[0] if lo.crop else None,
                       "device": self.device or lo.device_type(),
                       "socket": lo.socket})
-        b, t_last = self.st1, getattr(self, "t_last", None)
-        if b is None and self.st0 is not None and lo is not None and lo._conn is not None:
-            b, t_last = _stats(lo), _now()     # a report of the run so far
+        b, t_last = self.st1, self.t_last
+        if self.st0 is not None and lo is not None and lo._conn is not None and not self.written:
+            st = _stats(lo)                   # a report of the run so far
+            if st is not None:
+                b, t_last = st, _now()
         if self.st0 is not None and b is not None:
             a = self.st0
             d["loaderd"] = {"workers": b.get("workers", 0),
@@ -335,6 +389,24 @@ def _stats(loader):
         return None
 
 
+def _conn_stats(conn):
+    """Loader.stats() from the connection alone (its Loader being freed)."""
+    import ctypes
+    from . import _lib as L
+    if not conn.ptr:
+        return None
+    st = L.ctl_stats()
+    if conn.lib.ldc_stats(conn.ptr, ctypes.byref(st)) < 0:
+        return None
+    out = {}
+    for f, _ in L.ctl_stats._fields_:
+        if f == "phase_ns":
+            out.update(zip(L.PHASES, st.phase_ns))
+        elif not f.startswith("reserved"):
+            out[f] = getattr(st, f)
+    return out
+
+
 def _dist_rank_world(loader):
     try:
         import torch.distributed as dist
@@ -342,9 +414,12 @@ def _dist_rank_world(loader):
             return dist.get_rank(), dist.get_world_size(), dist.get_backend()
     except Exception:
         pass
-    if loader is not None:
+    if loader is not None and hasattr(loader, "rank"):
         return loader.rank, loader.world_size, None
-    return 0, 1, None
+    try:   # torchrun's environment
+        return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), None
+    except ValueError:
+        return 0, 1, None
 
 
 def write_record(d, rec):
@@ -358,7 +433,7 @@ def write_record(d, rec):
     return path
 
 
-_live = weakref.WeakSet()
+_live = set()     # recorders whose record is not written yet (strong: see the top)
 
 
 @atexit.register
@@ -368,9 +443,37 @@ def _at_exit():
     for r in list(_live):
         lo = r.loader()
         try:
-            r.finish(lo if lo is not None and lo._conn is not None else None)
-        except Exception:
+            r.finish(lo if getattr(lo, "_conn", None) is not None else None)
+        except Exception as e:
+            print("loaderd.profile: cannot write the record: %s" % e, file=sys.stderr)
+
+
+_signals_done = False
+
+
+def _install_signal_handlers():
+    """SIGTERM (torchrun's, a scheduler's, kill) would end the process without atexit: where
+    the script left the default action, write the records first, then die of the signal as
+    before (the default action again, the signal raised anew). SIGINT is KeyboardInterrupt,
+    which reaches atexit by itself. Main thread only (Python's rule for signal.signal)."""
+    global _signals_done
+    import signal
+    if _signals_done or threading.current_thread() is not threading.main_thread():
+        return
+    _signals_done = True
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            if signal.getsignal(sig) == signal.SIG_DFL:
+                signal.signal(sig, _on_signal)
+        except (ValueError, OSError):
             pass
+
+
+def _on_signal(signum, frame):
+    import signal
+    _at_exit()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def gather(loader):
@@ -386,3 +489,316 @@ def gather(loader):
     except ImportError:
         pass
     return [rec]
+
+
+# ---- torch.utils.data.DataLoader, unchanged scripts ----
+#
+# loaderd.diagnose puts a sitecustomize of its own (SITECUSTOMIZE below) first on the child's
+# PYTHONPATH: it waits for torch.utils.data.dataloader to be imported and wraps
+# DataLoader.__iter__; the first iteration imports this module and calls patch_dataloader(),
+# which wraps _BaseDataLoaderIter.__next__. A step of a loop over a DataLoader is, as for a
+# Loader, the time between two batch requests of one iterator: data is the time __next__ was
+# blocked (fetching in the main process with num_workers=0, waiting for the workers' queue
+# otherwise; pin_memory's thread included); comm the exposed allreduce of the DDP hook above;
+# compute the rest. Each DataLoader has its own record (job "dataloader-N"); a step during
+# which autograd ran backward is a training step, and a DataLoader whose steps mostly are is a
+# training loop: evaluation loops get records of their own, reported apart from the verdict.
+
+_backwards = 0           # calls of torch.autograd.backward so far (Tensor.backward goes there)
+_dl_count = 0
+_dl_patched = False
+_dp_seen = weakref.WeakSet()     # nn.DataParallel modules
+
+
+def _batch_len(b, default):
+    for _ in range(4):
+        if isinstance(b, (list, tuple)) and b:
+            b = b[0]
+        elif isinstance(b, dict) and b:
+            b = next(iter(b.values()))
+        else:
+            break
+    shape = getattr(b, "shape", None)
+    if shape is not None and len(shape):
+        return int(shape[0])
+    return default or 0
+
+
+def _dataset_facts(ds):
+    """What the advice needs of a DataLoader's dataset: its class, an ImageFolder's root, files
+    and transforms (names and their sizes)."""
+    f = {"class": type(ds).__name__, "module": type(ds).__module__}
+    try:
+        f["len"] = len(ds)
+    except Exception:
+        pass
+    inner = ds
+    while hasattr(inner, "dataset") and not hasattr(inner, "samples"):   # Subset, wrappers
+        inner = inner.dataset
+    if hasattr(inner, "samples") and hasattr(inner, "root"):     # DatasetFolder, ImageFolder
+        f["folder"] = {"class": type(inner).__name__, "root": str(inner.root),
+                       "classes": len(getattr(inner, "classes", []) or []),
+                       # spread over the classes (samples are in class order), at most 1000
+                       "files": [str(p) for p, _ in inner.samples[::max(
+                           1, -(-len(inner.samples) // 1000))]]}
+    tf = getattr(inner, "transform", None)
+    if tf is not None:
+        f["transforms"] = _transform_facts(tf)
+    return f
+
+
+def _transform_facts(tf):
+    out = []
+    for t in getattr(tf, "transforms", [tf]):
+        d = {"name": type(t).__name__}
+        for k in ("size", "scale", "ratio", "p", "mean", "std"):
+            v = getattr(t, k, None)
+            if v is not None:
+                try:
+                    d[k] = [float(x) for x in v] if hasattr(v, "__iter__") else float(v)
+                except (TypeError, ValueError):
+                    d[k] = repr(v)
+        out.append(d)
+    return out
+
+
+class DLRecorder(Recorder):
+    """The steps of one torch DataLoader (see above). Its facts are read when it is first
+    iterated; its record is written when it is collected, or at exit."""
+
+    def __init__(self, dl):
+        global _dl_count
+        _dl_count += 1
+        self.index = _dl_count
+        super().__init__(None)
+        self.loader = weakref.ref(dl)
+        weakref.finalize(dl, self._loader_gone)
+        self.step_no = 0
+        self.train_steps = 0
+        self.epoch_starts = []     # step_no of each loop's first step (worker start-up cost)
+        self.t_first = _now()
+        facts = {"num_workers": dl.num_workers, "pin_memory": bool(dl.pin_memory),
+                 "persistent_workers": bool(getattr(dl, "persistent_workers", False)),
+                 "prefetch_factor": getattr(dl, "prefetch_factor", None),
+                 "batch_size": dl.batch_size, "drop_last": bool(dl.drop_last),
+                 "sampler": type(getattr(dl, "sampler", None)).__name__,
+                 "where": dl.__dict__.get("_loaderd_where")}
+        try:
+            facts["dataset"] = _dataset_facts(dl.dataset)
+        except Exception as e:
+            facts["dataset"] = {"class": type(dl.dataset).__name__, "error": str(e)}
+        self.meta = {"job": "dataloader-%d" % self.index, "dataset": facts["dataset"].get(
+                     "folder", {}).get("root") or facts["dataset"]["class"],
+                     "batch": dl.batch_size, "crop": None, "device": None,
+                     "source": "torch.utils.data.DataLoader", "dataloader": facts}
+
+    def step_begin(self):
+        if self.step_no == 0:     # torch.distributed is up by the first batch
+            self.where = _dist_rank_world(None)
+        if _ddp:
+            _hook_pending()
+        return _backwards
+
+    def record(self):
+        d = super().record()
+        n = len(self.steps)
+        d["loop"] = "train" if n and self.train_steps * 2 >= n else "eval"
+        d["train_steps"] = self.train_steps
+        d["epoch_starts"] = self.epoch_starts
+        d["cores"] = _cores()
+        try:
+            import torch
+            d["device"] = "cuda" if torch.cuda.is_initialized() else "cpu"
+        except Exception:
+            d["device"] = "cpu"
+        d["dataparallel"] = _dataparallel_facts()
+        return d
+
+
+def _cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _dataparallel_facts():
+    """nn.DataParallel modules seen: the static facts (on a host without GPUs DataParallel
+    is a plain wrapper: its scatter, replicate, apply and gather happen only on CUDA)."""
+    out = []
+    for m in list(_dp_seen):
+        try:
+            params = sum(p.numel() for p in m.module.parameters())
+            out.append({"module": type(m.module).__name__, "params": params,
+                        "device_ids": list(getattr(m, "device_ids", None) or []),
+                        "output_device": getattr(m, "output_device", None),
+                        "dim": getattr(m, "dim", 0),
+                        "active": bool(getattr(m, "device_ids", None))})
+        except Exception:
+            pass
+    return out
+
+
+def patch_dataloader(dl_module=None):
+    """Wrap DataLoader.__iter__ and _BaseDataLoaderIter.__next__ (see above); autograd's
+    backward counted; DDP's allreduce timed; DataParallel noted. Idempotent."""
+    global _dl_patched
+    if _dl_patched:
+        return
+    _dl_patched = True
+    import torch
+    import torch.autograd
+    if dl_module is None:
+        import torch.utils.data.dataloader as dl_module
+    DL, It = dl_module.DataLoader, dl_module._BaseDataLoaderIter
+    recs = weakref.WeakKeyDictionary()
+    orig_iter = DL.__dict__.get("__iter__")
+    orig_next = It.__next__
+    orig_backward = torch.autograd.backward
+
+    def backward(*a, **kw):
+        global _backwards
+        _backwards += 1
+        return orig_backward(*a, **kw)
+    torch.autograd.backward = backward
+
+    def __iter__(self):
+        it = orig_iter(self)
+        rec = recs.get(self)
+        if rec is None:
+            rec = recs[self] = DLRecorder(self)
+        it._loaderd_rec = rec
+        if len(rec.epoch_starts) < 10000:
+            rec.epoch_starts.append(rec.step_no)
+        it._loaderd_pending = None      # a loop left by break: its last step has no end
+        return it
+
+    def __next__(self):
+        rec = self.__dict__.get("_loaderd_rec")
+        if rec is None:
+            return orig_next(self)
+        t = _now()
+        p = self._loaderd_pending
+        if p is not None:
+            self._loaderd_pending = None
+            rec.train_steps += _backwards != p[3]
+            rec.end(p[0], p[1], p[2], p[4], None, t)
+        bw = rec.step_begin()
+        out = orig_next(self)     # StopIteration: the loop's last step ended above
+        t1 = _now()
+        self._loaderd_pending = (rec.step_no, t, t1 - t, bw, _batch_len(out, rec.meta["batch"]))
+        rec.step_no += 1
+        return out
+
+    if orig_iter is not None:
+        DL.__iter__ = __iter__
+    It.__next__ = __next__
+    # DataParallel: from now on, and those made already
+    try:
+        from torch.nn import DataParallel
+        orig_dp = DataParallel.__init__
+
+        def dp_init(self, *a, **kw):
+            orig_dp(self, *a, **kw)
+            _dp_seen.add(self)
+        DataParallel.__init__ = dp_init
+        import gc
+        for o in gc.get_objects():
+            if issubclass(type(o), DataParallel):
+                _dp_seen.add(o)
+    except Exception:
+        pass
+    try:
+        import torch.distributed as dist
+        if dist.is_available():
+            install_ddp_patch()
+    except Exception:
+        pass
+
+
+# The child's sitecustomize (written by loaderd.diagnose into its own directory, first on
+# PYTHONPATH): Debian's own sitecustomize (or any further on the path) still runs, then a finder
+# that waits for torch.utils.data.dataloader; nothing is imported before the script imports
+# torch. {pkg}: the directory holding the loaderd package, appended to sys.path when needed.
+SITECUSTOMIZE = r'''"""loaderd.diagnose's hook (written by it; see loaderd/profile.py)."""
+import importlib, importlib.util, os, sys
+_here = os.path.dirname(os.path.abspath(__file__))
+
+
+def _chain():
+    saved = sys.path[:]
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+    me = sys.modules.pop("sitecustomize", None)
+    try:
+        importlib.import_module("sitecustomize")
+    except ImportError:
+        pass
+    except Exception as e:
+        print("sitecustomize: %s" % e, file=sys.stderr)
+    finally:
+        sys.path[:] = saved
+        sys.modules["sitecustomize"] = me
+
+
+_chain()
+
+
+class _LoaderdDataLoaderFinder:
+    NAME = "torch.utils.data.dataloader"
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.NAME:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        orig = spec.loader.exec_module
+
+        def exec_module(module):
+            orig(module)
+            _wrap(module)
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _wrap(module):
+    DL = module.DataLoader
+    orig_iter = DL.__iter__
+    orig_init = DL.__init__
+
+    def __init__(self, *a, **kw):
+        # where the script makes it: the line the advice rewrites
+        f = sys._getframe(1)
+        self.__dict__["_loaderd_where"] = (f.f_code.co_filename, f.f_lineno)
+        orig_init(self, *a, **kw)
+    DL.__init__ = __init__
+
+    def __iter__(self):
+        # the first iteration: torch is whole now; loaderd's hook replaces this one
+        DL.__iter__ = orig_iter
+        try:
+            try:
+                import loaderd.profile as P
+            except ImportError:
+                sys.path.append({pkg!r})
+                import loaderd.profile as P
+            P.patch_dataloader(module)
+        except Exception as e:
+            print("loaderd.diagnose: cannot hook DataLoader: %s" % e, file=sys.stderr)
+        return DL.__iter__(self)
+    DL.__iter__ = __iter__
+
+
+if os.environ.get("LOADERD_PROFILE", "") not in ("", "0"):
+    sys.meta_path.insert(0, _LoaderdDataLoaderFinder())
+'''
+
+
+def write_sitecustomize(d):
+    """The child's hook into directory @d (created); returns @d."""
+    os.makedirs(d, exist_ok=True)
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(d, "sitecustomize.py"), "w") as f:
+        f.write(SITECUSTOMIZE.replace("{pkg!r}", repr(pkg)))
+    return d

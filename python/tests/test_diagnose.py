@@ -104,6 +104,7 @@ def test_exposed_allreduce_from_bucket_times():
     """Buckets launched during backward; what is left after the last launch is exposed."""
     rec = P.Recorder.__new__(P.Recorder)
     rec.steps, rec.dropped, rec.pending_copy = [], 0, []
+    rec.st0, rec.t_snap = None, 0
     t = 1000 * MS
     with P._comm_lock:
         P._comm[:] = [(t + 3 * MS, t + 5 * MS, 0), (t + 6 * MS, t + 9 * MS, 0),
@@ -172,3 +173,98 @@ def test_device_cpu_keeps_views_and_copy(daemon, imagefolder):
         images, labels = next(iter(it))
         assert images.device == torch.device("cpu") and images.shape == (4, 16, 16, 3)
         assert not it._held   # copy=True: the slot went back at once
+
+
+def dl_record(rank=0, steps=40, data=30, compute=10, workers=0, cores=4, persistent=False,
+              epoch_starts=None, loop="train", job="dataloader-1", startup=0):
+    """A torch DataLoader loop's record as profile.DLRecorder writes it."""
+    r = record(rank, world=1, steps=steps, data=data, compute=compute, batch=16)
+    for s in (epoch_starts or [])[1:]:
+        r["steps"][s][2] += startup * MS
+    r.update({"job": job, "loop": loop, "source": "torch.utils.data.DataLoader", "cores": cores,
+              "epoch_starts": epoch_starts or [0], "host": "h",
+              "dataloader": {"num_workers": workers, "pin_memory": False,
+                             "persistent_workers": persistent, "prefetch_factor": 2,
+                             "batch_size": 16, "dataset": {"class": "TensorDataset"}}})
+    return r
+
+
+def test_dataloader_num_workers_predicted():
+    # num_workers=0: a batch takes 30 ms of one core, the rest 10 ms; 3 free cores: 3 workers
+    rep = D.analyse([dl_record(cores=4)])
+    assert rep["verdict"] == "loader-limited"
+    m = rep["dataloader_model"]
+    assert m["load_ms_per_batch"] == pytest.approx(30) and m["rest_ms"] == pytest.approx(10)
+    assert m["free_cores_per_rank"] == 3
+    assert D.predict_step(m, 0) == pytest.approx(40) and D.predict_step(m, 2) == \
+        pytest.approx(15) and D.predict_step(m, 3) == pytest.approx(10)
+    assert any("DataLoader(num_workers=3): about 10.0 ms per step, 1600 samples/s (4.00x)" in a
+               for a in rep["advice"]), rep["advice"]
+    # 2 cores: 1 free, the 3 workers it would take are not there
+    rep = D.analyse([dl_record(cores=2)])
+    assert any("DataLoader(num_workers=1): about 30.0 ms per step" in a and
+               "3 workers would keep up, but the cores are not there" in a
+               for a in rep["advice"]), rep["advice"]
+    # 1 core: none free, more workers would share the rank's
+    rep = D.analyse([dl_record(cores=1)])
+    assert rep["dataloader_model"]["free_cores_per_rank"] == 0
+    assert any("no faster (about 40.0 ms per step with 1)" in a for a in rep["advice"])
+
+
+def test_dataloader_workers_startup_and_prefetch():
+    # 2 workers, the loop waits 3 ms of a 13 ms step; each epoch's first batch 200 ms more
+    rep = D.analyse([dl_record(data=3, compute=10, workers=2, epoch_starts=[0, 10, 20, 30],
+                               startup=200)])
+    m = rep["dataloader_model"]
+    assert m["startup_ms"] == pytest.approx(200) and m["num_workers"] == 2
+    assert any(a.startswith("persistent_workers: the workers start again at every epoch, 200 ms")
+               for a in rep["advice"]), rep["advice"]
+    rep = D.analyse([dl_record(data=3, compute=10, workers=2, persistent=True,
+                               epoch_starts=[0, 10, 20, 30], startup=200)])
+    assert not any(a.startswith("persistent_workers") for a in rep["advice"])
+    # every step waits 3 ms: the workers are the limit, not the queue's depth
+    assert not any(a.startswith("prefetch_factor") for a in rep["advice"])
+    # one step in 4 waits 20 ms, the others none: bursts, a deeper queue hides them
+    r = dl_record(data=0, compute=10, workers=2, persistent=True)
+    for s in r["steps"][::4]:
+        s[2] = 20 * MS
+    rep = D.analyse([r])
+    assert rep["verdict"] == "loader-limited"
+    assert any(a.startswith("prefetch_factor: the waits come in bursts (median 0.0 ms, mean "
+                            "5.0 ms per step)") and "prefetch_factor=4): about 10.0 ms per step"
+               in a for a in rep["advice"]), rep["advice"]
+
+
+def test_training_loop_chosen_evaluation_apart():
+    train = dl_record(steps=20, loop="train")
+    ev = dl_record(steps=30, loop="eval", job="dataloader-2", data=5, compute=5)
+    rep = D.analyse([ev, train])
+    assert rep["steps"] == 20 and rep["loop"] == "train"
+    assert [(o["job"], o["loop"], o["steps"]) for o in rep["other_loops"]] == \
+        [("dataloader-2", "eval", 30)]
+    assert rep["other_loops"][0]["data_share"] == pytest.approx(0.5)
+    assert "evaluation loop dataloader-2: 30 steps over 1 rank, 10.0 ms per step, data wait " \
+        "50%" in D.render_text(rep)
+
+
+def test_swap_plan_maps_transforms_or_says_why():
+    def rep_of(names, files=("a/x.JPEG", "b/y.jpg")):
+        tf = [{"name": n, "size": [160, 160]} if "Crop" in n else {"name": n} for n in names]
+        if "Normalize" in names:
+            tf[names.index("Normalize")].update(mean=[0.5] * 3, std=[0.25] * 3)
+        return {"dataloader": {"dataset": {"class": "ImageFolder", "folder": {
+            "root": "/d/train", "classes": 2}, "transforms": tf}}, "_folder_files": list(files)}
+    p = D.swap_plan(rep_of(["RandomResizedCrop", "RandomHorizontalFlip", "ToTensor",
+                            "Normalize"]))
+    assert (p["transforms"], p["crop"], p["normalize"]) == ("train", [160, 160],
+                                                            ([0.5] * 3, [0.25] * 3))
+    p = D.swap_plan(rep_of(["Resize", "CenterCrop", "ToTensor"]))
+    assert (p["transforms"], p["normalize"]) == ("eval", None)
+    p = D.swap_plan(rep_of(["RandomResizedCrop", "ToTensor"]))
+    assert p["transforms"] == ["random_resized_crop"]
+    assert "ColorJitter" in D.swap_plan(rep_of(["RandomResizedCrop", "ColorJitter"]))
+    assert "not JPEGs" in D.swap_plan(rep_of(["RandomResizedCrop"], files=("a/x.png",)))
+    assert "not fixed" in D.swap_plan(rep_of(["Resize", "ToTensor"]))
+    r = rep_of(["RandomResizedCrop"])
+    r["dataloader"]["dataset"] = {"class": "TensorDataset"}
+    assert "TensorDataset, not an ImageFolder" in D.swap_plan(r)

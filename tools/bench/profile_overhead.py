@@ -12,8 +12,12 @@ does nothing. The difference of the best per-step times is the client's extra co
 It then prints that cost as a share of a 10 ms, 50 ms and 200 ms step (a small model's step on
 the CPU is 50-250 ms here). With --ddp, a second part times DDP steps of one bucket (two gloo
 processes on this host) with DDP's built-in allreduce and with the timed hook the Loader
-registers, interleaved in the same processes, best of --rounds.
-Needs the build (make) and, for --ddp, torch.
+registers, interleaved in the same processes, best of --rounds. With --dataloader, a third part
+times a torch.utils.data.DataLoader loop (num_workers=0, a dataset of ready tensors: the
+shortest step a DataLoader makes; and one backward per step, as a training step has) with
+loaderd.diagnose's DataLoader hook (profile.patch_dataloader) off and on, the class attributes
+swapped between interleaved rounds in one process.
+Needs the build (make) and, for --ddp and --dataloader, torch.
 """
 import argparse
 import os
@@ -91,11 +95,43 @@ def ddp_steps(tmp, rounds):
     raise SystemExit("the DDP part failed:\n" + out.stdout[-2000:] + out.stderr[-2000:])
 
 
+def dataloader_steps(steps, rounds):
+    """Best per-step time of a DataLoader loop with the hook off and on (interleaved)."""
+    import torch
+    import torch.utils.data.dataloader as dl
+    from loaderd import profile as P
+    torch.set_num_threads(1)
+    ds = torch.utils.data.TensorDataset(torch.randn(steps * 8, 4), torch.zeros(steps * 8))
+    w = torch.zeros(4, requires_grad=True)
+    off = (dl.DataLoader.__iter__, dl._BaseDataLoaderIter.__next__, torch.autograd.backward)
+    P.patch_dataloader(dl)
+    on = (dl.DataLoader.__iter__, dl._BaseDataLoaderIter.__next__, torch.autograd.backward)
+
+    def run(attrs):
+        dl.DataLoader.__iter__, dl._BaseDataLoaderIter.__next__, torch.autograd.backward = attrs
+        loader = torch.utils.data.DataLoader(ds, batch_size=8)
+        t0 = None
+        for x, _ in loader:
+            if t0 is None:
+                t0 = time.perf_counter()
+            (x @ w).sum().backward()
+        return (time.perf_counter() - t0) / (len(loader) - 1)
+    b_off, b_on = [], []
+    for _ in range(rounds):
+        b_off.append(run(off))
+        b_on.append(run(on))
+    run(off)
+    os.environ.pop(P.ENV_DIR, None)   # no records from the benchmark's loaders
+    return min(b_off), min(b_on)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--ddp", action="store_true", help="also time the DDP allreduce hook")
+    ap.add_argument("--dataloader", action="store_true",
+                    help="also time the torch DataLoader hook")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="profov.")
     ld = None
@@ -126,6 +162,14 @@ def main():
             print("DDP, 2 gloo ranks, 1 bucket per step, best of %d rounds: %.1f us per step "
                   "with the built-in allreduce, %.1f us with the timed hook: %+.1f us per bucket"
                   % (a.rounds, s_off * 1e6, s_on * 1e6, (s_on - s_off) * 1e6))
+        if a.dataloader:
+            d_off, d_on = dataloader_steps(min(a.steps, 2000), a.rounds)
+            dc = d_on - d_off
+            print("torch DataLoader, num_workers=0, batch 8 of ready tensors, one backward per "
+                  "step, best of %d rounds: %.2f us per step off, %.2f us with the hook: %+.2f us "
+                  "per step = %.3f%% of this step, %.4f%% of a 10 ms step" %
+                  (a.rounds, d_off * 1e6, d_on * 1e6, dc * 1e6, 100 * dc / d_off,
+                   100 * max(dc, 0) / 10e-3))
     finally:
         if ld is not None:
             ld.terminate()
