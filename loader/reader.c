@@ -49,6 +49,8 @@ struct req {
 	int fixed;          /* buf lies in the registered arena */
 	int tries;          /* transient failures so far (<= RETRY_MAX) */
 	int retry;          /* waiting for its pause, then to be submitted again */
+	struct dpk_entry e; /* the record's entry, as loaded and checked once (dpk_entry_load): the
+			     * read and its user go by this copy, whatever the file holds later */
 };
 
 /* One half of the arena and the reads that go into it: a set of reads in flight. */
@@ -299,11 +301,15 @@ static uint32_t plan(struct ldr_reader *r, struct half *h, const struct dpk *d, 
 	if (n > r->nreq_cap)
 		n = r->nreq_cap;
 	for (k = 0; k < n; k++) {
-		const struct dpk_entry *e = dpk_entry_get(d, ids[k]);
 		struct req *q = &h->reqs[k];
+		const struct dpk_entry *e = &q->e;
 		struct dpk_extent x;
 
 		memset(q, 0, sizeof(*q));
+		if (dpk_entry_load(d, ids[k], &q->e, NULL, 0) < 0) {
+			q->err = -EBADMSG;  /* a bad entry: nothing is read for it */
+			continue;
+		}
 		if (r->max_record && e->length > r->max_record) {
 			/* Checked before any buffer is sized for it: the index is the client's. */
 			q->err = -EFBIG;
@@ -407,6 +413,11 @@ int ldr_reader_complete(struct ldr_reader *r, unsigned half, const uint8_t **buf
 		errs[j] = h->reqs[j].err;
 	}
 	return (int)h->n;
+}
+
+const struct dpk_entry *ldr_reader_entry(const struct ldr_reader *r, unsigned half, uint32_t j)
+{
+	return &r->h[half & 1].reqs[j].e;
 }
 
 void ldr_reader_limit(struct ldr_reader *r, uint64_t max_record)

@@ -36,6 +36,10 @@ int ldr_reader_read(struct ldr_reader *r, const struct dpk *d, int fd_direct, co
 int ldr_reader_submit(struct ldr_reader *r, unsigned half, const struct dpk *d, int fd_direct,
 		      const uint64_t *ids, uint32_t n);
 int ldr_reader_complete(struct ldr_reader *r, unsigned half, const uint8_t **bufs, int *errs);
+/* Record @j of @half's last completed set: its index entry, loaded and checked once when the read
+ * was planned (dpk_entry_load); what the read went by, so the checksum and decode must go by it
+ * too. Zeroed when that check failed (errs[j] -EBADMSG). Valid as bufs are. */
+const struct dpk_entry *ldr_reader_entry(const struct ldr_reader *r, unsigned half, uint32_t j);
 /* Records longer than @max_record bytes (by the index) are not read: their errs entry is
  * -EFBIG, and no buffer is sized for them. 0: no limit (the default). */
 void ldr_reader_limit(struct ldr_reader *r, uint64_t max_record);
