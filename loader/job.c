@@ -78,6 +78,7 @@ struct dset {
 	int fd_direct;             /* O_DIRECT fd of the same file, or -1 */
 	unsigned refs;             /* jobs using it */
 	int walked;                /* the walk ran (count <= WALK_MAX) */
+	uint64_t walk_limit;       /* the max_record it ran with (loaderd's is one for all jobs) */
 	int bad;                   /* an entry failed its check in the walk: bad_why */
 	char bad_why[200];
 	uint64_t big;              /* largest stored record (walked) */
@@ -170,6 +171,9 @@ static void dset_walk(struct dset *ds, uint64_t max_rec)
 	struct dpk_entry e;
 
 	ds->walked = 1;
+	ds->walk_limit = max_rec;
+	ds->over = 0;
+	ds->big = 0;
 	for (uint64_t i = 0; i < n; i++) {
 		if (dpk_entry_load(ds->d, i, &e, ds->bad_why, sizeof(ds->bad_why)) < 0) {
 			ds->bad = 1;
@@ -297,14 +301,14 @@ static int records_bounded(const struct ldr_config *cfg, struct job *j, uint64_t
 	const struct dpk_header *h = dpk_header_get(j->d);
 	uint64_t big;
 
-	if (!ds->walked && dpk_count(j->d) <= WALK_MAX)
+	if ((!ds->walked || ds->walk_limit != j->max_record) && dpk_count(j->d) <= WALK_MAX)
 		dset_walk(ds, j->max_record);
 	if (ds->bad) {
 		snprintf(why, whylen, "dataset %s: %s", j->spec.dataset, ds->bad_why);
 		return -EBADMSG;
 	}
 	if (ds->walked) {
-		if (ds->over && ds->over_len > j->max_record) {
+		if (ds->over) {
 			snprintf(why, whylen, "dataset %s: sample %llu is a record of %llu bytes, above "
 				 "the limit of %llu (loaderd --max-record)", j->spec.dataset,
 				 (unsigned long long)ds->over_id, (unsigned long long)ds->over_len,

@@ -507,6 +507,42 @@ static void test_job_max_record_at_and_past_limit(void **state)
 	t_stop(&t);
 }
 
+/* Two jobs on one file share its index: the second is charged none of it, both deliver the same
+ * samples; a copy of the file elsewhere (another inode) is a dataset of its own, charged again. */
+static void test_job_two_jobs_share_one_index(void **state)
+{
+	struct ctl_job_open s = spec_for("img.dpk", 4, OUT);
+	struct ctl_job_open c = spec_for("imgcopy.dpk", 4, OUT);
+	struct srv_fill f;
+	struct t a, b, o;
+	char cmd[2 * sizeof(s.dataset) + 8];
+
+	(void)state;
+	t_start(&a, &s);
+	t_start(&b, &s);
+	uint64_t index = 4 * sizeof(struct dpk_entry);
+	assert_true(a.info.mem_bytes >= b.info.mem_bytes + index);
+	assert_int_equal(t_fill(&a, 0, &f), 0);
+	assert_int_equal(t_fill(&b, 0, &f), 0);
+	assert_memory_equal(a.slot.payload, b.slot.payload, 4 * a.info.ring.sample_bytes);
+	assert_memory_equal(a.info.dataset_id, b.info.dataset_id, sizeof(a.info.dataset_id));
+	snprintf(cmd, sizeof(cmd), "cp %s %s", s.dataset, c.dataset);
+	assert_int_equal(system(cmd), 0);
+	t_start(&o, &c);
+	assert_int_equal(o.info.mem_bytes, a.info.mem_bytes);
+	assert_memory_equal(o.info.dataset_id, a.info.dataset_id, sizeof(a.info.dataset_id));
+	t_stop(&o);
+	/* the first job gone, the second still reads through the shared index */
+	t_stop(&a);
+	assert_int_equal(t_fill(&b, 0, &f), 0);
+	assert_int_equal(f.bad, 0);
+	t_stop(&b);
+	/* all gone: the next job maps it again and is charged for it */
+	t_start(&a, &s);
+	assert_true(a.info.mem_bytes >= b.info.mem_bytes + index);
+	t_stop(&a);
+}
+
 /* A worker that could not start makes its fills fail with a message, not a crash. */
 static void test_job_fill_without_worker_fails(void **state)
 {
@@ -531,6 +567,7 @@ int main(void)
 		cmocka_unit_test(test_job_fill_raw_and_zstd),
 		cmocka_unit_test(test_job_bad_records_substituted_and_flagged),
 		cmocka_unit_test(test_job_open_refuses_bad_specs),
+		cmocka_unit_test(test_job_two_jobs_share_one_index),
 		cmocka_unit_test(test_job_fill_without_worker_fails),
 		cmocka_unit_test(test_job_max_record_at_and_past_limit),
 	};
