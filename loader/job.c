@@ -52,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -75,7 +76,8 @@ struct dset {
 	uint8_t id[DPK_IDENTITY_SIZE];
 	struct dpk *d;
 	int fd;                    /* our dup of the first client's fd; d reads through it */
-	int fd_direct;             /* O_DIRECT fd of the same file, or -1 */
+	int fd_direct;             /* O_DIRECT fd of the same file, or -1 (also when the page cache
+				    * serves it better: io_choice) */
 	unsigned refs;             /* jobs using it */
 	int walked;                /* the walk ran (count <= WALK_MAX) */
 	uint64_t walk_limit;       /* the max_record it ran with (loaderd's is one for all jobs) */
@@ -217,9 +219,12 @@ static int dset_verdict(struct dset *ds, const struct ldr_out *o, const char *na
 	return v->ret;
 }
 
+static void io_choice(struct dset *ds, const char *name);
+
 /* The dataset behind @fd (ours now: taken over or closed), shared with the jobs already on it
  * or opened (*created = 1). 0 or -errno with @err. Under dset_mu. */
-static int dset_get(int fd, struct dset **out, int *created, char *err, size_t errlen)
+static int dset_get(int fd, const char *name, struct dset **out, int *created, char *err,
+		    size_t errlen)
 {
 	struct dpk *d;
 	struct stat st;
@@ -262,11 +267,87 @@ static int dset_get(int fd, struct dset **out, int *created, char *err, size_t e
 	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
 	ds->fd_direct = open(self, O_RDONLY | O_DIRECT | O_CLOEXEC);
 	ds->refs = 1;
+	io_choice(ds, name);
 	ds->next = dsets;
 	dsets = ds;
 	*out = ds;
 	*created = 1;
 	return 0;
+}
+
+#define RESIDENT_SAMPLES 1024u    /* pages of the data section mincore looks at */
+
+/* Pages of @fd's [off, off + len) in the page cache, in thousandths, from up to RESIDENT_SAMPLES
+ * pages spread evenly over it (mincore on a mapping that is never touched: no SIGBUS). -1 when it
+ * cannot tell. */
+static int resident_permille(int fd, uint64_t off, uint64_t len)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uint64_t start = off & ~(uint64_t)(pg - 1), span = off + len - start;
+	uint64_t pages = (span + (uint64_t)pg - 1) / (uint64_t)pg, step, hit = 0, seen = 0;
+
+	if (!len || span > SIZE_MAX)
+		return -1;
+	void *p = mmap(NULL, (size_t)span, PROT_READ, MAP_SHARED, fd, (off_t)start);
+	if (p == MAP_FAILED)
+		return -1;
+	step = pages > RESIDENT_SAMPLES ? pages / RESIDENT_SAMPLES : 1;
+	for (uint64_t k = 0; k < pages; k += step) {
+		unsigned char v = 0;
+		if (mincore((uint8_t *)p + k * (uint64_t)pg, (size_t)pg, &v) < 0)
+			break;
+		hit += v & 1;
+		seen++;
+	}
+	munmap(p, (size_t)span);
+	return seen ? (int)(hit * 1000 / seen) : -1;
+}
+
+/* The memory the page cache may give loaderd: its cgroup's memory.max (v2) when set, else the
+ * machine's. */
+static uint64_t memory_budget(void)
+{
+	uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+	char line[512], path[600];
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	unsigned long long v;
+
+	if (!f)
+		return phys;
+	path[0] = '\0';
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "0::", 3)) {
+			line[strcspn(line, "\n")] = '\0';
+			snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.max", line + 3);
+		}
+	fclose(f);
+	if (!path[0] || !(f = fopen(path, "re")))
+		return phys;
+	int got = fscanf(f, "%llu", &v) == 1;
+	fclose(f);
+	return got && v < phys ? v : phys;
+}
+
+/* --io auto's choice for a dataset (see docs/TUNING.md): through the page cache when most of the
+ * records are in it already, or when they fit in half the memory loaderd may use (the first epoch
+ * brings them in, the next ones read memory); O_DIRECT, one aligned read per record, only for a
+ * dataset larger than that, which would evict what the trainer needs and not stay cached. Once,
+ * when the dataset is mapped; logged. */
+static void io_choice(struct dset *ds, const char *name)
+{
+	const struct dpk_header *h = dpk_header_get(ds->d);
+	int res = resident_permille(ds->fd, h->data_offset, h->data_size);
+	uint64_t budget = memory_budget();
+	int cached = (res >= 900) || h->data_size <= budget / 2;
+
+	if (ds->fd_direct >= 0 && cached) {
+		close(ds->fd_direct);
+		ds->fd_direct = -1;
+	}
+	LOG_INFO("dataset %s: %llu MB of records, %d.%d%% in the page cache, %llu MB of memory: "
+		 "%s", name, (unsigned long long)(h->data_size >> 20), res < 0 ? 0 : res / 10,
+		 res < 0 ? 0 : res % 10, (unsigned long long)(budget >> 20),
+		 ds->fd_direct >= 0 ? "read with O_DIRECT" : "read through the page cache");
 }
 
 static void dset_put(struct dset *ds)
@@ -408,7 +489,7 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **o
 		goto fail;
 	}
 	pthread_mutex_lock(&dset_mu);
-	ret = dset_get(dfd, &j->ds, &j->created, err, sizeof(err));
+	ret = dset_get(dfd, spec->dataset, &j->ds, &j->created, err, sizeof(err));
 	if (ret < 0) {
 		pthread_mutex_unlock(&dset_mu);
 		snprintf(why, whylen, "dataset %s: %s", spec->dataset, err);
