@@ -79,6 +79,7 @@ struct dset {
 	int fd_direct;             /* O_DIRECT fd of the same file, or -1 (also when the page cache
 				    * serves it better: io_choice) */
 	unsigned refs;             /* jobs using it */
+	char io[64];               /* how its records are read, for srv_job_info.io */
 	int walked;                /* the walk ran (count <= WALK_MAX) */
 	uint64_t walk_limit;       /* the max_record it ran with (loaderd's is one for all jobs) */
 	int bad;                   /* an entry failed its check in the walk: bad_why */
@@ -219,12 +220,13 @@ static int dset_verdict(struct dset *ds, const struct ldr_out *o, const char *na
 	return v->ret;
 }
 
-static void io_choice(struct dset *ds, const char *name);
+static int resident_permille(int fd, uint64_t off, uint64_t len);
+static void io_choice(struct dset *ds, const struct ldr_config *cfg, int res, const char *name);
 
 /* The dataset behind @fd (ours now: taken over or closed), shared with the jobs already on it
  * or opened (*created = 1). 0 or -errno with @err. Under dset_mu. */
-static int dset_get(int fd, const char *name, struct dset **out, int *created, char *err,
-		    size_t errlen)
+static int dset_get(int fd, const struct ldr_config *cfg, const char *name, struct dset **out, int *created,
+		    char *err, size_t errlen)
 {
 	struct dpk *d;
 	struct stat st;
@@ -236,6 +238,10 @@ static int dset_get(int fd, const char *name, struct dset **out, int *created, c
 		close(fd);
 		return -EBADF;
 	}
+	/* Before anything reads it: the header's read-ahead would bring a small file in whole. The
+	 * records and the index, which is the file past its header. */
+	int res = (uint64_t)st.st_size > DPK_HEADER_SIZE ?
+		  resident_permille(fd, DPK_HEADER_SIZE, (uint64_t)st.st_size - DPK_HEADER_SIZE) : -1;
 	int ret = dpk_open_fd(fd, DPK_OPEN_MAP, &d, err, errlen);
 	if (ret < 0) {
 		close(fd);
@@ -267,7 +273,7 @@ static int dset_get(int fd, const char *name, struct dset **out, int *created, c
 	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
 	ds->fd_direct = open(self, O_RDONLY | O_DIRECT | O_CLOEXEC);
 	ds->refs = 1;
-	io_choice(ds, name);
+	io_choice(ds, cfg, res, name);
 	ds->next = dsets;
 	dsets = ds;
 	*out = ds;
@@ -277,7 +283,8 @@ static int dset_get(int fd, const char *name, struct dset **out, int *created, c
 
 #define RESIDENT_SAMPLES 1024u    /* pages of the data section mincore looks at */
 
-/* Pages of @fd's [off, off + len) in the page cache, in thousandths, from up to RESIDENT_SAMPLES
+/* Pages of @fd's [off, off + len) in the page cache (the file's pages past its header: records
+ * and index), in thousandths, from up to RESIDENT_SAMPLES
  * pages spread evenly over it (mincore on a mapping that is never touched: no SIGBUS). -1 when it
  * cannot tell. */
 static int resident_permille(int fd, uint64_t off, uint64_t len)
@@ -332,22 +339,43 @@ static uint64_t memory_budget(void)
  * records are in it already, or when they fit in half the memory loaderd may use (the first epoch
  * brings them in, the next ones read memory); O_DIRECT, one aligned read per record, only for a
  * dataset larger than that, which would evict what the trainer needs and not stay cached. Once,
- * when the dataset is mapped; logged. */
-static void io_choice(struct dset *ds, const char *name)
+ * when the dataset is mapped; logged, and shown in loaderctl stats ("io"). */
+static void io_choice(struct dset *ds, const struct ldr_config *cfg, int res, const char *name)
 {
 	const struct dpk_header *h = dpk_header_get(ds->d);
-	int res = resident_permille(ds->fd, h->data_offset, h->data_size);
-	uint64_t budget = memory_budget();
-	int cached = (res >= 900) || h->data_size <= budget / 2;
 
-	if (ds->fd_direct >= 0 && cached) {
+	if (cfg->io != LDR_IO_AUTO) {
+		snprintf(ds->io, sizeof(ds->io), "%s", cfg->io == LDR_IO_PREAD ? "pread (--io pread)" :
+			 "page cache (--io buffered)");
+		return;
+	}
+	if (ds->fd_direct < 0) {
+		snprintf(ds->io, sizeof(ds->io), "page cache (no O_DIRECT on this file system)");
+		return;
+	}
+	uint64_t budget = cfg->cache_bytes ? cfg->cache_bytes : memory_budget();
+	int fits = h->data_size <= budget / 2;
+
+	if (res >= 900 || fits) {
 		close(ds->fd_direct);
 		ds->fd_direct = -1;
 	}
-	LOG_INFO("dataset %s: %llu MB of records, %d.%d%% in the page cache, %llu MB of memory: "
-		 "%s", name, (unsigned long long)(h->data_size >> 20), res < 0 ? 0 : res / 10,
-		 res < 0 ? 0 : res % 10, (unsigned long long)(budget >> 20),
-		 ds->fd_direct >= 0 ? "read with O_DIRECT" : "read through the page cache");
+	if (res >= 900)
+		snprintf(ds->io, sizeof(ds->io), "page cache (%d.%d%% resident)", res / 10, res % 10);
+	else if (fits)
+		snprintf(ds->io, sizeof(ds->io), "page cache (fits half of %llu MiB)",
+			 (unsigned long long)(budget >> 20));
+	else
+		snprintf(ds->io, sizeof(ds->io), "O_DIRECT (%llu MiB > half of %llu MiB)",
+			 (unsigned long long)(h->data_size >> 20), (unsigned long long)(budget >> 20));
+	char shown[128];  /* the client's bytes: no control character reaches the log */
+	size_t k;
+	for (k = 0; name[k] && k + 1 < sizeof(shown); k++)
+		shown[k] = (unsigned char)name[k] < 0x20 || name[k] == 0x7f ? '?' : name[k];
+	shown[k] = '\0';
+	LOG_INFO("dataset %s: %llu MiB of records, %d.%d%% resident: %s", shown,
+		 (unsigned long long)(h->data_size >> 20), res < 0 ? 0 : res / 10,
+		 res < 0 ? 0 : res % 10, ds->io);
 }
 
 static void dset_put(struct dset *ds)
@@ -489,7 +517,7 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **o
 		goto fail;
 	}
 	pthread_mutex_lock(&dset_mu);
-	ret = dset_get(dfd, spec->dataset, &j->ds, &j->created, err, sizeof(err));
+	ret = dset_get(dfd, cfg, spec->dataset, &j->ds, &j->created, err, sizeof(err));
 	if (ret < 0) {
 		pthread_mutex_unlock(&dset_mu);
 		snprintf(why, whylen, "dataset %s: %s", spec->dataset, err);
@@ -497,6 +525,7 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **o
 	}
 	j->d = j->ds->d;
 	j->fd_direct = j->ds->fd_direct;
+	snprintf(info->io, sizeof(info->io), "%s", j->ds->io);
 	ret = records_bounded(cfg, j, &info->mem_bytes, why, whylen);
 	if (ret == 0)
 		ret = job_shape(j, &info->ring, why, whylen);

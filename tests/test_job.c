@@ -543,6 +543,70 @@ static void test_job_two_jobs_share_one_index(void **state)
 	t_stop(&a);
 }
 
+/* Open img.dpk with @cfg and return what --io auto chose (info.io), the job closed again. */
+static void io_chosen(const struct ldr_config *cfg, char *io, size_t len)
+{
+	struct ctl_job_open s = spec_for("img.dpk", 4, OUT);
+	struct t t;
+
+	if (t_open_cfg(&t, &s, cfg) < 0)
+		fail_msg("job_open: %s", t.why);
+	snprintf(io, len, "%s", t.info.io);
+	t.ops.job_close(t.ops.ctx, t.job);
+}
+
+/* Evict img.dpk from the page cache (it was written with fsync: clean), or read it all in. */
+static void img_cache(int in)
+{
+	char p[128], buf[65536];
+
+	path_of(p, sizeof(p), "img.dpk");
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(fdatasync(fd), 0);
+	if (in)
+		while (read(fd, buf, sizeof(buf)) > 0)
+			;
+	else
+		assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	close(fd);
+}
+
+/* --io auto: records in the page cache are read through it; evicted ones too while they fit half
+ * the cache budget (at exactly half, and not one byte of budget less), else with O_DIRECT. The
+ * choice is what the job reports (loaderctl stats' "io"). */
+static void test_job_io_auto_follows_residency(void **state)
+{
+	struct ldr_config cfg = { .io = LDR_IO_AUTO };
+	char p[128], io[64], err[256];
+	struct dpk *d;
+
+	(void)state;
+	path_of(p, sizeof(p), "img.dpk");
+	assert_int_equal(dpk_open(p, 0, &d, err, sizeof(err)), 0);
+	uint64_t data = dpk_header_get(d)->data_size;
+	dpk_close(d);
+
+	img_cache(0);
+	cfg.cache_bytes = 2 * data - 2;  /* half is one byte short of the records */
+	io_chosen(&cfg, io, sizeof(io));
+	if (strncmp(io, "O_DIRECT (", 10))
+		fail_msg("evicted, larger than half the budget: %s", io);
+	cfg.cache_bytes = 2 * data;      /* exactly half */
+	img_cache(0);                    /* (the open before read its header, and ahead) */
+	io_chosen(&cfg, io, sizeof(io));
+	if (!strstr(io, "page cache (fits half of"))
+		fail_msg("evicted, fits: %s", io);
+	img_cache(1);
+	cfg.cache_bytes = 2 * data - 2;
+	io_chosen(&cfg, io, sizeof(io));
+	if (strcmp(io, "page cache (100.0% resident)"))
+		fail_msg("resident: %s", io);
+	cfg.io = LDR_IO_BUFFERED;
+	io_chosen(&cfg, io, sizeof(io));
+	assert_string_equal(io, "page cache (--io buffered)");
+}
+
 /* A worker that could not start makes its fills fail with a message, not a crash. */
 static void test_job_fill_without_worker_fails(void **state)
 {
@@ -568,6 +632,7 @@ int main(void)
 		cmocka_unit_test(test_job_bad_records_substituted_and_flagged),
 		cmocka_unit_test(test_job_open_refuses_bad_specs),
 		cmocka_unit_test(test_job_two_jobs_share_one_index),
+		cmocka_unit_test(test_job_io_auto_follows_residency),
 		cmocka_unit_test(test_job_fill_without_worker_fails),
 		cmocka_unit_test(test_job_max_record_at_and_past_limit),
 	};
