@@ -45,6 +45,11 @@ struct dpk {
 	void *map_base;                 /* the mapping (page aligned), map_len bytes */
 	size_t map_len;
 	int guard_slot;                 /* its slot in the SIGBUS guard's table, or -1 */
+	const uint8_t *data;            /* DPK_OPEN_MAP_DATA: byte 0 of the file, as mapped for the
+					 * data section (only [data_offset, +data_size) is); else NULL */
+	void *data_base;                /* that mapping (page aligned), data_len bytes */
+	size_t data_len;
+	int data_slot;                  /* its guard slot, or -1 */
 	atomic_int lost;                /* 1 once a page of the mapping was gone (file truncated):
 					 * set by the SIGBUS guard, read by dpk_entry_load */
 	char *class_blob;               /* class names, each NUL-terminated */
@@ -377,7 +382,7 @@ static void guard_handler(int sig, siginfo_t *si, void *uc)
 
 /* A slot for @d's mapping (installing the handler the first time), or -1 when the table is full
  * or the handler cannot be set. */
-static int guard_add(struct dpk *d)
+static int guard_add(struct dpk *d, void *base, size_t len)
 {
 	int slot = -1;
 
@@ -400,9 +405,9 @@ static int guard_add(struct dpk *d)
 	for (int k = 0; installed && k < GUARD_SLOTS && slot < 0; k++) {
 		if (atomic_load_explicit(&guard_tab[k].base, memory_order_relaxed))
 			continue;
-		guard_tab[k].len = d->map_len;
+		guard_tab[k].len = len;
 		guard_tab[k].d = d;
-		atomic_store_explicit(&guard_tab[k].base, (uintptr_t)d->map_base, memory_order_release);
+		atomic_store_explicit(&guard_tab[k].base, (uintptr_t)base, memory_order_release);
 		slot = k;
 	}
 	pthread_mutex_unlock(&guard_mu);
@@ -430,13 +435,36 @@ static int map_index(struct dpk *d)
 		return -errno;
 	d->map_base = p;
 	d->map_len = (size_t)len;
-	d->guard_slot = guard_add(d);
+	d->guard_slot = guard_add(d, p, (size_t)len);
 	if (d->guard_slot < 0) {
 		munmap(p, (size_t)len);
 		d->map_base = NULL;
 		return -ENOSPC;
 	}
 	d->map = (const struct dpk_entry *)((uint8_t *)p + (d->hdr.index_offset - start));
+	return 0;
+}
+
+/* Map the data section read-only (DPK_OPEN_MAP_DATA); 0 or -errno (then records are read). */
+static int map_data(struct dpk *d)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uint64_t start = d->hdr.data_offset & ~(uint64_t)(pg - 1);
+	uint64_t len = d->hdr.data_offset + d->hdr.data_size - start;
+
+	if (!d->hdr.data_size || len > SIZE_MAX)
+		return -EFBIG;
+	void *p = mmap(NULL, (size_t)len, PROT_READ, MAP_SHARED, d->fd, (off_t)start);
+	if (p == MAP_FAILED)
+		return -errno;
+	d->data_slot = guard_add(d, p, (size_t)len);
+	if (d->data_slot < 0) {
+		munmap(p, (size_t)len);
+		return -ENOSPC;
+	}
+	d->data_base = p;
+	d->data_len = (size_t)len;
+	d->data = (const uint8_t *)p - start;
 	return 0;
 }
 
@@ -484,6 +512,7 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 		return -ENOMEM;
 	d->fd = fd;
 	d->guard_slot = -1;
+	d->data_slot = -1;
 	/* The whole header block: the struct, then zeros up to DPK_HEADER_SIZE, so that no
 	 * byte of it can change unnoticed. */
 	uint8_t *block = malloc(DPK_HEADER_SIZE);
@@ -515,6 +544,8 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 		ret = copy_index(d, flags, err, errlen);
 	if (ret < 0)
 		goto fail;
+	if (flags & DPK_OPEN_MAP_DATA)
+		map_data(d);  /* else records are read: dpk_record_copy says so */
 	/* The header holds the index's and the class table's checksums (and is checksummed
 	 * itself): their digest names the content (every record's checksum, offset, label and
 	 * shape; not the path) for resume tokens, at the same cost whatever the count. Little-endian
@@ -558,6 +589,10 @@ void dpk_close(struct dpk *d)
 		guard_remove(d->guard_slot);
 		munmap(d->map_base, d->map_len);
 	}
+	if (d->data_base) {
+		guard_remove(d->data_slot);
+		munmap(d->data_base, d->data_len);
+	}
 	if (d->own_fd)
 		close(d->fd);
 	free(d->class_names);
@@ -593,6 +628,29 @@ const struct dpk_entry *dpk_entry_get(const struct dpk *d, uint64_t i)
 int dpk_mapped(const struct dpk *d)
 {
 	return d->map != NULL;
+}
+
+int dpk_data_mapped(const struct dpk *d)
+{
+	return d->data != NULL;
+}
+
+ssize_t dpk_record_copy(const struct dpk *d, const struct dpk_entry *e, void *buf, size_t cap)
+{
+	uint64_t end;
+
+	if (!d->data)
+		return -EINVAL;
+	if (cap < e->length)
+		return -ENOSPC;
+	if (e->offset < d->hdr.data_offset || add_overflows(e->offset, e->length, &end) ||
+	    end > d->hdr.data_offset + d->hdr.data_size)
+		return -EBADMSG;  /* not an entry of this file's (loaded entries never are) */
+	memcpy(buf, d->data + e->offset, e->length);
+	/* pairs with the guard's store: a page lost under the copy was patched with zeros */
+	if (atomic_load(&((struct dpk *)d)->lost))
+		return -EBADMSG;
+	return (ssize_t)e->length;
 }
 
 int dpk_entry_load(const struct dpk *d, uint64_t i, struct dpk_entry *out, char *err, size_t errlen)

@@ -112,6 +112,10 @@ struct dpk;  /* opaque; immutable after open, so safe to share between threads *
 			    * truncation of the file under the mapping into dpk_entry_load's -EBADMSG
 			    * for that dataset. dpk_entry_get() returns NULL on a mapped index. Falls
 			    * back to a copy when the index cannot be mapped (dpk_mapped says). */
+#define DPK_OPEN_MAP_DATA 0x4u  /* map the data section read-only too, for dpk_record_copy (a
+				 * dataset in the page cache is copied from it, no syscall a record);
+				 * guarded against truncation as the index is. Left unmapped when it
+				 * cannot be (dpk_data_mapped says) */
 
 /* Open and validate @path: header, checksums of header, class table and index, and every entry
  * (bounds, order, no overlap, no overflow, sane shapes). The index is read into private memory
@@ -143,6 +147,14 @@ const struct dpk_entry *dpk_entry_get(const struct dpk *d, uint64_t i);
 int dpk_entry_load(const struct dpk *d, uint64_t i, struct dpk_entry *out, char *err, size_t errlen);
 /* 1 when the index is mapped (DPK_OPEN_MAP took), else 0. */
 int dpk_mapped(const struct dpk *d);
+/* 1 when the data section is mapped (DPK_OPEN_MAP_DATA took), else 0. */
+int dpk_data_mapped(const struct dpk *d);
+/* Copy the stored bytes of entry @e (loaded from @d) from the mapped data section into @buf: a
+ * page that is not in the page cache is read in on the spot (the caller blocks). Returns the
+ * length, -EINVAL when the data is not mapped, -ENOSPC when @cap is too small, -EBADMSG when the
+ * entry lies outside the data section or the file was truncated under the mapping. The checksum
+ * is not checked here (dpk_record_check). Thread-safe. */
+ssize_t dpk_record_copy(const struct dpk *d, const struct dpk_entry *e, void *buf, size_t cap);
 const struct dpk_header *dpk_header_get(const struct dpk *d);
 int dpk_fd(const struct dpk *d);
 

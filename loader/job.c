@@ -225,6 +225,8 @@ static void io_choice(struct dset *ds, const struct ldr_config *cfg, int res, co
 
 /* The dataset behind @fd (ours now: taken over or closed), shared with the jobs already on it
  * or opened (*created = 1). 0 or -errno with @err. Under dset_mu. */
+#define RESIDENT_ENOUGH 900       /* thousandths of sampled pages in the page cache: read from
+				   * memory (a mapping of the data section) */
 static int dset_get(int fd, const struct ldr_config *cfg, const char *name, struct dset **out, int *created,
 		    char *err, size_t errlen)
 {
@@ -242,7 +244,10 @@ static int dset_get(int fd, const struct ldr_config *cfg, const char *name, stru
 	 * records and the index, which is the file past its header. */
 	int res = (uint64_t)st.st_size > DPK_HEADER_SIZE ?
 		  resident_permille(fd, DPK_HEADER_SIZE, (uint64_t)st.st_size - DPK_HEADER_SIZE) : -1;
-	int ret = dpk_open_fd(fd, DPK_OPEN_MAP, &d, err, errlen);
+	/* Resident: records are copied from a mapping of the data section (loader/reader.c). */
+	unsigned flags = DPK_OPEN_MAP | (cfg->io == LDR_IO_AUTO && res >= RESIDENT_ENOUGH ?
+					 DPK_OPEN_MAP_DATA : 0);
+	int ret = dpk_open_fd(fd, flags, &d, err, errlen);
 	if (ret < 0) {
 		close(fd);
 		return ret;
@@ -356,11 +361,14 @@ static void io_choice(struct dset *ds, const struct ldr_config *cfg, int res, co
 	uint64_t budget = cfg->cache_bytes ? cfg->cache_bytes : memory_budget();
 	int fits = h->data_size <= budget / 2;
 
-	if (res >= 900 || fits) {
+	if (res >= RESIDENT_ENOUGH || fits) {
 		close(ds->fd_direct);
 		ds->fd_direct = -1;
 	}
-	if (res >= 900)
+	if (res >= RESIDENT_ENOUGH && dpk_data_mapped(ds->d))
+		snprintf(ds->io, sizeof(ds->io), "memory (%d.%d%% resident, mapped)", res / 10,
+			 res % 10);
+	else if (res >= RESIDENT_ENOUGH)
 		snprintf(ds->io, sizeof(ds->io), "page cache (%d.%d%% resident)", res / 10, res % 10);
 	else if (fits)
 		snprintf(ds->io, sizeof(ds->io), "page cache (fits half of %llu MiB)",

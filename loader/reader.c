@@ -22,7 +22,12 @@
  * Memory: the arena is the reader's for good; a record larger than a half goes to that half's
  * big buffer, which is made for it and freed again by ldr_reader_trim once the half's records
  * are used, so one outlier does not leave a worker holding its size. A record longer than the
- * limit (ldr_reader_limit) is not read at all: -EFBIG, whatever the index says. */
+ * limit (ldr_reader_limit) is not read at all: -EFBIG, whatever the index says.
+ *
+ * A dataset whose data section is mapped (the job found it in the page cache: DPK_OPEN_MAP_DATA)
+ * is not read but copied from the mapping into the same places, at submit, by the worker: no
+ * syscall and no page-cache lookup a record (what bounds small records' rate otherwise). A page
+ * evicted since is faulted in on the spot; a truncated file is the dpk guard's -EBADMSG. */
 #include "loader/reader.h"
 
 #include <errno.h>
@@ -67,6 +72,8 @@ struct half {
 	int paused;         /* paused for those already (until one of them is submitted) */
 	int pending;        /* submitted and not completed */
 	int direct;         /* planned on the O_DIRECT fd */
+	int copy;           /* copied from the dataset's mapped data section (dpk_record_copy) at
+			     * submit: the dataset is in the page cache, no syscall a record */
 	const struct dpk *d;   /* what was asked, for a fallback to buffered reads */
 	const uint64_t *ids;
 	uint32_t asked;
@@ -145,6 +152,8 @@ const char *ldr_reader_path(const struct ldr_reader *r, int fd_direct)
 {
 	if (!r->have_ring)
 		return "pread";
+	if (r->h[0].copy || r->h[1].copy)
+		return "mapped";
 	if (fd_direct >= 0 && r->mode == LDR_IO_AUTO && !r->direct_broken)
 		return "io_uring+O_DIRECT";
 	return "io_uring";
@@ -357,9 +366,23 @@ static void plan_half(struct ldr_reader *r, unsigned hi, int fd_direct)
 	struct half *h = &r->h[hi];
 
 	h->direct = fd_direct >= 0 && r->mode == LDR_IO_AUTO && r->have_ring && !r->direct_broken;
+	h->copy = !h->direct && r->mode != LDR_IO_PREAD && dpk_data_mapped(h->d);
 	h->n = plan(r, h, h->d, h->direct ? fd_direct : dpk_fd(h->d), h->direct, h->ids, h->asked);
 	h->next = h->waiting = 0;
 	h->paused = 0;
+}
+
+/* The copy path: every planned record of half @h from the mapping, now. */
+static void copy_half(struct half *h)
+{
+	for (uint32_t k = 0; k < h->n; k++) {
+		struct req *q = &h->reqs[k];
+		if (q->err)
+			continue;
+		ssize_t n = dpk_record_copy(h->d, &q->e, q->buf + q->skip, q->len - q->skip);
+		q->err = n < 0 ? (int)n : 0;
+		q->done = q->need;
+	}
 }
 
 int ldr_reader_submit(struct ldr_reader *r, unsigned half, const struct dpk *d, int fd_direct,
@@ -375,6 +398,10 @@ int ldr_reader_submit(struct ldr_reader *r, unsigned half, const struct dpk *d, 
 	h->asked = n;
 	plan_half(r, half, fd_direct);
 	h->pending = 1;
+	if (h->copy) {
+		copy_half(h);
+		return (int)h->n;
+	}
 	if (r->have_ring) {
 		feed(r, half);
 		if (r->inflight)
@@ -388,13 +415,18 @@ static void settle(struct ldr_reader *r, unsigned hi)
 {
 	struct half *h = &r->h[hi];
 
-	if (r->have_ring) {
+	if (h->copy) {
+		;  /* done at submit */
+	} else if (r->have_ring) {
 		pump(r, hi);
 		if (h->direct && h->reqs[0].err == -EINVAL) {
 			/* The file system does not do O_DIRECT after all: buffered, from now on. */
 			r->direct_broken = 1;
 			plan_half(r, hi, -1);
-			pump(r, hi);
+			if (h->copy)
+				copy_half(h);
+			else
+				pump(r, hi);
 		}
 	} else {
 		run_pread(h->reqs, h->n);

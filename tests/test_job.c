@@ -600,7 +600,7 @@ static void test_job_io_auto_follows_residency(void **state)
 	img_cache(1);
 	cfg.cache_bytes = 2 * data - 2;
 	io_chosen(&cfg, io, sizeof(io));
-	if (strcmp(io, "page cache (100.0% resident)"))
+	if (strcmp(io, "memory (100.0% resident, mapped)"))
 		fail_msg("resident: %s", io);
 	cfg.io = LDR_IO_BUFFERED;
 	io_chosen(&cfg, io, sizeof(io));
