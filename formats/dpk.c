@@ -630,6 +630,17 @@ int dpk_mapped(const struct dpk *d)
 	return d->map != NULL;
 }
 
+void dpk_entry_prefetch(const struct dpk *d, uint64_t i)
+{
+	if (d->map && i < d->hdr.count) {  /* a hint: touches nothing, cannot fault */
+		__builtin_prefetch(&d->map[i]);
+		if (i > 0)
+			__builtin_prefetch(&d->map[i - 1]);
+		if (i + 1 < d->hdr.count)
+			__builtin_prefetch(&d->map[i + 1]);
+	}
+}
+
 int dpk_data_mapped(const struct dpk *d)
 {
 	return d->data != NULL;

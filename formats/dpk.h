@@ -145,6 +145,9 @@ const struct dpk_entry *dpk_entry_get(const struct dpk *d, uint64_t i);
  * past the count, -EBADMSG for a bad entry or a file truncated under its mapped index (@out is
  * then zeroed), with a message naming the sample in @err (NULL ok). Thread-safe, no syscall. */
 int dpk_entry_load(const struct dpk *d, uint64_t i, struct dpk_entry *out, char *err, size_t errlen);
+/* Hint that dpk_entry_load(@i) comes soon (a mapped index: its cache lines are fetched; entries
+ * of a shuffled order miss the cache). No effect past the count or on a copied index. */
+void dpk_entry_prefetch(const struct dpk *d, uint64_t i);
 /* 1 when the index is mapped (DPK_OPEN_MAP took), else 0. */
 int dpk_mapped(const struct dpk *d);
 /* 1 when the data section is mapped (DPK_OPEN_MAP_DATA took), else 0. */

@@ -39,6 +39,7 @@
 
 #define QUEUE_DEPTH 64u
 #define BLOCK 4096u
+#define PREFETCH_AHEAD 8u    /* entries of a plan fetched ahead of their load */
 #define RETRY_MAX 5          /* tries after the first, per read */
 #define RETRY_PAUSE_US 1000  /* the first pause; doubled for each further try */
 
@@ -315,6 +316,8 @@ static uint32_t plan(struct ldr_reader *r, struct half *h, const struct dpk *d, 
 		struct dpk_extent x;
 
 		memset(q, 0, sizeof(*q));
+		if (k + PREFETCH_AHEAD < n)
+			dpk_entry_prefetch(d, ids[k + PREFETCH_AHEAD]);
 		if (dpk_entry_load(d, ids[k], &q->e, NULL, 0) < 0) {
 			q->err = -EBADMSG;  /* a bad entry: nothing is read for it */
 			continue;
