@@ -555,6 +555,38 @@ static void test_dpk_mapped_truncated_no_sigbus(void **state)
 	dpk_close(o);
 }
 
+/* The data section mapped (DPK_OPEN_MAP_DATA): records copy out byte for byte; a record of a file
+ * cut short under the mapping copies as -EBADMSG, and the process lives. */
+static void test_dpk_mapped_data_copy_and_truncation(void **state)
+{
+	uint8_t buf[8192], want[8192];
+	struct dpk_entry e;
+	struct dpk *d, *c;
+	char err[256];
+
+	(void)state;
+	write_dataset(600);
+	assert_int_equal(dpk_open(path, 0, &c, err, sizeof(err)), 0);
+	assert_int_equal(dpk_open(path, DPK_OPEN_MAP | DPK_OPEN_MAP_DATA, &d, err, sizeof(err)), 0);
+	assert_int_equal(dpk_data_mapped(d), 1);
+	assert_int_equal(dpk_data_mapped(c), 0);
+	for (uint64_t i = 0; i < 600; i++) {
+		assert_int_equal(dpk_entry_load(d, i, &e, err, sizeof(err)), 0);
+		ssize_t n = dpk_record_copy(d, &e, buf, sizeof(buf));
+		assert_int_equal(n, (ssize_t)e.length);
+		assert_int_equal(dpk_read(c, i, want, sizeof(want)), n);
+		assert_memory_equal(buf, want, (size_t)n);
+		assert_int_equal(dpk_record_check(&e, buf), 0);
+	}
+	assert_int_equal(dpk_record_copy(c, dpk_entry_get(c, 0), buf, sizeof(buf)), -EINVAL);
+	assert_int_equal(dpk_entry_load(d, 599, &e, err, sizeof(err)), 0);
+	assert_int_equal(dpk_record_copy(d, &e, buf, e.length - 1), -ENOSPC);
+	assert_int_equal(truncate(path, DPK_HEADER_SIZE + 4096), 0);
+	assert_int_equal(dpk_record_copy(d, &e, buf, sizeof(buf)), -EBADMSG);
+	dpk_close(d);
+	dpk_close(c);
+}
+
 static void test_dpk_version_is_eproto(void **state)
 {
 	char err[256];
@@ -849,6 +881,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dpk_mapped_bounds_at_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_mapped_matches_copy, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_mapped_truncated_no_sigbus, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dpk_mapped_data_copy_and_truncation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_version_is_eproto, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_count_overflow_rejected, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_not_a_dpk, setup, teardown),
