@@ -349,13 +349,17 @@ static void io_choice(struct dset *ds, const struct ldr_config *cfg, int res, co
 {
 	const struct dpk_header *h = dpk_header_get(ds->d);
 
-	if (cfg->io != LDR_IO_AUTO) {
+	if (cfg->io == LDR_IO_BUFFERED || cfg->io == LDR_IO_PREAD) {
 		snprintf(ds->io, sizeof(ds->io), "%s", cfg->io == LDR_IO_PREAD ? "pread (--io pread)" :
 			 "page cache (--io buffered)");
 		return;
 	}
 	if (ds->fd_direct < 0) {
 		snprintf(ds->io, sizeof(ds->io), "page cache (no O_DIRECT on this file system)");
+		return;
+	}
+	if (cfg->io == LDR_IO_DIRECT) {
+		snprintf(ds->io, sizeof(ds->io), "O_DIRECT (--io direct)");
 		return;
 	}
 	uint64_t budget = cfg->cache_bytes ? cfg->cache_bytes : memory_budget();

@@ -51,8 +51,11 @@ static void usage(FILE *f)
 "  --slots N            ring depth when a client does not ask (default 4)\n"
 "  --task-samples N     samples per task: a batch is cut into tasks that any worker fills\n"
 "                       (default: batch / (4 x workers), within 4..8)\n"
-"  --io MODE            auto (io_uring, O_DIRECT where the file system allows; default),\n"
-"                       buffered (io_uring through the page cache), pread (no io_uring)\n"
+"  --io MODE            auto (default: per dataset, from memory when it is in the page\n"
+"                       cache, through the page cache when it fits half the memory, else\n"
+"                       O_DIRECT; docs/TUNING.md), direct (io_uring, O_DIRECT where the file\n"
+"                       system allows), buffered (io_uring through the page cache), pread (no\n"
+"                       io_uring)\n"
 "  --group NAME         let members of this group connect too (socket mode 0660)\n"
 "  --linger SECONDS     keep a job with no rank attached this long (default 60)\n"
 "\n"
@@ -196,6 +199,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 				o->cfg.io = LDR_IO_BUFFERED;
 			else if (!strcmp(optarg, "pread"))
 				o->cfg.io = LDR_IO_PREAD;
+			else if (!strcmp(optarg, "direct"))
+				o->cfg.io = LDR_IO_DIRECT;
 			else
 				goto bad_value;
 			break;
@@ -312,7 +317,8 @@ static int serve(const struct opts *o)
 	LOG_INFO("serving on %s: %u workers, io %s, ring memory limit %llu MiB", o->path,
 		 o->so.workers, o->cfg.io == LDR_IO_PREAD ? "pread" :
 		 o->cfg.io == LDR_IO_BUFFERED ? "io_uring (buffered)" :
-		 "io_uring (O_DIRECT where possible)", (unsigned long long)(o->so.mem_limit >> 20));
+		 o->cfg.io == LDR_IO_DIRECT ? "io_uring (O_DIRECT where possible)" :
+		 "auto (per dataset: memory, page cache or O_DIRECT)", (unsigned long long)(o->so.mem_limit >> 20));
 	if (o->metrics_path) {
 		ret = ldr_metrics_start(g_srv, o->metrics_path, (unsigned)(o->metrics_s * 1000 + 0.5),
 					&metrics);

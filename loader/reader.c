@@ -155,7 +155,8 @@ const char *ldr_reader_path(const struct ldr_reader *r, int fd_direct)
 		return "pread";
 	if (r->h[0].copy || r->h[1].copy)
 		return "mapped";
-	if (fd_direct >= 0 && r->mode == LDR_IO_AUTO && !r->direct_broken)
+	if (fd_direct >= 0 && (r->mode == LDR_IO_AUTO || r->mode == LDR_IO_DIRECT) &&
+	    !r->direct_broken)
 		return "io_uring+O_DIRECT";
 	return "io_uring";
 }
@@ -368,7 +369,8 @@ static void plan_half(struct ldr_reader *r, unsigned hi, int fd_direct)
 {
 	struct half *h = &r->h[hi];
 
-	h->direct = fd_direct >= 0 && r->mode == LDR_IO_AUTO && r->have_ring && !r->direct_broken;
+	h->direct = fd_direct >= 0 && (r->mode == LDR_IO_AUTO || r->mode == LDR_IO_DIRECT) &&
+		    r->have_ring && !r->direct_broken;
 	h->copy = !h->direct && r->mode != LDR_IO_PREAD && dpk_data_mapped(h->d);
 	h->n = plan(r, h, h->d, h->direct ? fd_direct : dpk_fd(h->d), h->direct, h->ids, h->asked);
 	h->next = h->waiting = 0;

@@ -8,7 +8,11 @@
 
 #include "formats/dpk.h"
 
-enum ldr_io { LDR_IO_AUTO = 0, LDR_IO_BUFFERED = 1, LDR_IO_PREAD = 2 };
+/* AUTO: io_uring, O_DIRECT on the fd_direct a caller passes (loader/job.c passes one only for
+ * datasets that do not fit the page cache, and maps resident ones: docs/TUNING.md); DIRECT: the
+ * same, the caller always passing it; BUFFERED: io_uring through the page cache; PREAD: no
+ * io_uring. */
+enum ldr_io { LDR_IO_AUTO = 0, LDR_IO_BUFFERED = 1, LDR_IO_PREAD = 2, LDR_IO_DIRECT = 3 };
 
 struct ldr_reader;
 

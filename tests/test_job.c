@@ -605,6 +605,9 @@ static void test_job_io_auto_follows_residency(void **state)
 	cfg.io = LDR_IO_BUFFERED;
 	io_chosen(&cfg, io, sizeof(io));
 	assert_string_equal(io, "page cache (--io buffered)");
+	cfg.io = LDR_IO_DIRECT;
+	io_chosen(&cfg, io, sizeof(io));
+	assert_string_equal(io, "O_DIRECT (--io direct)");
 }
 
 /* A worker that could not start makes its fills fail with a message, not a crash. */

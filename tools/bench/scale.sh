@@ -79,7 +79,7 @@ if echo "$parts" | grep -q rate; then
 	cat "$d" >/dev/null  # in the page cache
 	echo "| case | --io | samples/s | CPU-s per M samples (loaderd + ldcat) |"
 	echo "|---|---|---|---|"
-	for io in auto pread buffered; do
+	for io in auto direct pread buffered; do
 		start_ld --io "$io"
 		echo "| raw 32x32x3, cached | $io | $(rate "$d" --crop 0 | sed 's/ / | /') |"
 		echo "| rrc+flip 28 px, cached | $io | $(rate "$d" --crop 28 --transforms rrc --flip | sed 's/ / | /') |"
