@@ -352,6 +352,8 @@ struct guard_slot {
 static struct guard_slot guard_tab[GUARD_SLOTS];
 static pthread_mutex_t guard_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct sigaction guard_old;
+static uintptr_t guard_page;  /* the page size, read before the handler can run (sysconf is not
+			       * async-signal-safe) */
 
 static void guard_handler(int sig, siginfo_t *si, void *uc)
 {
@@ -361,9 +363,8 @@ static void guard_handler(int sig, siginfo_t *si, void *uc)
 		uintptr_t base = atomic_load_explicit(&guard_tab[k].base, memory_order_acquire);
 		if (!base || a < base || a - base >= guard_tab[k].len)
 			continue;
-		long pg = sysconf(_SC_PAGESIZE);
 		atomic_store(&guard_tab[k].d->lost, 1);
-		if (mmap((void *)(a & ~(uintptr_t)(pg - 1)), (size_t)pg, PROT_READ,
+		if (mmap((void *)(a & ~(guard_page - 1)), (size_t)guard_page, PROT_READ,
 			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED)
 			return;
 		break;  /* cannot patch it: die as the default would */
@@ -390,6 +391,7 @@ static int guard_add(struct dpk *d, void *base, size_t len)
 	int installed;
 
 	pthread_mutex_lock(&guard_mu);
+	guard_page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	/* (Again) when someone else's handler took SIGBUS since: ours goes first, chaining to it. */
 	installed = sigaction(SIGBUS, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
 		    cur.sa_sigaction == guard_handler;

@@ -11,10 +11,14 @@
 #                  "1280000 12800000")
 #   --cifar N      records of the 32x32x3 set (default 50000)
 #   --parts P      any of "rate open pack" (default all three)
+#   --modes "M.."  loaderd --io modes of the rate part (default "auto direct pread buffered";
+#                  a build from before --io direct: "auto pread buffered")
+#   --epochs E     epochs of each rate run (default 5)
 # Figures are wall-clock on whatever else the machine runs: the load average is printed with them.
 set -eu
 cd "$(dirname "$0")/../.."
 W=/tmp/loaderd-scale B=build/bin counts="1280000 12800000" cifar=50000 parts="rate open pack"
+modes="auto direct pread buffered" epochs=5
 while [ $# -gt 0 ]; do
 	case $1 in
 	--workdir) W=$2; shift 2 ;;
@@ -22,7 +26,9 @@ while [ $# -gt 0 ]; do
 	--counts) counts=$2; shift 2 ;;
 	--cifar) cifar=$2; shift 2 ;;
 	--parts) parts=$2; shift 2 ;;
-	-h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+	--modes) modes=$2; shift 2 ;;
+	--epochs) epochs=$2; shift 2 ;;
+	-h|--help) sed -n '2,19p' "$0"; exit 0 ;;
 	*) echo "scale.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 done
@@ -65,7 +71,7 @@ rate() {
 	RUN=$((RUN + 1))
 	c0=$(cpu_s "$LDPID"); t0=$(now)
 	/usr/bin/time -f "%U %S" -o "$W/ldcat.cpu" "$B/ldcat" --socket "$SOCK" --dataset "$d" \
-		--batch 256 --epochs 1 --job "r$RUN" "$@" >"$W/ldcat.out" 2>>"$W/ldcat.log"
+		--batch 256 --epochs "$epochs" --job "r$RUN" "$@" >"$W/ldcat.out" 2>>"$W/ldcat.log"
 	t1=$(now); c1=$(cpu_s "$LDPID")
 	n=$(wc -l <"$W/ldcat.out")
 	awk -v n="$n" -v t="$(echo "$t1 - $t0" | bc)" -v c="$(echo "$c1 - $c0" | bc)" \
@@ -79,12 +85,15 @@ if echo "$parts" | grep -q rate; then
 	cat "$d" >/dev/null  # in the page cache
 	echo "| case | --io | samples/s | CPU-s per M samples (loaderd + ldcat) |"
 	echo "|---|---|---|---|"
-	for io in auto direct pread buffered; do
-		start_ld --io "$io"
+	evict() { python3 -c "import os; fd=os.open('$d', os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)"; }
+	# a fresh loaderd per row: --io auto chooses when a dataset is first opened
+	for io in $modes; do
+		cat "$d" >/dev/null; start_ld --io "$io"
 		echo "| raw 32x32x3, cached | $io | $(rate "$d" --crop 0 | sed 's/ / | /') |"
+		cat "$d" >/dev/null; start_ld --io "$io"
 		echo "| rrc+flip 28 px, cached | $io | $(rate "$d" --crop 28 --transforms rrc --flip | sed 's/ / | /') |"
-		python3 -c "import os; fd=os.open('$d', os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)"
-		echo "| raw 32x32x3, evicted | $io | $(rate "$d" --crop 0 | sed 's/ / | /') |"
+		evict; start_ld --io "$io"
+		echo "| raw 32x32x3, evicted first | $io | $(rate "$d" --crop 0 | sed 's/ / | /') |"
 		stop_ld
 	done
 fi
