@@ -60,7 +60,8 @@
 #define READ_MAX 1024              /* records per reader call */
 #define WALK_MAX (1ull << 21)      /* datasets up to this many samples are walked at first open */
 
-/* What a walk learnt of the records for one way of delivering them (cropped or as stored). */
+/* What a walk learnt of the records for one way of delivering them (cropped or as stored: the
+ * kinds' accepts() look at nothing else of the output today; one that does needs a key here). */
 struct verdict {
 	int known;
 	int ret;                   /* 0: every record is accepted; else the first refusal's -errno */
