@@ -772,6 +772,9 @@ void dpk_extent_align(const struct dpk_entry *e, uint64_t block, struct dpk_exte
 #define WBUF_SIZE (4u << 20)
 #define DIRECT_MIN (64u << 10)      /* records this large skip wbuf */
 #define WRITEBACK_STEP (32u << 20)  /* start writeback every this many bytes */
+#define IDX_CHUNK 65536u            /* index entries held in memory (4 MiB); older ones are
+				     * spilled to a file of their own, so memory does not grow
+				     * with the count */
 
 struct dpk_writer {
 	struct afile f;         /* the temporary file, renamed over the target by finish */
@@ -782,8 +785,11 @@ struct dpk_writer {
 	uint64_t synced;        /* writeback started for [0, synced) */
 	uint8_t *wbuf;
 	size_t wlen;
-	struct dpk_entry *index;
+	struct dpk_entry *index; /* entries [spilled, count): at most IDX_CHUNK */
 	uint64_t count, cap;
+	int spill_fd;           /* entries [0, spilled), an unnamed file beside the target, or -1 */
+	uint64_t spilled;
+	XXH3_state_t *ixh;      /* the index checksum over the spilled entries (with spill_fd) */
 	char *classes;          /* encoded class table */
 	uint64_t classes_size;
 	uint32_t class_count;
@@ -838,6 +844,63 @@ static int wappend(struct dpk_writer *w, const void *data, uint64_t len)
 	return 0;
 }
 
+/* Move the IDX_CHUNK entries in memory to the spill file (made the first time: O_TMPFILE in the
+ * target's directory, else a named one unlinked at once). 0 or -errno. */
+static int spill(struct dpk_writer *w)
+{
+	uint64_t n = w->count - w->spilled;
+
+	if (w->spill_fd < 0) {
+		char dir[4096];
+		const char *slash = strrchr(w->f.tmp, '/');
+
+		if (snprintf(dir, sizeof(dir), "%s", slash ? w->f.tmp : ".") >= (int)sizeof(dir))
+			return -ENAMETOOLONG;
+		if (slash)  /* the directory: up to the last slash ("/" for a file in the root) */
+			dir[slash == w->f.tmp ? 1 : slash - w->f.tmp] = '\0';
+		w->spill_fd = open(dir, O_RDWR | O_TMPFILE | O_CLOEXEC, 0600);
+		if (w->spill_fd < 0) {
+			char name[4200];
+			snprintf(name, sizeof(name), "%s.idx.XXXXXX", w->f.tmp);
+			w->spill_fd = mkostemp(name, O_CLOEXEC);
+			if (w->spill_fd < 0)
+				return -errno;
+			unlink(name);
+		}
+		w->ixh = XXH3_createState();
+		if (!w->ixh)
+			return -ENOMEM;
+		XXH3_64bits_reset(w->ixh);
+	}
+	int ret = fd_write_all(w->spill_fd, w->index, n * sizeof(*w->index));
+	if (ret < 0)
+		return ret;
+	XXH3_64bits_update(w->ixh, w->index, n * sizeof(*w->index));
+	w->spilled += n;
+	return 0;
+}
+
+/* Append the spilled entries to the file, in WBUF_SIZE blocks through wbuf. 0 or -errno. */
+static int unspill(struct dpk_writer *w)
+{
+	uint64_t left = w->spilled * sizeof(struct dpk_entry), off = 0;
+	int ret = wflush(w);
+
+	while (ret == 0 && left) {
+		size_t k = left < WBUF_SIZE ? (size_t)left : WBUF_SIZE;
+		ssize_t n = pread(w->spill_fd, w->wbuf, k, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		ret = fd_write_all(w->f.fd, w->wbuf, (size_t)n);
+		w->pos += (uint64_t)n;
+		off += (uint64_t)n;
+		left -= (uint64_t)n;
+	}
+	return ret;
+}
+
 int dpk_writer_create(const char *path, unsigned flags, struct dpk_writer **out)
 {
 	struct dpk_writer *w = calloc(1, sizeof(*w));
@@ -847,6 +910,7 @@ int dpk_writer_create(const char *path, unsigned flags, struct dpk_writer **out)
 	if (!w)
 		return -ENOMEM;
 	w->f.fd = -1;
+	w->spill_fd = -1;
 	w->no_sync = flags & DPK_WRITE_NO_SYNC;
 	w->wbuf = malloc(WBUF_SIZE);
 	if (!w->wbuf)
@@ -908,7 +972,11 @@ int dpk_writer_add(struct dpk_writer *w, const struct dpk_record *r)
 	    ((dpk_kind_info(r->kind)->flags & DPK_KF_STORED_RAW) && r->length != raw_size) ||
 	    (r->flags & ~DPK_F_PROGRESSIVE))
 		return -EINVAL;
-	if (w->count == w->cap) {
+	if (w->count - w->spilled == IDX_CHUNK && (ret = spill(w)) < 0) {
+		w->failed = 1;
+		return ret;
+	}
+	if (w->count - w->spilled == w->cap) {
 		uint64_t cap = w->cap ? w->cap * 2 : 1024;
 		struct dpk_entry *t = NULL;
 
@@ -919,7 +987,7 @@ int dpk_writer_add(struct dpk_writer *w, const struct dpk_record *r)
 		w->index = t;
 		w->cap = cap;
 	}
-	struct dpk_entry *e = &w->index[w->count];
+	struct dpk_entry *e = &w->index[w->count - w->spilled];
 	memset(e, 0, sizeof(*e));
 	e->offset = w->pos;
 	e->length = r->length;
@@ -983,14 +1051,22 @@ int dpk_writer_finish(struct dpk_writer *w)
 	h.classes_xxh3 = XXH3_64bits(w->classes, w->classes_size);
 	h.index_offset = h.classes_offset + h.classes_size;
 	h.index_size = w->count * sizeof(struct dpk_entry);
-	h.index_xxh3 = XXH3_64bits(w->index, h.index_size);
+	uint64_t mem = (w->count - w->spilled) * sizeof(struct dpk_entry);
+	if (w->ixh) {
+		XXH3_64bits_update(w->ixh, w->index, mem);
+		h.index_xxh3 = XXH3_64bits_digest(w->ixh);
+	} else {
+		h.index_xxh3 = XXH3_64bits(w->index, mem);
+	}
 	h.file_size = h.index_offset + h.index_size;
 	h.kinds = w->kinds;
 	h.header_xxh3 = XXH3_64bits(&h, offsetof(struct dpk_header, header_xxh3));
 
 	ret = wappend(w, w->classes, w->classes_size);
+	if (ret == 0 && w->spilled)
+		ret = unspill(w);
 	if (ret == 0)
-		ret = wappend(w, w->index, h.index_size);
+		ret = wappend(w, w->index, mem);
 	if (ret == 0)
 		ret = wflush(w);
 	if (ret == 0) {
@@ -1014,6 +1090,9 @@ void dpk_writer_destroy(struct dpk_writer *w)
 	afile_close(&w->f);  /* removes the temporary file unless finish renamed it */
 	free(w->wbuf);
 	free(w->index);
+	if (w->spill_fd >= 0)
+		close(w->spill_fd);
+	XXH3_freeState(w->ixh);
 	free(w->classes);
 	free(w);
 }

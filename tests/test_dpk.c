@@ -587,6 +587,44 @@ static void test_dpk_mapped_data_copy_and_truncation(void **state)
 	dpk_close(c);
 }
 
+/* The writer keeps 65,536 index entries in memory and spills older ones to a file of its own
+ * (formats/dpk.c IDX_CHUNK): at exactly that count nothing spills, one past it one chunk does, and
+ * two chunks and one; each file opens with its index checksum and every entry right. */
+static void test_dpk_writer_index_spills_at_chunk(void **state)
+{
+	static const uint64_t counts[] = { 65536, 65537, 2 * 65536 + 1 };
+	char err[256];
+
+	(void)state;
+	for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+		struct dpk_writer *w;
+		struct dpk *d;
+
+		assert_int_equal(dpk_writer_create(path, DPK_WRITE_NO_SYNC, &w), 0);
+		for (uint64_t i = 0; i < counts[c]; i++) {
+			uint8_t b = (uint8_t)(i * 7);
+			struct dpk_record r = { .kind = DPK_KIND_RAW, .label = (int64_t)(i % 1000),
+						.data = &b, .length = 1, .ndim = 1, .shape = { 1 } };
+			assert_int_equal(dpk_writer_add(w, &r), 0);
+		}
+		assert_int_equal(dpk_writer_finish(w), 0);
+		dpk_writer_destroy(w);
+		assert_int_equal(dpk_open(path, 0, &d, err, sizeof(err)), 0);
+		assert_int_equal(dpk_count(d), counts[c]);
+		for (uint64_t i = 0; i < counts[c]; i++) {
+			const struct dpk_entry *e = dpk_entry_get(d, i);
+			uint8_t b;
+			if (e->offset != DPK_HEADER_SIZE + i || e->label != (int64_t)(i % 1000))
+				fail_msg("count %llu: entry %llu wrong", (unsigned long long)counts[c],
+					 (unsigned long long)i);
+			assert_int_equal(dpk_read(d, i, &b, 1), 1);
+			assert_int_equal(b, (uint8_t)(i * 7));
+		}
+		dpk_close(d);
+		assert_int_equal(unlink(path), 0);
+	}
+}
+
 static void test_dpk_version_is_eproto(void **state)
 {
 	char err[256];
@@ -882,6 +920,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dpk_mapped_matches_copy, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_mapped_truncated_no_sigbus, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_mapped_data_copy_and_truncation, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dpk_writer_index_spills_at_chunk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_version_is_eproto, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_count_overflow_rejected, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_not_a_dpk, setup, teardown),
