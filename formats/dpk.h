@@ -105,7 +105,7 @@ struct dpk;  /* opaque; immutable after open, so safe to share between threads *
 #define DPK_OPEN_NO_INDEX_CHECK 0x1u  /* skip the index checksum (entries are still validated) */
 #define DPK_OPEN_MAP 0x2u  /* map the index read-only instead of copying it: open reads the header
 			    * and class table only (its cost does not grow with the count), the index
-			    * checksum is not checked (`dpack check` does), and each entry is checked
+			    * checksum is not checked (`dpack verify` does), and each entry is checked
 			    * when dpk_entry_load copies it out, as strictly as a copied index is at
 			    * open. Copies of one file opened so share its pages. The first such open
 			    * installs a SIGBUS handler (chaining to the one before) that turns a
