@@ -18,9 +18,13 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -35,7 +39,19 @@ struct dpk {
 	int fd;
 	int own_fd;
 	struct dpk_header hdr;
-	struct dpk_entry *index;        /* private copy (malloc), NULL when count == 0 */
+	struct dpk_entry *index;        /* private copy (malloc), NULL when count == 0 or mapped */
+	const struct dpk_entry *map;    /* DPK_OPEN_MAP: the index section, mapped read-only (entries
+					 * checked at use: dpk_entry_load); else NULL */
+	void *map_base;                 /* the mapping (page aligned), map_len bytes */
+	size_t map_len;
+	int guard_slot;                 /* its slot in the SIGBUS guard's table, or -1 */
+	const uint8_t *data;            /* DPK_OPEN_MAP_DATA: byte 0 of the file, as mapped for the
+					 * data section (only [data_offset, +data_size) is); else NULL */
+	void *data_base;                /* that mapping (page aligned), data_len bytes */
+	size_t data_len;
+	int data_slot;                  /* its guard slot, or -1 */
+	atomic_int lost;                /* 1 once a page of the mapping was gone (file truncated):
+					 * set by the SIGBUS guard, read by dpk_entry_load */
 	char *class_blob;               /* class names, each NUL-terminated */
 	const char **class_names;       /* class_count pointers into class_blob */
 	uint8_t identity[DPK_IDENTITY_SIZE]; /* XXH3-128 of the index, seeded by the class table's
@@ -235,6 +251,52 @@ out:
 	return ret;
 }
 
+/* Entry @i's checks: everything check_entries() asks of it, given where the record before it
+ * ends (@prev_end) and where the one after it starts (@next_start; the data section's end for the
+ * last). 0 or -EBADMSG with a message naming the sample. */
+static int entry_check(const struct dpk_header *h, uint64_t i, const struct dpk_entry *e,
+		       uint64_t prev_end, uint64_t next_start, char *err, size_t errlen)
+{
+	uint64_t data_end = h->data_offset + h->data_size;
+	unsigned long long id = (unsigned long long)i;
+	const char *why = NULL;
+	uint64_t raw_size, end;
+
+	if (shape_check(e->kind, e->ndim, e->shape, e->subsamp, &raw_size, &why) < 0)
+		return err_set(err, errlen, -EBADMSG, "sample %llu: %s", id, why);
+	if (e->raw_size != raw_size)
+		return err_set(err, errlen, -EBADMSG, "sample %llu: raw_size %llu is not the product of its shape",
+			    id, (unsigned long long)e->raw_size);
+	if (e->length == 0 || e->length > DPK_RECORD_MAX)
+		return err_set(err, errlen, -EBADMSG, "sample %llu: absurd length %llu",
+			    id, (unsigned long long)e->length);
+	if (add_overflows(e->offset, e->length, &end))
+		return err_set(err, errlen, -EBADMSG, "sample %llu: offset + length overflows", id);
+	if (e->offset < prev_end)
+		return err_set(err, errlen, -EBADMSG, "sample %llu: record at %llu overlaps the previous one (ends at %llu)",
+			    id, (unsigned long long)e->offset, (unsigned long long)prev_end);
+	if (end > data_end)
+		return err_set(err, errlen, -EBADMSG, "sample %llu: record [%llu, %llu) runs past the data section (ends at %llu)",
+			    id, (unsigned long long)e->offset, (unsigned long long)end,
+			    (unsigned long long)data_end);
+	if (end > next_start)
+		return err_set(err, errlen, -EBADMSG, "sample %llu: record [%llu, %llu) overlaps the next one (starts at %llu)",
+			    id, (unsigned long long)e->offset, (unsigned long long)end,
+			    (unsigned long long)next_start);
+	if ((dpk_kind_info(e->kind)->flags & DPK_KF_STORED_RAW) && e->length != e->raw_size)
+		return err_set(err, errlen, -EBADMSG, "sample %llu: raw record of %llu bytes for shape of %llu",
+			    id, (unsigned long long)e->length, (unsigned long long)e->raw_size);
+	if (h->class_count && (e->label < 0 || e->label >= (int64_t)h->class_count))
+		return err_set(err, errlen, -EBADMSG, "sample %llu: label %lld outside %u classes",
+			    id, (long long)e->label, h->class_count);
+	if (e->reserved || (e->flags & ~DPK_F_PROGRESSIVE))
+		return err_set(err, errlen, -EBADMSG, "sample %llu: reserved bits set", id);
+	if (!(h->kinds & (1u << e->kind)))
+		return err_set(err, errlen, -EBADMSG, "sample %llu: kind %s is not in the header's kinds 0x%x",
+			    id, dpk_kind_name(e->kind), h->kinds);
+	return 0;
+}
+
 static int check_entries(const struct dpk *d, char *err, size_t errlen)
 {
 	const struct dpk_header *h = &d->hdr;
@@ -243,41 +305,177 @@ static int check_entries(const struct dpk *d, char *err, size_t errlen)
 
 	for (uint64_t i = 0; i < h->count; i++) {
 		const struct dpk_entry *e = &d->index[i];
-		unsigned long long id = (unsigned long long)i;
-		const char *why = NULL;
-		uint64_t raw_size, end;
-
-		if (shape_check(e->kind, e->ndim, e->shape, e->subsamp, &raw_size, &why) < 0)
-			return err_set(err, errlen, -EBADMSG, "sample %llu: %s", id, why);
-		if (e->raw_size != raw_size)
-			return err_set(err, errlen, -EBADMSG, "sample %llu: raw_size %llu is not the product of its shape",
-				    id, (unsigned long long)e->raw_size);
-		if (e->length == 0 || e->length > DPK_RECORD_MAX)
-			return err_set(err, errlen, -EBADMSG, "sample %llu: absurd length %llu",
-				    id, (unsigned long long)e->length);
-		if (add_overflows(e->offset, e->length, &end))
-			return err_set(err, errlen, -EBADMSG, "sample %llu: offset + length overflows", id);
-		if (e->offset < prev_end)
-			return err_set(err, errlen, -EBADMSG, "sample %llu: record at %llu overlaps the previous one (ends at %llu)",
-				    id, (unsigned long long)e->offset, (unsigned long long)prev_end);
-		if (end > data_end)
-			return err_set(err, errlen, -EBADMSG, "sample %llu: record [%llu, %llu) runs past the data section (ends at %llu)",
-				    id, (unsigned long long)e->offset, (unsigned long long)end,
-				    (unsigned long long)data_end);
-		if ((dpk_kind_info(e->kind)->flags & DPK_KF_STORED_RAW) && e->length != e->raw_size)
-			return err_set(err, errlen, -EBADMSG, "sample %llu: raw record of %llu bytes for shape of %llu",
-				    id, (unsigned long long)e->length, (unsigned long long)e->raw_size);
-		if (h->class_count && (e->label < 0 || e->label >= (int64_t)h->class_count))
-			return err_set(err, errlen, -EBADMSG, "sample %llu: label %lld outside %u classes",
-				    id, (long long)e->label, h->class_count);
-		if (e->reserved || (e->flags & ~DPK_F_PROGRESSIVE))
-			return err_set(err, errlen, -EBADMSG, "sample %llu: reserved bits set", id);
+		/* the next record's start is checked as its own prev_end, one step later */
+		int ret = entry_check(h, i, e, prev_end, data_end, err, errlen);
+		if (ret < 0)
+			return ret;
 		kinds |= 1u << e->kind;
-		prev_end = end;
+		prev_end = e->offset + e->length;
 	}
 	if (kinds != h->kinds)
 		return err_set(err, errlen, -EBADMSG, "header kinds 0x%x but index has 0x%x", h->kinds, kinds);
 	return 0;
+}
+
+/* ---- the SIGBUS guard of mapped indexes ----
+ *
+ * A mapped index whose file is truncated raises SIGBUS on the next touch of a page past the new
+ * end. The guard turns that into an error of the datasets concerned: its handler finds the
+ * faulting address in the table of mapped indexes, marks that dataset lost, maps a page of zeros
+ * over the faulting page and returns, so the access completes (reading zeros, which no entry
+ * check passes) and dpk_entry_load, which looks at `lost` after its copy, reports the
+ * truncation. A fault anywhere else goes to the handler that was there before (or the default:
+ * the process dies as it would have). The table is written under guard_mu and read by the
+ * handler without locks: a slot's base is published last (release) and read first (acquire). A
+ * dataset's slot can only fault while it is mapped, that is before dpk_close clears its slot. */
+#define GUARD_SLOTS 256
+struct guard_slot {
+	_Atomic uintptr_t base;   /* 0: free */
+	uintptr_t len;
+	struct dpk *d;
+};
+static struct guard_slot guard_tab[GUARD_SLOTS];
+static pthread_mutex_t guard_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct sigaction guard_old;
+static uintptr_t guard_page;  /* the page size, read before the handler can run (sysconf is not
+			       * async-signal-safe) */
+
+static void guard_handler(int sig, siginfo_t *si, void *uc)
+{
+	uintptr_t a = (uintptr_t)si->si_addr;
+
+	for (int k = 0; k < GUARD_SLOTS; k++) {
+		uintptr_t base = atomic_load_explicit(&guard_tab[k].base, memory_order_acquire);
+		if (!base || a < base || a - base >= guard_tab[k].len)
+			continue;
+		atomic_store(&guard_tab[k].d->lost, 1);
+		if (mmap((void *)(a & ~(guard_page - 1)), (size_t)guard_page, PROT_READ,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED)
+			return;
+		break;  /* cannot patch it: die as the default would */
+	}
+	if ((guard_old.sa_flags & SA_SIGINFO) && guard_old.sa_sigaction) {
+		guard_old.sa_sigaction(sig, si, uc);
+		return;
+	}
+	if (guard_old.sa_handler != SIG_DFL && guard_old.sa_handler != SIG_IGN) {
+		guard_old.sa_handler(sig);
+		return;
+	}
+	/* the default action: the faulting access runs again and kills the process */
+	signal(SIGBUS, SIG_DFL);
+}
+
+/* A slot for @d's mapping (installing the handler the first time), or -1 when the table is full
+ * or the handler cannot be set. */
+static int guard_add(struct dpk *d, void *base, size_t len)
+{
+	int slot = -1;
+
+	struct sigaction cur;
+	int installed;
+
+	pthread_mutex_lock(&guard_mu);
+	guard_page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	/* (Again) when someone else's handler took SIGBUS since: ours goes first, chaining to it. */
+	installed = sigaction(SIGBUS, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
+		    cur.sa_sigaction == guard_handler;
+	if (!installed) {
+		struct sigaction sa;
+
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_sigaction = guard_handler;
+		sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+		sigemptyset(&sa.sa_mask);
+		installed = sigaction(SIGBUS, &sa, &guard_old) == 0;
+	}
+	for (int k = 0; installed && k < GUARD_SLOTS && slot < 0; k++) {
+		if (atomic_load_explicit(&guard_tab[k].base, memory_order_relaxed))
+			continue;
+		guard_tab[k].len = len;
+		guard_tab[k].d = d;
+		atomic_store_explicit(&guard_tab[k].base, (uintptr_t)base, memory_order_release);
+		slot = k;
+	}
+	pthread_mutex_unlock(&guard_mu);
+	return slot;
+}
+
+static void guard_remove(int slot)
+{
+	pthread_mutex_lock(&guard_mu);
+	atomic_store_explicit(&guard_tab[slot].base, 0, memory_order_release);
+	pthread_mutex_unlock(&guard_mu);
+}
+
+/* Map the index section read-only; 0, or -errno when it cannot (the caller copies it then). */
+static int map_index(struct dpk *d)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uint64_t start = d->hdr.index_offset & ~(uint64_t)(pg - 1);
+	uint64_t len = d->hdr.index_offset + d->hdr.index_size - start;
+
+	if (len > SIZE_MAX)
+		return -EFBIG;
+	void *p = mmap(NULL, (size_t)len, PROT_READ, MAP_SHARED, d->fd, (off_t)start);
+	if (p == MAP_FAILED)
+		return -errno;
+	d->map_base = p;
+	d->map_len = (size_t)len;
+	d->guard_slot = guard_add(d, p, (size_t)len);
+	if (d->guard_slot < 0) {
+		munmap(p, (size_t)len);
+		d->map_base = NULL;
+		return -ENOSPC;
+	}
+	d->map = (const struct dpk_entry *)((uint8_t *)p + (d->hdr.index_offset - start));
+	return 0;
+}
+
+/* Map the data section read-only (DPK_OPEN_MAP_DATA); 0 or -errno (then records are read). */
+static int map_data(struct dpk *d)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uint64_t start = d->hdr.data_offset & ~(uint64_t)(pg - 1);
+	uint64_t len = d->hdr.data_offset + d->hdr.data_size - start;
+
+	if (!d->hdr.data_size || len > SIZE_MAX)
+		return -EFBIG;
+	void *p = mmap(NULL, (size_t)len, PROT_READ, MAP_SHARED, d->fd, (off_t)start);
+	if (p == MAP_FAILED)
+		return -errno;
+	d->data_slot = guard_add(d, p, (size_t)len);
+	if (d->data_slot < 0) {
+		munmap(p, (size_t)len);
+		return -ENOSPC;
+	}
+	d->data_base = p;
+	d->data_len = (size_t)len;
+	d->data = (const uint8_t *)p - start;
+	return 0;
+}
+
+/* Read the index into private memory and check it whole (checksum, every entry). */
+static int copy_index(struct dpk *d, unsigned flags, char *err, size_t errlen)
+{
+	int ret;
+
+	if (d->hdr.count) {
+		if (d->hdr.index_size > SIZE_MAX)
+			return err_set(err, errlen, -EFBIG, "index of %llu bytes does not fit the address space",
+				    (unsigned long long)d->hdr.index_size);
+		d->index = malloc((size_t)d->hdr.index_size);
+		if (!d->index)
+			return err_set(err, errlen, -ENOMEM, "no memory for an index of %llu bytes",
+				    (unsigned long long)d->hdr.index_size);
+		ret = pread_full(d->fd, d->index, (size_t)d->hdr.index_size, d->hdr.index_offset);
+		if (ret < 0)
+			return err_set(err, errlen, ret, "reading the index: %s", strerror(-ret));
+		if (!(flags & DPK_OPEN_NO_INDEX_CHECK) &&
+		    XXH3_64bits(d->index, d->hdr.index_size) != d->hdr.index_xxh3)
+			return err_set(err, errlen, -EBADMSG, "index checksum mismatch");
+	}
+	return check_entries(d, err, errlen);
 }
 
 int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errlen)
@@ -300,6 +498,8 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 	if (!d)
 		return -ENOMEM;
 	d->fd = fd;
+	d->guard_slot = -1;
+	d->data_slot = -1;
 	/* The whole header block: the struct, then zeros up to DPK_HEADER_SIZE, so that no
 	 * byte of it can change unnoticed. */
 	uint8_t *block = malloc(DPK_HEADER_SIZE);
@@ -324,39 +524,21 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 	ret = load_classes(d, err, errlen);
 	if (ret < 0)
 		goto fail;
-	if (d->hdr.count) {
-		/* Read into private memory, not mapped: a mapping of a file that is truncated later
-		 * raises SIGBUS on access, and a file rewritten in place would change entries that
-		 * check_entries() has already validated. */
-		if (d->hdr.index_size > SIZE_MAX) {
-			ret = err_set(err, errlen, -EFBIG, "index of %llu bytes does not fit the address space",
-				   (unsigned long long)d->hdr.index_size);
-			goto fail;
-		}
-		d->index = malloc((size_t)d->hdr.index_size);
-		if (!d->index) {
-			ret = err_set(err, errlen, -ENOMEM, "no memory for an index of %llu bytes",
-				   (unsigned long long)d->hdr.index_size);
-			goto fail;
-		}
-		ret = pread_full(fd, d->index, (size_t)d->hdr.index_size, d->hdr.index_offset);
-		if (ret < 0) {
-			err_set(err, errlen, ret, "reading the index: %s", strerror(-ret));
-			goto fail;
-		}
-		if (!(flags & DPK_OPEN_NO_INDEX_CHECK) &&
-		    XXH3_64bits(d->index, d->hdr.index_size) != d->hdr.index_xxh3) {
-			ret = err_set(err, errlen, -EBADMSG, "index checksum mismatch");
-			goto fail;
-		}
-	}
-	ret = check_entries(d, err, errlen);
+	/* Mapped: nothing walks the index here (open costs the same at any count); each entry is
+	 * checked where it is used (dpk_entry_load). Copied: read into private memory, where a file
+	 * truncated or rewritten later cannot raise SIGBUS or change an entry, and checked whole. */
+	if (!(flags & DPK_OPEN_MAP) || !d->hdr.count || map_index(d) < 0)
+		ret = copy_index(d, flags, err, errlen);
 	if (ret < 0)
 		goto fail;
-	/* The index holds every record's checksum, offset, label and shape: its digest names the
-	 * content (not the path) for resume tokens. Little-endian bytes, high half first. */
-	XXH128_hash_t id = XXH3_128bits_withSeed(d->index, d->index ? d->hdr.index_size : 0,
-						 d->hdr.classes_xxh3 ^ d->hdr.count);
+	if (flags & DPK_OPEN_MAP_DATA)
+		map_data(d);  /* else records are read: dpk_record_copy says so */
+	/* The header holds the index's and the class table's checksums (and is checksummed
+	 * itself): their digest names the content (every record's checksum, offset, label and
+	 * shape; not the path) for resume tokens, at the same cost whatever the count. Little-endian
+	 * bytes, high half first. */
+	uint64_t key[4] = { d->hdr.index_xxh3, d->hdr.classes_xxh3, d->hdr.count, d->hdr.data_size };
+	XXH128_hash_t id = XXH3_128bits_withSeed(key, sizeof(key), d->hdr.classes_xxh3 ^ d->hdr.count);
 	for (int i = 0; i < 8; i++) {
 		d->identity[i] = (uint8_t)(id.high64 >> (8 * i));
 		d->identity[8 + i] = (uint8_t)(id.low64 >> (8 * i));
@@ -390,6 +572,14 @@ void dpk_close(struct dpk *d)
 	if (!d)
 		return;
 	free(d->index);
+	if (d->map_base) {
+		guard_remove(d->guard_slot);
+		munmap(d->map_base, d->map_len);
+	}
+	if (d->data_base) {
+		guard_remove(d->data_slot);
+		munmap(d->data_base, d->data_len);
+	}
 	if (d->own_fd)
 		close(d->fd);
 	free(d->class_names);
@@ -419,7 +609,79 @@ const char *dpk_class_name(const struct dpk *d, uint32_t i)
 
 const struct dpk_entry *dpk_entry_get(const struct dpk *d, uint64_t i)
 {
-	return i < d->hdr.count ? &d->index[i] : NULL;
+	return i < d->hdr.count && d->index ? &d->index[i] : NULL;
+}
+
+int dpk_mapped(const struct dpk *d)
+{
+	return d->map != NULL;
+}
+
+void dpk_entry_prefetch(const struct dpk *d, uint64_t i)
+{
+	if (d->map && i < d->hdr.count) {  /* a hint: touches nothing, cannot fault */
+		__builtin_prefetch(&d->map[i]);
+		if (i > 0)
+			__builtin_prefetch(&d->map[i - 1]);
+		if (i + 1 < d->hdr.count)
+			__builtin_prefetch(&d->map[i + 1]);
+	}
+}
+
+int dpk_data_mapped(const struct dpk *d)
+{
+	return d->data != NULL;
+}
+
+ssize_t dpk_record_copy(const struct dpk *d, const struct dpk_entry *e, void *buf, size_t cap)
+{
+	uint64_t end;
+
+	if (!d->data)
+		return -EINVAL;
+	if (cap < e->length)
+		return -ENOSPC;
+	if (e->offset < d->hdr.data_offset || add_overflows(e->offset, e->length, &end) ||
+	    end > d->hdr.data_offset + d->hdr.data_size)
+		return -EBADMSG;  /* not an entry of this file's (loaded entries never are) */
+	memcpy(buf, d->data + e->offset, e->length);
+	/* pairs with the guard's store: a page lost under the copy was patched with zeros */
+	if (atomic_load(&((struct dpk *)d)->lost))
+		return -EBADMSG;
+	return (ssize_t)e->length;
+}
+
+int dpk_entry_load(const struct dpk *d, uint64_t i, struct dpk_entry *out, char *err, size_t errlen)
+{
+	const struct dpk_header *h = &d->hdr;
+
+	if (i >= h->count)
+		return err_set(err, errlen, -ERANGE, "sample %llu: past the last of %llu",
+			    (unsigned long long)i, (unsigned long long)h->count);
+	if (d->index) {  /* copied and checked whole at open */
+		*out = d->index[i];
+		return 0;
+	}
+	/* One copy, then checks on the copy only: the file may be rewritten under the mapping. */
+	uint64_t prev_end = h->data_offset, next_start = h->data_offset + h->data_size;
+	if (i > 0) {
+		const struct dpk_entry *p = &d->map[i - 1];
+		uint64_t off = p->offset, len = p->length;
+		if (add_overflows(off, len, &prev_end))
+			prev_end = UINT64_MAX;
+	}
+	*out = d->map[i];
+	if (i + 1 < h->count)
+		next_start = d->map[i + 1].offset;
+	/* pairs with the guard's store: the handler ran (if at all) inside the copies above */
+	if (atomic_load(&((struct dpk *)d)->lost)) {
+		memset(out, 0, sizeof(*out));
+		return err_set(err, errlen, -EBADMSG, "the file was truncated while its index was mapped");
+	}
+	int ret = entry_check(h, i, out, prev_end, next_start, err, errlen);
+	if (ret < 0)
+		memset(out, 0, sizeof(*out));
+	return ret;
 }
 
 const struct dpk_header *dpk_header_get(const struct dpk *d)
@@ -439,11 +701,16 @@ int dpk_record_check(const struct dpk_entry *e, const void *buf)
 
 ssize_t dpk_read(const struct dpk *d, uint64_t i, void *buf, size_t cap)
 {
-	const struct dpk_entry *e = dpk_entry_get(d, i);
+	struct dpk_entry e;
+	int ret = dpk_entry_load(d, i, &e, NULL, 0);
+
+	return ret < 0 ? ret : dpk_read_entry(d, &e, buf, cap);
+}
+
+ssize_t dpk_read_entry(const struct dpk *d, const struct dpk_entry *e, void *buf, size_t cap)
+{
 	int ret;
 
-	if (!e)
-		return -ERANGE;
 	if (cap < e->length)
 		return -ENOSPC;
 	ret = pread_full(d->fd, buf, e->length, e->offset);
@@ -468,6 +735,9 @@ void dpk_extent_align(const struct dpk_entry *e, uint64_t block, struct dpk_exte
 #define WBUF_SIZE (4u << 20)
 #define DIRECT_MIN (64u << 10)      /* records this large skip wbuf */
 #define WRITEBACK_STEP (32u << 20)  /* start writeback every this many bytes */
+#define IDX_CHUNK 65536u            /* index entries held in memory (4 MiB); older ones are
+				     * spilled to a file of their own, so memory does not grow
+				     * with the count */
 
 struct dpk_writer {
 	struct afile f;         /* the temporary file, renamed over the target by finish */
@@ -478,8 +748,11 @@ struct dpk_writer {
 	uint64_t synced;        /* writeback started for [0, synced) */
 	uint8_t *wbuf;
 	size_t wlen;
-	struct dpk_entry *index;
+	struct dpk_entry *index; /* entries [spilled, count): at most IDX_CHUNK */
 	uint64_t count, cap;
+	int spill_fd;           /* entries [0, spilled), an unnamed file beside the target, or -1 */
+	uint64_t spilled;
+	XXH3_state_t *ixh;      /* the index checksum over the spilled entries (with spill_fd) */
 	char *classes;          /* encoded class table */
 	uint64_t classes_size;
 	uint32_t class_count;
@@ -534,6 +807,63 @@ static int wappend(struct dpk_writer *w, const void *data, uint64_t len)
 	return 0;
 }
 
+/* Move the IDX_CHUNK entries in memory to the spill file (made the first time: O_TMPFILE in the
+ * target's directory, else a named one unlinked at once). 0 or -errno. */
+static int spill(struct dpk_writer *w)
+{
+	uint64_t n = w->count - w->spilled;
+
+	if (w->spill_fd < 0) {
+		char dir[4096];
+		const char *slash = strrchr(w->f.tmp, '/');
+
+		if (snprintf(dir, sizeof(dir), "%s", slash ? w->f.tmp : ".") >= (int)sizeof(dir))
+			return -ENAMETOOLONG;
+		if (slash)  /* the directory: up to the last slash ("/" for a file in the root) */
+			dir[slash == w->f.tmp ? 1 : slash - w->f.tmp] = '\0';
+		w->spill_fd = open(dir, O_RDWR | O_TMPFILE | O_CLOEXEC, 0600);
+		if (w->spill_fd < 0) {
+			char name[4200];
+			snprintf(name, sizeof(name), "%s.idx.XXXXXX", w->f.tmp);
+			w->spill_fd = mkostemp(name, O_CLOEXEC);
+			if (w->spill_fd < 0)
+				return -errno;
+			unlink(name);
+		}
+		w->ixh = XXH3_createState();
+		if (!w->ixh)
+			return -ENOMEM;
+		XXH3_64bits_reset(w->ixh);
+	}
+	int ret = fd_write_all(w->spill_fd, w->index, n * sizeof(*w->index));
+	if (ret < 0)
+		return ret;
+	XXH3_64bits_update(w->ixh, w->index, n * sizeof(*w->index));
+	w->spilled += n;
+	return 0;
+}
+
+/* Append the spilled entries to the file, in WBUF_SIZE blocks through wbuf. 0 or -errno. */
+static int unspill(struct dpk_writer *w)
+{
+	uint64_t left = w->spilled * sizeof(struct dpk_entry), off = 0;
+	int ret = wflush(w);
+
+	while (ret == 0 && left) {
+		size_t k = left < WBUF_SIZE ? (size_t)left : WBUF_SIZE;
+		ssize_t n = pread(w->spill_fd, w->wbuf, k, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		ret = fd_write_all(w->f.fd, w->wbuf, (size_t)n);
+		w->pos += (uint64_t)n;
+		off += (uint64_t)n;
+		left -= (uint64_t)n;
+	}
+	return ret;
+}
+
 int dpk_writer_create(const char *path, unsigned flags, struct dpk_writer **out)
 {
 	struct dpk_writer *w = calloc(1, sizeof(*w));
@@ -543,6 +873,7 @@ int dpk_writer_create(const char *path, unsigned flags, struct dpk_writer **out)
 	if (!w)
 		return -ENOMEM;
 	w->f.fd = -1;
+	w->spill_fd = -1;
 	w->no_sync = flags & DPK_WRITE_NO_SYNC;
 	w->wbuf = malloc(WBUF_SIZE);
 	if (!w->wbuf)
@@ -604,7 +935,11 @@ int dpk_writer_add(struct dpk_writer *w, const struct dpk_record *r)
 	    ((dpk_kind_info(r->kind)->flags & DPK_KF_STORED_RAW) && r->length != raw_size) ||
 	    (r->flags & ~DPK_F_PROGRESSIVE))
 		return -EINVAL;
-	if (w->count == w->cap) {
+	if (w->count - w->spilled == IDX_CHUNK && (ret = spill(w)) < 0) {
+		w->failed = 1;
+		return ret;
+	}
+	if (w->count - w->spilled == w->cap) {
 		uint64_t cap = w->cap ? w->cap * 2 : 1024;
 		struct dpk_entry *t = NULL;
 
@@ -615,7 +950,7 @@ int dpk_writer_add(struct dpk_writer *w, const struct dpk_record *r)
 		w->index = t;
 		w->cap = cap;
 	}
-	struct dpk_entry *e = &w->index[w->count];
+	struct dpk_entry *e = &w->index[w->count - w->spilled];
 	memset(e, 0, sizeof(*e));
 	e->offset = w->pos;
 	e->length = r->length;
@@ -679,14 +1014,22 @@ int dpk_writer_finish(struct dpk_writer *w)
 	h.classes_xxh3 = XXH3_64bits(w->classes, w->classes_size);
 	h.index_offset = h.classes_offset + h.classes_size;
 	h.index_size = w->count * sizeof(struct dpk_entry);
-	h.index_xxh3 = XXH3_64bits(w->index, h.index_size);
+	uint64_t mem = (w->count - w->spilled) * sizeof(struct dpk_entry);
+	if (w->ixh) {
+		XXH3_64bits_update(w->ixh, w->index, mem);
+		h.index_xxh3 = XXH3_64bits_digest(w->ixh);
+	} else {
+		h.index_xxh3 = XXH3_64bits(w->index, mem);
+	}
 	h.file_size = h.index_offset + h.index_size;
 	h.kinds = w->kinds;
 	h.header_xxh3 = XXH3_64bits(&h, offsetof(struct dpk_header, header_xxh3));
 
 	ret = wappend(w, w->classes, w->classes_size);
+	if (ret == 0 && w->spilled)
+		ret = unspill(w);
 	if (ret == 0)
-		ret = wappend(w, w->index, h.index_size);
+		ret = wappend(w, w->index, mem);
 	if (ret == 0)
 		ret = wflush(w);
 	if (ret == 0) {
@@ -710,6 +1053,9 @@ void dpk_writer_destroy(struct dpk_writer *w)
 	afile_close(&w->f);  /* removes the temporary file unless finish renamed it */
 	free(w->wbuf);
 	free(w->index);
+	if (w->spill_fd >= 0)
+		close(w->spill_fd);
+	XXH3_freeState(w->ixh);
 	free(w->classes);
 	free(w);
 }

@@ -103,10 +103,24 @@ _Static_assert(offsetof(struct dpk_entry, kind) == 56, "dpk_entry is on disk");
 struct dpk;  /* opaque; immutable after open, so safe to share between threads */
 
 #define DPK_OPEN_NO_INDEX_CHECK 0x1u  /* skip the index checksum (entries are still validated) */
+#define DPK_OPEN_MAP 0x2u  /* map the index read-only instead of copying it: open reads the header
+			    * and class table only (its cost does not grow with the count), the index
+			    * checksum is not checked (`dpack verify` does), and each entry is checked
+			    * when dpk_entry_load copies it out, as strictly as a copied index is at
+			    * open. Copies of one file opened so share its pages. The first such open
+			    * installs a SIGBUS handler (chaining to the one before) that turns a
+			    * truncation of the file under the mapping into dpk_entry_load's -EBADMSG
+			    * for that dataset. dpk_entry_get() returns NULL on a mapped index. Falls
+			    * back to a copy when the index cannot be mapped (dpk_mapped says). */
+#define DPK_OPEN_MAP_DATA 0x4u  /* map the data section read-only too, for dpk_record_copy (a
+				 * dataset in the page cache is copied from it, no syscall a record);
+				 * guarded against truncation as the index is. Left unmapped when it
+				 * cannot be (dpk_data_mapped says) */
 
 /* Open and validate @path: header, checksums of header, class table and index, and every entry
  * (bounds, order, no overlap, no overflow, sane shapes). The index is read into private memory
- * (never mapped: a file truncated or rewritten later cannot raise SIGBUS or change an entry).
+ * (not mapped, unless DPK_OPEN_MAP: a file truncated or rewritten later cannot raise SIGBUS or
+ * change an entry).
  * Returns 0 or -errno: -EBADMSG corrupt, -EPROTO other version, -ENOMEM, or open's errno.
  * On failure a message naming the fault (and the sample, if one) is written to @err. */
 int dpk_open(const char *path, unsigned flags, struct dpk **out, char *err, size_t errlen);
@@ -115,15 +129,35 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 void dpk_close(struct dpk *d);  /* NULL ok */
 
 uint64_t dpk_count(const struct dpk *d);
-/* The dataset's identity: a 128-bit digest of its index (every record's checksum, offset, label
- * and shape) and class table, computed once at open. Equal for copies of one file wherever they
+/* The dataset's identity: a 128-bit digest of the checksums of its index (every record's checksum,
+ * offset, label and shape) and class table as the header states them, computed once at open. Equal for copies of one file wherever they
  * lie; different when any record differs. What a resume token binds to (shm/token.h). */
 void dpk_identity(const struct dpk *d, uint8_t out[DPK_IDENTITY_SIZE]);
 uint32_t dpk_class_count(const struct dpk *d);
 /* NUL-terminated name of class @i, or NULL when out of range. Lives until dpk_close. */
 const char *dpk_class_name(const struct dpk *d, uint32_t i);
-/* Index entry @i (validated at open), or NULL when i >= count. Lives until dpk_close. */
+/* Index entry @i (validated at open), or NULL when i >= count or the index is mapped
+ * (DPK_OPEN_MAP: use dpk_entry_load). Lives until dpk_close. */
 const struct dpk_entry *dpk_entry_get(const struct dpk *d, uint64_t i);
+/* Copy entry @i into @out and check the copy: shape, raw_size, length, no overlap with its
+ * neighbours, inside the data section, label within the classes, reserved bits, kind in the
+ * header (a copied index was checked whole at open and is copied out as is). Returns 0, -ERANGE
+ * past the count, -EBADMSG for a bad entry or a file truncated under its mapped index (@out is
+ * then zeroed), with a message naming the sample in @err (NULL ok). Thread-safe, no syscall. */
+int dpk_entry_load(const struct dpk *d, uint64_t i, struct dpk_entry *out, char *err, size_t errlen);
+/* Hint that dpk_entry_load(@i) comes soon (a mapped index: its cache lines are fetched; entries
+ * of a shuffled order miss the cache). No effect past the count or on a copied index. */
+void dpk_entry_prefetch(const struct dpk *d, uint64_t i);
+/* 1 when the index is mapped (DPK_OPEN_MAP took), else 0. */
+int dpk_mapped(const struct dpk *d);
+/* 1 when the data section is mapped (DPK_OPEN_MAP_DATA took), else 0. */
+int dpk_data_mapped(const struct dpk *d);
+/* Copy the stored bytes of entry @e (loaded from @d) from the mapped data section into @buf: a
+ * page that is not in the page cache is read in on the spot (the caller blocks). Returns the
+ * length, -EINVAL when the data is not mapped, -ENOSPC when @cap is too small, -EBADMSG when the
+ * entry lies outside the data section or the file was truncated under the mapping. The checksum
+ * is not checked here (dpk_record_check). Thread-safe. */
+ssize_t dpk_record_copy(const struct dpk *d, const struct dpk_entry *e, void *buf, size_t cap);
 const struct dpk_header *dpk_header_get(const struct dpk *d);
 int dpk_fd(const struct dpk *d);
 
@@ -131,6 +165,8 @@ int dpk_fd(const struct dpk *d);
  * its checksum. Returns the length, -EBADMSG on checksum mismatch or short file, -ENOSPC when
  * @cap is too small, -ERANGE for a bad index, or the read's -errno. Thread-safe. */
 ssize_t dpk_read(const struct dpk *d, uint64_t i, void *buf, size_t cap);
+/* dpk_read for an entry already loaded (dpk_entry_load): reads e->length bytes at e->offset. */
+ssize_t dpk_read_entry(const struct dpk *d, const struct dpk_entry *e, void *buf, size_t cap);
 /* 0 when @buf (entry->length bytes) matches the entry's checksum, else -EBADMSG. */
 int dpk_record_check(const struct dpk_entry *e, const void *buf);
 

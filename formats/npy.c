@@ -448,27 +448,12 @@ read_err:
 	return (int)n;
 }
 
-int npy_read_int(int fd, const struct npy_info *info, uint64_t i, int64_t *out)
+/* Element bytes @b of @info's dtype as int64. 0 or -EOVERFLOW. */
+static int elem(const struct npy_info *info, const unsigned char *b, int64_t *out)
 {
-	unsigned char b[8];
-	uint64_t off, rel, v = 0;
 	unsigned size = info->itemsize;
-	ssize_t n;
+	uint64_t v = 0;
 
-	if (info->ndim != 1 || (info->kind != 'u' && info->kind != 'i' && info->kind != 'b') ||
-	    (size != 1 && size != 2 && size != 4 && size != 8))
-		return -EINVAL;
-	/* The info may be caller-built: check the element lies in data_size, not just i < count. */
-	if (i >= info->count || __builtin_mul_overflow(i, (uint64_t)size, &rel) ||
-	    rel > info->data_size || info->data_size - rel < size)
-		return -ERANGE;
-	if (__builtin_add_overflow(info->data_offset, rel, &off))
-		return -ERANGE;
-	n = read_upto(fd, b, size, off);
-	if (n < 0)
-		return (int)n;
-	if ((size_t)n < size)
-		return -EBADMSG;  /* the file shrank since npy_read_header */
 	for (unsigned k = 0; k < size; k++)
 		v |= (uint64_t)b[info->big_endian ? k : size - 1 - k] << (8 * (size - 1 - k));
 	if (info->kind == 'b') {
@@ -484,6 +469,64 @@ int npy_read_int(int fd, const struct npy_info *info, uint64_t i, int64_t *out)
 		if (v > INT64_MAX)
 			return -EOVERFLOW;
 		*out = (int64_t)v;
+	}
+	return 0;
+}
+
+static int int_array(const struct npy_info *info)
+{
+	unsigned size = info->itemsize;
+
+	return info->ndim == 1 && (info->kind == 'u' || info->kind == 'i' || info->kind == 'b') &&
+	       (size == 1 || size == 2 || size == 4 || size == 8);
+}
+
+int npy_read_int(int fd, const struct npy_info *info, uint64_t i, int64_t *out)
+{
+	unsigned char b[8];
+	uint64_t off, rel;
+	unsigned size = info->itemsize;
+	ssize_t n;
+
+	if (!int_array(info))
+		return -EINVAL;
+	/* The info may be caller-built: check the element lies in data_size, not just i < count. */
+	if (i >= info->count || __builtin_mul_overflow(i, (uint64_t)size, &rel) ||
+	    rel > info->data_size || info->data_size - rel < size)
+		return -ERANGE;
+	if (__builtin_add_overflow(info->data_offset, rel, &off))
+		return -ERANGE;
+	n = read_upto(fd, b, size, off);
+	if (n < 0)
+		return (int)n;
+	if ((size_t)n < size)
+		return -EBADMSG;  /* the file shrank since npy_read_header */
+	return elem(info, b, out);
+}
+
+int npy_read_ints(int fd, const struct npy_info *info, int64_t *out, uint64_t *bad)
+{
+	unsigned char buf[1 << 16];
+	unsigned size = info->itemsize;
+	uint64_t per = sizeof(buf) / size, rel;
+
+	if (!int_array(info))
+		return -EINVAL;
+	if (__builtin_mul_overflow(info->count, (uint64_t)size, &rel) || rel > info->data_size ||
+	    info->data_offset > UINT64_MAX - rel)
+		return -ERANGE;
+	for (uint64_t i = 0; i < info->count; i += per) {
+		uint64_t k = info->count - i < per ? info->count - i : per;
+		ssize_t n = read_upto(fd, buf, (size_t)(k * size), info->data_offset + i * size);
+		if (n < 0)
+			return (int)n;
+		if ((uint64_t)n < k * size)
+			return -EBADMSG;  /* the file shrank since npy_read_header */
+		for (uint64_t e = 0; e < k; e++)
+			if (elem(info, buf + e * size, &out[i + e]) < 0) {
+				*bad = i + e;
+				return -EOVERFLOW;
+			}
 	}
 	return 0;
 }

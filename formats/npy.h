@@ -30,6 +30,10 @@ int npy_read_header(int fd, struct npy_info *out, char *err, size_t errlen);
 /* Read element @i (0 <= i < count) of a 1-D integer array as int64 (sign/zero extended,
  * byte-swapped if big-endian). Returns 0, -ERANGE, -EOVERFLOW (uint64 > INT64_MAX), or -errno. */
 int npy_read_int(int fd, const struct npy_info *info, uint64_t i, int64_t *out);
+/* All count elements of a 1-D integer array into @out (count entries), read in 64 KiB blocks,
+ * converted as npy_read_int does. Returns 0, -ERANGE, -EOVERFLOW with *@bad the element, -EBADMSG
+ * when the file is shorter than its header says, or -errno. */
+int npy_read_ints(int fd, const struct npy_info *info, int64_t *out, uint64_t *bad);
 
 #ifdef __cplusplus
 }

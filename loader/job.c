@@ -21,7 +21,22 @@
  * nothing). Records above cfg->max_record refuse the job at open, naming the sample; reads check
  * it again. What a worker makes for one large record (the reader's big buffer, the substitute
  * buffer) is freed after the task, and the job's memory (srv_job_info.mem_bytes) counts its
- * index and the most its records can make the workers hold at once, against --mem-limit. */
+ * index and the most its records can make the workers hold at once, against --mem-limit.
+ *
+ * Datasets (struct dset): jobs on the same file (device, inode and identity) share one dpk, its
+ * index mapped read-only (DPK_OPEN_MAP) and reads of it through one pair of fds. Opening a job
+ * reads the header and the class table; the index is never copied. Each entry is loaded and
+ * checked where it is used (dpk_entry_load: the reader's plan, a substitute), and the job then
+ * goes by that one copy: checksum, kind's verdict, shape, pixel and record limits are checked
+ * on it at use, so a file rewritten under the mapping cannot steer a worker. A dataset of at most
+ * WALK_MAX samples is also walked once, at its first job's open (every entry checked, the largest
+ * record found, each kind's verdict per way of delivery): so a bad entry or a record above
+ * --max-record refuses the job at open, naming the sample, and later jobs on it pay nothing.
+ * Larger ones are not walked (open costs the same at any count): a bad entry is a bad record
+ * when drawn, and the job is charged for records as large as --max-record (or the data section,
+ * if smaller). The index's bytes are charged to the job that maps it (the first on the dataset),
+ * not again to the jobs sharing it; they are clean file pages the kernel can reclaim. A truncated
+ * file fails the jobs that read it (dpk's SIGBUS guard, then truncated() below); others go on. */
 #include "loader/job.h"
 #include "common/mix.h"
 #include "common/clk.h"
@@ -34,19 +49,62 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define SUBSTITUTE_TRIES 16
 #define READ_MAX 1024              /* records per reader call */
+#define WALK_MAX (1ull << 21)      /* datasets up to this many samples are walked at first open */
+
+/* What a walk learnt of the records for one way of delivering them (cropped or as stored: the
+ * kinds' accepts() look at nothing else of the output today; one that does needs a key here). */
+struct verdict {
+	int known;
+	int ret;                   /* 0: every record is accepted; else the first refusal's -errno */
+	char why[CTL_TEXT_MAX];    /* the reason, after "dataset NAME" */
+};
+
+/* A dataset file open for one or more jobs (see DESIGN). Under dset_mu: refs, the list, and
+ * the walk's results (written once, at the first open that needs them). */
+struct dset {
+	struct dset *next;
+	dev_t dev;
+	ino_t ino;
+	uint8_t id[DPK_IDENTITY_SIZE];
+	struct dpk *d;
+	int fd;                    /* our dup of the first client's fd; d reads through it */
+	int fd_direct;             /* O_DIRECT fd of the same file, or -1 (also when the page cache
+				    * serves it better: io_choice) */
+	unsigned refs;             /* jobs using it */
+	char io[64];               /* how its records are read, for srv_job_info.io */
+	int walked;                /* the walk ran (count <= WALK_MAX) */
+	uint64_t walk_limit;       /* the max_record it ran with (loaderd's is one for all jobs) */
+	int bad;                   /* an entry failed its check in the walk: bad_why */
+	char bad_why[200];
+	uint64_t big;              /* largest stored record (walked) */
+	uint64_t over_id;          /* first record above max_record (when over) */
+	uint64_t over_len;
+	int over;
+	int over_z;                /* over_len is a zstd tensor's decompressed size */
+	struct verdict v[2];       /* [cropped] */
+};
+
+static pthread_mutex_t dset_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct dset *dsets;
 
 struct job {
-	struct dpk *d;
+	struct dset *ds;
+	struct dpk *d;             /* ds->d */
 	int fd;                    /* the dataset, as the client passed it (our dup) */
-	int fd_direct;             /* O_DIRECT fd of the same file, or -1 */
+	int fd_direct;             /* ds->fd_direct */
+	int created;               /* this job mapped ds (its index is charged to it) */
+	uint32_t ndim;             /* as stored (out.h == 0): the shape every record must have */
+	uint32_t shape[DPK_NDIM_MAX];
 	struct ldr_sampler smp;
 	struct ctl_job_open spec;
 	struct cdc_out out;        /* output size (0x0 = records as stored), layout */
@@ -76,21 +134,34 @@ struct worker {
 
 /* ---- job open ---- */
 
-/* Can record @i be delivered as j->out asks (its kind's verdict)? 0, or -EINVAL with @why. */
-static int accepts(struct job *j, uint64_t i, char *why, size_t whylen)
+/* Can record @i (entry @e) be delivered as @o asks (its kind's verdict)? 0, or -EINVAL with
+ * the reason in @why, led by a space ("dataset NAME" goes before it). */
+static int refusal(const struct cdc_out *o, const struct dpk_entry *e, uint64_t i, char *why,
+		   size_t whylen)
 {
-	const struct dpk_entry *e = dpk_entry_get(j->d, i);
 	const struct cdc_kind_load *k = cdc_kind_load(e->kind);
 	char reason[200];
 
 	if (!k)
 		snprintf(reason, sizeof(reason), "sample %" PRIu64 ": record kind %s has no decoder in "
 			 "this build", i, dpk_kind_name(e->kind));
-	if (!k || k->accepts(e, i, &j->out, reason, sizeof(reason)) < 0) {
-		snprintf(why, whylen, "dataset %s %s", j->spec.dataset, reason);
+	if (!k || k->accepts(e, i, o, reason, sizeof(reason)) < 0) {
+		snprintf(why, whylen, " %s", reason);
 		return -EINVAL;
 	}
 	return 0;
+}
+
+/* The same, with @why naming the dataset @name. */
+static int accepts(const char *name, const struct cdc_out *o, const struct dpk_entry *e,
+		   uint64_t i, char *why, size_t whylen)
+{
+	char reason[220];
+	int ret = refusal(o, e, i, reason, sizeof(reason));
+
+	if (ret < 0)
+		snprintf(why, whylen, "dataset %s%s", name, reason);
+	return ret;
 }
 
 static uint64_t max_record(const struct ldr_config *cfg)
@@ -98,35 +169,344 @@ static uint64_t max_record(const struct ldr_config *cfg)
 	return cfg->max_record ? cfg->max_record : LDR_MAX_RECORD_DEFAULT;
 }
 
-/* Is every record within cfg->max_record? Then 0 and the memory the job makes loaderd hold
- * besides rings (its index, and what the workers may hold at once for its largest record: each
- * worker's two reader halves and its substitute buffer) in *mem; else -EFBIG with @why naming
- * the first sample above it. Before anything reads a record. */
+/* The bytes a record makes a worker hold: a zstd tensor is held whole once decompressed (the
+ * decoder's scratch), so a few stored bytes of zeros could otherwise claim any size. */
+static uint64_t held_len(const struct dpk_entry *e, int *decompressed)
+{
+	*decompressed = e->kind == DPK_KIND_RAW_ZSTD && e->raw_size > e->length;
+	return *decompressed ? e->raw_size : e->length;
+}
+
+/* The one walk over @ds's index, at its first open (see DESIGN): every entry checked, the
+ * largest record and the first above @max_rec. Under dset_mu. */
+static void dset_walk(struct dset *ds, uint64_t max_rec)
+{
+	uint64_t n = dpk_count(ds->d);
+	struct dpk_entry e;
+
+	ds->walked = 1;
+	ds->walk_limit = max_rec;
+	ds->over = 0;
+	ds->big = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		if (dpk_entry_load(ds->d, i, &e, ds->bad_why, sizeof(ds->bad_why)) < 0) {
+			ds->bad = 1;
+			return;
+		}
+		int z;
+		uint64_t len = held_len(&e, &z);
+		if (len > max_rec && !ds->over) {
+			ds->over = 1;
+			ds->over_id = i;
+			ds->over_len = len;
+			ds->over_z = z;
+		}
+		ds->big = len > ds->big ? len : ds->big;
+	}
+}
+
+/* Every record's verdict for delivery as @o (and, as stored, the same shape as sample 0),
+ * walked once per way of delivery. 0 or -EINVAL with @why. Under dset_mu, ds walked. */
+static int dset_verdict(struct dset *ds, const struct cdc_out *o, const char *name, char *why,
+			size_t whylen)
+{
+	struct verdict *v = &ds->v[o->h != 0];
+	uint64_t n = dpk_count(ds->d);
+	struct dpk_entry e0, e;
+
+	if (!v->known) {
+		v->known = 1;
+		v->ret = 0;
+		dpk_entry_load(ds->d, 0, &e0, NULL, 0);
+		for (uint64_t i = 0; i < n && !v->ret; i++) {
+			dpk_entry_load(ds->d, i, &e, NULL, 0);  /* checked by the walk */
+			v->ret = refusal(o, &e, i, v->why, sizeof(v->why));
+			if (!v->ret && !o->h &&
+			    (e.ndim != e0.ndim || memcmp(e.shape, e0.shape, sizeof(e.shape)))) {
+				snprintf(v->why, sizeof(v->why), ": sample %" PRIu64 " has another shape "
+					 "than sample 0; give a crop size to resize", i);
+				v->ret = -EINVAL;
+			}
+		}
+	}
+	if (v->ret)  /* each job's own dataset name before the reason */
+		snprintf(why, whylen, "dataset %s%s", name, v->why);
+	return v->ret;
+}
+
+static int resident_permille(int fd, uint64_t off, uint64_t len);
+static void io_choice(struct dset *ds, const struct ldr_config *cfg, int res, const char *name);
+
+/* The dataset behind @fd (ours now: taken over or closed), shared with the jobs already on it
+ * or opened (*created = 1). 0 or -errno with @err. Under dset_mu. */
+#define RESIDENT_ENOUGH 900       /* thousandths of sampled pages in the page cache: read from
+				   * memory (a mapping of the data section) */
+static int dset_get(int fd, const struct ldr_config *cfg, const char *name, struct dset **out, int *created,
+		    char *err, size_t errlen)
+{
+	struct dpk *d;
+	struct stat st;
+	uint8_t id[DPK_IDENTITY_SIZE];
+
+	*created = 0;
+	if (fstat(fd, &st) < 0) {
+		snprintf(err, errlen, "stat: %s", strerror(errno));
+		close(fd);
+		return -EBADF;
+	}
+	/* Before anything reads it: the header's read-ahead would bring a small file in whole. The
+	 * records and the index, which is the file past its header. */
+	int res = (uint64_t)st.st_size > DPK_HEADER_SIZE ?
+		  resident_permille(fd, DPK_HEADER_SIZE, (uint64_t)st.st_size - DPK_HEADER_SIZE) : -1;
+	/* Resident: records are copied from a mapping of the data section (loader/reader.c). */
+	unsigned flags = DPK_OPEN_MAP | (cfg->io == LDR_IO_AUTO && res >= RESIDENT_ENOUGH ?
+					 DPK_OPEN_MAP_DATA : 0);
+	int ret = dpk_open_fd(fd, flags, &d, err, errlen);
+	if (ret < 0) {
+		close(fd);
+		return ret;
+	}
+	dpk_identity(d, id);
+	for (struct dset *ds = dsets; ds; ds = ds->next)
+		if (ds->dev == st.st_dev && ds->ino == st.st_ino && !memcmp(ds->id, id, sizeof(id))) {
+			dpk_close(d);
+			close(fd);
+			ds->refs++;
+			*out = ds;
+			return 0;
+		}
+	struct dset *ds = calloc(1, sizeof(*ds));
+	if (!ds) {
+		dpk_close(d);
+		close(fd);
+		return -ENOMEM;
+	}
+	ds->dev = st.st_dev;
+	ds->ino = st.st_ino;
+	memcpy(ds->id, id, sizeof(id));
+	ds->d = d;
+	ds->fd = fd;
+	/* O_DIRECT when the file system allows it (tmpfs does not: open fails with EINVAL). The
+	 * same file, reopened through /proc: not the path, which may name another file by now. */
+	char self[64];
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	ds->fd_direct = open(self, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	ds->refs = 1;
+	io_choice(ds, cfg, res, name);
+	ds->next = dsets;
+	dsets = ds;
+	*out = ds;
+	*created = 1;
+	return 0;
+}
+
+#define RESIDENT_SAMPLES 1024u    /* pages of the data section mincore looks at */
+
+/* Pages of @fd's [off, off + len) in the page cache (the file's pages past its header: records
+ * and index), in thousandths, from up to RESIDENT_SAMPLES
+ * pages spread evenly over it (mincore on a mapping that is never touched: no SIGBUS). -1 when it
+ * cannot tell. */
+static int resident_permille(int fd, uint64_t off, uint64_t len)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uint64_t start = off & ~(uint64_t)(pg - 1), span = off + len - start;
+	uint64_t pages = (span + (uint64_t)pg - 1) / (uint64_t)pg, step, hit = 0, seen = 0;
+
+	if (!len || span > SIZE_MAX)
+		return -1;
+	void *p = mmap(NULL, (size_t)span, PROT_READ, MAP_SHARED, fd, (off_t)start);
+	if (p == MAP_FAILED)
+		return -1;
+	step = pages > RESIDENT_SAMPLES ? pages / RESIDENT_SAMPLES : 1;
+	for (uint64_t k = 0; k < pages; k += step) {
+		unsigned char v = 0;
+		if (mincore((uint8_t *)p + k * (uint64_t)pg, (size_t)pg, &v) < 0)
+			break;
+		hit += v & 1;
+		seen++;
+	}
+	munmap(p, (size_t)span);
+	return seen ? (int)(hit * 1000 / seen) : -1;
+}
+
+/* The memory the page cache may give loaderd: its cgroup's memory.max (v2) when set, else the
+ * machine's. */
+static uint64_t memory_budget(void)
+{
+	uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+	char line[512], path[600];
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	unsigned long long v;
+
+	if (!f)
+		return phys;
+	path[0] = '\0';
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "0::", 3)) {
+			line[strcspn(line, "\n")] = '\0';
+			snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.max", line + 3);
+		}
+	fclose(f);
+	if (!path[0] || !(f = fopen(path, "re")))
+		return phys;
+	int got = fscanf(f, "%llu", &v) == 1;
+	fclose(f);
+	return got && v < phys ? v : phys;
+}
+
+/* --io auto's choice for a dataset (see docs/TUNING.md): through the page cache when most of the
+ * records are in it already, or when they fit in half the memory loaderd may use (the first epoch
+ * brings them in, the next ones read memory); O_DIRECT, one aligned read per record, only for a
+ * dataset larger than that, which would evict what the trainer needs and not stay cached. Once,
+ * when the dataset is mapped; logged, and shown in loaderctl stats ("io"). */
+static void io_choice(struct dset *ds, const struct ldr_config *cfg, int res, const char *name)
+{
+	const struct dpk_header *h = dpk_header_get(ds->d);
+
+	if (cfg->io == LDR_IO_BUFFERED || cfg->io == LDR_IO_PREAD) {
+		snprintf(ds->io, sizeof(ds->io), "%s", cfg->io == LDR_IO_PREAD ? "pread (--io pread)" :
+			 "page cache (--io buffered)");
+		return;
+	}
+	if (ds->fd_direct < 0) {
+		snprintf(ds->io, sizeof(ds->io), "page cache (no O_DIRECT on this file system)");
+		return;
+	}
+	if (cfg->io == LDR_IO_DIRECT) {
+		snprintf(ds->io, sizeof(ds->io), "O_DIRECT (--io direct)");
+		return;
+	}
+	uint64_t budget = cfg->cache_bytes ? cfg->cache_bytes : memory_budget();
+	int fits = h->data_size <= budget / 2;
+
+	if (res >= RESIDENT_ENOUGH || fits) {
+		close(ds->fd_direct);
+		ds->fd_direct = -1;
+	}
+	if (res >= RESIDENT_ENOUGH && dpk_data_mapped(ds->d))
+		snprintf(ds->io, sizeof(ds->io), "memory (%d.%d%% resident, mapped)", res / 10,
+			 res % 10);
+	else if (res >= RESIDENT_ENOUGH)
+		snprintf(ds->io, sizeof(ds->io), "page cache (%d.%d%% resident)", res / 10, res % 10);
+	else if (fits)
+		snprintf(ds->io, sizeof(ds->io), "page cache (fits half of %llu MiB)",
+			 (unsigned long long)(budget >> 20));
+	else
+		snprintf(ds->io, sizeof(ds->io), "O_DIRECT (%llu MiB > half of %llu MiB)",
+			 (unsigned long long)(h->data_size >> 20), (unsigned long long)(budget >> 20));
+	char shown[128];  /* the client's bytes: no control character reaches the log */
+	size_t k;
+	for (k = 0; name[k] && k + 1 < sizeof(shown); k++)
+		shown[k] = (unsigned char)name[k] < 0x20 || name[k] == 0x7f ? '?' : name[k];
+	shown[k] = '\0';
+	LOG_INFO("dataset %s: %llu MiB of records, %d.%d%% resident: %s", shown,
+		 (unsigned long long)(h->data_size >> 20), res < 0 ? 0 : res / 10,
+		 res < 0 ? 0 : res % 10, ds->io);
+}
+
+static void dset_put(struct dset *ds)
+{
+	if (!ds)
+		return;
+	pthread_mutex_lock(&dset_mu);
+	if (--ds->refs == 0) {
+		for (struct dset **p = &dsets; *p; p = &(*p)->next)
+			if (*p == ds) {
+				*p = ds->next;
+				break;
+			}
+		dpk_close(ds->d);
+		if (ds->fd_direct >= 0)
+			close(ds->fd_direct);
+		close(ds->fd);
+		free(ds);
+	}
+	pthread_mutex_unlock(&dset_mu);
+}
+
+/* Is every record within max_record, and deliverable as j->out asks? Then 0 and the memory the
+ * job makes loaderd hold besides rings (the index, if this job mapped it; what the workers may
+ * hold at once for its largest record: each worker's two reader halves and its substitute
+ * buffer) in *mem; else -errno with @why naming the first sample that is not. Before anything
+ * reads a record; under dset_mu. */
 static int records_bounded(const struct ldr_config *cfg, struct job *j, uint64_t *mem, char *why,
 			   size_t whylen)
 {
+	struct dset *ds = j->ds;
 	const struct dpk_header *h = dpk_header_get(j->d);
-	uint64_t n = dpk_count(j->d), big = 0;
+	uint64_t big;
 
-	for (uint64_t i = 0; i < n; i++) {
-		const struct dpk_entry *e = dpk_entry_get(j->d, i);
-		/* a compressed tensor is held whole once decompressed (the decoder's scratch) */
-		int z = e->kind == DPK_KIND_RAW_ZSTD && e->raw_size > e->length;
-		uint64_t len = z ? e->raw_size : e->length;
-		if (len > j->max_record) {
+	if ((!ds->walked || ds->walk_limit != j->max_record) && dpk_count(j->d) <= WALK_MAX)
+		dset_walk(ds, j->max_record);
+	if (ds->bad) {
+		snprintf(why, whylen, "dataset %s: %s", j->spec.dataset, ds->bad_why);
+		return -EBADMSG;
+	}
+	if (ds->walked) {
+		if (ds->over) {
 			snprintf(why, whylen, "dataset %s: sample %llu is a record of %llu bytes%s, "
 				 "above the limit of %llu (loaderd --max-record)", j->spec.dataset,
-				 (unsigned long long)i, (unsigned long long)len,
-				 z ? " decompressed" : "", (unsigned long long)j->max_record);
+				 (unsigned long long)ds->over_id, (unsigned long long)ds->over_len,
+				 ds->over_z ? " decompressed" : "", (unsigned long long)j->max_record);
 			return -EFBIG;
 		}
-		big = len > big ? len : big;
+		big = ds->big;
+	} else {  /* not walked: as large as a record may be */
+		big = h->data_size < j->max_record ? h->data_size : j->max_record;
 	}
 	size_t arena = cfg->arena_bytes ? cfg->arena_bytes : LDR_ARENA_DEFAULT;
 	uint64_t per_worker = 2 * ldr_reader_extra(arena, big) + (big > LDR_SUB_KEEP ? big : 0);
-	*mem = sizeof(*j) + h->index_size + h->classes_size +
-	       (uint64_t)h->class_count * sizeof(char *) +
-	       (uint64_t)(cfg->workers ? cfg->workers : 1) * per_worker;
+	*mem = sizeof(*j) + (uint64_t)(cfg->workers ? cfg->workers : 1) * per_worker;
+	if (j->created)
+		*mem += sizeof(*ds) + h->index_size + h->classes_size +
+			(uint64_t)h->class_count * sizeof(char *);
+	return 0;
+}
+
+/* How records are delivered: the ring's shape, and every record's verdict (walked) or sample 0's
+ * (the rest are checked at use). Under dset_mu. */
+static int job_shape(struct job *j, struct ring_desc *rd, char *why, size_t whylen)
+{
+	const struct ctl_job_open *spec = &j->spec;
+	struct dpk_entry e0;
+	char err[200];
+	int ret;
+
+	memset(rd, 0, sizeof(*rd));
+	rd->batch = spec->batch;
+	rd->dtype = RING_DTYPE_U8;
+	if (spec->crop_h) {
+		j->out.h = spec->crop_h;
+		j->out.w = spec->crop_w;
+		j->out.nchw = !!(spec->transforms & CTL_TF_NCHW);
+		j->rrc = !!(spec->transforms & CTL_TF_RANDOM_RESIZED_CROP);
+		j->hflip = !!(spec->transforms & CTL_TF_HFLIP);
+		j->sample_bytes = (uint64_t)spec->crop_h * spec->crop_w * 3;
+		rd->ndim = 3;
+		rd->layout = j->out.nchw ? RING_LAYOUT_NCHW : RING_LAYOUT_NHWC;
+		if (j->out.nchw) {
+			rd->shape[0] = 3, rd->shape[1] = spec->crop_h, rd->shape[2] = spec->crop_w;
+		} else {
+			rd->shape[0] = spec->crop_h, rd->shape[1] = spec->crop_w, rd->shape[2] = 3;
+		}
+	}
+	if (j->ds->walked && (ret = dset_verdict(j->ds, &j->out, spec->dataset, why, whylen)) < 0)
+		return ret;
+	if ((ret = dpk_entry_load(j->d, 0, &e0, err, sizeof(err))) < 0) {
+		snprintf(why, whylen, "dataset %s: %s", spec->dataset, err);
+		return ret;
+	}
+	if ((ret = accepts(spec->dataset, &j->out, &e0, 0, why, whylen)) < 0)
+		return ret;
+	if (!spec->crop_h) {  /* records as stored: every one must be a tensor of sample 0's shape */
+		j->ndim = e0.ndim;
+		memcpy(j->shape, e0.shape, sizeof(j->shape));
+		j->sample_bytes = e0.raw_size;
+		rd->ndim = e0.ndim;
+		memcpy(rd->shape, e0.shape, sizeof(rd->shape));
+		rd->layout = e0.ndim == 3 && e0.shape[2] <= 4 ? RING_LAYOUT_NHWC : RING_LAYOUT_RAW;
+	}
+	rd->sample_bytes = j->sample_bytes;
 	return 0;
 }
 
@@ -147,7 +527,8 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **o
 	j->max_pixels = cfg->max_pixels ? cfg->max_pixels : LDR_MAX_PIXELS_DEFAULT;
 	j->max_record = max_record(cfg);
 	/* The client opened the dataset with its own rights (ldc_open): loaderd never opens a path
-	 * a client names, so it reads nothing that client could not read itself. */
+	 * a client names, so it reads nothing that client could not read itself. A job shares the
+	 * dataset of another only when its own fd names the same file. */
 	if (fd < 0) {
 		snprintf(why, whylen, "dataset %s: the client did not pass it open (clients open the "
 			 "dataset themselves and send the descriptor; ldc_open does)", spec->dataset);
@@ -155,17 +536,26 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **o
 		goto fail;
 	}
 	j->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-	if (j->fd < 0) {
+	int dfd = j->fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (dfd < 0) {
 		ret = -errno;
 		snprintf(why, whylen, "dataset %s: %s", spec->dataset, strerror(-ret));
 		goto fail;
 	}
-	ret = dpk_open_fd(j->fd, 0, &j->d, err, sizeof(err));
+	pthread_mutex_lock(&dset_mu);
+	ret = dset_get(dfd, cfg, spec->dataset, &j->ds, &j->created, err, sizeof(err));
 	if (ret < 0) {
+		pthread_mutex_unlock(&dset_mu);
 		snprintf(why, whylen, "dataset %s: %s", spec->dataset, err);
 		goto fail;
 	}
+	j->d = j->ds->d;
+	j->fd_direct = j->ds->fd_direct;
+	snprintf(info->io, sizeof(info->io), "%s", j->ds->io);
 	ret = records_bounded(cfg, j, &info->mem_bytes, why, whylen);
+	if (ret == 0)
+		ret = job_shape(j, &info->ring, why, whylen);
+	pthread_mutex_unlock(&dset_mu);
 	if (ret < 0)
 		goto fail;
 	uint64_t n = dpk_count(j->d);
@@ -177,62 +567,14 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **o
 			 spec->tail == CTL_TAIL_DROP ? " with tail policy drop" : "");
 		goto fail;
 	}
-
-	struct ring_desc *rd = &info->ring;
-	memset(rd, 0, sizeof(*rd));
-	rd->batch = spec->batch;
-	rd->dtype = RING_DTYPE_U8;
-	if (spec->crop_h) {
-		j->out.h = spec->crop_h;
-		j->out.w = spec->crop_w;
-		j->out.nchw = !!(spec->transforms & CTL_TF_NCHW);
-		j->rrc = !!(spec->transforms & CTL_TF_RANDOM_RESIZED_CROP);
-		j->hflip = !!(spec->transforms & CTL_TF_HFLIP);
-		j->sample_bytes = (uint64_t)spec->crop_h * spec->crop_w * 3;
-		rd->ndim = 3;
-		rd->layout = j->out.nchw ? RING_LAYOUT_NCHW : RING_LAYOUT_NHWC;
-		if (j->out.nchw) {
-			rd->shape[0] = 3, rd->shape[1] = spec->crop_h, rd->shape[2] = spec->crop_w;
-		} else {
-			rd->shape[0] = spec->crop_h, rd->shape[1] = spec->crop_w, rd->shape[2] = 3;
-		}
-		for (uint64_t i = 0; i < n; i++)
-			if ((ret = accepts(j, i, why, whylen)) < 0)
-				goto fail;
-	} else {
-		/* Records as stored: every one must be a tensor of the same shape. */
-		const struct dpk_entry *e0 = dpk_entry_get(j->d, 0);
-		for (uint64_t i = 0; i < n; i++) {
-			const struct dpk_entry *e = dpk_entry_get(j->d, i);
-			if ((ret = accepts(j, i, why, whylen)) < 0)
-				goto fail;
-			if (e->ndim != e0->ndim || memcmp(e->shape, e0->shape, sizeof(e->shape))) {
-				snprintf(why, whylen, "dataset %s: sample %" PRIu64 " has another shape "
-					 "than sample 0; give a crop size to resize", spec->dataset, i);
-				ret = -EINVAL;
-				goto fail;
-			}
-		}
-		j->sample_bytes = e0->raw_size;
-		rd->ndim = e0->ndim;
-		memcpy(rd->shape, e0->shape, sizeof(rd->shape));
-		rd->layout = e0->ndim == 3 && e0->shape[2] <= 4 ? RING_LAYOUT_NHWC : RING_LAYOUT_RAW;
-	}
-	rd->sample_bytes = j->sample_bytes;
 	info->steps_per_epoch = j->smp.steps;
 	info->samples = n;
 	_Static_assert(CTL_DATASET_ID_SIZE == DPK_IDENTITY_SIZE, "one identity");
 	dpk_identity(j->d, info->dataset_id);
-
-	/* O_DIRECT when the file system allows it (tmpfs does not: open fails with EINVAL). The
-	 * same file, reopened through /proc: not the path, which may name another file by now. */
-	char self[64];
-	snprintf(self, sizeof(self), "/proc/self/fd/%d", j->fd);
-	j->fd_direct = open(self, O_RDONLY | O_DIRECT | O_CLOEXEC);
 	*out = j;
 	return 0;
 fail:
-	dpk_close(j->d);
+	dset_put(j->ds);
 	if (j->fd >= 0)
 		close(j->fd);
 	free(j);
@@ -246,9 +588,7 @@ static void job_close(void *ctx, void *p)
 	(void)ctx;
 	if (!j)
 		return;
-	if (j->fd_direct >= 0)
-		close(j->fd_direct);
-	dpk_close(j->d);
+	dset_put(j->ds);
 	close(j->fd);
 	free(j);
 }
@@ -296,16 +636,32 @@ static void worker_fini(void *ctx, void *p)
 
 /* ---- fill ---- */
 
-/* Check and decode one record's bytes into @dst. 0 or -errno with @why. */
+/* Check and decode one record's bytes into @dst, by its entry @e (the copy the read went by).
+ * 0 or -errno with @why. */
 static int decode_one(struct job *j, struct worker *w, uint64_t epoch, uint64_t id,
-		      const uint8_t *bytes, uint8_t *dst, uint64_t *decode_ns, char *why, size_t whylen)
+		      const struct dpk_entry *e, const uint8_t *bytes, uint8_t *dst, char *why,
+		      size_t whylen)
 {
-	const struct dpk_entry *e = dpk_entry_get(j->d, id);
-	uint64_t t0 = clk_now_ns();
 	struct cdc_crop crop;
 	struct cdc_out o = j->out;
-	int ret;
-
+	/* The open's walk (if any) saw the file as it was then: the verdict, and the shape of a
+	 * record delivered as stored, are checked again on the entry the read went by. */
+	if (refusal(&o, e, id, why, whylen) < 0) {
+		memmove(why, why + 1, strlen(why));
+		return -EBADMSG;
+	}
+	if (!o.h && (e->ndim != j->ndim || memcmp(e->shape, j->shape, sizeof(j->shape)) ||
+		     e->raw_size != j->sample_bytes)) {
+		snprintf(why, whylen, "shape differs from the job's (that of sample 0)");
+		return -EBADMSG;
+	}
+	int z;
+	if (held_len(e, &z) > j->max_record) {  /* a dataset too large to walk at open */
+		snprintf(why, whylen, "a record of %llu bytes%s, above the limit of %llu (loaderd "
+			 "--max-record)", (unsigned long long)held_len(e, &z),
+			 z ? " decompressed" : "", (unsigned long long)j->max_record);
+		return -EBADMSG;
+	}
 	if (dpk_record_check(e, bytes) < 0) {
 		snprintf(why, whylen, "checksum mismatch");
 		return -EBADMSG;
@@ -329,23 +685,31 @@ static int decode_one(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 	} else {
 		memset(&crop, 0, sizeof(crop));
 	}
-	/* as stored (o.h == 0), job_open made sure every record has sample_bytes bytes */
-	ret = cdc_kind_load(e->kind)->decode(w->dec, e, bytes, &crop, &o, dst, why, whylen);
-	*decode_ns += clk_now_ns() - t0;
-	return ret;
+	/* as stored (o.h == 0), checked above: the record has sample_bytes bytes */
+	return cdc_kind_load(e->kind)->decode(w->dec, e, bytes, &crop, &o, dst, why, whylen);
 }
 
-/* Replace the bad sample at position @pos with the next good one of the order; 0 with *id set. */
+/* Replace the bad sample at position @pos with the next good one of the order; 0 with *id and
+ * *label set. */
 static int substitute(struct job *j, struct worker *w, uint64_t epoch, uint64_t pos, uint64_t *id,
-		      uint8_t *dst, struct srv_fill *f)
+		      int64_t *label, uint8_t *dst, struct srv_fill *f)
 {
 	char why[CTL_TEXT_MAX];
 
 	for (uint64_t k = 1; k <= SUBSTITUTE_TRIES && k < j->smp.n; k++) {
 		uint64_t sid = ldr_sampler_substitute(&j->smp, epoch, pos, k);
-		const struct dpk_entry *e = dpk_entry_get(j->d, sid);
+		struct dpk_entry ent;
+		const struct dpk_entry *e = &ent;
 		ssize_t n = -EFBIG;  /* above --max-record: job_open saw to it, but the index is the
 				      * client's */
+		if (dpk_entry_load(j->d, sid, &ent, why, sizeof(why)) < 0) {
+			f->bad++;
+			if (f->nbad_ids < 8)
+				f->bad_ids[f->nbad_ids++] = sid;
+			LOG_WARN("job %s: sample %" PRIu64 " is bad too (%s); trying the next",
+				 j->spec.job, sid, why);
+			continue;
+		}
 		if (e->length <= j->max_record && w->sub_cap < e->length) {
 			uint8_t *p = realloc(w->sub, e->length);
 			if (!p)
@@ -355,12 +719,12 @@ static int substitute(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 		}
 		if (e->length <= j->max_record) {
 			uint64_t t0 = clk_now_ns();
-			n = dpk_read(j->d, sid, w->sub, w->sub_cap);
+			n = dpk_read_entry(j->d, e, w->sub, w->sub_cap);
 			f->phase_ns[LDR_PHASE_IO] += clk_now_ns() - t0;
 		}
-		if (n >= 0 && decode_one(j, w, epoch, sid, w->sub, dst, &f->phase_ns[LDR_PHASE_DECODE],
-					 why, sizeof(why)) == 0) {
+		if (n >= 0 && decode_one(j, w, epoch, sid, e, w->sub, dst, why, sizeof(why)) == 0) {
 			*id = sid;
+			*label = e->label;
 			return 0;
 		}
 		f->bad++;
@@ -423,7 +787,8 @@ static int replace_bad(struct job *j, struct worker *w, struct srv_fill *f, uint
 	}
 	uint64_t pos = ldr_sampler_pos(&j->smp, st->step_in_epoch, st->rank, i) % j->smp.n;
 	uint64_t sid;
-	if (substitute(j, w, st->epoch, pos, &sid, dst, f) < 0) {
+	int64_t label;
+	if (substitute(j, w, st->epoch, pos, &sid, &label, dst, f) < 0) {
 		snprintf(f->why, sizeof(f->why), "sample %" PRIu64 ": %s, and no good substitute in "
 			 "the next %d", id, why, SUBSTITUTE_TRIES);
 		return -EBADMSG;
@@ -431,6 +796,7 @@ static int replace_bad(struct job *j, struct worker *w, struct srv_fill *f, uint
 	LOG_WARN("job %s: sample %" PRIu64 " is bad (%s); substituted by sample %" PRIu64,
 		 j->spec.job, id, why, sid);
 	st->ids[i] = sid;
+	st->labels[i] = label;
 	st->flags[i] |= RING_SAMPLE_SUBSTITUTED;
 	return 0;
 }
@@ -502,21 +868,30 @@ static int fill_task(struct worker *w, struct srv_fill *f)
 		}
 		if (i == f->begin && f->next_step && f->next_end > f->next_begin)
 			prefetch(w, f);
-		f->phase_ns[LDR_PHASE_IO] += clk_now_ns() - t0;
+		uint64_t t1 = clk_now_ns();
+		f->phase_ns[LDR_PHASE_IO] += t1 - t0;
+		/* Timed per set, not per record (a clock read costs as much as a small record's
+		 * copy); a substitute's read counts as decode time here, and as io time too. */
 		for (int q = 0; q < k; q++, i++) {
 			uint8_t *dst = payload + (size_t)i * j->sample_bytes;
+			const struct dpk_entry *e = ldr_reader_entry(w->rd, w->half, (uint32_t)q);
+			struct dpk_entry bad;
 			int ret = w->errs[q];
 			if (ret == -EBADMSG && truncated(j, f))
 				return -EBADMSG;
-			if (ret < 0)
+			if (ret == -EBADMSG && !e->length &&
+			    dpk_entry_load(j->d, st->ids[i], &bad, why, sizeof(why)) < 0)
+				;  /* the entry failed its check: why says how */
+			else if (ret < 0)
 				snprintf(why, sizeof(why), "read: %.100s", strerror(-ret));
 			else
-				ret = decode_one(j, w, st->epoch, st->ids[i], w->bufs[q], dst,
-						 &f->phase_ns[LDR_PHASE_DECODE], why, sizeof(why));
+				ret = decode_one(j, w, st->epoch, st->ids[i], e, w->bufs[q], dst, why,
+						 sizeof(why));
+			st->labels[i] = e->label;
 			if (ret < 0 && (ret = replace_bad(j, w, f, i, dst, why)) < 0)
 				return ret;
-			st->labels[i] = dpk_entry_get(j->d, st->ids[i])->label;
 		}
+		f->phase_ns[LDR_PHASE_DECODE] += clk_now_ns() - t1;
 	}
 	return 0;
 }

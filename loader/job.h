@@ -17,6 +17,8 @@ struct ldr_config {
 	uint64_t max_record;       /* stored bytes per record; a dataset with a larger one is
 				    * refused at job open, and such a read fails (0:
 				    * LDR_MAX_RECORD_DEFAULT) */
+	uint64_t cache_bytes;      /* memory the page cache may give datasets, for --io auto's choice
+				    * (docs/TUNING.md; 0: the cgroup's memory.max, else the RAM) */
 	unsigned workers;          /* worker threads (>= 1; 0 counts as 1): each may hold buffers
 				    * for a job's largest records, counted in the job's memory */
 };

@@ -79,8 +79,9 @@ struct opts {
 	int ready_fd;              /* --ready-fd; -1: none */
 };
 
-static const char *const io_names[] = { "auto", "buffered", "pread", NULL };
-_Static_assert(LDR_IO_AUTO == 0 && LDR_IO_BUFFERED == 1 && LDR_IO_PREAD == 2,
+static const char *const io_names[] = { "auto", "buffered", "pread", "direct", NULL };
+_Static_assert(LDR_IO_AUTO == 0 && LDR_IO_BUFFERED == 1 && LDR_IO_PREAD == 2 &&
+	       LDR_IO_DIRECT == 3,
 	       "io_names is indexed by enum ldr_io");
 /* Defaults spelled in the table that the code below the daemon also knows. */
 _Static_assert(CTL_WORLD_MAX == 65536, "--max-world's default in the table");
@@ -140,8 +141,10 @@ static const struct arg_opt opt_rows[] = {
 	  .hi = RING_BATCH_MAX, .def_doc = "batch / (4 x workers), within 4..8",
 	  .help = "samples per task: a batch is cut into tasks that any worker fills" },
 	{ "io", 0, ARG_ENUM, AT(io, int), .choices = io_names, .meta = "MODE", .def = "auto",
-	  .help = "auto: io_uring, O_DIRECT where the file system allows; buffered: io_uring "
-		  "through the page cache; pread: no io_uring" },
+	  .help = "auto: per dataset, from memory when it is in the page cache, through the page "
+		  "cache when it fits half the memory, else O_DIRECT (docs/TUNING.md); buffered: "
+		  "io_uring through the page cache; pread: no io_uring; direct: io_uring, O_DIRECT "
+		  "where the file system allows" },
 	{ "group", 0, ARG_CUSTOM, AT(so.group, gid_t), .parse = parse_group, .meta = "NAME",
 	  .allowed = "a group of this host", .def_doc = "none, owner only",
 	  .help = "let members of this group connect too: socket mode 0660" },
@@ -257,7 +260,9 @@ static int serve(const struct opts *o)
 	LOG_INFO("serving on %s: %u workers, io %s, ring memory limit %llu MiB", o->socket,
 		 o->so.workers, o->cfg.io == LDR_IO_PREAD ? "pread" :
 		 o->cfg.io == LDR_IO_BUFFERED ? "io_uring (buffered)" :
-		 "io_uring (O_DIRECT where possible)", (unsigned long long)(o->so.mem_limit >> 20));
+		 o->cfg.io == LDR_IO_DIRECT ? "io_uring (O_DIRECT where possible)" :
+		 "auto (per dataset: memory, page cache or O_DIRECT)",
+		 (unsigned long long)(o->so.mem_limit >> 20));
 	if (o->metrics_path) {
 		ret = ldr_metrics_start(g_srv, o->metrics_path, (unsigned)(o->metrics_s * 1000 + 0.5),
 					&metrics);

@@ -22,7 +22,12 @@
  * Memory: the arena is the reader's for good; a record larger than a half goes to that half's
  * big buffer, which is made for it and freed again by ldr_reader_trim once the half's records
  * are used, so one outlier does not leave a worker holding its size. A record longer than the
- * limit (ldr_reader_limit) is not read at all: -EFBIG, whatever the index says. */
+ * limit (ldr_reader_limit) is not read at all: -EFBIG, whatever the index says.
+ *
+ * A dataset whose data section is mapped (the job found it in the page cache: DPK_OPEN_MAP_DATA)
+ * is not read but copied from the mapping into the same places, at submit, by the worker: no
+ * syscall and no page-cache lookup a record (what bounds small records' rate otherwise). A page
+ * evicted since is faulted in on the spot; a truncated file is the dpk guard's -EBADMSG. */
 #include "loader/reader.h"
 
 #include <errno.h>
@@ -34,6 +39,7 @@
 
 #define QUEUE_DEPTH 64u
 #define BLOCK 4096u
+#define PREFETCH_AHEAD 8u    /* entries of a plan fetched ahead of their load */
 #define RETRY_MAX 5          /* tries after the first, per read */
 #define RETRY_PAUSE_US 1000  /* the first pause; doubled for each further try */
 
@@ -49,6 +55,8 @@ struct req {
 	int fixed;          /* buf lies in the registered arena */
 	int tries;          /* transient failures so far (<= RETRY_MAX) */
 	int retry;          /* waiting for its pause, then to be submitted again */
+	struct dpk_entry e; /* the record's entry, as loaded and checked once (dpk_entry_load): the
+			     * read and its user go by this copy, whatever the file holds later */
 };
 
 /* One half of the arena and the reads that go into it: a set of reads in flight. */
@@ -65,6 +73,8 @@ struct half {
 	int paused;         /* paused for those already (until one of them is submitted) */
 	int pending;        /* submitted and not completed */
 	int direct;         /* planned on the O_DIRECT fd */
+	int copy;           /* copied from the dataset's mapped data section (dpk_record_copy) at
+			     * submit: the dataset is in the page cache, no syscall a record */
 	const struct dpk *d;   /* what was asked, for a fallback to buffered reads */
 	const uint64_t *ids;
 	uint32_t asked;
@@ -143,7 +153,10 @@ const char *ldr_reader_path(const struct ldr_reader *r, int fd_direct)
 {
 	if (!r->have_ring)
 		return "pread";
-	if (fd_direct >= 0 && r->mode == LDR_IO_AUTO && !r->direct_broken)
+	if (r->h[0].copy || r->h[1].copy)
+		return "mapped";
+	if (fd_direct >= 0 && (r->mode == LDR_IO_AUTO || r->mode == LDR_IO_DIRECT) &&
+	    !r->direct_broken)
 		return "io_uring+O_DIRECT";
 	return "io_uring";
 }
@@ -299,11 +312,17 @@ static uint32_t plan(struct ldr_reader *r, struct half *h, const struct dpk *d, 
 	if (n > r->nreq_cap)
 		n = r->nreq_cap;
 	for (k = 0; k < n; k++) {
-		const struct dpk_entry *e = dpk_entry_get(d, ids[k]);
 		struct req *q = &h->reqs[k];
+		const struct dpk_entry *e = &q->e;
 		struct dpk_extent x;
 
 		memset(q, 0, sizeof(*q));
+		if (k + PREFETCH_AHEAD < n)
+			dpk_entry_prefetch(d, ids[k + PREFETCH_AHEAD]);
+		if (dpk_entry_load(d, ids[k], &q->e, NULL, 0) < 0) {
+			q->err = -EBADMSG;  /* a bad entry: nothing is read for it */
+			continue;
+		}
 		if (r->max_record && e->length > r->max_record) {
 			/* Checked before any buffer is sized for it: the index is the client's. */
 			q->err = -EFBIG;
@@ -350,10 +369,25 @@ static void plan_half(struct ldr_reader *r, unsigned hi, int fd_direct)
 {
 	struct half *h = &r->h[hi];
 
-	h->direct = fd_direct >= 0 && r->mode == LDR_IO_AUTO && r->have_ring && !r->direct_broken;
+	h->direct = fd_direct >= 0 && (r->mode == LDR_IO_AUTO || r->mode == LDR_IO_DIRECT) &&
+		    r->have_ring && !r->direct_broken;
+	h->copy = !h->direct && r->mode != LDR_IO_PREAD && dpk_data_mapped(h->d);
 	h->n = plan(r, h, h->d, h->direct ? fd_direct : dpk_fd(h->d), h->direct, h->ids, h->asked);
 	h->next = h->waiting = 0;
 	h->paused = 0;
+}
+
+/* The copy path: every planned record of half @h from the mapping, now. */
+static void copy_half(struct half *h)
+{
+	for (uint32_t k = 0; k < h->n; k++) {
+		struct req *q = &h->reqs[k];
+		if (q->err)
+			continue;
+		ssize_t n = dpk_record_copy(h->d, &q->e, q->buf + q->skip, q->len - q->skip);
+		q->err = n < 0 ? (int)n : 0;
+		q->done = q->need;
+	}
 }
 
 int ldr_reader_submit(struct ldr_reader *r, unsigned half, const struct dpk *d, int fd_direct,
@@ -369,6 +403,10 @@ int ldr_reader_submit(struct ldr_reader *r, unsigned half, const struct dpk *d, 
 	h->asked = n;
 	plan_half(r, half, fd_direct);
 	h->pending = 1;
+	if (h->copy) {
+		copy_half(h);
+		return (int)h->n;
+	}
 	if (r->have_ring) {
 		feed(r, half);
 		if (r->inflight)
@@ -382,13 +420,18 @@ static void settle(struct ldr_reader *r, unsigned hi)
 {
 	struct half *h = &r->h[hi];
 
-	if (r->have_ring) {
+	if (h->copy) {
+		;  /* done at submit */
+	} else if (r->have_ring) {
 		pump(r, hi);
 		if (h->direct && h->reqs[0].err == -EINVAL) {
 			/* The file system does not do O_DIRECT after all: buffered, from now on. */
 			r->direct_broken = 1;
 			plan_half(r, hi, -1);
-			pump(r, hi);
+			if (h->copy)
+				copy_half(h);
+			else
+				pump(r, hi);
 		}
 	} else {
 		run_pread(h->reqs, h->n);
@@ -407,6 +450,11 @@ int ldr_reader_complete(struct ldr_reader *r, unsigned half, const uint8_t **buf
 		errs[j] = h->reqs[j].err;
 	}
 	return (int)h->n;
+}
+
+const struct dpk_entry *ldr_reader_entry(const struct ldr_reader *r, unsigned half, uint32_t j)
+{
+	return &r->h[half & 1].reqs[j].e;
 }
 
 void ldr_reader_limit(struct ldr_reader *r, uint64_t max_record)

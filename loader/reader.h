@@ -8,7 +8,11 @@
 
 #include "formats/dpk.h"
 
-enum ldr_io { LDR_IO_AUTO = 0, LDR_IO_BUFFERED = 1, LDR_IO_PREAD = 2 };
+/* AUTO: io_uring, O_DIRECT on the fd_direct a caller passes (loader/job.c passes one only for
+ * datasets that do not fit the page cache, and maps resident ones: docs/TUNING.md); DIRECT: the
+ * same, the caller always passing it; BUFFERED: io_uring through the page cache; PREAD: no
+ * io_uring. */
+enum ldr_io { LDR_IO_AUTO = 0, LDR_IO_BUFFERED = 1, LDR_IO_PREAD = 2, LDR_IO_DIRECT = 3 };
 
 struct ldr_reader;
 
@@ -36,6 +40,10 @@ int ldr_reader_read(struct ldr_reader *r, const struct dpk *d, int fd_direct, co
 int ldr_reader_submit(struct ldr_reader *r, unsigned half, const struct dpk *d, int fd_direct,
 		      const uint64_t *ids, uint32_t n);
 int ldr_reader_complete(struct ldr_reader *r, unsigned half, const uint8_t **bufs, int *errs);
+/* Record @j of @half's last completed set: its index entry, loaded and checked once when the read
+ * was planned (dpk_entry_load); what the read went by, so the checksum and decode must go by it
+ * too. Zeroed when that check failed (errs[j] -EBADMSG). Valid as bufs are. */
+const struct dpk_entry *ldr_reader_entry(const struct ldr_reader *r, unsigned half, uint32_t j);
 /* Records longer than @max_record bytes (by the index) are not read: their errs entry is
  * -EFBIG, and no buffer is sized for them. 0: no limit (the default). */
 void ldr_reader_limit(struct ldr_reader *r, uint64_t max_record);

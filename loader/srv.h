@@ -39,7 +39,10 @@ struct srv_job_info {
 	uint64_t samples;          /* samples in the dataset */
 	uint8_t dataset_id[CTL_DATASET_ID_SIZE]; /* the dataset's identity (dpk_identity); all zero:
 						  * unknown, and start positions are not checked
-						  * against it */	uint64_t mem_bytes;        /* memory the job makes loaderd hold besides rings and rank
+						  * against it */
+	char io[64];               /* how its records are read ("page cache (98.4% resident)"):
+				    * loaderctl stats' "io"; "" = not said */
+	uint64_t mem_bytes;        /* memory the job makes loaderd hold besides rings and rank
 				    * tables: its index, the buffers workers may hold for its
 				    * records (counted against opts.mem_limit, its uid's share) */
 };
@@ -172,6 +175,7 @@ struct srv_rank_snap {
 struct srv_job_snap {
 	char name[CTL_JOB_NAME_MAX];
 	char dataset[CTL_PATH_MAX];
+	char io[64];               /* srv_job_info.io */
 	uint64_t id;
 	uid_t uid;                 /* the user whose client opened it: its owner */
 	uint32_t share;            /* enum ctl_share: CTL_SHARE_GROUP: shared with share_gid */

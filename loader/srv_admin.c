@@ -122,6 +122,8 @@ static void admin_job(struct text *t, const struct srv_phase *phases, const stru
 			put(t, "%s%llu", b ? "," : "", (unsigned long long)j->bad_ids[b]);
 		put(t, "],\"failed\":%s", j->failed ? "true" : "false");
 		if (stats) {
+			put(t, ",\"io\":");
+			put_json_str(t, j->io);
 			put(t, ",\"fill_s\":%.3f", fill * 1e-9);
 			for (unsigned p = 0; p < SRV_PHASES_MAX; p++)
 				if (phases[p].name)
@@ -162,6 +164,8 @@ static void admin_job(struct text *t, const struct srv_phase *phases, const stru
 		put(t, ")");
 	}
 	put(t, "%s\n", j->failed ? ", FAILED" : "");
+	if (stats && j->io[0])
+		put(t, "  reads: %s\n", j->io);
 	if (!stats)
 		return;
 	if (fill) {

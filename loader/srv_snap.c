@@ -82,6 +82,7 @@ struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only,
 		struct srv_job_snap *js = &snap->jobs[snap->njobs++];
 		snprintf(js->name, sizeof(js->name), "%s", j->name);
 		snprintf(js->dataset, sizeof(js->dataset), "%s", j->spec.dataset);
+		snprintf(js->io, sizeof(js->io), "%s", j->info.io);
 		js->id = j->id;
 		js->uid = j->uid;
 		js->share = j->spec.share;

@@ -104,6 +104,14 @@ check "pack npy raw" grep -q ": 50 samples" "$T/out"
 check "pack npy zstd verifies" sh -c "'$BIN/dpack' verify '$T/nz.dpk' >/dev/null"
 "$BIN/dpack" inspect --json "$T/nz.dpk" >"$T/nz.json"
 check "zstd kind recorded" [ "$(json "$T/nz.json" "d['kinds']")" = "{'raw+zstd': 50}" ]
+# Uncompressed npy goes in 8 MiB blocks (pack.c BLOCK_BYTES): 2730 records of 32x32x3 fill one
+# block exactly, 2731 are one past it. Every record and label is the arrays' own.
+for n in 2730 2731; do
+	"$BIN/dsgen" npy "$T/b.npy" "$T/bl.npy" --count $n >/dev/null
+	"$BIN/dpack" pack --no-fsync "$T/b.npy" "$T/bl.npy" "$T/b.dpk" >/dev/null 2>&1
+	check "npy in blocks, $n records: the arrays' bytes and labels" \
+		python3 tests/npy_vs_dpk.py "$T/b.npy" "$T/bl.npy" "$T/b.dpk"
+done
 "$BIN/dsgen" npy "$T/x2.npy" "$T/y2.npy" --count 49 --height 8 --width 8 --channels 3 >/dev/null
 "$BIN/dpack" pack "$T/x.npy" "$T/y2.npy" "$T/bad_lab.dpk" >/dev/null 2>"$T/err"
 check "labels of the wrong length fail" [ $? -ne 0 ]

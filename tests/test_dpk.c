@@ -442,6 +442,205 @@ static void test_dpk_hostile_entries_name_the_sample(void **state)
 	}
 }
 
+/* Mapped (DPK_OPEN_MAP): open walks nothing, so a forged entry does not fail it; the entry fails
+ * its check where it is used, naming the sample, as the whole-index check at open does, and the
+ * entries far from it load. */
+static void test_dpk_mapped_entries_checked_at_use(void **state)
+{
+	static void (*const muts[])(struct dpk_entry *, const struct dpk_header *) = {
+		mut_past_eof, mut_overlap, mut_overflow, mut_absurd_shape, mut_shape_product,
+		mut_label, mut_kind, mut_raw_length,
+	};
+	struct dpk_entry e;
+	struct dpk *d;
+	char err[256];
+
+	(void)state;
+	for (size_t m = 0; m < sizeof(muts) / sizeof(muts[0]); m++) {
+		write_dataset(40);
+		forge_entry(7, muts[m]);
+		assert_int_equal(dpk_open(path, DPK_OPEN_MAP, &d, err, sizeof(err)), 0);
+		assert_int_equal(dpk_mapped(d), 1);
+		assert_null(dpk_entry_get(d, 7));
+		err[0] = '\0';
+		assert_int_equal(dpk_entry_load(d, 7, &e, err, sizeof(err)), -EBADMSG);
+		assert_non_null(strstr(err, "sample 7"));
+		assert_int_equal(e.length, 0);  /* zeroed or the forged copy: never read by */
+		assert_int_equal(dpk_entry_load(d, 0, &e, err, sizeof(err)), 0);
+		assert_int_equal(dpk_entry_load(d, 39, &e, err, sizeof(err)), 0);
+		assert_int_equal(dpk_entry_load(d, 40, &e, err, sizeof(err)), -ERANGE);
+		assert_int_equal(dpk_read(d, 7, err, sizeof(err)), -EBADMSG);
+		dpk_close(d);
+		assert_int_equal(unlink(path), 0);
+	}
+}
+
+/* A label at the last class loads; one past it does not (the bound, mapped). The overlap check
+ * is the neighbour's too: sample 6 ends where 7 now starts, one byte early. */
+static void mut_label_last(struct dpk_entry *e, const struct dpk_header *h)
+{
+	e->label = h->class_count - 1;
+}
+
+static void test_dpk_mapped_bounds_at_limit(void **state)
+{
+	struct dpk_entry e;
+	struct dpk *d;
+	char err[256];
+
+	(void)state;
+	write_dataset(20);
+	forge_entry(7, mut_label_last);
+	assert_int_equal(dpk_open(path, DPK_OPEN_MAP, &d, err, sizeof(err)), 0);
+	assert_int_equal(dpk_entry_load(d, 7, &e, err, sizeof(err)), 0);
+	assert_int_equal(e.label, 2);
+	dpk_close(d);
+	forge_entry(7, mut_label);
+	assert_int_equal(dpk_open(path, DPK_OPEN_MAP, &d, err, sizeof(err)), 0);
+	assert_int_equal(dpk_entry_load(d, 7, &e, err, sizeof(err)), -EBADMSG);
+	assert_non_null(strstr(err, "label 3 outside 3 classes"));
+	dpk_close(d);
+	forge_entry(7, mut_label_last);
+	forge_entry(7, mut_overlap);
+	assert_int_equal(dpk_open(path, DPK_OPEN_MAP, &d, err, sizeof(err)), 0);
+	assert_int_equal(dpk_entry_load(d, 6, &e, err, sizeof(err)), -EBADMSG);
+	assert_non_null(strstr(err, "sample 6: record"));
+	assert_non_null(strstr(err, "overlaps the next one"));
+	assert_int_equal(dpk_entry_load(d, 5, &e, err, sizeof(err)), 0);
+	dpk_close(d);
+}
+
+/* Mapped and copied opens agree on every entry and on the identity. */
+static void test_dpk_mapped_matches_copy(void **state)
+{
+	uint8_t ida[DPK_IDENTITY_SIZE], idb[DPK_IDENTITY_SIZE];
+	struct dpk *a, *b;
+	struct dpk_entry e;
+	char err[256];
+
+	(void)state;
+	write_dataset(300);
+	assert_int_equal(dpk_open(path, 0, &a, err, sizeof(err)), 0);
+	assert_int_equal(dpk_open(path, DPK_OPEN_MAP, &b, err, sizeof(err)), 0);
+	assert_int_equal(dpk_mapped(a), 0);
+	assert_int_equal(dpk_mapped(b), 1);
+	for (uint64_t i = 0; i < 300; i++) {
+		assert_int_equal(dpk_entry_load(b, i, &e, err, sizeof(err)), 0);
+		assert_memory_equal(&e, dpk_entry_get(a, i), sizeof(e));
+		assert_int_equal(dpk_entry_load(a, i, &e, err, sizeof(err)), 0);
+		assert_memory_equal(&e, dpk_entry_get(a, i), sizeof(e));
+	}
+	dpk_identity(a, ida);
+	dpk_identity(b, idb);
+	assert_memory_equal(ida, idb, sizeof(ida));
+	dpk_close(a);
+	dpk_close(b);
+}
+
+/* A file truncated under its mapped index: its loads fail with -EBADMSG naming the truncation
+ * (the SIGBUS guard), the process lives, and another mapped dataset goes on loading. */
+static void test_dpk_mapped_truncated_no_sigbus(void **state)
+{
+	char other[160];
+	struct dpk *d, *o;
+	struct dpk_entry e;
+	char err[256];
+
+	(void)state;
+	snprintf(other, sizeof(other), "%s/o.dpk", dir);
+	write_dataset(3000);  /* an index of 47 pages */
+	assert_int_equal(rename(path, other), 0);
+	write_dataset(3000);
+	struct dpk_header h = read_header();
+	assert_int_equal(dpk_open(path, DPK_OPEN_MAP, &d, err, sizeof(err)), 0);
+	assert_int_equal(dpk_open(other, DPK_OPEN_MAP, &o, err, sizeof(err)), 0);
+	assert_int_equal(dpk_entry_load(d, 2999, &e, err, sizeof(err)), 0);
+	assert_int_equal(truncate(path, (off_t)h.index_offset + 4096 * 3), 0);
+	int failed = 0;
+	for (uint64_t i = 0; i < 3000; i++) {
+		int ret = dpk_entry_load(d, i, &e, err, sizeof(err));
+		assert_true(ret == 0 || ret == -EBADMSG);
+		failed += ret < 0;
+	}
+	assert_true(failed >= 3000 - 4 * 4096 / 64);  /* all past the cut (and the page before) */
+	assert_int_equal(dpk_entry_load(d, 2999, &e, err, sizeof(err)), -EBADMSG);
+	assert_non_null(strstr(err, "truncated while its index was mapped"));
+	for (uint64_t i = 0; i < 3000; i++)
+		assert_int_equal(dpk_entry_load(o, i, &e, err, sizeof(err)), 0);
+	dpk_close(d);
+	dpk_close(o);
+}
+
+/* The data section mapped (DPK_OPEN_MAP_DATA): records copy out byte for byte; a record of a file
+ * cut short under the mapping copies as -EBADMSG, and the process lives. */
+static void test_dpk_mapped_data_copy_and_truncation(void **state)
+{
+	uint8_t buf[8192], want[8192];
+	struct dpk_entry e;
+	struct dpk *d, *c;
+	char err[256];
+
+	(void)state;
+	write_dataset(600);
+	assert_int_equal(dpk_open(path, 0, &c, err, sizeof(err)), 0);
+	assert_int_equal(dpk_open(path, DPK_OPEN_MAP | DPK_OPEN_MAP_DATA, &d, err, sizeof(err)), 0);
+	assert_int_equal(dpk_data_mapped(d), 1);
+	assert_int_equal(dpk_data_mapped(c), 0);
+	for (uint64_t i = 0; i < 600; i++) {
+		assert_int_equal(dpk_entry_load(d, i, &e, err, sizeof(err)), 0);
+		ssize_t n = dpk_record_copy(d, &e, buf, sizeof(buf));
+		assert_int_equal(n, (ssize_t)e.length);
+		assert_int_equal(dpk_read(c, i, want, sizeof(want)), n);
+		assert_memory_equal(buf, want, (size_t)n);
+		assert_int_equal(dpk_record_check(&e, buf), 0);
+	}
+	assert_int_equal(dpk_record_copy(c, dpk_entry_get(c, 0), buf, sizeof(buf)), -EINVAL);
+	assert_int_equal(dpk_entry_load(d, 599, &e, err, sizeof(err)), 0);
+	assert_int_equal(dpk_record_copy(d, &e, buf, e.length - 1), -ENOSPC);
+	assert_int_equal(truncate(path, DPK_HEADER_SIZE + 4096), 0);
+	assert_int_equal(dpk_record_copy(d, &e, buf, sizeof(buf)), -EBADMSG);
+	dpk_close(d);
+	dpk_close(c);
+}
+
+/* The writer keeps 65,536 index entries in memory and spills older ones to a file of its own
+ * (formats/dpk.c IDX_CHUNK): at exactly that count nothing spills, one past it one chunk does, and
+ * two chunks and one; each file opens with its index checksum and every entry right. */
+static void test_dpk_writer_index_spills_at_chunk(void **state)
+{
+	static const uint64_t counts[] = { 65536, 65537, 2 * 65536 + 1 };
+	char err[256];
+
+	(void)state;
+	for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+		struct dpk_writer *w;
+		struct dpk *d;
+
+		assert_int_equal(dpk_writer_create(path, DPK_WRITE_NO_SYNC, &w), 0);
+		for (uint64_t i = 0; i < counts[c]; i++) {
+			uint8_t b = (uint8_t)(i * 7);
+			struct dpk_record r = { .kind = DPK_KIND_RAW, .label = (int64_t)(i % 1000),
+						.data = &b, .length = 1, .ndim = 1, .shape = { 1 } };
+			assert_int_equal(dpk_writer_add(w, &r), 0);
+		}
+		assert_int_equal(dpk_writer_finish(w), 0);
+		dpk_writer_destroy(w);
+		assert_int_equal(dpk_open(path, 0, &d, err, sizeof(err)), 0);
+		assert_int_equal(dpk_count(d), counts[c]);
+		for (uint64_t i = 0; i < counts[c]; i++) {
+			const struct dpk_entry *e = dpk_entry_get(d, i);
+			uint8_t b;
+			if (e->offset != DPK_HEADER_SIZE + i || e->label != (int64_t)(i % 1000))
+				fail_msg("count %llu: entry %llu wrong", (unsigned long long)counts[c],
+					 (unsigned long long)i);
+			assert_int_equal(dpk_read(d, i, &b, 1), 1);
+			assert_int_equal(b, (uint8_t)(i * 7));
+		}
+		dpk_close(d);
+		assert_int_equal(unlink(path), 0);
+	}
+}
+
 static void test_dpk_version_is_eproto(void **state)
 {
 	char err[256];
@@ -732,6 +931,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dpk_flip_index_byte, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_flip_record_byte, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_hostile_entries_name_the_sample, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dpk_mapped_entries_checked_at_use, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dpk_mapped_bounds_at_limit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dpk_mapped_matches_copy, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dpk_mapped_truncated_no_sigbus, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dpk_mapped_data_copy_and_truncation, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dpk_writer_index_spills_at_chunk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_version_is_eproto, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_count_overflow_rejected, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_not_a_dpk, setup, teardown),

@@ -539,6 +539,109 @@ static void test_job_max_record_at_and_past_limit(void **state)
 		fail_msg("zstd refusal '%s'", t.why);
 }
 
+/* Two jobs on one file share its index: the second is charged none of it, both deliver the same
+ * samples; a copy of the file elsewhere (another inode) is a dataset of its own, charged again. */
+static void test_job_two_jobs_share_one_index(void **state)
+{
+	struct ctl_job_open s = spec_for("img.dpk", 4, OUT);
+	struct ctl_job_open c = spec_for("imgcopy.dpk", 4, OUT);
+	struct srv_fill f;
+	struct t a, b, o;
+	char cmd[2 * sizeof(s.dataset) + 8];
+
+	(void)state;
+	t_start(&a, &s);
+	t_start(&b, &s);
+	uint64_t index = 4 * sizeof(struct dpk_entry);
+	assert_true(a.info.mem_bytes >= b.info.mem_bytes + index);
+	assert_int_equal(t_fill(&a, 0, &f), 0);
+	assert_int_equal(t_fill(&b, 0, &f), 0);
+	assert_memory_equal(a.slot.payload, b.slot.payload, 4 * a.info.ring.sample_bytes);
+	assert_memory_equal(a.info.dataset_id, b.info.dataset_id, sizeof(a.info.dataset_id));
+	snprintf(cmd, sizeof(cmd), "cp %s %s", s.dataset, c.dataset);
+	assert_int_equal(system(cmd), 0);
+	t_start(&o, &c);
+	assert_int_equal(o.info.mem_bytes, a.info.mem_bytes);
+	assert_memory_equal(o.info.dataset_id, a.info.dataset_id, sizeof(a.info.dataset_id));
+	t_stop(&o);
+	/* the first job gone, the second still reads through the shared index */
+	t_stop(&a);
+	assert_int_equal(t_fill(&b, 0, &f), 0);
+	assert_int_equal(f.bad, 0);
+	t_stop(&b);
+	/* all gone: the next job maps it again and is charged for it */
+	t_start(&a, &s);
+	assert_true(a.info.mem_bytes >= b.info.mem_bytes + index);
+	t_stop(&a);
+}
+
+/* Open img.dpk with @cfg and return what --io auto chose (info.io), the job closed again. */
+static void io_chosen(const struct ldr_config *cfg, char *io, size_t len)
+{
+	struct ctl_job_open s = spec_for("img.dpk", 4, OUT);
+	struct t t;
+
+	if (t_open_cfg(&t, &s, cfg) < 0)
+		fail_msg("job_open: %s", t.why);
+	snprintf(io, len, "%s", t.info.io);
+	t.ops.job_close(t.ops.ctx, t.job);
+}
+
+/* Evict img.dpk from the page cache (it was written with fsync: clean), or read it all in. */
+static void img_cache(int in)
+{
+	char p[128], buf[65536];
+
+	path_of(p, sizeof(p), "img.dpk");
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(fdatasync(fd), 0);
+	if (in)
+		while (read(fd, buf, sizeof(buf)) > 0)
+			;
+	else
+		assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	close(fd);
+}
+
+/* --io auto: records in the page cache are read through it; evicted ones too while they fit half
+ * the cache budget (at exactly half, and not one byte of budget less), else with O_DIRECT. The
+ * choice is what the job reports (loaderctl stats' "io"). */
+static void test_job_io_auto_follows_residency(void **state)
+{
+	struct ldr_config cfg = { .io = LDR_IO_AUTO };
+	char p[128], io[64], err[256];
+	struct dpk *d;
+
+	(void)state;
+	path_of(p, sizeof(p), "img.dpk");
+	assert_int_equal(dpk_open(p, 0, &d, err, sizeof(err)), 0);
+	uint64_t data = dpk_header_get(d)->data_size;
+	dpk_close(d);
+
+	img_cache(0);
+	cfg.cache_bytes = 2 * data - 2;  /* half is one byte short of the records */
+	io_chosen(&cfg, io, sizeof(io));
+	if (strncmp(io, "O_DIRECT (", 10))
+		fail_msg("evicted, larger than half the budget: %s", io);
+	cfg.cache_bytes = 2 * data;      /* exactly half */
+	img_cache(0);                    /* (the open before read its header, and ahead) */
+	io_chosen(&cfg, io, sizeof(io));
+	if (!strstr(io, "page cache (fits half of"))
+		fail_msg("evicted, fits: %s", io);
+	img_cache(1);
+	cfg.cache_bytes = 2 * data - 2;
+	io_chosen(&cfg, io, sizeof(io));
+	if (strcmp(io, "memory (100.0% resident, mapped)"))
+		fail_msg("resident: %s", io);
+	cfg.io = LDR_IO_BUFFERED;
+	io_chosen(&cfg, io, sizeof(io));
+	assert_string_equal(io, "page cache (--io buffered)");
+	cfg.io = LDR_IO_DIRECT;
+	io_chosen(&cfg, io, sizeof(io));
+	assert_string_equal(io, "O_DIRECT (--io direct)");
+}
+
 /* A worker that could not start makes its fills fail with a message, not a crash. */
 static void test_job_fill_without_worker_fails(void **state)
 {
@@ -563,6 +666,8 @@ int main(void)
 		cmocka_unit_test(test_job_fill_raw_and_zstd),
 		cmocka_unit_test(test_job_bad_records_substituted_and_flagged),
 		cmocka_unit_test(test_job_open_refuses_bad_specs),
+		cmocka_unit_test(test_job_two_jobs_share_one_index),
+		cmocka_unit_test(test_job_io_auto_follows_residency),
 		cmocka_unit_test(test_job_fill_without_worker_fails),
 		cmocka_unit_test(test_job_max_record_at_and_past_limit),
 	};

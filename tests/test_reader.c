@@ -98,7 +98,9 @@ static void read_all_check(struct ldr_reader *r, const struct dpk *d, int fd_dir
 	}
 }
 
-/* Run @body once per path over a reader of @arena bytes, on the dataset and its O_DIRECT fd. */
+/* Run @body once per path over a reader of @arena bytes, on the dataset and its O_DIRECT fd; then
+ * once more on the dataset opened with its index and data mapped (the path of a dataset found in
+ * the page cache: records copied from the mapping, loader/reader.c). */
 static void each_mode(size_t arena, void (*body)(struct ldr_reader *r, const struct dpk *d,
 						 int fd_direct))
 {
@@ -117,6 +119,16 @@ static void each_mode(size_t arena, void (*body)(struct ldr_reader *r, const str
 	}
 	if (fd_direct >= 0)
 		close(fd_direct);
+	dpk_close(d);
+
+	struct ldr_reader *r;
+	assert_int_equal(dpk_open(path, DPK_OPEN_MAP | DPK_OPEN_MAP_DATA, &d, err, sizeof(err)), 0);
+	assert_int_equal(dpk_data_mapped(d), 1);
+	assert_int_equal(ldr_reader_create(LDR_IO_AUTO, arena, &r), 0);
+	body(r, d, -1);
+	if (strcmp(ldr_reader_path(r, -1), "mapped"))
+		fail_msg("path %s, want mapped", ldr_reader_path(r, -1));
+	ldr_reader_destroy(r);
 	dpk_close(d);
 }
 

@@ -99,7 +99,7 @@ static void usage(FILE *f)
 "  --ceiling-records R    JPEG records decoded for the ceiling (default 200)\n"
 "  --ceiling-seconds S    time spent measuring the ceiling (default 3)\n"
 "  --loaderd PATH         the daemon (default: loaderd next to this program)\n"
-"  --io MODE              passed to loaderd --io (auto, buffered, pread)\n"
+"  --io MODE              passed to loaderd --io (auto, direct, buffered, pread)\n"
 "  --help                 this text\n"
 "Exit status: 0 measured, 1 runtime error (loaderd's log is shown), 2 bad usage.\n",
 		proc_cpu_count());
@@ -665,7 +665,8 @@ int main(int argc, char **argv)
 		case O_LOADERD: o.loaderd = optarg; break;
 		case O_IO:
 			o.io = optarg;
-			bad = strcmp(optarg, "auto") && strcmp(optarg, "buffered") && strcmp(optarg, "pread");
+			bad = strcmp(optarg, "auto") && strcmp(optarg, "direct") &&
+			      strcmp(optarg, "buffered") && strcmp(optarg, "pread");
 			break;
 		case 'h':
 			usage(stdout);

@@ -48,6 +48,9 @@ struct dpack_input {
 	/* Tensor formats: @r's kind (DPK_KIND_RAW), shape, ndim and label for sample @i.
 	 * NULL: samples are files, typed by cdc_kind_probe(), labelled by their item. */
 	void (*tensor)(const struct dpack_src *s, uint64_t i, struct dpk_record *r);
+	/* Tensor formats whose samples lie back to back in s->fd: the first at *off, *len bytes
+	 * each (0), so that pack reads them in large blocks; -errno when not (or NULL). */
+	int (*span)(const struct dpack_src *s, uint64_t *off, uint64_t *len);
 	void (*fini)(struct dpack_src *s);  /* frees priv; NULL when none */
 };
 

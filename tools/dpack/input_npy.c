@@ -82,14 +82,12 @@ static int list_npy(struct dpack_src *src)
 		ret = -ENOMEM;
 		goto out;
 	}
-	for (uint64_t i = 0; i < src->n; i++) {
-		ret = npy_read_int(lfd, &lab, i, &np->labels[i]);
-		if (ret < 0) {
-			LOG_ERROR("%s: label %llu: %s", labels_path, (unsigned long long)i, strerror(-ret));
-			goto out;
-		}
+	uint64_t bad = 0;
+	ret = npy_read_ints(lfd, &lab, np->labels, &bad);
+	if (ret < 0) {
+		LOG_ERROR("%s: label %llu: %s", labels_path, (unsigned long long)bad, strerror(-ret));
+		goto out;
 	}
-	ret = 0;
 out:
 	close(lfd);
 	return ret;
@@ -134,6 +132,17 @@ static void npy_tensor(const struct dpack_src *src, uint64_t i, struct dpk_recor
 	r->label = np->labels[i];
 }
 
+static int npy_span(const struct dpack_src *src, uint64_t *off, uint64_t *len)
+{
+	const struct npy_src *np = src->priv;
+
+	if (!np->sample_bytes)
+		return -EINVAL;
+	*off = np->img.data_offset;
+	*len = np->sample_bytes;
+	return 0;
+}
+
 const struct dpack_input dpack_input_npy = {
 	.name = "npy",
 	.what = ".npy",
@@ -142,5 +151,6 @@ const struct dpack_input dpack_input_npy = {
 	.list = list_npy,
 	.locate = npy_locate,
 	.tensor = npy_tensor,
+	.span = npy_span,
 	.fini = npy_fini,
 };

@@ -8,7 +8,12 @@
  * leave the result in a slot of a reorder window; the main thread writes slots strictly in item
  * order, so the output does not depend on --jobs. Workers never run more than WINDOW items ahead
  * of the writer, which bounds memory. Any fatal error (read error, full disk, signal) stops the
- * workers and removes the temporary file: OUT either is a whole dataset or was not touched. */
+ * workers and removes the temporary file: OUT either is a whole dataset or was not touched.
+ *
+ * Tensors that lie back to back in one file (a .npy array, stored uncompressed: the input's
+ * span()) skip the workers: the main thread reads them BLOCK_BYTES at a time with one pread and
+ * hands each record to the writer from the block (pack_blocks), so packing costs a few large
+ * reads and a checksum pass, not two reads and a hand-off between threads per record. */
 #include "common/args.h"
 #include "common/clk.h"
 #include "common/log.h"
@@ -401,6 +406,9 @@ static int detect_input(struct pack *pk)
 
 /* The writer: take the workers' slots in item order, write them to @w, then finish the file.
  * Returns 0 or -errno (the message is logged). */
+static int finish_items(struct pack *pk, struct dpk_writer *w, const char *out, double t0,
+			struct tally *t, int tty);
+
 static int write_items(struct pack *pk, struct dpk_writer *w, const char *out, double t0,
 		       struct tally *t)
 {
@@ -453,18 +461,70 @@ static int write_items(struct pack *pk, struct dpk_writer *w, const char *out, d
 			progress(i + 1, pk->src.n, t->bytes, t0, 0);
 		}
 	}
+	return finish_items(pk, w, out, t0, t, tty);
+}
+
+/* The end of a pack: the count, the writer's finish, the progress line. */
+static int finish_items(struct pack *pk, struct dpk_writer *w, const char *out, double t0,
+			struct tally *t, int tty)
+{
 	t->written = dpk_writer_count(w);
 	if (t->written == 0) {
 		LOG_ERROR("%s: no valid samples (%llu skipped)", pk->src.path,
 			  (unsigned long long)t->skipped);
 		return -ENOENT;
 	}
-	ret = dpk_writer_finish(w);
+	int ret = dpk_writer_finish(w);
 	if (ret < 0)
 		LOG_ERROR("finishing %s: %s", out, strerror(-ret));
 	if (tty)
 		progress(pk->src.n, pk->src.n, t->bytes, t0, 1);
 	return ret;
+}
+
+#define BLOCK_BYTES (8u << 20)  /* one read of back-to-back tensors */
+
+/* Back-to-back tensors (span), uncompressed: read in blocks, records added from the block. */
+static int pack_blocks(struct pack *pk, struct dpk_writer *w, uint64_t off, uint64_t sb,
+		       const char *out, double t0, struct tally *t)
+{
+	int tty = isatty(STDERR_FILENO), ret = 0;
+	uint64_t per = sb >= BLOCK_BYTES ? 1 : BLOCK_BYTES / sb;
+	uint8_t *buf = malloc((size_t)(per * sb));
+	double last = 0;
+
+	if (!buf) {
+		LOG_ERROR("out of memory for a block of %llu bytes", (unsigned long long)(per * sb));
+		return -ENOMEM;
+	}
+	for (uint64_t i = 0; i < pk->src.n && ret == 0; i += per) {
+		uint64_t k = pk->src.n - i < per ? pk->src.n - i : per;
+		ret = read_all(pk->src.fd, buf, k * sb, off + i * sb);
+		if (ret < 0) {
+			LOG_ERROR("%s: samples %llu..%llu: %s", pk->src.path, (unsigned long long)i,
+				  (unsigned long long)(i + k - 1), strerror(-ret));
+			break;
+		}
+		for (uint64_t e = 0; e < k && ret == 0; e++) {
+			struct dpk_record r;
+
+			memset(&r, 0, sizeof(r));
+			pk->in->tensor(&pk->src, i + e, &r);
+			r.data = buf + e * sb;
+			r.length = sb;
+			ret = dpk_writer_add(w, &r);  /* checksums it */
+			if (ret < 0)
+				LOG_ERROR("writing %s: %s", dpk_writer_tmp_path(w), strerror(-ret));
+		}
+		t->bytes += k * sb;
+		t->in_bytes += k * sb;
+		if (tty && clk_now_s() - last > 0.1) {
+			last = clk_now_s();
+			progress(i + k, pk->src.n, t->bytes, t0, 0);
+		}
+	}
+	free(buf);
+	return ret < 0 ? ret : finish_items(pk, w, out, t0, t, tty);
 }
 
 /* Start @jobs workers into @th (pk->slots allocated), run the writer, then stop and join the
@@ -564,6 +624,14 @@ int dpack_pack_main(int argc, char **argv)
 		}
 	}
 
+	uint64_t span_off, span_sb;
+	if (pk.in->span && !pk.zstd_level && pk.in->span(&pk.src, &span_off, &span_sb) == 0) {
+		if (pack_blocks(&pk, w, span_off, span_sb, a.out, t0, &t) == 0) {
+			print_summary(a.out, pk.src.nclasses, &t, t0);
+			status = 0;
+		}
+		goto out;
+	}
 	pk.window = (uint64_t)a.jobs * 16;
 	pk.slots = calloc(pk.window, sizeof(*pk.slots));
 	th = calloc((size_t)a.jobs, sizeof(*th));
