@@ -84,12 +84,14 @@ static void put_text_str(struct text *t, const char *s)
 }
 
 /* A rank's mean batch latency (first task taken to publish) in ms, or "-" before its first
- * publish. */
+ * publish. Below 0.1 ms (small records from memory: a few microseconds) with 4 decimals, so that
+ * it does not read as 0. */
 static const char *latency_ms(char *buf, size_t len, const struct srv_rank_snap *rs)
 {
 	if (!rs->published)
 		return "-";
-	snprintf(buf, len, "%.2f ms", rs->latency_ns * 1e-6 / rs->published);
+	double ms = rs->latency_ns * 1e-6 / rs->published;
+	snprintf(buf, len, ms < 0.1 ? "%.4f ms" : "%.2f ms", ms);
 	return buf;
 }
 

@@ -37,6 +37,7 @@ import json
 import math
 import os
 import select
+import re
 import shlex
 import shutil
 import signal
@@ -266,7 +267,14 @@ class Loaderd:
             raise Failure("loaderd %s:\n%s" % (why, tail(open(self.log_path).read())))
 
     def job_stats(self, job):
-        rc, out, _ = self.ctl("stats", job)
+        # loaderd charges every loaderctl answer to the asking user's --admin-share: when a loaded
+        # machine makes the answers dear, it refuses for a while and says how long; wait that out
+        for _ in range(5):
+            rc, out, err = self.ctl("stats", job)
+            m = re.search(r"admin-share\); try again in (\d+) ms", err) if rc != 0 else None
+            if not m:
+                break
+            time.sleep(min(2.0, (int(m.group(1)) + 10) / 1000.0))
         if rc != 0:
             return None
         try:
