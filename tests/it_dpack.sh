@@ -27,7 +27,7 @@ check "pack ImageFolder exits 0" [ $? -eq 0 ]
 check "summary counts $good samples and 3 skipped" grep -q ": $good samples, 3 classes, 3 skipped" "$T/out"
 check "truncated JPEG listed by path" grep -q "n00000001/trunc.jpg: truncated" "$T/err"
 check "non-JPEG .jpg listed by path" grep -q "n00000002/text.jpg: not a JPEG" "$T/err"
-check "PNG listed by path" grep -q "n00000000/img.png: not a JPEG" "$T/err"
+check "PNG listed by path" grep -q "n00000000/img.png: PNG without an IHDR chunk" "$T/err"
 check "verify clean" sh -c "'$BIN/dpack' verify '$T/a.dpk' >/dev/null"
 "$BIN/dpack" inspect --json "$T/a.dpk" >"$T/a.json"
 check "inspect --json parses, $good samples" [ "$(json "$T/a.json" "d['samples']")" = "$good" ]

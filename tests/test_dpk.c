@@ -414,7 +414,7 @@ static void mut_label(struct dpk_entry *e, const struct dpk_header *h)
 static void mut_kind(struct dpk_entry *e, const struct dpk_header *h)
 {
 	(void)h;
-	e->kind = 9;
+	e->kind = DPK_KIND_MAX + 1;
 }
 
 static void mut_raw_length(struct dpk_entry *e, const struct dpk_header *h)

@@ -54,7 +54,7 @@ static int is_image(const char *ext)
 	return 0;
 }
 
-/* ".jpg/.jpeg": those extensions, for the message on a sample without an image. */
+/* ".jpg/.jpeg/.png/...": those extensions, for the message on a sample without an image. */
 static void image_exts(char *buf, size_t len)
 {
 	size_t pos = 0;
@@ -62,6 +62,12 @@ static void image_exts(char *buf, size_t len)
 	buf[0] = '\0';
 	for (unsigned k = 0; k <= DPK_KIND_MAX; k++)
 		for (const char *const *e = ldr_kinds[k] ? ldr_kinds[k]->exts : NULL; e && *e; e++) {
+			unsigned j = 0;  /* once each: jpeg and jpeg+cmyk share theirs */
+			while (j < k && !(ldr_kinds[j] && ldr_kinds[j]->exts &&
+					  dpack_has_ext(*e, ldr_kinds[j]->exts)))
+				j++;
+			if (j < k)
+				continue;
 			int n = snprintf(buf + pos, len - pos, "%s%s", pos ? "/" : "", *e);
 			if (n < 0 || (size_t)n >= len - pos)
 				return;
@@ -87,7 +93,7 @@ static int wds_flush(struct dpack_src *src, struct wds_group *g, uint64_t *cap)
 	if (!g->has_img && !g->has_cls)
 		goto out;  /* a key with neither, e.g. only .json: not a sample for us */
 	if (!g->bad[0] && !g->has_img) {
-		char exts[96];
+		char exts[128];
 		image_exts(exts, sizeof(exts));
 		snprintf(g->bad, sizeof(g->bad), "no %s member", exts);
 	}
