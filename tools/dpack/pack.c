@@ -51,6 +51,7 @@ struct pack {
 	int zstd_level;          /* 0: store raw uncompressed */
 	int keep;                /* --keep-jpeg: files are stored as they are, not repacked */
 	struct ldr_repack_opts repack; /* jpeg+idx (--index-width) or jpeg+rst (--restart-width) */
+	uint64_t max_pixels;     /* --max-pixels: larger images are skipped, read no further */
 
 	pthread_mutex_t lock;
 	pthread_cond_t cv_done;  /* a slot became done (workers -> writer) */
@@ -61,6 +62,9 @@ struct pack {
 	struct slot *slots;
 	uint64_t window;
 };
+
+/* PIL's decompression bomb limit, 2 x Image.MAX_IMAGE_PIXELS: ImageFolder fails past it. */
+#define DPACK_MAX_PIXELS_DEFAULT 178956970ull
 
 static volatile sig_atomic_t got_signal;
 static const char *volatile tmp_to_unlink;
@@ -130,6 +134,13 @@ static void process(struct pack *pk, uint64_t i, struct slot *s, ZSTD_CCtx *cctx
 			goto out;
 		}
 		r->label = pk->src.items[i].label;
+		/* A decompression bomb is refused on its header's word, before anything decodes it. */
+		if ((uint64_t)r->shape[0] * r->shape[1] > pk->max_pixels) {
+			s->status = SLOT_SKIP;
+			snprintf(s->why, sizeof(s->why), "%u x %u pixels is more than --max-pixels %llu",
+				 r->shape[1], r->shape[0], (unsigned long long)pk->max_pixels);
+			goto out;
+		}
 		const struct ldr_kind *k = ldr_kind_get(r->kind);
 		if (!pk->keep && k->repack) {
 			uint8_t *nb;
@@ -236,6 +247,11 @@ static const char pack_usage[] =
 	"\n"
 	"SRC is an ImageFolder tree (classes = sorted sub-folders, as torchvision) or a WebDataset\n"
 	".tar (samples are KEY.jpg or KEY.jpeg with KEY.cls holding the integer label).\n"
+	"A tree packs the files torchvision's ImageFolder loads (.jpg .jpeg .png .ppm .bmp .pgm .tif\n"
+	".tiff .webp, any case, hidden files and folders included), in its order and with its class\n"
+	"indices; each file becomes a record of what its bytes are, whatever its name: JPEG, CMYK\n"
+	"JPEG, PNG, WebP, PGM/PPM or BMP (docs/FORMAT.md), decoded by loaderd to the RGB that PIL's\n"
+	"convert(\"RGB\") gives.\n"
 	"JPEGs are stored as jpeg+idx records: the JPEG (kept byte for byte when it is baseline with\n"
 	"one scan, else first transcoded losslessly to that: the same DCT coefficients, so the same\n"
 	"pixels) followed by an index of where MCUs start, so that loaderd entropy-decodes only the\n"
@@ -251,7 +267,10 @@ static const char pack_usage[] =
 	"  --restart-width PX       make jpeg+rst records instead (the older rewrite: optimised\n"
 	"                           Huffman tables and restart segments about PX pixels wide, the\n"
 	"                           largest divisor of the MCU row that fits; 0: one per MCU row)\n"
-	"  --strict                 a bad or non-JPEG image is an error, not a skipped sample\n"
+	"  --max-pixels N           skip (or, with --strict, refuse) an image whose header declares\n"
+	"                           more than N pixels, before decoding it (default 178956970:\n"
+	"                           where PIL raises DecompressionBombError)\n"
+	"  --strict                 a bad or unknown image is an error, not a skipped sample\n"
 	"  --no-fsync               do not wait for the disk (scratch space): faster, but a crash\n"
 	"                           soon after packing may lose the file\n"
 	"  -h, --help               this text\n"
@@ -305,6 +324,7 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 		{ "keep-jpeg", no_argument, NULL, 'K' },
 		{ "restart-width", required_argument, NULL, 'R' },
 		{ "index-width", required_argument, NULL, 'I' },
+		{ "max-pixels", required_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -346,6 +366,17 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 			}
 			pk->repack.rst = 0;
 			break;
+		case 'P': {
+			char *end;
+			errno = 0;
+			unsigned long long v = strtoull(optarg, &end, 10);
+			if (errno || end == optarg || *end || optarg[0] == '-' || v == 0) {
+				LOG_ERROR("--max-pixels: '%s' is not a positive number", optarg);
+				return 2;
+			}
+			pk->max_pixels = v;
+			break;
+		}
 		case 'h':
 			fputs(pack_usage, stdout);
 			return 0;
@@ -526,7 +557,8 @@ static void src_fini(struct pack *pk)
 
 int dpack_pack_main(int argc, char **argv)
 {
-	struct pack pk = { .src.fd = -1, .repack.width = LDR_IDX_WIDTH_DEFAULT };
+	struct pack pk = { .src.fd = -1, .repack.width = LDR_IDX_WIDTH_DEFAULT,
+			   .max_pixels = DPACK_MAX_PIXELS_DEFAULT };
 	struct pack_args a;
 	struct tally t = { 0 };
 	struct dpk_writer *w = NULL;
