@@ -40,7 +40,8 @@ int ldr_image_decode(ldr_image_pixels_fn *fn, struct ldr_decoder *d, const struc
 			 (unsigned long long)max);
 		return -EBADMSG;
 	}
-	/* A crop needs the rows down to its bottom only (formats that decode top-down stop there). */
+	/* A crop needs the rows down to its bottom only (formats that decode top-down stop there);
+	 * the rows below those are never read, so the resize is given the whole image's height. */
 	uint32_t rows = h;
 	if (o->h) {
 		if (crop->w == 0 || crop->h == 0 || crop->x > w || crop->w > w - crop->x ||
@@ -49,7 +50,8 @@ int ldr_image_decode(ldr_image_pixels_fn *fn, struct ldr_decoder *d, const struc
 				 crop->h, crop->x, crop->y, w, h);
 			return -EINVAL;
 		}
-		rows = crop->y + crop->h;
+		/* the resize blends each output row from two source rows: one past the crop's */
+		rows = crop->y + crop->h < h ? crop->y + crop->h + 1 : h;
 	}
 	uint8_t *px = o->h ? ldr_decoder_scratch(d, (size_t)w * h * 3) : dst;
 	if (!px) {
@@ -59,7 +61,7 @@ int ldr_image_decode(ldr_image_pixels_fn *fn, struct ldr_decoder *d, const struc
 	int ret = fn(src, e->length, w, h, rows, px, why, whylen);
 	if (ret < 0 || o->h == 0)
 		return ret;
-	ret = ldr_decode_raw(d, px, rows, w, 3, crop, o, dst);
+	ret = ldr_decode_raw(d, px, h, w, 3, crop, o, dst);
 	if (ret < 0)
 		snprintf(why, whylen, "cannot resize the %ux%u crop", crop->w, crop->h);
 	return ret;

@@ -95,8 +95,9 @@ static int png_pixels(const uint8_t *src, size_t len, uint32_t w, uint32_t h, ui
 	if (setjmp(s.jb))
 		goto out;
 	png_set_read_fn(png, &s, read_mem);
-	/* The bound is the index's size, checked before this buffer was made. */
-	png_set_user_limits(png, w, h);
+	/* The index's size bounds @rgb; the header must say the same (checked below, before any
+	 * row is read), and libpng's own row buffers stay within an image record's sides. */
+	png_set_user_limits(png, 65535, 65535);
 	png_read_info(png, info);
 	if (png_get_image_width(png, info) != w || png_get_image_height(png, info) != h) {
 		snprintf(why, whylen, "PNG is %u x %u, the index says %u x %u",
