@@ -94,6 +94,7 @@ static const struct dpk_kind_info kind_infos[DPK_KIND_MAX + 1] = {
 	[DPK_KIND_WEBP] = { "webp", DPK_KF_IMAGE },
 	[DPK_KIND_PNM] = { "pnm", DPK_KF_IMAGE },
 	[DPK_KIND_BMP] = { "bmp", DPK_KF_IMAGE },
+	[DPK_KIND_TIFF] = { "tiff", DPK_KF_IMAGE },
 };
 
 const struct dpk_kind_info *dpk_kind_info(unsigned kind)

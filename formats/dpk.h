@@ -37,9 +37,10 @@ enum dpk_kind {
 	DPK_KIND_PNG = 7,       /* PNG: any bit depth and colour type, interlaced or not */
 	DPK_KIND_WEBP = 8,      /* WebP: lossy or lossless, still (the first frame of an animation) */
 	DPK_KIND_PNM = 9,       /* binary PGM (P5) or PPM (P6), maxval 1..255 */
-	DPK_KIND_BMP = 10,      /* BMP: uncompressed 1/4/8-bit palette, 16/24/32-bit */
+	DPK_KIND_BMP = 10,      /* BMP: uncompressed 1/4/8-bit palette, 24/32-bit */
+	DPK_KIND_TIFF = 11,     /* TIFF: 8-bit grey or RGB, contiguous, in strips */
 };
-#define DPK_KIND_MAX 10
+#define DPK_KIND_MAX 11
 
 /* What the format itself knows of a kind: one row per kind in formats/dpk.c (how a kind is
  * decoded is the loader's business: loader/kind.h). */

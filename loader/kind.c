@@ -9,7 +9,7 @@ extern const struct ldr_kind ldr_kind_jpeg, ldr_kind_raw, ldr_kind_raw_zstd, ldr
 	ldr_kind_jpeg_idx;
 /* Image files decoded whole (loader/kind_image.h). */
 extern const struct ldr_kind ldr_kind_jpeg_cmyk, ldr_kind_png, ldr_kind_webp, ldr_kind_pnm,
-	ldr_kind_bmp;
+	ldr_kind_bmp, ldr_kind_tiff;
 
 const struct ldr_kind *const ldr_kinds[DPK_KIND_MAX + 1] = {
 	[DPK_KIND_JPEG] = &ldr_kind_jpeg,
@@ -22,6 +22,7 @@ const struct ldr_kind *const ldr_kinds[DPK_KIND_MAX + 1] = {
 	[DPK_KIND_WEBP] = &ldr_kind_webp,
 	[DPK_KIND_PNM] = &ldr_kind_pnm,
 	[DPK_KIND_BMP] = &ldr_kind_bmp,
+	[DPK_KIND_TIFF] = &ldr_kind_tiff,
 };
 
 const struct ldr_kind *ldr_kind_get(unsigned kind)

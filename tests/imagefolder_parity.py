@@ -4,7 +4,8 @@
 make-tree DIR PHOTO: a tree with the quirks of real datasets: CMYK JPEGs (Adobe, and with the
   APP14 marker cut out), a PNG named .JPEG, PNGs of every colour type (16-bit, grey 16-bit above
   255, palette with tRNS, interlaced, grey+alpha, RGBA, 1-bit), WebP lossy/lossless/alpha, PPM,
-  PGM (maxval 255 and 15), BMP (24-bit, 8-bit palette, top-down 32-bit), uppercase extensions,
+  PGM (maxval 255 and 15), BMP (24-bit, 8-bit palette), TIFF (RGB raw/LZW, grey deflate,
+  RGBA packbits), uppercase extensions,
   nested folders whose os.walk order differs from a depth-first walk, hidden files, a hidden class
   folder, and files ImageFolder does not list (.txt, .gif, no extension).
 compare DIR D.dpk DPACK: sample i of D.dpk is ImageFolder's sample i: same class names, same
@@ -80,6 +81,10 @@ def make_tree(root, photo_path):
         f.write(b"P5\n# comment\n5 3\n15\n" + bytes(rng.integers(0, 16, 15, dtype=np.uint8)))
     save(small, f"{root}/c/img.bmp", "BMP")
     save(small.convert("P", palette=Image.ADAPTIVE, colors=50), f"{root}/c/pal.BMP", "BMP")
+    save(p, f"{root}/c/img.tif", "TIFF")
+    save(small, f"{root}/c/lzw.TIFF", "TIFF", compression="tiff_lzw")
+    save(small.convert("L"), f"{root}/c/grey.tif", "TIFF", compression="tiff_deflate")
+    save(rgba, f"{root}/c/rgba.tif", "TIFF", compression="packbits")
     # hidden files and folders, files ImageFolder does not list
     save(small, f"{root}/c/.hidden.png", "PNG")
     save(small, f"{root}/.ipynb_checkpoints/h.jpg", "JPEG")

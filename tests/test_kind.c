@@ -58,9 +58,9 @@ static void test_kind_every_kind_has_both_rows(void **state)
 	assert_null(ldr_kind_get(DPK_KIND_JPEG_IDX)->repack);
 	/* the image files decoded whole: made from files, checked by a whole decode at pack time */
 	const unsigned whole[] = { DPK_KIND_JPEG_CMYK, DPK_KIND_PNG, DPK_KIND_WEBP, DPK_KIND_PNM,
-				   DPK_KIND_BMP };
-	const char *const names[] = { "jpeg+cmyk", "png", "webp", "pnm", "bmp" };
-	for (size_t i = 0; i < 5; i++) {
+				   DPK_KIND_BMP, DPK_KIND_TIFF };
+	const char *const names[] = { "jpeg+cmyk", "png", "webp", "pnm", "bmp", "tiff" };
+	for (size_t i = 0; i < 6; i++) {
 		assert_string_equal(ldr_kind_get(whole[i])->name, names[i]);
 		assert_non_null(ldr_kind_get(whole[i])->probe);
 		assert_non_null(ldr_kind_get(whole[i])->repack);
@@ -78,7 +78,7 @@ static void test_kind_unknown_refused(void **state)
 		assert_null(ldr_kind_get(bad[i]));
 		assert_string_equal(dpk_kind_name(bad[i]), "?");
 	}
-	assert_null(ldr_kind_find("tiff"));
+	assert_null(ldr_kind_find("gif"));
 	assert_null(ldr_kind_find(""));
 	assert_null(ldr_kind_find("JPEG"));
 }

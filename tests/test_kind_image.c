@@ -19,7 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <tiffio.h>
 #include <turbojpeg.h>
+#include <unistd.h>
 #include <webp/decode.h>
 #include <webp/encode.h>
 #include <cmocka.h>
@@ -490,6 +492,118 @@ static void test_kind_bmp_24_32_and_palette(void **state)
 	free(rows);
 }
 
+/* ---- TIFF, written by libtiff ---- */
+
+/* A TIFF of @w x @h, @spp samples of 8 bits from @px (or tiles / 16 bits when asked), read back
+ * into memory. */
+static uint8_t *tiff_make(uint32_t w, uint32_t h, uint16_t spp, uint16_t photometric,
+			  uint16_t compression, int tiled, uint16_t bps, const uint8_t *px, size_t *len)
+{
+	char path[] = "/tmp/test_kind_image.XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	close(fd);
+	TIFF *t = TIFFOpen(path, "w");
+	assert_non_null(t);
+	TIFFSetField(t, TIFFTAG_IMAGEWIDTH, w);
+	TIFFSetField(t, TIFFTAG_IMAGELENGTH, h);
+	TIFFSetField(t, TIFFTAG_BITSPERSAMPLE, bps);
+	TIFFSetField(t, TIFFTAG_SAMPLESPERPIXEL, spp);
+	TIFFSetField(t, TIFFTAG_PHOTOMETRIC, photometric);
+	TIFFSetField(t, TIFFTAG_PLANARCONFIG, PLANARCONFIG_CONTIG);
+	TIFFSetField(t, TIFFTAG_COMPRESSION, compression);
+	if (compression == COMPRESSION_LZW)
+		TIFFSetField(t, TIFFTAG_PREDICTOR, PREDICTOR_HORIZONTAL);
+	if (spp == 4) {
+		uint16_t extra = EXTRASAMPLE_UNASSALPHA;
+		TIFFSetField(t, TIFFTAG_EXTRASAMPLES, 1, &extra);
+	}
+	if (tiled) {
+		TIFFSetField(t, TIFFTAG_TILEWIDTH, 16);
+		TIFFSetField(t, TIFFTAG_TILELENGTH, 16);
+		uint8_t tile[16 * 16 * 4] = { 0 };
+		assert_true(TIFFWriteTile(t, tile, 0, 0, 0, 0) >= 0);
+	} else {
+		size_t rb = (size_t)w * spp * bps / 8;
+		uint8_t *row = malloc(rb);  /* libtiff's predictor differences the row in place */
+		assert_non_null(row);
+		TIFFSetField(t, TIFFTAG_ROWSPERSTRIP, 3);
+		for (uint32_t y = 0; y < h; y++) {
+			memcpy(row, px + y * rb, rb);
+			assert_int_equal(TIFFWriteScanline(t, row, y, 0), 1);
+		}
+		free(row);
+	}
+	TIFFClose(t);
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	*len = (size_t)ftell(f);
+	rewind(f);
+	uint8_t *b = malloc(*len);
+	assert_non_null(b);
+	assert_int_equal(fread(b, 1, *len, f), *len);
+	fclose(f);
+	unlink(path);
+	return b;
+}
+
+static void test_kind_tiff_grey_rgb_rgba(void **state)
+{
+	const uint32_t w = 23, h = 11;
+	uint8_t *px = noise(w * h * 4 * 2, 60), want[23 * 11 * 3];
+	struct dpk_entry e;
+	size_t len;
+
+	(void)state;
+	/* RGB, LZW with the horizontal predictor */
+	uint8_t *f = tiff_make(w, h, 3, PHOTOMETRIC_RGB, COMPRESSION_LZW, 0, 8, px, &len);
+	uint8_t *got = decode_whole(f, len, DPK_KIND_TIFF, w, h, &e);
+	assert_memory_equal(got, px, w * h * 3);
+	check_crop(f, &e, px);
+	free(got);
+	free(f);
+	/* RGBA: the 4th sample dropped, never multiplied in */
+	f = tiff_make(w, h, 4, PHOTOMETRIC_RGB, COMPRESSION_PACKBITS, 0, 8, px, &len);
+	for (uint32_t i = 0; i < w * h; i++)
+		memcpy(want + 3 * i, px + 4 * i, 3);
+	got = decode_whole(f, len, DPK_KIND_TIFF, w, h, &e);
+	assert_memory_equal(got, want, sizeof(want));
+	free(got);
+	free(f);
+	/* min-is-white grey: inverted, as PIL's "L;I" */
+	f = tiff_make(w, h, 1, PHOTOMETRIC_MINISWHITE, COMPRESSION_ADOBE_DEFLATE, 0, 8, px, &len);
+	for (uint32_t i = 0; i < w * h; i++)
+		want[3 * i] = want[3 * i + 1] = want[3 * i + 2] = (uint8_t)(255 - px[i]);
+	got = decode_whole(f, len, DPK_KIND_TIFF, w, h, &e);
+	assert_memory_equal(got, want, sizeof(want));
+	/* cut short: refused at pack time */
+	struct dpk_record r = { 0 };
+	uint8_t *copy;
+	size_t clen;
+	char why[256];
+	assert_int_equal(ldr_kind_probe(f, len, &r, why, sizeof(why)), 0);
+	free(got);
+	free(f);
+	f = tiff_make(w, h, 1, PHOTOMETRIC_MINISBLACK, COMPRESSION_NONE, 0, 8, px, &len);
+	assert_int_equal(ldr_kind_probe(f, len, &r, why, sizeof(why)), 0);
+	/* the strips come first, the directory last: cut the middle of the strips out */
+	memmove(f + 8 + 100, f + 8 + 200, len - 208);
+	assert_int_equal(ldr_kind_get(DPK_KIND_TIFF)->repack(f, len - 100, NULL, &r, &copy, &clen,
+							   why, sizeof(why)), -EBADMSG);
+	free(f);
+	/* tiles and 16-bit samples: refused by name */
+	f = tiff_make(16, 16, 3, PHOTOMETRIC_RGB, COMPRESSION_NONE, 1, 8, px, &len);
+	assert_int_equal(ldr_kind_probe(f, len, &r, why, sizeof(why)), -ENOTSUP);
+	assert_string_equal(why, "tiled TIFF (only strips)");
+	free(f);
+	f = tiff_make(w, h, 1, PHOTOMETRIC_MINISBLACK, COMPRESSION_NONE, 0, 16, px, &len);
+	assert_int_equal(ldr_kind_probe(f, len, &r, why, sizeof(why)), -ENOTSUP);
+	assert_string_equal(why, "TIFF at 16 bits a sample (only 8)");
+	free(f);
+	free(px);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -500,6 +614,7 @@ int main(void)
 		cmocka_unit_test(test_kind_jpeg_cmyk_as_pil),
 		cmocka_unit_test(test_kind_pnm_p4_p5_p6),
 		cmocka_unit_test(test_kind_bmp_24_32_and_palette),
+		cmocka_unit_test(test_kind_tiff_grey_rgb_rgba),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

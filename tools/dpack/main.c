@@ -13,7 +13,7 @@ static const char usage[] =
 	"\n"
 	"commands:\n"
 	"  pack SRC OUT.dpk              SRC: an ImageFolder tree (class = sorted sub-folder;\n"
-	"                                JPEG, PNG, WebP, BMP, PGM/PPM files),\n"
+	"                                JPEG, PNG, WebP, BMP, PGM/PPM, TIFF files),\n"
 	"                                or a WebDataset .tar (KEY.jpg + KEY.cls members)\n"
 	"  pack IMAGES.npy LABELS.npy OUT.dpk\n"
 	"                                uint8 images N x ... and integer labels N (e.g. CIFAR)\n"
