@@ -1,12 +1,18 @@
-/* input_tar.c - dpack's WebDataset input: a .tar whose members KEY.EXT group into samples; a
- * sample is one image member (an extension of a record kind, e.g. KEY.jpg) and KEY.cls holding
- * its integer label. Members are read in place (offset and size in the archive). */
+/* input_tar.c - dpack's WebDataset input: one or more .tar shards (several SRC operands, a
+ * directory of .tar files, or a .txt file listing them, one a line) whose members KEY.EXT group
+ * into samples; a sample is one image member (an extension of a record kind, e.g. KEY.jpg) and
+ * its label: KEY.cls (an integer) or KEY.txt (a class name: its index in --classes FILE, or
+ * among the sorted names the shards hold). Shards are taken in the order given (a directory's and
+ * a list's: sorted by name, and as listed), members in archive order: the same input gives the
+ * same sample order. A key found in two shards, or a shard cut short, is reported by name.
+ * Members are read in place (shard, offset and size). */
 #include "common/log.h"
 #include "formats/tarx.h"
 #include "loader/kind.h"
 #include "tools/dpack/input.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -81,7 +87,19 @@ struct wds_group {
 	int has_img, has_cls;
 	uint64_t img_off, img_size;
 	int64_t label;
+	char *name;          /* a .txt label's class name (malloc), or NULL */
 	char bad[160];
+};
+
+/* The shards, open; what the listing keeps for the labels. */
+struct tar_priv {
+	char **paths;        /* nshards, owned */
+	int *fds;
+	size_t nshards;
+	uint32_t cur;        /* the shard being listed */
+	char **names;        /* per item: its .txt class name (owned), or NULL; freed after listing */
+	size_t names_cap;
+	uint64_t items_cap;  /* src->items' capacity */
 };
 
 static int wds_flush(struct dpack_src *src, struct wds_group *g, uint64_t *cap)
@@ -98,7 +116,7 @@ static int wds_flush(struct dpack_src *src, struct wds_group *g, uint64_t *cap)
 		snprintf(g->bad, sizeof(g->bad), "no %s member", exts);
 	}
 	if (!g->bad[0] && !g->has_cls)
-		snprintf(g->bad, sizeof(g->bad), "no .cls member");
+		snprintf(g->bad, sizeof(g->bad), "no .cls or .txt label member");
 	if (g->bad[0]) {
 		LOG_WARN("%s: %s: %s", src->strict ? "error" : "skipped", g->key, g->bad);
 		src->skipped++;
@@ -113,45 +131,56 @@ static int wds_flush(struct dpack_src *src, struct wds_group *g, uint64_t *cap)
 		src->items = t;
 		*cap = c;
 	}
-	struct dpack_item *it = &src->items[src->n++];
+	struct tar_priv *tp = src->priv;
+	if (src->n >= tp->names_cap) {
+		size_t c = tp->names_cap ? tp->names_cap * 2 : 1024;
+		char **t = realloc(tp->names, c * sizeof(*t));
+		if (!t)
+			return -ENOMEM;
+		tp->names = t;
+		tp->names_cap = c;
+	}
+	struct dpack_item *it = &src->items[src->n];
+	tp->names[src->n++] = g->name;  /* NULL for an integer label */
+	g->name = NULL;
 	it->name = strdup(g->key);
 	it->offset = g->img_off;
 	it->size = g->img_size;
 	it->label = g->label;
+	it->shard = tp->cur;
 	if (!it->name)
 		ret = -ENOMEM;
 out:
+	free(g->name);
+	g->name = NULL;
 	g->key_len = 0;
 	g->has_img = g->has_cls = 0;
 	g->bad[0] = '\0';
 	return ret;
 }
 
-static int list_tar(struct dpack_src *src)
+/* One shard: its members' groups onto src's items. A shard cut short (a member past its end,
+ * a damaged header) keeps the samples before the damage: logged, or -EBADMSG under --strict. */
+static int list_shard(struct dpack_src *src, struct tar_priv *tp, uint32_t k)
 {
-	static struct tarx t;          /* big (name buffers); dpack lists one source */
+	static struct tarx t;          /* big (name buffers); shards are listed one at a time */
 	static struct tarx_member m;
 	static struct wds_group g;
 	struct stat st;
-	uint64_t cap = 0;
-	int ret;
+	int fd = tp->fds[k], ret;
 
-	src->fd = open(src->path, O_RDONLY | O_CLOEXEC);
-	if (src->fd < 0) {
-		int ret0 = -errno;
-		LOG_ERROR("cannot open %s: %s", src->path, strerror(-ret0));
-		return ret0;
-	}
-	if (fstat(src->fd, &st) < 0)
+	if (fstat(fd, &st) < 0)
 		return -errno;
-	tarx_init(&t, src->fd, (uint64_t)st.st_size);
+	tp->cur = k;
+	tarx_init(&t, fd, (uint64_t)st.st_size);
+	free(g.name);
 	memset(&g, 0, sizeof(g));
 	while ((ret = tarx_next(&t, &m)) == 1) {
 		size_t kl = wds_key_len(m.name);
 		const char *ext = m.name + kl;
 
 		if (g.key_len != kl || memcmp(g.key, m.name, kl) != 0) {
-			ret = wds_flush(src, &g, &cap);
+			ret = wds_flush(src, &g, &tp->items_cap);
 			if (ret < 0)
 				return ret;
 			memcpy(g.key, m.name, kl);
@@ -164,34 +193,361 @@ static int list_tar(struct dpack_src *src)
 			g.has_img = 1;
 			g.img_off = m.offset;
 			g.img_size = m.size;
-		} else if (!strcmp(ext, ".cls")) {
-			char buf[32];
+		} else if (!strcmp(ext, ".cls") || !strcmp(ext, ".txt")) {
+			char buf[DPK_CLASS_NAME_MAX + 1];
+			size_t n = m.size;
 
+			if (g.has_cls)
+				snprintf(g.bad, sizeof(g.bad), "more than one label member");
 			g.has_cls = 1;
-			if (m.size == 0 || m.size >= sizeof(buf) ||
-			    pread(src->fd, buf, m.size, (off_t)m.offset) != (ssize_t)m.size ||
-			    parse_label(buf, m.size, &g.label) < 0)
-				snprintf(g.bad, sizeof(g.bad), ".cls is not an integer label");
+			if (n == 0 || n >= sizeof(buf) ||
+			    pread(fd, buf, n, (off_t)m.offset) != (ssize_t)n) {
+				snprintf(g.bad, sizeof(g.bad), "%s: empty, too long or unreadable", ext);
+				continue;
+			}
+			if (ext[1] == 'c') {
+				if (parse_label(buf, n, &g.label) < 0)
+					snprintf(g.bad, sizeof(g.bad), ".cls is not an integer label");
+				continue;
+			}
+			while (n && isspace((unsigned char)buf[n - 1]))
+				n--;
+			buf[n] = '\0';
+			free(g.name);
+			g.name = strdup(buf);
+			if (!g.name)
+				return -ENOMEM;
 		}
 	}
 	if (ret < 0) {
-		LOG_ERROR("%s: %s", src->path, t.err);
-		return ret;
+		/* the group in progress may miss members: dropped with the rest of the shard */
+		LOG_WARN("%s %s: %s (%llu samples before it kept)", src->strict ? "error:" : "shard",
+			 tp->paths[k], t.err, (unsigned long long)src->n);
+		free(g.name);
+		g.name = NULL;
+		g.key_len = 0;
+		src->skipped++;
+		return src->strict ? -EBADMSG : 0;
 	}
-	return wds_flush(src, &g, &cap);
+	return wds_flush(src, &g, &tp->items_cap);
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int push(struct tar_priv *tp, size_t *cap, char *p)
+{
+	if (!p)
+		return -ENOMEM;
+	if (tp->nshards == *cap) {
+		size_t c = *cap ? *cap * 2 : 16;
+		char **t = realloc(tp->paths, c * sizeof(*t));
+		if (!t) {
+			free(p);
+			return -ENOMEM;
+		}
+		tp->paths = t;
+		*cap = c;
+	}
+	tp->paths[tp->nshards++] = p;
+	return 0;
+}
+
+static int has_tar_ext(const char *p)
+{
+	size_t l = strlen(p);
+
+	return l > 4 && !strcmp(p + l - 4, ".tar");
+}
+
+/* The shards @src names: its operands, a directory's .tar files (sorted), or a list's lines
+ * (relative to the list's directory; blank lines and # comments skipped). */
+static int find_shards(struct dpack_src *src, struct tar_priv *tp)
+{
+	struct stat st;
+	size_t cap = 0;
+	int ret = 0;
+
+	if (src->npaths > 1) {
+		for (size_t i = 0; i < src->npaths && ret == 0; i++)
+			ret = push(tp, &cap, strdup(src->paths[i]));
+		return ret;
+	}
+	if (stat(src->path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		DIR *d = opendir(src->path);
+		struct dirent *de;
+		if (!d)
+			return -errno;
+		while ((de = readdir(d)) && ret == 0) {
+			char *p;
+			if (de->d_name[0] == '.' || !has_tar_ext(de->d_name))
+				continue;
+			ret = push(tp, &cap, asprintf(&p, "%s/%s", src->path, de->d_name) < 0 ? NULL : p);
+		}
+		closedir(d);
+		if (ret == 0 && tp->nshards > 1)
+			qsort(tp->paths, tp->nshards, sizeof(char *), cmp_str);
+		return ret;
+	}
+	if (has_tar_ext(src->path))
+		return push(tp, &cap, strdup(src->path));
+	FILE *f = fopen(src->path, "r");  /* a list of shards */
+	if (!f)
+		return -errno;
+	const char *slash = strrchr(src->path, '/');
+	int dl = slash ? (int)(slash - src->path) : 0;
+	char line[4096];
+	while (ret == 0 && fgets(line, sizeof(line), f)) {
+		size_t n = strcspn(line, "\r\n");
+		line[n] = '\0';
+		if (n == 0 || line[0] == '#')
+			continue;
+		char *p;
+		if (line[0] == '/' || !slash)
+			p = strdup(line);
+		else if (asprintf(&p, "%.*s/%s", dl, src->path, line) < 0)
+			p = NULL;
+		ret = push(tp, &cap, p);
+	}
+	fclose(f);
+	return ret;
+}
+
+/* Class names and labels of .txt-labelled samples: --classes FILE's lines in order, or else the
+ * sorted distinct names the shards hold (as ImageFolder sorts its folders). */
+static int name_labels(struct dpack_src *src, struct tar_priv *tp)
+{
+	char **cls = NULL;
+	size_t nc = 0, cap = 0, ntxt = 0;
+	int ret = 0;
+
+	for (uint64_t i = 0; i < src->n; i++)
+		ntxt += tp->names[i] != NULL;
+	if (src->classes_file) {
+		FILE *f = fopen(src->classes_file, "r");
+		char line[DPK_CLASS_NAME_MAX + 2];
+		if (!f) {
+			ret = -errno;
+			LOG_ERROR("--classes %s: %s", src->classes_file, strerror(-ret));
+			return ret;
+		}
+		while (fgets(line, sizeof(line), f)) {
+			line[strcspn(line, "\r\n")] = '\0';
+			if (nc == cap) {
+				cap = cap ? cap * 2 : 64;
+				char **t = realloc(cls, cap * sizeof(*t));
+				if (!t) {
+					ret = -ENOMEM;
+					break;
+				}
+				cls = t;
+			}
+			if (!(cls[nc] = strdup(line))) {
+				ret = -ENOMEM;
+				break;
+			}
+			nc++;
+		}
+		fclose(f);
+	} else if (ntxt) {
+		cls = malloc(ntxt * sizeof(*cls));
+		if (!cls)
+			return -ENOMEM;
+		for (uint64_t i = 0; i < src->n; i++)
+			if (tp->names[i])
+				cls[nc++] = tp->names[i];
+		qsort(cls, nc, sizeof(char *), cmp_str);
+		size_t u = 0;
+		for (size_t i = 0; i < nc; i++)
+			if (u == 0 || strcmp(cls[u - 1], cls[i]))
+				cls[u++] = cls[i];
+		nc = u;
+		for (size_t i = 0; i < nc && ret == 0; i++)
+			if (!(cls[i] = strdup(cls[i])))
+				ret = -ENOMEM;  /* the ones not yet copied are the names', freed there */
+		if (ret < 0)
+			nc = 0;
+	}
+	/* each .txt label is its name's index (binary search: the list is sorted unless given) */
+	for (uint64_t i = 0; i < src->n && ret == 0; i++) {
+		if (!tp->names[i])
+			continue;
+		size_t j = 0;
+		if (src->classes_file) {
+			while (j < nc && strcmp(cls[j], tp->names[i]))
+				j++;
+		} else {
+			char **hit = bsearch(&tp->names[i], cls, nc, sizeof(char *), cmp_str);
+			j = hit ? (size_t)(hit - cls) : nc;
+		}
+		if (j == nc) {
+			LOG_ERROR("%s: label '%s' is not in --classes %s", src->items[i].name,
+				  tp->names[i], src->classes_file);
+			ret = -EBADMSG;
+		}
+		src->items[i].label = (int64_t)j;
+	}
+	if (ret == 0 && nc) {
+		src->classes = cls;
+		src->nclasses = (uint32_t)nc;
+		return 0;
+	}
+	for (size_t i = 0; i < nc; i++)
+		free(cls[i]);
+	free(cls);
+	return ret;
+}
+
+static int cmp_key(const void *a, const void *b, void *arg)
+{
+	const struct dpack_item *items = arg;
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	int c = strcmp(items[x].name, items[y].name);
+
+	return c ? c : (x > y) - (x < y);
+}
+
+/* Two samples with one key (in two shards, or twice in one): the second is reported by name
+ * and dropped, or with --strict the listing fails. */
+static int drop_duplicate_keys(struct dpack_src *src, struct tar_priv *tp)
+{
+	uint64_t *ord = malloc((src->n ? src->n : 1) * sizeof(*ord)), w = 0;
+	int ret = 0;
+
+	if (!ord)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < src->n; i++)
+		ord[i] = i;
+	/* sort item numbers by key, then by position: the first of equal keys is the one kept */
+	struct dpack_item *items = src->items;
+	qsort_r(ord, src->n, sizeof(*ord), cmp_key, items);
+	for (uint64_t i = 1; i < src->n; i++) {
+		struct dpack_item *a = &items[ord[i - 1]], *b = &items[ord[i]];
+		if (strcmp(a->name, b->name))
+			continue;
+		LOG_WARN("%s: key %s in %s and again in %s", src->strict ? "error" : "skipped",
+			 b->name, tp->paths[a->shard], tp->paths[b->shard]);
+		b->size = UINT64_MAX;  /* marked */
+		ord[i] = ord[i - 1];   /* a third copy compares with the kept one */
+		src->skipped++;
+		if (src->strict)
+			ret = -EBADMSG;
+	}
+	free(ord);
+	if (ret < 0)
+		return ret;
+	for (uint64_t i = 0; i < src->n; i++) {
+		if (items[i].size == UINT64_MAX) {
+			free(items[i].name);
+			free(tp->names[i]);
+			continue;
+		}
+		tp->names[w] = tp->names[i];
+		items[w++] = items[i];
+	}
+	src->n = w;
+	return 0;
+}
+
+static int list_tar(struct dpack_src *src)
+{
+	struct tar_priv *tp = calloc(1, sizeof(*tp));
+	int ret;
+
+	if (!tp)
+		return -ENOMEM;
+	src->priv = tp;
+	ret = find_shards(src, tp);
+	if (ret < 0) {
+		LOG_ERROR("%s: cannot list the shards: %s", src->path, strerror(-ret));
+		return ret;
+	}
+	if (tp->nshards == 0) {
+		LOG_ERROR("%s: no .tar shards", src->path);
+		return -ENOENT;
+	}
+	tp->fds = malloc(tp->nshards * sizeof(int));
+	if (!tp->fds)
+		return -ENOMEM;
+	for (size_t k = 0; k < tp->nshards; k++)
+		tp->fds[k] = -1;
+	for (size_t k = 0; k < tp->nshards; k++) {
+		tp->fds[k] = open(tp->paths[k], O_RDONLY | O_CLOEXEC);
+		if (tp->fds[k] < 0) {
+			ret = -errno;
+			LOG_ERROR("cannot open shard %s: %s", tp->paths[k], strerror(-ret));
+			return ret;
+		}
+		ret = list_shard(src, tp, (uint32_t)k);
+		if (ret < 0)
+			return ret;
+	}
+	ret = drop_duplicate_keys(src, tp);
+	if (ret == 0)
+		ret = name_labels(src, tp);
+	for (uint64_t i = 0; i < tp->names_cap && tp->names && i < src->n; i++)
+		free(tp->names[i]);
+	free(tp->names);
+	tp->names = NULL;
+	return ret;
+}
+
+static void tar_fini(struct dpack_src *src)
+{
+	struct tar_priv *tp = src->priv;
+
+	if (!tp)
+		return;
+	for (size_t k = 0; k < tp->nshards; k++) {
+		if (tp->fds && tp->fds[k] >= 0)
+			close(tp->fds[k]);
+		free(tp->paths[k]);
+	}
+	free(tp->fds);
+	free(tp->paths);
+	free(tp->names);
+	free(tp);
+	src->priv = NULL;
+}
+
+/* A .tar; a directory with .tar files and no sub-directory (else it is an ImageFolder tree); a
+ * .txt list of shards. */
 static int tar_detect(const char *path, const struct stat *st)
 {
 	size_t sl = strlen(path);
 
-	(void)st;
-	return sl > 4 && !strcmp(path + sl - 4, ".tar");
+	if (S_ISDIR(st->st_mode)) {
+		DIR *d = opendir(path);
+		struct dirent *de;
+		int tars = 0, dirs = 0;
+		if (!d)
+			return 0;
+		while ((de = readdir(d))) {
+			struct stat es;
+			char *p;
+			if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+				continue;
+			if (asprintf(&p, "%s/%s", path, de->d_name) < 0)
+				break;
+			if (stat(p, &es) == 0 && S_ISDIR(es.st_mode))
+				dirs++;
+			else if (has_tar_ext(de->d_name))
+				tars++;
+			free(p);
+		}
+		closedir(d);
+		return tars > 0 && dirs == 0;
+	}
+	return has_tar_ext(path) || (sl > 4 && !strcmp(path + sl - 4, ".txt"));
 }
 
 static int tar_locate(const struct dpack_src *s, uint64_t i, int *fd, uint64_t *off, uint64_t *len)
 {
-	*fd = s->fd;
+	const struct tar_priv *tp = s->priv;
+
+	*fd = tp->fds[s->items[i].shard];
 	*off = s->items[i].offset;
 	*len = s->items[i].size;
 	return 0;
@@ -199,8 +555,10 @@ static int tar_locate(const struct dpack_src *s, uint64_t i, int *fd, uint64_t *
 
 const struct dpack_input dpack_input_tar = {
 	.name = "tar",
-	.what = ".tar",
+	.what = ".tar (or several, a directory of them, a .txt list of them)",
 	.detect = tar_detect,
 	.list = list_tar,
 	.locate = tar_locate,
+	.fini = tar_fini,
+	.keeps_fds = 1,
 };

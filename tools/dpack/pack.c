@@ -191,7 +191,7 @@ fatal:
 	s->err = ret;
 	snprintf(s->why, sizeof(s->why), "%s", strerror(-ret));
 out:
-	if (fd >= 0 && fd != pk->src.fd)
+	if (fd >= 0 && fd != pk->src.fd && !pk->in->keeps_fds)
 		close(fd);
 }
 
@@ -243,11 +243,16 @@ static void progress(uint64_t done, uint64_t n, uint64_t bytes, double t0, int l
 
 static const char pack_usage[] =
 	"usage: dpack pack [options] SRC OUT.dpk\n"
+	"       dpack pack [options] SHARD.tar SHARD.tar... OUT.dpk\n"
 	"       dpack pack [options] IMAGES.npy LABELS.npy OUT.dpk\n"
 	"\n"
 	"SRC is an ImageFolder tree (classes = sorted sub-folders, as torchvision) or a WebDataset\n"
-	".tar (samples are KEY.EXT, EXT an image extension below, with KEY.cls holding the integer\n"
-	"label).\n"
+	"set: a .tar, several .tar operands (e.g. a shell brace list: data-{000..099}.tar), a directory\n"
+	"of .tar files (taken sorted by name) or a .txt file listing shards one a line. A WebDataset\n"
+	"sample is KEY.EXT (EXT an image extension below) with KEY.cls (an integer label) or KEY.txt\n"
+	"(a class name: its line in --classes FILE, else its index among the sorted names); shards in\n"
+	"the order given, members in archive order. A key in two shards keeps its first sample; a\n"
+	"shard cut short keeps the samples before the damage (both reported; --strict: an error).\n"
 	"A tree packs the files torchvision's ImageFolder loads (.jpg .jpeg .png .ppm .bmp .pgm .tif\n"
 	".tiff .webp, any case, hidden files and folders included), in its order and with its class\n"
 	"indices; each file becomes a record of what its bytes are, whatever its name: JPEG, CMYK\n"
@@ -269,6 +274,8 @@ static const char pack_usage[] =
 	"  --restart-width PX       make jpeg+rst records instead (the older rewrite: optimised\n"
 	"                           Huffman tables and restart segments about PX pixels wide, the\n"
 	"                           largest divisor of the MCU row that fits; 0: one per MCU row)\n"
+	"  --classes FILE           WebDataset: class names, one a line; a .txt label is its line's\n"
+	"                           index (without it: the sorted names the shards hold)\n"
 	"  --max-pixels N           skip (or, with --strict, refuse) an image whose header declares\n"
 	"                           more than N pixels, before decoding it (default 178956970:\n"
 	"                           where PIL raises DecompressionBombError)\n"
@@ -327,6 +334,7 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 		{ "restart-width", required_argument, NULL, 'R' },
 		{ "index-width", required_argument, NULL, 'I' },
 		{ "max-pixels", required_argument, NULL, 'P' },
+		{ "classes", required_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -379,6 +387,9 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 			pk->max_pixels = v;
 			break;
 		}
+		case 'C':
+			pk->src.classes_file = optarg;
+			break;
 		case 'h':
 			fputs(pack_usage, stdout);
 			return 0;
@@ -389,7 +400,13 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 	}
 	argc -= optind;
 	argv += optind;
-	if (argc == 3) {
+	size_t l0 = argc >= 1 ? strlen(argv[0]) : 0;
+	if (argc >= 3 && l0 > 4 && !strcmp(argv[0] + l0 - 4, ".tar")) {
+		/* several .tar shards (a shell brace list expands to them), then OUT */
+		pk->src.paths = (const char *const *)argv;
+		pk->src.npaths = (size_t)argc - 1;
+		a->out = argv[argc - 1];
+	} else if (argc == 3) {
 		pk->src.labels = argv[1];
 		a->out = argv[2];
 	} else if (argc == 2) {
