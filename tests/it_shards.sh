@@ -1,6 +1,6 @@
 #!/bin/sh
 # it_shards.sh - dpack pack from many WebDataset shards: several .tar operands, a directory of
-# shards and a .txt list give the same file (same samples in the same order: shards as given,
+# shards, a .txt list and WebDataset's quoted {000..002} give the same file (same samples in the same order: shards as given,
 # members in archive order); .jpg/.png/.webp members; .cls integer labels and .txt class names
 # (indexed by --classes FILE, or by their sorted distinct values); a key in two shards is
 # reported and its second sample dropped (--strict: refused, no output); a list naming a
@@ -57,6 +57,11 @@ labels "$T/dir.dpk" >"$T/lb"
 labels "$T/list.dpk" >"$T/lc"
 check "operands, directory and list: the same samples in the same order" cmp -s "$T/la" "$T/lb"
 check "and the list too" cmp -s "$T/la" "$T/lc"
+"$BIN/dpack" pack "$T/d/data-{000..002}.tar" "$T/brace.dpk" >"$T/out" 2>&1
+labels "$T/brace.dpk" >"$T/le"
+check "WebDataset's quoted {000..002}: the same samples" cmp -s "$T/la" "$T/le"
+"$BIN/dpack" pack "$T/d/data-{000..003}.tar" "$T/brace3.dpk" >"$T/out" 2>"$T/err"
+check "{000..003} with no shard 003: refused, naming it" grep -q "cannot open shard $T/d/data-003.tar" "$T/err"
 # shard 0 then 1 then 2, members in order: sizes (20+i) x (10+s), kinds jpg/png/webp in turn
 expect="jpeg+idx 0 10x20x3
 png 1 10x21x3

@@ -62,6 +62,8 @@ extern const struct dpack_input *const dpack_inputs[];  /* NULL-terminated */
 const struct dpack_input *dpack_input_detect(const char *path, const struct stat *st);
 /* "a directory, .tar or .npy": what every row takes, for the error on an unknown source. */
 void dpack_input_whats(char *buf, size_t len);
+/* @path is a WebDataset brace pattern of .tar shards ("data-{000..099}.tar", input_tar.c). */
+int dpack_tar_pattern(const char *path);
 /* @name ends in one of @exts (NULL-terminated, with the dot), compared without case. */
 int dpack_has_ext(const char *name, const char *const *exts);
 

@@ -1,5 +1,6 @@
 /* input_tar.c - dpack's WebDataset input: one or more .tar shards (several SRC operands, a
- * directory of .tar files, or a .txt file listing them, one a line) whose members KEY.EXT group
+ * directory of .tar files, a .txt file listing them, one a line, or WebDataset's "{000..099}"
+ * notation) whose members KEY.EXT group
  * into samples; a sample is one image member (an extension of a record kind, e.g. KEY.jpg) and
  * its label: KEY.cls (an integer) or KEY.txt (a class name: its index in --classes FILE, or
  * among the sorted names the shards hold). Shards are taken in the order given (a directory's and
@@ -262,6 +263,28 @@ static int has_tar_ext(const char *p)
 	return l > 4 && !strcmp(p + l - 4, ".tar");
 }
 
+/* @path holds one "{LO..HI}" (decimal, LO <= HI, at most 100000 values): the offset of '{', the
+ * width of LO (zero padding) and the range. */
+static int brace_range(const char *path, int *pre, int *width, unsigned long *lo,
+		       unsigned long *hi)
+{
+	const char *b = strchr(path, '{'), *e;
+	char *end;
+
+	if (!b || strchr(b + 1, '{'))
+		return 0;
+	*lo = strtoul(b + 1, &end, 10);
+	if (end == b + 1 || strncmp(end, "..", 2) || !isdigit((unsigned char)b[1]))
+		return 0;
+	*width = (int)(end - (b + 1));
+	e = end + 2;
+	*hi = strtoul(e, &end, 10);
+	if (end == e || *end != '}' || *hi < *lo || *hi - *lo >= 100000)
+		return 0;
+	*pre = (int)(b - path);
+	return 1;
+}
+
 /* The shards @src names: its operands, a directory's .tar files (sorted), or a list's lines
  * (relative to the list's directory; blank lines and # comments skipped). */
 static int find_shards(struct dpack_src *src, struct tar_priv *tp)
@@ -273,6 +296,18 @@ static int find_shards(struct dpack_src *src, struct tar_priv *tp)
 	if (src->npaths > 1) {
 		for (size_t i = 0; i < src->npaths && ret == 0; i++)
 			ret = push(tp, &cap, strdup(src->paths[i]));
+		return ret;
+	}
+	unsigned long lo, hi;
+	int pre, width;
+	if (brace_range(src->path, &pre, &width, &lo, &hi)) {
+		/* WebDataset's notation, quoted past the shell: data-{000..099}.tar */
+		const char *post = strchr(src->path + pre, '}') + 1;
+		for (unsigned long v = lo; v <= hi && ret == 0; v++) {
+			char *p;
+			ret = push(tp, &cap, asprintf(&p, "%.*s%0*lu%s", pre, src->path, width, v,
+						      post) < 0 ? NULL : p);
+		}
 		return ret;
 	}
 	if (stat(src->path, &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -541,6 +576,16 @@ static int tar_detect(const char *path, const struct stat *st)
 		return tars > 0 && dirs == 0;
 	}
 	return has_tar_ext(path) || (sl > 4 && !strcmp(path + sl - 4, ".txt"));
+}
+
+/* "data-{000..099}.tar": shards named by WebDataset's brace notation (the path itself does not
+ * exist, so it is recognised before stat). */
+int dpack_tar_pattern(const char *path)
+{
+	unsigned long lo, hi;
+	int pre, width;
+
+	return has_tar_ext(path) && brace_range(path, &pre, &width, &lo, &hi);
 }
 
 static int tar_locate(const struct dpack_src *s, uint64_t i, int *fd, uint64_t *off, uint64_t *len)

@@ -247,8 +247,9 @@ static const char pack_usage[] =
 	"       dpack pack [options] IMAGES.npy LABELS.npy OUT.dpk\n"
 	"\n"
 	"SRC is an ImageFolder tree (classes = sorted sub-folders, as torchvision) or a WebDataset\n"
-	"set: a .tar, several .tar operands (e.g. a shell brace list: data-{000..099}.tar), a directory\n"
-	"of .tar files (taken sorted by name) or a .txt file listing shards one a line. A WebDataset\n"
+	"set: a .tar, several .tar operands (e.g. a shell brace list: data-{000..099}.tar, or the same\n"
+	"quoted: dpack expands it), a directory of .tar files (taken sorted by name) or a .txt file\n"
+	"listing shards one a line. A WebDataset\n"
 	"sample is KEY.EXT (EXT an image extension below) with KEY.cls (an integer label) or KEY.txt\n"
 	"(a class name: its line in --classes FILE, else its index among the sorted names); shards in\n"
 	"the order given, members in archive order. A key in two shards keeps its first sample; a\n"
@@ -425,6 +426,11 @@ static int detect_input(struct pack *pk)
 {
 	struct stat st;
 
+	if (dpack_tar_pattern(pk->src.path)) {
+		extern const struct dpack_input dpack_input_tar;
+		pk->in = &dpack_input_tar;
+		return -1;
+	}
 	if (stat(pk->src.path, &st) < 0) {
 		LOG_ERROR("cannot open %s: %s", pk->src.path, strerror(errno));
 		return 1;
