@@ -65,7 +65,8 @@ static void on_error(png_structp png, png_const_charp msg)
 
 static void on_warning(png_structp png, png_const_charp msg)
 {
-	(void)png, (void)msg;  /* PIL decodes past what libpng warns of (e.g. a bad CRC in an ancillary chunk) too */
+	/* PIL decodes past what libpng warns of too (e.g. a bad CRC in an ancillary chunk) */
+	(void)png, (void)msg;
 }
 
 /* 16-bit grey as PIL converts it: mode "I", clipped to 0..255, replicated. In place, row by row

@@ -1,10 +1,11 @@
 #!/bin/sh
 # it_shards.sh - dpack pack from many WebDataset shards: several .tar operands, a directory of
-# shards, a .txt list and WebDataset's quoted {000..002} give the same file (same samples in the same order: shards as given,
-# members in archive order); .jpg/.png/.webp members; .cls integer labels and .txt class names
-# (indexed by --classes FILE, or by their sorted distinct values); a key in two shards is
-# reported and its second sample dropped (--strict: refused, no output); a list naming a
-# missing shard is refused naming it.
+# shards, a .txt list and WebDataset's quoted {000..002} give the same file (same samples in the
+# same order: shards as given, members in archive order); .jpg/.png/.webp members; .cls integer
+# labels, .txt class names (indexed by --classes FILE, or by their sorted distinct values) and
+# .json's "label" (shard 0 .cls, shard 1 .json integers, shard 2 .txt and a .json string); a key
+# in two shards is reported and its second sample dropped (--strict: refused, no output); a list
+# or a range naming a missing shard is refused naming it.
 set -u
 BIN=${BUILD:-build}/bin
 PY=/usr/bin/python3
@@ -33,11 +34,15 @@ for s in range(3):
             im = Image.new("RGB", (20 + i, 10 + s), (s * 50, i * 40, 7))
             fmt, ext = [("JPEG", "jpg"), ("PNG", "png"), ("WEBP", "webp")][(s + i) % 3]
             b = io.BytesIO(); im.save(b, fmt); add(tf, f"{key}.{ext}", b.getvalue())
-            if s == 2:
+            if s == 2 and i == 3:   # a .json's string label
+                add(tf, f"{key}.json", ('{"id": 7, "label": "%s"}' % names[i % 3]).encode())
+            elif s == 2:
                 add(tf, f"{key}.txt", (names[i % 3] + "\n").encode())
-            else:
+            elif s == 1:            # a .json's integer label
+                add(tf, f"{key}.json", b'{"label": %d, "x": [1]}' % (i % 3))
+            else:                   # .cls, with a .json that has no label
                 add(tf, f"{key}.cls", str(i % 3).encode())
-            add(tf, f"{key}.json", b'{"x": 1}')
+                add(tf, f"{key}.json", b'{"x": 1}')
 PYEOF
 printf 'data-000.tar\n# a comment\n\ndata-001.tar\n%s/d/data-002.tar\n' "$T" >"$T/d/list.txt"
 mkdir "$T/dir" && cp "$T"/d/data-*.tar "$T/dir/"

@@ -1,12 +1,13 @@
 /* input_tar.c - dpack's WebDataset input: one or more .tar shards (several SRC operands, a
- * directory of .tar files, a .txt file listing them, one a line, or WebDataset's "{000..099}"
- * notation) whose members KEY.EXT group
- * into samples; a sample is one image member (an extension of a record kind, e.g. KEY.jpg) and
- * its label: KEY.cls (an integer) or KEY.txt (a class name: its index in --classes FILE, or
- * among the sorted names the shards hold). Shards are taken in the order given (a directory's and
- * a list's: sorted by name, and as listed), members in archive order: the same input gives the
- * same sample order. A key found in two shards, or a shard cut short, is reported by name.
- * Members are read in place (shard, offset and size). */
+ * directory of .tar files, a .txt file listing them one a line, or WebDataset's "{000..099}"
+ * notation) whose members KEY.EXT group into samples; a sample is one image member (an extension
+ * of a record kind, e.g. KEY.jpg) and its label: KEY.cls (an integer), KEY.txt (a class name: its
+ * index in --classes FILE, or among the sorted names the shards hold), or else KEY.json's "label"
+ * (either). Shards are taken in the order given (a directory's sorted by name, a list's as
+ * listed), members in archive order: the same input gives the same sample order. A key found in
+ * two shards, or a shard cut short, is reported by name. Shards are listed one after the other
+ * (headers only, a pread each: cheap); the records are read and checked in parallel across shards
+ * by pack.c's workers. Members are read in place (shard, offset and size). */
 #include "common/log.h"
 #include "formats/tarx.h"
 #include "loader/kind.h"
@@ -86,6 +87,7 @@ struct wds_group {
 	char key[TARX_NAME_MAX];
 	size_t key_len;
 	int has_img, has_cls;
+	int has_json;        /* the label came from a .json member (a .cls or .txt replaces it) */
 	uint64_t img_off, img_size;
 	int64_t label;
 	char *name;          /* a .txt label's class name (malloc), or NULL */
@@ -155,9 +157,42 @@ out:
 	free(g->name);
 	g->name = NULL;
 	g->key_len = 0;
-	g->has_img = g->has_cls = 0;
+	g->has_img = g->has_cls = g->has_json = 0;
 	g->bad[0] = '\0';
 	return ret;
+}
+
+/* The "label" member of a JSON object @s (NUL-terminated): an integer into *label, or a string
+ * into *name (malloc). Returns 1 found, 0 not there (or another type), -ENOMEM. A deliberately
+ * small reader: the first "label" key at any depth, no escapes in the name. */
+static int json_label(const char *s, int64_t *label, char **name)
+{
+	const char *p = strstr(s, "\"label\"");
+
+	if (!p)
+		return 0;
+	p += 7;
+	while (isspace((unsigned char)*p))
+		p++;
+	if (*p++ != ':')
+		return 0;
+	while (isspace((unsigned char)*p))
+		p++;
+	if (*p == '"') {
+		const char *e = strchr(p + 1, '"');
+		if (!e || memchr(p + 1, '\\', (size_t)(e - p - 1)) || e - p - 1 > DPK_CLASS_NAME_MAX)
+			return 0;
+		free(*name);
+		*name = strndup(p + 1, (size_t)(e - p - 1));
+		return *name ? 1 : -ENOMEM;
+	}
+	char *end;
+	errno = 0;
+	long long v = strtoll(p, &end, 10);
+	if (errno || end == p || (*end && !isspace((unsigned char)*end) && *end != ',' && *end != '}'))
+		return 0;
+	*label = v;
+	return 1;
 }
 
 /* One shard: its members' groups onto src's items. A shard cut short (a member past its end,
@@ -194,7 +229,25 @@ static int list_shard(struct dpack_src *src, struct tar_priv *tp, uint32_t k)
 			g.has_img = 1;
 			g.img_off = m.offset;
 			g.img_size = m.size;
+		} else if (!strcmp(ext, ".json") && !g.has_cls) {
+			/* {"label": 3} or {"label": "tench"}: used when no .cls or .txt is there */
+			char buf[4096];
+			if (m.size == 0 || m.size >= sizeof(buf) ||
+			    pread(fd, buf, m.size, (off_t)m.offset) != (ssize_t)m.size)
+				continue;
+			buf[m.size] = '\0';
+			int r = json_label(buf, &g.label, &g.name);
+			if (r < 0)
+				return r;
+			g.has_json = r > 0;
+			g.has_cls = r > 0;
 		} else if (!strcmp(ext, ".cls") || !strcmp(ext, ".txt")) {
+			if (g.has_json) {  /* a .cls or .txt wins over a .json label */
+				g.has_json = 0;
+				g.has_cls = 0;
+				free(g.name);
+				g.name = NULL;
+			}
 			char buf[DPK_CLASS_NAME_MAX + 1];
 			size_t n = m.size;
 
