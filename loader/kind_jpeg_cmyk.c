@@ -4,38 +4,117 @@
  * reads every CMYK JPEG as Adobe-inverted (raw mode "CMYK;I": Photoshop writes them so, and PIL
  * assumes it whatever the APP14 marker says), then converts with k' = 255 - K:
  * R = k' - round(C' k' / 255) on the inverted values. The decode is at the DCT scale the
- * JPEG kinds use for the crop (1/8 .. 1), whole frame (libjpeg-turbo's TurboJPEG API). */
-#include "formats/jpeg_probe.h"
+ * JPEG kinds use for the crop (1/8 .. 1), whole frame, with libjpeg itself: TurboJPEG's API
+ * refuses the sampling factors PIL writes for CMYK with subsampling ("Could not determine
+ * subsampling type"). */
 #include "loader/kind_image.h"
 
 #include <errno.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <turbojpeg.h>
+
+#include <jpeglib.h>
+
+/* libjpeg's errors end in a longjmp here, with the message in @why; its warnings (data cut
+ * short, a corrupt segment) are counted, never printed. */
+struct cmyk_err {
+	struct jpeg_error_mgr pub;
+	jmp_buf jb;
+	char *why;
+	size_t whylen;
+	int warnings;
+};
+
+static void on_error(j_common_ptr c)
+{
+	struct cmyk_err *e = (struct cmyk_err *)c->err;
+	char msg[JMSG_LENGTH_MAX];
+
+	c->err->format_message(c, msg);
+	snprintf(e->why, e->whylen, "JPEG: %s", msg);
+	longjmp(e->jb, 1);
+}
+
+static void on_message(j_common_ptr c, int level)
+{
+	struct cmyk_err *e = (struct cmyk_err *)c->err;
+
+	if (level < 0 && e->warnings++ == 0) {
+		char msg[JMSG_LENGTH_MAX];
+		c->err->format_message(c, msg);
+		snprintf(e->why, e->whylen, "JPEG: %s", msg);
+	}
+}
+
+/* The libjpeg decode every path shares. @px NULL: the header only, into *w, *h. Else decode at
+ * 1/@den into @px (*w x *h x 4 bytes at that scale, CMYK as libjpeg gives it), *w and *h being
+ * the full size the caller expects; @strict: a warning is damage. Returns 0, -ENOMSG (not 4
+ * components: the jpeg kind's), or -EBADMSG with @why. */
+static int cmyk_run(const uint8_t *src, size_t len, unsigned den, uint8_t *px, uint32_t *w,
+		    uint32_t *h, int strict, char *why, size_t whylen)
+{
+	struct jpeg_decompress_struct ci;
+	struct cmyk_err e = { .why = why, .whylen = whylen };
+	volatile int ret = -EBADMSG;  /* set after the setjmp */
+
+	ci.err = jpeg_std_error(&e.pub);
+	e.pub.error_exit = on_error;
+	e.pub.emit_message = on_message;
+	jpeg_create_decompress(&ci);
+	if (setjmp(e.jb))
+		goto out;
+	jpeg_mem_src(&ci, src, (unsigned long)len);
+	jpeg_read_header(&ci, TRUE);
+	if (ci.num_components != 4 ||
+	    (ci.jpeg_color_space != JCS_CMYK && ci.jpeg_color_space != JCS_YCCK)) {
+		ret = -ENOMSG;
+		goto out;
+	}
+	if (!px) {
+		*w = ci.image_width;
+		*h = ci.image_height;
+		ret = 0;
+		goto out;
+	}
+	if (ci.image_width != *w || ci.image_height != *h) {
+		snprintf(why, whylen, "JPEG is %u x %u, the index says %u x %u", ci.image_width,
+			 ci.image_height, *w, *h);
+		goto out;
+	}
+	ci.out_color_space = JCS_CMYK;   /* libjpeg turns YCCK into CMYK, as PIL asks it to */
+	ci.scale_num = 1;
+	ci.scale_denom = den;
+	ci.dct_method = JDCT_ISLOW;      /* PIL's default */
+	jpeg_start_decompress(&ci);
+	uint32_t sw = (*w + den - 1) / den, sh = (*h + den - 1) / den;
+	if (ci.output_width != sw || ci.output_height != sh || ci.output_components != 4) {
+		snprintf(why, whylen, "JPEG: %u x %u x %d at 1/%u, not %u x %u x 4",
+			 ci.output_width, ci.output_height, ci.output_components, den, sw, sh);
+		goto out;
+	}
+	while (ci.output_scanline < ci.output_height) {
+		JSAMPROW row = px + (size_t)ci.output_scanline * sw * 4;
+		jpeg_read_scanlines(&ci, &row, 1);
+	}
+	jpeg_finish_decompress(&ci);
+	ret = strict && e.warnings ? -EBADMSG : 0;  /* @why holds the first warning */
+out:
+	jpeg_destroy_decompress(&ci);
+	return ret;
+}
 
 static int cmyk_probe(const uint8_t *buf, size_t len, struct dpk_record *r, char *why, size_t whylen)
 {
-	int w, h, sub, cs;
+	uint32_t w, h;
 
 	if (len < 2 || buf[0] != 0xFF || buf[1] != 0xD8)
 		return -ENOMSG;
-	tjhandle tj = tjInitDecompress();
-	if (!tj) {
-		snprintf(why, whylen, "TurboJPEG: out of memory");
-		return -ENOMEM;
-	}
-	int ret = tjDecompressHeader3(tj, buf, len, &w, &h, &sub, &cs);
-	if (ret == 0 && cs != TJCS_CMYK && cs != TJCS_YCCK)
-		ret = -ENOMSG;  /* gray or YCbCr: the jpeg kind's */
-	else if (ret < 0)
-		snprintf(why, whylen, "JPEG header: %s", tjGetErrorStr2(tj));
-	tjDestroy(tj);
-	if (ret == -ENOMSG)
-		return ret;
+	int ret = cmyk_run(buf, len, 1, NULL, &w, &h, 0, why, whylen);
 	if (ret < 0)
-		return -EBADMSG;
-	return ldr_image_record(DPK_KIND_JPEG_CMYK, (uint32_t)w, (uint32_t)h, r, why, whylen);
+		return ret;  /* -ENOMSG: gray or YCbCr, the jpeg kind's */
+	return ldr_image_record(DPK_KIND_JPEG_CMYK, w, h, r, why, whylen);
 }
 
 /* PIL's MULDIV255: a * b / 255, rounded. */
@@ -62,7 +141,6 @@ static int cmyk_decode(struct ldr_decoder *d, const struct dpk_entry *e, const u
 {
 	uint32_t h = e->shape[0], w = e->shape[1];
 	uint64_t max = ldr_decoder_max_pixels(d);
-	int fw, fh, sub, cs, ret = -EBADMSG;
 
 	if (max && (uint64_t)w * h > max) {
 		snprintf(why, whylen, "%u x %u pixels is more than the bound of %llu", w, h,
@@ -70,58 +148,33 @@ static int cmyk_decode(struct ldr_decoder *d, const struct dpk_entry *e, const u
 		return -EBADMSG;
 	}
 	unsigned den = o->h ? ldr_jpeg_scale(crop, o->h, o->w) : 1;
-	tjscalingfactor sf = { 1, (int)den };
-	uint32_t sw = (uint32_t)TJSCALED((int)w, sf), sh = (uint32_t)TJSCALED((int)h, sf);
-	tjhandle tj = tjInitDecompress();
-	if (!tj) {
-		snprintf(why, whylen, "TurboJPEG: out of memory");
-		return -ENOMEM;
-	}
-	if (tjDecompressHeader3(tj, src, e->length, &fw, &fh, &sub, &cs) < 0) {
-		snprintf(why, whylen, "JPEG header: %s", tjGetErrorStr2(tj));
-		goto out;
-	}
-	if ((uint32_t)fw != w || (uint32_t)fh != h || (cs != TJCS_CMYK && cs != TJCS_YCCK)) {
-		snprintf(why, whylen, "JPEG is %d x %d (colour space %d), the index says %u x %u CMYK",
-			 fw, fh, cs, w, h);
-		goto out;
+	uint32_t sw = (w + den - 1) / den, sh = (h + den - 1) / den;
+	if (o->h && (crop->w == 0 || crop->h == 0 || crop->x > w || crop->w > w - crop->x ||
+		     crop->y > h || crop->h > h - crop->y)) {
+		snprintf(why, whylen, "crop %ux%u+%u+%u outside the %ux%u image", crop->w, crop->h,
+			 crop->x, crop->y, w, h);
+		return -EINVAL;
 	}
 	uint8_t *px = ldr_decoder_scratch(d, (size_t)sw * sh * 4);
 	if (!px) {
 		snprintf(why, whylen, "out of memory for %u x %u pixels", sw, sh);
-		ret = -ENOMEM;
-		goto out;
+		return -ENOMEM;
 	}
-	if (tjDecompress2(tj, src, e->length, px, (int)sw, 0, (int)sh, TJPF_CMYK, 0) < 0 &&
-	    tjGetErrorCode(tj) == TJERR_FATAL) {
-		snprintf(why, whylen, "JPEG: %s", tjGetErrorStr2(tj));
-		goto out;
-	}
+	int ret = cmyk_run(src, e->length, den, px, &w, &h, 0, why, whylen);
+	if (ret < 0)
+		return ret == -ENOMSG ? (snprintf(why, whylen, "not a 4-component JPEG"), -EBADMSG) : ret;
 	cmyk_to_rgb(px, (size_t)sw * sh);
 	if (o->h == 0) {
 		memcpy(dst, px, (size_t)w * h * 3);
-		ret = 0;
-		goto out;
+		return 0;
 	}
 	/* The crop at the decoded scale, widened to whole pixels. */
 	uint32_t x0 = crop->x / den, y0 = crop->y / den;
 	uint32_t x1 = (crop->x + crop->w + den - 1) / den, y1 = (crop->y + crop->h + den - 1) / den;
-	if (x1 > sw)
-		x1 = sw;
-	if (y1 > sh)
-		y1 = sh;
-	if (x0 >= x1 || y0 >= y1 || crop->x + crop->w > w || crop->y + crop->h > h) {
-		snprintf(why, whylen, "crop %ux%u+%u+%u outside the %ux%u image", crop->w, crop->h,
-			 crop->x, crop->y, w, h);
-		ret = -EINVAL;
-		goto out;
-	}
-	struct ldr_crop sc = { x0, y0, x1 - x0, y1 - y0 };
+	struct ldr_crop sc = { x0, y0, (x1 < sw ? x1 : sw) - x0, (y1 < sh ? y1 : sh) - y0 };
 	ret = ldr_decode_raw(d, px, sh, sw, 3, &sc, o, dst);
 	if (ret < 0)
 		snprintf(why, whylen, "cannot resize the %ux%u crop", sc.w, sc.h);
-out:
-	tjDestroy(tj);
 	return ret;
 }
 
@@ -132,27 +185,23 @@ static int cmyk_repack(const uint8_t *buf, size_t len, const struct ldr_repack_o
 {
 	uint32_t h = r->shape[0], w = r->shape[1];
 	uint8_t *px = malloc((size_t)w * h * 4), *copy = malloc(len);
-	tjhandle tj = tjInitDecompress();
 	int ret = -ENOMEM;
 
 	(void)opt;
-	if (!px || !copy || !tj) {
+	if (!px || !copy) {
 		snprintf(why, whylen, "out of memory for %u x %u pixels", w, h);
 		goto out;
 	}
-	ret = -EBADMSG;
-	if (tjDecompress2(tj, buf, len, px, (int)w, 0, (int)h, TJPF_CMYK, 0) < 0) {
-		snprintf(why, whylen, "JPEG: %s", tjGetErrorStr2(tj));
+	ret = cmyk_run(buf, len, 1, px, &w, &h, 1, why, whylen);
+	if (ret < 0) {
+		ret = -EBADMSG;
 		goto out;
 	}
 	memcpy(copy, buf, len);
 	*out = copy;
 	*outlen = len;
 	copy = NULL;
-	ret = 0;
 out:
-	if (tj)
-		tjDestroy(tj);
 	free(px);
 	free(copy);
 	return ret;

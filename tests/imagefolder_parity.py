@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """imagefolder_parity.py - dpack pack against torchvision's own ImageFolder (tests/it_imagefolder.sh).
 
-make-tree DIR PHOTO: a tree with the quirks of real datasets: CMYK JPEGs (Adobe, and with the
-  APP14 marker cut out), a PNG named .JPEG, PNGs of every colour type (16-bit, grey 16-bit above
+make-tree DIR PHOTO: a tree with the quirks of real datasets: CMYK JPEGs (Adobe, 4:2:0, and with
+  the APP14 marker cut out), a PNG named .JPEG, PNGs of every colour type (16-bit, grey 16-bit above
   255, palette with tRNS, interlaced, grey+alpha, RGBA, 1-bit), WebP lossy/lossless/alpha, PPM,
   PGM (maxval 255 and 15), BMP (24-bit, 8-bit palette), TIFF (RGB raw/LZW, grey deflate,
   RGBA packbits), uppercase extensions,
@@ -40,6 +40,8 @@ def make_tree(root, photo_path):
     # class a: JPEGs, CMYK ones, a PNG in disguise, uppercase extensions
     save(p, f"{root}/a/plain.jpg", "JPEG", quality=90)
     save(p.convert("CMYK"), f"{root}/a/cmyk.JPEG", "JPEG", quality=92)
+    # PIL's 4:2:0 for CMYK: sampling factors TurboJPEG's API cannot name
+    save(small.convert("CMYK"), f"{root}/a/cmyk420.jpg", "JPEG", quality=90, subsampling=2)
     buf = io.BytesIO()
     small.convert("CMYK").save(buf, "JPEG", quality=95)
     b = buf.getvalue()
