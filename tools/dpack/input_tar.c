@@ -5,15 +5,16 @@
  * index in --classes FILE, or among the sorted names the shards hold), or else KEY.json's "label"
  * (either). Shards are taken in the order given (a directory's sorted by name, a list's as
  * listed), members in archive order: the same input gives the same sample order. A key found in
- * two shards, or a shard cut short, is reported by name. Shards are listed one after the other
- * (headers only, a pread each: cheap); the records are read and checked in parallel across shards
- * by pack.c's workers. Members are read in place (shard, offset and size). */
+ * two shards, or a shard cut short, is reported by name. Shards are listed in parallel (up to 8
+ * threads, each shard's samples joined in shard order), and their records read and checked in
+ * parallel by pack.c's workers. Members are read in place (shard, offset and size). */
 #include "common/log.h"
 #include "formats/tarx.h"
 #include "loader/kind.h"
 #include "tools/dpack/input.h"
 
 #include <ctype.h>
+#include <pthread.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -99,13 +100,25 @@ struct tar_priv {
 	char **paths;        /* nshards, owned */
 	int *fds;
 	size_t nshards;
-	uint32_t cur;        /* the shard being listed */
 	char **names;        /* per item: its .txt class name (owned), or NULL; freed after listing */
 	size_t names_cap;
-	uint64_t items_cap;  /* src->items' capacity */
 };
 
-static int wds_flush(struct dpack_src *src, struct wds_group *g, uint64_t *cap)
+/* One shard's listing, made by one thread, joined to the others in shard order. */
+struct shard_list {
+	struct dpack_item *items;
+	char **names;        /* per item, as tar_priv's */
+	uint64_t n, cap;
+	uint64_t skipped;
+	uint32_t shard;
+	int strict;
+	int ret;             /* 0 or -errno; -EBADMSG: a bad sample or damage under --strict */
+	struct tarx t;       /* big (name buffers): here, not on a thread's stack */
+	struct tarx_member m;
+	struct wds_group g;
+};
+
+static int wds_flush(struct shard_list *sl, struct wds_group *g)
 {
 	int ret = 0;
 
@@ -121,36 +134,31 @@ static int wds_flush(struct dpack_src *src, struct wds_group *g, uint64_t *cap)
 	if (!g->bad[0] && !g->has_cls)
 		snprintf(g->bad, sizeof(g->bad), "no .cls or .txt label member");
 	if (g->bad[0]) {
-		LOG_WARN("%s: %s: %s", src->strict ? "error" : "skipped", g->key, g->bad);
-		src->skipped++;
-		ret = src->strict ? -EBADMSG : 0;
+		LOG_WARN("%s: %s: %s", sl->strict ? "error" : "skipped", g->key, g->bad);
+		sl->skipped++;
+		ret = sl->strict ? -EBADMSG : 0;
 		goto out;
 	}
-	if (src->n == *cap) {
-		uint64_t c = *cap ? *cap * 2 : 1024;
-		struct dpack_item *t = realloc(src->items, c * sizeof(*t));
+	if (sl->n == sl->cap) {
+		uint64_t c = sl->cap ? sl->cap * 2 : 256;
+		struct dpack_item *t = realloc(sl->items, c * sizeof(*t));
 		if (!t)
 			return -ENOMEM;
-		src->items = t;
-		*cap = c;
-	}
-	struct tar_priv *tp = src->priv;
-	if (src->n >= tp->names_cap) {
-		size_t c = tp->names_cap ? tp->names_cap * 2 : 1024;
-		char **t = realloc(tp->names, c * sizeof(*t));
-		if (!t)
+		sl->items = t;
+		char **nt = realloc(sl->names, c * sizeof(*nt));
+		if (!nt)
 			return -ENOMEM;
-		tp->names = t;
-		tp->names_cap = c;
+		sl->names = nt;
+		sl->cap = c;
 	}
-	struct dpack_item *it = &src->items[src->n];
-	tp->names[src->n++] = g->name;  /* NULL for an integer label */
+	struct dpack_item *it = &sl->items[sl->n];
+	sl->names[sl->n++] = g->name;  /* NULL for an integer label */
 	g->name = NULL;
 	it->name = strdup(g->key);
 	it->offset = g->img_off;
 	it->size = g->img_size;
 	it->label = g->label;
-	it->shard = tp->cur;
+	it->shard = sl->shard;
 	if (!it->name)
 		ret = -ENOMEM;
 out:
@@ -195,95 +203,178 @@ static int json_label(const char *s, int64_t *label, char **name)
 	return 1;
 }
 
-/* One shard: its members' groups onto src's items. A shard cut short (a member past its end,
- * a damaged header) keeps the samples before the damage: logged, or -EBADMSG under --strict. */
-static int list_shard(struct dpack_src *src, struct tar_priv *tp, uint32_t k)
+/* One shard (@fd, named @path): its members' groups onto @sl. A shard cut short (a member past
+ * its end, a damaged header) keeps the samples before the damage: logged, or -EBADMSG under
+ * --strict. Returns 0 or -errno (also in sl->ret). */
+static int list_shard(struct shard_list *sl, int fd, const char *path)
 {
-	static struct tarx t;          /* big (name buffers); shards are listed one at a time */
-	static struct tarx_member m;
-	static struct wds_group g;
+	struct tarx *t = &sl->t;
+	struct tarx_member *mb = &sl->m;
+	struct wds_group *g = &sl->g;
 	struct stat st;
-	int fd = tp->fds[k], ret;
+	int ret;
 
 	if (fstat(fd, &st) < 0)
-		return -errno;
-	tp->cur = k;
-	tarx_init(&t, fd, (uint64_t)st.st_size);
-	free(g.name);
-	memset(&g, 0, sizeof(g));
-	while ((ret = tarx_next(&t, &m)) == 1) {
-		size_t kl = wds_key_len(m.name);
-		const char *ext = m.name + kl;
+		return sl->ret = -errno;
+	tarx_init(t, fd, (uint64_t)st.st_size);
+	while ((ret = tarx_next(t, mb)) == 1) {
+		size_t kl = wds_key_len(mb->name);
+		const char *ext = mb->name + kl;
 
-		if (g.key_len != kl || memcmp(g.key, m.name, kl) != 0) {
-			ret = wds_flush(src, &g, &tp->items_cap);
+		if (g->key_len != kl || memcmp(g->key, mb->name, kl) != 0) {
+			ret = wds_flush(sl, g);
 			if (ret < 0)
-				return ret;
-			memcpy(g.key, m.name, kl);
-			g.key[kl] = '\0';
-			g.key_len = kl;
+				return sl->ret = ret;
+			memcpy(g->key, mb->name, kl);
+			g->key[kl] = '\0';
+			g->key_len = kl;
 		}
 		if (is_image(ext) && !strchr(ext + 1, '.')) {
-			if (g.has_img)
-				snprintf(g.bad, sizeof(g.bad), "more than one image member");
-			g.has_img = 1;
-			g.img_off = m.offset;
-			g.img_size = m.size;
-		} else if (!strcmp(ext, ".json") && !g.has_cls) {
+			if (g->has_img)
+				snprintf(g->bad, sizeof(g->bad), "more than one image member");
+			g->has_img = 1;
+			g->img_off = mb->offset;
+			g->img_size = mb->size;
+		} else if (!strcmp(ext, ".json") && !g->has_cls) {
 			/* {"label": 3} or {"label": "tench"}: used when no .cls or .txt is there */
 			char buf[4096];
-			if (m.size == 0 || m.size >= sizeof(buf) ||
-			    pread(fd, buf, m.size, (off_t)m.offset) != (ssize_t)m.size)
+			if (mb->size == 0 || mb->size >= sizeof(buf) ||
+			    pread(fd, buf, mb->size, (off_t)mb->offset) != (ssize_t)mb->size)
 				continue;
-			buf[m.size] = '\0';
-			int r = json_label(buf, &g.label, &g.name);
+			buf[mb->size] = '\0';
+			int r = json_label(buf, &g->label, &g->name);
 			if (r < 0)
-				return r;
-			g.has_json = r > 0;
-			g.has_cls = r > 0;
+				return sl->ret = r;
+			g->has_json = r > 0;
+			g->has_cls = r > 0;
 		} else if (!strcmp(ext, ".cls") || !strcmp(ext, ".txt")) {
-			if (g.has_json) {  /* a .cls or .txt wins over a .json label */
-				g.has_json = 0;
-				g.has_cls = 0;
-				free(g.name);
-				g.name = NULL;
+			if (g->has_json) {  /* a .cls or .txt wins over a .json label */
+				g->has_json = 0;
+				g->has_cls = 0;
+				free(g->name);
+				g->name = NULL;
 			}
 			char buf[DPK_CLASS_NAME_MAX + 1];
-			size_t n = m.size;
+			size_t n = mb->size;
 
-			if (g.has_cls)
-				snprintf(g.bad, sizeof(g.bad), "more than one label member");
-			g.has_cls = 1;
+			if (g->has_cls)
+				snprintf(g->bad, sizeof(g->bad), "more than one label member");
+			g->has_cls = 1;
 			if (n == 0 || n >= sizeof(buf) ||
-			    pread(fd, buf, n, (off_t)m.offset) != (ssize_t)n) {
-				snprintf(g.bad, sizeof(g.bad), "%s: empty, too long or unreadable", ext);
+			    pread(fd, buf, n, (off_t)mb->offset) != (ssize_t)n) {
+				snprintf(g->bad, sizeof(g->bad), "%s: empty, too long or unreadable", ext);
 				continue;
 			}
 			if (ext[1] == 'c') {
-				if (parse_label(buf, n, &g.label) < 0)
-					snprintf(g.bad, sizeof(g.bad), ".cls is not an integer label");
+				if (parse_label(buf, n, &g->label) < 0)
+					snprintf(g->bad, sizeof(g->bad), ".cls is not an integer label");
 				continue;
 			}
 			while (n && isspace((unsigned char)buf[n - 1]))
 				n--;
 			buf[n] = '\0';
-			free(g.name);
-			g.name = strdup(buf);
-			if (!g.name)
-				return -ENOMEM;
+			free(g->name);
+			g->name = strdup(buf);
+			if (!g->name)
+				return sl->ret = -ENOMEM;
 		}
 	}
 	if (ret < 0) {
 		/* the group in progress may miss members: dropped with the rest of the shard */
-		LOG_WARN("%s %s: %s (%llu samples before it kept)", src->strict ? "error:" : "shard",
-			 tp->paths[k], t.err, (unsigned long long)src->n);
-		free(g.name);
-		g.name = NULL;
-		g.key_len = 0;
-		src->skipped++;
-		return src->strict ? -EBADMSG : 0;
+		LOG_WARN("%s %s: %s (%llu samples before it kept)",
+			 sl->strict ? "error: shard" : "shard", path, t->err, (unsigned long long)sl->n);
+		free(g->name);
+		g->name = NULL;
+		g->key_len = 0;
+		sl->skipped++;
+		return sl->ret = sl->strict ? -EBADMSG : 0;
 	}
-	return wds_flush(src, &g, &tp->items_cap);
+	return sl->ret = wds_flush(sl, g);
+}
+
+/* The listing threads take shards in turn (an atomic counter) and list each into its own
+ * shard_list: the output is joined in shard order, so it does not depend on the threads. */
+struct lister {
+	struct shard_list **lists;
+	struct tar_priv *tp;
+	int strict;
+	size_t next;         /* atomic: the next shard to take */
+};
+
+static void *lister_run(void *arg)
+{
+	struct lister *l = arg;
+	size_t k;
+
+	while ((k = __atomic_fetch_add(&l->next, 1, __ATOMIC_RELAXED)) < l->tp->nshards) {
+		struct shard_list *sl = l->lists[k];  /* made before the threads started */
+		sl->shard = (uint32_t)k;
+		sl->strict = l->strict;
+		list_shard(sl, l->tp->fds[k], l->tp->paths[k]);
+	}
+	return NULL;
+}
+
+static void shard_list_free(struct shard_list *sl)
+{
+	if (!sl)
+		return;
+	for (uint64_t i = 0; i < sl->n; i++) {
+		free(sl->items[i].name);
+		free(sl->names[i]);
+	}
+	free(sl->items);
+	free(sl->names);
+	free(sl->g.name);
+	free(sl);
+}
+
+/* List every shard, on up to 8 threads, and join the lists in shard order into @src. */
+static int list_shards(struct dpack_src *src, struct tar_priv *tp)
+{
+	struct shard_list **lists = calloc(tp->nshards, sizeof(*lists));
+	struct lister l = { .lists = lists, .tp = tp, .strict = src->strict };
+	pthread_t th[8];
+	size_t nth = tp->nshards < 8 ? tp->nshards : 8, started = 0;
+	uint64_t total = 0;
+	int ret = 0;
+
+	if (!lists)
+		return -ENOMEM;
+	for (size_t k = 0; k < tp->nshards; k++)
+		if (!(lists[k] = calloc(1, sizeof(**lists))))
+			ret = -ENOMEM;
+	for (; ret == 0 && started < nth; started++)
+		if (pthread_create(&th[started], NULL, lister_run, &l) != 0)
+			break;
+	if (ret == 0 && started == 0)
+		lister_run(&l);  /* no thread could start: list here */
+	for (size_t i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	for (size_t k = 0; k < tp->nshards && ret == 0; k++) {
+		if (lists[k]->ret < 0)
+			ret = lists[k]->ret;  /* the first shard in order that failed */
+		total += lists[k]->n;
+		src->skipped += lists[k]->skipped;
+	}
+	if (ret == 0) {
+		src->items = malloc((total ? total : 1) * sizeof(*src->items));
+		tp->names = malloc((total ? total : 1) * sizeof(*tp->names));
+		if (!src->items || !tp->names)
+			ret = -ENOMEM;
+	}
+	for (size_t k = 0; k < tp->nshards && ret == 0; k++) {
+		struct shard_list *sl = lists[k];
+		memcpy(src->items + src->n, sl->items, sl->n * sizeof(*sl->items));
+		memcpy(tp->names + src->n, sl->names, sl->n * sizeof(*sl->names));
+		src->n += sl->n;
+		sl->n = 0;  /* the strings now belong to src and tp */
+	}
+	tp->names_cap = src->n;
+	for (size_t k = 0; k < tp->nshards; k++)
+		shard_list_free(lists[k]);
+	free(lists);
+	return ret;
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -568,10 +659,10 @@ static int list_tar(struct dpack_src *src)
 			LOG_ERROR("cannot open shard %s: %s", tp->paths[k], strerror(-ret));
 			return ret;
 		}
-		ret = list_shard(src, tp, (uint32_t)k);
-		if (ret < 0)
-			return ret;
 	}
+	ret = list_shards(src, tp);
+	if (ret < 0)
+		return ret;
 	ret = drop_duplicate_keys(src, tp);
 	if (ret == 0)
 		ret = name_labels(src, tp);
