@@ -766,3 +766,15 @@ const uint8_t *cdc_decode_zstd(struct cdc_decoder *d, const uint8_t *src, size_t
 	}
 	return d->scratch;
 }
+
+/* ---- hooks for the kinds that decode a whole image before the resize (codec/kind_image.c) ---- */
+
+uint8_t *cdc_decoder_scratch(struct cdc_decoder *d, size_t n)
+{
+	return reserve(d, n ? n : 1) < 0 ? NULL : d->scratch;
+}
+
+uint64_t cdc_decoder_max_pixels(const struct cdc_decoder *d)
+{
+	return d->max_pixels;
+}

@@ -97,5 +97,10 @@ int cdc_decode_raw(struct cdc_decoder *d, const uint8_t *src, uint32_t h, uint32
  * to them, or NULL with the reason in @why. */
 const uint8_t *cdc_decode_zstd(struct cdc_decoder *d, const uint8_t *src, size_t len, size_t raw,
 			       char *why, size_t whylen);
+/* Hooks for the kinds that decode a whole image first (codec/kind_image.h): @n bytes of the
+ * decoder's scratch buffer (valid until its next call), or NULL when out of memory; and the
+ * cdc_decoder_limit() bound (0: none). */
+uint8_t *cdc_decoder_scratch(struct cdc_decoder *d, size_t n);
+uint64_t cdc_decoder_max_pixels(const struct cdc_decoder *d);
 
 #endif

@@ -11,6 +11,11 @@
 extern const struct cdc_kind_pack cdc_jpeg_pack;
 extern const struct cdc_kind_load cdc_jpeg_load, cdc_jpeg_rst_load, cdc_jpeg_idx_load,
 	cdc_raw_load, cdc_raw_zstd_load;
+/* Image files decoded whole (codec/kind_image.h). */
+extern const struct cdc_kind_pack cdc_jpeg_cmyk_pack, cdc_png_pack, cdc_webp_pack, cdc_pnm_pack,
+	cdc_bmp_pack, cdc_tiff_pack;
+extern const struct cdc_kind_load cdc_jpeg_cmyk_load, cdc_png_load, cdc_webp_load, cdc_pnm_load,
+	cdc_bmp_load, cdc_tiff_load;
 
 const struct cdc_kind cdc_kinds[DPK_KIND_MAX + 1] = {
 	[DPK_KIND_JPEG] = { DPK_KIND_JPEG, "jpeg", &cdc_jpeg_pack, &cdc_jpeg_load },
@@ -18,6 +23,13 @@ const struct cdc_kind cdc_kinds[DPK_KIND_MAX + 1] = {
 	[DPK_KIND_RAW_ZSTD] = { DPK_KIND_RAW_ZSTD, "raw+zstd", NULL, &cdc_raw_zstd_load },
 	[DPK_KIND_JPEG_RST] = { DPK_KIND_JPEG_RST, "jpeg+rst", NULL, &cdc_jpeg_rst_load },
 	[DPK_KIND_JPEG_IDX] = { DPK_KIND_JPEG_IDX, "jpeg+idx", NULL, &cdc_jpeg_idx_load },
+	[DPK_KIND_JPEG_CMYK] = { DPK_KIND_JPEG_CMYK, "jpeg+cmyk", &cdc_jpeg_cmyk_pack,
+				 &cdc_jpeg_cmyk_load },
+	[DPK_KIND_PNG] = { DPK_KIND_PNG, "png", &cdc_png_pack, &cdc_png_load },
+	[DPK_KIND_WEBP] = { DPK_KIND_WEBP, "webp", &cdc_webp_pack, &cdc_webp_load },
+	[DPK_KIND_PNM] = { DPK_KIND_PNM, "pnm", &cdc_pnm_pack, &cdc_pnm_load },
+	[DPK_KIND_BMP] = { DPK_KIND_BMP, "bmp", &cdc_bmp_pack, &cdc_bmp_load },
+	[DPK_KIND_TIFF] = { DPK_KIND_TIFF, "tiff", &cdc_tiff_pack, &cdc_tiff_load },
 };
 
 const struct cdc_kind *cdc_kind_get(unsigned kind)
@@ -60,14 +72,21 @@ int cdc_kind_probe(const uint8_t *buf, size_t len, struct dpk_record *r, char *w
 		int ret = kp->probe(buf, len, r, first ? tmp : why, first ? sizeof(tmp) : whylen);
 		if (ret == 0)
 			return 0;
-		if (ret != -ENOMSG) {
+		/* -ENOTSUP: a variant this kind does not take, which a later kind may (a JPEG with
+		 * 4 components is jpeg+cmyk's): the reason stays, unless a later kind takes it. */
+		if (ret != -ENOMSG && ret != -ENOTSUP) {
 			if (first)
 				snprintf(why, whylen, "%s", tmp);
 			return ret;
 		}
-		if (!first)
+		if (!first || (first == -ENOMSG && ret == -ENOTSUP)) {
+			if (first)
+				snprintf(why, whylen, "%s", tmp);
 			first = ret;
+		}
 	}
+	if (first == -ENOTSUP)
+		return first;
 	if (!first)
 		snprintf(why, whylen, "no record kind is made from files");
 	return -EBADMSG;

@@ -91,6 +91,12 @@ static const struct dpk_kind_info kind_infos[DPK_KIND_MAX + 1] = {
 	[DPK_KIND_RAW_ZSTD] = { "raw+zstd", 0 },
 	[DPK_KIND_JPEG_RST] = { "jpeg+rst", DPK_KF_IMAGE | DPK_KF_SUBSAMP | DPK_KF_JPEG },
 	[DPK_KIND_JPEG_IDX] = { "jpeg+idx", DPK_KF_IMAGE | DPK_KF_SUBSAMP | DPK_KF_JPEG },
+	[DPK_KIND_JPEG_CMYK] = { "jpeg+cmyk", DPK_KF_IMAGE },
+	[DPK_KIND_PNG] = { "png", DPK_KF_IMAGE },
+	[DPK_KIND_WEBP] = { "webp", DPK_KF_IMAGE },
+	[DPK_KIND_PNM] = { "pnm", DPK_KF_IMAGE },
+	[DPK_KIND_BMP] = { "bmp", DPK_KF_IMAGE },
+	[DPK_KIND_TIFF] = { "tiff", DPK_KF_IMAGE },
 };
 
 const struct dpk_kind_info *dpk_kind_info(unsigned kind)

@@ -31,8 +31,16 @@ enum dpk_kind {
 				 * the start of every MCU row (docs/FORMAT.md); shape as JPEG */
 	DPK_KIND_JPEG_IDX = 5,  /* JPEG (baseline, one scan, no restart markers) followed by an
 				 * index of MCU bit offsets and DC predictions (docs/FORMAT.md) */
+	/* Image files stored as they are and decoded to RGB as PIL's convert("RGB") does (what
+	 * torchvision's ImageFolder trains on); shape = H, W, 3 (the decoded RGB). */
+	DPK_KIND_JPEG_CMYK = 6, /* JPEG with 4 components (CMYK or YCCK, Adobe inverted or not) */
+	DPK_KIND_PNG = 7,       /* PNG: any bit depth and colour type, interlaced or not */
+	DPK_KIND_WEBP = 8,      /* WebP: lossy or lossless, still (the first frame of an animation) */
+	DPK_KIND_PNM = 9,       /* binary PGM (P5) or PPM (P6), maxval 1..255 */
+	DPK_KIND_BMP = 10,      /* BMP: uncompressed 1/4/8-bit palette, 24/32-bit */
+	DPK_KIND_TIFF = 11,     /* TIFF: 8-bit grey or RGB, contiguous, in strips */
 };
-#define DPK_KIND_MAX 5
+#define DPK_KIND_MAX 11
 
 /* What the format itself knows of a kind: one row per kind in formats/dpk.c (how a kind is
  * decoded is the codec's business: codec/kind.h). */

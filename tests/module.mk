@@ -54,6 +54,10 @@ build/fuzz/fuzz_idx_fields: FUZZ_EXTRA := $(FUZZ_JPEG_SRC) tests/idx_edit.c -ltu
 build/fuzz/fuzz_idx_fields: $(FUZZ_JPEG_SRC) tests/idx_edit.c tests/idx_edit.h tests/fuzz_jpeg_fields.h
 build/fuzz/fuzz_rst_fields: FUZZ_EXTRA := $(FUZZ_JPEG_SRC) -lturbojpeg -ljpeg
 build/fuzz/fuzz_rst_fields: $(FUZZ_JPEG_SRC) tests/fuzz_jpeg_fields.h
+# fuzz_kinds: the whole-image record kinds (codec/kind_image.h) and the probe that picks one.
+FUZZ_KINDS_SRC := $(wildcard codec/*.c)
+build/fuzz/fuzz_kinds: FUZZ_EXTRA := $(FUZZ_KINDS_SRC) -lturbojpeg -ljpeg -lpng16 -lwebp -ltiff
+build/fuzz/fuzz_kinds: $(FUZZ_KINDS_SRC)
 build/fuzz/%: tests/%.c $(FUZZ_LIBSRC) | $(DEPS_STAMP)
 	$(Q)mkdir -p $(@D)
 	$(if $(Q),@echo "  FUZZ    $@")

@@ -78,7 +78,7 @@ static void fill(uint8_t *p, size_t n, uint64_t seed)
 
 /* What the stored bytes of a raw or raw+zstd record decode to (@cap >= raw_size): the bytes the
  * writer was given back, or -EBADMSG when the frame does not hold exactly raw_size bytes. The
- * daemon decodes records in loader/decode.c; formats/ only stores them, so the test decodes
+ * daemon decodes records in codec/decode.c; formats/ only stores them, so the test decodes
  * here to check that what it stored is what comes back. */
 static ssize_t stored_decode(const struct dpk_entry *e, const void *src, void *dst, size_t cap)
 {
@@ -414,7 +414,7 @@ static void mut_label(struct dpk_entry *e, const struct dpk_header *h)
 static void mut_kind(struct dpk_entry *e, const struct dpk_header *h)
 {
 	(void)h;
-	e->kind = 9;
+	e->kind = DPK_KIND_MAX + 1;
 }
 
 static void mut_raw_length(struct dpk_entry *e, const struct dpk_header *h)

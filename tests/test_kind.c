@@ -1,7 +1,8 @@
 /* test_kind.c - the record-kind tables: every kind of formats/dpk.h has its formats/ row
  * (dpk_kind_info) and its codec row (cdc_kinds[], codec/kind.h) with the operations a job needs,
  * under the same name; values that are no kind are refused everywhere, by name; the pack-time
- * probe finds a JPEG's kind and shape and refuses other files with the JPEG probe's reason. */
+ * probe finds a JPEG's kind and shape and refuses other files with the closest kind's reason.
+ * The image kinds' pixels: tests/test_kind_image.c. */
 #include "formats/dpk.h"
 #include "codec/kind.h"
 #include "codec/kind_load.h"
@@ -64,6 +65,16 @@ static void test_kind_every_kind_has_both_rows(void **state)
 	assert_null(cdc_kind_pack(DPK_KIND_JPEG_RST));
 	assert_null(cdc_kind_pack(DPK_KIND_JPEG_IDX));
 	assert_null(cdc_kind_pack(DPK_KIND_RAW));
+	/* the image files decoded whole: made from files, checked by a whole decode at pack time */
+	const unsigned whole[] = { DPK_KIND_JPEG_CMYK, DPK_KIND_PNG, DPK_KIND_WEBP, DPK_KIND_PNM,
+				   DPK_KIND_BMP, DPK_KIND_TIFF };
+	const char *const names[] = { "jpeg+cmyk", "png", "webp", "pnm", "bmp", "tiff" };
+	for (size_t i = 0; i < 6; i++) {
+		assert_string_equal(cdc_kind_get(whole[i])->name, names[i]);
+		assert_non_null(cdc_kind_pack(whole[i])->probe);
+		assert_non_null(cdc_kind_pack(whole[i])->repack);
+		assert_int_equal(dpk_kind_info(whole[i])->flags, DPK_KF_IMAGE);
+	}
 }
 
 static void test_kind_unknown_refused(void **state)
@@ -78,7 +89,7 @@ static void test_kind_unknown_refused(void **state)
 		assert_null(cdc_kind_load(bad[i]));
 		assert_string_equal(dpk_kind_name(bad[i]), "?");
 	}
-	assert_null(cdc_kind_find("png"));
+	assert_null(cdc_kind_find("gif"));
 	assert_null(cdc_kind_find(""));
 	assert_null(cdc_kind_find("JPEG"));
 }
@@ -148,9 +159,13 @@ static void test_kind_probe(void **state)
 	/* truncated: a JPEG, damaged: the JPEG probe's own reason */
 	assert_int_equal(cdc_kind_probe(jpg, len / 2, &r, why, sizeof(why)), -EBADMSG);
 	assert_non_null(strstr(why, "truncated"));
-	/* not a JPEG (a PNG signature): no kind takes it */
+	/* a PNG signature cut short: the PNG probe's reason */
 	static const uint8_t png[] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0 };
 	assert_int_equal(cdc_kind_probe(png, sizeof(png), &r, why, sizeof(why)), -EBADMSG);
+	assert_string_equal(why, "PNG without an IHDR chunk first (10 bytes)");
+	/* no kind's magic: the first probe's reason */
+	static const uint8_t text[] = "not an image\n";
+	assert_int_equal(cdc_kind_probe(text, sizeof(text), &r, why, sizeof(why)), -EBADMSG);
 	assert_string_equal(why, "not a JPEG (no SOI marker)");
 	assert_int_equal(cdc_kind_probe(png, 0, &r, why, sizeof(why)), -EBADMSG);
 	tjFree(jpg);

@@ -1,4 +1,5 @@
-/* dpack.h - the dpack tool's subcommands: pack (pack.c), verify and inspect (check.c). */
+/* dpack.h - the dpack tool's subcommands: pack (pack.c), verify and inspect (check.c),
+ * decode (decode.c). */
 #ifndef LOADERD_DPACK_H
 #define LOADERD_DPACK_H
 
@@ -6,5 +7,6 @@
 int dpack_pack_main(int argc, char **argv);
 int dpack_verify_main(int argc, char **argv);
 int dpack_inspect_main(int argc, char **argv);
+int dpack_decode_main(int argc, char **argv);  /* decode.c */
 
 #endif

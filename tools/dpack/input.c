@@ -8,8 +8,8 @@
 extern const struct dpack_input dpack_input_folder, dpack_input_tar, dpack_input_npy;
 
 const struct dpack_input *const dpack_inputs[] = {
+	&dpack_input_tar,      /* first: a directory of .tar shards is not an ImageFolder tree */
 	&dpack_input_folder,
-	&dpack_input_tar,
 	&dpack_input_npy,
 	NULL,
 };

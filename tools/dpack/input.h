@@ -17,11 +17,15 @@ struct dpack_item {
 	uint64_t offset;   /* tar: member data offset */
 	uint64_t size;     /* tar: member size */
 	int64_t label;
+	uint32_t shard;    /* tar: which of the source's shards (tar files) holds it */
 };
 
 /* A source being packed: pack.c fills the first fields, the format's list() the rest. */
 struct dpack_src {
-	const char *path;           /* the SRC operand */
+	const char *path;           /* the SRC operand (the first of several .tar shards) */
+	const char *const *paths;   /* every SRC operand: npaths > 1 only for several .tar shards */
+	size_t npaths;
+	const char *classes_file;   /* --classes FILE: class names, one a line (tar), or NULL */
 	const char *labels;         /* the LABELS operand, or NULL */
 	int strict;                 /* --strict: a bad sample stops the listing */
 	int fd;                     /* the source opened as one file (tar, npy), or -1; pack.c closes it */
@@ -42,8 +46,8 @@ struct dpack_input {
 	const char *need_labels;
 	/* List the samples into @s (n, items or priv, classes). Logs its errors; 0 or -errno. */
 	int (*list)(struct dpack_src *s);
-	/* Where sample @i's bytes are: *fd (s->fd, or a file opened for it that the caller closes),
-	 * *off, *len. 0 or -errno. Thread-safe. */
+	/* Where sample @i's bytes are: *fd (s->fd, one the format keeps when keeps_fds, or a file
+	 * opened for it that the caller closes), *off, *len. 0 or -errno. Thread-safe. */
 	int (*locate)(const struct dpack_src *s, uint64_t i, int *fd, uint64_t *off, uint64_t *len);
 	/* Tensor formats: @r's kind (DPK_KIND_RAW), shape, ndim and label for sample @i.
 	 * NULL: samples are files, typed by cdc_kind_probe(), labelled by their item. */
@@ -52,6 +56,7 @@ struct dpack_input {
 	 * each (0), so that pack reads them in large blocks; -errno when not (or NULL). */
 	int (*span)(const struct dpack_src *s, uint64_t *off, uint64_t *len);
 	void (*fini)(struct dpack_src *s);  /* frees priv; NULL when none */
+	int keeps_fds;              /* locate's fds are the format's (closed by fini), e.g. shards */
 };
 
 extern const struct dpack_input *const dpack_inputs[];  /* NULL-terminated */
@@ -60,6 +65,8 @@ extern const struct dpack_input *const dpack_inputs[];  /* NULL-terminated */
 const struct dpack_input *dpack_input_detect(const char *path, const struct stat *st);
 /* "a directory, .tar or .npy": what every row takes, for the error on an unknown source. */
 void dpack_input_whats(char *buf, size_t len);
+/* @path is a WebDataset brace pattern of .tar shards ("data-{000..099}.tar", input_tar.c). */
+int dpack_tar_pattern(const char *path);
 /* @name ends in one of @exts (NULL-terminated, with the dot), compared without case. */
 int dpack_has_ext(const char *name, const char *const *exts);
 

@@ -12,7 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* torchvision's IMG_EXTENSIONS: listed and probed; only JPEGs pack, the rest are reported. */
+/* torchvision's IMG_EXTENSIONS: the files listed, each probed by its bytes (codec/kind_pack.h), not
+ * by its name; a file no kind takes is reported (or stops the pack under --strict). */
 static const char *const img_exts[] = { ".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif",
 					".tiff", ".webp", NULL };
 
@@ -58,11 +59,11 @@ static char *path_join(const char *a, const char *b)
 	return asprintf(&p, "%s/%s", a, b) < 0 ? NULL : p;
 }
 
-/* Collect image files under @dir in torchvision order: directories by full path, files by name
- * within a directory (sorted(os.walk(...)) then sorted(fnames)). Symlinks are followed. */
-static int walk(const char *dir, struct vec *files)
+/* One directory of a class: the image files directly in it, sorted by name, onto @files; its
+ * sub-directories (symlinks followed, hidden ones too) onto @subdirs when non-NULL. */
+static int list_dir(const char *dir, struct vec *files, struct vec *subdirs)
 {
-	struct vec names = { 0 }, subdirs = { 0 };
+	struct vec names = { 0 };
 	DIR *d = opendir(dir);
 	struct dirent *de;
 	int ret = 0;
@@ -85,8 +86,8 @@ static int walk(const char *dir, struct vec *files)
 			free(p);
 			goto out;
 		}
-		if (S_ISDIR(st.st_mode))
-			ret = vec_push(&subdirs, p);
+		if (S_ISDIR(st.st_mode) && subdirs)
+			ret = vec_push(subdirs, p);
 		else if (S_ISREG(st.st_mode) && dpack_has_ext(de->d_name, img_exts))
 			ret = vec_push(&names, p);
 		else
@@ -108,16 +109,45 @@ static int walk(const char *dir, struct vec *files)
 		if (ret < 0)
 			goto out;
 	}
-	/* A sub-directory "a/b" sorts after files of "a" (its path is longer than "a"), and
-	 * before a sibling "a!"-like path only by byte order: sorting the full paths matches. */
-	if (subdirs.n > 1)
-		qsort(subdirs.v, subdirs.n, sizeof(char *), cmp_str);
-	for (size_t i = 0; i < subdirs.n && ret == 0; i++)
-		ret = walk(subdirs.v[i], files);
 out:
 	closedir(d);
 	vec_free(&names);
+	return ret;
+}
+
+/* Every directory under @dir, @dir included, onto @dirs. */
+static int collect_dirs(const char *dir, struct vec *dirs, unsigned depth)
+{
+	struct vec subdirs = { 0 }, none = { 0 };
+	int ret;
+
+	if (depth > 256) {
+		LOG_ERROR("%s: more than 256 directories deep (a symlink loop?)", dir);
+		return -ELOOP;
+	}
+	ret = vec_push(dirs, strdup(dir));
+	if (ret == 0)
+		ret = list_dir(dir, &none, &subdirs);
+	vec_free(&none);
+	for (size_t i = 0; i < subdirs.n && ret == 0; i++)
+		ret = collect_dirs(subdirs.v[i], dirs, depth + 1);
 	vec_free(&subdirs);
+	return ret;
+}
+
+/* Collect image files under @dir in torchvision's order: sorted(os.walk(dir)) orders the
+ * directories by their whole path ("a/b-c" before "a/b/d": '-' < '/'), so all of them are
+ * collected and sorted first; then sorted(fnames) within each. Symlinks are followed. */
+static int walk(const char *dir, struct vec *files)
+{
+	struct vec dirs = { 0 };
+	int ret = collect_dirs(dir, &dirs, 0);
+
+	if (ret == 0 && dirs.n > 1)
+		qsort(dirs.v, dirs.n, sizeof(char *), cmp_str);
+	for (size_t i = 0; i < dirs.n && ret == 0; i++)
+		ret = list_dir(dirs.v[i], files, NULL);
+	vec_free(&dirs);
 	return ret;
 }
 
@@ -135,15 +165,20 @@ static int list_folder(struct dpack_src *src)
 	while ((de = readdir(d))) {
 		struct stat st;
 
-		if (de->d_name[0] == '.')
-			continue;  /* hidden entries are not classes (torchvision skips them too) */
+		/* Hidden folders are classes too, as in torchvision's find_classes (os.scandir
+		 * with is_dir(): ".ipynb_checkpoints" is a class there, so it is one here). */
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
 		char *p = path_join(src->path, de->d_name);
 		if (!p) {
 			ret = -ENOMEM;
 			break;
 		}
-		if (stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+		if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
+			if (de->d_name[0] == '.')
+				LOG_WARN("%s: a hidden folder, a class as in torchvision's ImageFolder", p);
 			ret = vec_push(&classes, strdup(de->d_name));
+		}
 		free(p);
 		if (ret < 0)
 			break;
@@ -171,7 +206,8 @@ static int list_folder(struct dpack_src *src)
 			goto out;
 		}
 		if (files.n == before)
-			LOG_WARN("class '%s' has no image files", classes.v[c]);
+			LOG_WARN("class '%s' has no image files (torchvision's ImageFolder refuses "
+				 "such a tree; here the class keeps its index)", classes.v[c]);
 		struct dpack_item *t = realloc(src->items, files.n * sizeof(*t) + 1);
 		if (!t) {
 			vec_free(&files);

@@ -12,12 +12,14 @@ static const char usage[] =
 	"Convert a dataset into a packed, checksummed .dpk file with O(1) random access.\n"
 	"\n"
 	"commands:\n"
-	"  pack SRC OUT.dpk              SRC: an ImageFolder tree (class = sorted sub-folder),\n"
+	"  pack SRC OUT.dpk              SRC: an ImageFolder tree (class = sorted sub-folder;\n"
+	"                                JPEG, PNG, WebP, BMP, PGM/PPM, TIFF files),\n"
 	"                                or a WebDataset .tar (KEY.jpg + KEY.cls members)\n"
 	"  pack IMAGES.npy LABELS.npy OUT.dpk\n"
 	"                                uint8 images N x ... and integer labels N (e.g. CIFAR)\n"
 	"  verify D.dpk                  recompute every checksum; exit 1 listing bad samples\n"
 	"  inspect D.dpk [--json]        counts, classes, kinds, size histograms\n"
+	"  decode D.dpk INDEX            one sample's pixels as loaderd decodes them, to stdout\n"
 	"\n"
 	"Run 'dpack COMMAND --help' for the options of a command.\n";
 
@@ -39,6 +41,8 @@ int main(int argc, char **argv)
 		return dpack_verify_main(argc - 1, argv + 1);
 	if (!strcmp(cmd, "inspect"))
 		return dpack_inspect_main(argc - 1, argv + 1);
-	LOG_ERROR("unknown command '%s' (pack, verify, inspect; see dpack --help)", cmd);
+	if (!strcmp(cmd, "decode"))
+		return dpack_decode_main(argc - 1, argv + 1);
+	LOG_ERROR("unknown command '%s' (pack, verify, inspect, decode; see dpack --help)", cmd);
 	return 2;
 }

@@ -56,6 +56,7 @@ struct pack {
 	int zstd_level;          /* 0: store raw uncompressed */
 	int keep;                /* --keep-jpeg: files are stored as they are, not repacked */
 	struct cdc_repack_opts repack; /* jpeg+idx (--index-width) or jpeg+rst (--restart-width) */
+	uint64_t max_pixels;     /* --max-pixels: larger images are skipped, read no further */
 
 	pthread_mutex_t lock;
 	pthread_cond_t cv_done;  /* a slot became done (workers -> writer) */
@@ -66,6 +67,9 @@ struct pack {
 	struct slot *slots;
 	uint64_t window;
 };
+
+/* PIL's decompression bomb limit, 2 x Image.MAX_IMAGE_PIXELS: ImageFolder fails past it. */
+#define DPACK_MAX_PIXELS_DEFAULT 178956970ull
 
 static volatile sig_atomic_t got_signal;
 static const char *volatile tmp_to_unlink;
@@ -135,6 +139,13 @@ static void process(struct pack *pk, uint64_t i, struct slot *s, ZSTD_CCtx *cctx
 			goto out;
 		}
 		r->label = pk->src.items[i].label;
+		/* A decompression bomb is refused on its header's word, before anything decodes it. */
+		if ((uint64_t)r->shape[0] * r->shape[1] > pk->max_pixels) {
+			s->status = SLOT_SKIP;
+			snprintf(s->why, sizeof(s->why), "%u x %u pixels is more than --max-pixels %llu",
+				 r->shape[1], r->shape[0], (unsigned long long)pk->max_pixels);
+			goto out;
+		}
 		const struct cdc_kind_pack *k = cdc_kind_pack(r->kind);
 		if (!pk->keep && k && k->repack) {
 			uint8_t *nb;
@@ -185,7 +196,7 @@ fatal:
 	s->err = ret;
 	snprintf(s->why, sizeof(s->why), "%s", strerror(-ret));
 out:
-	if (fd >= 0 && fd != pk->src.fd)
+	if (fd >= 0 && fd != pk->src.fd && !pk->in->keeps_fds)
 		close(fd);
 }
 
@@ -237,10 +248,24 @@ static void progress(uint64_t done, uint64_t n, uint64_t bytes, double t0, int l
 
 static const char pack_usage[] =
 	"usage: dpack pack [options] SRC OUT.dpk\n"
+	"       dpack pack [options] SHARD.tar SHARD.tar... OUT.dpk\n"
 	"       dpack pack [options] IMAGES.npy LABELS.npy OUT.dpk\n"
 	"\n"
 	"SRC is an ImageFolder tree (classes = sorted sub-folders, as torchvision) or a WebDataset\n"
-	".tar (samples are KEY.jpg or KEY.jpeg with KEY.cls holding the integer label).\n"
+	"set: a .tar, several .tar operands (e.g. a shell brace list: data-{000..099}.tar, or the same\n"
+	"quoted: dpack expands it), a directory of .tar files (taken sorted by name) or a .txt file\n"
+	"listing shards one a line. A WebDataset\n"
+	"sample is KEY.EXT (EXT an image extension below) with KEY.cls (an integer label), KEY.txt (a\n"
+	"class name: its line in --classes FILE, else its index among the sorted names) or else\n"
+	"KEY.json's \"label\" (an integer or a class name); shards in\n"
+	"the order given, members in archive order. A key in two shards keeps its first sample; a\n"
+	"shard cut short keeps the samples before the damage (both reported; --strict: an error).\n"
+	"A tree packs the files torchvision's ImageFolder loads (.jpg .jpeg .png .ppm .bmp .pgm .tif\n"
+	".tiff .webp, any case, hidden files and folders included), in its order and with its class\n"
+	"indices; each file becomes a record of what its bytes are, whatever its name: JPEG, CMYK\n"
+	"JPEG, PNG, WebP, PGM/PPM, BMP or TIFF (docs/FORMAT.md), decoded by loaderd to the RGB that\n"
+	"PIL's convert(\"RGB\") gives; each is decoded once here, so that a damaged file is reported\n"
+	"now, not by a training job.\n"
 	"JPEGs are stored as jpeg+idx records: the JPEG (kept byte for byte when it is baseline with\n"
 	"one scan, else first transcoded losslessly to that: the same DCT coefficients, so the same\n"
 	"pixels) followed by an index of where MCUs start, so that loaderd entropy-decodes only the\n"
@@ -256,7 +281,12 @@ static const char pack_usage[] =
 	"  --restart-width PX       make jpeg+rst records instead (the older rewrite: optimised\n"
 	"                           Huffman tables and restart segments about PX pixels wide, the\n"
 	"                           largest divisor of the MCU row that fits; 0: one per MCU row)\n"
-	"  --strict                 a bad or non-JPEG image is an error, not a skipped sample\n"
+	"  --classes FILE           WebDataset: class names, one a line; a .txt label is its line's\n"
+	"                           index (without it: the sorted names the shards hold)\n"
+	"  --max-pixels N           skip (or, with --strict, refuse) an image whose header declares\n"
+	"                           more than N pixels, before decoding it (default 178956970:\n"
+	"                           where PIL raises DecompressionBombError)\n"
+	"  --strict                 a bad or unknown image is an error, not a skipped sample\n"
 	"  --no-fsync               do not wait for the disk (scratch space): faster, but a crash\n"
 	"                           soon after packing may lose the file\n"
 	"  -h, --help               this text\n"
@@ -310,6 +340,8 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 		{ "keep-jpeg", no_argument, NULL, 'K' },
 		{ "restart-width", required_argument, NULL, 'R' },
 		{ "index-width", required_argument, NULL, 'I' },
+		{ "max-pixels", required_argument, NULL, 'P' },
+		{ "classes", required_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -351,6 +383,20 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 			}
 			pk->repack.rst = 0;
 			break;
+		case 'P': {
+			char *end;
+			errno = 0;
+			unsigned long long v = strtoull(optarg, &end, 10);
+			if (errno || end == optarg || *end || optarg[0] == '-' || v == 0) {
+				LOG_ERROR("--max-pixels: '%s' is not a positive number", optarg);
+				return 2;
+			}
+			pk->max_pixels = v;
+			break;
+		}
+		case 'C':
+			pk->src.classes_file = optarg;
+			break;
 		case 'h':
 			fputs(pack_usage, stdout);
 			return 0;
@@ -361,7 +407,13 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 	}
 	argc -= optind;
 	argv += optind;
-	if (argc == 3) {
+	size_t l0 = argc >= 1 ? strlen(argv[0]) : 0;
+	if (argc >= 3 && l0 > 4 && !strcmp(argv[0] + l0 - 4, ".tar")) {
+		/* several .tar shards (a shell brace list expands to them), then OUT */
+		pk->src.paths = (const char *const *)argv;
+		pk->src.npaths = (size_t)argc - 1;
+		a->out = argv[argc - 1];
+	} else if (argc == 3) {
 		pk->src.labels = argv[1];
 		a->out = argv[2];
 	} else if (argc == 2) {
@@ -380,6 +432,11 @@ static int detect_input(struct pack *pk)
 {
 	struct stat st;
 
+	if (dpack_tar_pattern(pk->src.path)) {
+		extern const struct dpack_input dpack_input_tar;
+		pk->in = &dpack_input_tar;
+		return -1;
+	}
 	if (stat(pk->src.path, &st) < 0) {
 		LOG_ERROR("cannot open %s: %s", pk->src.path, strerror(errno));
 		return 1;
@@ -586,7 +643,8 @@ static void src_fini(struct pack *pk)
 
 int dpack_pack_main(int argc, char **argv)
 {
-	struct pack pk = { .src.fd = -1, .repack.width = CDC_IDX_WIDTH_DEFAULT };
+	struct pack pk = { .src.fd = -1, .repack.width = CDC_IDX_WIDTH_DEFAULT,
+			   .max_pixels = DPACK_MAX_PIXELS_DEFAULT };
 	struct pack_args a;
 	struct tally t = { 0 };
 	struct dpk_writer *w = NULL;
