@@ -1,12 +1,12 @@
 #!/bin/sh
 # deps.sh - install the Debian packages loaderd builds against, only when some are missing.
 # Called by the Makefile before the first compile; safe to run by hand. Exit 0 when all present.
-# mate-backgrounds: real photographs for tests/test_decode.c (JPEG_IMG_PHOTO_DIR in tests/jpeg_imgs.h).
+# lcov: `make coverage` (scripts/coverage.sh). mate-backgrounds: real photographs for tests/test_decode.c (JPEG_IMG_PHOTO_DIR in tests/jpeg_imgs.h).
 set -eu
 
 PKGS="build-essential pkg-config liburing-dev libturbojpeg0-dev libjpeg62-turbo-dev libzstd-dev
 libxxhash-dev libcmocka-dev libopenmpi-dev openmpi-bin libopenblas-dev clang libclang-rt-14-dev
-python3 bc iproute2
+python3 bc iproute2 lcov
 python3-numpy python3-pytest python3-torch python3-venv python3-setuptools python3-wheel systemd
 python3-prometheus-client
 mate-backgrounds"
