@@ -1,6 +1,7 @@
 /* test_oom.c - out of memory on the paths that allocate on a client's behalf: the dataset reader
  * and writer (formats/dpk.c), ring create and attach (shm/ring.c), the client API (shm/ldc.c) and
- * the server core's job open, attach, snapshot and admin answer (loader/srv_*.c). malloc, calloc,
+ * the server core's job open, attach, snapshot and admin answer (loader/srv_*.c), and the record
+ * reader's arena and its buffer for a record larger than half of it (loader/reader.c). malloc, calloc,
  * realloc, aligned_alloc and strdup are wrapped (--wrap: only the calls of loaderd's own objects,
  * not libc's or cmocka's) so that the N-th allocation after arming fails; each case runs its
  * operation with N = 1, 2, ... until a run makes no failing allocation, and every run before
@@ -11,6 +12,7 @@
  * tests/srv_harness.h); the allocations of the test's own thread (the client) are not counted. */
 /* link: -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc -Wl,--wrap=aligned_alloc -Wl,--wrap=strdup */
 #include "formats/dpk.h"
+#include "loader/reader.h"
 #include "loader/srv.h"
 #include "shm/ldc.h"
 #include "shm/ring.h"
@@ -259,6 +261,82 @@ static void test_oom_dpk_open_says_memory(void **state)
 	assert_int_equal(o.ret, 0);
 	/* the reader, the header block, the index, the class table's three arrays */
 	assert_true(each_alloc_fails(op_open, check_enomem) >= 6);
+}
+
+/* ---- loader/reader.c: the arena, its request tables, the buffer for an outsized record ---- */
+
+#define BIG 20000u  /* bytes: more than half of an 8 KiB arena */
+
+static struct dpk *g_rd;
+
+static uint8_t rec_byte(unsigned i, size_t j)
+{
+	return (uint8_t)(i * 31 + j * 7);
+}
+
+static void write_reader_dataset(void)
+{
+	static uint8_t data[BIG];
+	static const uint32_t lens[3] = { 100, BIG, 100 };
+	struct dpk_writer *w;
+	char err[256];
+
+	assert_int_equal(dpk_writer_create(path, DPK_WRITE_NO_SYNC, &w), 0);
+	for (unsigned i = 0; i < 3; i++) {
+		for (size_t j = 0; j < lens[i]; j++)
+			data[j] = rec_byte(i, j);
+		struct dpk_record r = { .kind = DPK_KIND_RAW, .data = data, .length = lens[i],
+					.shape = { lens[i] }, .ndim = 1 };
+		assert_int_equal(dpk_writer_add(w, &r), 0);
+	}
+	assert_int_equal(dpk_writer_finish(w), 0);
+	dpk_writer_destroy(w);
+	assert_int_equal(dpk_open(path, 0, &g_rd, err, sizeof(err)), 0);
+}
+
+/* Create a reader and read the three records; a record whose buffer could not be had is -ENOMEM
+ * in its errs entry, and the others still arrive, every byte right. */
+static void op_reader(struct outcome *o)
+{
+	struct ldr_reader *r = (struct ldr_reader *)1;
+	static const uint64_t ids[3] = { 0, 1, 2 };
+
+	o->ret = ldr_reader_create(LDR_IO_PREAD, 8192, &r);
+	if (o->ret < 0) {
+		assert_null(r);
+		snprintf(o->msg, sizeof(o->msg), "ldr_reader_create: out of memory");
+		return;
+	}
+	for (uint32_t i = 0; i < 3;) {
+		const uint8_t *bufs[3];
+		int errs[3];
+		int k = ldr_reader_read(r, g_rd, -1, ids + i, 3 - i, bufs, errs);
+
+		assert_true(k >= 1);
+		for (int j = 0; j < k; j++, i++) {
+			if (errs[j] == -ENOMEM) {
+				assert_int_equal(i, 1);  /* only the outsized record needs a buffer */
+				o->ret = -ENOMEM;
+				snprintf(o->msg, sizeof(o->msg), "record %u: out of memory", i);
+				continue;
+			}
+			assert_int_equal(errs[j], 0);
+			for (size_t b = 0; b < dpk_entry_get(g_rd, i)->length; b++)
+				if (bufs[j][b] != rec_byte(i, b))
+					fail_msg("record %u byte %zu wrong", i, b);
+		}
+	}
+	ldr_reader_destroy(r);
+}
+
+static void test_oom_reader_buffers(void **state)
+{
+	(void)state;
+	write_reader_dataset();
+	/* the reader, its arena, two request tables, the outsized record's buffer */
+	assert_int_equal(each_alloc_fails(op_reader, check_enomem), 5);
+	dpk_close(g_rd);
+	g_rd = NULL;
 }
 
 /* ---- shm/: rings ---- */
@@ -547,6 +625,7 @@ int main(void)
 						teardown_dir),
 		cmocka_unit_test_setup_teardown(test_oom_dpk_open_says_memory, setup_dir,
 						teardown_dir),
+		cmocka_unit_test_setup_teardown(test_oom_reader_buffers, setup_dir, teardown_dir),
 		cmocka_unit_test(test_oom_ring_create_attach),
 		cmocka_unit_test_setup_teardown(test_oom_client_session, setup_harness,
 						srvh_teardown),
