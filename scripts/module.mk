@@ -63,9 +63,12 @@ uninstall:
 COV_BUILD ?= build/cov
 COV_CFLAGS := -O1 -g --coverage -fprofile-update=atomic -Wno-maybe-uninitialized
 .PHONY: coverage coverage-run
+# -u __gcov_dump: linked in, so that the test harness's forked children (tests/srv_harness.c)
+# can write their counters before _exit (their weak reference alone would not pull it in).
+COV_LDFLAGS := --coverage -Wl,-u,__gcov_dump
 coverage:
 	$(Q)$(MAKE) --no-print-directory BUILD=$(COV_BUILD) CFLAGS="$(COV_CFLAGS)" \
-		LDFLAGS=--coverage coverage-run
+		LDFLAGS="$(COV_LDFLAGS)" coverage-run
 
 coverage-run: all
 	$(Q)BUILD=$(BUILD) sh scripts/coverage.sh $(TESTS) $(sort $(wildcard tests/it_*.sh))
