@@ -4,7 +4,8 @@
 # Knobs: V=1 (echo commands), SAN=address,undefined (sanitizer build, in build/san unless BUILD
 # is given), WERROR=1 (default on when CI=true), CUDA_HOME (default: from nvcc on PATH),
 # FUZZ_SECONDS (per fuzz target in `make test`, default 15).
-# Targets: all, test, test-unit, test-san, test-tsan, test-gpu, fuzz, demo, check, clean, install, uninstall
+# Targets: all, test, test-unit, test-san, test-tsan, test-gpu, fuzz, coverage, demo, check, clean,
+# install, uninstall
 # (PREFIX=/usr/local, DESTDIR: scripts/module.mk).
 
 CC ?= cc

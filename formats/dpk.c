@@ -213,7 +213,8 @@ static int load_classes(struct dpk *d, char *err, size_t errlen)
 	d->class_blob = malloc(h->classes_size);
 	d->class_names = calloc(h->class_count ? h->class_count : 1, sizeof(char *));
 	if (!raw || !d->class_blob || !d->class_names) {
-		ret = -ENOMEM;
+		ret = err_set(err, errlen, -ENOMEM, "no memory for a class table of %llu bytes",
+			   (unsigned long long)h->classes_size);
 		goto out;
 	}
 	ret = pread_full(d->fd, raw, h->classes_size, h->classes_offset);
@@ -502,7 +503,7 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 			    (long long)st.st_size, DPK_HEADER_SIZE);
 	d = calloc(1, sizeof(*d));
 	if (!d)
-		return -ENOMEM;
+		return err_set(err, errlen, -ENOMEM, "out of memory");
 	d->fd = fd;
 	d->guard_slot = -1;
 	d->data_slot = -1;
@@ -510,7 +511,7 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 	 * byte of it can change unnoticed. */
 	uint8_t *block = malloc(DPK_HEADER_SIZE);
 	if (!block) {
-		ret = -ENOMEM;
+		ret = err_set(err, errlen, -ENOMEM, "out of memory");
 		goto fail;
 	}
 	ret = pread_full(fd, block, DPK_HEADER_SIZE, 0);

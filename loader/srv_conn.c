@@ -230,7 +230,12 @@ void srv_conn_accept(struct srv *s)
 			       "--max-conns)", total);
 			continue;
 		}
-		if (!u || mine >= s->opts.max_conns_uid) {
+		if (!u) {
+			refuse(s, fd, pid, ENOMEM, "out of memory for uid %u's connection count",
+			       (unsigned)uid);
+			continue;
+		}
+		if (mine >= s->opts.max_conns_uid) {
 			refuse(s, fd, pid, EUSERS, "uid %u has %u connections to loaderd, the limit "
 			       "(loaderd --max-conns-per-uid)", (unsigned)uid, mine);
 			continue;

@@ -3,12 +3,13 @@
 # Called by the Makefile before the first compile; safe to run by hand. Exit 0 when all present.
 # mate-backgrounds: real photographs for tests/test_decode.c (JPEG_IMG_PHOTO_DIR in tests/jpeg_imgs.h).
 # python3-pil, python3-torchvision: tests/it_imagefolder.sh compares dpack with ImageFolder and PIL.
-# libpng-dev, libwebp-dev, libtiff-dev: the png, webp and tiff record kinds (loader/kind_*.c).
+# libpng-dev, libwebp-dev, libtiff-dev: the png, webp and tiff record kinds (codec/kind_*.c).
+# lcov: `make coverage` (scripts/coverage.sh).
 set -eu
 
 PKGS="build-essential pkg-config liburing-dev libturbojpeg0-dev libjpeg62-turbo-dev libzstd-dev
 libxxhash-dev libpng-dev libwebp-dev libtiff-dev libcmocka-dev libopenmpi-dev openmpi-bin libopenblas-dev clang libclang-rt-14-dev
-python3 bc iproute2
+python3 bc iproute2 lcov
 python3-numpy python3-pytest python3-torch python3-torchvision python3-venv python3-setuptools python3-wheel systemd
 python3-prometheus-client python3-pil
 mate-backgrounds"

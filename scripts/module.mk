@@ -52,3 +52,23 @@ uninstall:
 		$(addprefix $(I_INC)/,$(notdir $(INSTALL_HDRS))) \
 		$(addprefix $(I_DOC)/,$(notdir $(INSTALL_DOCS)) python.md) $(I_UNIT)/loaderd.service $(I_DATA)/timeline.py
 	$(Q)rmdir $(I_INC) $(I_DOC) $(I_DATA) 2>/dev/null || true
+
+# `make coverage`: line and branch coverage over the tests of `make test` (the cmocka suites and
+# the integration scripts; not the sanitizer pass nor the fuzzers), with gcov and Debian's lcov.
+# A build of its own in $(COV_BUILD) (gcov counters at -O1, updated atomically: the daemon and the
+# tests are threaded); scripts/coverage.sh zeroes the counters, runs the tests, captures, writes
+# the HTML report to $(COV_BUILD)/html and the table per folder to $(COV_BUILD)/coverage.md (the
+# one docs/ARCHITECTURE.md quotes), and prints that table. Exits non-zero when a test failed (the
+# figures are still written). Not part of `make test`: it builds and runs everything once more.
+COV_BUILD ?= build/cov
+COV_CFLAGS := -O1 -g --coverage -fprofile-update=atomic -Wno-maybe-uninitialized
+.PHONY: coverage coverage-run
+# -u __gcov_dump: linked in, so that the test harness's forked children (tests/srv_harness.c)
+# can write their counters before _exit (their weak reference alone would not pull it in).
+COV_LDFLAGS := --coverage -Wl,-u,__gcov_dump
+coverage:
+	$(Q)$(MAKE) --no-print-directory BUILD=$(COV_BUILD) CFLAGS="$(COV_CFLAGS)" \
+		LDFLAGS="$(COV_LDFLAGS)" coverage-run
+
+coverage-run: all
+	$(Q)BUILD=$(BUILD) sh scripts/coverage.sh $(TESTS) $(sort $(wildcard tests/it_*.sh))

@@ -46,8 +46,11 @@ while [ $i -lt "$n" ]; do
 	} >>"$script"
 	i=$((i + 1))
 done
-out=$(timeout 300 sh "$script" 2>&1)
+# Into a file, not through $(...): a loaderd a block started in the background keeps the output
+# open, and a command substitution would wait for it forever once a block failed.
+timeout 300 sh "$script" >"$T/out" 2>&1
 status=$?
+out=$(cat "$T/out")
 echo "$out" | grep -E '^(# block|ok |trainer: samples_per_s|ldprobe:)' || true
 i=0
 while [ $i -lt "$n" ]; do

@@ -1,0 +1,121 @@
+/* test_srv_refusals.c - refusals of the server core (loader/srv_*.c) that a client meets and no
+ * other suite provokes, each with its errno and the words the client reads: a rank that is
+ * attached already, start positions at the end of the job and one past it, a second job on one
+ * connection, stats before any job. Through the public API (shm/ldc.h) or raw
+ * control packets, against the real server core with the pattern filler (tests/srv_harness.h). */
+#include "shm/ctl.h"
+#include "shm/ldc.h"
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "tests/srv_harness.h"
+
+/* Rank 0 of job "busy" is attached: a second client for rank 0 is EBUSY naming the holder's
+ * pid; rank 1 of the same job is still free. */
+static void test_srv_rank_attached_is_ebusy(void **state)
+{
+	(void)state;
+	pid_t pid = start_server(NULL);
+	struct ldc *a = cli_connect();
+	struct ldc_info in;
+	struct ldc_job j = mkjob("busy", "pattern:64", 4, 0, 2, 0);
+	char needle[64];
+
+	open_ok(a, &j, &in);
+	snprintf(needle, sizeof(needle), "rank 0 of job busy is attached (pid %d)", (int)getpid());
+	open_fails(&j, -EBUSY, needle);
+	j.rank = 1;
+	struct ldc *b = cli_connect();
+	open_ok(b, &j, &in);
+	cli_close(b);
+	cli_close(a);
+	stop_server(pid);
+}
+
+/* A start position: the job's last step and its end (nothing left: the first acquire says so)
+ * are accepted; the step count of an epoch as at_step, and one step past the end, are refused,
+ * naming the field. 16 samples, batch 4: 4 steps an epoch; 2 epochs, 8 steps. */
+static void test_srv_start_at_bounds(void **state)
+{
+	static const struct {
+		uint64_t epoch, step;
+		int err;
+		const char *needle;
+	} cases[] = {
+		{ 1, 3, 0, NULL },
+		{ 2, 0, 0, NULL },
+		{ 0, 4, -EINVAL, "at_step 4 is not below the 4 steps" },
+		{ 2, 1, -EINVAL, "past the job's end" },
+	};
+	(void)state;
+	pid_t pid = start_server(NULL);
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		char name[16];
+		snprintf(name, sizeof(name), "s%zu", k);
+		struct ldc_job j = mkjob(name, "pattern:16", 4, 0, 1, 2);
+		j.start_at = 1;
+		j.at_epoch = cases[k].epoch;
+		j.at_step = cases[k].step;
+		if (cases[k].err) {
+			open_fails(&j, cases[k].err, cases[k].needle);
+			continue;
+		}
+		struct ldc *c = cli_connect();
+		struct ldc_info in;
+		struct ldc_batch b;
+		uint64_t first = cases[k].epoch * 4 + cases[k].step;
+		open_ok(c, &j, &in);
+		assert_int_equal(in.first_step, first);
+		for (uint64_t step = first; step < 8; step++) {
+			assert_int_equal(ldc_acquire(c, ACQUIRE_MS, &b), 0);
+			assert_int_equal(b.step, step);
+			assert_int_equal(ldc_release(c, &b), 0);
+		}
+		assert_int_equal(ldc_acquire(c, ACQUIRE_MS, &b), -ENODATA);
+		cli_close(c);
+	}
+	stop_server(pid);
+}
+
+/* Raw protocol: a second JOB_OPEN on a connection that has its job, and STATS_REQ on one that has
+ * none, are refused (EINVAL) and the connection closed. */
+static void test_srv_one_job_per_connection(void **state)
+{
+	(void)state;
+	pid_t pid = start_server(NULL);
+	struct ring *ring;
+	int bell;
+	int fd = raw_open("first", &ring, &bell);
+	struct ctl_job_open m;
+
+	ring_destroy(ring);
+	close(bell);
+	good_open(&m, "second");
+	assert_int_equal(ctl_send(fd, CTL_JOB_OPEN, &m, sizeof(m), NULL, 0), 0);
+	expect_refused(fd, "a second job", EINVAL, "this connection already has a job");
+	fd = raw_connect();
+	assert_int_equal(ctl_send(fd, CTL_STATS_REQ, NULL, 0, NULL, 0), 0);
+	expect_refused(fd, "stats without a job", EINVAL, "stats before a job was opened");
+	assert_alive(pid);
+	stop_server(pid);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_srv_rank_attached_is_ebusy, srvh_setup,
+						srvh_teardown),
+		cmocka_unit_test_setup_teardown(test_srv_start_at_bounds, srvh_setup, srvh_teardown),
+		cmocka_unit_test_setup_teardown(test_srv_one_job_per_connection, srvh_setup,
+						srvh_teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
