@@ -595,14 +595,21 @@ void srv_housekeeping(struct srv *s)
 		/* Only attached ranks fill (a detached one's rate was zeroed when it left): the walk
 		 * is over s->live, whatever the jobs' world sizes. */
 		double dt = (double)(now - s->rate_ns) * 1e-9;
-		for (struct job *j = s->jobs; j; j = j->next)
+		for (struct job *j = s->jobs; j; j = j->next) {
 			j->rate = 0;
+			j->demand = 0;
+			j->target = 0;
+			j->cpu_cores = (double)(j->cpu_ns - j->cpu_snap) * 1e-9 / dt;
+			j->cpu_snap = j->cpu_ns;
+		}
 		for (unsigned i = 0; i < s->nlive; i++) {
 			struct att *a = s->live[i];
 			struct rank_state *rs = &a->job->ranks[a->rank];
 			rs->rate = (double)(rs->samples - rs->rate_samples) / dt;
 			rs->rate_samples = rs->samples;
 			a->job->rate += rs->rate;
+			a->job->demand += dm_rate_peak(&a->dm) * a->job->info.ring.batch;
+			a->job->target += a->target;
 		}
 		s->busy_share = (double)(s->busy_ns - s->busy_snap) * 1e-9 / dt / s->nthreads;
 		s->busy_snap = s->busy_ns;
