@@ -45,7 +45,10 @@ static void usage(FILE *f)
 "options:\n"
 "  --socket PATH        control socket (default: $XDG_RUNTIME_DIR/loaderd.sock, else\n"
 "                       /tmp/loaderd-UID.sock); mode 0600 unless --group is given\n"
-"  --workers N          decode threads (default: all cores, here %u)\n"
+"  --workers N          decode threads at most (default: all cores, here %u); how many\n"
+"                       decode at once follows what the consumers eat (docs/TUNING.md)\n"
+"  --cpu-budget CORES   decode CPU of the whole daemon, all jobs, e.g. 1.5 (default: the\n"
+"                       cores of the affinity mask); when short, rings about to run dry first\n"
 "  --mem-limit BYTES    memory jobs make loaderd hold: rings, rank tables, indexes, worker\n"
 "                       buffers for large records; suffix K, M, G (default: half of RAM)\n"
 "  --slots N            ring depth when a client does not ask (default 4)\n"
@@ -120,6 +123,7 @@ static void notice(void *ctx, int level, const char *msg)
 static const struct option long_opts[] = {
 	{ "socket", required_argument, NULL, 's' },
 	{ "workers", required_argument, NULL, 'w' },
+	{ "cpu-budget", required_argument, NULL, 'B' },
 	{ "mem-limit", required_argument, NULL, 'm' },
 	{ "slots", required_argument, NULL, 'n' },
 	{ "task-samples", required_argument, NULL, 't' },
@@ -252,6 +256,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			if (!*optarg)
 				goto bad_value;
 			o->metrics_path = optarg;
+			break;
+		case 'B':
+			if (arg_double(optarg, 0.01, 1024, &o->so.cpu_budget) < 0)
+				goto bad_value;
 			break;
 		case 'N':
 			if (arg_double(optarg, 0.1, 86400, &o->metrics_s) < 0)
