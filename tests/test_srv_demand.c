@@ -1,0 +1,140 @@
+/* test_srv_demand.c - self-sizing in the real server core (tests/srv_harness.h: srv with a pattern
+ * filler in a forked child): workers sleep while nothing is needed (a full ring, a consumer that
+ * stopped), and a slow consumer's ring is kept as full as its rate needs, not every slot. The
+ * controller's rules alone are in test_demand.c; speed figures are in tools/bench/selfsize.sh. */
+#include "tests/srv_harness.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <cmocka.h>
+
+/* CPU time of every thread of @pid so far, ns (/proc/PID/task/TID/schedstat: time on a CPU). */
+static uint64_t proc_cpu_ns(pid_t pid)
+{
+	char path[64];
+	uint64_t sum = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	assert_non_null(d);
+	for (struct dirent *e; (e = readdir(d));) {
+		if (e->d_name[0] == '.')
+			continue;
+		char p[300];
+		unsigned long long ns = 0;
+		snprintf(p, sizeof(p), "/proc/%d/task/%s/schedstat", (int)pid, e->d_name);
+		FILE *f = fopen(p, "r");
+		if (!f)
+			continue;  /* a thread that just ended */
+		if (fscanf(f, "%llu", &ns) == 1)
+			sum += ns;
+		fclose(f);
+	}
+	closedir(d);
+	return sum;
+}
+
+static void sleep_ms(int ms)
+{
+	struct timespec t = { ms / 1000, (long)(ms % 1000) * 1000000 };
+	while (nanosleep(&t, &t) == -1 && errno == EINTR)
+		;
+}
+
+/* The server's CPU over one second, ns. */
+static uint64_t cpu_over_1s(pid_t pid)
+{
+	uint64_t c0 = proc_cpu_ns(pid);
+	sleep_ms(1000);
+	return proc_cpu_ns(pid) - c0;
+}
+
+/* Idle: the control loop and the workers asleep. 20 ms of CPU in a second is 2% of a core, far
+ * below one worker spinning (1 s) and far above what sleeping threads use. */
+#define IDLE_CPU_NS 20000000ull
+
+static void test_srv_demand_idle_consumer_workers_sleep(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(&(struct tsrv){ .workers = 2 });
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("idle", "pattern:100000", 4, 0, 1, 0);
+	struct ldc_info in;
+	struct ctl_stats st;
+
+	open_ok(c, &j, &in);
+	struct expect e = expect_of(&in, 0);
+	/* Start-up: no rate yet, the ring fills whole; then nothing to do. */
+	wait_published(c, 4, &st);
+	uint64_t idle0 = cpu_over_1s(srv);
+	assert_int_equal(ldc_stats(c, &st), 0);
+	assert_int_equal(st.published, 4);
+	/* A consumer that ate fast (a rate is measured), then stopped holding nothing. */
+	consume_ok(c, &e, 0, 400);
+	sleep_ms(200);
+	uint64_t idle1 = cpu_over_1s(srv);
+	assert_int_equal(ldc_stats(c, &st), 0);
+	assert_true(st.occupancy <= 4);
+	if (idle0 > IDLE_CPU_NS || idle1 > IDLE_CPU_NS)
+		fail_msg("server CPU over a second while its ring was full: %.1f ms at start-up, "
+			 "%.1f ms after a fast consumer stopped (at most %.1f)", idle0 * 1e-6,
+			 idle1 * 1e-6, IDLE_CPU_NS * 1e-6);
+	/* It serves on: the next steps are all there and right. */
+	consume_ok(c, &e, 400, 410);
+	cli_close(c);
+	stop_server(srv);
+}
+
+/* A consumer taking 50 ms a step (20 steps/s) from a 16-slot ring whose steps take well under a
+ * millisecond to fill: its target is 1 + ceil(20/s x (1.5 x latency + 5 ms)) = 2 steps, so the
+ * ring holds 2 or 3 (the one in hand, the one ahead, one being filled), not 16. Bounded at 8 so
+ * that a slow CI machine (a latency of tens of ms) still passes, while "every slot" fails. */
+static void test_srv_demand_slow_consumer_ring_not_filled_whole(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(&(struct tsrv){ .workers = 2, .slots = 16 });
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("slow", "pattern:100000", 4, 0, 1, 0);
+	struct ldc_info in;
+	struct ldc_batch b;
+	struct ctl_stats st;
+	char msg[512];
+	uint32_t most = 0;
+
+	open_ok(c, &j, &in);
+	struct expect e = expect_of(&in, 0);
+	for (uint64_t step = 0; step < 40; step++) {
+		assert_int_equal(ldc_acquire(c, ACQUIRE_MS, &b), 0);
+		if (check_batch(&b, step, &e, msg, sizeof(msg)))
+			fail_msg("%s", msg);
+		sleep_ms(50);
+		assert_int_equal(ldc_release(c, &b), 0);
+		if (step >= 30) {  /* past start-up (16 steps ready) and a second of rate */
+			assert_int_equal(ldc_stats(c, &st), 0);
+			if (st.occupancy > most)
+				most = st.occupancy;
+		}
+	}
+	if (most > 8)
+		fail_msg("a 20 steps/s consumer's ring held %u of 16 slots (at most 8)", most);
+	cli_close(c);
+	stop_server(srv);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_srv_demand_idle_consumer_workers_sleep,
+						srvh_setup, srvh_teardown),
+		cmocka_unit_test_setup_teardown(test_srv_demand_slow_consumer_ring_not_filled_whole,
+						srvh_setup, srvh_teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
