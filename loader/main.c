@@ -49,6 +49,8 @@ static void usage(FILE *f)
 "                       decode at once follows what the consumers eat (docs/TUNING.md)\n"
 "  --cpu-budget CORES   decode CPU of the whole daemon, all jobs, e.g. 1.5 (default: the\n"
 "                       cores of the affinity mask); when short, rings about to run dry first\n"
+"  --fixed-workers      no self-sizing: all --workers decode whenever a slot is free (the\n"
+"                       behaviour before it, for comparisons)\n"
 "  --mem-limit BYTES    memory jobs make loaderd hold: rings, rank tables, indexes, worker\n"
 "                       buffers for large records; suffix K, M, G (default: half of RAM)\n"
 "  --slots N            ring depth when a client does not ask (default 4)\n"
@@ -124,6 +126,7 @@ static const struct option long_opts[] = {
 	{ "socket", required_argument, NULL, 's' },
 	{ "workers", required_argument, NULL, 'w' },
 	{ "cpu-budget", required_argument, NULL, 'B' },
+	{ "fixed-workers", no_argument, NULL, 'X' },
 	{ "mem-limit", required_argument, NULL, 'm' },
 	{ "slots", required_argument, NULL, 'n' },
 	{ "task-samples", required_argument, NULL, 't' },
@@ -260,6 +263,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'B':
 			if (arg_double(optarg, 0.01, 1024, &o->so.cpu_budget) < 0)
 				goto bad_value;
+			break;
+		case 'X':
+			o->so.fixed_workers = 1;
 			break;
 		case 'N':
 			if (arg_double(optarg, 0.1, 86400, &o->metrics_s) < 0)

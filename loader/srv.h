@@ -114,6 +114,8 @@ struct srv_opts {
 				    * follows the consumers' demand (loader/demand.h) */
 	double cpu_budget;         /* cores of worker CPU, all jobs; 0 = the cores of the
 				    * affinity mask */
+	int fixed_workers;         /* 1: no self-sizing: every worker decodes whenever a slot is
+				    * free (as before it; for comparisons) */
 	unsigned task_samples;     /* samples per task (0: batch / (4 x workers), within
 				    * [SRV_TASK_MIN, SRV_TASK_MAX]) */
 	unsigned default_slots;    /* ring depth when the client asks for 0 (default 4) */

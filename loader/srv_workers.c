@@ -107,6 +107,8 @@ static int ring_in(struct srv *s, struct att *a, int64_t now, struct dm_ring *r)
 	r->slots = ring_header(a->ring)->slots;
 	r->weight = j->spec.weight ? j->spec.weight : DM_WEIGHT_DEFAULT;
 	r->starved = now < a->starved_until;
+	if (s->opts.fixed_workers)  /* every slot, served in turn, by every worker */
+		r->starved = 1, r->rate = 0;
 	a->target = dm_target(r);
 	return 1;
 }

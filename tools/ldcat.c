@@ -55,6 +55,7 @@ static void usage(FILE *f)
 "  --owner USER         join USER's job (name or uid), shared with one of this user's groups\n"
 "                       (its owner opens it first, with --share-group)\n"
 "  --steps N            stop after N steps and exit 0 without finishing the job\n"
+"  --seconds S          stop after S seconds (at the first batch past them) and exit 0\n"
 "  --rate S             consume at most S samples/s: hold each batch until its share of time\n"
 "                       is over, as a trainer computing on it would (default: as fast as it\n"
 "                       comes)\n"
@@ -79,7 +80,7 @@ static int pick(const char *s, const char *const *names, uint32_t *out)
 
 enum { O_SOCKET = 256, O_DATASET, O_JOB, O_RANK, O_WORLD, O_BATCH, O_CROP, O_TF, O_FLIP,
        O_NCHW, O_SEED, O_EPOCHS, O_START, O_SAMPLING, O_TAIL, O_BAD, O_SLOTS, O_STEPS,
-       O_TIMEOUT, O_SHARE, O_OWNER, O_RATE, O_WEIGHT, O_JSON };
+       O_TIMEOUT, O_SHARE, O_OWNER, O_RATE, O_WEIGHT, O_JSON, O_SECONDS };
 static const struct option long_opts[] = {
 	{ "socket", required_argument, NULL, O_SOCKET },
 	{ "dataset", required_argument, NULL, O_DATASET },
@@ -105,6 +106,7 @@ static const struct option long_opts[] = {
 	{ "rate", required_argument, NULL, O_RATE },
 	{ "weight", required_argument, NULL, O_WEIGHT },
 	{ "json", no_argument, NULL, O_JSON },
+	{ "seconds", required_argument, NULL, O_SECONDS },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -123,6 +125,7 @@ struct args {
 	uint64_t max_steps;                                   /* 0: until the job ends */
 	uint64_t timeout_ms;                                  /* longest wait for one batch */
 	double rate;                                          /* samples/s at most; 0: no limit */
+	double seconds;                                       /* stop after this long; 0: no limit */
 	int json;                                             /* summary as JSON */
 };
 
@@ -191,6 +194,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 			job->weight = (uint32_t)v;
 			break;
 		case O_JSON: a->json = 1; break;
+		case O_SECONDS: bad = arg_double(optarg, 0.001, 1e9, &a->seconds); break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -261,7 +265,9 @@ static int print_batches(struct ldc *cl, const struct args *a)
 
 	setvbuf(stdout, obuf, _IOFBF, sizeof(obuf));
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while (!a->max_steps || steps < a->max_steps) {
+	double start = mono_s();
+	while ((!a->max_steps || steps < a->max_steps) &&
+	       (a->seconds <= 0 || mono_s() - start < a->seconds)) {
 		/* A step not ready when asked for is a wait (the first one aside: start-up). */
 		ret = ldc_acquire(cl, 0, &b);
 		if (ret == -ETIMEDOUT) {
