@@ -65,12 +65,10 @@ double dm_slack(const struct dm_ring *r)
 {
 	if (r->rate <= 0)
 		return -1e9;
-	double eaten = r->since_release_s * r->rate;  /* of the step it holds */
-	if (eaten > 1)
-		eaten = 1;
-	if (r->occ == 0)
-		eaten = 0;
-	return ((double)r->occ - eaten) / r->rate - r->lat_s;
+	double left = 1 - r->since_release_s * r->rate;  /* of the step it works on */
+	if (left < 0)
+		left = 0;
+	return ((double)r->occ + left) / r->rate - r->lat_s;
 }
 
 /* 0: due soon (or rate unknown), 1: late, 2: not due yet. *key orders within a class, lower first. */
@@ -118,9 +116,9 @@ unsigned dm_active_cap(const struct dm_ring *rings, unsigned n, unsigned ceiling
 	assert(ceiling >= 1);
 	for (unsigned i = 0; i < n; i++) {
 		const struct dm_ring *r = &rings[i];
-		if (r->starved || r->rate <= 0 || r->cpu_step_s <= 0)
+		if (r->starved || r->rate <= 0 || r->work_step_s <= 0)
 			return ceiling;
-		cores += r->rate * r->cpu_step_s;
+		cores += r->rate * r->work_step_s;
 	}
 	double want = ceil(cores * DM_MARGIN);
 	return want < 1 ? 1 : want >= (double)ceiling ? ceiling : (unsigned)want;

@@ -15,7 +15,7 @@
  * target, and finds its ring as full as before when it comes back. */
 #define DM_WINDOW_NS 100000000ll
 #define DM_WINDOWS 8
-/* A ring whose consumer found it empty is starved: it is filled as today (every slot) for this
+/* A ring whose consumer found it empty, or took every ready step, is starved: it is filled as today (every slot) for this
  * long after, and counts as wanting all the budget (dm_active_cap). */
 #define DM_STARVED_NS 1000000000ll
 /* Headroom: the target covers the batch latency times DM_MARGIN plus DM_MARGIN_NS; the workers
@@ -47,21 +47,24 @@ struct dm_ring {
 	double rate;                /* steps/s (dm_rate_peak); 0 = unknown */
 	double lat_s;               /* measured batch latency (first task to publish), s; 0 = none */
 	double since_release_s;     /* time since the consumer last released a step */
-	double cpu_step_s;          /* worker CPU per step, s; 0 = unknown */
-	uint32_t occ;               /* steps opened and not released: filling, ready or held */
+	double work_step_s;         /* worker time per step, s (wall time a worker spent on it:
+				     * decode, reads, being preempted); 0 = unknown */
+	uint32_t occ;               /* steps opened and not taken by the consumer yet: filling or
+				     * ready (the ones it holds are its own: a consumer that
+				     * prefetches holds several) */
 	uint32_t slots;             /* ring depth */
 	uint32_t weight;            /* the job's, 1..DM_WEIGHT_MAX */
 	int starved;                /* its consumer found it empty in the last DM_STARVED_NS */
 	int free_slot;              /* the next step's slot is free (ring_prod_poll) */
 };
 
-/* Steps the ring should hold (occ) so that its consumer never waits: the one it holds plus
- * rate x (DM_MARGIN x latency + DM_MARGIN_NS), rounded up, in [1, slots]; every slot while
+/* Steps the ring should hold ahead of its consumer (occ) so that it never waits: one, plus
+ * rate x (DM_MARGIN x latency + DM_MARGIN_NS) rounded up, in [1, slots]; every slot while
  * the rate or the latency is unknown or the ring is starved. */
 uint32_t dm_target(const struct dm_ring *r);
 /* Seconds left before a step opened on @r must have been started for its consumer not to wait:
- * the time its consumer needs to use up the steps it has (occ, less what it has eaten of the
- * one it holds) minus one batch latency. Negative: it is late (its consumer will wait whatever
+ * the time its consumer needs to use up the steps ahead of it (occ, plus what is left of the
+ * one it works on) minus one batch latency. Negative: it is late (its consumer will wait whatever
  * is done now); -1e9 while the rate is unknown (fill first). */
 double dm_slack(const struct dm_ring *r);
 /* Among @n rings, the one a free worker opens its next step on, or -1 when none wants one (each
@@ -70,7 +73,8 @@ double dm_slack(const struct dm_ring *r);
  * < 0: starved, or short of budget), by slack x weight (the most late first); then the rest, by
  * slack / weight. Ties: the lower index (the caller rotates the start). */
 int dm_pick(const struct dm_ring *rings, unsigned n, unsigned start);
-/* Workers that may decode at once: the measured demand (sum of rate x CPU per step, x DM_MARGIN)
+/* Workers that may decode at once: the measured demand (sum of rate x worker time per step, x
+ * DM_MARGIN)
  * rounded up, at least 1; @ceiling (min of --workers and the budget's cores rounded up) when any
  * ring is starved or its demand unknown. */
 unsigned dm_active_cap(const struct dm_ring *rings, unsigned n, unsigned ceiling);

@@ -167,7 +167,7 @@ struct att {
 	/* Self-sizing (srv_workers.c, loader/demand.h), under mu: */
 	struct dm_rate dm;       /* its consumer's releases over time */
 	double lat_s;            /* batch latency of its steps (first task to publish), s, averaged */
-	double cpu_step_s;       /* worker CPU per step, s, averaged */
+	double work_step_s;      /* worker time per step (wall, open and tasks), s, averaged */
 	uint64_t empty_seen;     /* its rank's empty_ns when last looked at */
 	int64_t starved_until;   /* its consumer found it empty: filled whole until then (ns) */
 	uint32_t target;         /* steps to keep opened ahead (dm_target), at the last pick */

@@ -92,19 +92,28 @@ static int ring_in(struct srv *s, struct att *a, int64_t now, struct dm_ring *r)
 		srv_wake_control(s);
 		return 0;
 	}
-	uint64_t rel = srv_att_released(a);
+	uint64_t rel = srv_att_released(a), taken = rel, ready = 0;
 	dm_rate_update(&a->dm, now, rel);
-	/* The consumer waited on an empty ring since we last looked (or waits now). */
-	if (a->empty_since || rs->empty_ns != a->empty_seen)
+	/* The steps the consumer holds (it takes them in order): ahead of it are the rest. */
+	const struct ring_hdr *h = ring_header(a->ring);
+	while (taken < a->next &&
+	       ring_word(a->ring, taken) == (((uint32_t)((taken - a->first) / h->slots) << 2) |
+					     RING_HELD))
+		taken++;
+	for (uint64_t k = taken; k < a->next; k++)
+		ready += ring_prod_published(a->ring, k);
+	/* Its consumer waited on an empty ring since we last looked, or has taken every step that
+	 * is ready (it waits when it asks for the next): the target did not cover it. */
+	if (a->empty_since || rs->empty_ns != a->empty_seen || (a->dm.nwin && !ready))
 		a->starved_until = now + DM_STARVED_NS;
 	a->empty_seen = rs->empty_ns;
 	r->free_slot = ret == 1;
 	r->rate = dm_rate_peak(&a->dm);
 	r->lat_s = a->lat_s;
-	r->cpu_step_s = a->cpu_step_s;
+	r->work_step_s = a->work_step_s;
 	r->since_release_s = (double)(now - a->dm.release_ns) * 1e-9;
-	r->occ = (uint32_t)(a->next - rel);
-	r->slots = ring_header(a->ring)->slots;
+	r->occ = (uint32_t)(a->next - taken);
+	r->slots = h->slots;
 	r->weight = j->spec.weight ? j->spec.weight : DM_WEIGHT_DEFAULT;
 	r->starved = now < a->starved_until;
 	if (s->opts.fixed_workers)  /* every slot, served in turn, by every worker */
@@ -264,9 +273,9 @@ static void step_done(struct srv *s, struct open_step *o)
 		/* Averaged over about 8 steps: what the targets and the cap are made of. */
 		a->lat_s = a->lat_s ? 0.875 * a->lat_s + 0.125 * (double)latency * 1e-9 :
 				      (double)latency * 1e-9;
-		a->cpu_step_s = a->cpu_step_s ?
-			0.875 * a->cpu_step_s + 0.125 * (double)o->cpu_ns * 1e-9 :
-			(double)o->cpu_ns * 1e-9;
+		a->work_step_s = a->work_step_s ?
+			0.875 * a->work_step_s + 0.125 * (double)o->work_ns * 1e-9 :
+			(double)o->work_ns * 1e-9;
 		for (unsigned k = 0; k < SRV_PHASES_MAX; k++)
 			rs->phase_ns[k] += o->phase_ns[k];
 		pthread_mutex_unlock(&s->mu);

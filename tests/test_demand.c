@@ -64,7 +64,7 @@ static void test_demand_rate_pause_keeps_peak_then_decays(void **state)
 static struct dm_ring ring(double rate, double lat_s, uint32_t occ, uint32_t slots)
 {
 	return (struct dm_ring){ .rate = rate, .lat_s = lat_s, .occ = occ, .slots = slots,
-				 .weight = 1, .free_slot = 1, .cpu_step_s = 0.01 };
+				 .weight = 1, .free_slot = 1, .work_step_s = 0.01 };
 }
 
 static void test_demand_target_from_rate_and_latency(void **state)
@@ -113,17 +113,22 @@ static void test_demand_pick_due_soon_before_late(void **state)
 {
 	(void)state;
 	/* Ring 0: a fast consumer that eats all it gets (late: slack < 0). Ring 1: a slow one
-	 * (5 steps/s) that holds one step, half eaten: due in 100 ms - 20 ms latency = 80 ms, over
-	 * its horizon of 35 ms: not due yet, the late one goes first. */
-	struct dm_ring r[2] = { ring(200, 0.020, 1, 8), ring(5, 0.020, 1, 8) };
+	 * (5 steps/s) with nothing ahead, 100 ms into the 200 ms of the step it works on: it needs
+	 * the next in 100 ms, less 20 ms of latency: 80 ms, past its horizon of 35 ms: the late
+	 * ring goes first. */
+	struct dm_ring r[2] = { ring(200, 0.020, 1, 8), ring(5, 0.020, 0, 8) };
 	r[1].since_release_s = 0.100;
 	assert_true(dm_slack(&r[0]) < 0);
+	assert_float_equal(dm_slack(&r[1]), 0.080, 1e-9);
 	assert_int_equal(dm_pick(r, 2, 0), 0);
-	/* 60 ms later it is due within its horizon: it goes before the late ring. */
-	r[1].since_release_s = 0.160;
-	assert_true(dm_slack(&r[1]) >= 0);
+	/* 70 ms later it is due within its horizon (10 ms left): before the late ring. */
+	r[1].since_release_s = 0.170;
+	assert_float_equal(dm_slack(&r[1]), 0.010, 1e-9);
 	assert_int_equal(dm_pick(r, 2, 0), 1);
 	assert_int_equal(dm_pick(r, 2, 1), 1);
+	/* Past its step's time it counts as 0 left of it, not less. */
+	r[1].since_release_s = 10;
+	assert_float_equal(dm_slack(&r[1]), -0.020, 1e-9);
 	/* Unknown rates come first of all (start-up: fill). */
 	r[0].rate = 0;
 	assert_int_equal(dm_pick(r, 2, 1), 0);
@@ -132,15 +137,21 @@ static void test_demand_pick_due_soon_before_late(void **state)
 static void test_demand_pick_order_and_weights(void **state)
 {
 	(void)state;
-	/* Two late rings: the later goes first; a weight of 3 on the other makes it later. */
+	/* Two late rings (-30 ms, -10 ms): the later goes first; a weight of 4 on the other makes
+	 * it later (-40 ms); 2 does not (-20 ms). */
 	struct dm_ring r[2] = { ring(100, 0.050, 1, 8), ring(100, 0.030, 1, 8) };
-	assert_true(dm_slack(&r[0]) < dm_slack(&r[1]));
+	assert_float_equal(dm_slack(&r[0]), -0.030, 1e-9);
+	assert_float_equal(dm_slack(&r[1]), -0.010, 1e-9);
 	assert_int_equal(dm_pick(r, 2, 0), 0);
-	r[1].weight = 3;
+	r[1].weight = 4;
 	assert_int_equal(dm_pick(r, 2, 0), 1);
-	/* Two rings due soon: the lesser slack first; weight divides it. */
-	r[0] = ring(10, 0.020, 1, 8);
-	r[1] = ring(10, 0.020, 1, 8);
+	r[1].weight = 2;
+	assert_int_equal(dm_pick(r, 2, 0), 0);
+	assert_int_equal(dm_pick(r, 2, 1), 0);
+	/* Two rings due soon (nothing ahead, 10 steps/s): the lesser slack first; weight divides
+	 * it. */
+	r[0] = ring(10, 0.020, 0, 8);
+	r[1] = ring(10, 0.020, 0, 8);
 	r[0].since_release_s = 0.050;  /* slack 30 ms */
 	r[1].since_release_s = 0.060;  /* slack 20 ms */
 	assert_int_equal(dm_pick(r, 2, 0), 1);
@@ -156,7 +167,7 @@ static void test_demand_pick_order_and_weights(void **state)
 static void test_demand_active_cap(void **state)
 {
 	(void)state;
-	/* 10 steps/s x 10 ms of CPU = 0.1 core, x 1.5: one worker. */
+	/* 10 steps/s x 10 ms of worker time = 0.1 core, x 1.5: one worker. */
 	struct dm_ring r[2] = { ring(10, 0.020, 1, 8), ring(10, 0.020, 1, 8) };
 	assert_int_equal(dm_active_cap(r, 1, 4), 1);
 	/* 2 x 60 steps/s x 10 ms = 1.2 cores, x 1.5 = 1.8: two. */
@@ -171,7 +182,7 @@ static void test_demand_active_cap(void **state)
 	r[1].starved = 1;
 	assert_int_equal(dm_active_cap(r, 2, 4), 4);
 	r[1].starved = 0;
-	r[1].cpu_step_s = 0;
+	r[1].work_step_s = 0;
 	assert_int_equal(dm_active_cap(r, 2, 4), 4);
 }
 
