@@ -4,10 +4,11 @@
  *
  * Why the order in dm_pick: ordering by time-to-empty alone lets a consumer that eats all it gets
  * (its ring always nearly empty) win every pick, and a slow consumer would be served only once its
- * ring is empty, i.e. after it waits. So the rings that can still be served in time and are due
- * within one horizon go first; the late ones (they wait whatever we do) take what is left, the most
- * late first; rings with more than a horizon of slack wait their turn. Weights scale the slack:
- * a heavier job is due sooner and counts as later. */
+ * ring is empty, i.e. after it waits. So the rings that can still be served in time go first,
+ * soonest due first, but only up to their target (a bounded amount: rate x horizon); the late
+ * ones (their consumer waits whatever we do) take what is left, the most late first. Serving an
+ * in-time ring early costs the others nothing over time: its consumer eats those steps anyway.
+ * Weights scale the slack: a heavier job is due sooner and counts as later. */
 #include "loader/demand.h"
 
 #include <assert.h>
@@ -65,13 +66,15 @@ double dm_slack(const struct dm_ring *r)
 {
 	if (r->rate <= 0)
 		return -1e9;
-	double left = 1 - r->since_release_s * r->rate;  /* of the step it works on */
-	if (left < 0)
-		left = 0;
+	/* What is left of the steps it holds, in steps, if it eats them at its rate from its last
+	 * release; below 0 once it has waited for the next that long: a consumer that holds
+	 * nothing waits since its release (it asks for the next as it releases), and grows later
+	 * and later, whatever its latency. */
+	double left = (double)r->held - r->since_release_s * r->rate;
 	return ((double)r->occ + left) / r->rate - r->lat_s;
 }
 
-/* 0: due soon (or rate unknown), 1: late, 2: not due yet. *key orders within a class, lower first. */
+/* 0: in time (or rate unknown), 1: late. *key orders within a class, lower first. */
 static int rank_of(const struct dm_ring *r, double *key)
 {
 	double s = dm_slack(r), w = r->weight ? r->weight : DM_WEIGHT_DEFAULT;
@@ -85,12 +88,12 @@ static int rank_of(const struct dm_ring *r, double *key)
 		return 1;
 	}
 	*key = s / w;
-	return s < horizon_s(r) ? 0 : 2;
+	return 0;
 }
 
 int dm_pick(const struct dm_ring *rings, unsigned n, unsigned start)
 {
-	int best = -1, best_cls = 3;
+	int best = -1, best_cls = 2;
 	double best_key = 0;
 
 	for (unsigned k = 0; k < n; k++) {

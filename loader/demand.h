@@ -45,13 +45,14 @@ double dm_rate_peak(const struct dm_rate *r);
 /* What the controller knows of one ring when a worker looks for work. */
 struct dm_ring {
 	double rate;                /* steps/s (dm_rate_peak); 0 = unknown */
-	double lat_s;               /* measured batch latency (first task to publish), s; 0 = none */
+	double lat_s;               /* measured latency of its steps, pick to publish, s; 0 = none */
 	double since_release_s;     /* time since the consumer last released a step */
 	double work_step_s;         /* worker time per step, s (wall time a worker spent on it:
 				     * decode, reads, being preempted); 0 = unknown */
 	uint32_t occ;               /* steps opened and not taken by the consumer yet: filling or
 				     * ready (the ones it holds are its own: a consumer that
 				     * prefetches holds several) */
+	uint32_t held;              /* steps the consumer holds (taken, not released) */
 	uint32_t slots;             /* ring depth */
 	uint32_t weight;            /* the job's, 1..DM_WEIGHT_MAX */
 	int starved;                /* its consumer found it empty in the last DM_STARVED_NS */
@@ -63,15 +64,16 @@ struct dm_ring {
  * the rate or the latency is unknown or the ring is starved. */
 uint32_t dm_target(const struct dm_ring *r);
 /* Seconds left before a step opened on @r must have been started for its consumer not to wait:
- * the time its consumer needs to use up the steps ahead of it (occ, plus what is left of the
- * one it works on) minus one batch latency. Negative: it is late (its consumer will wait whatever
+ * the time its consumer needs to use up the steps ahead of it (occ) and what is left of the
+ * ones it holds (held, eaten at its rate since its last release; once they are, the time it
+ * has waited counts against it), minus one batch latency. Negative: it is late (its consumer will wait whatever
  * is done now); -1e9 while the rate is unknown (fill first). */
 double dm_slack(const struct dm_ring *r);
 /* Among @n rings, the one a free worker opens its next step on, or -1 when none wants one (each
- * is at its target, or has no free slot). Order: rings due soon (0 <= slack < latency horizon:
- * their consumer can still be served in time) first, by slack / weight; then the late ones (slack
- * < 0: starved, or short of budget), by slack x weight (the most late first); then the rest, by
- * slack / weight. Ties: the lower index (the caller rotates the start). */
+ * is at its target, or has no free slot). Order: rings whose rate is not known yet; then rings
+ * in time (slack >= 0: their consumer can still be served before it waits), by slack / weight;
+ * then the late ones (slack < 0: starved, or short of budget), by slack x weight (the most late
+ * first). Ties: the first from @start (the caller rotates it). */
 int dm_pick(const struct dm_ring *rings, unsigned n, unsigned start);
 /* Workers that may decode at once: the measured demand (sum of rate x worker time per step, x
  * DM_MARGIN)

@@ -125,6 +125,8 @@ struct open_step {
 	int abandoned;           /* a task failed, or the ring is going: hand out no more, and do
 				  * not publish */
 	int64_t first_ns;        /* when its first task was taken: its latency counts from here */
+	int64_t open_ns;         /* when it was picked: the controller's latency counts from here
+				  * (it includes the wait for a worker behind other steps' tasks) */
 	uint64_t work_ns;        /* worker time spent on it: open and tasks */
 	uint64_t cpu_ns;         /* worker thread CPU spent on it: open and tasks */
 	uint64_t phase_ns[SRV_PHASES_MAX];
@@ -166,7 +168,7 @@ struct att {
 	uint64_t empty_step;     /* the step whose publish ends that */
 	/* Self-sizing (srv_workers.c, loader/demand.h), under mu: */
 	struct dm_rate dm;       /* its consumer's releases over time */
-	double lat_s;            /* batch latency of its steps (first task to publish), s, averaged */
+	double lat_s;            /* its steps' time from pick to publish, s, averaged */
 	double work_step_s;      /* worker time per step (wall, open and tasks), s, averaged */
 	uint64_t empty_seen;     /* its rank's empty_ns when last looked at */
 	int64_t starved_until;   /* its consumer found it empty: filled whole until then (ns) */

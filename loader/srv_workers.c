@@ -113,6 +113,7 @@ static int ring_in(struct srv *s, struct att *a, int64_t now, struct dm_ring *r)
 	r->work_step_s = a->work_step_s;
 	r->since_release_s = (double)(now - a->dm.release_ns) * 1e-9;
 	r->occ = (uint32_t)(a->next - taken);
+	r->held = (uint32_t)(taken - rel);
 	r->slots = h->slots;
 	r->weight = j->spec.weight ? j->spec.weight : DM_WEIGHT_DEFAULT;
 	r->starved = now < a->starved_until;
@@ -271,8 +272,8 @@ static void step_done(struct srv *s, struct open_step *o)
 		rs->fill_ns += o->work_ns;
 		rs->latency_ns += latency;
 		/* Averaged over about 8 steps: what the targets and the cap are made of. */
-		a->lat_s = a->lat_s ? 0.875 * a->lat_s + 0.125 * (double)latency * 1e-9 :
-				      (double)latency * 1e-9;
+		double pl = (double)(now - o->open_ns) * 1e-9;
+		a->lat_s = a->lat_s ? 0.875 * a->lat_s + 0.125 * pl : pl;
 		a->work_step_s = a->work_step_s ?
 			0.875 * a->work_step_s + 0.125 * (double)o->work_ns * 1e-9 :
 			(double)o->work_ns * 1e-9;
@@ -418,6 +419,7 @@ static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 	o->next = o->out = 0;
 	o->abandoned = 0;
 	o->first_ns = 0;
+	o->open_ns = now_ns();
 	o->work_ns = 0;
 	o->cpu_ns = 0;
 	memset(o->phase_ns, 0, sizeof(o->phase_ns));

@@ -63,7 +63,7 @@ static void test_demand_rate_pause_keeps_peak_then_decays(void **state)
 
 static struct dm_ring ring(double rate, double lat_s, uint32_t occ, uint32_t slots)
 {
-	return (struct dm_ring){ .rate = rate, .lat_s = lat_s, .occ = occ, .slots = slots,
+	return (struct dm_ring){ .rate = rate, .lat_s = lat_s, .occ = occ, .held = 1, .slots = slots,
 				 .weight = 1, .free_slot = 1, .work_step_s = 0.01 };
 }
 
@@ -109,26 +109,46 @@ static void test_demand_pick_only_below_target(void **state)
 	assert_int_equal(dm_pick(r, 2, 0), -1);
 }
 
-static void test_demand_pick_due_soon_before_late(void **state)
+static void test_demand_pick_in_time_before_late(void **state)
 {
 	(void)state;
 	/* Ring 0: a fast consumer that eats all it gets (late: slack < 0). Ring 1: a slow one
 	 * (5 steps/s) with nothing ahead, 100 ms into the 200 ms of the step it works on: it needs
-	 * the next in 100 ms, less 20 ms of latency: 80 ms, past its horizon of 35 ms: the late
-	 * ring goes first. */
+	 * the next in 100 ms, less 20 ms of latency: 80 ms. It can still be served in time: it
+	 * goes before the late ring, whatever the rotation. */
 	struct dm_ring r[2] = { ring(200, 0.020, 1, 8), ring(5, 0.020, 0, 8) };
 	r[1].since_release_s = 0.100;
 	assert_true(dm_slack(&r[0]) < 0);
 	assert_float_equal(dm_slack(&r[1]), 0.080, 1e-9);
-	assert_int_equal(dm_pick(r, 2, 0), 0);
-	/* 70 ms later it is due within its horizon (10 ms left): before the late ring. */
-	r[1].since_release_s = 0.170;
-	assert_float_equal(dm_slack(&r[1]), 0.010, 1e-9);
 	assert_int_equal(dm_pick(r, 2, 0), 1);
 	assert_int_equal(dm_pick(r, 2, 1), 1);
-	/* Past its step's time it counts as 0 left of it, not less. */
-	r[1].since_release_s = 10;
-	assert_float_equal(dm_slack(&r[1]), -0.020, 1e-9);
+	/* At its target (2: 1 + 5/s x 35 ms rounded up) it takes no more: the late ring gets the
+	 * rest. One below, it is served first again. */
+	r[1].occ = dm_target(&r[1]);
+	assert_int_equal(r[1].occ, 2);
+	assert_int_equal(dm_pick(r, 2, 1), 0);
+	r[1].occ = 1;
+	assert_int_equal(dm_pick(r, 2, 0), 1);
+	r[1].occ = 0;
+	/* Past its step's time, the time it has waited counts against it: a consumer waiting
+	 * 50 ms on an empty ring is later than a fast ring that is 10 ms late, whatever their
+	 * latencies (regression: clamped at -latency, a slow ring with a short latency lost every
+	 * pick to a fast one and waited seconds). */
+	r[1].since_release_s = 0.250;
+	r[1].lat_s = 0.001;
+	assert_float_equal(dm_slack(&r[1]), -0.051, 1e-9);
+	assert_float_equal(dm_slack(&r[0]), -0.010, 1e-9);
+	assert_int_equal(dm_pick(r, 2, 0), 1);
+	/* Holding nothing, it has waited since its release (it asked for the next then): 5 ms
+	 * after it, it is late by 5 ms plus the latency (regression: counted as holding a step,
+	 * a waiting slow consumer looked 1/rate early and waited that long). */
+	r[1].held = 0;
+	r[1].since_release_s = 0.005;
+	assert_float_equal(dm_slack(&r[1]), -0.006, 1e-9);
+	/* Holding two (it prefetches), 100 ms into the first: 300 ms to go, less the latency. */
+	r[1].held = 2;
+	r[1].since_release_s = 0.100;
+	assert_float_equal(dm_slack(&r[1]), 0.299, 1e-9);
 	/* Unknown rates come first of all (start-up: fill). */
 	r[0].rate = 0;
 	assert_int_equal(dm_pick(r, 2, 1), 0);
@@ -148,7 +168,7 @@ static void test_demand_pick_order_and_weights(void **state)
 	r[1].weight = 2;
 	assert_int_equal(dm_pick(r, 2, 0), 0);
 	assert_int_equal(dm_pick(r, 2, 1), 0);
-	/* Two rings due soon (nothing ahead, 10 steps/s): the lesser slack first; weight divides
+	/* Two rings in time (nothing ahead, 10 steps/s): the lesser slack first; weight divides
 	 * it. */
 	r[0] = ring(10, 0.020, 0, 8);
 	r[1] = ring(10, 0.020, 0, 8);
@@ -229,7 +249,7 @@ int main(void)
 		cmocka_unit_test(test_demand_rate_pause_keeps_peak_then_decays),
 		cmocka_unit_test(test_demand_target_from_rate_and_latency),
 		cmocka_unit_test(test_demand_pick_only_below_target),
-		cmocka_unit_test(test_demand_pick_due_soon_before_late),
+		cmocka_unit_test(test_demand_pick_in_time_before_late),
 		cmocka_unit_test(test_demand_pick_order_and_weights),
 		cmocka_unit_test(test_demand_active_cap),
 		cmocka_unit_test(test_demand_budget_at_its_limit_and_one_past),
