@@ -3,17 +3,28 @@
  * and the lock rules).
  *
  * DESIGN
+ * Self-sizing (loader/demand.c decides, this file does): a worker that looks for work feeds the
+ * controller what it sees of every attached ring (the consumer's released step, the steps it
+ * holds, those ahead of it, ready or filling; latency and worker time per step, averaged here in
+ * step_done), and opens a step only on the ring dm_pick names: one below its target (steps ahead
+ * = rate x latency, plus margins), the rings still in time before the late ones, weighted. Only
+ * s->cap workers (dm_active_cap: what the demand needs, at most s->ceiling) hold tasks at once,
+ * and only while the CPU budget (s->budget, fed by each task's and open's thread CPU time) is
+ * positive; the others sleep on s->cv: untimed when the cap holds them (a worker that lets go of
+ * its last task signals one), timed when the budget does (until it has refilled). No worker
+ * spins: a full ring or a ring at its target gives them nothing to do, and the doorbell of a
+ * release wakes them to look again.
+ *
  * Every worker can fill every ring. A step is opened once: a worker that finds no task to take
- * picks the next free (ring, step) round-robin over the attached rings (ring_prod_poll, then
- * ring_prod_begin, under s->mu), draws the step's sample ids, flags and labels with
+ * picks the next (ring, step) as above (ring_prod_poll, then ring_prod_begin, under s->mu), draws the step's sample ids, flags and labels with
  * ops->step_open into private memory of the server (struct open_step, from s->step_pool; never
  * read back from shared memory), and queues the step on s->tasks. The step's samples are handed
  * out as tasks of task_size() samples (4 to 8): workers take the next task of
  * the earliest open step, whatever ring or job it belongs to, so one ring can keep every core
  * busy and a batch is ready after batch / workers decode times, not batch. Rings take turns
- * because steps are opened round-robin and served in the order they were opened; the cost of a
- * pick does not grow with the world sizes of the jobs (a pick looks at the queue's head, or at
- * the attached rings only).
+ * because steps are opened in the controller's order (round-robin among equals: s->rr) and served
+ * in the order they were opened; the cost of a pick does not grow with the world sizes of the
+ * jobs (a pick looks at the queue's head, or at the attached rings only).
  *
  * Each task decodes its samples straight into their places in the slot (ops->fill, without the
  * lock); a substituted sample rewrites only its own entries of the step's arrays. The worker that
@@ -40,10 +51,11 @@
  * rings only stalls its own ring; any other ring keeps its workers. A worker that queues a step
  * wakes as many sleeping workers as it has tasks for.
  *
- * Threads: opts.workers threads, started by srv_create and joined by srv_destroy. Each owns the
+ * Threads: opts.workers threads (a ceiling), started by srv_create and joined by srv_destroy. Each owns the
  * per-worker state ops->worker_init made for it, and the samples of the task it took.
  *
- * It owns s->tasks, s->step_pool, the worker threads and the busy time; it reads s->live
+ * It owns s->tasks, s->step_pool, the worker threads, the busy time, the budget and the
+ * controller's fields of each att (srv_impl.h); it reads s->live
  * (srv_att.c keeps it) and uses srv_core.c and srv_att.c only. */
 #include "loader/srv_impl.h"
 
