@@ -54,10 +54,20 @@ static double horizon_s(const struct dm_ring *r)
 	return DM_MARGIN * r->lat_s + (double)DM_MARGIN_NS * 1e-9;
 }
 
+double dm_pause_after_s(const struct dm_ring *r)
+{
+	if (r->rate <= 0)
+		return -1;
+	double t = DM_PAUSE_STEPS / r->rate, min = (double)DM_PAUSE_MIN_NS * 1e-9;
+	return t > min ? t : min;
+}
+
 uint32_t dm_target(const struct dm_ring *r)
 {
 	if (r->rate <= 0 || r->lat_s <= 0 || r->starved)
 		return r->slots;
+	if (r->since_release_s > dm_pause_after_s(r))
+		return r->slots;  /* paused: fill whole while the CPU is free */
 	double t = 1 + ceil(r->rate * horizon_s(r));
 	return t >= (double)r->slots ? r->slots : t < 1 ? 1 : (uint32_t)t;
 }

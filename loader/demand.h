@@ -18,6 +18,12 @@
 /* A ring whose consumer found it empty, or took every ready step, is starved: it is filled as today (every slot) for this
  * long after, and counts as wanting all the budget (dm_active_cap). */
 #define DM_STARVED_NS 1000000000ll
+/* A consumer that has released nothing for DM_PAUSE_STEPS of its steps' time, and at least
+ * DM_PAUSE_MIN_NS, has paused (a checkpoint, an evaluation): its ring is filled whole meanwhile
+ * (the CPU it takes is free then, and the samples are eaten anyway), so that it drains a full ring
+ * when it comes back, as with fixed workers. */
+#define DM_PAUSE_STEPS 4.0
+#define DM_PAUSE_MIN_NS 100000000ll
 /* Headroom: the target covers the batch latency times DM_MARGIN plus DM_MARGIN_NS; the workers
  * kept active cover the measured decode demand times DM_MARGIN. */
 #define DM_MARGIN 1.5
@@ -59,9 +65,12 @@ struct dm_ring {
 	int free_slot;              /* the next step's slot is free (ring_prod_poll) */
 };
 
+/* Seconds after its last release at which @r's consumer counts as paused (dm_target), or a
+ * negative number when that does not apply (rate unknown). */
+double dm_pause_after_s(const struct dm_ring *r);
 /* Steps the ring should hold ahead of its consumer (occ) so that it never waits: one, plus
  * rate x (DM_MARGIN x latency + DM_MARGIN_NS) rounded up, in [1, slots]; every slot while
- * the rate or the latency is unknown or the ring is starved. */
+ * the rate or the latency is unknown, the ring is starved or its consumer paused. */
 uint32_t dm_target(const struct dm_ring *r);
 /* Seconds left before a step opened on @r must have been started for its consumer not to wait:
  * the time its consumer needs to use up the steps ahead of it (occ) and what is left of the

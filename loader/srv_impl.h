@@ -265,6 +265,8 @@ struct srv {
 				       * budget rounded up) */
 	unsigned cap;                 /* of those, what the demand needs now (dm_active_cap) */
 	unsigned active;              /* workers holding a task now */
+	int64_t recheck_ns;           /* when a ring below its slots turns paused (dm_target fills it
+				       * whole then) and idle workers should look again; 0 = never */
 	struct dm_ring *dm_in;        /* pick's scratch: dm_cap entries */
 	unsigned dm_cap;
 	double busy_share;            /* of the workers, over the last snapshot interval */

@@ -152,8 +152,19 @@ static struct att *pick(struct srv *s, uint64_t *step)
 		s->dm_cap = 2 * n;
 	}
 	/* Rings that cannot take a step stay in the array (free_slot 0): indices match s->live. */
-	for (unsigned k = 0; k < n; k++)
-		m += ring_in(s, s->live[k], now, &s->dm_in[k]);
+	s->recheck_ns = 0;
+	for (unsigned k = 0; k < n; k++) {
+		struct dm_ring *r = &s->dm_in[k];
+		m += ring_in(s, s->live[k], now, r);
+		/* A ring short of its slots whose consumer may yet pause: look again then, or it
+		 * would stay short until the consumer comes back (no doorbell rings meanwhile). */
+		double after = dm_pause_after_s(r);
+		if (r->free_slot && r->occ < r->slots && after >= 0 && r->since_release_s <= after) {
+			int64_t at = s->live[k]->dm.release_ns + (int64_t)(after * 1e9) + 1000000;
+			if (!s->recheck_ns || at < s->recheck_ns)
+				s->recheck_ns = at;
+		}
+	}
 	unsigned cap = m ? dm_active_cap(s->dm_in, n, s->ceiling) : s->ceiling;
 	if (cap > s->cap)
 		pthread_cond_broadcast(&s->cv);  /* workers held back by the old cap */
@@ -552,7 +563,9 @@ static void *worker_main(void *p)
 			if (!have) {
 				if (s->workers_stop)
 					break;
-				pthread_cond_wait(&s->cv, &s->mu);
+				/* Nothing to do: until a doorbell, or until a consumer turns paused. */
+				int64_t now = now_ns();
+				worker_sleep(s, s->recheck_ns > now ? s->recheck_ns - now : 0);
 				continue;
 			}
 			s->active++;

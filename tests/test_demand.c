@@ -89,6 +89,29 @@ static void test_demand_target_from_rate_and_latency(void **state)
 	assert_int_equal(dm_target(&r), 8);
 }
 
+static void test_demand_target_paused_consumer_fills_whole(void **state)
+{
+	(void)state;
+	/* 10 steps/s: paused past 4 steps' time (400 ms): at exactly it, still its target; past
+	 * it, every slot (a checkpoint: it comes back to a full ring, as with fixed workers). */
+	struct dm_ring r = ring(10, 0.020, 0, 8);
+	assert_float_equal(dm_pause_after_s(&r), 0.4, 1e-12);
+	r.since_release_s = 0.4;
+	assert_int_equal(dm_target(&r), 2);
+	r.since_release_s = 0.4001;
+	assert_int_equal(dm_target(&r), 8);
+	/* 1000 steps/s: 4 steps are 4 ms, but a pause is at least 100 ms. */
+	r = ring(1000, 0.001, 0, 64);
+	assert_float_equal(dm_pause_after_s(&r), 0.1, 1e-12);
+	r.since_release_s = 0.1;
+	assert_int_equal(dm_target(&r), 1 + 7);
+	r.since_release_s = 0.1001;
+	assert_int_equal(dm_target(&r), 64);
+	/* No rate: no pause to wait for (the ring is filled whole anyway). */
+	r.rate = 0;
+	assert_true(dm_pause_after_s(&r) < 0);
+}
+
 static void test_demand_pick_only_below_target(void **state)
 {
 	(void)state;
@@ -248,6 +271,7 @@ int main(void)
 		cmocka_unit_test(test_demand_rate_unknown_until_a_window),
 		cmocka_unit_test(test_demand_rate_pause_keeps_peak_then_decays),
 		cmocka_unit_test(test_demand_target_from_rate_and_latency),
+		cmocka_unit_test(test_demand_target_paused_consumer_fills_whole),
 		cmocka_unit_test(test_demand_pick_only_below_target),
 		cmocka_unit_test(test_demand_pick_in_time_before_late),
 		cmocka_unit_test(test_demand_pick_order_and_weights),

@@ -1,6 +1,7 @@
 /* test_srv_demand.c - self-sizing in the real server core (tests/srv_harness.h: srv with a pattern
  * filler in a forked child): workers sleep while nothing is needed (a full ring, a consumer that
- * stopped), and a slow consumer's ring is kept as full as its rate needs, not every slot. The
+ * stopped), a slow consumer's ring is kept as full as its rate needs, not every slot, and filled
+ * whole while that consumer pauses. The
  * controller's rules alone are in test_demand.c; speed figures are in tools/bench/selfsize.sh. */
 #include "tests/srv_harness.h"
 
@@ -124,6 +125,17 @@ static void test_srv_demand_slow_consumer_ring_not_filled_whole(void **state)
 	}
 	if (most > 8)
 		fail_msg("a 20 steps/s consumer's ring held %u of 16 slots (at most 8)", most);
+	/* It pauses (a checkpoint: nothing released for 4 steps' time, 200 ms here): the ring is
+	 * filled whole meanwhile, so that it comes back to what fixed workers would have left. */
+	int64_t t0 = mono_ms();
+	do {
+		sleep_ms(50);
+		assert_int_equal(ldc_stats(c, &st), 0);
+	} while (st.occupancy < 16 && mono_ms() - t0 < 3000);
+	if (st.occupancy != 16)
+		fail_msg("a paused consumer's ring holds %u of 16 slots after %lld ms", st.occupancy,
+			 (long long)(mono_ms() - t0));
+	consume_ok(c, &e, 40, 60);
 	cli_close(c);
 	stop_server(srv);
 }
