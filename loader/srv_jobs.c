@@ -96,6 +96,8 @@ static const char *spec_diff(const struct ctl_job_open *a, const struct ctl_job_
 		return "epochs";
 	if (a->share != b->share || a->share_gid != b->share_gid)
 		return "share (the owner's opens must all share it, or none, with one group)";
+	if (a->weight != b->weight)
+		return "weight";
 	if (memcmp(a, b, sizeof(*a)))
 		return "on_bad or slots";
 	return NULL;
@@ -435,6 +437,8 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 	key.start = 0;
 	key.at_epoch = key.at_step = 0;
 	memset(key.dataset_id, 0, sizeof(key.dataset_id));
+	if (!key.weight)
+		key.weight = 1;  /* 0 means 1 (ctl.h): equal specs */
 	/* Whose job (ctl.h, enum ctl_share): a name is its owner's. A join finds the owner's job or
 	 * nothing, and says the same either way, so that nobody learns another user's job names. */
 	uid_t owner = spec->share == CTL_SHARE_JOIN ? (uid_t)spec->owner_uid : c->uid;

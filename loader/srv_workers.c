@@ -70,6 +70,8 @@
 #include <string.h>
 #include <time.h>
 
+_Static_assert(DM_WEIGHT_MAX == CTL_WEIGHT_MAX, "demand.h's weights are the job option's");
+
 /* This thread's CPU time, ns: what the budget and a job's "CPU given" count (a worker waiting on
  * a read uses none). */
 static int64_t thread_cpu_ns(void)

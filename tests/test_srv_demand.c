@@ -1,7 +1,7 @@
 /* test_srv_demand.c - self-sizing in the real server core (tests/srv_harness.h: srv with a pattern
  * filler in a forked child): workers sleep while nothing is needed (a full ring, a consumer that
  * stopped), a slow consumer's ring is kept as full as its rate needs, not every slot, and filled
- * whole while that consumer pauses. The
+ * whole while that consumer pauses; weights are a job option every rank agrees on. The
  * controller's rules alone are in test_demand.c; speed figures are in tools/bench/selfsize.sh. */
 #include "tests/srv_harness.h"
 
@@ -140,12 +140,44 @@ static void test_srv_demand_slow_consumer_ring_not_filled_whole(void **state)
 	stop_server(srv);
 }
 
+/* Weights are a job option: every rank gives the same, 0 and 1 are the same, and a rank that
+ * differs is refused naming the weight; the bounds are checked before (1000 opens, 1001 not). */
+static void test_srv_demand_weight_is_a_job_option(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(NULL);
+	struct ldc *c0 = cli_connect(), *c1 = cli_connect();
+	struct ldc_job j0 = mkjob("weighted", "pattern:1000", 8, 0, 2, 1), j;
+	struct ldc_info in;
+
+	j0.weight = 0;
+	open_ok(c0, &j0, &in);
+	j = j0, j.rank = 1, j.weight = 2;
+	open_fails(&j, -EEXIST, "weight");
+	j = j0, j.rank = 1, j.weight = 1;  /* 0 = 1 */
+	open_ok(c1, &j, &in);
+	cli_close(c1);
+	cli_close(c0);
+
+	struct ldc *c2 = cli_connect();
+	j = mkjob("heavy", "pattern:1000", 8, 0, 1, 1);
+	j.weight = CTL_WEIGHT_MAX;
+	open_ok(c2, &j, &in);
+	cli_close(c2);
+	j = mkjob("too-heavy", "pattern:1000", 8, 0, 1, 1);
+	j.weight = CTL_WEIGHT_MAX + 1;
+	open_fails(&j, -EINVAL, "weight: 1001 is not in 1..1000");
+	stop_server(srv);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_srv_demand_idle_consumer_workers_sleep,
 						srvh_setup, srvh_teardown),
 		cmocka_unit_test_setup_teardown(test_srv_demand_slow_consumer_ring_not_filled_whole,
+						srvh_setup, srvh_teardown),
+		cmocka_unit_test_setup_teardown(test_srv_demand_weight_is_a_job_option,
 						srvh_setup, srvh_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
