@@ -106,7 +106,7 @@ static int ring_in(struct srv *s, struct att *a, int64_t now, struct dm_ring *r)
 		srv_wake_control(s);
 		return 0;
 	}
-	uint64_t rel = srv_att_released(a), taken = rel, ready = 0;
+	uint64_t rel = srv_att_released(a), taken = rel;
 	dm_rate_update(&a->dm, now, rel);
 	/* The steps the consumer holds (it takes them in order): ahead of it are the rest. */
 	const struct ring_hdr *h = ring_header(a->ring);
@@ -114,13 +114,6 @@ static int ring_in(struct srv *s, struct att *a, int64_t now, struct dm_ring *r)
 	       ring_word(a->ring, taken) == (((uint32_t)((taken - a->first) / h->slots) << 2) |
 					     RING_HELD))
 		taken++;
-	for (uint64_t k = taken; k < a->next; k++)
-		ready += ring_prod_published(a->ring, k);
-	/* Its consumer waited on an empty ring since we last looked, or has taken every step that
-	 * is ready (it waits when it asks for the next): the target did not cover it. */
-	if (a->empty_since || rs->empty_ns != a->empty_seen || (a->dm.nwin && !ready))
-		a->starved_until = now + DM_STARVED_NS;
-	a->empty_seen = rs->empty_ns;
 	r->free_slot = ret == 1;
 	r->rate = dm_rate_peak(&a->dm);
 	r->lat_s = a->lat_s;
@@ -130,6 +123,14 @@ static int ring_in(struct srv *s, struct att *a, int64_t now, struct dm_ring *r)
 	r->held = (uint32_t)(taken - rel);
 	r->slots = h->slots;
 	r->weight = j->spec.weight ? j->spec.weight : DM_WEIGHT_DEFAULT;
+	/* Its consumer waited on an empty ring since we last looked, or it has nothing ahead
+	 * (nothing ready, nothing filling) and has eaten what it holds at its rate (a prefetching
+	 * consumer waits holding steps): the target did not cover it. One that holds a step it is
+	 * still working on is not waiting, even with nothing ahead yet. */
+	if (a->empty_since || rs->empty_ns != a->empty_seen ||
+	    (r->rate > 0 && r->occ == 0 && (double)r->held <= r->since_release_s * r->rate))
+		a->starved_until = now + DM_STARVED_NS;
+	a->empty_seen = rs->empty_ns;
 	r->starved = now < a->starved_until;
 	if (s->opts.fixed_workers)  /* every slot, served in turn, by every worker */
 		r->starved = 1, r->rate = 0;
