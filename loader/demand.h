@@ -15,7 +15,8 @@
  * target, and finds its ring as full as before when it comes back. */
 #define DM_WINDOW_NS 100000000ll
 #define DM_WINDOWS 8
-/* A ring whose consumer found it empty, or took every ready step, is starved: it is filled as today (every slot) for this
+/* A ring whose consumer found it empty, or has nothing ahead and has eaten what it holds, is
+ * starved: it is filled as today (every slot) for this
  * long after, and counts as wanting all the budget (dm_active_cap). */
 #define DM_STARVED_NS 1000000000ll
 /* A consumer that has released nothing for DM_PAUSE_STEPS of its steps' time, and at least
