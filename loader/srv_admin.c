@@ -271,7 +271,8 @@ void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 	 * what the answer needs (a summary for status and jobs: a few figures per job, kept up to
 	 * date; every rank only for stats); rendering runs without the lock. */
 	struct uid_use *u = srv_uid(s, c->uid);
-	int64_t t0 = now_ns();
+	int64_t t0 = (int64_t)clk_thread_ns();  /* charged: the control thread's CPU, not the
+						  * time it waited for the lock or a core */
 	if (u) {
 		srv_admin_charge(s, u, 0);
 		if (u->admin_tokens < 0) {
@@ -344,5 +345,5 @@ send:
 	}
 charge:
 	if (u)
-		srv_admin_charge(s, u, now_ns() - t0);
+		srv_admin_charge(s, u, (int64_t)clk_thread_ns() - t0);
 }

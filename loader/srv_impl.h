@@ -137,7 +137,7 @@ struct uid_use {
 	uint64_t mem;            /* bytes held for its jobs: rings reserved or attached, rank
 				  * tables, job states (srv_mem_add) */
 	uint64_t out;            /* bytes of admin answers queued on its connections */
-	double admin_tokens;     /* ns of control-thread time its answers may take now
+	double admin_tokens;     /* ns of control-thread CPU its answers may take now
 				  * (opts.admin_share of the time since, up to SRV_ADMIN_BURST_S) */
 	int64_t admin_ns;        /* when admin_tokens was last brought up to date */
 	struct uid_use *next;
