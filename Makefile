@@ -96,7 +96,7 @@ test-san:
 # The concurrent code under ThreadSanitizer: the ring's lock-free slot hand-off (shm/ring.c, with
 # producer and consumer threads in test_ring), the client over it, the server core's workers and
 # control thread, and the metrics writer.
-TSAN_TESTS := test_ring test_ldc test_srv test_metrics
+TSAN_TESTS := test_ring test_ldc test_srv test_srv_demand test_metrics
 test-tsan:
 	$(Q)$(MAKE) --no-print-directory SAN=thread BUILD=build/tsan \
 		$(patsubst %,build/tsan/tests/%,$(TSAN_TESTS))

@@ -196,6 +196,9 @@ static int set_value(const struct arg_opt *o, const char *s, void *base)
 		return 0;
 	case ARG_CUSTOM:
 		return o->parse(s, t) < 0 ? -EINVAL : 0;
+	case ARG_FLAG:
+		*(int *)t = 1;
+		return 0;
 	default:
 		return -EINVAL;
 	}
@@ -262,7 +265,7 @@ int arg_parse(const struct arg_table *t, int argc, char **argv, void *base)
 	shorts[ns++] = ':';  /* a missing value is ':', not '?': we name the option ourselves */
 	for (size_t i = 0; i < t->n_opts; i++) {
 		const struct arg_opt *o = &t->opts[i];
-		int has_arg = o->kind != ARG_HELP;
+		int has_arg = o->kind != ARG_HELP && o->kind != ARG_FLAG;
 
 		check_row(o);
 		if (o->kind == ARG_HEADING)
@@ -412,7 +415,8 @@ void arg_help(const struct arg_table *t, const void *base, FILE *f)
 		}
 		if (!meta)
 			meta = o->kind == ARG_BYTES ? "BYTES" : o->kind == ARG_PERCENT ? "PERCENT" :
-			       o->kind == ARG_PATH ? "PATH" : o->kind == ARG_HELP ? "" :
+			       o->kind == ARG_PATH ? "PATH" :
+			       o->kind == ARG_HELP || o->kind == ARG_FLAG ? "" :
 			       o->kind == ARG_ENUM ? "WORD" : "N";
 		if (o->short_name)
 			at = fprintf(f, "  -%c, --%s%s%s", o->short_name, o->name, *meta ? " " : "", meta);

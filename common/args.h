@@ -42,6 +42,7 @@ enum arg_kind {
 	ARG_PATH,      /* const char *: a non-empty path, pointing into argv (or at .def) */
 	ARG_CUSTOM,    /* whatever .parse writes; .allowed says what it takes, for the error */
 	ARG_HELP,      /* no value: print arg_help() to stdout and stop (arg_parse: -ECANCELED) */
+	ARG_FLAG,      /* int: no value; given, the target is 1 */
 };
 
 struct arg_opt {

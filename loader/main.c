@@ -130,7 +130,16 @@ static const struct arg_opt opt_rows[] = {
 	  .def_doc = "$XDG_RUNTIME_DIR/loaderd.sock, else /tmp/loaderd-UID.sock",
 	  .help = "control socket; mode 0600 unless --group is given" },
 	{ "workers", 0, ARG_UINT, AT(so.workers, unsigned), .lo = 1, .hi = 1024,
-	  .def_doc = "all cores", .help = "decode threads" },
+	  .def_doc = "all cores",
+	  .help = "decode threads at most; how many decode at once follows what the consumers eat "
+		  "(docs/TUNING.md)" },
+	{ "cpu-budget", 0, ARG_DOUBLE, AT(so.cpu_budget, double), .dlo = 0.01, .dhi = 1024,
+	  .meta = "CORES", .def_doc = "the cores of the affinity mask",
+	  .help = "decode CPU of the whole daemon, all jobs, e.g. 1.5; when short, the rings about "
+		  "to run dry first" },
+	{ "fixed-workers", 0, ARG_FLAG, AT(so.fixed_workers, int), .def_doc = "off",
+	  .help = "no self-sizing: every worker decodes whenever a slot is free (the behaviour "
+		  "before it, for comparisons)" },
 	{ "mem-limit", 0, ARG_BYTES, AT(so.mem_limit, uint64_t), .lo = 1, .hi = UINT64_MAX,
 	  .def_doc = "half of RAM",
 	  .help = "memory jobs make loaderd hold: rings, rank tables, indexes, worker buffers for "

@@ -195,6 +195,33 @@ static void render_jobs(FILE *f, const struct srv_snapshot *snap)
 	for (unsigned k = 0; k < snap->njobs; k++)
 		fprintf(f, "loaderd_job_failed{job=\"%s\",uid=\"%u\"} %d\n", lv(&b, snap->jobs[k].name),
 			(unsigned)snap->jobs[k].uid, snap->jobs[k].failed ? 1 : 0);
+	/* Self-sizing (docs/TUNING.md): what the consumers eat, what is kept ready for them, and the
+	 * CPU each job was given. */
+	head(f, "loaderd_job_demand_samples_per_second", "gauge", "Samples/s the job's attached "
+	     "consumers eat (the peak of the last second of consumption); 0 = not measured yet.");
+	for (unsigned k = 0; k < snap->njobs; k++)
+		fprintf(f, "loaderd_job_demand_samples_per_second{job=\"%s\",uid=\"%u\"} %.3f\n",
+			lv(&b, snap->jobs[k].name), (unsigned)snap->jobs[k].uid, snap->jobs[k].demand);
+	head(f, "loaderd_job_target_steps", "gauge", "Steps loaderd keeps opened ahead for the job's "
+	     "attached rings, all ranks: enough that their consumers never wait.");
+	for (unsigned k = 0; k < snap->njobs; k++)
+		fprintf(f, "loaderd_job_target_steps{job=\"%s\",uid=\"%u\"} %u\n",
+			lv(&b, snap->jobs[k].name), (unsigned)snap->jobs[k].uid, snap->jobs[k].target);
+	head(f, "loaderd_job_weight", "gauge", "The job's weight when decode CPU is short.");
+	for (unsigned k = 0; k < snap->njobs; k++)
+		fprintf(f, "loaderd_job_weight{job=\"%s\",uid=\"%u\"} %u\n",
+			lv(&b, snap->jobs[k].name), (unsigned)snap->jobs[k].uid, snap->jobs[k].weight);
+	head(f, "loaderd_job_cpu_cores", "gauge", "Cores of worker CPU given to the job over the last "
+	     "second.");
+	for (unsigned k = 0; k < snap->njobs; k++)
+		fprintf(f, "loaderd_job_cpu_cores{job=\"%s\",uid=\"%u\"} %.4f\n",
+			lv(&b, snap->jobs[k].name), (unsigned)snap->jobs[k].uid, snap->jobs[k].cpu);
+	head(f, "loaderd_job_cpu_seconds_total", "counter", "Worker CPU given to the job.");
+	for (unsigned k = 0; k < snap->njobs; k++) {
+		fprintf(f, "loaderd_job_cpu_seconds_total{job=\"%s\",uid=\"%u\"} ",
+			lv(&b, snap->jobs[k].name), (unsigned)snap->jobs[k].uid);
+		put_ns(f, snap->jobs[k].cpu_ns);
+	}
 	head(f, "loaderd_bad_records_total", "counter", "Records that failed their checksum or "
 	     "decode while filling the job's slots, all ranks (loaderd counts them per job).");
 	for (unsigned k = 0; k < snap->njobs; k++)
@@ -217,6 +244,12 @@ static void render_daemon(FILE *f, const struct srv_snapshot *snap)
 	     "workers (rate() over it / loaderd_workers is the busy share over any window).");
 	fprintf(f, "loaderd_workers_busy_seconds_total ");
 	put_ns(f, snap->busy_ns);
+	head(f, "loaderd_cpu_budget_cores", "gauge", "Decode CPU the workers may use, all jobs "
+	     "(--cpu-budget).");
+	fprintf(f, "loaderd_cpu_budget_cores %.3f\n", snap->cpu_budget);
+	head(f, "loaderd_workers_needed", "gauge", "Workers the consumers' demand needs decoding at "
+	     "once now (at most loaderd_workers and the budget).");
+	fprintf(f, "loaderd_workers_needed %u\n", snap->active_cap);
 	head(f, "loaderd_ring_memory_bytes", "gauge", "Shared memory in the rings of attached ranks.");
 	fprintf(f, "loaderd_ring_memory_bytes %llu\n", (unsigned long long)snap->mem_used);
 	head(f, "loaderd_ring_memory_limit_bytes", "gauge", "The ring memory limit (--mem-limit); "

@@ -113,7 +113,12 @@ struct srv_ops {
 
 struct srv_opts {
 	const char *socket_path;
-	unsigned workers;          /* producer threads, >= 1 */
+	unsigned workers;          /* producer threads, >= 1: a ceiling; how many decode at once
+				    * follows the consumers' demand (loader/demand.h) */
+	double cpu_budget;         /* cores of worker CPU, all jobs; 0 = the cores of the
+				    * affinity mask */
+	int fixed_workers;         /* 1: no self-sizing: every worker decodes whenever a slot is
+				    * free (as before it; for comparisons) */
 	unsigned task_samples;     /* samples per task (0: batch / (4 x workers), within
 				    * [SRV_TASK_MIN, SRV_TASK_MAX]) */
 	unsigned default_slots;    /* ring depth when the client asks for 0 (default 4) */
@@ -188,6 +193,12 @@ struct srv_job_snap {
 	unsigned nbad_ids;         /* entries of bad_ids in use */
 	int failed;
 	double rate;               /* samples/s over the last second, all ranks */
+	double demand;             /* samples/s the consumers eat (peak of the last second of
+				    * consumption, all attached ranks; 0 = not measured yet) */
+	uint32_t target;           /* steps kept opened ahead, all attached ranks (self-sizing) */
+	uint32_t weight;           /* its weight, 1..CTL_WEIGHT_MAX */
+	double cpu;                /* cores of worker CPU given to it over the last second */
+	uint64_t cpu_ns;           /* worker CPU given to it since it opened */
 	uint64_t mem_rings;        /* bytes of its ranks' rings */
 	uint64_t mem_table;        /* bytes of its rank table */
 	uint64_t mem_state;        /* bytes of its index and the worker buffers for its records */
@@ -200,6 +211,8 @@ struct srv_snapshot {
 	unsigned workers;
 	uint64_t busy_ns;          /* worker time spent filling since start, all workers */
 	double busy_share;         /* of the workers' time, over the last second */
+	double cpu_budget;         /* cores (--cpu-budget) */
+	unsigned active_cap;       /* workers the demand needs now, of the ceiling */
 	uint64_t mem_used;         /* bytes held for jobs: rings, rank tables, job states */
 	uint64_t mem_rings;        /* of those, the rings of attached ranks */
 	uint64_t mem_limit;        /* 0 = none */

@@ -122,7 +122,9 @@ static void admin_job(struct text *t, const struct srv_phase *phases, const stru
 		    (unsigned long long)j->steps_total, j->rate, (unsigned long long)j->bad);
 		for (unsigned b = 0; b < j->nbad_ids; b++)
 			put(t, "%s%llu", b ? "," : "", (unsigned long long)j->bad_ids[b]);
-		put(t, "],\"failed\":%s", j->failed ? "true" : "false");
+		put(t, "],\"failed\":%s,\"demand_samples_per_s\":%.1f,\"target_steps\":%u,"
+		    "\"weight\":%u,\"cpu_cores\":%.3f,\"cpu_s\":%.3f", j->failed ? "true" : "false",
+		    j->demand, j->target, j->weight, j->cpu, j->cpu_ns * 1e-9);
 		if (stats) {
 			put(t, ",\"io\":");
 			put_json_str(t, j->io);
@@ -166,6 +168,8 @@ static void admin_job(struct text *t, const struct srv_phase *phases, const stru
 		put(t, ")");
 	}
 	put(t, "%s\n", j->failed ? ", FAILED" : "");
+	put(t, "  demand %.1f samples/s, target %u steps ahead, weight %u, CPU given %.2f cores "
+	    "(%.1f s in all)\n", j->demand, j->target, j->weight, j->cpu, j->cpu_ns * 1e-9);
 	if (stats && j->io[0])
 		put(t, "  reads: %s\n", j->io);
 	if (!stats)
@@ -213,17 +217,19 @@ static void admin_status(struct text *t, const struct srv_snapshot *snap, int js
 	if (json)
 		put(t, "{\"pid\":%d,\"uptime_s\":%.1f,\"workers\":%u,\"workers_busy\":%.3f,"
 		    "\"jobs\":%u,\"ranks_attached\":%u,\"clients\":%u,\"ring_bytes\":%llu,"
-		    "\"mem_bytes\":%llu,\"ring_bytes_limit\":%llu,\"mem_bytes_limit\":%llu,\"socket\":",
+		    "\"mem_bytes\":%llu,\"ring_bytes_limit\":%llu,\"mem_bytes_limit\":%llu,"
+		    "\"cpu_budget\":%.3f,\"workers_needed\":%u,\"socket\":",
 		    (int)getpid(), up, snap->workers, snap->busy_share, snap->njobs,
 		    snap->ranks_attached, snap->clients, (unsigned long long)snap->mem_rings,
 		    (unsigned long long)snap->mem_used, (unsigned long long)snap->mem_limit,
-		    (unsigned long long)snap->mem_limit);
+		    (unsigned long long)snap->mem_limit, snap->cpu_budget, snap->active_cap);
 	else
-		put(t, "loaderd pid %d, up %.0f s, socket %s\n%u workers, %.0f%% busy\n"
+		put(t, "loaderd pid %d, up %.0f s, socket %s\n%u workers, %.0f%% busy, %u needed now, "
+		    "CPU budget %.2f cores\n"
 		    "%u jobs, %u ranks attached, %u clients\nmemory for jobs %llu MiB of %llu MiB "
 		    "(rings %llu MiB)\n", (int)getpid(), up, snap->socket, snap->workers,
-		    100 * snap->busy_share, snap->njobs, snap->ranks_attached, snap->clients,
-		    (unsigned long long)(snap->mem_used >> 20),
+		    100 * snap->busy_share, snap->active_cap, snap->cpu_budget, snap->njobs,
+		    snap->ranks_attached, snap->clients, (unsigned long long)(snap->mem_used >> 20),
 		    (unsigned long long)(snap->mem_limit >> 20),
 		    (unsigned long long)(snap->mem_rings >> 20));
 	if (!json && snap->accept_paused)

@@ -55,6 +55,7 @@
 #ifndef LOADERD_SRV_IMPL_H
 #define LOADERD_SRV_IMPL_H
 #include "common/clk.h"
+#include "loader/demand.h"
 #include "loader/srv.h"
 
 #include <pthread.h>
@@ -124,7 +125,10 @@ struct open_step {
 	int abandoned;           /* a task failed, or the ring is going: hand out no more, and do
 				  * not publish */
 	int64_t first_ns;        /* when its first task was taken: its latency counts from here */
+	int64_t open_ns;         /* when it was picked: the controller's latency counts from here
+				  * (it includes the wait for a worker behind other steps' tasks) */
 	uint64_t work_ns;        /* worker time spent on it: open and tasks */
+	uint64_t cpu_ns;         /* worker thread CPU spent on it: open and tasks */
 	uint64_t phase_ns[SRV_PHASES_MAX];
 	struct open_step *next_open;  /* on s->tasks, or on s->step_pool */
 };
@@ -162,6 +166,13 @@ struct att {
 	int64_t empty_since;     /* ns: since when the ring holds no batch for the consumer; 0 = it
 				  * does (srv_att_check_empty, srv_att_published) */
 	uint64_t empty_step;     /* the step whose publish ends that */
+	/* Self-sizing (srv_workers.c, loader/demand.h), under mu: */
+	struct dm_rate dm;       /* its consumer's releases over time */
+	double lat_s;            /* its steps' time from pick to publish, s, averaged */
+	double work_step_s;      /* worker time per step (wall, open and tasks), s, averaged */
+	uint64_t empty_seen;     /* its rank's empty_ns when last looked at */
+	int64_t starved_until;   /* its consumer found it empty: filled whole until then (ns) */
+	uint32_t target;         /* steps to keep opened ahead (dm_target), at the last pick */
 	struct att *grave_next;  /* buried: freed after the current event batch */
 };
 
@@ -206,6 +217,11 @@ struct job {
 	uint64_t mem_rings;           /* its atts' rings (a->bytes), attached or retired */
 	double rate;                  /* samples/s, all ranks, over the last rate interval
 				       * (srv_housekeeping keeps it, without walking ranks) */
+	uint64_t cpu_ns, cpu_snap;    /* worker thread CPU spent on it; at the last rate interval */
+	double cpu_cores;             /* of that, cores over the last rate interval */
+	double demand;                /* samples/s its attached consumers eat (dm_rate_peak x batch),
+				       * at the last rate interval */
+	uint32_t target;              /* steps its attached rings keep opened ahead, then */
 	uint64_t bad;
 	uint64_t bad_ids[16];         /* the most recent, for stats */
 	unsigned nbad_ids;            /* total ever recorded (index mod 16) */
@@ -243,6 +259,16 @@ struct srv {
 	int64_t rate_ns;              /* last rate snapshot */
 	int64_t sweep_ns;             /* last sweep of the state words for hostile consumers */
 	uint64_t busy_ns, busy_snap;  /* worker time spent filling, all jobs */
+	/* Self-sizing (srv_workers.c): */
+	struct dm_bucket budget;      /* opts.cpu_budget cores of worker thread CPU */
+	unsigned ceiling;             /* workers that may decode at once: min(opts.workers, the
+				       * budget rounded up) */
+	unsigned cap;                 /* of those, what the demand needs now (dm_active_cap) */
+	unsigned active;              /* workers holding a task now */
+	int64_t recheck_ns;           /* when a ring below its slots turns paused (dm_target fills it
+				       * whole then) and idle workers should look again; 0 = never */
+	struct dm_ring *dm_in;        /* pick's scratch: dm_cap entries */
+	unsigned dm_cap;
 	double busy_share;            /* of the workers, over the last snapshot interval */
 	atomic_int stop;              /* set by srv_stop (any thread, a signal handler); srv_run reads */
 	int workers_stop;             /* under mu */

@@ -96,6 +96,8 @@ static const char *spec_diff(const struct ctl_job_open *a, const struct ctl_job_
 		return "epochs";
 	if (a->share != b->share || a->share_gid != b->share_gid)
 		return "share (the owner's opens must all share it, or none, with one group)";
+	if (a->weight != b->weight)
+		return "weight";
 	if (memcmp(a, b, sizeof(*a)))
 		return "on_bad or slots";
 	return NULL;
@@ -435,6 +437,8 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 	key.start = 0;
 	key.at_epoch = key.at_step = 0;
 	memset(key.dataset_id, 0, sizeof(key.dataset_id));
+	if (!key.weight)
+		key.weight = 1;  /* 0 means 1 (ctl.h): equal specs */
 	/* Whose job (ctl.h, enum ctl_share): a name is its owner's. A join finds the owner's job or
 	 * nothing, and says the same either way, so that nobody learns another user's job names. */
 	uid_t owner = spec->share == CTL_SHARE_JOIN ? (uid_t)spec->owner_uid : c->uid;
@@ -595,14 +599,21 @@ void srv_housekeeping(struct srv *s)
 		/* Only attached ranks fill (a detached one's rate was zeroed when it left): the walk
 		 * is over s->live, whatever the jobs' world sizes. */
 		double dt = (double)(now - s->rate_ns) * 1e-9;
-		for (struct job *j = s->jobs; j; j = j->next)
+		for (struct job *j = s->jobs; j; j = j->next) {
 			j->rate = 0;
+			j->demand = 0;
+			j->target = 0;
+			j->cpu_cores = (double)(j->cpu_ns - j->cpu_snap) * 1e-9 / dt;
+			j->cpu_snap = j->cpu_ns;
+		}
 		for (unsigned i = 0; i < s->nlive; i++) {
 			struct att *a = s->live[i];
 			struct rank_state *rs = &a->job->ranks[a->rank];
 			rs->rate = (double)(rs->samples - rs->rate_samples) / dt;
 			rs->rate_samples = rs->samples;
 			a->job->rate += rs->rate;
+			a->job->demand += dm_rate_peak(&a->dm) * a->job->info.ring.batch;
+			a->job->target += a->target;
 		}
 		s->busy_share = (double)(s->busy_ns - s->busy_snap) * 1e-9 / dt / s->nthreads;
 		s->busy_snap = s->busy_ns;

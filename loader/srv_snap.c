@@ -68,6 +68,8 @@ struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only,
 	snap->workers = s->nthreads;
 	snap->busy_ns = s->busy_ns;
 	snap->busy_share = s->busy_share;
+	snap->cpu_budget = s->budget.cores;
+	snap->active_cap = s->cap;
 	snap->mem_used = s->mem_used;
 	snap->mem_limit = s->opts.mem_limit;
 	snap->accept_paused = s->accept_paused_until != 0;
@@ -97,6 +99,11 @@ struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only,
 		memcpy(js->bad_ids, j->bad_ids, sizeof(js->bad_ids));
 		js->failed = j->failed;
 		js->rate = j->rate;
+		js->demand = j->demand;
+		js->target = j->target;
+		js->weight = j->spec.weight ? j->spec.weight : 1;
+		js->cpu = j->cpu_cores;
+		js->cpu_ns = j->cpu_ns;
 		js->mem_rings = j->mem_rings;
 		js->mem_table = j->mem_table;
 		js->mem_state = j->mem_state;

@@ -3,17 +3,28 @@
  * and the lock rules).
  *
  * DESIGN
+ * Self-sizing (loader/demand.c decides, this file does): a worker that looks for work feeds the
+ * controller what it sees of every attached ring (the consumer's released step, the steps it
+ * holds, those ahead of it, ready or filling; latency and worker time per step, averaged here in
+ * step_done), and opens a step only on the ring dm_pick names: one below its target (steps ahead
+ * = rate x latency, plus margins), the rings still in time before the late ones, weighted. Only
+ * s->cap workers (dm_active_cap: what the demand needs, at most s->ceiling) hold tasks at once,
+ * and only while the CPU budget (s->budget, fed by each task's and open's thread CPU time) is
+ * positive; the others sleep on s->cv: untimed when the cap holds them (a worker that lets go of
+ * its last task signals one), timed when the budget does (until it has refilled). No worker
+ * spins: a full ring or a ring at its target gives them nothing to do, and the doorbell of a
+ * release wakes them to look again.
+ *
  * Every worker can fill every ring. A step is opened once: a worker that finds no task to take
- * picks the next free (ring, step) round-robin over the attached rings (ring_prod_poll, then
- * ring_prod_begin, under s->mu), draws the step's sample ids, flags and labels with
+ * picks the next (ring, step) as above (ring_prod_poll, then ring_prod_begin, under s->mu), draws the step's sample ids, flags and labels with
  * ops->step_open into private memory of the server (struct open_step, from s->step_pool; never
  * read back from shared memory), and queues the step on s->tasks. The step's samples are handed
  * out as tasks of task_size() samples (4 to 8): workers take the next task of
  * the earliest open step, whatever ring or job it belongs to, so one ring can keep every core
  * busy and a batch is ready after batch / workers decode times, not batch. Rings take turns
- * because steps are opened round-robin and served in the order they were opened; the cost of a
- * pick does not grow with the world sizes of the jobs (a pick looks at the queue's head, or at
- * the attached rings only).
+ * because steps are opened in the controller's order (round-robin among equals: s->rr) and served
+ * in the order they were opened; the cost of a pick does not grow with the world sizes of the
+ * jobs (a pick looks at the queue's head, or at the attached rings only).
  *
  * Each task decodes its samples straight into their places in the slot (ops->fill, without the
  * lock); a substituted sample rewrites only its own entries of the step's arrays. The worker that
@@ -40,49 +51,137 @@
  * rings only stalls its own ring; any other ring keeps its workers. A worker that queues a step
  * wakes as many sleeping workers as it has tasks for.
  *
- * Threads: opts.workers threads, started by srv_create and joined by srv_destroy. Each owns the
+ * Threads: opts.workers threads (a ceiling), started by srv_create and joined by srv_destroy. Each owns the
  * per-worker state ops->worker_init made for it, and the samples of the task it took.
  *
- * It owns s->tasks, s->step_pool, the worker threads and the busy time; it reads s->live
+ * It owns s->tasks, s->step_pool, the worker threads, the busy time, the budget and the
+ * controller's fields of each att (srv_impl.h); it reads s->live
  * (srv_att.c keeps it) and uses srv_core.c and srv_att.c only. */
 #include "loader/srv_impl.h"
 
+#include "common/proc.h"
+
 #include <assert.h>
+#include <math.h>
 #include <stddef.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-/* Under mu. The next (att, step) whose slot is free, or NULL. Round-robin over the attached
- * rings only: the cost of a pick does not grow with the world sizes of the jobs. */
+_Static_assert(DM_WEIGHT_MAX == CTL_WEIGHT_MAX, "demand.h's weights are the job option's");
+
+/* This thread's CPU time, ns: what the budget and a job's "CPU given" count (a worker waiting on
+ * a read uses none). */
+static int64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Under mu. @cpu ns of this worker's CPU went to @o: charge the budget and the job. */
+static void charge(struct srv *s, struct open_step *o, int64_t cpu)
+{
+	o->cpu_ns += (uint64_t)cpu;
+	o->a->job->cpu_ns += (uint64_t)cpu;
+	dm_bucket_charge(&s->budget, cpu);
+}
+
+/* Under mu. What the controller needs of @a at @now into *r; updates its rate and starvation. 0
+ * when it cannot take a step at all (gone, failed, done, hostile). */
+static int ring_in(struct srv *s, struct att *a, int64_t now, struct dm_ring *r)
+{
+	struct job *j = a->job;
+	struct rank_state *rs = &j->ranks[a->rank];
+
+	memset(r, 0, sizeof(*r));
+	if (a->dead || a->hostile || j->failed || (j->steps_total && a->next >= j->steps_total))
+		return 0;
+	int ret = ring_prod_poll(a->ring, a->next);
+	if (ret < 0) {
+		a->hostile = 1;
+		srv_wake_control(s);
+		return 0;
+	}
+	uint64_t rel = srv_att_released(a), taken = rel;
+	dm_rate_update(&a->dm, now, rel);
+	/* The steps the consumer holds (it takes them in order): ahead of it are the rest. */
+	const struct ring_hdr *h = ring_header(a->ring);
+	while (taken < a->next &&
+	       ring_word(a->ring, taken) == (((uint32_t)((taken - a->first) / h->slots) << 2) |
+					     RING_HELD))
+		taken++;
+	r->free_slot = ret == 1;
+	r->rate = dm_rate_peak(&a->dm);
+	r->lat_s = a->lat_s;
+	r->work_step_s = a->work_step_s;
+	r->since_release_s = (double)(now - a->dm.release_ns) * 1e-9;
+	r->occ = (uint32_t)(a->next - taken);
+	r->held = (uint32_t)(taken - rel);
+	r->slots = h->slots;
+	r->weight = j->spec.weight ? j->spec.weight : DM_WEIGHT_DEFAULT;
+	/* Its consumer waited on an empty ring since we last looked, or it has nothing ahead
+	 * (nothing ready, nothing filling) and has eaten what it holds at its rate (a prefetching
+	 * consumer waits holding steps): the target did not cover it. One that holds a step it is
+	 * still working on is not waiting, even with nothing ahead yet. */
+	if (a->empty_since || rs->empty_ns != a->empty_seen ||
+	    (r->rate > 0 && r->occ == 0 && (double)r->held <= r->since_release_s * r->rate))
+		a->starved_until = now + DM_STARVED_NS;
+	a->empty_seen = rs->empty_ns;
+	r->starved = now < a->starved_until;
+	if (s->opts.fixed_workers)  /* every slot, served in turn, by every worker */
+		r->starved = 1, r->rate = 0;
+	a->target = dm_target(r);
+	return 1;
+}
+
+/* Under mu. The next (att, step) to open, or NULL: the ring the controller picks among those
+ * below their target with a free slot (loader/demand.c, dm_pick); also sets s->cap, the workers
+ * the demand needs. The cost of a pick grows with the attached rings only, not with the world
+ * sizes of the jobs. */
 static struct att *pick(struct srv *s, uint64_t *step)
 {
-	unsigned n = s->nlive, start = s->rr++;
-	struct att *found = NULL;
+	unsigned n = s->nlive, start = s->rr++, m = 0;
+	int64_t now = now_ns();
 
-	for (unsigned k = 0; k < n && !found; k++) {
-		struct att *a = s->live[(start + k) % n];
-		struct job *j = a->job;
-		if (a->dead || a->hostile || j->failed ||
-		    (j->steps_total && a->next >= j->steps_total))
-			continue;
-		int ret = ring_prod_poll(a->ring, a->next);
-		if (ret < 0) {
-			a->hostile = 1;
-			srv_wake_control(s);
-		} else if (ret == 1) {
-			found = a;
+	if (n > s->dm_cap) {
+		struct dm_ring *in = realloc(s->dm_in, 2 * n * sizeof(*in));
+		if (!in)
+			return NULL;  /* retried at the next wake-up */
+		s->dm_in = in;
+		s->dm_cap = 2 * n;
+	}
+	/* Rings that cannot take a step stay in the array (free_slot 0): indices match s->live. */
+	s->recheck_ns = 0;
+	for (unsigned k = 0; k < n; k++) {
+		struct dm_ring *r = &s->dm_in[k];
+		m += ring_in(s, s->live[k], now, r);
+		/* A ring short of its slots whose consumer may yet pause: look again then, or it
+		 * would stay short until the consumer comes back (no doorbell rings meanwhile). */
+		double after = dm_pause_after_s(r);
+		if (r->free_slot && r->occ < r->slots && after >= 0 && r->since_release_s <= after) {
+			int64_t at = s->live[k]->dm.release_ns + (int64_t)(after * 1e9) + 1000000;
+			if (!s->recheck_ns || at < s->recheck_ns)
+				s->recheck_ns = at;
 		}
 	}
-	if (found) {
-		struct ring_hdr const *h = ring_header(found->ring);
-		*step = found->next++;
-		/* Free for *step means the consumer released *step - slots. */
-		if (*step >= found->first + h->slots && *step - h->slots + 1 > found->floor)
-			found->floor = *step - h->slots + 1;
-		found->refs++;
-	}
+	unsigned cap = m ? dm_active_cap(s->dm_in, n, s->ceiling) : s->ceiling;
+	if (cap > s->cap)
+		pthread_cond_broadcast(&s->cv);  /* workers held back by the old cap */
+	s->cap = cap;
+	int i = n ? dm_pick(s->dm_in, n, start % n) : -1;
+	if (i < 0)
+		return NULL;
+	struct att *found = s->live[i];
+	struct ring_hdr const *h = ring_header(found->ring);
+	*step = found->next++;
+	/* Free for *step means the consumer released *step - slots. */
+	if (*step >= found->first + h->slots && *step - h->slots + 1 > found->floor)
+		found->floor = *step - h->slots + 1;
+	found->refs++;
 	return found;
 }
 
@@ -198,6 +297,12 @@ static void step_done(struct srv *s, struct open_step *o)
 		rs->samples += n;
 		rs->fill_ns += o->work_ns;
 		rs->latency_ns += latency;
+		/* Averaged over about 8 steps: what the targets and the cap are made of. */
+		double pl = (double)(now - o->open_ns) * 1e-9;
+		a->lat_s = a->lat_s ? 0.875 * a->lat_s + 0.125 * pl : pl;
+		a->work_step_s = a->work_step_s ?
+			0.875 * a->work_step_s + 0.125 * (double)o->work_ns * 1e-9 :
+			(double)o->work_ns * 1e-9;
 		for (unsigned k = 0; k < SRV_PHASES_MAX; k++)
 			rs->phase_ns[k] += o->phase_ns[k];
 		pthread_mutex_unlock(&s->mu);
@@ -296,12 +401,13 @@ static int task_run(struct srv *s, void *wstate, const struct task *t, const str
 	return s->ops.fill(s->ops.ctx, wstate, f);
 }
 
-/* Under mu. A task of @o ended with @ret after @dt ns: account it; the last one finishes @o. */
+/* Under mu. A task of @o ended with @ret after @dt ns (@cpu ns of CPU): account it; the last one finishes @o. */
 static void task_done(struct srv *s, struct open_step *o, int ret, const struct srv_fill *f,
-		      int64_t dt)
+		      int64_t dt, int64_t cpu)
 {
 	struct job *j = o->a->job;
 
+	charge(s, o, cpu);
 	j->bad += f->bad;
 	for (uint32_t b = 0; b < f->nbad_ids && b < 8; b++)
 		j->bad_ids[j->nbad_ids++ % 16] = f->bad_ids[b];
@@ -339,7 +445,9 @@ static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 	o->next = o->out = 0;
 	o->abandoned = 0;
 	o->first_ns = 0;
+	o->open_ns = now_ns();
 	o->work_ns = 0;
+	o->cpu_ns = 0;
 	memset(o->phase_ns, 0, sizeof(o->phase_ns));
 	ret = ring_prod_begin(a->ring, step, &o->slot);
 	if (ret < 0) {
@@ -351,7 +459,7 @@ static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 	}
 	pthread_mutex_unlock(&s->mu);
 
-	int64_t t0 = now_ns();
+	int64_t t0 = now_ns(), c0 = thread_cpu_ns();
 	o->st.job = j->state;
 	o->st.rank = a->rank;
 	o->st.world = j->spec.world;
@@ -369,11 +477,12 @@ static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 			 o->st.count, j->info.ring.batch);
 		ret = -EPROTO;
 	}
-	int64_t dt = now_ns() - t0;
+	int64_t dt = now_ns() - t0, dc = thread_cpu_ns() - c0;
 
 	pthread_mutex_lock(&s->mu);
 	s->busy_ns += (uint64_t)dt;
 	o->work_ns += (uint64_t)dt;
+	charge(s, o, dc);
 	o->task = task_size(s, o->st.count);
 	if (ret < 0) {
 		fail_job(s, j, a->rank, step, ret, why);
@@ -408,6 +517,33 @@ static int task_next(struct srv *s, void *wstate, struct task *t)
 	return task_take(s, t);
 }
 
+/* Under mu. May this worker start more work now? Not when the workers already decoding are as
+ * many as the demand needs (s->cap), nor while the CPU budget is spent; then *wait_ns > 0 is
+ * when the budget allows again (0: until woken). @extra: the worker already holds a task. */
+static int may_work(struct srv *s, int extra, int64_t *wait_ns)
+{
+	*wait_ns = 0;
+	if (s->active + !extra > s->cap)
+		return 0;
+	dm_bucket_refill(&s->budget, now_ns());
+	return dm_bucket_ok(&s->budget, wait_ns);
+}
+
+/* Under mu: sleep on s->cv, for at most @ns when > 0. */
+static void worker_sleep(struct srv *s, int64_t ns)
+{
+	if (ns <= 0) {
+		pthread_cond_wait(&s->cv, &s->mu);
+		return;
+	}
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	int64_t t = (int64_t)ts.tv_nsec + ns;
+	ts.tv_sec += t / 1000000000;
+	ts.tv_nsec = t % 1000000000;
+	pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+}
+
 static void *worker_main(void *p)
 {
 	struct worker_arg *wa = p;
@@ -415,27 +551,43 @@ static void *worker_main(void *p)
 	void *wstate = s->ops.worker_init ? s->ops.worker_init(s->ops.ctx, wa->index) : NULL;
 	struct task cur, next;
 	int have = 0;
+	int64_t wait;
 	struct srv_fill f;
 
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
-		if (!have && !(have = task_next(s, wstate, &cur))) {
-			if (s->workers_stop)
-				break;
-			pthread_cond_wait(&s->cv, &s->mu);
-			continue;
+		if (!have) {
+			/* A stopping server drains its queue whatever the budget says. */
+			if (!s->workers_stop && !may_work(s, 0, &wait)) {
+				worker_sleep(s, wait);
+				continue;
+			}
+			have = task_next(s, wstate, &cur);
+			if (!have) {
+				if (s->workers_stop)
+					break;
+				/* Nothing to do: until a doorbell, or until a consumer turns paused. */
+				int64_t now = now_ns();
+				worker_sleep(s, s->recheck_ns > now ? s->recheck_ns - now : 0);
+				continue;
+			}
+			s->active++;
 		}
 		/* A task taken is always filled, also when its step was abandoned meanwhile: the
 		 * fill before it may have started its reads (srv_fill.next_step). */
-		int more = task_next(s, wstate, &next);
+		int more = may_work(s, 1, &wait) && task_next(s, wstate, &next);
 		pthread_mutex_unlock(&s->mu);
-		int64_t t0 = now_ns();
+		int64_t t0 = now_ns(), c0 = thread_cpu_ns();
 		int ret = task_run(s, wstate, &cur, more ? &next : NULL, &f);
-		int64_t dt = now_ns() - t0;
+		int64_t dt = now_ns() - t0, dc = thread_cpu_ns() - c0;
 		pthread_mutex_lock(&s->mu);
-		task_done(s, cur.o, ret, &f, dt);
+		task_done(s, cur.o, ret, &f, dt, dc);
 		cur = next;
 		have = more;
+		if (!have) {
+			s->active--;
+			pthread_cond_signal(&s->cv);  /* one held back by the cap may go */
+		}
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (s->ops.worker_fini)
@@ -448,6 +600,14 @@ int srv_workers_start(struct srv *s, char *why, size_t whylen)
 {
 	int ret;
 
+	double budget = s->opts.cpu_budget > 0 ? s->opts.cpu_budget : (double)proc_cpu_count();
+	dm_bucket_init(&s->budget, budget);
+	s->ceiling = (unsigned)ceil(budget);
+	if (s->ceiling > s->opts.workers)
+		s->ceiling = s->opts.workers;
+	if (s->ceiling < 1)
+		s->ceiling = 1;
+	s->cap = s->ceiling;  /* no demand measured yet: fill as fast as the ceiling allows */
 	s->threads = calloc(s->opts.workers, sizeof(pthread_t));
 	if (!s->threads)
 		return -ENOMEM;
@@ -489,5 +649,8 @@ void srv_workers_stop(struct srv *s)
 	}
 	free(s->threads);
 	s->threads = NULL;
+	free(s->dm_in);
+	s->dm_in = NULL;
+	s->dm_cap = 0;
 	s->nthreads = 0;
 }

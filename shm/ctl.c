@@ -187,8 +187,8 @@ int ctl_check_job_open(const struct ctl_job_open *j, char *why, size_t whylen)
 		return BAD("share_gid: for share GROUP only");
 	if (j->share != CTL_SHARE_JOIN && j->owner_uid)
 		return BAD("owner_uid: for share JOIN only");
-	if (j->reserved)
-		return BAD("reserved: not zero");
+	if (j->weight > CTL_WEIGHT_MAX)
+		return BAD("weight: %u is not in 1..%u (0 = 1)", j->weight, CTL_WEIGHT_MAX);
 	return 0;
 }
 

@@ -95,8 +95,11 @@ struct ctl_job_open {
 	uint32_t share;               /* enum ctl_share */
 	uint32_t share_gid;           /* CTL_SHARE_GROUP: the group whose members may join */
 	uint32_t owner_uid;           /* CTL_SHARE_JOIN: whose job to join */
-	uint32_t reserved;            /* zero */
+	uint32_t weight;              /* the job's share of decode CPU when loaderd is short of it
+				       * (docs/TUNING.md, self-sizing): 1..CTL_WEIGHT_MAX; 0 = 1 (was
+				       * reserved: zero from older clients) */
 };
+#define CTL_WEIGHT_MAX 1000u
 _Static_assert(sizeof(struct ctl_job_open) == CTL_JOB_NAME_MAX + CTL_PATH_MAX + 112, "on the wire");
 _Static_assert(offsetof(struct ctl_job_open, share) == CTL_JOB_NAME_MAX + CTL_PATH_MAX + 96,
 	       "the bytes of reserved[2], zero from older clients (CTL_SHARE_NONE)");

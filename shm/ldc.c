@@ -389,6 +389,7 @@ int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 	m.tail = job->tail;
 	m.on_bad = job->on_bad;
 	m.slots = job->slots;
+	m.weight = job->weight;
 	if ((ret = open_share(c, job, &m)) < 0)
 		return ret;
 	struct ldc_token want = { .seed = job->seed, .world = job->world, .batch = job->batch,

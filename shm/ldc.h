@@ -46,6 +46,8 @@ struct ldc_job {
 	uint32_t on_bad;          /* enum ctl_bad */
 	uint32_t slots;           /* ring depth; 0 = daemon default */
 	uint32_t epochs;          /* 0 = unbounded */
+	uint32_t weight;          /* the job's share of decode CPU when loaderd is short of it,
+				   * 1..CTL_WEIGHT_MAX; 0 = 1 (docs/TUNING.md, self-sizing) */
 	uint64_t start_epoch;     /* first epoch of a fresh job (epochs count from it) */
 	/* Where this rank starts. Neither given: a fresh job at start_epoch, or, when the rank
 	 * re-attaches to a job loaderd still holds, the first step it had not released. */

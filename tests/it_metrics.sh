@@ -36,6 +36,10 @@ FAMILIES = {
     "loaderd_ring_slots_occupied": "gauge", "loaderd_ring_occupancy_ratio": "gauge",
     "loaderd_ring_empty_seconds": "counter", "loaderd_fill_seconds": "counter",
     "loaderd_batch_latency_seconds": "counter",
+    "loaderd_cpu_budget_cores": "gauge", "loaderd_workers_needed": "gauge",
+    "loaderd_job_demand_samples_per_second": "gauge", "loaderd_job_target_steps": "gauge",
+    "loaderd_job_weight": "gauge", "loaderd_job_cpu_cores": "gauge",
+    "loaderd_job_cpu_seconds": "counter",
 }
 
 def parse(text):

@@ -15,7 +15,7 @@ trap 'rm -rf "$T"' EXIT
 trap 'exit 130' INT TERM HUP
 
 # Options of other programs that docs/TUNING.md mentions: NAME:PROGRAM.
-OTHER="prefetch:trainer crop:trainer hostfile:ldprobe"
+OTHER="prefetch:trainer crop:trainer hostfile:ldprobe weight:ldcat"
 
 "$BIN/loaderd" --help >"$T/help" 2>"$T/help.e"
 check "loaderd --help exits 0, on stdout only" sh -c "[ $? -eq 0 ] && [ -s '$T/help' ] && [ ! -s '$T/help.e' ]"
@@ -43,8 +43,15 @@ check "every option's --help entry states its default${nodef:+ (none: $nodef)}" 
 
 # Every row that takes a value refuses an empty one: exit 2, the option named, nothing served.
 bad=""
+flags=$(sed -n 's/^[[:space:]]*{ "\([a-z][a-z0-9-]*\)",.*ARG_FLAG.*/\1/p' loader/main.c)
 for name in $(cat "$T/rows"); do
 	[ "$name" = help ] && continue
+	if echo "$flags" | grep -qx -- "$name"; then  # a flag: a value is refused as such
+		timeout 5 "$BIN/loaderd" --socket "$T/never.sock" "--$name=" >/dev/null 2>"$T/e"
+		rc=$?
+		{ [ $rc -eq 2 ] && grep -q -- "--$name=: takes no value" "$T/e"; } || bad="$bad $name($rc)"
+		continue
+	fi
 	timeout 5 "$BIN/loaderd" --socket "$T/never.sock" "--$name=" >/dev/null 2>"$T/e"
 	rc=$?
 	{ [ $rc -eq 2 ] && grep -q -- "--$name: bad value ''" "$T/e"; } || bad="$bad $name($rc)"

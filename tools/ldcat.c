@@ -56,6 +56,13 @@ static void usage(FILE *f)
 "  --owner USER         join USER's job (name or uid), shared with one of this user's groups\n"
 "                       (its owner opens it first, with --share-group)\n"
 "  --steps N            stop after N steps and exit 0 without finishing the job\n"
+"  --seconds S          stop after S seconds (at the first batch past them) and exit 0\n"
+"  --rate S             consume at most S samples/s: hold each batch until its share of time\n"
+"                       is over, as a trainer computing on it would (default: as fast as it\n"
+"                       comes)\n"
+"  --weight W           the job's weight, 1..1000, when loaderd is short of decode CPU (default\n"
+"                       1; docs/TUNING.md)\n"
+"  --json               end with the summary as one JSON line on stderr instead\n"
 "  --timeout-ms MS      longest wait for one batch (default 30000)\n"
 "  --help               this text\n"
 "Exit status: 0 the job ended (or --steps were taken), 1 runtime error (message from loaderd or\n"
@@ -74,7 +81,7 @@ static int pick(const char *s, const char *const *names, uint32_t *out)
 
 enum { O_SOCKET = 256, O_DATASET, O_JOB, O_RANK, O_WORLD, O_BATCH, O_CROP, O_TF, O_FLIP,
        O_NCHW, O_SEED, O_EPOCHS, O_START, O_SAMPLING, O_TAIL, O_BAD, O_SLOTS, O_STEPS,
-       O_TIMEOUT, O_SHARE, O_OWNER };
+       O_TIMEOUT, O_SHARE, O_OWNER, O_RATE, O_WEIGHT, O_JSON, O_SECONDS };
 static const struct option long_opts[] = {
 	{ "socket", required_argument, NULL, O_SOCKET },
 	{ "dataset", required_argument, NULL, O_DATASET },
@@ -97,6 +104,10 @@ static const struct option long_opts[] = {
 	{ "timeout-ms", required_argument, NULL, O_TIMEOUT },
 	{ "share-group", required_argument, NULL, O_SHARE },
 	{ "owner", required_argument, NULL, O_OWNER },
+	{ "rate", required_argument, NULL, O_RATE },
+	{ "weight", required_argument, NULL, O_WEIGHT },
+	{ "json", no_argument, NULL, O_JSON },
+	{ "seconds", required_argument, NULL, O_SECONDS },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -114,6 +125,9 @@ struct args {
 	char defpath[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	uint64_t max_steps;                                   /* 0: until the job ends */
 	uint64_t timeout_ms;                                  /* longest wait for one batch */
+	double rate;                                          /* samples/s at most; 0: no limit */
+	double seconds;                                       /* stop after this long; 0: no limit */
+	int json;                                             /* summary as JSON */
 };
 
 /* Fill *a from the defaults and the command line. Returns -1 to go on, or the exit status to end
@@ -175,6 +189,13 @@ static int parse_args(int argc, char **argv, struct args *a)
 		case O_TIMEOUT: bad = arg_u64(optarg, 0, INT_MAX, &a->timeout_ms); break;
 		case O_SHARE: job->share_group = optarg; break;
 		case O_OWNER: job->owner = optarg; break;
+		case O_RATE: bad = arg_double(optarg, 0.001, 1e9, &a->rate); break;
+		case O_WEIGHT:
+			bad = arg_u64(optarg, 1, CTL_WEIGHT_MAX, &v);
+			job->weight = (uint32_t)v;
+			break;
+		case O_JSON: a->json = 1; break;
+		case O_SECONDS: bad = arg_double(optarg, 0.001, 1e9, &a->seconds); break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -212,19 +233,41 @@ static int parse_args(int argc, char **argv, struct args *a)
 	return -1;
 }
 
+/* Sleep until @s seconds after @t0 (CLOCK_MONOTONIC). */
+/* Sleep until @s seconds after @start (clk_now_s() time). */
+static void sleep_until(double start, double s)
+{
+	uint64_t due = (uint64_t)((start + s) * 1e9);
+	struct timespec t = { (time_t)(due / 1000000000u), (long)(due % 1000000000u) };
+
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) == EINTR)
+		;
+}
+
 /* Print every sample of the open job until it ends, --steps are taken or an error, then the
  * summary line on stderr. Returns the exit status: 0, or 1 for a runtime error. */
 static int print_batches(struct ldc *cl, const struct args *a)
 {
 	static char obuf[1 << 16];
 	struct ldc_batch b;
-	uint64_t steps = 0, samples = 0, substituted = 0, padding = 0;
+	uint64_t steps = 0, samples = 0, substituted = 0, padding = 0, waited = 0;
+	double wait_s = 0;
 	int ret, status = 0;
 
 	setvbuf(stdout, obuf, _IOFBF, sizeof(obuf));
-	double t0 = clk_now_s();
-	while (!a->max_steps || steps < a->max_steps) {
-		ret = ldc_acquire(cl, (int)a->timeout_ms, &b);
+	double start = clk_now_s();
+	while ((!a->max_steps || steps < a->max_steps) &&
+	       (a->seconds <= 0 || clk_now_s() - start < a->seconds)) {
+		/* A step not ready when asked for is a wait (the first one aside: start-up). */
+		ret = ldc_acquire(cl, 0, &b);
+		if (ret == -ETIMEDOUT) {
+			double w0 = clk_now_s();
+			ret = ldc_acquire(cl, (int)a->timeout_ms, &b);
+			if (steps > 0) {
+				waited++;
+				wait_s += clk_now_s() - w0;
+			}
+		}
 		if (ret == -ENODATA)
 			break;
 		if (ret < 0) {
@@ -242,6 +285,8 @@ static int print_batches(struct ldc *cl, const struct args *a)
 		}
 		samples += b.count;
 		steps++;
+		if (a->rate > 0)  /* hold it until this many samples are due at the rate */
+			sleep_until(start, (double)samples / a->rate);
 		if (ldc_release(cl, &b) < 0) {
 			fflush(stdout);
 			fprintf(stderr, "ldcat: rank %u: %s\n", a->job.rank, ldc_error(cl));
@@ -249,14 +294,22 @@ static int print_batches(struct ldc *cl, const struct args *a)
 			break;
 		}
 	}
-	double dt = clk_now_s() - t0;
+	double dt = clk_now_s() - start;
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		fprintf(stderr, "ldcat: writing the output: %s\n", strerror(errno));
 		status = 1;
 	}
-	fprintf(stderr, "ldcat: rank %u/%u: %" PRIu64 " steps, %" PRIu64 " samples, %" PRIu64
-		" substituted, %" PRIu64 " padding, %.1f samples/s\n", a->job.rank, a->job.world, steps,
-		samples, substituted, padding, dt > 0 ? (double)samples / dt : 0.0);
+	if (a->json)
+		fprintf(stderr, "{\"rank\": %u, \"world\": %u, \"steps\": %" PRIu64 ", \"samples\": %"
+			PRIu64 ", \"substituted\": %" PRIu64 ", \"padding\": %" PRIu64 ", \"waited\": %"
+			PRIu64 ", \"wait_s\": %.6f, \"seconds\": %.6f, \"samples_per_s\": %.3f}\n",
+			a->job.rank, a->job.world, steps, samples, substituted, padding, waited, wait_s,
+			dt, dt > 0 ? (double)samples / dt : 0.0);
+	else
+		fprintf(stderr, "ldcat: rank %u/%u: %" PRIu64 " steps, %" PRIu64 " samples, %" PRIu64
+			" substituted, %" PRIu64 " padding, %.1f samples/s, waited at %" PRIu64
+			" steps\n", a->job.rank, a->job.world, steps, samples, substituted, padding,
+			dt > 0 ? (double)samples / dt : 0.0, waited);
 	return status;
 }
 

@@ -61,6 +61,7 @@ class ldc_job(ctypes.Structure):
         ("on_bad", c_u32),
         ("slots", c_u32),
         ("epochs", c_u32),
+        ("weight", c_u32),
         ("start_epoch", c_u64),
         ("start_at", ctypes.c_int),
         ("at_epoch", c_u64),
@@ -200,7 +201,7 @@ PHASES = ("io_ns", "decode_ns")
 # x86-64/aarch64 LP64 layout of shm/ldc.h). A field added on either side without the other shows
 # up here, before any byte crosses.
 ABI = {
-    ldc_job: (136, {"batch": 16, "seed": 32, "rank": 40, "slots": 60, "epochs": 64,
+    ldc_job: (136, {"batch": 16, "seed": 32, "rank": 40, "slots": 60, "epochs": 64, "weight": 68,
                     "start_epoch": 72, "start_at": 80, "at_epoch": 88, "token": 104,
                     "token_len": 112, "share_group": 120, "owner": 128}),
     ldc_info: (64, {"samples": 32, "ring": 40, "dataset_id": 48}),

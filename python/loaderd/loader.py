@@ -266,6 +266,8 @@ class Loader:
       on_bad        "substitute" (default: a bad record is replaced, flagged SUBSTITUTED) or
                     "fail".
       slots         ring depth (batches loaderd may prepare ahead); 0: the daemon's default.
+      weight        the job's share of loaderd's decode CPU when it is short of it (1..1000,
+                    default 1): rings about to run dry go first, weighted (docs/TUNING.md).
       share_group   a group (name or gid) whose members may join this job (loaderd --group);
                     None: the job is this user's alone, unseen by other users, and another
                     user's job of the same name is another job.
@@ -301,7 +303,7 @@ class Loader:
     def __init__(self, socket, dataset, batch_size, crop=224, *, rank=None, world_size=None,
                  seed=0, job=None, transforms=None, layout="NHWC", epochs=None,
                  sampling="shuffle", tail="pad", on_bad="substitute", slots=0,
-                 share_group=None, owner=None, return_meta=False, copy=False, output=None,
+                 weight=1, share_group=None, owner=None, return_meta=False, copy=False, output=None,
                  pin_memory=None, timeout=None,
                  device=None, profile=None, normalize=None, dtype=None):
         self.socket = os.fspath(socket) if socket is not None else default_socket()
@@ -337,6 +339,9 @@ class Loader:
         self.slots = int(slots)
         if self.slots == 1 or not 0 <= self.slots <= 1024:
             raise ValueError(f"slots: {slots} is not in 2..1024 (0 = loaderd's default)")
+        self.weight = int(weight)
+        if not 1 <= self.weight <= 1000:
+            raise ValueError(f"weight: {weight} is not in 1..1000")
         if share_group is not None and owner is not None:
             raise ValueError("share_group is for the job's owner, owner for another user "
                              "joining it: not both")
@@ -623,6 +628,7 @@ class Loader:
         j.rank, j.world = self.rank, self.world_size
         j.sampling, j.tail, j.on_bad = self._sampling, self._tail, self._on_bad
         j.slots = self.slots
+        j.weight = self.weight
         if self.share_group is not None:
             j._keep.append(self.share_group.encode())
             j.share_group = j._keep[-1]

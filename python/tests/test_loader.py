@@ -343,6 +343,20 @@ def test_errors_are_loaderd_errors(daemon, imagefolder, tmp_path):
         loaderd.Loader(daemon.sock, imagefolder.path, 4, rank=2, world_size=2)
     with pytest.raises(ValueError, match="transforms"):
         loaderd.Loader(daemon.sock, imagefolder.path, 4, transforms=["blur"])
+    for w in (0, 1001):                    # one past each end of 1..1000
+        with pytest.raises(ValueError, match="weight"):
+            loaderd.Loader(daemon.sock, imagefolder.path, 4, weight=w)
+
+
+def test_weight_reaches_loaderd(daemon, imagefolder):
+    """weight= at both ends of its range opens the job; loaderctl's JSON shows it."""
+    for w in (1, 1000):
+        with loader(daemon, imagefolder, job=f"w{w}", epochs=1, weight=w) as it:
+            steps(it)
+            out = subprocess.run([str(BIN / "loaderctl"), "--socket", daemon.sock, "--json",
+                                  "jobs"], check=True, capture_output=True, text=True).stdout
+            jobs = {j["job"]: j for j in json.loads(out)}
+            assert jobs[f"w{w}"]["weight"] == w
 
 
 def test_timeout_on_a_stalled_daemon(daemon, imagefolder):
