@@ -515,6 +515,37 @@ static void test_args_fmt_bytes_exact_units(void **state)
 	}
 }
 
+/* A flag: 0 unless given, 1 when given (also twice), and a value for it is refused by name. */
+static void test_args_table_flag(void **state)
+{
+	static const struct arg_opt rows[] = {
+		{ "fixed", 0, ARG_FLAG, TAT(yes, int), .def_doc = "off", .help = "a flag" },
+		{ "n", 0, ARG_UINT, TAT(u, unsigned), .lo = 1, .hi = 9, .def = "3",
+		  .help = "a count" },
+	};
+	static const struct arg_table t = { .prog = "fprog", .intro = "usage: fprog\n",
+					    .opts = rows, .n_opts = 2 };
+	const char *const none[] = { "--n", "4", NULL }, *const given[] = { "--fixed", NULL },
+		   *const twice[] = { "--fixed", "--n", "5", "--fixed", NULL },
+		   *const valued[] = { "--fixed=1", NULL };
+	struct topts o;
+	char err[512];
+
+	(void)state;
+		assert_int_equal(parse_words(&t, none, &o, err, sizeof(err), NULL, 0), 3);
+	assert_int_equal(o.yes, 0);
+	assert_int_equal(o.u, 4);
+		assert_int_equal(parse_words(&t, given, &o, err, sizeof(err), NULL, 0), 2);
+	assert_int_equal(o.yes, 1);
+	assert_int_equal(o.u, 3);
+		assert_int_equal(parse_words(&t, twice, &o, err, sizeof(err), NULL, 0), 5);
+	assert_int_equal(o.yes, 1);
+	assert_int_equal(o.u, 5);
+		assert_int_equal(parse_words(&t, valued, &o, err, sizeof(err), NULL, 0), -EINVAL);
+	assert_int_equal(o.yes, 0);
+	assert_non_null(strstr(err, "--fixed=1: takes no value"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -529,6 +560,7 @@ int main(void)
 		cmocka_unit_test(test_args_bad_value_names_option_and_value),
 		cmocka_unit_test(test_args_table_defaults_applied),
 		cmocka_unit_test(test_args_table_each_kind_at_bounds),
+		cmocka_unit_test(test_args_table_flag),
 		cmocka_unit_test(test_args_table_spellings),
 		cmocka_unit_test(test_args_table_usage_errors),
 		cmocka_unit_test(test_args_table_operands),
