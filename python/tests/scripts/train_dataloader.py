@@ -107,6 +107,8 @@ def main():
         if a.steps and step >= a.steps:
             break
     print("done", flush=True)
+    if a.ddp:  # as torchrun scripts end: gloo's teardown at exit can abort without it
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
