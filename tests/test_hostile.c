@@ -88,6 +88,10 @@ static int teardown(void **state)
 	return system(cmd) == 0 && !bad ? 0 : -1;
 }
 
+/* loaderd's options for a test whose honest job must be paced by its reads, not served from
+ * memory (the rate tests beside a hostile load: see test_hostile_stats_hammer_beside_honest_job) */
+static const char *const io_direct[] = { "--io", "direct", NULL };
+
 static void start(const char *const *extra)
 {
 	daemon_pid = ld_start(sock, logp, extra);
@@ -1552,8 +1556,7 @@ static void test_hostile_stats_hammer_beside_honest_job(void **state)
 	(void)state;
 	snprintf(path, sizeof(path), "%s/wide.dpk", dir);
 	assert_int_equal(ld_dataset(path, 65536, 1), 0);
-	static const char *const direct[] = { "--io", "direct", NULL };
-	start(direct);
+	start(io_direct);
 	struct ldc_job wj = { .job = "wide", .dataset = path, .batch = 1, .world = 65536 };
 	if (ldc_connect(sock, &w, err, sizeof(err)) < 0 || ldc_open(w, &wj, &win) < 0)
 		fail_msg("wide: %s", err);
@@ -1619,8 +1622,7 @@ static void test_hostile_status_flood_beside_honest_job(void **state)
 	assert_int_equal(ld_dataset(path, 65536, 1), 0);
 	/* paced by its reads, as the stats hammer's honest job (see there): what is measured is the
 	 * lock the workers need, not how 2 loaded cores share their CPU with the status threads */
-	static const char *const direct[] = { "--io", "direct", NULL };
-	start(direct);
+	start(io_direct);
 	for (int i = 0; i < FLOOD_JOBS; i++) {
 		char name[32];
 		snprintf(name, sizeof(name), "wide%d", i);
