@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 #include <turbojpeg.h>
+#include <jpeglib.h>
 #include <xxhash.h>
 #include <cmocka.h>
 
@@ -401,8 +402,37 @@ static void test_idx_garbage_never_crashes(void **state)
 	printf("%d of %d damaged records refused\n", failed, NIMG * 40);
 }
 
-/* A JPEG the index cannot describe even after a transcode (CMYK) is kept as a plain JPEG; a
- * damaged one is refused with a reason. */
+/* A 2-component JPEG (libjpeg writes them; neither grey, YCbCr nor CMYK) by hand. */
+static void two_component_jpeg(unsigned char **jpg, unsigned long *len)
+{
+	struct jpeg_compress_struct c;
+	struct jpeg_error_mgr err;
+	uint8_t row[2 * 24];
+
+	c.err = jpeg_std_error(&err);
+	jpeg_create_compress(&c);
+	*jpg = NULL;
+	*len = 0;
+	jpeg_mem_dest(&c, jpg, len);
+	c.image_width = 24;
+	c.image_height = 16;
+	c.input_components = 2;
+	c.in_color_space = JCS_UNKNOWN;
+	jpeg_set_defaults(&c);
+	jpeg_start_compress(&c, TRUE);
+	for (unsigned y = 0; y < 16; y++) {
+		for (unsigned i = 0; i < sizeof(row); i++)
+			row[i] = (uint8_t)(i * 5 + y * 3);
+		JSAMPROW rp = row;
+		jpeg_write_scanlines(&c, &rp, 1);
+	}
+	jpeg_finish_compress(&c);
+	jpeg_destroy_compress(&c);
+}
+
+/* CMYK (4 components) is indexed like the others (DPK_KIND_JPEG_IDX_CMYK, its baseline bytes
+ * kept); a JPEG the index cannot describe even after a transcode (2 components) is kept as a
+ * plain JPEG; a damaged one is refused with a reason. */
 static void test_idx_build_fallbacks(void **state)
 {
 	tjhandle c = tjInitCompress();
@@ -411,23 +441,44 @@ static void test_idx_build_fallbacks(void **state)
 	unsigned long jlen = 0;
 	size_t len;
 	char why[160];
-	struct dpk_record r = { .kind = DPK_KIND_JPEG };
+	struct dpk_record r = { .kind = DPK_KIND_JPEG_CMYK };
+	static struct cdc_idx_info info;
 
 	(void)state;
 	assert_non_null(c);
 	if (tjCompress2(c, px, 40, 0, 30, TJPF_CMYK, &jpg, &jlen, TJSAMP_444, 90, 0))
 		fail_msg("CMYK: %s", tjGetErrorStr2(c));
 	assert_int_equal(cdc_idx_build(jpg, jlen, 64, &r, &out, &len, why, sizeof(why)), 0);
-	assert_int_equal(r.kind, DPK_KIND_JPEG);
-	assert_int_equal(len, jlen);
+	assert_int_equal(r.kind, DPK_KIND_JPEG_IDX_CMYK);
+	assert_true(len > jlen);
 	assert_memory_equal(out, jpg, jlen);
+	assert_int_equal(cdc_idx_parse(out, len, &info, why, sizeof(why)), 0);
+	assert_int_equal(info.ncomp, 4);
+	/* a jpeg+idx job refuses a 4-component index, by name */
+	struct cdc_crop cr = { 0, 0, 40, 30 };
+	struct cdc_out o = { 8, 8, 0, 0 };
+	uint8_t tiny[8 * 8 * 3];
+	assert_int_equal(cdc_decode_jpeg_idx(dec, out, len, &cr, &o, tiny, why, sizeof(why)),
+			 -EBADMSG);
+	assert_non_null(strstr(why, "4 components"));
 	free(out);
+	tjFree(jpg);
+	/* 2 components: stored as it is */
+	unsigned char *two;
+	unsigned long tlen;
+	two_component_jpeg(&two, &tlen);
+	r.kind = DPK_KIND_JPEG;
+	assert_int_equal(cdc_idx_build(two, tlen, 64, &r, &out, &len, why, sizeof(why)), 0);
+	assert_int_equal(r.kind, DPK_KIND_JPEG);
+	assert_int_equal(len, tlen);
+	assert_memory_equal(out, two, tlen);
+	free(out);
+	free(two);
 	/* a scan cut short */
 	const struct img *m = &imgs[1];
 	assert_int_equal(cdc_idx_build(m->jpg, m->len / 2, 64, &r, &out, &len, why, sizeof(why)),
 			 -EBADMSG);
 	assert_true(strlen(why) > 8);
-	tjFree(jpg);
 	free(px);
 	tjDestroy(c);
 }
