@@ -15,6 +15,7 @@
 #include "codec/jpeg_build.h"
 #include "codec/jpeg_idx.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdio.h>
@@ -177,6 +178,8 @@ static int box_resize(struct cdc_decoder *d, uint8_t *px, uint32_t pw, uint32_t 
 {
 	uint32_t bw = b->bx1 - b->bx0, bh = b->by1 - b->by0;
 	uint8_t *q = px;
+
+	assert(b->bx0 >= ox && b->by0 >= oy && b->bx1 - ox <= pw);  /* the plan covers the box */
 
 	for (uint32_t y = b->by0; y < b->by1; y++) {
 		const uint8_t *p = px + ((size_t)(y - oy) * pw + (b->bx0 - ox)) * 4;
