@@ -76,10 +76,10 @@ static void apply(struct idx_edit *e, struct fuzz_in *in)
 	case 0: e->bit[k] = (uint32_t)((uint64_t)v * (scan + 16) / 0xFFFF); break;
 	case 1: e->bit[k] += (uint32_t)(int16_t)v; break;
 	case 2: e->bit[k] = e->bit[v % e->npoints]; break;
-	case 3: e->pred[3 * k + v % 3] = (int16_t)fuzz_take(in, 2) * (v & 0x100 ? 2 : 1); break;
+	case 3: e->pred[IDX_EDIT_COMP * k + v % IDX_EDIT_COMP] = (int16_t)fuzz_take(in, 2) * (v & 0x100 ? 2 : 1); break;
 	case 4: e->dir[a % e->rows] = (int32_t)(v % 0x8000) - (v & 0x8000 ? 0 : 1); break;
 	case 5: e->K = v % 8; break;
-	case 6: e->ncomp = v % 4; break;
+	case 6: e->ncomp = v % 6; break;
 	case 7: e->npoints = e->npoints ? e->npoints - 1 - v % (e->npoints < 4 ? e->npoints : 4) : 0; break;
 	case 8: e->extra = v % 4; break;
 	case 10:  /* row a takes row v's points */
@@ -91,7 +91,8 @@ static void apply(struct idx_edit *e, struct fuzz_in *in)
 			if (from >= e->npoints)
 				break;
 			e->bit[r * e->segs_x + j] = e->bit[from];
-			memcpy(&e->pred[3 * (r * e->segs_x + j)], &e->pred[3 * from], 3 * sizeof(int32_t));
+			memcpy(&e->pred[IDX_EDIT_COMP * (r * e->segs_x + j)], &e->pred[IDX_EDIT_COMP * from],
+			       IDX_EDIT_COMP * sizeof(int32_t));
 		}
 		break;
 	}
