@@ -674,6 +674,10 @@ static int idx_window(struct cdc_decoder *d, const uint8_t *rec, size_t len,
 		snprintf(why, whylen, "JPEG index: %s", tmp);
 		return ret;
 	}
+	if (info->ncomp == 4) {  /* TurboJPEG would refuse it later; say why now */
+		snprintf(why, whylen, "JPEG index: 4 components (CMYK) in a jpeg+idx record");
+		return -EBADMSG;
+	}
 	if (too_many_pixels(d, info->geo.width, info->geo.height, why, whylen))
 		return -EBADMSG;
 	clip_window(&c, info->geo.width, info->geo.height);
@@ -692,11 +696,18 @@ static int idx_window(struct cdc_decoder *d, const uint8_t *rec, size_t len,
 	return decode_splice(d, n, &c, &plan, den, out_h, out_w, win, why, whylen);
 }
 
+struct cdc_idx_info *cdc_decoder_idx(struct cdc_decoder *d)
+{
+	if (!d->idx)
+		d->idx = malloc(sizeof(*d->idx));
+	return d->idx;
+}
+
 int cdc_jpeg_idx_window(struct cdc_decoder *d, const uint8_t *rec, size_t len,
 			const struct cdc_crop *crop, uint32_t out_h, uint32_t out_w,
 			struct cdc_window *win, char *why, size_t whylen)
 {
-	if (!d->idx && !(d->idx = malloc(sizeof(*d->idx)))) {
+	if (!cdc_decoder_idx(d)) {
 		snprintf(why, whylen, "out of memory for a JPEG index");
 		return -ENOMEM;
 	}

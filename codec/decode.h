@@ -29,6 +29,7 @@ void cdc_crop_center(uint32_t w, uint32_t h, uint32_t out_h, uint32_t out_w, str
 unsigned cdc_jpeg_scale(const struct cdc_crop *crop, uint32_t out_h, uint32_t out_w);
 
 struct cdc_decoder;
+struct cdc_idx_info;  /* codec/jpeg_hdr.h */
 
 int cdc_decoder_create(struct cdc_decoder **out);  /* 0 or -ENOMEM */
 /* Bound what one record may make the decoder spend: a JPEG whose frame is larger than
@@ -101,6 +102,9 @@ const uint8_t *cdc_decode_zstd(struct cdc_decoder *d, const uint8_t *src, size_t
  * decoder's scratch buffer (valid until its next call), or NULL when out of memory; and the
  * cdc_decoder_limit() bound (0: none). */
 uint8_t *cdc_decoder_scratch(struct cdc_decoder *d, size_t n);
+/* The decoder's room for one parsed jpeg+idx record (codec/jpeg_hdr.h; too large a local), made
+ * on first use and kept; NULL when out of memory. */
+struct cdc_idx_info *cdc_decoder_idx(struct cdc_decoder *d);
 uint64_t cdc_decoder_max_pixels(const struct cdc_decoder *d);
 
 #endif

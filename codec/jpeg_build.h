@@ -14,11 +14,12 @@
 
 /* dpack's conversion: JPEG @jpg[0, len) (probed into @r) as a jpeg+idx record, index columns of
  * about @col_px pixels (0: one per MCU row). A JPEG that is baseline Huffman, 8-bit, one
- * interleaved scan of 1 or 3 components, no restart interval, with complete DC tables is kept
+ * interleaved scan of 1, 3 or 4 components, no restart interval, with complete DC tables is kept
  * byte for byte up to its EOI; any other is first transcoded losslessly (standard tables).
  * On success *out (free()) holds *outlen bytes and @r's kind and flags say what it became
- * (DPK_KIND_JPEG_IDX; DPK_KIND_JPEG, the bytes as they are, for a JPEG the index cannot describe,
- * e.g. CMYK). Returns 0, -EBADMSG (with @why: the data is corrupt) or -ENOMEM. */
+ * (DPK_KIND_JPEG_IDX; DPK_KIND_JPEG_IDX_CMYK for 4 components, CMYK or YCCK; @r's kind
+ * unchanged, the bytes as they are, for a JPEG the index cannot describe even transcoded).
+ * Returns 0, -EBADMSG (with @why: the data is corrupt) or -ENOMEM. */
 int cdc_idx_build(const uint8_t *jpg, size_t len, unsigned col_px, struct dpk_record *r,
 		  uint8_t **out, size_t *outlen, char *why, size_t whylen);
 

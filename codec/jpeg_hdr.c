@@ -95,7 +95,7 @@ static int parse_dht(const uint8_t *p, size_t n, struct cdc_idx_info *info, char
 }
 
 struct frame {
-	unsigned ncomp, id[3], h[3], v[3];
+	unsigned ncomp, id[CDC_IDX_COMP_MAX], h[CDC_IDX_COMP_MAX], v[CDC_IDX_COMP_MAX];
 };
 
 static int parse_sof(const uint8_t *p, size_t n, size_t at, struct cdc_idx_info *info,
@@ -104,8 +104,8 @@ static int parse_sof(const uint8_t *p, size_t n, size_t at, struct cdc_idx_info 
 	if (n < 6 || p[0] != 8)
 		return bad(why, whylen, -ENOTSUP, "not an 8-bit frame");
 	f->ncomp = p[5];
-	if ((f->ncomp != 1 && f->ncomp != 3) || n != 6 + 3 * (size_t)f->ncomp)
-		return bad(why, whylen, -ENOTSUP, "frame is not 1 or 3 components");
+	if ((f->ncomp != 1 && f->ncomp != 3 && f->ncomp != 4) || n != 6 + 3 * (size_t)f->ncomp)
+		return bad(why, whylen, -ENOTSUP, "frame is not 1, 3 or 4 components");
 	info->geo.height = be16(p + 1);
 	info->geo.width = be16(p + 3);
 	info->geo.sof_at = at;

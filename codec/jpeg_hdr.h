@@ -28,6 +28,7 @@ struct cdc_rst_info {
 void cdc_jpeg_geometry(struct cdc_rst_info *g, unsigned ncomp);
 
 #define CDC_IDX_FOOTER 32u        /* bytes of the footer at the end of a jpeg+idx record */
+#define CDC_IDX_COMP_MAX 4u       /* scan components an index describes: 1, 3 or 4 (CMYK, YCCK) */
 #define CDC_IDX_VERSION 1u
 
 /* One Huffman table: the decoder's lookahead and canonical limits, and the encoder's codes. */
@@ -51,9 +52,10 @@ struct cdc_huff {
 struct cdc_idx_info {
 	struct cdc_rst_info geo;  /* size, MCU geometry, sof_at, scan_at; interval = K (MCUs per
 				   * index column), segs_x = index columns per MCU row */
-	unsigned ncomp;           /* components in the scan: 1 or 3 */
-	unsigned nblocks[3];      /* blocks of each scan component in an MCU */
-	const struct cdc_huff *dc[3], *ac[3]; /* each scan component's tables (into huff[]) */
+	unsigned ncomp;           /* components in the scan: 1, 3 or 4 */
+	unsigned nblocks[CDC_IDX_COMP_MAX]; /* blocks of each scan component in an MCU */
+	/* each scan component's tables (into huff[]) */
+	const struct cdc_huff *dc[CDC_IDX_COMP_MAX], *ac[CDC_IDX_COMP_MAX];
 	struct cdc_huff huff[8];  /* DC 0..3, AC 0..3 */
 	size_t jpeg_len;          /* bytes of the JPEG, SOI to EOI */
 	size_t eoi_at;            /* offset of the EOI marker that ends the scan (records) */

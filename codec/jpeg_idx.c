@@ -39,6 +39,16 @@ static int unzigzag(uint32_t u)
 
 /* ---- the record ---- */
 
+/* Some component's prediction is not 0 (the unused ones are). */
+static int any_pred(const int pred[CDC_IDX_COMP_MAX])
+{
+	int any = 0;
+
+	for (unsigned c = 0; c < CDC_IDX_COMP_MAX; c++)
+		any |= pred[c];
+	return any != 0;
+}
+
 /* Check the row directory: row 0 at the stream's start, rows in order, all inside the stream. */
 static int check_rows(const struct cdc_idx_info *info, char *why, size_t whylen)
 {
@@ -76,7 +86,8 @@ static int get_varint(const uint8_t **p, const uint8_t *end, uint32_t *v)
 /* One point of a row's stream at *p (before @end): its bit offset added to *off (within the row:
  * the first point's is absolute) and its predictions to @pred. @first: the row's first point. */
 static int next_point(const uint8_t *rec, const uint8_t **p, const uint8_t *end,
-		      const struct cdc_idx_info *info, int first, uint64_t *off, int pred[3], char *why, size_t whylen)
+		      const struct cdc_idx_info *info, int first, uint64_t *off, int *pred, char *why,
+		      size_t whylen)
 {
 	uint64_t limit = (uint64_t)(info->eoi_at - info->geo.scan_at) * 8;
 	uint32_t d;
@@ -120,13 +131,13 @@ static int check_points(const uint8_t *rec, const struct cdc_idx_info *info, cha
 		const uint8_t *p = info->stream + a, *end = info->stream + e;
 		uint32_t n = r < g->mcus_y ? g->segs_x : 1;  /* the last "row" is the final point */
 		uint64_t off = 0;
-		int pred[3] = { 0, 0, 0 };
+		int pred[CDC_IDX_COMP_MAX] = { 0 };
 		for (uint32_t j = 0; j < n; j++) {
 			int ret = next_point(rec, &p, end, info, j == 0, &off, pred, why, whylen);
 			if (ret < 0)
 				return ret;
 			if (r == 0 && j == 0) {
-				if (off || pred[0] || pred[1] || pred[2])
+				if (off || any_pred(pred))
 					return bad(why, whylen, -EBADMSG,
 						   "index does not start at the scan");
 			} else if (off <= last) {
@@ -156,13 +167,13 @@ int cdc_idx_point(const uint8_t *rec, const struct cdc_idx_info *info, uint32_t 
 	uint32_t a = le32(info->rows + 4 * (size_t)r);
 	uint32_t e = r < g->mcus_y ? le32(info->rows + 4 * ((size_t)r + 1)) : info->stream_len;
 	const uint8_t *p = info->stream + a, *end = info->stream + e;
-	int pred[3] = { 0, 0, 0 };
+	int pred[CDC_IDX_COMP_MAX] = { 0 };
 	for (uint32_t i = 0; i <= j; i++) {
 		int ret = next_point(rec, &p, end, info, i == 0, &off, pred, why, whylen);
 		if (ret < 0)
 			return ret;
 	}
-	if (r == 0 && j == 0 && (off || pred[0] || pred[1] || pred[2]))
+	if (r == 0 && j == 0 && (off || any_pred(pred)))
 		return bad(why, whylen, -EBADMSG, "index does not start at the scan");
 	pt->bit = (uint32_t)off;
 	memcpy(pt->pred, pred, sizeof(pred));
@@ -404,9 +415,10 @@ static int copy_block(struct bitrd *b, struct bitwr *w, const struct cdc_huff *d
 }
 
 /* Output bytes a planned row may take beyond twice its bytes of entropy data: the re-coded DC
- * differences (at most 27 bits a component more than the codes they replace), the bits pending
- * from the row before, the partial bytes at both ends, all doubled by stuffing. */
-#define ROW_SLACK 40u
+ * differences (at most 27 bits a component more than the codes they replace, 4 components:
+ * 108 bits), the bits pending from the row before (< 32), the partial bytes at both ends, all
+ * doubled by stuffing: 2 x (139 / 8 + 3) < 48. */
+#define ROW_SLACK 48u
 /* Output that one block read into the zero bits past its row's data can write before the check
  * after it stops the row: 64 codes of at most 31 bits, stuffing included; the splice's tail
  * (CDC_IDX_SPLICE_TAIL, inside the bound) absorbs it. */

@@ -1,7 +1,8 @@
 /* jpeg_idx.h - bit-indexed JPEG records (DPK_KIND_JPEG_IDX): a baseline JPEG without restart
  * markers followed by a stored index of where every K-th MCU of every MCU row starts in the
  * entropy-coded data and what the DC predictions are there (docs/FORMAT.md, "jpeg+idx"), and the
- * splice that loaderd makes of one for a crop window: a small valid JPEG of the stored header and
+ * splice that loaderd makes of one for a crop window (1 or 3 components: DPK_KIND_JPEG_IDX; 4, CMYK
+ * or YCCK: DPK_KIND_JPEG_IDX_CMYK, codec/kind_jpeg_cmyk.c): a small valid JPEG of the stored header and
  * the bits of the MCUs that cover the window plus a margin, joined at bit level, with the first DC
  * difference of each component in each joined row re-coded. No restart markers, so libjpeg-turbo
  * keeps its fast Huffman path. Pure functions over bytes; every offset in a record is checked
@@ -29,7 +30,7 @@ int cdc_idx_parse(const uint8_t *rec, size_t len, struct cdc_idx_info *info, cha
 /* An index point: the state before an MCU is decoded. */
 struct cdc_idx_point {
 	uint32_t bit;             /* bit offset from the first entropy-coded byte (stored bytes) */
-	int pred[3];              /* each scan component's DC prediction */
+	int pred[CDC_IDX_COMP_MAX]; /* each scan component's DC prediction (ncomp of them) */
 };
 /* Point (@r, @j) of a parsed record (@j up to geo.segs_x: the next row's first point, or after
  * the last row the final point). Returns 0, or -EBADMSG with @why when the stream is damaged or

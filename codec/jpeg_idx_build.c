@@ -88,7 +88,7 @@ static int skip_block(struct bitrd *b, const struct cdc_huff *dc, const struct c
 
 /* Append index point @k at the reader's position with predictions @pred. */
 static int put_point(uint8_t *tab, uint32_t k, const struct cdc_idx_info *info,
-		     const struct bitrd *b, const int pred[3])
+		     const struct bitrd *b, const int *pred)
 {
 	size_t at;
 	unsigned bit;
@@ -129,7 +129,7 @@ static int index_scan(const uint8_t *jpg, size_t len, struct cdc_idx_info *info,
 	const struct cdc_rst_info *g = &info->geo;
 	uint32_t K = g->interval, cols = g->segs_x, k = 0;
 	uint64_t np = (uint64_t)g->mcus_y * cols + 1;
-	int pred[3] = { 0, 0, 0 };
+	int pred[CDC_IDX_COMP_MAX] = { 0 };
 	struct bitrd b;
 
 	if (np * info->entry_size > UINT32_MAX)
@@ -311,7 +311,7 @@ int cdc_idx_build(const uint8_t *jpg, size_t len, unsigned col_px, struct dpk_re
 		if (ret == 0)
 			jpg = tc;
 	}
-	if (ret == -ENOTSUP) {  /* e.g. CMYK: stored as it is */
+	if (ret == -ENOTSUP) {  /* e.g. 2 components: stored as it is */
 		*out = malloc(len ? len : 1);
 		if (!*out) {
 			ret = -ENOMEM;
@@ -325,7 +325,7 @@ int cdc_idx_build(const uint8_t *jpg, size_t len, unsigned col_px, struct dpk_re
 	if (ret == 0)
 		ret = assemble(jpg, info, tab, out, outlen);
 	if (ret == 0) {
-		r->kind = DPK_KIND_JPEG_IDX;
+		r->kind = info->ncomp == 4 ? DPK_KIND_JPEG_IDX_CMYK : DPK_KIND_JPEG_IDX;
 		r->flags &= (uint8_t)~DPK_F_PROGRESSIVE;
 	}
 out:

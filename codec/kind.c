@@ -14,8 +14,8 @@ extern const struct cdc_kind_load cdc_jpeg_load, cdc_jpeg_rst_load, cdc_jpeg_idx
 /* Image files decoded whole (codec/kind_image.h). */
 extern const struct cdc_kind_pack cdc_jpeg_cmyk_pack, cdc_png_pack, cdc_webp_pack, cdc_pnm_pack,
 	cdc_bmp_pack, cdc_tiff_pack;
-extern const struct cdc_kind_load cdc_jpeg_cmyk_load, cdc_png_load, cdc_webp_load, cdc_pnm_load,
-	cdc_bmp_load, cdc_tiff_load;
+extern const struct cdc_kind_load cdc_jpeg_cmyk_load, cdc_jpeg_idx_cmyk_load, cdc_png_load,
+	cdc_webp_load, cdc_pnm_load, cdc_bmp_load, cdc_tiff_load;
 
 const struct cdc_kind cdc_kinds[DPK_KIND_MAX + 1] = {
 	[DPK_KIND_JPEG] = { DPK_KIND_JPEG, "jpeg", &cdc_jpeg_pack, &cdc_jpeg_load },
@@ -30,6 +30,9 @@ const struct cdc_kind cdc_kinds[DPK_KIND_MAX + 1] = {
 	[DPK_KIND_PNM] = { DPK_KIND_PNM, "pnm", &cdc_pnm_pack, &cdc_pnm_load },
 	[DPK_KIND_BMP] = { DPK_KIND_BMP, "bmp", &cdc_bmp_pack, &cdc_bmp_load },
 	[DPK_KIND_TIFF] = { DPK_KIND_TIFF, "tiff", &cdc_tiff_pack, &cdc_tiff_load },
+	/* made by jpeg+cmyk's repack (the index pass), from no file of its own */
+	[DPK_KIND_JPEG_IDX_CMYK] = { DPK_KIND_JPEG_IDX_CMYK, "jpeg+idx+cmyk", NULL,
+				     &cdc_jpeg_idx_cmyk_load },
 };
 
 const struct cdc_kind *cdc_kind_get(unsigned kind)

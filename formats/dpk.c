@@ -97,6 +97,7 @@ static const struct dpk_kind_info kind_infos[DPK_KIND_MAX + 1] = {
 	[DPK_KIND_PNM] = { "pnm", DPK_KF_IMAGE },
 	[DPK_KIND_BMP] = { "bmp", DPK_KF_IMAGE },
 	[DPK_KIND_TIFF] = { "tiff", DPK_KF_IMAGE },
+	[DPK_KIND_JPEG_IDX_CMYK] = { "jpeg+idx+cmyk", DPK_KF_IMAGE },
 };
 
 const struct dpk_kind_info *dpk_kind_info(unsigned kind)

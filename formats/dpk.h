@@ -39,8 +39,10 @@ enum dpk_kind {
 	DPK_KIND_PNM = 9,       /* binary PGM (P5) or PPM (P6), maxval 1..255 */
 	DPK_KIND_BMP = 10,      /* BMP: uncompressed 1/4/8-bit palette, 24/32-bit */
 	DPK_KIND_TIFF = 11,     /* TIFF: 8-bit grey or RGB, contiguous, in strips */
+	DPK_KIND_JPEG_IDX_CMYK = 12, /* a 4-component JPEG (as kind 6) laid out as jpeg+idx: baseline,
+				      * one scan, followed by its index (docs/FORMAT.md) */
 };
-#define DPK_KIND_MAX 11
+#define DPK_KIND_MAX 12
 
 /* What the format itself knows of a kind: one row per kind in formats/dpk.c (how a kind is
  * decoded is the codec's business: codec/kind.h). */

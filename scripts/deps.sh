@@ -3,6 +3,7 @@
 # Called by the Makefile before the first compile; safe to run by hand. Exit 0 when all present.
 # mate-backgrounds: real photographs for tests/test_decode.c (JPEG_IMG_PHOTO_DIR in tests/jpeg_imgs.h).
 # python3-pil, python3-torchvision: tests/it_imagefolder.sh compares dpack with ImageFolder and PIL.
+# python3-pil, mate-backgrounds: tests/it_cmyk_idx.sh makes CMYK photographs with PIL.
 # libpng-dev, libwebp-dev, libtiff-dev: the png, webp and tiff record kinds (codec/kind_*.c).
 # lcov: `make coverage` (scripts/coverage.sh).
 set -eu

@@ -6,11 +6,13 @@
  * directory entry, the column width, the component or point count, bytes after the stream. The
  * record is rebuilt with a valid footer check, then parsed; when it parses, splices of a set of
  * plans must stay inside cdc_idx_splice_bound() (an exact-size buffer under ASan) and windows
- * must decode or be refused with -EBADMSG (cdc_decode_jpeg_idx). */
+ * must decode or be refused with -EBADMSG (cdc_decode_jpeg_idx; for the 4-component images,
+ * jpeg+idx+cmyk's decode, codec/kind_jpeg_cmyk.c). */
 #include "codec/decode.h"
 #include "codec/jpeg_build.h"
 #include "codec/jpeg_idx.h"
 #include "codec/jpeg_rst.h"
+#include "codec/kind_load.h"
 #include "tests/fuzz_jpeg_fields.h"
 #include "tests/idx_edit.h"
 
@@ -19,6 +21,30 @@
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* jpeg+idx+cmyk's decode (codec/kind_jpeg_cmyk.c) as a fuzz_decode_fn: the entry says the
+ * image's size (cmyk_w x cmyk_h) as dpack wrote it; the window is clipped into the image, as a
+ * job's crops are. */
+static uint32_t cmyk_w, cmyk_h;
+static int cmyk_idx_decode(struct cdc_decoder *d, const uint8_t *rec, size_t len,
+			   const struct cdc_crop *crop, const struct cdc_out *o, uint8_t *dst,
+			   char *why, size_t whylen)
+{
+	struct dpk_entry e = { .kind = DPK_KIND_JPEG_IDX_CMYK, .length = len, .ndim = 3,
+			       .shape = { cmyk_h, cmyk_w, 3 },
+			       .raw_size = (uint64_t)cmyk_w * cmyk_h * 3 };
+	struct cdc_crop c = *crop;
+
+	if (c.x >= cmyk_w)
+		c.x = cmyk_w - 1;
+	if (c.y >= cmyk_h)
+		c.y = cmyk_h - 1;
+	if (c.w > cmyk_w - c.x)
+		c.w = cmyk_w - c.x;
+	if (c.h > cmyk_h - c.y)
+		c.h = cmyk_h - c.y;
+	return cdc_kind_load(DPK_KIND_JPEG_IDX_CMYK)->decode(d, &e, rec, &c, o, dst, why, whylen);
+}
 
 /* The records: each JPEG indexed at three column widths, made on the first call. */
 static const uint8_t *record(unsigned sel, size_t *len)
@@ -30,10 +56,11 @@ static const uint8_t *record(unsigned sel, size_t *len)
 
 	if (!rec[i][c]) {
 		const struct fuzz_jpeg *j = &fuzz_jpegs()[i];
-		struct dpk_record r = { .kind = DPK_KIND_JPEG };
+		struct dpk_record r = { .kind = j->cmyk ? DPK_KIND_JPEG_CMYK : DPK_KIND_JPEG };
 		char why[160];
 		if (cdc_idx_build(j->jpg, j->len, cols[c], &r, &rec[i][c], &rlen[i][c], why,
-				  sizeof(why)) || r.kind != DPK_KIND_JPEG_IDX)
+				  sizeof(why)) ||
+		    r.kind != (j->cmyk ? DPK_KIND_JPEG_IDX_CMYK : DPK_KIND_JPEG_IDX))
 			abort();
 	}
 	*len = rlen[i][c];
@@ -76,10 +103,10 @@ static void apply(struct idx_edit *e, struct fuzz_in *in)
 	case 0: e->bit[k] = (uint32_t)((uint64_t)v * (scan + 16) / 0xFFFF); break;
 	case 1: e->bit[k] += (uint32_t)(int16_t)v; break;
 	case 2: e->bit[k] = e->bit[v % e->npoints]; break;
-	case 3: e->pred[3 * k + v % 3] = (int16_t)fuzz_take(in, 2) * (v & 0x100 ? 2 : 1); break;
+	case 3: e->pred[IDX_EDIT_COMP * k + v % IDX_EDIT_COMP] = (int16_t)fuzz_take(in, 2) * (v & 0x100 ? 2 : 1); break;
 	case 4: e->dir[a % e->rows] = (int32_t)(v % 0x8000) - (v & 0x8000 ? 0 : 1); break;
 	case 5: e->K = v % 8; break;
-	case 6: e->ncomp = v % 4; break;
+	case 6: e->ncomp = v % 6; break;
 	case 7: e->npoints = e->npoints ? e->npoints - 1 - v % (e->npoints < 4 ? e->npoints : 4) : 0; break;
 	case 8: e->extra = v % 4; break;
 	case 10:  /* row a takes row v's points */
@@ -91,7 +118,8 @@ static void apply(struct idx_edit *e, struct fuzz_in *in)
 			if (from >= e->npoints)
 				break;
 			e->bit[r * e->segs_x + j] = e->bit[from];
-			memcpy(&e->pred[3 * (r * e->segs_x + j)], &e->pred[3 * from], 3 * sizeof(int32_t));
+			memcpy(&e->pred[IDX_EDIT_COMP * (r * e->segs_x + j)], &e->pred[IDX_EDIT_COMP * from],
+			       IDX_EDIT_COMP * sizeof(int32_t));
 		}
 		break;
 	}
@@ -127,8 +155,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				splice_plans(copy, &info, (uint32_t)sel * 2654435761u);
 			free(copy);
 		}
-		fuzz_decode_windows(cdc_decode_jpeg_idx, rec, n, j->w, j->h,
-				    (uint32_t)(size * 2654435761u));
+		cmyk_w = (uint32_t)j->w;
+		cmyk_h = (uint32_t)j->h;
+		fuzz_decode_windows(j->cmyk ? cmyk_idx_decode : cdc_decode_jpeg_idx, rec, n, j->w,
+				    j->h, (uint32_t)(size * 2654435761u));
 		free(rec);
 	}
 	idx_edit_free(&e);

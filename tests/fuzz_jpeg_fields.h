@@ -1,6 +1,6 @@
 /* fuzz_jpeg_fields.h - what the structure-aware JPEG fuzz targets (fuzz_idx_fields.c,
  * fuzz_rst_fields.c) share: a few valid JPEGs made once by TurboJPEG (every chroma subsampling,
- * sizes on and off the MCU grid), a reader of the input's mutation bytes, and the check that
+ * sizes on and off the MCU grid, two with 4 components), a reader of the input's mutation bytes, and the check that
  * runs on every mutated record: every splice plan of a set stays inside its bound (an exact-size
  * buffer, so ASan sees any byte past it) and every window decodes or is refused with -EBADMSG.
  * Header-only: each target is one binary. */
@@ -15,21 +15,23 @@
 
 #include <turbojpeg.h>
 
-enum { FUZZ_NJPEG = 5 };
+enum { FUZZ_NJPEG = 7 };
 
 struct fuzz_jpeg {
 	unsigned char *jpg;
 	unsigned long len;
 	int w, h;
+	int cmyk;           /* 4 components (TurboJPEG writes YCCK, K at luma's sampling) */
 };
 
 /* The JPEGs: made on the first call, kept for the process. */
 static inline const struct fuzz_jpeg *fuzz_jpegs(void)
 {
 	static struct fuzz_jpeg set[FUZZ_NJPEG];
-	static const struct { int w, h, samp; } shape[FUZZ_NJPEG] = {
-		{ 96, 64, TJSAMP_420 }, { 67, 45, TJSAMP_422 }, { 40, 72, TJSAMP_444 },
-		{ 50, 33, TJSAMP_GRAY }, { 48, 170, TJSAMP_420 },
+	static const struct { int w, h, samp, cmyk; } shape[FUZZ_NJPEG] = {
+		{ 96, 64, TJSAMP_420, 0 }, { 67, 45, TJSAMP_422, 0 }, { 40, 72, TJSAMP_444, 0 },
+		{ 50, 33, TJSAMP_GRAY, 0 }, { 48, 170, TJSAMP_420, 0 },
+		{ 56, 40, TJSAMP_420, 1 }, { 33, 47, TJSAMP_444, 1 },
 	};
 
 	if (set[0].jpg)
@@ -38,19 +40,20 @@ static inline const struct fuzz_jpeg *fuzz_jpegs(void)
 	if (!tj)
 		abort();
 	for (int i = 0; i < FUZZ_NJPEG; i++) {
-		int w = shape[i].w, h = shape[i].h;
-		unsigned char *px = malloc((size_t)w * h * 3);
+		int w = shape[i].w, h = shape[i].h, nc = shape[i].cmyk ? 4 : 3;
+		unsigned char *px = malloc((size_t)w * h * 4);
 		if (!px)
 			abort();
 		for (int y = 0; y < h; y++)
 			for (int x = 0; x < w; x++)
-				for (int c = 0; c < 3; c++)
-					px[((size_t)y * w + x) * 3 + c] =
+				for (int c = 0; c < nc; c++)
+					px[((size_t)y * w + x) * nc + c] =
 						(unsigned char)((x * (7 + c) + y * (3 + 2 * c) +
 								 ((x / 5 + y / 3) % 2) * 90) & 0xFF);
-		if (tjCompress2(tj, px, w, 0, h, TJPF_RGB, &set[i].jpg, &set[i].len, shape[i].samp,
-				85, 0))
+		if (tjCompress2(tj, px, w, 0, h, shape[i].cmyk ? TJPF_CMYK : TJPF_RGB, &set[i].jpg,
+				&set[i].len, shape[i].samp, 85, 0))
 			abort();
+		set[i].cmyk = shape[i].cmyk;
 		set[i].w = w;
 		set[i].h = h;
 		free(px);

@@ -41,6 +41,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint8_t *copy = NULL;
 	size_t clen = 0;
 	int checked = k->pack->repack(data, size, NULL, &r, &copy, &clen, why, sizeof(why)) == 0;
+	if (checked && r.kind != k->kind) {
+		/* repacked into another kind (jpeg+cmyk into jpeg+idx+cmyk): loaderd decodes that
+		 * record, whole and cropped, exactly sized */
+		uint8_t *out = malloc(px * 3), small[7 * 5 * 3];
+		struct dpk_entry e = { .length = clen, .raw_size = px * 3, .kind = (uint8_t)r.kind,
+				       .ndim = 3, .shape = { r.shape[0], r.shape[1], 3, 0 } };
+		struct cdc_crop c = { r.shape[1] / 2, r.shape[0] / 3, (r.shape[1] + 1) / 2,
+				      r.shape[0] - r.shape[0] / 3 };
+		if (!out || cdc_kind_load(r.kind)->decode(d, &e, copy, &(struct cdc_crop){ 0 },
+							  &(struct cdc_out){ 0 }, out, why,
+							  sizeof(why)) != 0 ||
+		    cdc_kind_load(r.kind)->decode(d, &e, copy, &c, &(struct cdc_out){ .h = 7, .w = 5 },
+						  small, why, sizeof(why)) != 0)
+			abort();
+		free(out);
+		r.kind = (uint8_t)k->kind;
+	}
 	free(copy);
 	/* the stored bytes exactly as given: a record in an exactly sized buffer */
 	uint8_t *rec = malloc(size ? size : 1), *out = malloc(px * 3);

@@ -47,7 +47,7 @@ int idx_edit_load(const uint8_t *rec, size_t len, struct idx_edit *e)
 	e->segs_x = g->segs_x;
 	e->rows = g->mcus_y + 1;
 	e->bit = calloc(e->npoints, sizeof(*e->bit));
-	e->pred = calloc((size_t)e->npoints * 3, sizeof(*e->pred));
+	e->pred = calloc((size_t)e->npoints * IDX_EDIT_COMP, sizeof(*e->pred));
 	e->dir = malloc(e->rows * sizeof(*e->dir));
 	int ok = e->bit && e->pred && e->dir;
 	for (uint32_t k = 0; ok && k < e->npoints; k++) {
@@ -55,8 +55,8 @@ int idx_edit_load(const uint8_t *rec, size_t len, struct idx_edit *e)
 		ok = cdc_idx_point(rec, info, k / g->segs_x, k % g->segs_x, &pt, why,
 				   sizeof(why)) == 0;
 		e->bit[k] = pt.bit;
-		for (int c = 0; c < 3; c++)
-			e->pred[3 * k + c] = pt.pred[c];
+		for (unsigned c = 0; c < IDX_EDIT_COMP; c++)
+			e->pred[IDX_EDIT_COMP * k + c] = pt.pred[c];
 	}
 	for (uint32_t r = 0; ok && r < e->rows; r++)
 		e->dir[r] = -1;
@@ -71,7 +71,7 @@ int idx_edit_load(const uint8_t *rec, size_t len, struct idx_edit *e)
 int idx_edit_store(const struct idx_edit *e, uint8_t **out, size_t *len)
 {
 	size_t dirlen = 4 * (size_t)e->rows;
-	size_t cap = e->jpeg_len + dirlen + (size_t)e->npoints * 20 + e->extra + 32;
+	size_t cap = e->jpeg_len + dirlen + (size_t)e->npoints * 25 + e->extra + 32;
 	uint8_t *o = calloc(1, cap);
 
 	if (!o || !e->segs_x)
@@ -85,9 +85,9 @@ int idx_edit_store(const struct idx_edit *e, uint8_t **out, size_t *len)
 		if (first && r < e->rows)
 			put_le32(dir + 4 * r, e->dir[r] < 0 ? (uint32_t)n : (uint32_t)e->dir[r]);
 		n += varint(s + n, e->bit[k] - (first ? 0 : e->bit[k - 1]));
-		for (uint32_t c = 0; c < e->ncomp && c < 3; c++)
-			n += varint(s + n, zigzag((int64_t)e->pred[3 * k + c] -
-						  (first ? 0 : e->pred[3 * (k - 1) + c])));
+		for (uint32_t c = 0; c < e->ncomp && c < IDX_EDIT_COMP; c++)
+			n += varint(s + n, zigzag((int64_t)e->pred[IDX_EDIT_COMP * k + c] -
+						  (first ? 0 : e->pred[IDX_EDIT_COMP * (k - 1) + c])));
 	}
 	for (uint32_t r = (e->npoints + e->segs_x - 1) / e->segs_x; r < e->rows; r++)
 		put_le32(dir + 4 * r, e->dir[r] < 0 ? (uint32_t)n : (uint32_t)e->dir[r]);

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define IDX_EDIT_COMP 4           /* predictions a point holds: CDC_IDX_COMP_MAX */
+
 struct idx_edit {
 	const uint8_t *jpg;       /* the record's JPEG (borrowed from the loaded record) */
 	uint32_t jpeg_len, scan_at;  /* footer fields */
@@ -17,7 +19,7 @@ struct idx_edit {
 	uint32_t segs_x;          /* points per row in the stream (the rest: the final point) */
 	uint32_t rows;            /* rows in the directory, the final point's included */
 	uint32_t *bit;            /* npoints bit offsets from the scan's first byte */
-	int32_t *pred;            /* npoints x 3 DC predictions */
+	int32_t *pred;            /* npoints x IDX_EDIT_COMP DC predictions (ncomp of them used) */
 	int32_t *dir;             /* rows entries: -1 computes the row's offset, else stored as is */
 	uint32_t extra;           /* bytes of zeros appended to the last row's stream */
 };

@@ -51,8 +51,12 @@ build/fuzz/fuzz_jpeg_idx: $(FUZZ_CODEC_JPEG)
 # fuzz_idx_fields, fuzz_rst_fields: valid jpeg+idx / jpeg+rst records with their index fields or
 # restart structure edited, spliced and decoded (codec/decode.c, libjpeg-turbo).
 FUZZ_JPEG_SRC := $(FUZZ_CODEC_JPEG) codec/decode.c
-build/fuzz/fuzz_idx_fields: FUZZ_EXTRA := $(FUZZ_JPEG_SRC) tests/idx_edit.c -lturbojpeg -ljpeg
-build/fuzz/fuzz_idx_fields: $(FUZZ_JPEG_SRC) tests/idx_edit.c tests/idx_edit.h tests/fuzz_jpeg_fields.h
+# fuzz_idx_fields decodes 4-component records through their kind (codec/kind_jpeg_cmyk.c): the
+# whole codec.
+build/fuzz/fuzz_idx_fields: FUZZ_EXTRA := $(wildcard codec/*.c) tests/idx_edit.c -lturbojpeg \
+	-ljpeg -lpng16 -lwebp -ltiff
+build/fuzz/fuzz_idx_fields: $(wildcard codec/*.c) tests/idx_edit.c tests/idx_edit.h \
+	tests/fuzz_jpeg_fields.h
 build/fuzz/fuzz_rst_fields: FUZZ_EXTRA := $(FUZZ_JPEG_SRC) -lturbojpeg -ljpeg
 build/fuzz/fuzz_rst_fields: $(FUZZ_JPEG_SRC) tests/fuzz_jpeg_fields.h
 # fuzz_kinds: the whole-image record kinds (codec/kind_image.h) and the probe that picks one.

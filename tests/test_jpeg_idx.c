@@ -25,9 +25,13 @@
 #include <string.h>
 #include <time.h>
 #include <turbojpeg.h>
+#include <jpeglib.h>
 #include <xxhash.h>
 #include <cmocka.h>
 
+#include "codec/kind.h"
+#include "codec/kind_load.h"
+#include "tests/cmyk_jpeg.h"
 #include "tests/idx_edit.h"
 #include "tests/jpeg_imgs.h"
 #include "tests/test_util.h"
@@ -401,8 +405,37 @@ static void test_idx_garbage_never_crashes(void **state)
 	printf("%d of %d damaged records refused\n", failed, NIMG * 40);
 }
 
-/* A JPEG the index cannot describe even after a transcode (CMYK) is kept as a plain JPEG; a
- * damaged one is refused with a reason. */
+/* A 2-component JPEG (libjpeg writes them; neither grey, YCbCr nor CMYK) by hand. */
+static void two_component_jpeg(unsigned char **jpg, unsigned long *len)
+{
+	struct jpeg_compress_struct c;
+	struct jpeg_error_mgr err;
+	uint8_t row[2 * 24];
+
+	c.err = jpeg_std_error(&err);
+	jpeg_create_compress(&c);
+	*jpg = NULL;
+	*len = 0;
+	jpeg_mem_dest(&c, jpg, len);
+	c.image_width = 24;
+	c.image_height = 16;
+	c.input_components = 2;
+	c.in_color_space = JCS_UNKNOWN;
+	jpeg_set_defaults(&c);
+	jpeg_start_compress(&c, TRUE);
+	for (unsigned y = 0; y < 16; y++) {
+		for (unsigned i = 0; i < sizeof(row); i++)
+			row[i] = (uint8_t)(i * 5 + y * 3);
+		JSAMPROW rp = row;
+		jpeg_write_scanlines(&c, &rp, 1);
+	}
+	jpeg_finish_compress(&c);
+	jpeg_destroy_compress(&c);
+}
+
+/* CMYK (4 components) is indexed like the others (DPK_KIND_JPEG_IDX_CMYK, its baseline bytes
+ * kept); a JPEG the index cannot describe even after a transcode (2 components) is kept as a
+ * plain JPEG; a damaged one is refused with a reason. */
 static void test_idx_build_fallbacks(void **state)
 {
 	tjhandle c = tjInitCompress();
@@ -411,23 +444,44 @@ static void test_idx_build_fallbacks(void **state)
 	unsigned long jlen = 0;
 	size_t len;
 	char why[160];
-	struct dpk_record r = { .kind = DPK_KIND_JPEG };
+	struct dpk_record r = { .kind = DPK_KIND_JPEG_CMYK };
+	static struct cdc_idx_info info;
 
 	(void)state;
 	assert_non_null(c);
 	if (tjCompress2(c, px, 40, 0, 30, TJPF_CMYK, &jpg, &jlen, TJSAMP_444, 90, 0))
 		fail_msg("CMYK: %s", tjGetErrorStr2(c));
 	assert_int_equal(cdc_idx_build(jpg, jlen, 64, &r, &out, &len, why, sizeof(why)), 0);
-	assert_int_equal(r.kind, DPK_KIND_JPEG);
-	assert_int_equal(len, jlen);
+	assert_int_equal(r.kind, DPK_KIND_JPEG_IDX_CMYK);
+	assert_true(len > jlen);
 	assert_memory_equal(out, jpg, jlen);
+	assert_int_equal(cdc_idx_parse(out, len, &info, why, sizeof(why)), 0);
+	assert_int_equal(info.ncomp, 4);
+	/* a jpeg+idx job refuses a 4-component index, by name */
+	struct cdc_crop cr = { 0, 0, 40, 30 };
+	struct cdc_out o = { 8, 8, 0, 0 };
+	uint8_t tiny[8 * 8 * 3];
+	assert_int_equal(cdc_decode_jpeg_idx(dec, out, len, &cr, &o, tiny, why, sizeof(why)),
+			 -EBADMSG);
+	assert_non_null(strstr(why, "4 components"));
 	free(out);
+	tjFree(jpg);
+	/* 2 components: stored as it is */
+	unsigned char *two;
+	unsigned long tlen;
+	two_component_jpeg(&two, &tlen);
+	r.kind = DPK_KIND_JPEG;
+	assert_int_equal(cdc_idx_build(two, tlen, 64, &r, &out, &len, why, sizeof(why)), 0);
+	assert_int_equal(r.kind, DPK_KIND_JPEG);
+	assert_int_equal(len, tlen);
+	assert_memory_equal(out, two, tlen);
+	free(out);
+	free(two);
 	/* a scan cut short */
 	const struct img *m = &imgs[1];
 	assert_int_equal(cdc_idx_build(m->jpg, m->len / 2, 64, &r, &out, &len, why, sizeof(why)),
 			 -EBADMSG);
 	assert_true(strlen(why) > 8);
-	tjFree(jpg);
 	free(px);
 	tjDestroy(c);
 }
@@ -474,21 +528,21 @@ static void edit_rows_near_end(struct idx_edit *e)
  * many times over. */
 static void edit_rows_span_scan(struct idx_edit *e)
 {
-	uint32_t span[16][4];
+	uint32_t span[16][1 + IDX_EDIT_COMP];
 
 	assert_true(e->segs_x <= 16);
 	for (uint32_t j = 0; j < e->segs_x; j++) {
 		uint32_t k = row_first(e, 1 + j * (e->rows - 3) / (e->segs_x - 1));
 		span[j][0] = e->bit[k];
-		for (int c = 0; c < 3; c++)
-			span[j][1 + c] = (uint32_t)e->pred[3 * k + c];
+		for (int c = 0; c < IDX_EDIT_COMP; c++)
+			span[j][1 + c] = (uint32_t)e->pred[IDX_EDIT_COMP * k + c];
 	}
 	for (uint32_t r = 1; r + 1 < e->rows; r++)
 		for (uint32_t j = 0; j < e->segs_x; j++) {
 			uint32_t k = row_first(e, r) + j;
 			e->bit[k] = span[j][0];
-			for (int c = 0; c < 3; c++)
-				e->pred[3 * k + c] = (int32_t)span[j][1 + c];
+			for (int c = 0; c < IDX_EDIT_COMP; c++)
+				e->pred[IDX_EDIT_COMP * k + c] = (int32_t)span[j][1 + c];
 		}
 }
 
@@ -532,7 +586,7 @@ static void edit_point_repeats(struct idx_edit *e)
 
 static void set_pred(struct idx_edit *e, int32_t v)
 {
-	e->pred[3 * (row_first(e, 14) + 3)] = v;
+	e->pred[IDX_EDIT_COMP * (row_first(e, 14) + 3)] = v;
 }
 static void edit_pred_max(struct idx_edit *e) { set_pred(e, 32767); }
 static void edit_pred_past_max(struct idx_edit *e) { set_pred(e, 32768); }
@@ -555,10 +609,33 @@ static void edit_none(struct idx_edit *e)
 	(void)e;
 }
 
+static void set_last_pred(struct idx_edit *e, int32_t v)
+{
+	e->pred[IDX_EDIT_COMP * (row_first(e, 14) + 3) + e->ncomp - 1] = v;
+}
+static void edit_last_pred_max(struct idx_edit *e) { set_last_pred(e, 32767); }
+static void edit_last_pred_past_max(struct idx_edit *e) { set_last_pred(e, 32768); }
+static void edit_last_pred_min(struct idx_edit *e) { set_last_pred(e, -32768); }
+static void edit_last_pred_past_min(struct idx_edit *e) { set_last_pred(e, -32769); }
+static void edit_ncomp_more(struct idx_edit *e) { e->ncomp++; }
+static void edit_ncomp_fewer(struct idx_edit *e) { e->ncomp--; }
+
+/* Decode a window of @rec as its kind does (jpeg+idx, or jpeg+idx+cmyk through the kind table). */
+static int decode_kind(unsigned kind, const uint8_t *rec, size_t n, uint32_t w, uint32_t h,
+		       const struct cdc_crop *c, const struct cdc_out *o, uint8_t *px, char *why,
+		       size_t whylen)
+{
+	if (kind == DPK_KIND_JPEG_IDX)
+		return cdc_decode_jpeg_idx(dec, rec, n, c, o, px, why, whylen);
+	struct dpk_entry e = { .kind = (uint8_t)kind, .length = n, .ndim = 3,
+			       .shape = { h, w, 3 }, .raw_size = (uint64_t)w * h * 3 };
+	return cdc_kind_load(kind)->decode(dec, &e, rec, c, o, px, why, whylen);
+}
+
 /* Every bound of the index, at its limit (parsed; any window then decodes or is -EBADMSG) and one
- * past it (refused at parse, naming the reason), on the 640x480 4:2:0 image (30 rows of 10
- * columns at 64 px). */
-static void test_idx_index_checked_whole(void **state)
+ * past it (refused at parse, naming the reason), on the record @r of a 640x480 image indexed as
+ * 30 rows of 10 columns (jpeg+idx 4:2:0, or jpeg+idx+cmyk with PIL's 4:2:0 factors). */
+static void check_index_bounds(const uint8_t *r, size_t len, unsigned kind, uint32_t w, uint32_t h)
 {
 	static const struct {
 		const char *what;
@@ -578,15 +655,17 @@ static void test_idx_index_checked_whole(void **state)
 		{ "a prediction of 32768", edit_pred_past_max, "prediction" },
 		{ "a prediction of -32768", edit_pred_min, NULL },
 		{ "a prediction of -32769", edit_pred_past_min, "prediction" },
+		{ "the last component's prediction of 32767", edit_last_pred_max, NULL },
+		{ "the last component's prediction of 32768", edit_last_pred_past_max, "prediction" },
+		{ "the last component's prediction of -32768", edit_last_pred_min, NULL },
+		{ "the last component's prediction of -32769", edit_last_pred_past_min, "prediction" },
+		{ "a component more in the footer", edit_ncomp_more, "does not match" },
+		{ "a component fewer in the footer", edit_ncomp_fewer, "does not match" },
 		{ "a byte after the final point", edit_stream_trailing_byte, "more than its points" },
 		{ "two rows at one start", edit_rows_share_start, "" },
 	};
-	const struct img *m = &imgs[1];
 	static struct cdc_idx_info info;
-	size_t len;
-	uint8_t *r = build(m, 64, &len);
 
-	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct idx_edit e;
 		uint8_t *rec;
@@ -595,6 +674,7 @@ static void test_idx_index_checked_whole(void **state)
 		assert_int_equal(idx_edit_load(r, len, &e), 0);
 		assert_int_equal(e.segs_x, 10);
 		assert_int_equal(e.rows, 31);
+		assert_int_equal(e.ncomp, kind == DPK_KIND_JPEG_IDX ? 3 : 4);
 		cases[i].edit(&e);
 		assert_int_equal(idx_edit_store(&e, &rec, &n), 0);
 		int ret = cdc_idx_parse(rec, n, &info, why, sizeof(why));
@@ -611,8 +691,8 @@ static void test_idx_index_checked_whole(void **state)
 				struct cdc_crop c;
 				struct cdc_out o = { 32, 32, 0, 0 };
 				static uint8_t px[32 * 32 * 3];
-				cdc_crop_random((uint32_t)m->w, (uint32_t)m->h, test_xorshift(&x), &c);
-				ret = cdc_decode_jpeg_idx(dec, rec, n, &c, &o, px, why, sizeof(why));
+				cdc_crop_random(w, h, test_xorshift(&x), &c);
+				ret = decode_kind(kind, rec, n, w, h, &c, &o, px, why, sizeof(why));
 				if (ret != 0 && ret != -EBADMSG)
 					fail_msg("%s: decode %d", cases[i].what, ret);
 			}
@@ -626,22 +706,50 @@ static void test_idx_index_checked_whole(void **state)
 		free(rec);
 		idx_edit_free(&e);
 	}
+}
+
+static void test_idx_index_checked_whole(void **state)
+{
+	const struct img *m = &imgs[1];
+	size_t len;
+	uint8_t *r = build(m, 64, &len);
+
+	(void)state;
+	check_index_bounds(r, len, DPK_KIND_JPEG_IDX, (uint32_t)m->w, (uint32_t)m->h);
 	free(r);
+}
+
+/* The same bounds on a 4-component record (4 predictions a point). */
+static void test_idx_index_checked_whole_cmyk(void **state)
+{
+	static const struct cmyk_spec s = { "CMYK PIL 4:2:0", 640, 480, 0, 1, 0,
+					    { { 2, 2 }, { 1, 1 }, { 1, 1 }, { 1, 1 } } };
+	uint8_t *px = cmyk_jpeg_pattern(s.w, s.h, 5), *f, *r;
+	size_t flen, len;
+	char why[160];
+	struct dpk_record rec = { .kind = DPK_KIND_JPEG_CMYK };
+
+	(void)state;
+	cmyk_jpeg_make(&s, px, &f, &flen);
+	assert_int_equal(cdc_idx_build(f, flen, 64, &rec, &r, &len, why, sizeof(why)), 0);
+	assert_int_equal(rec.kind, DPK_KIND_JPEG_IDX_CMYK);
+	check_index_bounds(r, len, DPK_KIND_JPEG_IDX_CMYK, s.w, s.h);
+	free(r);
+	free(f);
+	free(px);
 }
 
 /* The splice on its own, given an index that the whole-index check would refuse (rows of true
  * MCUs that each span most of the scan): each row is measured against what is left of the buffer before a bit is
  * copied, so it refuses the plan instead of writing past the bound (an exact-size buffer: ASan). */
-static void test_idx_splice_bounded_without_check(void **state)
+static void splice_bounded(const uint8_t *r, size_t len, uint32_t w, uint32_t h)
 {
-	const struct img *m = &imgs[1];
 	static struct cdc_idx_info info;
 	struct idx_edit e;
-	size_t len, n;
-	uint8_t *r = build(m, 64, &len), *rec;
+	size_t n;
+	uint8_t *rec;
 	char why[160] = "";
 
-	(void)state;
 	assert_int_equal(cdc_idx_parse(r, len, &info, why, sizeof(why)), 0);
 	assert_int_equal(idx_edit_load(r, len, &e), 0);
 	edit_rows_span_scan(&e);
@@ -651,7 +759,7 @@ static void test_idx_splice_bounded_without_check(void **state)
 	info.stream = info.rows + 4 * (size_t)e.rows;
 	info.stream_len = (uint32_t)(n - CDC_IDX_FOOTER - info.jpeg_len - 4 * (size_t)e.rows);
 	struct cdc_rst_plan plan;
-	cdc_rst_plan(&info.geo, 0, 0, (uint32_t)m->w - 100, (uint32_t)m->h, &plan);
+	cdc_rst_plan(&info.geo, 0, 0, w - 100, h, &plan);
 	assert_false(plan.whole);
 	size_t bound = cdc_idx_splice_bound(&info, &plan);
 	uint8_t *out = malloc(bound);
@@ -662,7 +770,31 @@ static void test_idx_splice_bounded_without_check(void **state)
 	free(out);
 	free(rec);
 	idx_edit_free(&e);
+}
+
+static void test_idx_splice_bounded_without_check(void **state)
+{
+	const struct img *m = &imgs[1];
+	size_t len;
+	uint8_t *r = build(m, 64, &len);
+
+	(void)state;
+	splice_bounded(r, len, (uint32_t)m->w, (uint32_t)m->h);
 	free(r);
+	/* the same with 4 components */
+	static const struct cmyk_spec s = { "YCCK 4:2:0", 640, 480, 1, 1, 0,
+					    { { 2, 2 }, { 1, 1 }, { 1, 1 }, { 2, 2 } } };
+	uint8_t *px = cmyk_jpeg_pattern(s.w, s.h, 9), *f;
+	size_t flen;
+	char why[160];
+	struct dpk_record rec = { .kind = DPK_KIND_JPEG_CMYK };
+	cmyk_jpeg_make(&s, px, &f, &flen);
+	assert_int_equal(cdc_idx_build(f, flen, 64, &rec, &r, &len, why, sizeof(why)), 0);
+	assert_int_equal(rec.kind, DPK_KIND_JPEG_IDX_CMYK);
+	splice_bounded(r, len, s.w, s.h);
+	free(r);
+	free(f);
+	free(px);
 }
 
 int main(void)
@@ -676,6 +808,7 @@ int main(void)
 		cmocka_unit_test(test_idx_garbage_never_crashes),
 		cmocka_unit_test(test_idx_build_fallbacks),
 		cmocka_unit_test(test_idx_index_checked_whole),
+		cmocka_unit_test(test_idx_index_checked_whole_cmyk),
 		cmocka_unit_test(test_idx_splice_bounded_without_check),
 	};
 

@@ -75,6 +75,11 @@ static void test_kind_every_kind_has_both_rows(void **state)
 		assert_non_null(cdc_kind_pack(whole[i])->repack);
 		assert_int_equal(dpk_kind_info(whole[i])->flags, DPK_KF_IMAGE);
 	}
+	/* CMYK indexed: made by jpeg+cmyk's repack, from no file of its own; RGB as jpeg+cmyk */
+	assert_string_equal(cdc_kind_get(DPK_KIND_JPEG_IDX_CMYK)->name, "jpeg+idx+cmyk");
+	assert_null(cdc_kind_pack(DPK_KIND_JPEG_IDX_CMYK));
+	assert_non_null(cdc_kind_load(DPK_KIND_JPEG_IDX_CMYK)->decode);
+	assert_int_equal(dpk_kind_info(DPK_KIND_JPEG_IDX_CMYK)->flags, DPK_KF_IMAGE);
 }
 
 static void test_kind_unknown_refused(void **state)
