@@ -6,9 +6,13 @@
  * items in index order, read them, probe image files for their record kind (codec/kind_pack.h: for a
  * JPEG its dimensions, subsampling, truncation), compress raw tensors and checksum, and
  * leave the result in a slot of a reorder window; the main thread writes slots strictly in item
- * order, so the output does not depend on --jobs. Workers never run more than WINDOW items ahead
- * of the writer, which bounds memory. Any fatal error (read error, full disk, signal) stops the
- * workers and removes the temporary file: OUT either is a whole dataset or was not touched.
+ * order, so the output does not depend on --jobs. Workers run up to WINDOW_PER_JOB items a worker
+ * ahead of the writer, and take no new item while the records done but not yet written hold
+ * INFLIGHT_BYTES or more: memory stays under that plus one record a worker, yet one large file
+ * (a full-size progressive JPEG takes 100x the time of an ImageNet-sized one) does not stall the
+ * other workers behind it, as a window of a few items a worker did. Any fatal error (read error,
+ * full disk, signal) stops the workers and removes the temporary file: OUT either is a whole
+ * dataset or was not touched.
  *
  * Tensors that lie back to back in one file (a .npy array, stored uncompressed: the input's
  * span()) skip the workers: the main thread reads them BLOCK_BYTES at a time with one pread and
@@ -45,6 +49,7 @@ struct slot {
 	enum slot_status status;
 	int err;                 /* SLOT_FATAL: -errno */
 	uint8_t *buf;            /* owned; the record's stored bytes */
+	uint64_t held;           /* bytes buf holds, counted in pk.held while done */
 	uint64_t in_len;         /* the source's bytes (before a rewrite) */
 	struct dpk_record rec;
 	char why[200];
@@ -63,10 +68,15 @@ struct pack {
 	pthread_cond_t cv_space; /* the writer freed a slot, or abort (writer -> workers) */
 	uint64_t next;           /* next item to hand out */
 	uint64_t written;        /* items the writer has consumed */
+	uint64_t held;           /* bytes of records done and not yet written (the slots' bufs) */
+	unsigned space_waiters;  /* workers waiting on cv_space */
 	int abort;
 	struct slot *slots;
-	uint64_t window;
+	uint64_t window;         /* slots: items a worker may be ahead of the writer, at most */
 };
+
+#define WINDOW_PER_JOB 256             /* slots a worker (a few hundred bytes each) */
+#define INFLIGHT_BYTES (256ull << 20)  /* records done and waiting for the writer */
 
 /* PIL's decompression bomb limit, 2 x Image.MAX_IMAGE_PIXELS: ImageFolder fails past it. */
 #define DPACK_MAX_PIXELS_DEFAULT 178956970ull
@@ -207,8 +217,14 @@ static void *worker(void *arg)
 
 	for (;;) {
 		pthread_mutex_lock(&pk->lock);
-		while (!pk->abort && pk->next < pk->src.n && pk->next >= pk->written + pk->window)
+		/* the next item the writer needs is always taken: the held bytes cannot block it */
+		while (!pk->abort && pk->next < pk->src.n &&
+		       (pk->next >= pk->written + pk->window ||
+			(pk->held >= INFLIGHT_BYTES && pk->next > pk->written))) {
+			pk->space_waiters++;
 			pthread_cond_wait(&pk->cv_space, &pk->lock);
+			pk->space_waiters--;
+		}
 		if (pk->abort || pk->next >= pk->src.n) {
 			pthread_mutex_unlock(&pk->lock);
 			break;
@@ -221,7 +237,10 @@ static void *worker(void *arg)
 
 		pthread_mutex_lock(&pk->lock);
 		s->done = 1;  /* pairs with the writer's wait on cv_done */
-		pthread_cond_broadcast(&pk->cv_done);
+		s->held = !s->buf ? 0 : s->status == SLOT_OK ? s->rec.length : s->in_len;
+		pk->held += s->held;
+		if (i == pk->written)  /* the writer waits for this one only */
+			pthread_cond_signal(&pk->cv_done);
 		pthread_mutex_unlock(&pk->lock);
 	}
 	ZSTD_freeCCtx(cctx);
@@ -505,12 +524,15 @@ static int write_items(struct pack *pk, struct dpk_writer *w, const char *out, d
 			t->bytes += s->rec.length;
 			t->in_bytes += s->in_len;
 		}
+		uint64_t freed = s->held;
 		free(s->buf);
 		s->buf = NULL;
 		pthread_mutex_lock(&pk->lock);
 		s->done = 0;
+		pk->held -= freed;
 		pk->written = i + 1;  /* frees slot i for item i + window */
-		pthread_cond_broadcast(&pk->cv_space);
+		if (pk->space_waiters)
+			pthread_cond_broadcast(&pk->cv_space);
 		pthread_mutex_unlock(&pk->lock);
 
 		if (tty && clk_now_s() - last > 0.1) {
@@ -690,7 +712,7 @@ int dpack_pack_main(int argc, char **argv)
 		}
 		goto out;
 	}
-	pk.window = (uint64_t)a.jobs * 16;
+	pk.window = (uint64_t)a.jobs * WINDOW_PER_JOB;
 	pk.slots = calloc(pk.window, sizeof(*pk.slots));
 	th = calloc((size_t)a.jobs, sizeof(*th));
 	if (!pk.slots || !th) {
