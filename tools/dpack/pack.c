@@ -31,6 +31,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -634,6 +635,21 @@ stop:
 	return ret;
 }
 
+/* A file's record and libjpeg's coefficient arrays for it are megabytes each, allocated and freed
+ * per file. glibc serves such sizes with fresh mmaps (and each worker thread from its own arena),
+ * so every file faulted in and zeroed new pages: 6% of the CPU on full-size photographs. One
+ * arena that keeps what is freed (mmap only past 32 MiB, glibc's largest threshold; no trim)
+ * gives the next file the same pages. dpack is a short-lived process: its peak stays bound by
+ * the window. */
+static void reuse_freed_memory(void)
+{
+#ifdef M_ARENA_MAX
+	mallopt(M_ARENA_MAX, 1);
+	mallopt(M_MMAP_THRESHOLD, 32 << 20);
+	mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+}
+
 /* The machine-readable last line, on stdout. */
 static void print_summary(const char *out, uint32_t nclasses, const struct tally *t, double t0)
 {
@@ -712,6 +728,7 @@ int dpack_pack_main(int argc, char **argv)
 		}
 		goto out;
 	}
+	reuse_freed_memory();
 	pk.window = (uint64_t)a.jobs * WINDOW_PER_JOB;
 	pk.slots = calloc(pk.window, sizeof(*pk.slots));
 	th = calloc((size_t)a.jobs, sizeof(*th));
