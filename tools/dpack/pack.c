@@ -730,6 +730,8 @@ int dpack_pack_main(int argc, char **argv)
 	}
 	reuse_freed_memory();
 	pk.window = (uint64_t)a.jobs * WINDOW_PER_JOB;
+	if (pk.window > pk.src.n)  /* no more slots than items (--jobs 1024 would ask 262,144) */
+		pk.window = pk.src.n;
 	pk.slots = calloc(pk.window, sizeof(*pk.slots));
 	th = calloc((size_t)a.jobs, sizeof(*th));
 	if (!pk.slots || !th) {
