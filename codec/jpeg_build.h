@@ -41,4 +41,25 @@ int cdc_rst_rewrite(const uint8_t *jpg, size_t len, unsigned seg_px, struct dpk_
 int cdc_jpeg_transcode(const uint8_t *jpg, size_t len, int optimize, long seg_px, uint8_t **out,
 		       size_t *outlen, char *why, size_t whylen);
 
+/* The DCT coefficients of a transcode, lent to cdc_jpeg_transcode_coefs()'s callback. */
+#define CDC_COEFS_MAX 4
+struct cdc_coefs {
+	unsigned ncomp;                 /* components, in the scan's order: 1..CDC_COEFS_MAX */
+	uint32_t wblocks[CDC_COEFS_MAX], hblocks[CDC_COEFS_MAX]; /* each one's blocks (no padding) */
+	unsigned h[CDC_COEFS_MAX], v[CDC_COEFS_MAX];             /* each one's sampling factors */
+	/* Block row @brow (< hblocks[ci]) of component @ci: wblocks[ci] blocks of 64 quantized
+	 * coefficients in natural (not zigzag) order; valid until the next call */
+	const int16_t *(*row)(const struct cdc_coefs *c, unsigned ci, uint32_t brow);
+	void *priv;                     /* the transcode's */
+};
+
+/* cdc_jpeg_transcode(@jpg, @len, standard tables, no restarts) that also calls @fn(@arg, the
+ * output, its length, its coefficients) before it frees the coefficients, so that the caller can
+ * read them instead of decoding what was just encoded. Returns 0 with *out (free()), *outlen
+ * bytes; @fn's negative return (*out freed); -EBADMSG (libjpeg's message in @why) or -ENOMEM. */
+int cdc_jpeg_transcode_coefs(const uint8_t *jpg, size_t len, uint8_t **out, size_t *outlen,
+			     int (*fn)(void *arg, const uint8_t *out, size_t outlen,
+				       const struct cdc_coefs *c),
+			     void *arg, char *why, size_t whylen);
+
 #endif

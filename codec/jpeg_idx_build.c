@@ -3,7 +3,8 @@
  * (codec/jpeg_hdr.h) and the bit reader (jpeg_bits.h) it shares with loaderd's splice
  * (jpeg_idx.c), and writes the index of MCU bit offsets and DC predictions after the JPEG. A JPEG
  * the index cannot describe as it is goes through the lossless transcode first
- * (jpeg_rst_build.c).
+ * (jpeg_rst_build.c), and its index is then counted from the DCT coefficients the transcode
+ * encoded (index_coefs), not walked from the bits it wrote: the same points, a tenth of the work.
  *
  * dpack's index pass takes an AC code and its extra bits in one step from a 12-bit table
  * (acfast), built only here: the splice decodes one MCU a row and would not repay building it. */
@@ -12,12 +13,16 @@
 #include "codec/jpeg_hdr.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <xxhash.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 /* Every DC category of 8-bit data (0..11) has a code: any DC difference can be re-coded. */
 static int dc_complete(const struct cdc_huff *h)
@@ -104,14 +109,10 @@ static int put_point(uint8_t *tab, uint32_t k, const struct cdc_idx_info *info,
 	return 0;
 }
 
-/* The offset just past the EOI that ends the scan at the reader's position, or 0 when the scan
- * is followed by anything else (another scan: -ENOTSUP for the caller). */
-static size_t scan_end(const uint8_t *jpg, size_t len, const struct bitrd *b)
+/* The offset just past the EOI that ends the scan at byte @at, or 0 when the scan is followed by
+ * anything else (another scan: -ENOTSUP for the caller). */
+static size_t scan_end_at(const uint8_t *jpg, size_t len, size_t at)
 {
-	size_t at;
-	unsigned bit;
-
-	rd_pos(b, &at, &bit);
 	for (size_t q = at; q + 1 < len; q++) {
 		if (jpg[q] != 0xFF || jpg[q + 1] == 0x00)
 			continue;
@@ -120,6 +121,16 @@ static size_t scan_end(const uint8_t *jpg, size_t len, const struct bitrd *b)
 		return q + 1 < len && jpg[q + 1] == 0xD9 ? q + 2 : 0;
 	}
 	return 0;
+}
+
+/* scan_end_at() the reader's position. */
+static size_t scan_end(const uint8_t *jpg, size_t len, const struct bitrd *b)
+{
+	size_t at;
+	unsigned bit;
+
+	rd_pos(b, &at, &bit);
+	return scan_end_at(jpg, len, at);
 }
 
 /* Walk the whole scan of the parsed JPEG @jpg[0, len), writing its index into *tab (malloc). */
@@ -181,11 +192,12 @@ too_large:
 	return bad(why, whylen, -ENOTSUP, "scan too large for the index");
 }
 
-/* Index the JPEG @jpg[0, len) as it is: -ENOTSUP when it is not indexable as it is. */
-static int index_jpeg(const uint8_t *jpg, size_t len, unsigned col_px, struct cdc_idx_info *info,
-		      uint8_t **tab, size_t *tablen, char *why, size_t whylen)
+/* Parse the JPEG @jpg[0, len) into @info (the acfast tables when @fast) with index columns of
+ * about @col_px: -ENOTSUP when it is not indexable as it is. */
+static int index_geo(const uint8_t *jpg, size_t len, unsigned col_px, int fast,
+		     struct cdc_idx_info *info, char *why, size_t whylen)
 {
-	int ret = cdc_idx_header(jpg, len, 1, info, why, whylen);
+	int ret = cdc_idx_header(jpg, len, fast, info, why, whylen);
 
 	if (ret < 0)
 		return ret;
@@ -200,7 +212,231 @@ static int index_jpeg(const uint8_t *jpg, size_t len, unsigned col_px, struct cd
 		K = g->mcus_x;
 	g->interval = K;
 	g->segs_x = (g->mcus_x + K - 1) / K;
-	return index_scan(jpg, len, info, tab, tablen, why, whylen);
+	return 0;
+}
+
+/* Index the JPEG @jpg[0, len) as it is: -ENOTSUP when it is not indexable as it is. */
+static int index_jpeg(const uint8_t *jpg, size_t len, unsigned col_px, struct cdc_idx_info *info,
+		      uint8_t **tab, size_t *tablen, char *why, size_t whylen)
+{
+	int ret = index_geo(jpg, len, col_px, 1, info, why, whylen);
+
+	return ret < 0 ? ret : index_scan(jpg, len, info, tab, tablen, why, whylen);
+}
+
+/* ---- the index of a transcode, from its coefficients ---- */
+
+/* The natural-order position of each zigzag index (libjpeg's jpeg_natural_order). */
+static const uint8_t zz_natural[64] = {
+	0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,
+	12, 19, 26, 33, 40, 48, 41, 34, 27, 20, 13, 6,  7,  14, 21, 28,
+	35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51,
+	58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63,
+};
+
+/* Bits of a value of magnitude @a (JPEG's category). */
+static unsigned nbits(unsigned a)
+{
+	return a ? 32u - (unsigned)__builtin_clz(a) : 0;
+}
+
+/* zz_bits[i][b]: the zigzag positions (as bits of a mask) of the natural positions 8i..8i+7 set
+ * in @b, so that a block's nonzero mask in natural order becomes one in zigzag order in 8 loads. */
+static uint64_t zz_bits[8][256];
+static pthread_once_t zz_once = PTHREAD_ONCE_INIT;
+
+static void zz_init(void)
+{
+	uint8_t zz_of[64];
+
+	for (unsigned k = 0; k < 64; k++)
+		zz_of[zz_natural[k]] = (uint8_t)k;
+	for (unsigned i = 0; i < 8; i++)
+		for (unsigned b = 0; b < 256; b++)
+			for (unsigned t = 0; t < 8; t++)
+				if (b >> t & 1)
+					zz_bits[i][b] |= 1ull << zz_of[8 * i + t];
+}
+
+/* Bit i set where coefficient i of @c (natural order) is not zero. */
+static uint64_t nonzero_mask(const int16_t *c)
+{
+#ifdef __SSE2__
+	const __m128i z = _mm_setzero_si128();
+	uint64_t m = 0;
+
+	for (unsigned i = 0; i < 64; i += 16) {
+		__m128i a = _mm_cmpeq_epi16(_mm_loadu_si128((const __m128i *)(const void *)(c + i)), z);
+		__m128i b = _mm_cmpeq_epi16(_mm_loadu_si128((const __m128i *)(const void *)(c + i + 8)), z);
+		m |= (uint64_t)(uint16_t)~_mm_movemask_epi8(_mm_packs_epi16(a, b)) << i;
+	}
+	return m;
+#else
+	uint64_t m = 0;
+
+	for (unsigned i = 0; i < 64; i++)
+		m |= (uint64_t)(c[i] != 0) << i;
+	return m;
+#endif
+}
+
+/* The bits block @c (natural order) takes in a baseline scan with code lengths @dsi, @asi (as
+ * libjpeg's encode_one_block codes it), DC prediction *pred (updated). Only the nonzero AC
+ * coefficients are visited, in zigzag order, from a mask. */
+static uint64_t block_bits(const int16_t *c, int *pred, const uint8_t *dsi, const uint8_t *asi)
+{
+	int diff = c[0] - *pred;
+	unsigned s = nbits((unsigned)(diff < 0 ? -diff : diff)), last = 0;
+	uint64_t bits = dsi[s] + s, n = nonzero_mask(c), m = 0;
+
+	*pred = c[0];
+	for (unsigned i = 0; i < 8; i++)
+		m |= zz_bits[i][(n >> (8 * i)) & 0xFF];
+	for (m &= ~1ull; m; m &= m - 1) {
+		unsigned k = (unsigned)__builtin_ctzll(m), r = k - last - 1;
+		int v = c[zz_natural[k]];
+		for (; r > 15; r -= 16)
+			bits += asi[0xF0];
+		s = nbits((unsigned)(v < 0 ? -v : v));
+		bits += asi[(r << 4) + s] + s;
+		last = k;
+	}
+	if (last != 63)
+		bits += asi[0x00];
+	return bits;
+}
+
+/* What index_coefs() needs beside the transcode's output. */
+struct coefs_job {
+	unsigned col_px;
+	struct cdc_idx_info *info;
+	uint8_t **tab;
+	size_t *tablen;
+	char *why;
+	size_t whylen;
+};
+
+/* Advance *pos (a byte of the scan) and *j (its index with the stuffing taken out) to unstuffed
+ * byte @J, stepping over the 0x00 after each 0xFF; stops at @len. */
+static void stuffed_seek(const uint8_t *jpg, size_t len, size_t *pos, uint64_t *j, uint64_t J)
+{
+	while (*j < J && *pos < len) {
+		size_t left = len - *pos < J - *j ? len - *pos : (size_t)(J - *j);
+		const uint8_t *ff = memchr(jpg + *pos, 0xFF, left);
+		if (!ff) {
+			*pos += left;
+			*j += left;
+			continue;
+		}
+		size_t d = (size_t)(ff - (jpg + *pos));
+		*pos += d + 2;
+		*j += d + 1;
+	}
+}
+
+/* @fn of cdc_jpeg_transcode_coefs(): the index of the transcode @jpg[0, len), counted from its
+ * coefficients @c into *job->tab: what index_scan() finds walking it, since the scan was coded
+ * from these coefficients with these tables (tests/test_jpeg_idx.c compares the two). A geometry
+ * that is not what the loop below assumes is walked instead. */
+static int index_coefs(void *arg, const uint8_t *jpg, size_t len, const struct cdc_coefs *c)
+{
+	struct coefs_job *job = arg;
+	struct cdc_idx_info *info = job->info;
+	int ret = index_geo(jpg, len, job->col_px, 0, info, job->why, job->whylen);
+
+	if (ret < 0)
+		return ret;
+	const struct cdc_rst_info *g = &info->geo;
+	int ok = c->ncomp == info->ncomp;
+	for (unsigned ci = 0; ok && ci < c->ncomp; ci++) {
+		if (c->ncomp == 1)
+			ok = c->wblocks[0] == g->mcus_x && c->hblocks[0] == g->mcus_y;
+		else
+			ok = c->v[ci] <= 4 && c->h[ci] * c->v[ci] == info->nblocks[ci] &&
+			     c->wblocks[ci] <= g->mcus_x * c->h[ci] &&
+			     c->hblocks[ci] <= g->mcus_y * c->v[ci];
+	}
+	if (!ok) {
+		ret = index_geo(jpg, len, job->col_px, 1, info, job->why, job->whylen);
+		return ret < 0 ? ret : index_scan(jpg, len, info, job->tab, job->tablen, job->why,
+						  job->whylen);
+	}
+	uint32_t K = g->interval, k = 0;
+	uint64_t np = (uint64_t)g->mcus_y * g->segs_x + 1, u = 0, j = 0;
+	size_t pos = g->scan_at;
+	int pred[CDC_COEFS_MAX] = { 0 };
+	const uint8_t *dsi[CDC_COEFS_MAX], *asi[CDC_COEFS_MAX];
+	const int16_t *rows[CDC_COEFS_MAX][4];  /* the MCU row's block rows (v <= 4) */
+
+	if (np * info->entry_size > UINT32_MAX)
+		return bad(job->why, job->whylen, -ENOTSUP, "index too large");
+	uint8_t *tab = malloc(np * info->entry_size);
+	if (!tab)
+		return bad(job->why, job->whylen, -ENOMEM, "out of memory for the index");
+	pthread_once(&zz_once, zz_init);
+	for (unsigned ci = 0; ci < c->ncomp; ci++) {
+		dsi[ci] = info->dc[ci]->ehufsi;
+		asi[ci] = info->ac[ci]->ehufsi;
+	}
+	for (uint32_t r = 0; r <= g->mcus_y; r++) {
+		for (uint32_t mc = 0; mc < g->mcus_x; mc++) {
+			if (mc % K == 0 || r == g->mcus_y) {
+				/* a point: unstuffed bit @u, where index_scan's reader stands */
+				stuffed_seek(jpg, len, &pos, &j, u >> 3);
+				uint64_t off = (uint64_t)(pos - g->scan_at) * 8 + (u & 7);
+				if (j != u >> 3 || off > UINT32_MAX) {
+					free(tab);
+					return bad(job->why, job->whylen, -ENOTSUP,
+						   "scan too large for the index");
+				}
+				uint8_t *e = tab + (size_t)k++ * info->entry_size;
+				put_le32(e, (uint32_t)off);
+				for (unsigned ci = 0; ci < info->ncomp; ci++)
+					put_le16(e + 4 + 2 * ci, (unsigned)pred[ci] & 0xFFFF);
+				if (r == g->mcus_y)
+					break;
+			}
+			if (mc == 0) {  /* the MCU row's block rows */
+				for (unsigned ci = 0; ci < c->ncomp; ci++) {
+					unsigned v = c->ncomp == 1 ? 1 : c->v[ci];
+					for (unsigned y = 0; y < v; y++) {
+						uint32_t br = r * v + y;
+						rows[ci][y] = br < c->hblocks[ci] ? c->row(c, ci, br)
+										 : NULL;
+					}
+				}
+			}
+			for (unsigned ci = 0; ci < c->ncomp; ci++) {
+				unsigned h = c->ncomp == 1 ? 1 : c->h[ci];
+				unsigned v = c->ncomp == 1 ? 1 : c->v[ci];
+				for (unsigned y = 0; y < v; y++) {
+					for (unsigned x = 0; x < h; x++) {
+						uint32_t bc = mc * h + x;
+						if (rows[ci][y] && bc < c->wblocks[ci])
+							u += block_bits(rows[ci][y] + (size_t)bc * 64,
+									&pred[ci], dsi[ci], asi[ci]);
+						else  /* libjpeg's dummy block: the DC before, no AC */
+							u += dsi[ci][0] + asi[ci][0x00];
+					}
+				}
+				if (pred[ci] < -32768 || pred[ci] > 32767) {
+					free(tab);
+					return bad(job->why, job->whylen, -EBADMSG,
+						   "bad Huffman code or DC value in the scan");
+				}
+			}
+		}
+	}
+	info->npoints = k;
+	info->jpeg_len = scan_end_at(jpg, len, pos);
+	if (!info->jpeg_len) {
+		free(tab);
+		return bad(job->why, job->whylen, -ENOTSUP,
+			   "the scan is not followed by EOI (several scans?)");
+	}
+	*job->tab = tab;
+	*job->tablen = np * info->entry_size;
+	return 0;
 }
 
 /* Append @v as a LEB128 varint at @o; returns the bytes written (at most 5). */
@@ -304,10 +540,10 @@ int cdc_idx_build(const uint8_t *jpg, size_t len, unsigned col_px, struct dpk_re
 	}
 	ret = index_jpeg(jpg, len, col_px, info, &tab, &tablen, why, whylen);
 	if (ret == -ENOTSUP) {
-		/* not indexable as it is: baseline with the standard tables, then index that */
-		ret = cdc_jpeg_transcode(jpg, len, 0, -1, &tc, &tclen, why, whylen);
-		if (ret == 0)
-			ret = index_jpeg(tc, tclen, col_px, info, &tab, &tablen, why, whylen);
+		/* not indexable as it is: baseline with the standard tables, indexed from the
+		 * coefficients it was coded from */
+		struct coefs_job job = { col_px, info, &tab, &tablen, why, whylen };
+		ret = cdc_jpeg_transcode_coefs(jpg, len, &tc, &tclen, index_coefs, &job, why, whylen);
 		if (ret == 0)
 			jpg = tc;
 	}

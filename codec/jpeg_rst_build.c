@@ -34,13 +34,32 @@ static void rw_message(j_common_ptr c, int level)
 		longjmp(((struct rw_err *)(void *)c->err)->jb, 1);
 }
 
-int cdc_jpeg_transcode(const uint8_t *jpg, size_t len, int optimize, long seg_px, uint8_t **out,
-		       size_t *outlen, char *why, size_t whylen)
+_Static_assert(sizeof(JCOEF) == sizeof(int16_t), "cdc_coefs rows are int16_t");
+
+struct coefs_priv {
+	struct jpeg_decompress_struct *src;
+	jvirt_barray_ptr *arrays;
+};
+
+static const int16_t *coefs_row(const struct cdc_coefs *c, unsigned ci, uint32_t brow)
+{
+	const struct coefs_priv *p = c->priv;
+	JBLOCKARRAY a = (*p->src->mem->access_virt_barray)((j_common_ptr)p->src, p->arrays[ci],
+							    brow, 1, FALSE);
+	return (const int16_t *)a[0][0];
+}
+
+typedef int coefs_fn(void *arg, const uint8_t *out, size_t outlen, const struct cdc_coefs *c);
+
+/* cdc_jpeg_transcode(), and @fn called on the result while the coefficients live (when not NULL). */
+static int transcode(const uint8_t *jpg, size_t len, int optimize, long seg_px, uint8_t **out,
+		     size_t *outlen, coefs_fn *fn, void *arg, char *why, size_t whylen)
 {
 	struct jpeg_decompress_struct src;
 	struct jpeg_compress_struct dst;
 	struct rw_err err;
 	volatile int have_dst = 0;
+	volatile int ret = 0;
 
 	*out = NULL;
 	*outlen = 0;
@@ -82,12 +101,46 @@ int cdc_jpeg_transcode(const uint8_t *jpg, size_t len, int optimize, long seg_px
 	dst.restart_interval = seg_px < 0 ? 0 : interval;
 	jpeg_write_coefficients(&dst, coef);
 	jpeg_finish_compress(&dst);
+	if (fn) {
+		struct coefs_priv p = { &src, coef };
+		struct cdc_coefs c = { .ncomp = (unsigned)src.num_components, .row = coefs_row,
+				       .priv = &p };
+
+		if (c.ncomp > CDC_COEFS_MAX) {
+			ret = -ENOTSUP;
+		} else {
+			for (unsigned ci = 0; ci < c.ncomp; ci++) {
+				const jpeg_component_info *ci_info = &src.comp_info[ci];
+				c.wblocks[ci] = ci_info->width_in_blocks;
+				c.hblocks[ci] = ci_info->height_in_blocks;
+				c.h[ci] = (unsigned)ci_info->h_samp_factor;
+				c.v[ci] = (unsigned)ci_info->v_samp_factor;
+			}
+			ret = fn(arg, err.mem, err.memlen, &c);
+		}
+	}
 	jpeg_finish_decompress(&src);
 	jpeg_destroy_compress(&dst);
 	jpeg_destroy_decompress(&src);
+	if (ret < 0) {
+		free(err.mem);
+		return ret;
+	}
 	*out = err.mem;
 	*outlen = err.memlen;
 	return 0;
+}
+
+int cdc_jpeg_transcode(const uint8_t *jpg, size_t len, int optimize, long seg_px, uint8_t **out,
+		       size_t *outlen, char *why, size_t whylen)
+{
+	return transcode(jpg, len, optimize, seg_px, out, outlen, NULL, NULL, why, whylen);
+}
+
+int cdc_jpeg_transcode_coefs(const uint8_t *jpg, size_t len, uint8_t **out, size_t *outlen,
+			     coefs_fn *fn, void *arg, char *why, size_t whylen)
+{
+	return transcode(jpg, len, 0, -1, out, outlen, fn, arg, why, whylen);
 }
 
 int cdc_rst_rewrite(const uint8_t *jpg, size_t len, unsigned seg_px, struct dpk_record *r,

@@ -55,6 +55,16 @@ check "--restart-width refuses a non-number" sh -c "! '$BIN/dpack' pack --restar
 check "output identical for --jobs 1 and 7" cmp -s "$T/j1.dpk" "$T/j7.dpk"
 check "output identical to the first run" cmp -s "$T/a.dpk" "$T/j1.dpk"
 
+# the reorder window is 256 items a worker: with --jobs 1, 256 items fill it exactly and 257 wrap
+# it (the writer frees slot 0 for item 256); both must be what --jobs 4 (1024 slots) writes
+for items in 256 257; do
+	"$BIN/dsgen" imagefolder "$T/w$items" --classes 1 --per-class $items --min-side 16 --max-side 24 >/dev/null
+	"$BIN/dpack" pack --no-fsync --jobs 1 "$T/w$items" "$T/w$items-1.dpk" >"$T/out" 2>&1
+	check "$items tiny images, --jobs 1: all packed" grep -q ": $items samples, 1 classes, 0 skipped" "$T/out"
+	"$BIN/dpack" pack --no-fsync --jobs 4 "$T/w$items" "$T/w$items-4.dpk" >/dev/null 2>&1
+	check "$items tiny images: --jobs 1 (window of 256) and 4 write the same" cmp -s "$T/w$items-1.dpk" "$T/w$items-4.dpk"
+done
+
 "$BIN/dpack" pack --strict "$T/tree" "$T/strict.dpk" >/dev/null 2>"$T/err"
 check "--strict fails on a bad image" [ $? -ne 0 ]
 check "--strict leaves no output" [ ! -e "$T/strict.dpk" ]

@@ -140,6 +140,53 @@ static void test_idx_build_lossless(void **state)
 		}
 }
 
+/* A JPEG that must be transcoded is indexed from the coefficients the transcode encoded, not by
+ * walking its output: the record equals, byte for byte, the one the walk makes of the transcode's
+ * output (a baseline JPEG with standard tables, which the index takes as it is), for every image
+ * of the set made non-indexable by a restart interval (every geometry: grey, 4:4:4 to 4:1:1,
+ * sizes off the MCU, 1x1), the progressive ones as they are, and every index width. */
+static void test_idx_transcode_indexed_from_coefficients(void **state)
+{
+	(void)state;
+	for (int i = 0; i < NIMG; i++) {
+		for (int rst = 0; rst < 2; rst++) {
+			struct img in = imgs[i];
+			uint8_t *rj = NULL, *tc;
+			size_t rjlen, tclen;
+			char why[160];
+
+			if (rst) {  /* a restart interval: the index takes none, so transcoded */
+				if (cdc_jpeg_transcode(imgs[i].jpg, imgs[i].len, 0, 16, &rj, &rjlen, why,
+						       sizeof(why)))
+					fail_msg("%s: restart variant: %s", imgs[i].name, why);
+				in.jpg = rj;
+				in.len = rjlen;
+			} else if (kept[i]) {
+				continue;  /* indexed as it is: not this path */
+			}
+			if (cdc_jpeg_transcode(in.jpg, in.len, 0, -1, &tc, &tclen, why, sizeof(why)))
+				fail_msg("%s: transcode: %s", in.name, why);
+			struct img walked = in;
+			walked.jpg = tc;
+			walked.len = tclen;
+			for (size_t k = 0; k < sizeof(widths) / sizeof(widths[0]); k++) {
+				size_t alen, blen;
+				uint8_t *a = build(&in, widths[k], &alen);
+				uint8_t *b = build(&walked, widths[k], &blen);
+
+				if (alen != blen || memcmp(a, b, alen))
+					fail_msg("%s%s width %u: the index from the coefficients (%zu bytes) "
+						 "is not the walked one (%zu bytes)", in.name,
+						 rst ? " restart" : "", widths[k], alen, blen);
+				free(a);
+				free(b);
+			}
+			free(tc);
+			free(rj);
+		}
+	}
+}
+
 /* Random windows at random scales: every crop pixel equals the full decode's. */
 static void test_idx_window_equals_full_decode(void **state)
 {
@@ -801,6 +848,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_idx_build_lossless),
+		cmocka_unit_test(test_idx_transcode_indexed_from_coefficients),
 		cmocka_unit_test(test_idx_window_equals_full_decode),
 		cmocka_unit_test(test_idx_decode_output),
 		cmocka_unit_test(test_idx_damage_rejected),

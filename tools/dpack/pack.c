@@ -6,9 +6,13 @@
  * items in index order, read them, probe image files for their record kind (codec/kind_pack.h: for a
  * JPEG its dimensions, subsampling, truncation), compress raw tensors and checksum, and
  * leave the result in a slot of a reorder window; the main thread writes slots strictly in item
- * order, so the output does not depend on --jobs. Workers never run more than WINDOW items ahead
- * of the writer, which bounds memory. Any fatal error (read error, full disk, signal) stops the
- * workers and removes the temporary file: OUT either is a whole dataset or was not touched.
+ * order, so the output does not depend on --jobs. Workers run up to WINDOW_PER_JOB items a worker
+ * ahead of the writer, and take no new item while the records done but not yet written hold
+ * INFLIGHT_BYTES or more: memory stays under that plus one record a worker, yet one large file
+ * (a full-size progressive JPEG takes 100x the time of an ImageNet-sized one) does not stall the
+ * other workers behind it, as a window of a few items a worker did. Any fatal error (read error,
+ * full disk, signal) stops the workers and removes the temporary file: OUT either is a whole
+ * dataset or was not touched.
  *
  * Tensors that lie back to back in one file (a .npy array, stored uncompressed: the input's
  * span()) skip the workers: the main thread reads them BLOCK_BYTES at a time with one pread and
@@ -27,6 +31,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -45,6 +50,7 @@ struct slot {
 	enum slot_status status;
 	int err;                 /* SLOT_FATAL: -errno */
 	uint8_t *buf;            /* owned; the record's stored bytes */
+	uint64_t held;           /* bytes buf holds, counted in pk.held while done */
 	uint64_t in_len;         /* the source's bytes (before a rewrite) */
 	struct dpk_record rec;
 	char why[200];
@@ -63,10 +69,15 @@ struct pack {
 	pthread_cond_t cv_space; /* the writer freed a slot, or abort (writer -> workers) */
 	uint64_t next;           /* next item to hand out */
 	uint64_t written;        /* items the writer has consumed */
+	uint64_t held;           /* bytes of records done and not yet written (the slots' bufs) */
+	unsigned space_waiters;  /* workers waiting on cv_space */
 	int abort;
 	struct slot *slots;
-	uint64_t window;
+	uint64_t window;         /* slots: items a worker may be ahead of the writer, at most */
 };
+
+#define WINDOW_PER_JOB 256             /* slots a worker (a few hundred bytes each) */
+#define INFLIGHT_BYTES (256ull << 20)  /* records done and waiting for the writer */
 
 /* PIL's decompression bomb limit, 2 x Image.MAX_IMAGE_PIXELS: ImageFolder fails past it. */
 #define DPACK_MAX_PIXELS_DEFAULT 178956970ull
@@ -207,8 +218,14 @@ static void *worker(void *arg)
 
 	for (;;) {
 		pthread_mutex_lock(&pk->lock);
-		while (!pk->abort && pk->next < pk->src.n && pk->next >= pk->written + pk->window)
+		/* the next item the writer needs is always taken: the held bytes cannot block it */
+		while (!pk->abort && pk->next < pk->src.n &&
+		       (pk->next >= pk->written + pk->window ||
+			(pk->held >= INFLIGHT_BYTES && pk->next > pk->written))) {
+			pk->space_waiters++;
 			pthread_cond_wait(&pk->cv_space, &pk->lock);
+			pk->space_waiters--;
+		}
 		if (pk->abort || pk->next >= pk->src.n) {
 			pthread_mutex_unlock(&pk->lock);
 			break;
@@ -221,7 +238,10 @@ static void *worker(void *arg)
 
 		pthread_mutex_lock(&pk->lock);
 		s->done = 1;  /* pairs with the writer's wait on cv_done */
-		pthread_cond_broadcast(&pk->cv_done);
+		s->held = !s->buf ? 0 : s->status == SLOT_OK ? s->rec.length : s->in_len;
+		pk->held += s->held;
+		if (i == pk->written)  /* the writer waits for this one only */
+			pthread_cond_signal(&pk->cv_done);
 		pthread_mutex_unlock(&pk->lock);
 	}
 	ZSTD_freeCCtx(cctx);
@@ -508,12 +528,15 @@ static int write_items(struct pack *pk, struct dpk_writer *w, const char *out, d
 			t->bytes += s->rec.length;
 			t->in_bytes += s->in_len;
 		}
+		uint64_t freed = s->held;
 		free(s->buf);
 		s->buf = NULL;
 		pthread_mutex_lock(&pk->lock);
 		s->done = 0;
+		pk->held -= freed;
 		pk->written = i + 1;  /* frees slot i for item i + window */
-		pthread_cond_broadcast(&pk->cv_space);
+		if (pk->space_waiters)
+			pthread_cond_broadcast(&pk->cv_space);
 		pthread_mutex_unlock(&pk->lock);
 
 		if (tty && clk_now_s() - last > 0.1) {
@@ -615,6 +638,21 @@ stop:
 	return ret;
 }
 
+/* A file's record and libjpeg's coefficient arrays for it are megabytes each, allocated and freed
+ * per file. glibc serves such sizes with fresh mmaps (and each worker thread from its own arena),
+ * so every file faulted in and zeroed new pages: 6% of the CPU on full-size photographs. One
+ * arena that keeps what is freed (mmap only past 32 MiB, glibc's largest threshold; no trim)
+ * gives the next file the same pages. dpack is a short-lived process: its peak stays bound by
+ * the window. */
+static void reuse_freed_memory(void)
+{
+#ifdef M_ARENA_MAX
+	mallopt(M_ARENA_MAX, 1);
+	mallopt(M_MMAP_THRESHOLD, 32 << 20);
+	mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+}
+
 /* The machine-readable last line, on stdout. */
 static void print_summary(const char *out, uint32_t nclasses, const struct tally *t, double t0)
 {
@@ -693,7 +731,10 @@ int dpack_pack_main(int argc, char **argv)
 		}
 		goto out;
 	}
-	pk.window = (uint64_t)a.jobs * 16;
+	reuse_freed_memory();
+	pk.window = (uint64_t)a.jobs * WINDOW_PER_JOB;
+	if (pk.window > pk.src.n)  /* no more slots than items (--jobs 1024 would ask 262,144) */
+		pk.window = pk.src.n;
 	pk.slots = calloc(pk.window, sizeof(*pk.slots));
 	th = calloc((size_t)a.jobs, sizeof(*th));
 	if (!pk.slots || !th) {
