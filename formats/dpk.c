@@ -42,6 +42,9 @@ struct dpk {
 	struct dpk_entry *index;        /* private copy (malloc), NULL when count == 0 or mapped */
 	const struct dpk_entry *map;    /* DPK_OPEN_MAP: the index section, mapped read-only (entries
 					 * checked at use: dpk_entry_load); else NULL */
+	int read_entries;               /* entries are read from the file at each load (pread, no
+					 * mapping: DPK_OPEN_READ_INDEX or an index above
+					 * DPK_INDEX_MAP_MAX); index and map are NULL */
 	void *map_base;                 /* the mapping (page aligned), map_len bytes */
 	size_t map_len;
 	int guard_slot;                 /* its slot in the SIGBUS guard's table, or -1 */
@@ -534,7 +537,13 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 	/* Mapped: nothing walks the index here (open costs the same at any count); each entry is
 	 * checked where it is used (dpk_entry_load). Copied: read into private memory, where a file
 	 * truncated or rewritten later cannot raise SIGBUS or change an entry, and checked whole. */
-	if (!(flags & DPK_OPEN_MAP) || !d->hdr.count || map_index(d) < 0)
+	/* An index too large to map is read entry by entry: a mapping of it would come to hold
+	 * most of it in our RSS (a fault maps the page cache's whole folio, up to 2 MiB, for one
+	 * 64-byte entry), and a shuffled epoch touches all of it. */
+	if (d->hdr.count && ((flags & DPK_OPEN_READ_INDEX) ||
+			     ((flags & DPK_OPEN_MAP) && d->hdr.index_size > DPK_INDEX_MAP_MAX)))
+		d->read_entries = 1;
+	else if (!(flags & DPK_OPEN_MAP) || !d->hdr.count || map_index(d) < 0)
 		ret = copy_index(d, flags, err, errlen);
 	if (ret < 0)
 		goto fail;
@@ -624,6 +633,11 @@ int dpk_mapped(const struct dpk *d)
 	return d->map != NULL;
 }
 
+int dpk_entries_read(const struct dpk *d)
+{
+	return d->read_entries;
+}
+
 void dpk_entry_prefetch(const struct dpk *d, uint64_t i)
 {
 	if (d->map && i < d->hdr.count) {  /* a hint: touches nothing, cannot fault */
@@ -671,6 +685,29 @@ int dpk_entry_load(const struct dpk *d, uint64_t i, struct dpk_entry *out, char 
 	}
 	/* One copy, then checks on the copy only: the file may be rewritten under the mapping. */
 	uint64_t prev_end = h->data_offset, next_start = h->data_offset + h->data_size;
+	if (d->read_entries) {  /* the entry and its neighbours, in one read */
+		struct dpk_entry three[3];
+		uint64_t first = i > 0 ? i - 1 : 0, last = i + 1 < h->count ? i + 1 : i;
+		size_t len = (size_t)(last - first + 1) * sizeof(three[0]);
+		int ret = pread_full(d->fd, three, len, h->index_offset + first * sizeof(three[0]));
+		if (ret < 0) {
+			memset(out, 0, sizeof(*out));
+			return ret == -EBADMSG ?
+			       err_set(err, errlen, -EBADMSG, "sample %llu: the file ends before its "
+				       "index entry (truncated?)", (unsigned long long)i) :
+			       err_set(err, errlen, ret, "sample %llu: reading its index entry: %s",
+				       (unsigned long long)i, strerror(-ret));
+		}
+		if (i > 0 && add_overflows(three[0].offset, three[0].length, &prev_end))
+			prev_end = UINT64_MAX;
+		*out = three[i - first];
+		if (last > i)
+			next_start = three[2 - (i == 0)].offset;
+		ret = entry_check(h, i, out, prev_end, next_start, err, errlen);
+		if (ret < 0)
+			memset(out, 0, sizeof(*out));
+		return ret;
+	}
 	if (i > 0) {
 		const struct dpk_entry *p = &d->map[i - 1];
 		uint64_t off = p->offset, len = p->length;

@@ -9,6 +9,8 @@
 #                  build to compare two versions on the same data in one run
 #   --counts "N.." sample counts of the 8x8x3 datasets for open time and RSS (default
 #                  "1280000 12800000")
+#   --shape "H W C" record shape of the open part's datasets (default "8 8 3"; "1 1 1": 1-byte
+#                  records, the index is then 98% of the file)
 #   --cifar N      records of the 32x32x3 set (default 50000)
 #   --parts P      any of "rate open pack" (default all three)
 #   --modes "M.."  loaderd --io modes of the rate part (default "auto direct pread buffered";
@@ -18,17 +20,18 @@
 set -eu
 cd "$(dirname "$0")/../.."
 W=/tmp/loaderd-scale B=build/bin counts="1280000 12800000" cifar=50000 parts="rate open pack"
-modes="auto direct pread buffered" epochs=5
+modes="auto direct pread buffered" epochs=5 shape="8 8 3"
 while [ $# -gt 0 ]; do
 	case $1 in
 	--workdir) W=$2; shift 2 ;;
 	--bin) B=$2; shift 2 ;;
 	--counts) counts=$2; shift 2 ;;
+	--shape) shape=$2; shift 2 ;;
 	--cifar) cifar=$2; shift 2 ;;
 	--parts) parts=$2; shift 2 ;;
 	--modes) modes=$2; shift 2 ;;
 	--epochs) epochs=$2; shift 2 ;;
-	-h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,21p' "$0"; exit 0 ;;
 	*) echo "scale.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 done
@@ -52,16 +55,20 @@ start_ld() {  # start_ld [loaderd options]
 stop_ld() { [ -n "$LDPID" ] && kill "$LDPID" 2>/dev/null && wait "$LDPID" 2>/dev/null; LDPID=; }
 trap stop_ld EXIT
 
-# dataset N H W: $W/dN_HxW.dpk from a dsgen npy pair; prints the dpack and cp seconds once
+# dataset N H W [C]: d=$W/dN_HxW[xC].dpk, made from a dsgen npy pair unless there; adds the
+# cp and dpack seconds and
+# dpack's max RSS to pack.txt once
 dataset() {
-	d=$W/d$1_$2x$3.dpk
+	c=${4:-3}
+	d=$W/d$1_$2x$3$([ "$c" = 3 ] || echo "x$c").dpk
 	[ -e "$d" ] && return 0
-	"$B/dsgen" npy "$W/x.npy" "$W/y.npy" --count "$1" --height "$2" --width "$3" --classes 1000 >/dev/null
+	"$B/dsgen" npy "$W/x.npy" "$W/y.npy" --count "$1" --height "$2" --width "$3" --channels "$c" \
+		--classes 1000 >/dev/null
 	sync
 	t0=$(now); cp "$W/x.npy" "$W/x.cp"; cp "$W/y.npy" "$W/y.cp"; sync; t1=$(now)
 	/usr/bin/time -f %M -o "$W/pack.kb" "$B/dpack" pack "$W/x.npy" "$W/y.npy" "$d" >/dev/null
 	t2=$(now)
-	echo "$1 $2x$3 $(echo "$t1 - $t0" | bc) $(echo "$t2 - $t1" | bc) $(cat "$W/pack.kb")" >>"$W/pack.txt"
+	echo "$1 $2x$3x$c $(echo "$t1 - $t0" | bc) $(echo "$t2 - $t1" | bc) $(cat "$W/pack.kb")" >>"$W/pack.txt"
 	rm -f "$W/x.npy" "$W/y.npy" "$W/x.cp" "$W/y.cp"
 }
 
@@ -102,8 +109,8 @@ if echo "$parts" | grep -q open; then
 	echo "| samples | job 1 open + first batch (s) | job 2 | job 3 | loaderd RSS: before, 1 job, 3 jobs (MB) |"
 	echo "|---|---|---|---|---|"
 	for n in $counts; do
-		dataset "$n" 8 8
-		d=$W/d${n}_8x8.dpk
+		# shellcheck disable=SC2086
+		dataset "$n" $shape  # sets d
 		start_ld
 		sleep 0.3
 		r0=$(rss_kb "$LDPID") line="| $n"
