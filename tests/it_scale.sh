@@ -3,7 +3,8 @@
 # (anonymous) memory grows by about as much from a first job to a third on 4M samples as on 1M
 # (1-byte raw records, shuffled, each job served until its consumer's pipe is full). A copy of the
 # index per job (64 bytes a sample) or a permutation per job (4-8 bytes a sample) would add 12-190
-# MB at 4M against 3-48 MB at 1M. Then loaderd shuts down cleanly with the jobs attached.
+# MB at 4M against 3-48 MB at 1M. Then loaderd shuts down cleanly with the jobs attached. And
+# dpack packs the 4M in no more memory than the 1M (labels were held whole: 8 bytes a sample).
 # The 128M-sample version of this is tools/bench/scale.sh --parts open --shape "1 1 1".
 set -u
 BIN=${BUILD:-build}/bin
@@ -19,6 +20,13 @@ trap cleanup EXIT
 SLACK_KB=4096  # malloc arenas and thread stacks of a job's threads: the same at any count
 
 rss_anon_kb() { awk '/^RssAnon/ {print $2}' "/proc/$LPID/status"; }
+# maxrss FILE CMD...: run CMD, its peak RSS in KB into FILE; CMD's status
+maxrss() {
+	python3 -c 'import resource, subprocess, sys
+r = subprocess.run(sys.argv[2:], stdout=subprocess.DEVNULL).returncode
+open(sys.argv[1], "w").write("%d\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(r)' "$@"
+}
 
 # job K D: a job on D through ldcat, held open once its first batch is in (ldcat then blocks on
 # the pipe: the ring fills and stays full). Waits for the first batch (up to 20 s).
@@ -36,7 +44,8 @@ job() {
 growth() {
 	"$BIN/dsgen" npy "$T/x.npy" "$T/y.npy" --count "$1" --height 1 --width 1 --channels 1 \
 		--classes 10 >/dev/null &&
-		"$BIN/dpack" pack "$T/x.npy" "$T/y.npy" "$T/d$1.dpk" >/dev/null || return 1
+		maxrss "$T/pack$1" "$BIN/dpack" pack --no-fsync "$T/x.npy" "$T/y.npy" "$T/d$1.dpk" ||
+		return 1
 	rm -f "$T/x.npy" "$T/y.npy"
 	start_loaderd "$T/ld$1.log" --socket "$T/s" --log-level warn || return 1
 	job 1 "$T/d$1.dpk" || return 1
@@ -66,6 +75,10 @@ echo "# loaderd's RssAnon from job 1 to job 3: $g1 KB at 1M samples, $g4 KB at 4
 # at most: g1 (0 if it shrank) + SLACK_KB; -1 is a run that did not measure
 within() { [ "$1" != -1 ] && [ "$2" != -1 ] && [ "$2" -le $(($1 > 0 ? $1 + SLACK_KB : SLACK_KB)) ]; }
 check "jobs 2 and 3 cost no more at 4M samples than at 1M (+ $SLACK_KB KB)" within "$g1" "$g4"
+p1=$(cat "$T/pack1000000" 2>/dev/null || echo -1)
+p4=$(cat "$T/pack4000000" 2>/dev/null || echo -1)
+echo "# dpack's peak RSS: $p1 KB at 1M samples, $p4 KB at 4M"
+check "dpack packs 4M samples in no more memory than 1M (+ $SLACK_KB KB)" within "$p1" "$p4"
 check "loaderd exits 0 on SIGTERM with jobs attached (1M)" [ "$(cat "$T/exit1000000")" = 0 ]
 check "loaderd exits 0 on SIGTERM with jobs attached (4M)" [ "$(cat "$T/exit4000000")" = 0 ]
 [ $fails -eq 0 ] || { show "$T/ld1000000.log"; show "$T/ld4000000.log"; show "$T/ldcat.log"; }
