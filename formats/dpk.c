@@ -14,6 +14,7 @@
 #include "common/afile.h"
 #include "common/fdio.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -796,7 +797,12 @@ struct dpk_writer {
 	uint64_t count, cap;
 	int spill_fd;           /* entries [0, spilled), an unnamed file beside the target, or -1 */
 	uint64_t spilled;
-	XXH3_state_t *ixh;      /* the index checksum over the spilled entries (with spill_fd) */
+	XXH3_state_t *ixh;      /* the index checksum over the spilled entries (with spill_fd, or
+				 * index_at) */
+	uint64_t expect_count;  /* dpk_writer_expect: the records to come, and ... */
+	uint64_t expect_data;   /* ... their bytes */
+	uint64_t index_at;      /* when expected: where the index goes, the entries spilled into
+				 * their place in the file itself (no spill file), else 0 */
 	char *classes;          /* encoded class table */
 	uint64_t classes_size;
 	uint32_t class_count;
@@ -851,12 +857,45 @@ static int wappend(struct dpk_writer *w, const void *data, uint64_t len)
 	return 0;
 }
 
-/* Move the IDX_CHUNK entries in memory to the spill file (made the first time: O_TMPFILE in the
- * target's directory, else a named one unlinked at once). 0 or -errno. */
+static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = pwrite(fd, p, len, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		p += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* Move the IDX_CHUNK entries in memory to their place in the file when its layout is known
+ * (dpk_writer_expect), else to the spill file (made the first time: O_TMPFILE in the target's
+ * directory, else a named one unlinked at once). 0 or -errno. */
 static int spill(struct dpk_writer *w)
 {
 	uint64_t n = w->count - w->spilled;
 
+	if (w->index_at) {
+		if (!w->ixh) {
+			w->ixh = XXH3_createState();
+			if (!w->ixh)
+				return -ENOMEM;
+			XXH3_64bits_reset(w->ixh);
+		}
+		int ret = pwrite_all(w->f.fd, w->index, n * sizeof(*w->index),
+				     w->index_at + w->spilled * sizeof(*w->index));
+		if (ret < 0)
+			return ret;
+		XXH3_64bits_update(w->ixh, w->index, n * sizeof(*w->index));
+		w->spilled += n;
+		return 0;
+	}
 	if (w->spill_fd < 0) {
 		char dir[4096];
 		const char *slash = strrchr(w->f.tmp, '/');
@@ -936,10 +975,36 @@ fail:
 	return ret;
 }
 
+/* The class table's zero padding that puts the index on a DPK_INDEX_ALIGN boundary after a data
+ * section ending at @pos. */
+static uint64_t classes_pad(const struct dpk_writer *w, uint64_t pos)
+{
+	return (DPK_INDEX_ALIGN - (pos + w->classes_size) % DPK_INDEX_ALIGN) % DPK_INDEX_ALIGN;
+}
+
+int dpk_writer_expect(struct dpk_writer *w, uint64_t count, uint64_t data_size)
+{
+	uint64_t end;
+
+	if (w->failed || w->finished || w->count || w->index_at ||
+	    __builtin_add_overflow(data_size, (uint64_t)DPK_HEADER_SIZE, &end) ||
+	    __builtin_add_overflow(end, w->classes_size + DPK_INDEX_ALIGN, &end) ||
+	    count > (UINT64_MAX - end) / sizeof(struct dpk_entry))
+		return -EINVAL;
+	w->expect_count = count;
+	w->expect_data = data_size;
+	w->index_at = DPK_HEADER_SIZE + data_size + w->classes_size +
+		      classes_pad(w, DPK_HEADER_SIZE + data_size);
+	return 0;
+}
+
 int dpk_writer_set_classes(struct dpk_writer *w, const char *const *names, uint32_t n)
 {
 	uint64_t size = 0;
 	char *t;
+
+	if (w->index_at)
+		return -EINVAL;  /* the index's place depends on the table's size */
 
 	for (uint32_t i = 0; i < n; i++) {
 		size_t len = strlen(names[i]);
@@ -974,6 +1039,9 @@ int dpk_writer_add(struct dpk_writer *w, const struct dpk_record *r)
 
 	if (w->failed || w->finished)
 		return -EINVAL;
+	if (w->index_at && (w->count == w->expect_count ||
+			    r->length > w->expect_data - (w->pos - DPK_HEADER_SIZE)))
+		return -EINVAL;  /* more than dpk_writer_expect said */
 	if (shape_check(r->kind, r->ndim, r->shape, r->subsamp, &raw_size, &why) < 0 ||
 	    r->length == 0 || r->length > DPK_RECORD_MAX ||
 	    ((dpk_kind_info(r->kind)->flags & DPK_KF_STORED_RAW) && r->length != raw_size) ||
@@ -1033,9 +1101,14 @@ int dpk_writer_finish(struct dpk_writer *w)
 
 	if (w->failed || w->finished)
 		return -EINVAL;
+	if (w->index_at && (w->count != w->expect_count ||
+			    w->pos - DPK_HEADER_SIZE != w->expect_data)) {
+		w->failed = 1;  /* fewer than dpk_writer_expect said: spilled entries lie elsewhere */
+		return -EINVAL;
+	}
 	/* The index starts on a DPK_INDEX_ALIGN boundary so that a mapped entry is naturally
 	 * aligned: the class table takes zero padding at its end (covered by its checksum). */
-	uint64_t pad = (DPK_INDEX_ALIGN - (w->pos + w->classes_size) % DPK_INDEX_ALIGN) % DPK_INDEX_ALIGN;
+	uint64_t pad = classes_pad(w, w->pos);
 	if (pad) {
 		char *t = realloc(w->classes, w->classes_size + pad);
 		if (!t)
@@ -1070,8 +1143,15 @@ int dpk_writer_finish(struct dpk_writer *w)
 	h.header_xxh3 = XXH3_64bits(&h, offsetof(struct dpk_header, header_xxh3));
 
 	ret = wappend(w, w->classes, w->classes_size);
-	if (ret == 0 && w->spilled)
+	if (ret == 0 && w->spilled && w->index_at) {  /* the spilled entries are in place */
+		assert(w->pos == w->index_at);
+		ret = wflush(w);
+		w->pos += w->spilled * sizeof(struct dpk_entry);
+		if (ret == 0 && lseek(w->f.fd, (off_t)w->pos, SEEK_SET) < 0)
+			ret = -errno;
+	} else if (ret == 0 && w->spilled) {
 		ret = unspill(w);
+	}
 	if (ret == 0)
 		ret = wappend(w, w->index, mem);
 	if (ret == 0)

@@ -224,8 +224,15 @@ struct dpk_record {
 /* Start writing @path: records go to a temporary file in the same directory, which
  * dpk_writer_finish() fsyncs and renames over @path. Returns 0 or -errno. */
 int dpk_writer_create(const char *path, unsigned flags, struct dpk_writer **out);
-/* Set the class names (copied). Call before finish. Returns 0, -EINVAL (name too long) or -ENOMEM. */
+/* Set the class names (copied). Call before finish (and before dpk_writer_expect). Returns 0,
+ * -EINVAL (name too long, or after dpk_writer_expect) or -ENOMEM. */
 int dpk_writer_set_classes(struct dpk_writer *w, const char *const *names, uint32_t n);
+/* Say that exactly @count records of @data_size bytes in all will be added (before the first):
+ * the index's place is then known, and its entries go straight there as they are made, not
+ * through a spill file copied in at finish (one write of the index instead of three passes).
+ * An add past either figure is -EINVAL; a finish short of them is -EINVAL (nothing is kept).
+ * Returns 0 or -EINVAL (records already added, called twice, or figures that overflow). */
+int dpk_writer_expect(struct dpk_writer *w, uint64_t count, uint64_t data_size);
 /* Append the next sample. Returns 0, -EINVAL (bad shape or kind) or the write's -errno
  * (-ENOSPC on a full disk). After an error the writer only accepts destroy. */
 int dpk_writer_add(struct dpk_writer *w, const struct dpk_record *r);

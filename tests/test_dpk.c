@@ -702,34 +702,54 @@ static void test_dpk_mapped_data_copy_and_truncation(void **state)
 	dpk_close(c);
 }
 
+/* @n 1-byte raw records (record i is i * 7, label i % 2) into @file, with classes "a" and "bb" (11
+ * bytes: the index is padded to its alignment), after dpk_writer_expect(n, n) when @expect. */
+static void write_ones(const char *file, uint64_t n, int expect)
+{
+	static const char *const classes[] = { "a", "bb" };
+	struct dpk_writer *w;
+
+	assert_int_equal(dpk_writer_create(file, DPK_WRITE_NO_SYNC, &w), 0);
+	assert_int_equal(dpk_writer_set_classes(w, classes, 2), 0);
+	if (expect)
+		assert_int_equal(dpk_writer_expect(w, n, n), 0);
+	for (uint64_t i = 0; i < n; i++) {
+		uint8_t b = (uint8_t)(i * 7);
+		struct dpk_record r = { .kind = DPK_KIND_RAW, .label = (int64_t)(i % 2),
+					.data = &b, .length = 1, .ndim = 1, .shape = { 1 } };
+		assert_int_equal(dpk_writer_add(w, &r), 0);
+	}
+	assert_int_equal(dpk_writer_finish(w), 0);
+	dpk_writer_destroy(w);
+}
+
 /* The writer keeps 65,536 index entries in memory and spills older ones to a file of its own
- * (formats/dpk.c IDX_CHUNK): at exactly that count nothing spills, one past it one chunk does, and
- * two chunks and one; each file opens with its index checksum and every entry right. */
+ * (formats/dpk.c IDX_CHUNK), or, when told the layout (dpk_writer_expect), straight to their
+ * place in the output: at exactly that count nothing spills, one past it one chunk does, and
+ * two chunks and one; each file opens with its index checksum and every entry right, and the
+ * two ways give the same bytes. */
 static void test_dpk_writer_index_spills_at_chunk(void **state)
 {
 	static const uint64_t counts[] = { 65536, 65537, 2 * 65536 + 1 };
-	char err[256];
+	char err[256], other[160], cmd[400];
 
 	(void)state;
+	snprintf(other, sizeof(other), "%s/expected.dpk", dir);
 	for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
-		struct dpk_writer *w;
 		struct dpk *d;
 
-		assert_int_equal(dpk_writer_create(path, DPK_WRITE_NO_SYNC, &w), 0);
-		for (uint64_t i = 0; i < counts[c]; i++) {
-			uint8_t b = (uint8_t)(i * 7);
-			struct dpk_record r = { .kind = DPK_KIND_RAW, .label = (int64_t)(i % 1000),
-						.data = &b, .length = 1, .ndim = 1, .shape = { 1 } };
-			assert_int_equal(dpk_writer_add(w, &r), 0);
-		}
-		assert_int_equal(dpk_writer_finish(w), 0);
-		dpk_writer_destroy(w);
-		assert_int_equal(dpk_open(path, 0, &d, err, sizeof(err)), 0);
+		write_ones(path, counts[c], 0);
+		write_ones(other, counts[c], 1);
+		snprintf(cmd, sizeof(cmd), "cmp -s %s %s", path, other);
+		if (system(cmd) != 0)
+			fail_msg("count %llu: dpk_writer_expect changed the file",
+				 (unsigned long long)counts[c]);
+		assert_int_equal(dpk_open(other, 0, &d, err, sizeof(err)), 0);
 		assert_int_equal(dpk_count(d), counts[c]);
 		for (uint64_t i = 0; i < counts[c]; i++) {
 			const struct dpk_entry *e = dpk_entry_get(d, i);
 			uint8_t b;
-			if (e->offset != DPK_HEADER_SIZE + i || e->label != (int64_t)(i % 1000))
+			if (e->offset != DPK_HEADER_SIZE + i || e->label != (int64_t)(i % 2))
 				fail_msg("count %llu: entry %llu wrong", (unsigned long long)counts[c],
 					 (unsigned long long)i);
 			assert_int_equal(dpk_read(d, i, &b, 1), 1);
@@ -737,7 +757,58 @@ static void test_dpk_writer_index_spills_at_chunk(void **state)
 		}
 		dpk_close(d);
 		assert_int_equal(unlink(path), 0);
+		assert_int_equal(unlink(other), 0);
 	}
+}
+
+/* dpk_writer_expect's figures are held to: a record past the count, or bytes past the data size,
+ * are refused (the last that fits is not); a finish short of them fails and leaves no file;
+ * classes after it, a second call, or a call after the first record are refused. */
+static void test_dpk_writer_expect_bounds(void **state)
+{
+	static const char *const one[] = { "x" };
+	uint8_t buf[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	struct dpk_record r = { .kind = DPK_KIND_RAW, .data = buf, .length = 4, .ndim = 1,
+				.shape = { 4 } };
+	struct dpk_record big = { .kind = DPK_KIND_RAW, .data = buf, .length = 5, .ndim = 1,
+				  .shape = { 5 } };
+	struct dpk_writer *w;
+
+	(void)state;
+	assert_int_equal(dpk_writer_create(path, DPK_WRITE_NO_SYNC, &w), 0);
+	assert_int_equal(dpk_writer_expect(w, 2, 8), 0);
+	assert_int_equal(dpk_writer_expect(w, 2, 8), -EINVAL);
+	assert_int_equal(dpk_writer_set_classes(w, one, 1), -EINVAL);
+	assert_int_equal(dpk_writer_add(w, &r), 0);
+	assert_int_equal(dpk_writer_add(w, &big), -EINVAL);  /* 4 + 5 > 8 */
+	assert_int_equal(dpk_writer_add(w, &r), 0);          /* 8: exactly */
+	assert_int_equal(dpk_writer_add(w, &r), -EINVAL);    /* a third record */
+	assert_int_equal(dpk_writer_finish(w), 0);
+	dpk_writer_destroy(w);
+	struct dpk *d;
+	char err[256];
+	assert_int_equal(dpk_open(path, 0, &d, err, sizeof(err)), 0);
+	assert_int_equal(dpk_count(d), 2);
+	dpk_close(d);
+	assert_int_equal(unlink(path), 0);
+
+	assert_int_equal(dpk_writer_create(path, DPK_WRITE_NO_SYNC, &w), 0);
+	assert_int_equal(dpk_writer_expect(w, 3, 12), 0);
+	assert_int_equal(dpk_writer_add(w, &r), 0);
+	assert_int_equal(dpk_writer_add(w, &r), 0);
+	assert_int_equal(dpk_writer_finish(w), -EINVAL);  /* one record short */
+	dpk_writer_destroy(w);
+	assert_int_equal(access(path, F_OK), -1);
+
+	assert_int_equal(dpk_writer_create(path, DPK_WRITE_NO_SYNC, &w), 0);
+	assert_int_equal(dpk_writer_add(w, &r), 0);
+	assert_int_equal(dpk_writer_expect(w, 1, 4), -EINVAL);  /* after a record */
+	dpk_writer_destroy(w);
+	assert_int_equal(dpk_writer_create(path, DPK_WRITE_NO_SYNC, &w), 0);
+	assert_int_equal(dpk_writer_expect(w, UINT64_MAX / 64, 4), -EINVAL);  /* an index too big */
+	assert_int_equal(dpk_writer_expect(w, 1, UINT64_MAX - 100), -EINVAL); /* data too big */
+	assert_int_equal(dpk_writer_expect(w, 1, 4), 0);
+	dpk_writer_destroy(w);
 }
 
 static void test_dpk_version_is_eproto(void **state)
@@ -1039,6 +1110,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dpk_map_index_max, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_mapped_data_copy_and_truncation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_writer_index_spills_at_chunk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dpk_writer_expect_bounds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_version_is_eproto, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_count_overflow_rejected, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_not_a_dpk, setup, teardown),

@@ -565,7 +565,9 @@ static int pack_blocks(struct pack *pk, struct dpk_writer *w, uint64_t off, uint
 		return -ENOMEM;
 	}
 	memset(&r, 0, sizeof(r));
-	if (pk->src.n)
+	/* the layout is known: the index goes straight to its place (no spill file) */
+	ret = dpk_writer_expect(w, pk->src.n, pk->src.n * sb);
+	if (ret == 0 && pk->src.n)
 		ret = pk->in->tensor(&pk->src, 0, &r);
 	for (uint64_t i = 0; i < pk->src.n && ret == 0; i += per) {
 		uint64_t k = pk->src.n - i < per ? pk->src.n - i : per;
