@@ -655,6 +655,17 @@ void dpk_entry_prefetch(const struct dpk *d, uint64_t i)
 	}
 }
 
+void dpk_record_prefetch(const struct dpk *d, const struct dpk_entry *e)
+{
+	/* a hint: never faults, so an entry of another file or a lost page costs nothing */
+	if (d->data && e->offset >= d->hdr.data_offset &&
+	    e->offset < d->hdr.data_offset + d->hdr.data_size) {
+		const uint8_t *p = d->data + e->offset;
+		for (unsigned k = 0; k < 4; k++)
+			__builtin_prefetch(p + 64 * k);
+	}
+}
+
 int dpk_data_mapped(const struct dpk *d)
 {
 	return d->data != NULL;

@@ -172,6 +172,10 @@ int dpk_mapped(const struct dpk *d);
 int dpk_entries_read(const struct dpk *d);
 /* 1 when the data section is mapped (DPK_OPEN_MAP_DATA took), else 0. */
 int dpk_data_mapped(const struct dpk *d);
+/* Hint that dpk_record_copy(@e) comes soon: the first 256 bytes of its record are fetched (and
+ * the page walk done), where the CPU's own prefetcher then carries on. No effect when the data
+ * is not mapped or @e lies outside it; never faults. */
+void dpk_record_prefetch(const struct dpk *d, const struct dpk_entry *e);
 /* Copy the stored bytes of entry @e (loaded from @d) from the mapped data section into @buf: a
  * page that is not in the page cache is read in on the spot (the caller blocks). Returns the
  * length, -EINVAL when the data is not mapped, -ENOSPC when @cap is too small, -EBADMSG when the
