@@ -51,6 +51,9 @@ struct dpk {
 	int read_entries;               /* entries are read from the file at each load (pread, no
 					 * mapping: DPK_OPEN_READ_INDEX or an index above
 					 * DPK_INDEX_MAP_MAX); index and map are NULL */
+	int index_fd;                   /* read_entries: a description of its own for those reads,
+					 * advised POSIX_FADV_RANDOM (no read-ahead of 128 KiB for
+					 * each 192 bytes), or -1: fd */
 	void *map_base;                 /* the mapping (page aligned), map_len bytes */
 	size_t map_len;
 	int guard_slot;                 /* its slot in the SIGBUS guard's table, or -1 */
@@ -514,6 +517,7 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 	if (!d)
 		return err_set(err, errlen, -ENOMEM, "out of memory");
 	d->fd = fd;
+	d->index_fd = -1;
 	d->guard_slot = -1;
 	d->data_slot = -1;
 	/* The whole header block: the struct, then zeros up to DPK_HEADER_SIZE, so that no
@@ -547,8 +551,16 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 	 * most of it in our RSS (a fault maps the page cache's whole folio, up to 2 MiB, for one
 	 * 64-byte entry), and a shuffled epoch touches all of it. */
 	if (d->hdr.count && ((flags & DPK_OPEN_READ_INDEX) ||
-			     ((flags & DPK_OPEN_MAP) && d->hdr.index_size > DPK_INDEX_MAP_MAX)))
+			     ((flags & DPK_OPEN_MAP) && d->hdr.index_size > DPK_INDEX_MAP_MAX))) {
+		char self[64];
 		d->read_entries = 1;
+		/* the same open file, through /proc: the advice is the description's, and the
+		 * records' reads (on fd) keep their read-ahead */
+		snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+		d->index_fd = open(self, O_RDONLY | O_CLOEXEC);
+		if (d->index_fd >= 0)
+			(void)posix_fadvise(d->index_fd, 0, 0, POSIX_FADV_RANDOM);
+	}
 	else if (!(flags & DPK_OPEN_MAP) || !d->hdr.count || map_index(d) < 0)
 		ret = copy_index(d, flags, err, errlen);
 	if (ret < 0)
@@ -594,6 +606,8 @@ void dpk_close(struct dpk *d)
 	if (!d)
 		return;
 	free(d->index);
+	if (d->index_fd >= 0)
+		close(d->index_fd);
 	if (d->map_base) {
 		guard_remove(d->guard_slot);
 		munmap(d->map_base, d->map_len);
@@ -706,7 +720,8 @@ int dpk_entry_load(const struct dpk *d, uint64_t i, struct dpk_entry *out, char 
 		struct dpk_entry three[3];
 		uint64_t first = i > 0 ? i - 1 : 0, last = i + 1 < h->count ? i + 1 : i;
 		size_t len = (size_t)(last - first + 1) * sizeof(three[0]);
-		int ret = pread_full(d->fd, three, len, h->index_offset + first * sizeof(three[0]));
+		int ret = pread_full(d->index_fd >= 0 ? d->index_fd : d->fd, three, len,
+				     h->index_offset + first * sizeof(three[0]));
 		if (ret < 0) {
 			memset(out, 0, sizeof(*out));
 			return ret == -EBADMSG ?
