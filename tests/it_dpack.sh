@@ -133,6 +133,11 @@ for cnt in 8192 8193; do
 		python3 tests/npy_vs_dpk.py "$T/b.npy" "$T/bl.npy" "$T/b.dpk" labels
 done
 rm -f "$T/b.npy" "$T/bl.npy" "$T/b.dpk"
+# dsgen npy makes up to 2^31 records (the 128M-sample benchmark needs more than its image modes'
+# 100M); one past is refused naming the option (the limit itself would write 2 GB)
+"$BIN/dsgen" npy "$T/b.npy" "$T/bl.npy" --count 2147483649 >/dev/null 2>"$T/err"
+check "dsgen npy --count 2^31 + 1: usage error naming the bound" \
+	sh -c "[ $? -eq 2 ] && grep -q -- '--count: .* 1..2147483648' '$T/err'"
 # A label that is no int64 (uint64 2^63) fails at listing, naming it, though labels are not kept.
 python3 -c "
 import struct, sys
