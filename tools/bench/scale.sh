@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
 	--parts) parts=$2; shift 2 ;;
 	--modes) modes=$2; shift 2 ;;
 	--epochs) epochs=$2; shift 2 ;;
-	-h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,20p' "$0"; exit 0 ;;
 	*) echo "scale.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 done
