@@ -81,6 +81,26 @@ echo "# dpack's peak RSS: $p1 KB at 1M samples, $p4 KB at 4M"
 check "dpack packs 4M samples in no more memory than 1M (+ $SLACK_KB KB)" within "$p1" "$p4"
 check "loaderd exits 0 on SIGTERM with jobs attached (1M)" [ "$(cat "$T/exit1000000")" = 0 ]
 check "loaderd exits 0 on SIGTERM with jobs attached (4M)" [ "$(cat "$T/exit4000000")" = 0 ]
+# ldcat writes its lines by hand (tools/ldcat.c put_line): labels at int64's ends, 0 and -1 come
+# out as printf would write them (npy labels go into the index as they are when there are no
+# class names)
+"$BIN/dsgen" npy "$T/x.npy" "$T/y.npy" --count 6 --height 1 --width 1 --channels 1 >/dev/null
+python3 -c "
+import struct, sys
+v = [-(1 << 63), (1 << 63) - 1, 0, -1, 9, -10]
+h = \"{'descr': '<i8', 'fortran_order': False, 'shape': (6,), }\"
+h += ' ' * (118 - len(h)) + '\\n'
+open(sys.argv[1], 'wb').write(b'\\x93NUMPY\\x01\\x00' + struct.pack('<H', len(h)) + h.encode() + struct.pack('<6q', *v))
+" "$T/y.npy"
+"$BIN/dpack" pack --no-fsync "$T/x.npy" "$T/y.npy" "$T/neg.dpk" >/dev/null 2>&1
+start_loaderd "$T/ldneg.log" --socket "$T/s" --log-level warn &&
+	"$BIN/ldcat" --socket "$T/s" --dataset "$T/neg.dpk" --crop 0 --batch 4 --sampling sequential \
+		--job neg >"$T/neg.out" 2>>"$T/ldcat.log"
+stop_loaderd
+printf '%s\n' "0 0 -9223372036854775808 0" "0 1 9223372036854775807 0" "0 2 0 0" "0 3 -1 0" \
+	"1 4 9 0" "1 5 -10 0" >"$T/neg.want"
+check "ldcat's lines: int64's ends, 0 and negative labels as printf writes them" \
+	cmp -s "$T/neg.out" "$T/neg.want"
 [ $fails -eq 0 ] || { show "$T/ld1000000.log"; show "$T/ld4000000.log"; show "$T/ldcat.log"; }
 echo "1..$n"
 exit $((fails > 0))
