@@ -14,6 +14,7 @@
 #include "common/afile.h"
 #include "common/fdio.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -28,6 +29,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
+#if defined(__x86_64__) && __has_include(<xxh_x86dispatch.h>)
+/* XXH3 through libxxhash's run-time dispatch (AVX2 or AVX-512 where the CPU has them; the same
+ * hashes): its plain XXH3_64bits is the SSE2 build, 3-4x slower on a 3 KB record. */
+#include <xxh_x86dispatch.h>
+#endif
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the on-disk structs are read in place: little-endian hosts only"
@@ -42,6 +48,12 @@ struct dpk {
 	struct dpk_entry *index;        /* private copy (malloc), NULL when count == 0 or mapped */
 	const struct dpk_entry *map;    /* DPK_OPEN_MAP: the index section, mapped read-only (entries
 					 * checked at use: dpk_entry_load); else NULL */
+	int read_entries;               /* entries are read from the file at each load (pread, no
+					 * mapping: DPK_OPEN_READ_INDEX or an index above
+					 * DPK_INDEX_MAP_MAX); index and map are NULL */
+	int index_fd;                   /* read_entries: a description of its own for those reads,
+					 * advised POSIX_FADV_RANDOM (no read-ahead of 128 KiB for
+					 * each 192 bytes), or -1: fd */
 	void *map_base;                 /* the mapping (page aligned), map_len bytes */
 	size_t map_len;
 	int guard_slot;                 /* its slot in the SIGBUS guard's table, or -1 */
@@ -506,6 +518,7 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 	if (!d)
 		return err_set(err, errlen, -ENOMEM, "out of memory");
 	d->fd = fd;
+	d->index_fd = -1;
 	d->guard_slot = -1;
 	d->data_slot = -1;
 	/* The whole header block: the struct, then zeros up to DPK_HEADER_SIZE, so that no
@@ -535,7 +548,21 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 	/* Mapped: nothing walks the index here (open costs the same at any count); each entry is
 	 * checked where it is used (dpk_entry_load). Copied: read into private memory, where a file
 	 * truncated or rewritten later cannot raise SIGBUS or change an entry, and checked whole. */
-	if (!(flags & DPK_OPEN_MAP) || !d->hdr.count || map_index(d) < 0)
+	/* An index too large to map is read entry by entry: a mapping of it would come to hold
+	 * most of it in our RSS (a fault maps the page cache's whole folio, up to 2 MiB, for one
+	 * 64-byte entry), and a shuffled epoch touches all of it. */
+	if (d->hdr.count && ((flags & DPK_OPEN_READ_INDEX) ||
+			     ((flags & DPK_OPEN_MAP) && d->hdr.index_size > DPK_INDEX_MAP_MAX))) {
+		char self[64];
+		d->read_entries = 1;
+		/* the same open file, through /proc: the advice is the description's, and the
+		 * records' reads (on fd) keep their read-ahead */
+		snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+		d->index_fd = open(self, O_RDONLY | O_CLOEXEC);
+		if (d->index_fd >= 0)
+			(void)posix_fadvise(d->index_fd, 0, 0, POSIX_FADV_RANDOM);
+	}
+	else if (!(flags & DPK_OPEN_MAP) || !d->hdr.count || map_index(d) < 0)
 		ret = copy_index(d, flags, err, errlen);
 	if (ret < 0)
 		goto fail;
@@ -580,6 +607,8 @@ void dpk_close(struct dpk *d)
 	if (!d)
 		return;
 	free(d->index);
+	if (d->index_fd >= 0)
+		close(d->index_fd);
 	if (d->map_base) {
 		guard_remove(d->guard_slot);
 		munmap(d->map_base, d->map_len);
@@ -625,6 +654,11 @@ int dpk_mapped(const struct dpk *d)
 	return d->map != NULL;
 }
 
+int dpk_entries_read(const struct dpk *d)
+{
+	return d->read_entries;
+}
+
 void dpk_entry_prefetch(const struct dpk *d, uint64_t i)
 {
 	if (d->map && i < d->hdr.count) {  /* a hint: touches nothing, cannot fault */
@@ -633,6 +667,17 @@ void dpk_entry_prefetch(const struct dpk *d, uint64_t i)
 			__builtin_prefetch(&d->map[i - 1]);
 		if (i + 1 < d->hdr.count)
 			__builtin_prefetch(&d->map[i + 1]);
+	}
+}
+
+void dpk_record_prefetch(const struct dpk *d, const struct dpk_entry *e)
+{
+	/* a hint: never faults, so an entry of another file or a lost page costs nothing */
+	if (d->data && e->offset >= d->hdr.data_offset &&
+	    e->offset < d->hdr.data_offset + d->hdr.data_size) {
+		const uint8_t *p = d->data + e->offset;
+		for (unsigned k = 0; k < 4; k++)
+			__builtin_prefetch(p + 64 * k);
 	}
 }
 
@@ -672,6 +717,30 @@ int dpk_entry_load(const struct dpk *d, uint64_t i, struct dpk_entry *out, char 
 	}
 	/* One copy, then checks on the copy only: the file may be rewritten under the mapping. */
 	uint64_t prev_end = h->data_offset, next_start = h->data_offset + h->data_size;
+	if (d->read_entries) {  /* the entry and its neighbours, in one read */
+		struct dpk_entry three[3];
+		uint64_t first = i > 0 ? i - 1 : 0, last = i + 1 < h->count ? i + 1 : i;
+		size_t len = (size_t)(last - first + 1) * sizeof(three[0]);
+		int ret = pread_full(d->index_fd >= 0 ? d->index_fd : d->fd, three, len,
+				     h->index_offset + first * sizeof(three[0]));
+		if (ret < 0) {
+			memset(out, 0, sizeof(*out));
+			return ret == -EBADMSG ?
+			       err_set(err, errlen, -EBADMSG, "sample %llu: the file ends before its "
+				       "index entry (truncated?)", (unsigned long long)i) :
+			       err_set(err, errlen, ret, "sample %llu: reading its index entry: %s",
+				       (unsigned long long)i, strerror(-ret));
+		}
+		if (i > 0 && add_overflows(three[0].offset, three[0].length, &prev_end))
+			prev_end = UINT64_MAX;
+		*out = three[i - first];
+		if (last > i)
+			next_start = three[2 - (i == 0)].offset;
+		ret = entry_check(h, i, out, prev_end, next_start, err, errlen);
+		if (ret < 0)
+			memset(out, 0, sizeof(*out));
+		return ret;
+	}
 	if (i > 0) {
 		const struct dpk_entry *p = &d->map[i - 1];
 		uint64_t off = p->offset, len = p->length;
@@ -760,7 +829,12 @@ struct dpk_writer {
 	uint64_t count, cap;
 	int spill_fd;           /* entries [0, spilled), an unnamed file beside the target, or -1 */
 	uint64_t spilled;
-	XXH3_state_t *ixh;      /* the index checksum over the spilled entries (with spill_fd) */
+	XXH3_state_t *ixh;      /* the index checksum over the spilled entries (with spill_fd, or
+				 * index_at) */
+	uint64_t expect_count;  /* dpk_writer_expect: the records to come, and ... */
+	uint64_t expect_data;   /* ... their bytes */
+	uint64_t index_at;      /* when expected: where the index goes, the entries spilled into
+				 * their place in the file itself (no spill file), else 0 */
 	char *classes;          /* encoded class table */
 	uint64_t classes_size;
 	uint32_t class_count;
@@ -815,12 +889,45 @@ static int wappend(struct dpk_writer *w, const void *data, uint64_t len)
 	return 0;
 }
 
-/* Move the IDX_CHUNK entries in memory to the spill file (made the first time: O_TMPFILE in the
- * target's directory, else a named one unlinked at once). 0 or -errno. */
+static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = pwrite(fd, p, len, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		p += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* Move the IDX_CHUNK entries in memory to their place in the file when its layout is known
+ * (dpk_writer_expect), else to the spill file (made the first time: O_TMPFILE in the target's
+ * directory, else a named one unlinked at once). 0 or -errno. */
 static int spill(struct dpk_writer *w)
 {
 	uint64_t n = w->count - w->spilled;
 
+	if (w->index_at) {
+		if (!w->ixh) {
+			w->ixh = XXH3_createState();
+			if (!w->ixh)
+				return -ENOMEM;
+			XXH3_64bits_reset(w->ixh);
+		}
+		int ret = pwrite_all(w->f.fd, w->index, n * sizeof(*w->index),
+				     w->index_at + w->spilled * sizeof(*w->index));
+		if (ret < 0)
+			return ret;
+		XXH3_64bits_update(w->ixh, w->index, n * sizeof(*w->index));
+		w->spilled += n;
+		return 0;
+	}
 	if (w->spill_fd < 0) {
 		char dir[4096];
 		const char *slash = strrchr(w->f.tmp, '/');
@@ -900,10 +1007,36 @@ fail:
 	return ret;
 }
 
+/* The class table's zero padding that puts the index on a DPK_INDEX_ALIGN boundary after a data
+ * section ending at @pos. */
+static uint64_t classes_pad(const struct dpk_writer *w, uint64_t pos)
+{
+	return (DPK_INDEX_ALIGN - (pos + w->classes_size) % DPK_INDEX_ALIGN) % DPK_INDEX_ALIGN;
+}
+
+int dpk_writer_expect(struct dpk_writer *w, uint64_t count, uint64_t data_size)
+{
+	uint64_t end;
+
+	if (w->failed || w->finished || w->count || w->index_at ||
+	    __builtin_add_overflow(data_size, (uint64_t)DPK_HEADER_SIZE, &end) ||
+	    __builtin_add_overflow(end, w->classes_size + DPK_INDEX_ALIGN, &end) ||
+	    count > (UINT64_MAX - end) / sizeof(struct dpk_entry))
+		return -EINVAL;
+	w->expect_count = count;
+	w->expect_data = data_size;
+	w->index_at = DPK_HEADER_SIZE + data_size + w->classes_size +
+		      classes_pad(w, DPK_HEADER_SIZE + data_size);
+	return 0;
+}
+
 int dpk_writer_set_classes(struct dpk_writer *w, const char *const *names, uint32_t n)
 {
 	uint64_t size = 0;
 	char *t;
+
+	if (w->index_at)
+		return -EINVAL;  /* the index's place depends on the table's size */
 
 	for (uint32_t i = 0; i < n; i++) {
 		size_t len = strlen(names[i]);
@@ -938,6 +1071,9 @@ int dpk_writer_add(struct dpk_writer *w, const struct dpk_record *r)
 
 	if (w->failed || w->finished)
 		return -EINVAL;
+	if (w->index_at && (w->count == w->expect_count ||
+			    r->length > w->expect_data - (w->pos - DPK_HEADER_SIZE)))
+		return -EINVAL;  /* more than dpk_writer_expect said */
 	if (shape_check(r->kind, r->ndim, r->shape, r->subsamp, &raw_size, &why) < 0 ||
 	    r->length == 0 || r->length > DPK_RECORD_MAX ||
 	    ((dpk_kind_info(r->kind)->flags & DPK_KF_STORED_RAW) && r->length != raw_size) ||
@@ -997,9 +1133,14 @@ int dpk_writer_finish(struct dpk_writer *w)
 
 	if (w->failed || w->finished)
 		return -EINVAL;
+	if (w->index_at && (w->count != w->expect_count ||
+			    w->pos - DPK_HEADER_SIZE != w->expect_data)) {
+		w->failed = 1;  /* fewer than dpk_writer_expect said: spilled entries lie elsewhere */
+		return -EINVAL;
+	}
 	/* The index starts on a DPK_INDEX_ALIGN boundary so that a mapped entry is naturally
 	 * aligned: the class table takes zero padding at its end (covered by its checksum). */
-	uint64_t pad = (DPK_INDEX_ALIGN - (w->pos + w->classes_size) % DPK_INDEX_ALIGN) % DPK_INDEX_ALIGN;
+	uint64_t pad = classes_pad(w, w->pos);
 	if (pad) {
 		char *t = realloc(w->classes, w->classes_size + pad);
 		if (!t)
@@ -1034,8 +1175,15 @@ int dpk_writer_finish(struct dpk_writer *w)
 	h.header_xxh3 = XXH3_64bits(&h, offsetof(struct dpk_header, header_xxh3));
 
 	ret = wappend(w, w->classes, w->classes_size);
-	if (ret == 0 && w->spilled)
+	if (ret == 0 && w->spilled && w->index_at) {  /* the spilled entries are in place */
+		assert(w->pos == w->index_at);
+		ret = wflush(w);
+		w->pos += w->spilled * sizeof(struct dpk_entry);
+		if (ret == 0 && lseek(w->f.fd, (off_t)w->pos, SEEK_SET) < 0)
+			ret = -errno;
+	} else if (ret == 0 && w->spilled) {
 		ret = unspill(w);
+	}
 	if (ret == 0)
 		ret = wappend(w, w->index, mem);
 	if (ret == 0)

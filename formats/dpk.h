@@ -126,6 +126,14 @@ struct dpk;  /* opaque; immutable after open, so safe to share between threads *
 				 * dataset in the page cache is copied from it, no syscall a record);
 				 * guarded against truncation as the index is. Left unmapped when it
 				 * cannot be (dpk_data_mapped says) */
+#define DPK_OPEN_READ_INDEX 0x8u  /* neither copy nor map the index: dpk_entry_load reads each entry
+				   * (and its neighbours) with one pread and checks it as DPK_OPEN_MAP
+				   * does; a file truncated later gives -EBADMSG, never SIGBUS. What
+				   * DPK_OPEN_MAP does for an index above DPK_INDEX_MAP_MAX */
+#define DPK_INDEX_MAP_MAX (1ull << 30)  /* bytes: DPK_OPEN_MAP maps an index up to this size (16M
+				       * entries), larger ones are read (DPK_OPEN_READ_INDEX). A
+				       * mapped index comes to count whole in the process's RSS: a
+				       * fault maps the page cache's whole folio (up to 2 MiB) */
 
 /* Open and validate @path: header, checksums of header, class table and index, and every entry
  * (bounds, order, no overlap, no overflow, sane shapes). The index is read into private memory
@@ -153,15 +161,23 @@ const struct dpk_entry *dpk_entry_get(const struct dpk *d, uint64_t i);
  * neighbours, inside the data section, label within the classes, reserved bits, kind in the
  * header (a copied index was checked whole at open and is copied out as is). Returns 0, -ERANGE
  * past the count, -EBADMSG for a bad entry or a file truncated under its mapped index (@out is
- * then zeroed), with a message naming the sample in @err (NULL ok). Thread-safe, no syscall. */
+ * then zeroed), with a message naming the sample in @err (NULL ok), or a read's -errno when the
+ * entries are read (dpk_entries_read). Thread-safe; no syscall unless the entries are read. */
 int dpk_entry_load(const struct dpk *d, uint64_t i, struct dpk_entry *out, char *err, size_t errlen);
 /* Hint that dpk_entry_load(@i) comes soon (a mapped index: its cache lines are fetched; entries
  * of a shuffled order miss the cache). No effect past the count or on a copied index. */
 void dpk_entry_prefetch(const struct dpk *d, uint64_t i);
 /* 1 when the index is mapped (DPK_OPEN_MAP took), else 0. */
 int dpk_mapped(const struct dpk *d);
+/* 1 when each entry is read from the file at dpk_entry_load (DPK_OPEN_READ_INDEX, or DPK_OPEN_MAP
+ * on an index above DPK_INDEX_MAP_MAX), else 0. */
+int dpk_entries_read(const struct dpk *d);
 /* 1 when the data section is mapped (DPK_OPEN_MAP_DATA took), else 0. */
 int dpk_data_mapped(const struct dpk *d);
+/* Hint that dpk_record_copy(@e) comes soon: the first 256 bytes of its record are fetched (and
+ * the page walk done), where the CPU's own prefetcher then carries on. No effect when the data
+ * is not mapped or @e lies outside it; never faults. */
+void dpk_record_prefetch(const struct dpk *d, const struct dpk_entry *e);
 /* Copy the stored bytes of entry @e (loaded from @d) from the mapped data section into @buf: a
  * page that is not in the page cache is read in on the spot (the caller blocks). Returns the
  * length, -EINVAL when the data is not mapped, -ENOSPC when @cap is too small, -EBADMSG when the
@@ -214,8 +230,15 @@ struct dpk_record {
 /* Start writing @path: records go to a temporary file in the same directory, which
  * dpk_writer_finish() fsyncs and renames over @path. Returns 0 or -errno. */
 int dpk_writer_create(const char *path, unsigned flags, struct dpk_writer **out);
-/* Set the class names (copied). Call before finish. Returns 0, -EINVAL (name too long) or -ENOMEM. */
+/* Set the class names (copied). Call before finish (and before dpk_writer_expect). Returns 0,
+ * -EINVAL (name too long, or after dpk_writer_expect) or -ENOMEM. */
 int dpk_writer_set_classes(struct dpk_writer *w, const char *const *names, uint32_t n);
+/* Say that exactly @count records of @data_size bytes in all will be added (before the first):
+ * the index's place is then known, and its entries go straight there as they are made, not
+ * through a spill file copied in at finish (one write of the index instead of three passes).
+ * An add past either figure is -EINVAL; a finish short of them is -EINVAL (nothing is kept).
+ * Returns 0 or -EINVAL (records already added, called twice, or figures that overflow). */
+int dpk_writer_expect(struct dpk_writer *w, uint64_t count, uint64_t data_size);
 /* Append the next sample. Returns 0, -EINVAL (bad shape or kind) or the write's -errno
  * (-ENOSPC on a full disk). After an error the writer only accepts destroy. */
 int dpk_writer_add(struct dpk_writer *w, const struct dpk_record *r);

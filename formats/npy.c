@@ -504,29 +504,37 @@ int npy_read_int(int fd, const struct npy_info *info, uint64_t i, int64_t *out)
 	return elem(info, b, out);
 }
 
-int npy_read_ints(int fd, const struct npy_info *info, int64_t *out, uint64_t *bad)
+int npy_read_ints_range(int fd, const struct npy_info *info, uint64_t first, uint64_t count,
+			int64_t *out, uint64_t *bad)
 {
 	unsigned char buf[1 << 16];
 	unsigned size = info->itemsize;
-	uint64_t per = sizeof(buf) / size, rel;
+	uint64_t per = sizeof(buf) / size, rel, end;
+	int64_t sink;
 
 	if (!int_array(info))
 		return -EINVAL;
 	if (__builtin_mul_overflow(info->count, (uint64_t)size, &rel) || rel > info->data_size ||
-	    info->data_offset > UINT64_MAX - rel)
+	    info->data_offset > UINT64_MAX - rel || __builtin_add_overflow(first, count, &end) ||
+	    end > info->count)
 		return -ERANGE;
-	for (uint64_t i = 0; i < info->count; i += per) {
-		uint64_t k = info->count - i < per ? info->count - i : per;
+	for (uint64_t i = first; i < end; i += per) {
+		uint64_t k = end - i < per ? end - i : per;
 		ssize_t n = read_upto(fd, buf, (size_t)(k * size), info->data_offset + i * size);
 		if (n < 0)
 			return (int)n;
 		if ((uint64_t)n < k * size)
 			return -EBADMSG;  /* the file shrank since npy_read_header */
 		for (uint64_t e = 0; e < k; e++)
-			if (elem(info, buf + e * size, &out[i + e]) < 0) {
+			if (elem(info, buf + e * size, out ? &out[i - first + e] : &sink) < 0) {
 				*bad = i + e;
 				return -EOVERFLOW;
 			}
 	}
 	return 0;
+}
+
+int npy_read_ints(int fd, const struct npy_info *info, int64_t *out, uint64_t *bad)
+{
+	return npy_read_ints_range(fd, info, 0, info->count, out, bad);
 }

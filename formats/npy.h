@@ -34,6 +34,10 @@ int npy_read_int(int fd, const struct npy_info *info, uint64_t i, int64_t *out);
  * converted as npy_read_int does. Returns 0, -ERANGE, -EOVERFLOW with *@bad the element, -EBADMSG
  * when the file is shorter than its header says, or -errno. */
 int npy_read_ints(int fd, const struct npy_info *info, int64_t *out, uint64_t *bad);
+/* The same for elements [@first, @first + @count) into @out (count entries; NULL: only checked,
+ * nothing stored). *@bad is the element's index in the whole array. -ERANGE past the count. */
+int npy_read_ints_range(int fd, const struct npy_info *info, uint64_t first, uint64_t count,
+			int64_t *out, uint64_t *bad);
 
 #ifdef __cplusplus
 }

@@ -28,7 +28,11 @@
  * reads the header and the class table; the index is never copied. Each entry is loaded and
  * checked where it is used (dpk_entry_load: the reader's plan, a substitute), and the job then
  * goes by that one copy: checksum, kind's verdict, shape, pixel and record limits are checked
- * on it at use, so a file rewritten under the mapping cannot steer a worker. A dataset of at most
+ * on it at use, so a file rewritten under the mapping cannot steer a worker. An index above
+ * DPK_INDEX_MAP_MAX (1 GiB, 16M samples) is not mapped but read an entry at a time (one pread
+ * each): a mapping would come to hold all of it in loaderd's RSS (a fault maps a whole large
+ * folio of the page cache), and a shuffled epoch touches every page; the page cache is still the
+ * one copy. A dataset of at most
  * WALK_MAX samples is also walked once, at its first job's open (every entry checked, the largest
  * record found, each kind's verdict per way of delivery): so a bad entry or a record above
  * --max-record refuses the job at open, naming the sample, and later jobs on it pay nothing.
@@ -457,8 +461,8 @@ static int records_bounded(const struct ldr_config *cfg, struct job *j, uint64_t
 	size_t arena = cfg->arena_bytes ? cfg->arena_bytes : LDR_ARENA_DEFAULT;
 	uint64_t per_worker = 2 * ldr_reader_extra(arena, big) + (big > LDR_SUB_KEEP ? big : 0);
 	*mem = sizeof(*j) + (uint64_t)(cfg->workers ? cfg->workers : 1) * per_worker;
-	if (j->created)
-		*mem += sizeof(*ds) + h->index_size + h->classes_size +
+	if (j->created)  /* an index read entry by entry (dpk_entries_read) holds nothing */
+		*mem += sizeof(*ds) + (dpk_mapped(j->d) ? h->index_size : 0) + h->classes_size +
 			(uint64_t)h->class_count * sizeof(char *);
 	return 0;
 }

@@ -1,7 +1,7 @@
 /* fuzz_dpk.c - libFuzzer target for the .dpk reader and the JPEG probe: the input becomes a file
  * (memfd); dpk_open must reject it cleanly or return a dataset whose every record can be read
  * (and a JPEG one probed) without touching memory outside its buffers. A mapped open
- * (DPK_OPEN_MAP) checks each entry at load: every entry it passes lies inside the file, and where
+ * (DPK_OPEN_MAP, and DPK_OPEN_READ_INDEX the same way) checks each entry at load: every entry it passes lies inside the file, and where
  * the whole-index check passes the file, the mapped loads pass every entry and give the same
  * bytes. Decoding a record is the daemon's (codec/decode.c), not the reader's. */
 #include "formats/dpk.h"
@@ -33,18 +33,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct dpk *m = NULL;
 	/* Skip the index checksum so that the fuzzer reaches entry validation. */
 	int whole = dpk_open_fd(fd, DPK_OPEN_NO_INDEX_CHECK, &d, err, sizeof(err));
-	if (dpk_open_fd(fd, DPK_OPEN_MAP, &m, err, sizeof(err)) == 0) {
-		for (uint64_t i = 0; i < dpk_count(m) && i < 4096; i++) {
-			struct dpk_entry e;
-			int ret = dpk_entry_load(m, i, &e, err, sizeof(err));
-			if (ret == 0 && e.offset + e.length > size)
-				abort();
-			if (whole == 0 && (ret != 0 || memcmp(&e, dpk_entry_get(d, i), sizeof(e))))
-				abort();
+	for (int lazy = 0; lazy < 2; lazy++) {  /* mapped, then read an entry at a time */
+		if (dpk_open_fd(fd, lazy ? DPK_OPEN_READ_INDEX : DPK_OPEN_MAP, &m, err,
+				sizeof(err)) == 0) {
+			for (uint64_t i = 0; i < dpk_count(m) && i < 4096; i++) {
+				struct dpk_entry e;
+				int ret = dpk_entry_load(m, i, &e, err, sizeof(err));
+				if (ret == 0 && e.offset + e.length > size)
+					abort();
+				if (whole == 0 &&
+				    (ret != 0 || memcmp(&e, dpk_entry_get(d, i), sizeof(e))))
+					abort();
+			}
+			dpk_close(m);
+		} else if (whole == 0) {
+			abort();  /* the header and class table passed the whole open */
 		}
-		dpk_close(m);
-	} else if (whole == 0) {
-		abort();  /* the header and class table passed the whole open */
 	}
 	if (whole == 0) {
 		uint64_t n = dpk_count(d);

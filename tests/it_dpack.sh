@@ -119,12 +119,47 @@ check "pack npy zstd verifies" sh -c "'$BIN/dpack' verify '$T/nz.dpk' >/dev/null
 check "zstd kind recorded" [ "$(json "$T/nz.json" "d['kinds']")" = "{'raw+zstd': 50}" ]
 # Uncompressed npy goes in 8 MiB blocks (pack.c BLOCK_BYTES): 2730 records of 32x32x3 fill one
 # block exactly, 2731 are one past it. Every record and label is the arrays' own.
-for n in 2730 2731; do
-	"$BIN/dsgen" npy "$T/b.npy" "$T/bl.npy" --count $n >/dev/null
+for cnt in 2730 2731; do
+	"$BIN/dsgen" npy "$T/b.npy" "$T/bl.npy" --count $cnt >/dev/null
 	"$BIN/dpack" pack --no-fsync "$T/b.npy" "$T/bl.npy" "$T/b.dpk" >/dev/null 2>&1
-	check "npy in blocks, $n records: the arrays' bytes and labels" \
+	check "npy in blocks, $cnt records: the arrays' bytes and labels" \
 		python3 tests/npy_vs_dpk.py "$T/b.npy" "$T/bl.npy" "$T/b.dpk"
 done
+# and at most 262,144 records a block (BLOCK_RECORDS: labels are read a block at a time, not
+# held for the whole array): 1-byte records at exactly that count and one past it.
+for cnt in 262144 262145; do
+	"$BIN/dsgen" npy "$T/b.npy" "$T/bl.npy" --count $cnt --height 1 --width 1 --channels 1 >/dev/null
+	"$BIN/dpack" pack --no-fsync "$T/b.npy" "$T/bl.npy" "$T/b.dpk" >/dev/null 2>&1
+	check "npy, $cnt 1-byte records: the arrays' bytes and labels" \
+		python3 tests/npy_vs_dpk.py "$T/b.npy" "$T/bl.npy" "$T/b.dpk"
+done
+# Through the workers (zstd), labels come from a window of 8,192 (input_npy.c LABEL_WINDOW):
+# exactly one window, and one past it, with two workers.
+for cnt in 8192 8193; do
+	"$BIN/dsgen" npy "$T/b.npy" "$T/bl.npy" --count $cnt --height 1 --width 1 --channels 1 >/dev/null
+	"$BIN/dpack" pack --no-fsync --jobs 2 --compress zstd "$T/b.npy" "$T/bl.npy" "$T/b.dpk" \
+		>/dev/null 2>&1
+	check "npy zstd, $cnt records: every label the array's" \
+		python3 tests/npy_vs_dpk.py "$T/b.npy" "$T/bl.npy" "$T/b.dpk" labels
+done
+rm -f "$T/b.npy" "$T/bl.npy" "$T/b.dpk"
+# dsgen npy makes up to 2^31 records (the 128M-sample benchmark needs more than its image modes'
+# 100M); one past is refused naming the option (the limit itself would write 2 GB)
+"$BIN/dsgen" npy "$T/b.npy" "$T/bl.npy" --count 2147483649 >/dev/null 2>"$T/err"
+check "dsgen npy --count 2^31 + 1: usage error naming the bound" \
+	sh -c "[ $? -eq 2 ] && grep -q -- '--count: .* 1..2147483648' '$T/err'"
+# A label that is no int64 (uint64 2^63) fails at listing, naming it, though labels are not kept.
+python3 -c "
+import struct, sys
+h = \"{'descr': '<u8', 'fortran_order': False, 'shape': (50,), }\"
+h += ' ' * (118 - len(h)) + '\\n'
+v = [i % 10 for i in range(50)]; v[37] = 1 << 63
+open(sys.argv[1], 'wb').write(b'\\x93NUMPY\\x01\\x00' + struct.pack('<H', len(h)) + h.encode() + struct.pack('<50Q', *v))
+" "$T/big_lab.npy"
+"$BIN/dpack" pack "$T/x.npy" "$T/big_lab.npy" "$T/big_lab.dpk" >/dev/null 2>"$T/err"
+check "a label past int64 fails" [ $? -ne 0 ]
+check "  naming it" grep -q "big_lab.npy: label 37" "$T/err"
+check "  and leaves no output" [ ! -e "$T/big_lab.dpk" ]
 "$BIN/dsgen" npy "$T/x2.npy" "$T/y2.npy" --count 49 --height 8 --width 8 --channels 3 >/dev/null
 "$BIN/dpack" pack "$T/x.npy" "$T/y2.npy" "$T/bad_lab.dpk" >/dev/null 2>"$T/err"
 check "labels of the wrong length fail" [ $? -ne 0 ]

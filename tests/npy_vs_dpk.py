@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""npy_vs_dpk.py IMAGES.npy LABELS.npy D.dpk - every record of D.dpk is the C-order slice
+"""npy_vs_dpk.py IMAGES.npy LABELS.npy D.dpk [labels] - every record of D.dpk is the C-order slice
 IMAGES[i] (a raw record of its shape) labelled LABELS[i]; exit 1 naming the first that is not.
+With "labels", only the labels are compared (records compressed with zstd).
 Standard library only: reads the .npy header and the .dpk index (docs/FORMAT.md) itself."""
 import ast, struct, sys
 
@@ -22,6 +23,7 @@ def main():
     n = ih["shape"][0]
     sb = len(img) // n
     ls = int(lh["descr"][2:])
+    only_labels = sys.argv[4:] == ["labels"]
     d = open(sys.argv[3], "rb").read()
     count, index_off = struct.unpack_from("<Q", d, 16)[0], struct.unpack_from("<Q", d, 56)[0]
     if count != n:
@@ -29,7 +31,8 @@ def main():
     for i in range(n):
         off, length, label = struct.unpack_from("<QQq", d, index_off + 64 * i)
         want = int.from_bytes(lab[i * ls:(i + 1) * ls], "little", signed=lh["descr"][1] == "i")
-        if length != sb or d[off:off + length] != img[i * sb:(i + 1) * sb] or label != want:
+        if label != want or (not only_labels and
+                             (length != sb or d[off:off + length] != img[i * sb:(i + 1) * sb])):
             sys.exit(f"sample {i}: record or label differs from the arrays")
 
 

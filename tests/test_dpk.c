@@ -183,6 +183,17 @@ static struct dpk_header read_header(void)
 	return h;
 }
 
+/* Write @h over the file's header, its checksum re-sealed. */
+static void write_header(struct dpk_header *h)
+{
+	int fd = open(path, O_RDWR);
+
+	assert_true(fd >= 0);
+	h->header_xxh3 = XXH3_64bits(h, offsetof(struct dpk_header, header_xxh3));
+	assert_int_equal(pwrite(fd, h, sizeof(*h), 0), (ssize_t)sizeof(*h));
+	close(fd);
+}
+
 /* Overwrite index entry @i, then re-seal the index and header checksums so that only the
  * entry validation can catch it (a hostile or buggy writer, not bit rot). */
 static void forge_entry(uint64_t i, void (*mutate)(struct dpk_entry *, const struct dpk_header *))
@@ -442,9 +453,11 @@ static void test_dpk_hostile_entries_name_the_sample(void **state)
 	}
 }
 
-/* Mapped (DPK_OPEN_MAP): open walks nothing, so a forged entry does not fail it; the entry fails
- * its check where it is used, naming the sample, as the whole-index check at open does, and the
- * entries far from it load. */
+/* Mapped (DPK_OPEN_MAP) or read an entry at a time (DPK_OPEN_READ_INDEX): open walks nothing,
+ * so a forged entry does not fail it; the entry fails its check where it is used, naming the
+ * sample, as the whole-index check at open does, and the entries far from it load. */
+static const unsigned lazy_flags[] = { DPK_OPEN_MAP, DPK_OPEN_READ_INDEX };
+
 static void test_dpk_mapped_entries_checked_at_use(void **state)
 {
 	static void (*const muts[])(struct dpk_entry *, const struct dpk_header *) = {
@@ -456,11 +469,13 @@ static void test_dpk_mapped_entries_checked_at_use(void **state)
 	char err[256];
 
 	(void)state;
-	for (size_t m = 0; m < sizeof(muts) / sizeof(muts[0]); m++) {
+	for (size_t m = 0; m < 2 * sizeof(muts) / sizeof(muts[0]); m++) {
+		unsigned fl = lazy_flags[m & 1];
 		write_dataset(40);
-		forge_entry(7, muts[m]);
-		assert_int_equal(dpk_open(path, DPK_OPEN_MAP, &d, err, sizeof(err)), 0);
-		assert_int_equal(dpk_mapped(d), 1);
+		forge_entry(7, muts[m / 2]);
+		assert_int_equal(dpk_open(path, fl, &d, err, sizeof(err)), 0);
+		assert_int_equal(dpk_mapped(d), fl == DPK_OPEN_MAP);
+		assert_int_equal(dpk_entries_read(d), fl == DPK_OPEN_READ_INDEX);
 		assert_null(dpk_entry_get(d, 7));
 		err[0] = '\0';
 		assert_int_equal(dpk_entry_load(d, 7, &e, err, sizeof(err)), -EBADMSG);
@@ -489,32 +504,37 @@ static void test_dpk_mapped_bounds_at_limit(void **state)
 	char err[256];
 
 	(void)state;
+	for (size_t f = 0; f < 2; f++) {
+	unsigned fl = lazy_flags[f];
 	write_dataset(20);
 	forge_entry(7, mut_label_last);
-	assert_int_equal(dpk_open(path, DPK_OPEN_MAP, &d, err, sizeof(err)), 0);
+	assert_int_equal(dpk_open(path, fl, &d, err, sizeof(err)), 0);
 	assert_int_equal(dpk_entry_load(d, 7, &e, err, sizeof(err)), 0);
 	assert_int_equal(e.label, 2);
 	dpk_close(d);
 	forge_entry(7, mut_label);
-	assert_int_equal(dpk_open(path, DPK_OPEN_MAP, &d, err, sizeof(err)), 0);
+	assert_int_equal(dpk_open(path, fl, &d, err, sizeof(err)), 0);
 	assert_int_equal(dpk_entry_load(d, 7, &e, err, sizeof(err)), -EBADMSG);
 	assert_non_null(strstr(err, "label 3 outside 3 classes"));
 	dpk_close(d);
 	forge_entry(7, mut_label_last);
 	forge_entry(7, mut_overlap);
-	assert_int_equal(dpk_open(path, DPK_OPEN_MAP, &d, err, sizeof(err)), 0);
+	assert_int_equal(dpk_open(path, fl, &d, err, sizeof(err)), 0);
 	assert_int_equal(dpk_entry_load(d, 6, &e, err, sizeof(err)), -EBADMSG);
 	assert_non_null(strstr(err, "sample 6: record"));
 	assert_non_null(strstr(err, "overlaps the next one"));
 	assert_int_equal(dpk_entry_load(d, 5, &e, err, sizeof(err)), 0);
 	dpk_close(d);
+	assert_int_equal(unlink(path), 0);
+	}
 }
 
-/* Mapped and copied opens agree on every entry and on the identity. */
+/* Mapped, read and copied opens agree on every entry (the first and the last: a read takes the
+ * neighbours on one side only) and on the identity. */
 static void test_dpk_mapped_matches_copy(void **state)
 {
 	uint8_t ida[DPK_IDENTITY_SIZE], idb[DPK_IDENTITY_SIZE];
-	struct dpk *a, *b;
+	struct dpk *a, *b, *c;
 	struct dpk_entry e;
 	char err[256];
 
@@ -522,19 +542,98 @@ static void test_dpk_mapped_matches_copy(void **state)
 	write_dataset(300);
 	assert_int_equal(dpk_open(path, 0, &a, err, sizeof(err)), 0);
 	assert_int_equal(dpk_open(path, DPK_OPEN_MAP, &b, err, sizeof(err)), 0);
+	assert_int_equal(dpk_open(path, DPK_OPEN_READ_INDEX | DPK_OPEN_MAP, &c, err, sizeof(err)), 0);
 	assert_int_equal(dpk_mapped(a), 0);
 	assert_int_equal(dpk_mapped(b), 1);
+	assert_int_equal(dpk_mapped(c), 0);
+	assert_int_equal(dpk_entries_read(b), 0);
+	assert_int_equal(dpk_entries_read(c), 1);
 	for (uint64_t i = 0; i < 300; i++) {
 		assert_int_equal(dpk_entry_load(b, i, &e, err, sizeof(err)), 0);
+		assert_memory_equal(&e, dpk_entry_get(a, i), sizeof(e));
+		assert_int_equal(dpk_entry_load(c, i, &e, err, sizeof(err)), 0);
 		assert_memory_equal(&e, dpk_entry_get(a, i), sizeof(e));
 		assert_int_equal(dpk_entry_load(a, i, &e, err, sizeof(err)), 0);
 		assert_memory_equal(&e, dpk_entry_get(a, i), sizeof(e));
 	}
+	assert_int_equal(dpk_entry_load(c, 300, &e, err, sizeof(err)), -ERANGE);
 	dpk_identity(a, ida);
 	dpk_identity(b, idb);
 	assert_memory_equal(ida, idb, sizeof(ida));
+	dpk_identity(c, idb);
+	assert_memory_equal(ida, idb, sizeof(ida));
 	dpk_close(a);
 	dpk_close(b);
+	dpk_close(c);
+}
+
+/* One entry: a read with no neighbour on either side. */
+static void test_dpk_read_index_single_entry(void **state)
+{
+	struct dpk_entry e;
+	struct dpk *a, *c;
+	char err[256];
+
+	(void)state;
+	write_dataset(1);
+	assert_int_equal(dpk_open(path, 0, &a, err, sizeof(err)), 0);
+	assert_int_equal(dpk_open(path, DPK_OPEN_READ_INDEX, &c, err, sizeof(err)), 0);
+	assert_int_equal(dpk_entry_load(c, 0, &e, err, sizeof(err)), 0);
+	assert_memory_equal(&e, dpk_entry_get(a, 0), sizeof(e));
+	assert_int_equal(dpk_entry_load(c, 1, &e, err, sizeof(err)), -ERANGE);
+	dpk_close(a);
+	dpk_close(c);
+}
+
+/* An index read an entry at a time, the file cut short under it: entries past the cut load as
+ * -EBADMSG naming the sample and the truncation (no mapping, so no SIGBUS), those before it load. */
+static void test_dpk_read_index_truncated(void **state)
+{
+	struct dpk *d;
+	struct dpk_entry e;
+	char err[256];
+
+	(void)state;
+	write_dataset(3000);
+	struct dpk_header h = read_header();
+	assert_int_equal(dpk_open(path, DPK_OPEN_READ_INDEX, &d, err, sizeof(err)), 0);
+	assert_int_equal(dpk_entry_load(d, 2999, &e, err, sizeof(err)), 0);
+	/* cut just after entry 100's end: 100 still has its next neighbour's offset missing */
+	assert_int_equal(truncate(path, (off_t)(h.index_offset + 101 * sizeof(e))), 0);
+	assert_int_equal(dpk_entry_load(d, 99, &e, err, sizeof(err)), 0);
+	assert_int_equal(dpk_entry_load(d, 100, &e, err, sizeof(err)), -EBADMSG);
+	assert_non_null(strstr(err, "sample 100: the file ends before its index entry"));
+	assert_int_equal(e.length, 0);
+	assert_int_equal(dpk_entry_load(d, 2999, &e, err, sizeof(err)), -EBADMSG);
+	assert_non_null(strstr(err, "sample 2999"));
+	dpk_close(d);
+}
+
+/* DPK_OPEN_MAP maps an index of exactly DPK_INDEX_MAP_MAX bytes and reads one an entry larger (a
+ * sparse file: the header says so, the pages are never touched). */
+static void test_dpk_map_index_max(void **state)
+{
+	(void)state;
+	for (int over = 0; over < 2; over++) {
+		uint64_t n = DPK_INDEX_MAP_MAX / sizeof(struct dpk_entry) + (uint64_t)over;
+		struct dpk_header h;
+		struct dpk *d;
+		char err[256];
+		write_dataset(1);
+		h = read_header();
+		/* grow the index to n entries: the data section and the classes stay, the index is
+		 * zeros past entry 0 (loads of them would fail; open reads none) */
+		h.count = n;
+		h.index_size = n * sizeof(struct dpk_entry);
+		h.file_size = h.index_offset + h.index_size;
+		write_header(&h);
+		assert_int_equal(truncate(path, (off_t)h.file_size), 0);
+		assert_int_equal(dpk_open(path, DPK_OPEN_MAP, &d, err, sizeof(err)), 0);
+		assert_int_equal(dpk_mapped(d), !over);
+		assert_int_equal(dpk_entries_read(d), over);
+		dpk_close(d);
+		assert_int_equal(unlink(path), 0);
+	}
 }
 
 /* A file truncated under its mapped index: its loads fail with -EBADMSG naming the truncation
@@ -603,34 +702,54 @@ static void test_dpk_mapped_data_copy_and_truncation(void **state)
 	dpk_close(c);
 }
 
+/* @n 1-byte raw records (record i is i * 7, label i % 2) into @file, with classes "a" and "bb" (11
+ * bytes: the index is padded to its alignment), after dpk_writer_expect(n, n) when @expect. */
+static void write_ones(const char *file, uint64_t n, int expect)
+{
+	static const char *const classes[] = { "a", "bb" };
+	struct dpk_writer *w;
+
+	assert_int_equal(dpk_writer_create(file, DPK_WRITE_NO_SYNC, &w), 0);
+	assert_int_equal(dpk_writer_set_classes(w, classes, 2), 0);
+	if (expect)
+		assert_int_equal(dpk_writer_expect(w, n, n), 0);
+	for (uint64_t i = 0; i < n; i++) {
+		uint8_t b = (uint8_t)(i * 7);
+		struct dpk_record r = { .kind = DPK_KIND_RAW, .label = (int64_t)(i % 2),
+					.data = &b, .length = 1, .ndim = 1, .shape = { 1 } };
+		assert_int_equal(dpk_writer_add(w, &r), 0);
+	}
+	assert_int_equal(dpk_writer_finish(w), 0);
+	dpk_writer_destroy(w);
+}
+
 /* The writer keeps 65,536 index entries in memory and spills older ones to a file of its own
- * (formats/dpk.c IDX_CHUNK): at exactly that count nothing spills, one past it one chunk does, and
- * two chunks and one; each file opens with its index checksum and every entry right. */
+ * (formats/dpk.c IDX_CHUNK), or, when told the layout (dpk_writer_expect), straight to their
+ * place in the output: at exactly that count nothing spills, one past it one chunk does, and
+ * two chunks and one; each file opens with its index checksum and every entry right, and the
+ * two ways give the same bytes. */
 static void test_dpk_writer_index_spills_at_chunk(void **state)
 {
 	static const uint64_t counts[] = { 65536, 65537, 2 * 65536 + 1 };
-	char err[256];
+	char err[256], other[160], cmd[400];
 
 	(void)state;
+	snprintf(other, sizeof(other), "%s/expected.dpk", dir);
 	for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
-		struct dpk_writer *w;
 		struct dpk *d;
 
-		assert_int_equal(dpk_writer_create(path, DPK_WRITE_NO_SYNC, &w), 0);
-		for (uint64_t i = 0; i < counts[c]; i++) {
-			uint8_t b = (uint8_t)(i * 7);
-			struct dpk_record r = { .kind = DPK_KIND_RAW, .label = (int64_t)(i % 1000),
-						.data = &b, .length = 1, .ndim = 1, .shape = { 1 } };
-			assert_int_equal(dpk_writer_add(w, &r), 0);
-		}
-		assert_int_equal(dpk_writer_finish(w), 0);
-		dpk_writer_destroy(w);
-		assert_int_equal(dpk_open(path, 0, &d, err, sizeof(err)), 0);
+		write_ones(path, counts[c], 0);
+		write_ones(other, counts[c], 1);
+		snprintf(cmd, sizeof(cmd), "cmp -s %s %s", path, other);
+		if (system(cmd) != 0)
+			fail_msg("count %llu: dpk_writer_expect changed the file",
+				 (unsigned long long)counts[c]);
+		assert_int_equal(dpk_open(other, 0, &d, err, sizeof(err)), 0);
 		assert_int_equal(dpk_count(d), counts[c]);
 		for (uint64_t i = 0; i < counts[c]; i++) {
 			const struct dpk_entry *e = dpk_entry_get(d, i);
 			uint8_t b;
-			if (e->offset != DPK_HEADER_SIZE + i || e->label != (int64_t)(i % 1000))
+			if (e->offset != DPK_HEADER_SIZE + i || e->label != (int64_t)(i % 2))
 				fail_msg("count %llu: entry %llu wrong", (unsigned long long)counts[c],
 					 (unsigned long long)i);
 			assert_int_equal(dpk_read(d, i, &b, 1), 1);
@@ -638,7 +757,58 @@ static void test_dpk_writer_index_spills_at_chunk(void **state)
 		}
 		dpk_close(d);
 		assert_int_equal(unlink(path), 0);
+		assert_int_equal(unlink(other), 0);
 	}
+}
+
+/* dpk_writer_expect's figures are held to: a record past the count, or bytes past the data size,
+ * are refused (the last that fits is not); a finish short of them fails and leaves no file;
+ * classes after it, a second call, or a call after the first record are refused. */
+static void test_dpk_writer_expect_bounds(void **state)
+{
+	static const char *const one[] = { "x" };
+	uint8_t buf[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	struct dpk_record r = { .kind = DPK_KIND_RAW, .data = buf, .length = 4, .ndim = 1,
+				.shape = { 4 } };
+	struct dpk_record big = { .kind = DPK_KIND_RAW, .data = buf, .length = 5, .ndim = 1,
+				  .shape = { 5 } };
+	struct dpk_writer *w;
+
+	(void)state;
+	assert_int_equal(dpk_writer_create(path, DPK_WRITE_NO_SYNC, &w), 0);
+	assert_int_equal(dpk_writer_expect(w, 2, 8), 0);
+	assert_int_equal(dpk_writer_expect(w, 2, 8), -EINVAL);
+	assert_int_equal(dpk_writer_set_classes(w, one, 1), -EINVAL);
+	assert_int_equal(dpk_writer_add(w, &r), 0);
+	assert_int_equal(dpk_writer_add(w, &big), -EINVAL);  /* 4 + 5 > 8 */
+	assert_int_equal(dpk_writer_add(w, &r), 0);          /* 8: exactly */
+	assert_int_equal(dpk_writer_add(w, &r), -EINVAL);    /* a third record */
+	assert_int_equal(dpk_writer_finish(w), 0);
+	dpk_writer_destroy(w);
+	struct dpk *d;
+	char err[256];
+	assert_int_equal(dpk_open(path, 0, &d, err, sizeof(err)), 0);
+	assert_int_equal(dpk_count(d), 2);
+	dpk_close(d);
+	assert_int_equal(unlink(path), 0);
+
+	assert_int_equal(dpk_writer_create(path, DPK_WRITE_NO_SYNC, &w), 0);
+	assert_int_equal(dpk_writer_expect(w, 3, 12), 0);
+	assert_int_equal(dpk_writer_add(w, &r), 0);
+	assert_int_equal(dpk_writer_add(w, &r), 0);
+	assert_int_equal(dpk_writer_finish(w), -EINVAL);  /* one record short */
+	dpk_writer_destroy(w);
+	assert_int_equal(access(path, F_OK), -1);
+
+	assert_int_equal(dpk_writer_create(path, DPK_WRITE_NO_SYNC, &w), 0);
+	assert_int_equal(dpk_writer_add(w, &r), 0);
+	assert_int_equal(dpk_writer_expect(w, 1, 4), -EINVAL);  /* after a record */
+	dpk_writer_destroy(w);
+	assert_int_equal(dpk_writer_create(path, DPK_WRITE_NO_SYNC, &w), 0);
+	assert_int_equal(dpk_writer_expect(w, UINT64_MAX / 64, 4), -EINVAL);  /* an index too big */
+	assert_int_equal(dpk_writer_expect(w, 1, UINT64_MAX - 100), -EINVAL); /* data too big */
+	assert_int_equal(dpk_writer_expect(w, 1, 4), 0);
+	dpk_writer_destroy(w);
 }
 
 static void test_dpk_version_is_eproto(void **state)
@@ -935,8 +1105,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dpk_mapped_bounds_at_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_mapped_matches_copy, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_mapped_truncated_no_sigbus, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dpk_read_index_single_entry, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dpk_read_index_truncated, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dpk_map_index_max, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_mapped_data_copy_and_truncation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_writer_index_spills_at_chunk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dpk_writer_expect_bounds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_version_is_eproto, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_count_overflow_rejected, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_not_a_dpk, setup, teardown),

@@ -51,7 +51,7 @@ ssize_t __wrap_pread(int fd, void *buf, size_t n, off_t off)
 		fail_msg("err \"%s\" lacks \"%s\"", (err), (needle));		\
 } while (0)
 
-static unsigned char file[1 << 16];
+static unsigned char file[1 << 17];  /* test_npy_read_ints_range: 64 KiB of elements and more */
 static size_t filelen;
 static char err[256];
 static struct npy_info info;
@@ -266,6 +266,44 @@ static void test_npy_u8_above_int64_max_overflows(void **state)
 	assert_int_equal(npy_read_header(fd, &info, err, sizeof(err)), 0);
 	assert_int_equal(npy_read_int(fd, &info, 0, &v), -EOVERFLOW);
 	assert_int_equal(npy_read_int(fd, &info, 1, &v), -EOVERFLOW);
+	close(fd);
+}
+
+/* A range of a 1-D array: every element as npy_read_int gives it, the range ending exactly at the
+ * count and one past it, a NULL output (checked only) finding the element past int64 by its
+ * index in the whole array, and a block boundary (8,192 '<i8' elements a 64 KiB read) crossed. */
+static void test_npy_read_ints_range(void **state)
+{
+	enum { N = 8192 + 5 };
+	static unsigned char data[N * 8];
+	static int64_t out[N];
+	uint64_t bad = 0;
+	int fd;
+
+	(void)state;
+	for (uint64_t i = 0; i < N; i++)
+		for (int b = 0; b < 8; b++)
+			data[i * 8 + b] = (unsigned char)((i * 7919) >> (8 * b));
+	build(1, 0, "{'descr': '<u8', 'fortran_order': False, 'shape': (8197,)}", data, sizeof(data));
+	fd = file_fd();
+	assert_int_equal(npy_read_header(fd, &info, err, sizeof(err)), 0);
+	assert_int_equal(npy_read_ints_range(fd, &info, 3, N - 3, out, &bad), 0);
+	for (uint64_t i = 3; i < N; i++)
+		assert_int_equal(out[i - 3], (int64_t)(i * 7919));
+	assert_int_equal(npy_read_ints_range(fd, &info, N - 1, 1, out, &bad), 0);
+	assert_int_equal(out[0], (int64_t)((N - 1) * 7919));
+	assert_int_equal(npy_read_ints_range(fd, &info, N - 1, 2, out, &bad), -ERANGE);
+	assert_int_equal(npy_read_ints_range(fd, &info, 1, UINT64_MAX, out, &bad), -ERANGE);
+	assert_int_equal(npy_read_ints_range(fd, &info, 0, N, NULL, &bad), 0);
+	close(fd);
+	data[8192 * 8 + 7] = 0x80;  /* element 8192, the second block's first, is past INT64_MAX */
+	build(1, 0, "{'descr': '<u8', 'fortran_order': False, 'shape': (8197,)}", data, sizeof(data));
+	fd = file_fd();
+	assert_int_equal(npy_read_header(fd, &info, err, sizeof(err)), 0);
+	assert_int_equal(npy_read_ints_range(fd, &info, 0, N, NULL, &bad), -EOVERFLOW);
+	assert_int_equal(bad, 8192);
+	assert_int_equal(npy_read_ints_range(fd, &info, 0, 8192, NULL, &bad), 0);
+	assert_int_equal(npy_read_ints_range(fd, &info, 8193, 4, out, &bad), 0);
 	close(fd);
 }
 
@@ -684,6 +722,7 @@ int main(void)
 		T(test_npy_v2_and_v3_headers),
 		T(test_npy_dtypes_read_int),
 		T(test_npy_u8_above_int64_max_overflows),
+		T(test_npy_read_ints_range),
 		T(test_npy_read_int_bad_args),
 		T(test_npy_dict_forms_accepted),
 		T(test_npy_zero_size_dims),

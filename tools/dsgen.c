@@ -50,6 +50,7 @@
 #define SIDE_MAX 8192             /* pixels; one RGB buffer of SIDE_MAX^2*3 per worker */
 #define CLASSES_MAX 1000000u      /* class names are n%08u */
 #define IMAGES_MAX 100000000ull   /* image numbers are uint32 */
+#define NPY_COUNT_MAX (1ull << 31) /* npy records: labels are held as uint32 while drawn */
 #define JOBS_MAX 1024
 #define NPY_SIDE_MAX 4096
 
@@ -281,7 +282,7 @@ static const struct optdef optdefs[] = {
 	{ "min-side", offsetof(struct opts, min_side), 1, SIDE_MAX, M_IMG },
 	{ "max-side", offsetof(struct opts, max_side), 1, SIDE_MAX, M_IMG },
 	{ "jobs", offsetof(struct opts, jobs), 1, JOBS_MAX, M_IMG },
-	{ "count", offsetof(struct opts, count), 1, IMAGES_MAX, M_NPY },
+	{ "count", offsetof(struct opts, count), 1, NPY_COUNT_MAX, M_NPY },
 	{ "height", offsetof(struct opts, height), 1, NPY_SIDE_MAX, M_NPY },
 	{ "width", offsetof(struct opts, width), 1, NPY_SIDE_MAX, M_NPY },
 	{ "channels", offsetof(struct opts, channels), 1, 3, M_NPY },
@@ -311,7 +312,7 @@ static void usage(FILE *f)
 		"  --max-side PX    largest width/height, 1..%d (default 900)\n"
 		"  --jobs J         worker threads, 1..%d (default: all cores, here %u)\n"
 		"npy options:\n"
-		"  --count N        number of images (default 1000)\n"
+		"  --count N        number of images, 1..%llu (default 1000)\n"
 		"  --height H       image height, 1..%d (default 32)\n"
 		"  --width W        image width, 1..%d (default 32)\n"
 		"  --channels C     1 (grey) or 3 (RGB) (default 3)\n"
@@ -319,8 +320,8 @@ static void usage(FILE *f)
 		"  --seed S         any unsigned 64-bit integer (default 1)\n"
 		"Options take their value as '--opt V' or '--opt=V'. --help prints this.\n"
 		"Exit status: 0 ok, 1 runtime error (named path and reason), 2 bad usage.\n",
-		CLASSES_MAX, SIDE_MAX, SIDE_MAX, JOBS_MAX, proc_cpu_count(), NPY_SIDE_MAX, NPY_SIDE_MAX,
-		CLASSES_MAX);
+		CLASSES_MAX, SIDE_MAX, SIDE_MAX, JOBS_MAX, proc_cpu_count(), NPY_COUNT_MAX, NPY_SIDE_MAX,
+		NPY_SIDE_MAX, CLASSES_MAX);
 }
 
 /* arg_u64, and a message that names the option. */

@@ -3,12 +3,15 @@
 # default --io against each explicit mode, job open time and loaderd RSS against the sample count,
 # and dpack against cp. Not part of `make test`: it writes GBs. Prints a markdown table per part.
 #
-# usage: tools/bench/scale.sh [--workdir DIR] [--bin DIR] [--counts "N ..."] [--cifar N] [--parts P]
+# usage: tools/bench/scale.sh [--workdir DIR] [--bin DIR] [--counts "N ..."] [--shape "H W C"]
+#                             [--cifar N] [--parts P] [--modes "M ..."] [--epochs E]
 #   --workdir DIR  datasets and logs (default /tmp/loaderd-scale); never the repository
 #   --bin DIR      the loaderd/ldcat/dpack/dsgen to measure (default build/bin): point it at another
 #                  build to compare two versions on the same data in one run
-#   --counts "N.." sample counts of the 8x8x3 datasets for open time and RSS (default
-#                  "1280000 12800000")
+#   --counts "N.." sample counts of the open part's datasets (open time and RSS; default
+#                  "1280000 12800000"); each made once in DIR, with its dpack and cp times
+#   --shape "H W C" record shape of the open part's datasets (default "8 8 3"; "1 1 1": 1-byte
+#                  records, the index is then 98% of the file)
 #   --cifar N      records of the 32x32x3 set (default 50000)
 #   --parts P      any of "rate open pack" (default all three)
 #   --modes "M.."  loaderd --io modes of the rate part (default "auto direct pread buffered";
@@ -18,17 +21,18 @@
 set -eu
 cd "$(dirname "$0")/../.."
 W=/tmp/loaderd-scale B=build/bin counts="1280000 12800000" cifar=50000 parts="rate open pack"
-modes="auto direct pread buffered" epochs=5
+modes="auto direct pread buffered" epochs=5 shape="8 8 3"
 while [ $# -gt 0 ]; do
 	case $1 in
 	--workdir) W=$2; shift 2 ;;
 	--bin) B=$2; shift 2 ;;
 	--counts) counts=$2; shift 2 ;;
+	--shape) shape=$2; shift 2 ;;
 	--cifar) cifar=$2; shift 2 ;;
 	--parts) parts=$2; shift 2 ;;
 	--modes) modes=$2; shift 2 ;;
 	--epochs) epochs=$2; shift 2 ;;
-	-h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,20p' "$0"; exit 0 ;;
 	*) echo "scale.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 done
@@ -52,17 +56,25 @@ start_ld() {  # start_ld [loaderd options]
 stop_ld() { [ -n "$LDPID" ] && kill "$LDPID" 2>/dev/null && wait "$LDPID" 2>/dev/null; LDPID=; }
 trap stop_ld EXIT
 
-# dataset N H W: $W/dN_HxW.dpk from a dsgen npy pair; prints the dpack and cp seconds once
+# dataset N H W [C]: d=$W/dN_HxW[xC].dpk, made from a dsgen npy pair unless there; adds the
+# cp and dpack seconds and
+# dpack's max RSS to pack.txt once
 dataset() {
-	d=$W/d$1_$2x$3.dpk
+	c=${4:-3}
+	d=$W/d$1_$2x$3$([ "$c" = 3 ] || echo "x$c").dpk
 	[ -e "$d" ] && return 0
-	"$B/dsgen" npy "$W/x.npy" "$W/y.npy" --count "$1" --height "$2" --width "$3" --classes 1000 >/dev/null
+	"$B/dsgen" npy "$W/x.npy" "$W/y.npy" --count "$1" --height "$2" --width "$3" --channels "$c" \
+		--classes 1000 >/dev/null
 	sync
 	t0=$(now); cp "$W/x.npy" "$W/x.cp"; cp "$W/y.npy" "$W/y.cp"; sync; t1=$(now)
 	/usr/bin/time -f %M -o "$W/pack.kb" "$B/dpack" pack "$W/x.npy" "$W/y.npy" "$d" >/dev/null
 	t2=$(now)
-	echo "$1 $2x$3 $(echo "$t1 - $t0" | bc) $(echo "$t2 - $t1" | bc) $(cat "$W/pack.kb")" >>"$W/pack.txt"
-	rm -f "$W/x.npy" "$W/y.npy" "$W/x.cp" "$W/y.cp"
+	# the disk's time for the output's bytes (a 1-byte record's index entry is 64 bytes)
+	rm -f "$W/x.cp" "$W/y.cp"; sync
+	t3=$(now); cp "$d" "$W/d.cp"; sync; t4=$(now)
+	echo "$1 $2x$3x$c $(echo "$t1 - $t0" | bc) $(echo "$t2 - $t1" | bc) $(cat "$W/pack.kb")" \
+		"$(echo "$t4 - $t3" | bc)" >>"$W/pack.txt"
+	rm -f "$W/x.npy" "$W/y.npy" "$W/d.cp"
 }
 
 # rate D CROP [ldcat options]: one epoch through ldcat; "samples/s cpu-s-per-M"
@@ -102,8 +114,8 @@ if echo "$parts" | grep -q open; then
 	echo "| samples | job 1 open + first batch (s) | job 2 | job 3 | loaderd RSS: before, 1 job, 3 jobs (MB) |"
 	echo "|---|---|---|---|---|"
 	for n in $counts; do
-		dataset "$n" 8 8
-		d=$W/d${n}_8x8.dpk
+		# shellcheck disable=SC2086
+		dataset "$n" $shape  # sets d
 		start_ld
 		sleep 0.3
 		r0=$(rss_kb "$LDPID") line="| $n"
@@ -131,7 +143,9 @@ if echo "$parts" | grep -q open; then
 fi
 
 if echo "$parts" | grep -q pack && [ -e "$W/pack.txt" ]; then
-	echo "| samples | shape | cp of the .npy pair (s) | dpack pack (s) | dpack max RSS (MB) |"
-	echo "|---|---|---|---|---|"
-	awk '{ printf "| %s | %s | %.1f | %.1f | %d |\n", $1, $2, $3, $4, $5 / 1024 }' "$W/pack.txt"
+	echo "| samples | shape | cp of the .npy pair (s) | dpack pack (s) | dpack / cp |" \
+		"cp of the output (s) | dpack max RSS (MB) |"
+	echo "|---|---|---|---|---|---|---|"
+	awk '{ printf "| %s | %s | %.2f | %.2f | %.1f | %s | %d |\n", $1, $2, $3, $4, $4 / $3,
+	       (NF > 5 ? sprintf("%.2f", $6) : "-"), $5 / 1024 }' "$W/pack.txt"
 fi

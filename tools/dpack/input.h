@@ -49,9 +49,13 @@ struct dpack_input {
 	/* Where sample @i's bytes are: *fd (s->fd, one the format keeps when keeps_fds, or a file
 	 * opened for it that the caller closes), *off, *len. 0 or -errno. Thread-safe. */
 	int (*locate)(const struct dpack_src *s, uint64_t i, int *fd, uint64_t *off, uint64_t *len);
-	/* Tensor formats: @r's kind (DPK_KIND_RAW), shape, ndim and label for sample @i.
+	/* Tensor formats: @r's kind (DPK_KIND_RAW), shape, ndim and label for sample @i; 0 or
+	 * -errno (logged: a label that cannot be read). Thread-safe; cheapest in increasing i.
 	 * NULL: samples are files, typed by cdc_kind_probe(), labelled by their item. */
-	void (*tensor)(const struct dpack_src *s, uint64_t i, struct dpk_record *r);
+	int (*tensor)(const struct dpack_src *s, uint64_t i, struct dpk_record *r);
+	/* Tensor formats with span: the labels of samples [@first, @first + @count) into @out; 0 or
+	 * -errno (logged). Thread-safe. */
+	int (*labels)(const struct dpack_src *s, uint64_t first, uint64_t count, int64_t *out);
 	/* Tensor formats whose samples lie back to back in s->fd: the first at *off, *len bytes
 	 * each (0), so that pack reads them in large blocks; -errno when not (or NULL). */
 	int (*span)(const struct dpack_src *s, uint64_t *off, uint64_t *len);

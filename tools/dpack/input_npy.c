@@ -1,21 +1,29 @@
 /* input_npy.c - dpack's npy input: IMAGES.npy (uint8, N x ...) and LABELS.npy (N integers), e.g.
- * CIFAR; sample i is the C-order tensor IMAGES[i], a raw record. */
+ * CIFAR; sample i is the C-order tensor IMAGES[i], a raw record. Labels are checked whole at
+ * listing (64 KiB at a time) and read again where they are needed: memory does not grow with N. */
 #include "common/log.h"
 #include "formats/npy.h"
 #include "tools/dpack/input.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define LABEL_WINDOW 8192u       /* labels tensor() keeps (64 KiB): its callers go in order */
+
 struct npy_src {
 	struct npy_info img;     /* the images array */
 	uint64_t sample_bytes;   /* bytes of one image */
-	int64_t *labels;         /* n labels */
+	int lfd;                 /* the labels file, or -1 */
+	struct npy_info lab;     /* the labels array (checked whole by list_npy) */
+	pthread_mutex_t mu;      /* tensor()'s window, under mu */
+	uint64_t win_first, win_n;
+	int64_t win[LABEL_WINDOW];
 };
 
 static int list_npy(struct dpack_src *src)
@@ -28,6 +36,8 @@ static int list_npy(struct dpack_src *src)
 
 	if (!np)
 		return -ENOMEM;
+	np->lfd = -1;
+	pthread_mutex_init(&np->mu, NULL);
 	src->priv = np;
 	src->fd = open(src->path, O_RDONLY | O_CLOEXEC);
 	if (src->fd < 0) {
@@ -77,17 +87,15 @@ static int list_npy(struct dpack_src *src)
 		ret = -EINVAL;
 		goto out;
 	}
-	np->labels = malloc(src->n * sizeof(int64_t) + 1);
-	if (!np->labels) {
-		ret = -ENOMEM;
-		goto out;
-	}
 	uint64_t bad = 0;
-	ret = npy_read_ints(lfd, &lab, np->labels, &bad);
+	ret = npy_read_ints_range(lfd, &lab, 0, src->n, NULL, &bad);  /* checked, not kept */
 	if (ret < 0) {
 		LOG_ERROR("%s: label %llu: %s", labels_path, (unsigned long long)bad, strerror(-ret));
 		goto out;
 	}
+	np->lfd = lfd;
+	np->lab = lab;
+	return 0;
 out:
 	close(lfd);
 	return ret;
@@ -97,8 +105,11 @@ static void npy_fini(struct dpack_src *src)
 {
 	struct npy_src *np = src->priv;
 
-	if (np)
-		free(np->labels);
+	if (np) {
+		if (np->lfd >= 0)
+			close(np->lfd);
+		pthread_mutex_destroy(&np->mu);
+	}
 	free(np);
 	src->priv = NULL;
 }
@@ -121,15 +132,41 @@ static int npy_locate(const struct dpack_src *src, uint64_t i, int *fd, uint64_t
 	return 0;
 }
 
-static void npy_tensor(const struct dpack_src *src, uint64_t i, struct dpk_record *r)
+/* Labels [first, first + count), as checked at listing; a read's -errno (the file changed). */
+static int npy_labels(const struct dpack_src *src, uint64_t first, uint64_t count, int64_t *out)
 {
-	const struct npy_src *np = src->priv;
+	struct npy_src *np = src->priv;
+	uint64_t bad;
+	int ret = npy_read_ints_range(np->lfd, &np->lab, first, count, out, &bad);
+
+	if (ret < 0)
+		LOG_ERROR("%s: label %llu: %s", src->labels, (unsigned long long)bad, strerror(-ret));
+	return ret;
+}
+
+static int npy_tensor(const struct dpack_src *src, uint64_t i, struct dpk_record *r)
+{
+	struct npy_src *np = src->priv;
+	int ret = 0;
 
 	r->kind = DPK_KIND_RAW;
 	r->ndim = (uint8_t)(np->img.ndim - 1);
 	for (int k = 1; k < np->img.ndim; k++)
 		r->shape[k - 1] = (uint32_t)np->img.shape[k];
-	r->label = np->labels[i];
+	pthread_mutex_lock(&np->mu);
+	if (i - np->win_first >= np->win_n) {  /* i below the window wraps: a miss too */
+		uint64_t k = src->n - i < LABEL_WINDOW ? src->n - i : LABEL_WINDOW;
+		np->win_n = 0;
+		ret = npy_labels(src, i, k, np->win);
+		if (ret == 0) {
+			np->win_first = i;
+			np->win_n = k;
+		}
+	}
+	if (ret == 0)
+		r->label = np->win[i - np->win_first];
+	pthread_mutex_unlock(&np->mu);
+	return ret;
 }
 
 static int npy_span(const struct dpack_src *src, uint64_t *off, uint64_t *len)
@@ -151,6 +188,7 @@ const struct dpack_input dpack_input_npy = {
 	.list = list_npy,
 	.locate = npy_locate,
 	.tensor = npy_tensor,
+	.labels = npy_labels,
 	.span = npy_span,
 	.fini = npy_fini,
 };
