@@ -359,7 +359,7 @@ static uint32_t plan(struct ldr_reader *r, struct half *h, const struct dpk *d, 
 		q->len = x.length;
 		q->skip = x.skip;
 		q->need = x.skip + e->length;
-		q->fd = fd;
+		q->fd = direct ? fd : dpk_entry_fd(d, e);  /* a set: the shard's file */
 	}
 	return k;
 }

@@ -289,6 +289,13 @@ static const char pack_usage[] =
 	"  --strict                 a bad or unknown image is an error, not a skipped sample\n"
 	"  --no-fsync               do not wait for the disk (scratch space): faster, but a crash\n"
 	"                           soon after packing may lose the file\n"
+	"  --shard-size SIZE        write OUT as a set: a manifest (docs/FORMAT.md) and shards\n"
+	"                           OUT's stem + -00000.dpk, -00001.dpk, ... beside it, each a\n"
+	"                           whole .dpk of at most SIZE bytes (suffixes K, M, G, T), cut\n"
+	"                           between records (a record larger alone has its own); samples\n"
+	"                           in the same order as one .dpk (packed whole first, then cut:\n"
+	"                           it needs the space twice). Loaderd and every tool open OUT as\n"
+	"                           one dataset; 'dpack append' adds shards\n"
 	"  -h, --help               this text\n"
 	"\n"
 	"OUT is written to OUT.tmp.PID, synced and renamed: an interrupted run leaves no OUT.\n";
@@ -297,7 +304,9 @@ static const char pack_usage[] =
 struct pack_args {
 	unsigned jobs;           /* worker threads, 1..1024 */
 	int no_fsync;            /* --no-fsync */
-	const char *out;         /* the .dpk to write */
+	const char *out;         /* the .dpk to write (with --shard-size: the set's manifest) */
+	uint64_t shard_size;     /* --shard-size: bytes a shard's file may take; 0: one .dpk */
+	char whole[4096];        /* with --shard-size: the whole .dpk, packed first, then cut */
 };
 
 /* What the writer counted, for the summary line. */
@@ -342,6 +351,7 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 		{ "index-width", required_argument, NULL, 'I' },
 		{ "max-pixels", required_argument, NULL, 'P' },
 		{ "classes", required_argument, NULL, 'C' },
+		{ "shard-size", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -396,6 +406,13 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 		}
 		case 'C':
 			pk->src.classes_file = optarg;
+			break;
+		case 'S':
+			if (arg_bytes(optarg, DPK_HEADER_SIZE, UINT64_MAX >> 2, &a->shard_size) < 0) {
+				LOG_ERROR("--shard-size: '%s' is not a size of at least %u bytes (suffixes "
+					  "K, M, G, T)", optarg, DPK_HEADER_SIZE);
+				return 2;
+			}
 			break;
 		case 'h':
 			fputs(pack_usage, stdout);
@@ -667,6 +684,11 @@ int dpack_pack_main(int argc, char **argv)
 	}
 	t.skipped = pk.src.skipped;
 
+	const char *manifest = a.out;
+	if (a.shard_size) {  /* the whole .dpk first, beside the manifest, then cut */
+		snprintf(a.whole, sizeof(a.whole), "%s.whole.%d.dpk", manifest, (int)getpid());
+		a.out = a.whole;
+	}
 	ret = dpk_writer_create(a.out, a.no_fsync ? DPK_WRITE_NO_SYNC : 0, &w);
 	if (ret < 0) {
 		LOG_ERROR("cannot create %s.tmp.%d: %s", a.out, (int)getpid(), strerror(-ret));
@@ -704,6 +726,11 @@ int dpack_pack_main(int argc, char **argv)
 out:
 	tmp_to_unlink = NULL;
 	dpk_writer_destroy(w);  /* removes the temporary file unless finish succeeded */
+	if (a.shard_size && status == 0 &&
+	    dpack_split(a.whole, manifest, a.shard_size, a.no_fsync ? DPK_WRITE_NO_SYNC : 0) < 0)
+		status = 1;
+	if (a.shard_size)
+		unlink(a.whole);
 	src_fini(&pk);
 	free(pk.slots);
 	free(th);
