@@ -550,11 +550,20 @@ static int shard_open(struct dpk *d, uint32_t k, int dirfd, const struct stat *m
 			       "manifest names another file (replaced or rewritten since)", name,
 			       sh->line, sh->path, hex);
 	}
-	const struct dpk_header *h0 = &d->shards[0]->hdr, *h = &d->shards[k]->hdr;
-	if (h->class_count != h0->class_count || h->classes_xxh3 != h0->classes_xxh3)
+	if (!dpk_same_classes(d->shards[0], d->shards[k]))
 		return err_set(err, errlen, -EBADMSG, "%s line %u: shard %s has other class names "
 			       "than shard %s", name, sh->line, sh->path, d->set->shards[0].path);
 	return 0;
+}
+
+int dpk_same_classes(const struct dpk *a, const struct dpk *b)
+{
+	if (a->hdr.class_count != b->hdr.class_count)
+		return 0;
+	for (uint32_t c = 0; c < a->hdr.class_count; c++)  /* the table's checksum covers padding */
+		if (strcmp(dpk_class_name(a, c), dpk_class_name(b, c)))
+			return 0;
+	return 1;
 }
 
 /* dpk_open_fd on a manifest: every shard opened and checked against its line; the header is the

@@ -182,6 +182,8 @@ int dpk_fd(const struct dpk *d);
 /* The fd of the file that holds entry @e (loaded from @d): dpk_fd for one file, its shard's for a
  * set; -1 for an entry of no shard of @d. */
 int dpk_entry_fd(const struct dpk *d, const struct dpk_entry *e);
+/* 1 when @a and @b have the same class names in the same order, else 0. */
+int dpk_same_classes(const struct dpk *a, const struct dpk *b);
 /* Shards of @d: 1 for one file. */
 uint32_t dpk_shard_count(const struct dpk *d);
 /* Shard @k (@d itself for one file and k == 0), or NULL past the last. Lives until dpk_close. */

@@ -75,8 +75,9 @@ static int path_check(const char *p, size_t len, char *why, size_t whylen)
 	return 0;
 }
 
-int dpkset_manifest_add(struct dpkset_manifest *m, const char *path, uint64_t count,
-			const uint8_t id[DPK_IDENTITY_SIZE], char *err, size_t errlen)
+/* Add a shard; @dup_check: refuse a path named already (linear: parse checks all at once). */
+static int add(struct dpkset_manifest *m, const char *path, uint64_t count,
+	       const uint8_t id[DPK_IDENTITY_SIZE], int dup_check, char *err, size_t errlen)
 {
 	size_t len = strlen(path);
 	int ret = path_check(path, len, err, errlen);
@@ -90,15 +91,10 @@ int dpkset_manifest_add(struct dpkset_manifest *m, const char *path, uint64_t co
 	if (count > TOTAL_MAX - m->first[m->n])
 		return err_set(err, errlen, -E2BIG, "more than %llu samples in the set",
 			       (unsigned long long)TOTAL_MAX);
-	for (uint32_t k = 0; k < m->n; k++) {
+	for (uint32_t k = 0; dup_check && k < m->n; k++)
 		if (!strcmp(m->shards[k].path, path))
 			return err_set(err, errlen, -EINVAL, "shard %s is in the set already (line %u)",
 				       path, m->shards[k].line);
-		if (!memcmp(m->shards[k].id, id, DPK_IDENTITY_SIZE))
-			return err_set(err, errlen, -EINVAL, "shard %s has the identity of shard %s "
-				       "(line %u): the same samples twice", path, m->shards[k].path,
-				       m->shards[k].line);
-	}
 	struct dpkset_shard *s = realloc(m->shards, (m->n + 1) * sizeof(*s));
 	if (!s)
 		return err_set(err, errlen, -ENOMEM, "out of memory");
@@ -116,6 +112,42 @@ int dpkset_manifest_add(struct dpkset_manifest *m, const char *path, uint64_t co
 	m->first[m->n + 1] = m->first[m->n] + count;
 	m->n++;
 	return 0;
+}
+
+int dpkset_manifest_add(struct dpkset_manifest *m, const char *path, uint64_t count,
+			const uint8_t id[DPK_IDENTITY_SIZE], char *err, size_t errlen)
+{
+	return add(m, path, count, id, 1, err, errlen);
+}
+
+static int by_path(const void *a, const void *b)
+{
+	const struct dpkset_shard *x = *(const struct dpkset_shard *const *)a;
+	const struct dpkset_shard *y = *(const struct dpkset_shard *const *)b;
+	int c = strcmp(x->path, y->path);
+
+	return c ? c : (x->line > y->line) - (x->line < y->line);
+}
+
+/* A path on two lines? 0, or -EINVAL naming both (line in *line: the later one). */
+static int dup_paths(const struct dpkset_manifest *m, unsigned *line, char *why, size_t whylen)
+{
+	const struct dpkset_shard **v = malloc(m->n * sizeof(*v));
+	int ret = 0;
+
+	if (!v)
+		return err_set(why, whylen, -ENOMEM, "out of memory");
+	for (uint32_t k = 0; k < m->n; k++)
+		v[k] = &m->shards[k];
+	qsort(v, m->n, sizeof(*v), by_path);
+	for (uint32_t k = 1; k < m->n && !ret; k++)
+		if (!strcmp(v[k - 1]->path, v[k]->path)) {
+			*line = v[k]->line;
+			ret = err_set(why, whylen, -EINVAL, "shard %s is named on line %u already",
+				      v[k]->path, v[k - 1]->line);
+		}
+	free(v);
+	return ret;
 }
 
 /* Decimal digits only, no sign, no overflow: 0 with *v, else -EBADMSG. */
@@ -153,7 +185,7 @@ static int parse_shard(struct dpkset_manifest *m, const char *p, size_t len, cha
 			       "decimal digits) or 'end N'");
 	const char *h = sp + 1;
 	size_t rest = len - (size_t)(h - p);
-	if (rest < 2 * DPK_IDENTITY_SIZE + 2 || h[2 * DPK_IDENTITY_SIZE] != ' ')
+	if (rest < 2 * DPK_IDENTITY_SIZE + 1 || h[2 * DPK_IDENTITY_SIZE] != ' ')
 		return err_set(why, whylen, -EBADMSG, "expected an identity of %u lowercase hex "
 			       "digits after the count", 2 * DPK_IDENTITY_SIZE);
 	for (unsigned k = 0; k < DPK_IDENTITY_SIZE; k++) {
@@ -171,7 +203,7 @@ static int parse_shard(struct dpkset_manifest *m, const char *p, size_t len, cha
 	memcpy(path, pp, plen);
 	path[plen] = '\0';
 	unsigned line = m->n + 2;
-	ret = dpkset_manifest_add(m, path, count, id, why, whylen);
+	ret = add(m, path, count, id, 0, why, whylen);  /* duplicates: all at once, at the end */
 	if (ret == 0)
 		m->shards[m->n - 1].line = line;
 	return ret;
@@ -237,6 +269,8 @@ int dpkset_parse(const char *text, size_t len, const char *name, struct dpkset_m
 		ret = err_set(why, sizeof(why), -EBADMSG, "no 'end N' line: the manifest is cut short");
 	else if (ret == 0 && m->n == 0)
 		ret = err_set(why, sizeof(why), -EBADMSG, "an empty set (no shard lines)");
+	else if (ret == 0)
+		ret = dup_paths(m, &line, why, sizeof(why));
 	if (ret < 0) {
 		err_set(err, errlen, ret, "%s line %u: %s", name, line ? line : 1, why);
 		dpkset_manifest_destroy(m);

@@ -9,7 +9,8 @@
  *     end NSHARDS                the last line: a manifest cut short has none
  * COUNT: the shard's samples (decimal, >= 1); IDENTITY: its dpk_identity, 32 lowercase hex digits;
  * PATH: relative to the manifest's directory, up to DPKSET_PATH_MAX bytes, no ".." component, no
- * control character, not absolute. A path or an identity named twice is refused.
+ * control character, not absolute. A path named twice is refused; two shards may have one
+ * identity (the same records twice is a dataset, if an odd one).
  *
  * Errors: 0 or -errno as everywhere in formats/ (-EBADMSG malformed, -EPROTO other version,
  * -E2BIG past a bound, -ENOMEM); the reason names the manifest and the line. Never logs. */
@@ -52,8 +53,8 @@ int dpkset_parse(const char *text, size_t len, const char *name, struct dpkset_m
 		 char *err, size_t errlen);
 void dpkset_manifest_destroy(struct dpkset_manifest *m);  /* NULL ok */
 /* Add a shard at the end (path copied; line set to its line in the text written). Returns 0,
- * -EINVAL for a path the parser would refuse or a duplicate, -E2BIG past a bound, -ENOMEM; the
- * reason in @err. @m may be an empty manifest from dpkset_manifest_create. */
+ * -EINVAL for a path the parser would refuse or one in @m already (a linear scan), -E2BIG past a
+ * bound, -ENOMEM; the reason in @err. @m may be an empty manifest from dpkset_manifest_create. */
 int dpkset_manifest_add(struct dpkset_manifest *m, const char *path, uint64_t count,
 			const uint8_t id[DPK_IDENTITY_SIZE], char *err, size_t errlen);
 /* An empty manifest to add shards to (NULL on no memory). */

@@ -187,12 +187,11 @@ static int relative(const char *manifest, const char *shard, char *rel, size_t l
 /* May @s join the set whose first shard is @s0? 0 or -EINVAL (logged). */
 static int compatible(const char *set, const struct dpk *s0, const char *shard, const struct dpk *s)
 {
-	const struct dpk_header *h0 = dpk_header_get(s0), *h = dpk_header_get(s);
 	struct dpk_entry e0, e;
 
-	if (h->class_count != h0->class_count || h->classes_xxh3 != h0->classes_xxh3) {
+	if (!dpk_same_classes(s0, s)) {
 		LOG_ERROR("%s: its class names differ from those of set %s (%u classes there)", shard,
-			  set, h0->class_count);
+			  set, dpk_class_count(s0));
 		return -EINVAL;
 	}
 	if (dpk_entry_load(s0, 0, &e0, NULL, 0) < 0 || dpk_entry_load(s, 0, &e, NULL, 0) < 0)
