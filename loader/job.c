@@ -403,7 +403,7 @@ static void io_choice(struct dset *ds, const struct ldr_config *cfg, int res, co
 		snprintf(ds->io, sizeof(ds->io), "%s (a set of %u shards, %d.%d%% resident)",
 			 dpk_data_mapped(ds->d) ? "memory" : "page cache", dpk_shard_count(ds->d),
 			 res < 0 ? 0 : res / 10, res < 0 ? 0 : res % 10);
-		return;
+		goto log;
 	}
 	if (ds->fd_direct < 0) {
 		snprintf(ds->io, sizeof(ds->io), "page cache (no O_DIRECT on this file system)");
@@ -431,6 +431,7 @@ static void io_choice(struct dset *ds, const struct ldr_config *cfg, int res, co
 	else
 		snprintf(ds->io, sizeof(ds->io), "O_DIRECT (%llu MiB > half of %llu MiB)",
 			 (unsigned long long)(h->data_size >> 20), (unsigned long long)(budget >> 20));
+log:;
 	char shown[128];  /* the client's bytes: no control character reaches the log */
 	size_t k;
 	for (k = 0; name[k] && k + 1 < sizeof(shown); k++)
