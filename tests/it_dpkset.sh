@@ -12,7 +12,8 @@
 #   global sample id and shard;
 #   bad manifests (a missing shard, a count or an identity that disagrees, cut short, empty set,
 #   a duplicate line, a malformed line): dpack and loaderd refuse them naming the manifest, the
-#   line and the shard; loaderd serves the next job.
+#   line and the shard; loaderd serves the next job;
+#   a shard truncated under a running job stops that job, naming the shard.
 # The resume token across shards is python/tests/test_dpkset.py's.
 set -u
 BIN=${BUILD:-build}/bin
@@ -113,6 +114,20 @@ bad "a path out of the directory" "dpkset 1\n2 $id0 ../whole.dpk\nend 1\n" \
 	"bad.dpks line 2: shard path '../whole.dpk' has a '..' component"
 ldcat --dataset "$T/s2/set.dpks" --job after --steps 1 >/dev/null 2>"$T/err"
 check "loaderd serves the next job" [ $? -eq 0 ]
+
+# ---- a shard truncated under a running job: that job stops naming it, loaderd goes on ----
+cp -r "$T/s1" "$T/cut"
+ldcat --dataset "$T/cut/set.dpks" --job cut --epochs 0 --rate 100 >/dev/null 2>"$T/err" &
+CP=$!
+sleep 1
+truncate -s 5000 "$T/cut/set-00004.dpk"
+i=0
+while kill -0 $CP 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+kill $CP 2>/dev/null
+wait $CP
+check "a truncated shard stops its job, named" grep -q "set.dpks: shard set-00004.dpk was truncated while the job ran" "$T/err"
+ldcat --dataset "$T/s2/set.dpks" --job after2 --steps 1 >/dev/null 2>&1
+check "loaderd serves the next job after it" [ $? -eq 0 ]
 
 # ---- a damaged record in a shard ----
 python3 -c "
