@@ -189,7 +189,8 @@ int dpack_verify_main(int argc, char **argv)
 		if (v.io_err)
 			LOG_ERROR("%s%s%s: read error: %s", path, sp ? ": shard " : "", sp ? sp : "",
 				  strerror(-v.io_err));
-		qsort(v.bad, v.nbad, sizeof(uint64_t), cmp_u64);
+		if (v.nbad)
+			qsort(v.bad, v.nbad, sizeof(uint64_t), cmp_u64);
 		for (uint64_t i = 0; i < v.nbad; i++) {
 			const struct dpk_entry *e = dpk_entry_get(v.d, v.bad[i]);
 			printf("bad sample %llu: checksum mismatch (%s, %llu bytes at offset %llu%s%s)\n",
