@@ -516,7 +516,7 @@ static int shard_open(struct dpk *d, uint32_t k, int dirfd, const struct stat *m
 	char why[256];
 	struct stat st;
 	uint8_t id[DPK_IDENTITY_SIZE];
-	int ret, fd = openat(dirfd, sh->path, O_RDONLY | O_CLOEXEC);
+	int ret, fd = openat(dirfd, sh->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: no wait */
 
 	if (fd < 0)
 		return err_set(err, errlen, -errno, "%s line %u: shard %s: %s", name, sh->line,

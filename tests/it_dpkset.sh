@@ -112,6 +112,9 @@ bad "a duplicate line" "dpkset 1\n2 $id0 set-00000.dpk\n2 $id0 set-00000.dpk\nen
 bad "a malformed line" "dpkset 1\n2 $id0\nend 1\n" "bad.dpks line 2: expected an identity"
 bad "a path out of the directory" "dpkset 1\n2 $id0 ../whole.dpk\nend 1\n" \
 	"bad.dpks line 2: shard path '../whole.dpk' has a '..' component"
+mkfifo "$T/s2/fifo.dpk"
+bad "a FIFO for a shard (no wait for a writer)" "dpkset 1\n2 $id0 set-00000.dpk\n2 $id1 fifo.dpk\nend 2\n" \
+	"bad.dpks line 3: shard fifo.dpk: not a regular file"
 ldcat --dataset "$T/s2/set.dpks" --job after --steps 1 >/dev/null 2>"$T/err"
 check "loaderd serves the next job" [ $? -eq 0 ]
 
