@@ -340,7 +340,9 @@ static int check_entries(const struct dpk *d, char *err, size_t errlen)
  * the process dies as it would have). The table is written under guard_mu and read by the
  * handler without locks: a slot's base is published last (release) and read first (acquire). A
  * dataset's slot can only fault while it is mapped, that is before dpk_close clears its slot. */
-#define GUARD_SLOTS 256
+#define GUARD_SLOTS 4096  /* mappings guarded at once: two a file (index, data), and a set of
+			   * shards maps each of its files (a slot is 24 bytes; the handler scans
+			   * them only on a SIGBUS). Past it, an index is copied and data read */
 struct guard_slot {
 	_Atomic uintptr_t base;   /* 0: free */
 	uintptr_t len;

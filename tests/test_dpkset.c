@@ -384,6 +384,45 @@ static void test_dpkset_open_refuses_shards_that_disagree(void **state)
 	assert_non_null(strstr(err, "s.dpks line 3: shard c.dpk has other class names than shard a.dpk"));
 }
 
+/* 400 shards mapped, index and data: 800 guarded mappings (the guard had 256 slots once, and a
+ * set past them fell back to copies and reads), and 400 fds, below the usual soft limit of 1024. */
+static void test_dpkset_open_many_shards_all_mapped(void **state)
+{
+	enum { SHARDS = 400 };
+	uint8_t id[DPK_IDENTITY_SIZE];
+	char hex[33], name[32], err[512];
+	struct dpk *d;
+	size_t cap = (size_t)SHARDS * 64 + 64, p;
+	char *text = malloc(cap);
+
+	(void)state;
+	assert_non_null(text);
+	p = (size_t)snprintf(text, cap, "dpkset 1\n");
+	for (unsigned k = 0; k < SHARDS; k++) {
+		snprintf(name, sizeof(name), "m%03u.dpk", k);
+		shard(name, 1, k % 200, id);
+		dpkset_hex(id, hex);
+		p += (size_t)snprintf(text + p, cap - p, "1 %s %s\n", hex, name);
+	}
+	snprintf(text + p, cap - p, "end %u\n", SHARDS);
+	put("many.dpks", text);
+	free(text);
+	assert_int_equal(open_set("many.dpks", DPK_OPEN_MAP | DPK_OPEN_MAP_DATA, &d, err, sizeof(err)),
+			 0);
+	assert_true(dpk_mapped(d));
+	assert_true(dpk_data_mapped(d));
+	for (uint64_t i = 0; i < SHARDS; i++) {
+		struct dpk_entry e;
+		uint8_t buf[16];
+		assert_int_equal(dpk_entry_load(d, i, &e, err, sizeof(err)), 0);
+		assert_int_equal(e.reserved, i);
+		assert_int_equal(dpk_record_copy(d, &e, buf, sizeof(buf)), 16);
+		assert_int_equal(buf[0], i % 200);
+		assert_int_equal(dpk_record_check(&e, buf), 0);
+	}
+	dpk_close(d);
+}
+
 static void test_dpkset_write_round_trip(void **state)
 {
 	struct dpkset_manifest *m = dpkset_manifest_create(), *back;
@@ -427,6 +466,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dpkset_open_reads_across_shards, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpkset_open_refuses_shards_that_disagree, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_dpkset_open_many_shards_all_mapped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpkset_write_round_trip, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
