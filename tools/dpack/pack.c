@@ -707,7 +707,7 @@ int dpack_pack_main(int argc, char **argv)
 	uint64_t span_off, span_sb;
 	if (pk.in->span && !pk.zstd_level && pk.in->span(&pk.src, &span_off, &span_sb) == 0) {
 		if (pack_blocks(&pk, w, span_off, span_sb, a.out, t0, &t) == 0) {
-			print_summary(a.out, pk.src.nclasses, &t, t0);
+			print_summary(manifest, pk.src.nclasses, &t, t0);
 			status = 0;
 		}
 		goto out;
@@ -720,7 +720,7 @@ int dpack_pack_main(int argc, char **argv)
 		goto out;
 	}
 	if (pack_items(&pk, w, th, a.jobs, a.out, t0, &t) == 0) {
-		print_summary(a.out, pk.src.nclasses, &t, t0);
+		print_summary(manifest, pk.src.nclasses, &t, t0);
 		status = 0;
 	}
 out:
