@@ -61,6 +61,7 @@ struct dpk {
 	 * their sums, identity the set's; entries, records and classes come from the shards. */
 	struct dpkset_manifest *set;    /* NULL for one file */
 	struct dpk **shards;            /* set->n, each a whole .dpk opened with the set's flags */
+	int fd_direct;                  /* a set's shard: its O_DIRECT fd (dpk_direct_open), or -1 */
 };
 
 /* pread exactly @len bytes at @off. Returns 0, -EBADMSG at EOF, or -errno. */
@@ -646,7 +647,7 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 		if (!(d = calloc(1, sizeof(*d))))
 			return err_set(err, errlen, -ENOMEM, "out of memory");
 		d->fd = fd;
-		d->guard_slot = d->data_slot = -1;
+		d->guard_slot = d->data_slot = d->fd_direct = -1;
 		if ((ret = set_open(d, &st, flags, err, errlen)) < 0) {
 			dpk_close(d);
 			return ret;
@@ -663,6 +664,7 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 	d->fd = fd;
 	d->guard_slot = -1;
 	d->data_slot = -1;
+	d->fd_direct = -1;
 	/* The whole header block: the struct, then zeros up to DPK_HEADER_SIZE, so that no
 	 * byte of it can change unnoticed. */
 	uint8_t *block = malloc(DPK_HEADER_SIZE);
@@ -735,6 +737,7 @@ void dpk_close(struct dpk *d)
 	if (!d)
 		return;
 	if (d->set) {
+		dpk_direct_close(d);
 		for (uint32_t k = 0; d->shards && k < d->set->n; k++)
 			dpk_close(d->shards[k]);
 		free(d->shards);
@@ -895,6 +898,42 @@ int dpk_entry_fd(const struct dpk *d, const struct dpk_entry *e)
 	if (d->set)
 		return e->reserved < d->set->n ? d->shards[e->reserved]->fd : -1;
 	return d->fd;
+}
+
+int dpk_direct_open(struct dpk *d)
+{
+	char self[64];
+
+	if (!d->set)
+		return -ENOTSUP;
+	for (uint32_t k = 0; k < d->set->n; k++) {
+		struct dpk *s = d->shards[k];
+		if (s->fd_direct >= 0)
+			continue;
+		/* the same file, reopened through /proc: not the path, which may name another by now */
+		snprintf(self, sizeof(self), "/proc/self/fd/%d", s->fd);
+		s->fd_direct = open(self, O_RDONLY | O_DIRECT | O_CLOEXEC);
+		if (s->fd_direct < 0) {
+			int ret = -errno;
+			dpk_direct_close(d);
+			return ret;
+		}
+	}
+	return 0;
+}
+
+void dpk_direct_close(struct dpk *d)
+{
+	for (uint32_t k = 0; d->set && d->shards && k < d->set->n; k++)
+		if (d->shards[k] && d->shards[k]->fd_direct >= 0) {
+			close(d->shards[k]->fd_direct);
+			d->shards[k]->fd_direct = -1;
+		}
+}
+
+int dpk_entry_fd_direct(const struct dpk *d, const struct dpk_entry *e)
+{
+	return d->set && e->reserved < d->set->n ? d->shards[e->reserved]->fd_direct : -1;
 }
 
 uint32_t dpk_shard_count(const struct dpk *d)

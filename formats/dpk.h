@@ -184,6 +184,14 @@ int dpk_fd(const struct dpk *d);
 int dpk_entry_fd(const struct dpk *d, const struct dpk_entry *e);
 /* 1 when @a and @b have the same class names in the same order, else 0. */
 int dpk_same_classes(const struct dpk *a, const struct dpk *b);
+/* A set: open an O_DIRECT descriptor for every shard (through /proc/self/fd: the files opened,
+ * not their paths). 0, or -errno with none kept (-EINVAL: the file system refuses O_DIRECT).
+ * -ENOTSUP for one file (its reader opens its own). Not thread-safe: before any read. */
+int dpk_direct_open(struct dpk *d);
+void dpk_direct_close(struct dpk *d);  /* the set's O_DIRECT fds; before any read or after all */
+/* The O_DIRECT fd of the shard holding entry @e (loaded from the set @d), or -1 (none open, or @d
+ * is one file). */
+int dpk_entry_fd_direct(const struct dpk *d, const struct dpk_entry *e);
 /* Shards of @d: 1 for one file. */
 uint32_t dpk_shard_count(const struct dpk *d);
 /* Shard @k (@d itself for one file and k == 0), or NULL past the last. Lives until dpk_close. */

@@ -317,11 +317,12 @@ static int dset_get(int fd, const struct ldr_config *cfg, const char *name, stru
 	ds->fd = fd;
 	/* O_DIRECT when the file system allows it (tmpfs does not: open fails with EINVAL). The
 	 * same file, reopened through /proc: not the path, which may name another file by now. A set
-	 * of shards is read through the page cache (or its mappings): one O_DIRECT fd per shard is
-	 * not built yet. */
+	 * of shards: one per shard, which the reader takes from each record's entry; fd_direct is then
+	 * shard 0's, standing for them (its close goes with dpk_direct_close). */
 	char self[64];
-	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
-	ds->fd_direct = is_set(d) ? -1 : open(self, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", is_set(d) ? dpk_fd(dpk_shard(d, 0)) : fd);
+	ds->fd_direct = is_set(d) && dpk_direct_open(d) < 0 ? -1 :
+			open(self, O_RDONLY | O_DIRECT | O_CLOEXEC);
 	ds->refs = 1;
 	io_choice(ds, cfg, res, name);
 	ds->next = dsets;
@@ -399,12 +400,6 @@ static void io_choice(struct dset *ds, const struct ldr_config *cfg, int res, co
 			 "page cache (--io buffered)");
 		return;
 	}
-	if (is_set(ds->d)) {
-		snprintf(ds->io, sizeof(ds->io), "%s (a set of %u shards, %d.%d%% resident)",
-			 dpk_data_mapped(ds->d) ? "memory" : "page cache", dpk_shard_count(ds->d),
-			 res < 0 ? 0 : res / 10, res < 0 ? 0 : res % 10);
-		goto log;
-	}
 	if (ds->fd_direct < 0) {
 		snprintf(ds->io, sizeof(ds->io), "page cache (no O_DIRECT on this file system)");
 		return;
@@ -419,6 +414,7 @@ static void io_choice(struct dset *ds, const struct ldr_config *cfg, int res, co
 	if (res >= RESIDENT_ENOUGH || fits) {
 		close(ds->fd_direct);
 		ds->fd_direct = -1;
+		dpk_direct_close(ds->d);  /* a set's (none for one file) */
 	}
 	if (res >= RESIDENT_ENOUGH && dpk_data_mapped(ds->d))
 		snprintf(ds->io, sizeof(ds->io), "memory (%d.%d%% resident, mapped)", res / 10,
@@ -431,14 +427,16 @@ static void io_choice(struct dset *ds, const struct ldr_config *cfg, int res, co
 	else
 		snprintf(ds->io, sizeof(ds->io), "O_DIRECT (%llu MiB > half of %llu MiB)",
 			 (unsigned long long)(h->data_size >> 20), (unsigned long long)(budget >> 20));
-log:;
 	char shown[128];  /* the client's bytes: no control character reaches the log */
 	size_t k;
 	for (k = 0; name[k] && k + 1 < sizeof(shown); k++)
 		shown[k] = (unsigned char)name[k] < 0x20 || name[k] == 0x7f ? '?' : name[k];
 	shown[k] = '\0';
-	LOG_INFO("dataset %s: %llu MiB of records, %d.%d%% resident: %s", shown,
-		 (unsigned long long)(h->data_size >> 20), res < 0 ? 0 : res / 10,
+	char shards[32] = "";
+	if (is_set(ds->d))
+		snprintf(shards, sizeof(shards), " in %u shards", dpk_shard_count(ds->d));
+	LOG_INFO("dataset %s: %llu MiB of records%s, %d.%d%% resident: %s", shown,
+		 (unsigned long long)(h->data_size >> 20), shards, res < 0 ? 0 : res / 10,
 		 res < 0 ? 0 : res % 10, ds->io);
 }
 

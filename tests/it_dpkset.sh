@@ -84,7 +84,38 @@ ldcat --dataset "$T/whole.dpk" --job w1 --sampling sequential >"$T/ew" 2>/dev/nu
 check "with the single file's labels" sh -c "
 	cut -d' ' -f2,3 '$T/ep' | sort -n | head -10 >'$T/l1'; cut -d' ' -f2,3 '$T/ew' | sort -n >'$T/l2';
 	cmp -s '$T/l1' '$T/l2'"
-check "loaderd names the set's way of reading" grep -q "a set of 6 shards" "$T/l.log"
+check "loaderd names the set's way of reading" grep -q "set.dpks: 0 MiB of records in 6 shards, .*: memory" "$T/l.log"
+stop_loaderd
+# --io direct: each record read from its shard's O_DIRECT fd
+serve_loaderd "$T/s.sock" "$T/l.log" --io direct
+ldcat --dataset "$T/s2/set.dpks" --job d1 >"$T/ep" 2>"$T/err"
+check "--io direct: every sample once, none substituted" sh -c "
+	[ \$(cut -d' ' -f2 '$T/ep' | sort -n | uniq | wc -l) -eq 13 ] && [ \$(wc -l <'$T/ep') -eq 13 ] &&
+	[ \$(cut -d' ' -f4 '$T/ep' | sort -u) = 0 ]"
+ldcat --dataset "$T/s2/set.dpks" --job d2 --epochs 0 --rate 20 >/dev/null 2>&1 &
+CP=$!
+sleep 0.5
+"$BIN/loaderctl" --socket "$T/s.sock" --json stats d2 >"$T/st" 2>&1
+python3 - "$LPID" "$T/s2" >"$T/odirect" <<'PYEOF'
+import os, sys
+pid, d = sys.argv[1], sys.argv[2]
+seen = set()
+for fd in os.listdir(f"/proc/{pid}/fd"):
+    try:
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        flags = int(open(f"/proc/{pid}/fdinfo/{fd}").read().split("flags:")[1].split()[0], 8)
+    except OSError:
+        continue
+    if target.startswith(d + "/") and target.endswith(".dpk") and flags & os.O_DIRECT:
+        seen.add(target)
+print(len(seen))
+PYEOF
+kill $CP; wait $CP 2>/dev/null
+check "--io direct: the set is read with O_DIRECT" grep -q '"io": *"O_DIRECT (--io direct)"' "$T/st"
+check "loaderd holds O_DIRECT fds on the 6 shards while the job runs" \
+	sh -c "[ \"\$(cat $T/odirect)\" -eq 6 ] || { cat $T/odirect; false; }"
+stop_loaderd
+serve_loaderd "$T/s.sock" "$T/l.log"
 
 # ---- bad manifests: dpack and loaderd refuse them by manifest, line and shard ----
 id0=$(sed -n 2p "$T/s2/set.dpks" | cut -d' ' -f2)
