@@ -47,11 +47,16 @@ for i in 0 1 2 3 4 5 6 7 8 9; do
 done
 check "the sets' samples are the single file's, byte for byte" [ $same -eq 1 ]
 "$BIN/dpack" inspect --json "$T/whole.dpk" >"$T/iw" && "$BIN/dpack" inspect --json "$T/s1/set.dpks" >"$T/is"
-check "inspect: 10 samples in 10 shards, the same labels" python3 -c "
+check "inspect: 10 samples in 10 shards, the same labels, kinds and bytes" python3 -c "
 import json
 w, s = json.load(open('$T/iw')), json.load(open('$T/is'))
 assert s['samples'] == 10 and len(s['shards']) == 10 and s['shards'][9]['first'] == 9
-assert [s[k] for k in ('labels',) if k in s] == [w[k] for k in ('labels',) if k in w]"
+for k in ('labels', 'kinds', 'stored_bytes', 'images', 'classes'):
+    assert s[k] == w[k], k"
+"$BIN/dpack" append "$T/s1/new.dpks" "$T/s1/set-00004.dpk" >/dev/null 2>&1
+check "append to no manifest makes a set of one shard" sh -c "
+	'$BIN/dpack' verify '$T/s1/new.dpks' | grep -q '1 shards, 1 records OK' &&
+	[ \$(grep -c . '$T/s1/new.dpks') -eq 3 ]"
 check "verify: the set" sh -c "'$BIN/dpack' verify '$T/s2/set.dpks' | grep -q '5 shards, 10 records OK'"
 
 # ---- append ----
