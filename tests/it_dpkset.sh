@@ -5,6 +5,7 @@
 #   k records is align64(4096 + 1024k) + 64k bytes: 6272 for two. --shard-size 6272 holds two
 #   records a shard (exactly full), 6271 (one byte less) one; each shard a valid .dpk, the set's
 #   samples the single-file pack's, byte for byte (dpack decode) and label for label;
+#   a failed --shard-size run (--strict, a cut image among the last) leaves no shard and no manifest;
 #   dpack append adds a shard without repacking (refused, manifest untouched: another shape, a
 #   shard outside the manifest's directory, a path already in the set);
 #   ldcat over the set: every sample exactly once in an epoch, with its label;
@@ -58,6 +59,19 @@ check "append to no manifest makes a set of one shard" sh -c "
 	'$BIN/dpack' verify '$T/s1/new.dpks' | grep -q '1 shards, 1 records OK' &&
 	[ \$(grep -c . '$T/s1/new.dpks') -eq 3 ]"
 check "verify: the set" sh -c "'$BIN/dpack' verify '$T/s2/set.dpks' | grep -q '5 shards, 10 records OK'"
+
+# ---- a failed --shard-size run leaves nothing: --strict and a cut JPEG among the last files ----
+"$BIN/dsgen" imagefolder "$T/tree" --classes 2 --per-class 6 --min-side 24 --max-side 40 >/dev/null
+last=$(find "$T/tree" -type f | sort | tail -1)
+head -c 200 "$last" >"$T/cut.jpg" && mv "$T/cut.jpg" "$last"
+mkdir "$T/fail"
+"$BIN/dpack" pack --no-fsync --strict --shard-size 5K "$T/tree" "$T/fail/set.dpks" >/dev/null 2>"$T/err"
+rc=$?
+check "a failed --shard-size pack: an error, no manifest, no shard, no temporary file" sh -c "
+	[ $rc -eq 1 ] && grep -q 'strict' '$T/err' && [ -z \"\$(ls '$T/fail')\" ]"
+"$BIN/dpack" pack --no-fsync --shard-size 5K "$T/tree" "$T/fail/set.dpks" >/dev/null 2>&1
+check "without --strict the same tree packs to several shards" sh -c "
+	[ \$(grep -c . '$T/fail/set.dpks') -gt 3 ] && '$BIN/dpack' verify '$T/fail/set.dpks' >/dev/null"
 
 # ---- append ----
 "$BIN/dsgen" npy "$T/x3.npy" "$T/y3.npy" --count 3 --height 32 --width 32 --channels 1 --seed 7 >/dev/null

@@ -10,9 +10,19 @@ int dpack_verify_main(int argc, char **argv);
 int dpack_inspect_main(int argc, char **argv);
 int dpack_decode_main(int argc, char **argv);  /* decode.c */
 int dpack_append_main(int argc, char **argv);  /* set.c */
-/* Cut the packed dataset @whole into shards of at most @shard_size bytes beside the manifest @out
- * (OUT's stem + -NNNNN.dpk), then write the manifest. 0 or -errno (logged; the shards written are
- * removed). @wflags: DPK_WRITE_*. */
-int dpack_split(const char *whole, const char *out, uint64_t shard_size, unsigned wflags);
+/* What dpack pack writes (set.c): one .dpk at @path, or (@shard_size > 0) a set: shards of at most
+ * @shard_size bytes beside the manifest @path (its stem + -NNNNN.dpk), cut between records as they
+ * are added, the manifest written by finish. The calls mirror dpk_writer's (formats/dpk.h), with
+ * the same returns; @flags: DPK_WRITE_*. destroy removes what an unfinished run wrote. */
+struct dpk_record;
+struct dpack_out;
+int dpack_out_create(const char *path, uint64_t shard_size, unsigned flags, struct dpack_out **out);
+int dpack_out_set_classes(struct dpack_out *o, const char *const *names, uint32_t n);
+int dpack_out_add(struct dpack_out *o, const struct dpk_record *r);
+uint64_t dpack_out_count(const struct dpack_out *o);
+/* The temporary file being written (a stable buffer, for a signal handler to unlink). */
+const char *dpack_out_tmp_path(const struct dpack_out *o);
+int dpack_out_finish(struct dpack_out *o);
+void dpack_out_destroy(struct dpack_out *o);  /* NULL ok */
 
 #endif

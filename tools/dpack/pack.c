@@ -292,10 +292,9 @@ static const char pack_usage[] =
 	"  --shard-size SIZE        write OUT as a set: a manifest (docs/FORMAT.md) and shards\n"
 	"                           OUT's stem + -00000.dpk, -00001.dpk, ... beside it, each a\n"
 	"                           whole .dpk of at most SIZE bytes (suffixes K, M, G, T), cut\n"
-	"                           between records (a record larger alone has its own); samples\n"
-	"                           in the same order as one .dpk (packed whole first, then cut:\n"
-	"                           it needs the space twice). Loaderd and every tool open OUT as\n"
-	"                           one dataset; 'dpack append' adds shards\n"
+	"                           between records as they come (a record larger alone has its\n"
+	"                           own); samples in the same order as one .dpk. Loaderd and every\n"
+	"                           tool open OUT as one dataset; 'dpack append' adds shards\n"
 	"  -h, --help               this text\n"
 	"\n"
 	"OUT is written to OUT.tmp.PID, synced and renamed: an interrupted run leaves no OUT.\n";
@@ -306,7 +305,6 @@ struct pack_args {
 	int no_fsync;            /* --no-fsync */
 	const char *out;         /* the .dpk to write (with --shard-size: the set's manifest) */
 	uint64_t shard_size;     /* --shard-size: bytes a shard's file may take; 0: one .dpk */
-	char whole[4096];        /* with --shard-size: the whole .dpk, packed first, then cut */
 };
 
 /* What the writer counted, for the summary line. */
@@ -480,10 +478,10 @@ static int detect_input(struct pack *pk)
 
 /* The writer: take the workers' slots in item order, write them to @w, then finish the file.
  * Returns 0 or -errno (the message is logged). */
-static int finish_items(struct pack *pk, struct dpk_writer *w, const char *out, double t0,
+static int finish_items(struct pack *pk, struct dpack_out *w, const char *out, double t0,
 			struct tally *t, int tty);
 
-static int write_items(struct pack *pk, struct dpk_writer *w, const char *out, double t0,
+static int write_items(struct pack *pk, struct dpack_out *w, const char *out, double t0,
 		       struct tally *t)
 {
 	int tty = isatty(STDERR_FILENO), ret = 0;
@@ -514,9 +512,9 @@ static int write_items(struct pack *pk, struct dpk_writer *w, const char *out, d
 				return -EBADMSG;
 			}
 		} else {
-			ret = dpk_writer_add(w, &s->rec);
+			ret = dpack_out_add(w, &s->rec);
 			if (ret < 0) {
-				LOG_ERROR("writing %s: %s", dpk_writer_tmp_path(w), strerror(-ret));
+				LOG_ERROR("writing %s: %s", dpack_out_tmp_path(w), strerror(-ret));
 				return ret;
 			}
 			t->bytes += s->rec.length;
@@ -539,16 +537,16 @@ static int write_items(struct pack *pk, struct dpk_writer *w, const char *out, d
 }
 
 /* The end of a pack: the count, the writer's finish, the progress line. */
-static int finish_items(struct pack *pk, struct dpk_writer *w, const char *out, double t0,
+static int finish_items(struct pack *pk, struct dpack_out *w, const char *out, double t0,
 			struct tally *t, int tty)
 {
-	t->written = dpk_writer_count(w);
+	t->written = dpack_out_count(w);
 	if (t->written == 0) {
 		LOG_ERROR("%s: no valid samples (%llu skipped)", pk->src.path,
 			  (unsigned long long)t->skipped);
 		return -ENOENT;
 	}
-	int ret = dpk_writer_finish(w);
+	int ret = dpack_out_finish(w);
 	if (ret < 0)
 		LOG_ERROR("finishing %s: %s", out, strerror(-ret));
 	if (tty)
@@ -559,7 +557,7 @@ static int finish_items(struct pack *pk, struct dpk_writer *w, const char *out, 
 #define BLOCK_BYTES (8u << 20)  /* one read of back-to-back tensors */
 
 /* Back-to-back tensors (span), uncompressed: read in blocks, records added from the block. */
-static int pack_blocks(struct pack *pk, struct dpk_writer *w, uint64_t off, uint64_t sb,
+static int pack_blocks(struct pack *pk, struct dpack_out *w, uint64_t off, uint64_t sb,
 		       const char *out, double t0, struct tally *t)
 {
 	int tty = isatty(STDERR_FILENO), ret = 0;
@@ -586,9 +584,9 @@ static int pack_blocks(struct pack *pk, struct dpk_writer *w, uint64_t off, uint
 			pk->in->tensor(&pk->src, i + e, &r);
 			r.data = buf + e * sb;
 			r.length = sb;
-			ret = dpk_writer_add(w, &r);  /* checksums it */
+			ret = dpack_out_add(w, &r);  /* checksums it */
 			if (ret < 0)
-				LOG_ERROR("writing %s: %s", dpk_writer_tmp_path(w), strerror(-ret));
+				LOG_ERROR("writing %s: %s", dpack_out_tmp_path(w), strerror(-ret));
 		}
 		t->bytes += k * sb;
 		t->in_bytes += k * sb;
@@ -603,7 +601,7 @@ static int pack_blocks(struct pack *pk, struct dpk_writer *w, uint64_t off, uint
 
 /* Start @jobs workers into @th (pk->slots allocated), run the writer, then stop and join the
  * workers and free what the slots still hold. Returns 0 or -errno (the message is logged). */
-static int pack_items(struct pack *pk, struct dpk_writer *w, pthread_t *th, unsigned jobs,
+static int pack_items(struct pack *pk, struct dpack_out *w, pthread_t *th, unsigned jobs,
 		      const char *out, double t0, struct tally *t)
 {
 	int nth, ret = 0;
@@ -664,7 +662,7 @@ int dpack_pack_main(int argc, char **argv)
 			   .max_pixels = DPACK_MAX_PIXELS_DEFAULT };
 	struct pack_args a;
 	struct tally t = { 0 };
-	struct dpk_writer *w = NULL;
+	struct dpack_out *w = NULL;
 	pthread_t *th = NULL;
 	int ret, status = 1;
 
@@ -684,20 +682,15 @@ int dpack_pack_main(int argc, char **argv)
 	}
 	t.skipped = pk.src.skipped;
 
-	const char *manifest = a.out;
-	if (a.shard_size) {  /* the whole .dpk first, beside the manifest, then cut */
-		snprintf(a.whole, sizeof(a.whole), "%s.whole.%d.dpk", manifest, (int)getpid());
-		a.out = a.whole;
-	}
-	ret = dpk_writer_create(a.out, a.no_fsync ? DPK_WRITE_NO_SYNC : 0, &w);
+	ret = dpack_out_create(a.out, a.shard_size, a.no_fsync ? DPK_WRITE_NO_SYNC : 0, &w);
 	if (ret < 0) {
 		LOG_ERROR("cannot create %s.tmp.%d: %s", a.out, (int)getpid(), strerror(-ret));
 		goto out;
 	}
-	tmp_to_unlink = dpk_writer_tmp_path(w);
+	tmp_to_unlink = dpack_out_tmp_path(w);
 	proc_on_stop_signals(on_signal, PROC_SIG_HUP);
 	if (pk.src.nclasses) {
-		ret = dpk_writer_set_classes(w, (const char *const *)pk.src.classes, pk.src.nclasses);
+		ret = dpack_out_set_classes(w, (const char *const *)pk.src.classes, pk.src.nclasses);
 		if (ret < 0) {
 			LOG_ERROR("class names: %s", strerror(-ret));
 			goto out;
@@ -707,7 +700,7 @@ int dpack_pack_main(int argc, char **argv)
 	uint64_t span_off, span_sb;
 	if (pk.in->span && !pk.zstd_level && pk.in->span(&pk.src, &span_off, &span_sb) == 0) {
 		if (pack_blocks(&pk, w, span_off, span_sb, a.out, t0, &t) == 0) {
-			print_summary(manifest, pk.src.nclasses, &t, t0);
+			print_summary(a.out, pk.src.nclasses, &t, t0);
 			status = 0;
 		}
 		goto out;
@@ -720,17 +713,12 @@ int dpack_pack_main(int argc, char **argv)
 		goto out;
 	}
 	if (pack_items(&pk, w, th, a.jobs, a.out, t0, &t) == 0) {
-		print_summary(manifest, pk.src.nclasses, &t, t0);
+		print_summary(a.out, pk.src.nclasses, &t, t0);
 		status = 0;
 	}
 out:
 	tmp_to_unlink = NULL;
-	dpk_writer_destroy(w);  /* removes the temporary file unless finish succeeded */
-	if (a.shard_size && status == 0 &&
-	    dpack_split(a.whole, manifest, a.shard_size, a.no_fsync ? DPK_WRITE_NO_SYNC : 0) < 0)
-		status = 1;
-	if (a.shard_size)
-		unlink(a.whole);
+	dpack_out_destroy(w);  /* removes the temporary file unless finish succeeded */
 	src_fini(&pk);
 	free(pk.slots);
 	free(th);

@@ -1,7 +1,8 @@
-/* set.c - sets of .dpk shards (formats/dpkset.h): dpack pack --shard-size cuts a packed dataset
- * into shards beside its manifest (dpack_split), dpack append adds a shard to a set without
- * repacking. Either writes the manifest last, whole or not at all: a failed run leaves the set as
- * it was (and removes the shards it wrote). */
+/* set.c - sets of .dpk shards (formats/dpkset.h): dpack pack's output (struct dpack_out: one
+ * .dpk, or with --shard-size shards cut between records as they come, beside the set's manifest)
+ * and dpack append, which adds a shard to a set without repacking. Either writes the manifest
+ * last, whole or not at all: a failed run leaves the set as it was and removes the shards it
+ * wrote. */
 #include "common/log.h"
 #include "formats/dpk.h"
 #include "formats/dpkset.h"
@@ -25,8 +26,8 @@ static uint64_t shard_bytes(uint64_t count, uint64_t data, uint64_t classes)
 	return end + count * sizeof(struct dpk_entry);
 }
 
-/* "dir/name.ext" -> "dir/name" into @stem; the base name's part in *base. */
-static void stem_of(const char *out, char *stem, size_t len, const char **base)
+/* "dir/name.ext" -> "dir/name" into @stem; the base name's offset in *dirlen. */
+static void stem_of(const char *out, char *stem, size_t len, size_t *dirlen)
 {
 	snprintf(stem, len, "%s", out);
 	char *slash = strrchr(stem, '/');
@@ -34,120 +35,182 @@ static void stem_of(const char *out, char *stem, size_t len, const char **base)
 	char *dot = strrchr(b, '.');
 	if (dot && dot != b)
 		*dot = '\0';
-	*base = out + (b - stem);
+	*dirlen = (size_t)(b - stem);
 }
 
-/* One shard written: its path (as the manifest names it) and identity added to @m. */
-static int add_written(struct dpkset_manifest *m, const char *file, const char *rel)
+struct dpack_out {
+	char *path;                 /* OUT: the .dpk, or the set's manifest */
+	uint64_t shard_size;        /* 0: one .dpk */
+	unsigned flags;             /* DPK_WRITE_* */
+	struct dpk_writer *w;       /* the file being written, or NULL between shards */
+	char tmp[PATH_MAX + 64];    /* its temporary file (dpack_out_tmp_path: a stable buffer) */
+	char stem[PATH_MAX];        /* a set: OUT less its extension; shards are STEM-NNNNN.dpk */
+	size_t dirlen;              /* bytes of stem before the base name */
+	char file[PATH_MAX + 32];   /* the shard being written */
+	uint32_t nshard;            /* shards begun */
+	uint64_t cnt, data;         /* the current shard's records and their bytes */
+	uint64_t classes;           /* bytes of the class table, before its padding */
+	uint64_t count;             /* records added in all */
+	const char **names;         /* class names (copied), for every shard */
+	uint32_t nc;
+	struct dpkset_manifest *m;  /* the shards finished */
+	uint32_t big;               /* records larger than shard_size alone */
+	int finished;
+};
+
+int dpack_out_create(const char *path, uint64_t shard_size, unsigned flags, struct dpack_out **out)
+{
+	struct dpack_out *o = calloc(1, sizeof(*o));
+
+	*out = NULL;
+	if (!o || !(o->path = strdup(path))) {
+		free(o);
+		return -ENOMEM;
+	}
+	o->shard_size = shard_size;
+	o->flags = flags;
+	if (!shard_size) {  /* one .dpk: the writer as it is */
+		int ret = dpk_writer_create(path, flags, &o->w);
+		if (ret < 0) {
+			dpack_out_destroy(o);
+			return ret;
+		}
+		snprintf(o->tmp, sizeof(o->tmp), "%s", dpk_writer_tmp_path(o->w));
+	} else if (!(o->m = dpkset_manifest_create())) {
+		dpack_out_destroy(o);
+		return -ENOMEM;
+	}
+	stem_of(path, o->stem, sizeof(o->stem), &o->dirlen);
+	*out = o;
+	return 0;
+}
+
+int dpack_out_set_classes(struct dpack_out *o, const char *const *names, uint32_t n)
+{
+	if (!o->shard_size)
+		return dpk_writer_set_classes(o->w, names, n);
+	o->names = calloc(n ? n : 1, sizeof(*o->names));
+	if (!o->names)
+		return -ENOMEM;
+	for (uint32_t c = 0; c < n; c++) {
+		if (!(o->names[c] = strdup(names[c])))
+			return -ENOMEM;
+		o->nc = c + 1;
+		o->classes += 4 + strlen(names[c]);
+	}
+	return 0;
+}
+
+/* The current shard finished and added to the manifest. */
+static int shard_end(struct dpack_out *o)
 {
 	struct dpk *d;
 	char err[256];
 	uint8_t id[DPK_IDENTITY_SIZE];
-	int ret = dpk_open(file, DPK_OPEN_MAP, &d, err, sizeof(err));
+	int ret = dpk_writer_finish(o->w);
 
 	if (ret < 0) {
-		LOG_ERROR("%s: reading back: %s", file, err);
+		LOG_ERROR("finishing %s: %s", o->file, strerror(-ret));
+		return ret;
+	}
+	dpk_writer_destroy(o->w);
+	o->w = NULL;
+	if ((ret = dpk_open(o->file, DPK_OPEN_MAP, &d, err, sizeof(err))) < 0) {
+		LOG_ERROR("%s: reading back: %s", o->file, err);
 		return ret;
 	}
 	dpk_identity(d, id);
-	ret = dpkset_manifest_add(m, rel, dpk_count(d), id, err, sizeof(err));
+	ret = dpkset_manifest_add(o->m, o->file + o->dirlen, dpk_count(d), id, err, sizeof(err));
 	dpk_close(d);
 	if (ret < 0)
-		LOG_ERROR("%s: %s", file, err);
+		LOG_ERROR("%s: %s", o->file, err);
 	return ret;
 }
 
-int dpack_split(const char *whole, const char *out, uint64_t shard_size, unsigned wflags)
+/* A new shard begun. */
+static int shard_begin(struct dpack_out *o)
 {
-	struct dpk *d = NULL;
-	struct dpk_writer *w = NULL;
-	struct dpkset_manifest *m = dpkset_manifest_create();
-	char err[512], stem[PATH_MAX], file[PATH_MAX + 32];
-	const char *base;
-	uint8_t *buf = NULL;
-	size_t cap = 0;
-	uint32_t nshard = 0, big = 0;
-	uint64_t cnt = 0, data = 0, classes = 0;
-	int ret = m ? 0 : -ENOMEM;
+	int ret;
 
-	stem_of(out, stem, sizeof(stem), &base);
-	size_t dirlen = (size_t)(base - out);
-	if (ret == 0 && (ret = dpk_open(whole, 0, &d, err, sizeof(err))) < 0)
-		LOG_ERROR("%s: %s", whole, err);
-	uint32_t nc = d ? dpk_class_count(d) : 0;
-	const char **names = d ? calloc(nc + 1, sizeof(*names)) : NULL;
-	if (ret == 0 && !names)
-		ret = -ENOMEM;
-	for (uint32_t c = 0; ret == 0 && c < nc; c++) {
-		names[c] = dpk_class_name(d, c);
-		classes += 4 + strlen(names[c]);
+	snprintf(o->file, sizeof(o->file), "%s-%05u.dpk", o->stem, o->nshard++);
+	o->cnt = o->data = 0;
+	if ((ret = dpk_writer_create(o->file, o->flags, &o->w)) < 0 ||
+	    (o->nc && (ret = dpk_writer_set_classes(o->w, o->names, o->nc)) < 0)) {
+		LOG_ERROR("%s: %s", o->file, strerror(-ret));
+		return ret;
 	}
-	for (uint64_t i = 0; ret == 0 && i < dpk_count(d); i++) {
-		const struct dpk_entry *e = dpk_entry_get(d, i);
-		if (w && cnt && shard_bytes(cnt + 1, data + e->length, classes) > shard_size) {
-			if ((ret = dpk_writer_finish(w)) < 0 || (ret = add_written(m, file,
-									file + dirlen)) < 0)
-				break;
-			dpk_writer_destroy(w);
-			w = NULL;
-		}
-		if (!w) {
-			snprintf(file, sizeof(file), "%s-%05u.dpk", stem, nshard++);
-			cnt = data = 0;
-			if ((ret = dpk_writer_create(file, wflags, &w)) < 0 ||
-			    (nc && (ret = dpk_writer_set_classes(w, names, nc)) < 0)) {
-				LOG_ERROR("%s: %s", file, strerror(-ret));
-				break;
-			}
-		}
-		if (cap < e->length) {
-			free(buf);
-			cap = e->length;
-			if (!(buf = malloc(cap))) {
-				ret = -ENOMEM;
-				break;
-			}
-		}
-		ssize_t n = dpk_read_entry(d, e, buf, cap);
-		if (n < 0) {
-			ret = (int)n;
-			LOG_ERROR("%s: sample %llu: %s", whole, (unsigned long long)i, strerror(-ret));
-			break;
-		}
-		struct dpk_record r = { .kind = e->kind, .label = e->label, .data = buf,
-					.length = e->length, .ndim = e->ndim, .subsamp = e->subsamp,
-					.flags = e->flags, .xxh3 = e->xxh3, .has_xxh3 = 1 };
-		memcpy(r.shape, e->shape, sizeof(r.shape));
-		if ((ret = dpk_writer_add(w, &r)) < 0) {
-			LOG_ERROR("writing %s: %s", dpk_writer_tmp_path(w), strerror(-ret));
-			break;
-		}
-		cnt++;
-		data += e->length;
-		big += cnt == 1 && shard_bytes(1, e->length, classes) > shard_size;
+	snprintf(o->tmp, sizeof(o->tmp), "%s", dpk_writer_tmp_path(o->w));
+	return 0;
+}
+
+int dpack_out_add(struct dpack_out *o, const struct dpk_record *r)
+{
+	int ret;
+
+	if (o->shard_size) {
+		if (o->w && o->cnt &&
+		    shard_bytes(o->cnt + 1, o->data + r->length, o->classes) > o->shard_size &&
+		    (ret = shard_end(o)) < 0)
+			return ret;
+		if (!o->w && (ret = shard_begin(o)) < 0)
+			return ret;
 	}
-	if (ret == 0 && w && (ret = dpk_writer_finish(w)) == 0)
-		ret = add_written(m, file, file + dirlen);
-	else if (ret == 0 && !w)
-		ret = -ENOENT;
-	if (ret == 0 && (ret = dpkset_write(out, m)) < 0)
-		LOG_ERROR("writing the manifest %s: %s", out, strerror(-ret));
-	if (ret == 0 && big)
-		LOG_WARN("%u records larger than --shard-size alone: each has a shard of its own", big);
-	dpk_writer_destroy(w);
-	if (ret < 0)  /* nothing half-written: the shards of this run go too */
-		for (uint32_t k = 0; k < nshard; k++) {
-			snprintf(file, sizeof(file), "%s-%05u.dpk", stem, k);
-			unlink(file);
+	if ((ret = dpk_writer_add(o->w, r)) < 0)
+		return ret;
+	o->cnt++;
+	o->data += r->length;
+	o->count++;
+	o->big += o->shard_size && o->cnt == 1 && shard_bytes(1, r->length, o->classes) > o->shard_size;
+	return 0;
+}
+
+uint64_t dpack_out_count(const struct dpack_out *o)
+{
+	return o->count;
+}
+
+const char *dpack_out_tmp_path(const struct dpack_out *o)
+{
+	return o->tmp;
+}
+
+int dpack_out_finish(struct dpack_out *o)
+{
+	int ret;
+
+	if (!o->shard_size)
+		return dpk_writer_finish(o->w);
+	if (!o->w)
+		return -EINVAL;  /* no record: no set */
+	if ((ret = shard_end(o)) < 0)
+		return ret;
+	if ((ret = dpkset_write(o->path, o->m)) < 0)
+		return ret;
+	o->finished = 1;
+	if (o->big)
+		LOG_WARN("%u records larger than --shard-size alone: each has a shard of its own",
+			 o->big);
+	printf("dpack pack: %s: %u shards of at most %llu bytes (%llu samples)\n", o->path,
+	       o->m->n, (unsigned long long)o->shard_size, (unsigned long long)o->count);
+	return 0;
+}
+
+void dpack_out_destroy(struct dpack_out *o)
+{
+	if (!o)
+		return;
+	dpk_writer_destroy(o->w);  /* its temporary file goes */
+	if (o->shard_size && !o->finished)  /* nothing half-written: the shards of this run go */
+		for (uint32_t k = 0; k < o->nshard; k++) {
+			snprintf(o->file, sizeof(o->file), "%s-%05u.dpk", o->stem, k);
+			unlink(o->file);
 		}
-	else
-		printf("dpack pack: %s: %u shards of at most %llu bytes (%llu samples)\n", out,
-		       m->n, (unsigned long long)shard_size, (unsigned long long)m->first[m->n]);
-	free(buf);
-	free(names);
-	dpk_close(d);
-	dpkset_manifest_destroy(m);
-	return ret;
+	for (uint32_t c = 0; c < o->nc; c++)
+		free((char *)o->names[c]);
+	free(o->names);
+	dpkset_manifest_destroy(o->m);
+	free(o->path);
+	free(o);
 }
 
 /* ---- dpack append ---- */
