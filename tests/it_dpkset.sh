@@ -8,7 +8,8 @@
 #   a failed --shard-size run (--strict, a cut image among the last) leaves no shard and no manifest;
 #   dpack append adds a shard without repacking (refused, manifest untouched: another shape, a
 #   shard outside the manifest's directory, a path already in the set);
-#   ldcat over the set: every sample exactly once in an epoch, with its label;
+#   ldcat over the set: every sample exactly once in an epoch, with its label; two jobs on it
+#   share one opening of its shards; --io direct reads each shard through an O_DIRECT fd;
 #   dpack verify and inspect over the set; a flipped byte in a shard is found, named by its
 #   global sample id and shard;
 #   bad manifests (a missing shard, a count or an identity that disagrees, cut short, empty set,
@@ -104,6 +105,15 @@ check "with the single file's labels" sh -c "
 	cut -d' ' -f2,3 '$T/ep' | sort -n | head -10 >'$T/l1'; cut -d' ' -f2,3 '$T/ew' | sort -n >'$T/l2';
 	cmp -s '$T/l1' '$T/l2'"
 check "loaderd names the set's way of reading" grep -q "set.dpks: 0 MiB of records in 6 shards, .*: memory" "$T/l.log"
+# two jobs on one set share one dataset (issue 31's struct dset): each shard open once
+ldcat --dataset "$T/s2/set.dpks" --job sh1 --epochs 0 --rate 20 >/dev/null 2>&1 &
+C1=$!
+ldcat --dataset "$T/s2/set.dpks" --job sh2 --epochs 0 --rate 20 >/dev/null 2>&1 &
+C2=$!
+sleep 0.7
+opens=$(for f in /proc/$LPID/fd/*; do readlink "$f"; done | grep -c "/s2/set-00003.dpk$")
+kill $C1 $C2; wait $C1 $C2 2>/dev/null
+check "two jobs on one set: its shards are open once in loaderd" [ "$opens" -eq 1 ]
 stop_loaderd
 # --io direct: each record read from its shard's O_DIRECT fd
 serve_loaderd "$T/s.sock" "$T/l.log" --io direct
