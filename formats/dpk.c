@@ -9,6 +9,7 @@
  * (64 bytes a sample), and on finish appends class table and index, writes the header last,
  * fsyncs and renames: the target path either holds a complete dataset or is untouched. */
 #include "formats/dpk.h"
+#include "formats/dpkset.h"
 #include "common/err.h"
 
 #include "common/afile.h"
@@ -68,6 +69,11 @@ struct dpk {
 	const char **class_names;       /* class_count pointers into class_blob */
 	uint8_t identity[DPK_IDENTITY_SIZE]; /* XXH3-128 of the index, seeded by the class table's
 					      * checksum: computed once here (dpk_identity) */
+	/* A set of shards (dpk_open on a manifest, formats/dpkset.h): fd is the manifest's, hdr
+	 * their sums, identity the set's; entries, records and classes come from the shards. */
+	struct dpkset_manifest *set;    /* NULL for one file */
+	struct dpk **shards;            /* set->n, each a whole .dpk opened with the set's flags */
+	int fd_direct;                  /* a set's shard: its O_DIRECT fd (dpk_direct_open), or -1 */
 };
 
 /* pread exactly @len bytes at @off. Returns 0, -EBADMSG at EOF, or -errno. */
@@ -348,7 +354,9 @@ static int check_entries(const struct dpk *d, char *err, size_t errlen)
  * the process dies as it would have). The table is written under guard_mu and read by the
  * handler without locks: a slot's base is published last (release) and read first (acquire). A
  * dataset's slot can only fault while it is mapped, that is before dpk_close clears its slot. */
-#define GUARD_SLOTS 256
+#define GUARD_SLOTS 4096  /* mappings guarded at once: two a file (index, data), and a set of
+			   * shards maps each of its files (a slot is 24 bytes; the handler scans
+			   * them only on a SIGBUS). Past it, an index is copied and data read */
 struct guard_slot {
 	_Atomic uintptr_t base;   /* 0: free */
 	uintptr_t len;
@@ -498,6 +506,156 @@ static int copy_index(struct dpk *d, unsigned flags, char *err, size_t errlen)
 	return check_entries(d, err, errlen);
 }
 
+/* ---- sets of shards (formats/dpkset.h) ---- */
+
+static int is_manifest_fd(int fd)
+{
+	char head[sizeof(DPKSET_MAGIC) - 1];
+
+	return pread_full(fd, head, sizeof(head), 0) == 0 && dpkset_is_manifest(head, sizeof(head));
+}
+
+/* May the manifest's owner read shard @sst by its mode bits? loaderd opens the shards a client's
+ * manifest names, with its own rights: a manifest may only name files its owner could read. */
+static int owner_may_read(const struct stat *mst, const struct stat *sst)
+{
+	return (sst->st_uid == mst->st_uid && (sst->st_mode & S_IRUSR)) ||
+	       (sst->st_gid == mst->st_gid && (sst->st_mode & S_IRGRP)) ||
+	       (sst->st_mode & S_IROTH);
+}
+
+/* Open shard @k of @d's manifest, relative to @dirfd, and check it against its line. */
+static int shard_open(struct dpk *d, uint32_t k, int dirfd, const struct stat *mst, unsigned flags,
+		      const char *name, char *err, size_t errlen)
+{
+	const struct dpkset_shard *sh = &d->set->shards[k];
+	char why[256];
+	struct stat st;
+	uint8_t id[DPK_IDENTITY_SIZE];
+	int ret, fd = openat(dirfd, sh->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: no wait */
+
+	if (fd < 0)
+		return err_set(err, errlen, -errno, "%s line %u: shard %s: %s", name, sh->line,
+			       sh->path, strerror(errno));
+	if (fstat(fd, &st) < 0 || !owner_may_read(mst, &st)) {
+		close(fd);
+		return err_set(err, errlen, -EACCES, "%s line %u: shard %s: not readable by the "
+			       "manifest's owner (uid %u)", name, sh->line, sh->path,
+			       (unsigned)mst->st_uid);
+	}
+	if (is_manifest_fd(fd)) {
+		close(fd);
+		return err_set(err, errlen, -EBADMSG, "%s line %u: shard %s is a manifest itself "
+			       "(sets do not nest)", name, sh->line, sh->path);
+	}
+	if ((ret = dpk_open_fd(fd, flags, &d->shards[k], why, sizeof(why))) < 0) {
+		close(fd);
+		return err_set(err, errlen, ret, "%s line %u: shard %s: %s", name, sh->line, sh->path,
+			       why);
+	}
+	d->shards[k]->own_fd = 1;
+	dpk_identity(d->shards[k], id);
+	if (dpk_count(d->shards[k]) != sh->count)
+		return err_set(err, errlen, -EBADMSG, "%s line %u: shard %s has %llu samples; the "
+			       "manifest says %llu", name, sh->line, sh->path,
+			       (unsigned long long)dpk_count(d->shards[k]), (unsigned long long)sh->count);
+	if (memcmp(id, sh->id, sizeof(id))) {
+		char hex[2 * DPK_IDENTITY_SIZE + 1];
+		dpkset_hex(id, hex);
+		return err_set(err, errlen, -EBADMSG, "%s line %u: shard %s has identity %s; the "
+			       "manifest names another file (replaced or rewritten since)", name,
+			       sh->line, sh->path, hex);
+	}
+	if (!dpk_same_classes(d->shards[0], d->shards[k]))
+		return err_set(err, errlen, -EBADMSG, "%s line %u: shard %s has other class names "
+			       "than shard %s", name, sh->line, sh->path, d->set->shards[0].path);
+	return 0;
+}
+
+int dpk_same_classes(const struct dpk *a, const struct dpk *b)
+{
+	if (a->hdr.class_count != b->hdr.class_count)
+		return 0;
+	for (uint32_t c = 0; c < a->hdr.class_count; c++)  /* the table's checksum covers padding */
+		if (strcmp(dpk_class_name(a, c), dpk_class_name(b, c)))
+			return 0;
+	return 1;
+}
+
+/* dpk_open_fd on a manifest: every shard opened and checked against its line; the header is the
+ * shards' sums (count, data, index, file sizes; kinds or-ed), the classes shard 0's. */
+static int set_open(struct dpk *d, const struct stat *mst, unsigned flags, char *err, size_t errlen)
+{
+	char self[64], name[PATH_MAX];
+	int ret;
+
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", d->fd);
+	ssize_t nl = readlink(self, name, sizeof(name) - 1);
+	if (nl <= 0)
+		return err_set(err, errlen, -EBADF, "manifest: cannot tell its directory (%s)",
+			       strerror(nl < 0 ? errno : ENOENT));
+	name[nl] = '\0';
+	if ((uint64_t)mst->st_size > DPKSET_FILE_MAX)
+		return err_set(err, errlen, -E2BIG, "%s: %lld bytes, above the limit of %llu for a "
+			       "manifest", name, (long long)mst->st_size,
+			       (unsigned long long)DPKSET_FILE_MAX);
+	char *text = malloc((size_t)mst->st_size + 1);
+	if (!text)
+		return err_set(err, errlen, -ENOMEM, "out of memory");
+	ret = pread_full(d->fd, text, (size_t)mst->st_size, 0);
+	if (ret == 0)
+		ret = dpkset_parse(text, (size_t)mst->st_size, name, &d->set, err, errlen);
+	else
+		err_set(err, errlen, ret, "%s: %s", name, strerror(-ret));
+	free(text);
+	if (ret < 0)
+		return ret;
+	char dir[PATH_MAX];  /* readlink's path is absolute */
+	snprintf(dir, sizeof(dir), "%s", name);
+	char *slash = strrchr(dir, '/');
+	if (slash)
+		slash[slash == dir] = '\0';  /* "/d/m" -> "/d", "/m" -> "/" */
+	int dirfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dirfd < 0)
+		return err_set(err, errlen, -errno, "%s: its directory: %s", name, strerror(errno));
+	d->shards = calloc(d->set->n, sizeof(*d->shards));
+	if (!d->shards)
+		ret = err_set(err, errlen, -ENOMEM, "out of memory");
+	for (uint32_t k = 0; ret == 0 && k < d->set->n; k++)
+		ret = shard_open(d, k, dirfd, mst, flags, name, err, errlen);
+	close(dirfd);
+	if (ret < 0)
+		return ret;
+	struct dpk_header *h = &d->hdr;
+	*h = d->shards[0]->hdr;
+	h->count = h->data_size = h->index_size = h->file_size = 0;
+	h->kinds = 0;
+	for (uint32_t k = 0; k < d->set->n; k++) {
+		const struct dpk_header *s = &d->shards[k]->hdr;
+		h->count += s->count;
+		h->data_size += s->data_size;
+		h->index_size += s->index_size;
+		h->file_size += s->file_size;
+		h->kinds |= s->kinds;
+	}
+	dpkset_identity(d->set, d->identity);
+	return 0;
+}
+
+/* A dpk with no resource held yet: every descriptor and slot -1, so that dpk_close on any
+ * failure path closes only what was opened. */
+static struct dpk *dpk_alloc(int fd)
+{
+	struct dpk *d = calloc(1, sizeof(*d));
+
+	if (d) {
+		d->fd = fd;
+		d->index_fd = d->fd_direct = -1;
+		d->guard_slot = d->data_slot = -1;
+	}
+	return d;
+}
+
 int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errlen)
 {
 	struct dpk *d;
@@ -511,16 +669,22 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 		return err_set(err, errlen, -errno, "stat: %s", strerror(errno));
 	if (!S_ISREG(st.st_mode))
 		return err_set(err, errlen, -EINVAL, "not a regular file");
+	if (is_manifest_fd(fd)) {
+		if (!(d = dpk_alloc(fd)))
+			return err_set(err, errlen, -ENOMEM, "out of memory");
+		if ((ret = set_open(d, &st, flags, err, errlen)) < 0) {
+			dpk_close(d);
+			return ret;
+		}
+		*out = d;
+		return 0;
+	}
 	if ((uint64_t)st.st_size < DPK_HEADER_SIZE)
 		return err_set(err, errlen, -EBADMSG, "file is %lld bytes, shorter than a header (%u)",
 			    (long long)st.st_size, DPK_HEADER_SIZE);
-	d = calloc(1, sizeof(*d));
+	d = dpk_alloc(fd);
 	if (!d)
 		return err_set(err, errlen, -ENOMEM, "out of memory");
-	d->fd = fd;
-	d->index_fd = -1;
-	d->guard_slot = -1;
-	d->data_slot = -1;
 	/* The whole header block: the struct, then zeros up to DPK_HEADER_SIZE, so that no
 	 * byte of it can change unnoticed. */
 	uint8_t *block = malloc(DPK_HEADER_SIZE);
@@ -606,6 +770,13 @@ void dpk_close(struct dpk *d)
 {
 	if (!d)
 		return;
+	if (d->set) {
+		dpk_direct_close(d);
+		for (uint32_t k = 0; d->shards && k < d->set->n; k++)
+			dpk_close(d->shards[k]);
+		free(d->shards);
+		dpkset_manifest_destroy(d->set);
+	}
 	free(d->index);
 	if (d->index_fd >= 0)
 		close(d->index_fd);
@@ -641,6 +812,8 @@ uint32_t dpk_class_count(const struct dpk *d)
 
 const char *dpk_class_name(const struct dpk *d, uint32_t i)
 {
+	if (d->set)
+		return dpk_class_name(d->shards[0], i);
 	return i < d->hdr.class_count ? d->class_names[i] : NULL;
 }
 
@@ -651,6 +824,8 @@ const struct dpk_entry *dpk_entry_get(const struct dpk *d, uint64_t i)
 
 int dpk_mapped(const struct dpk *d)
 {
+	if (d->set)
+		return dpk_mapped(d->shards[0]);
 	return d->map != NULL;
 }
 
@@ -661,6 +836,11 @@ int dpk_entries_read(const struct dpk *d)
 
 void dpk_entry_prefetch(const struct dpk *d, uint64_t i)
 {
+	if (d->set && i < d->hdr.count) {
+		uint32_t k = dpkset_find(d->set, i);
+		dpk_entry_prefetch(d->shards[k], i - d->set->first[k]);
+		return;
+	}
 	if (d->map && i < d->hdr.count) {  /* a hint: touches nothing, cannot fault */
 		__builtin_prefetch(&d->map[i]);
 		if (i > 0)
@@ -683,6 +863,11 @@ void dpk_record_prefetch(const struct dpk *d, const struct dpk_entry *e)
 
 int dpk_data_mapped(const struct dpk *d)
 {
+	for (uint32_t k = 0; d->set && k < d->set->n; k++)
+		if (!dpk_data_mapped(d->shards[k]))
+			return 0;
+	if (d->set)
+		return 1;
 	return d->data != NULL;
 }
 
@@ -690,6 +875,9 @@ ssize_t dpk_record_copy(const struct dpk *d, const struct dpk_entry *e, void *bu
 {
 	uint64_t end;
 
+	if (d->set)
+		return e->reserved < d->set->n ? dpk_record_copy(d->shards[e->reserved], e, buf, cap) :
+		       -EBADMSG;
 	if (!d->data)
 		return -EINVAL;
 	if (cap < e->length)
@@ -711,6 +899,16 @@ int dpk_entry_load(const struct dpk *d, uint64_t i, struct dpk_entry *out, char 
 	if (i >= h->count)
 		return err_set(err, errlen, -ERANGE, "sample %llu: past the last of %llu",
 			    (unsigned long long)i, (unsigned long long)h->count);
+	if (d->set) {  /* the shard's entry, its number in .reserved (dpk.h) */
+		uint32_t k = dpkset_find(d->set, i);
+		char why[200];
+		int ret = dpk_entry_load(d->shards[k], i - d->set->first[k], out, why, sizeof(why));
+		if (ret < 0)
+			return err_set(err, errlen, ret, "sample %llu (shard %s): %s",
+				       (unsigned long long)i, d->set->shards[k].path, why);
+		out->reserved = k;
+		return 0;
+	}
 	if (d->index) {  /* copied and checked whole at open */
 		*out = d->index[i];
 		return 0;
@@ -771,6 +969,73 @@ int dpk_fd(const struct dpk *d)
 	return d->fd;
 }
 
+int dpk_entry_fd(const struct dpk *d, const struct dpk_entry *e)
+{
+	if (d->set)
+		return e->reserved < d->set->n ? d->shards[e->reserved]->fd : -1;
+	return d->fd;
+}
+
+int dpk_direct_open(struct dpk *d)
+{
+	char self[64];
+
+	if (!d->set)
+		return -ENOTSUP;
+	for (uint32_t k = 0; k < d->set->n; k++) {
+		struct dpk *s = d->shards[k];
+		if (s->fd_direct >= 0)
+			continue;
+		/* the same file, reopened through /proc: not the path, which may name another by now */
+		snprintf(self, sizeof(self), "/proc/self/fd/%d", s->fd);
+		s->fd_direct = open(self, O_RDONLY | O_DIRECT | O_CLOEXEC);
+		if (s->fd_direct < 0) {
+			int ret = -errno;
+			dpk_direct_close(d);
+			return ret;
+		}
+	}
+	return 0;
+}
+
+void dpk_direct_close(struct dpk *d)
+{
+	for (uint32_t k = 0; d->set && d->shards && k < d->set->n; k++)
+		if (d->shards[k] && d->shards[k]->fd_direct >= 0) {
+			close(d->shards[k]->fd_direct);
+			d->shards[k]->fd_direct = -1;
+		}
+}
+
+int dpk_entry_fd_direct(const struct dpk *d, const struct dpk_entry *e)
+{
+	return d->set && e->reserved < d->set->n ? d->shards[e->reserved]->fd_direct : -1;
+}
+
+uint32_t dpk_shard_count(const struct dpk *d)
+{
+	return d->set ? d->set->n : 1;
+}
+
+const struct dpk *dpk_shard(const struct dpk *d, uint32_t k)
+{
+	if (!d->set)
+		return k == 0 ? d : NULL;
+	return k < d->set->n ? d->shards[k] : NULL;
+}
+
+const char *dpk_shard_path(const struct dpk *d, uint32_t k)
+{
+	return d->set && k < d->set->n ? d->set->shards[k].path : NULL;
+}
+
+uint64_t dpk_shard_first(const struct dpk *d, uint32_t k)
+{
+	if (!d->set)
+		return k == 0 ? 0 : d->hdr.count;
+	return d->set->first[k < d->set->n ? k : d->set->n];
+}
+
 int dpk_record_check(const struct dpk_entry *e, const void *buf)
 {
 	return XXH3_64bits(buf, e->length) == e->xxh3 ? 0 : -EBADMSG;
@@ -788,6 +1053,9 @@ ssize_t dpk_read_entry(const struct dpk *d, const struct dpk_entry *e, void *buf
 {
 	int ret;
 
+	if (d->set)
+		return e->reserved < d->set->n ? dpk_read_entry(d->shards[e->reserved], e, buf, cap) :
+		       -EBADMSG;
 	if (cap < e->length)
 		return -ENOSPC;
 	ret = pread_full(d->fd, buf, e->length, e->offset);

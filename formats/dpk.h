@@ -102,7 +102,7 @@ struct dpk_entry {
 	uint8_t ndim;            /* 1..DPK_NDIM_MAX; JPEG: 3 */
 	uint8_t subsamp;         /* JPEG: enum dpk_subsamp; raw: 0 */
 	uint8_t flags;           /* DPK_F_* */
-	uint32_t reserved;       /* zero */
+	uint32_t reserved;       /* zero on disk; in an entry loaded from a set, its shard's number */
 };
 _Static_assert(sizeof(struct dpk_entry) == 64, "dpk_entry is on disk");
 _Static_assert(offsetof(struct dpk_entry, shape) == 40, "dpk_entry is on disk");
@@ -134,6 +134,17 @@ struct dpk;  /* opaque; immutable after open, so safe to share between threads *
 				       * entries), larger ones are read (DPK_OPEN_READ_INDEX). A
 				       * mapped index comes to count whole in the process's RSS: a
 				       * fault maps the page cache's whole folio (up to 2 MiB) */
+
+/* A set of shards (formats/dpkset.h): dpk_open and dpk_open_fd on a manifest open every shard it
+ * names (paths relative to the manifest's directory; each readable by the manifest's owner by its
+ * mode bits) with @flags, check each against its line (count, identity, the same class table as
+ * the first), and give one dataset: sample i is sample i - first[k] of shard k (dpkset_find).
+ * dpk_count, the class table, dpk_entry_load and the record functions work across the shards;
+ * dpk_identity is the set's (dpkset_identity); dpk_header_get gives the shards' sums (count,
+ * data_size, index_size, file_size; kinds or-ed; the class fields of the first; offsets
+ * meaningless); dpk_fd is the manifest's; dpk_entry_get returns NULL (as on a mapped index). An
+ * entry loaded from a set carries its shard's number in .reserved, by which dpk_read_entry,
+ * dpk_record_copy and dpk_entry_fd find its file. A .dpk is a set of one shard, itself. */
 
 /* Open and validate @path: header, checksums of header, class table and index, and every entry
  * (bounds, order, no overlap, no overflow, sane shapes). The index is read into private memory
@@ -186,6 +197,27 @@ void dpk_record_prefetch(const struct dpk *d, const struct dpk_entry *e);
 ssize_t dpk_record_copy(const struct dpk *d, const struct dpk_entry *e, void *buf, size_t cap);
 const struct dpk_header *dpk_header_get(const struct dpk *d);
 int dpk_fd(const struct dpk *d);
+/* The fd of the file that holds entry @e (loaded from @d): dpk_fd for one file, its shard's for a
+ * set; -1 for an entry of no shard of @d. */
+int dpk_entry_fd(const struct dpk *d, const struct dpk_entry *e);
+/* 1 when @a and @b have the same class names in the same order, else 0. */
+int dpk_same_classes(const struct dpk *a, const struct dpk *b);
+/* A set: open an O_DIRECT descriptor for every shard (through /proc/self/fd: the files opened,
+ * not their paths). 0, or -errno with none kept (-EINVAL: the file system refuses O_DIRECT).
+ * -ENOTSUP for one file (its reader opens its own). Not thread-safe: before any read. */
+int dpk_direct_open(struct dpk *d);
+void dpk_direct_close(struct dpk *d);  /* the set's O_DIRECT fds; before any read or after all */
+/* The O_DIRECT fd of the shard holding entry @e (loaded from the set @d), or -1 (none open, or @d
+ * is one file). */
+int dpk_entry_fd_direct(const struct dpk *d, const struct dpk_entry *e);
+/* Shards of @d: 1 for one file. */
+uint32_t dpk_shard_count(const struct dpk *d);
+/* Shard @k (@d itself for one file and k == 0), or NULL past the last. Lives until dpk_close. */
+const struct dpk *dpk_shard(const struct dpk *d, uint32_t k);
+/* Shard @k's path as its manifest names it, or NULL (one file, or past the last). */
+const char *dpk_shard_path(const struct dpk *d, uint32_t k);
+/* The global index of shard @k's first sample (the count for k past the last). */
+uint64_t dpk_shard_first(const struct dpk *d, uint32_t k);
 
 /* Read record @i's stored bytes into @buf (capacity @cap >= entry length) with pread and check
  * its checksum. Returns the length, -EBADMSG on checksum mismatch or short file, -ENOSPC when

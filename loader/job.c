@@ -239,12 +239,37 @@ static int dset_verdict(struct dset *ds, const struct cdc_out *o, const char *na
 }
 
 static int resident_permille(int fd, uint64_t off, uint64_t len);
+
+/* Is @d a set of shards opened through its manifest (even of one shard)? */
+static int is_set(const struct dpk *d)
+{
+	return dpk_shard_path(d, 0) != NULL;
+}
+
 static void io_choice(struct dset *ds, const struct ldr_config *cfg, int res, const char *name);
+
+#define RESIDENT_ENOUGH 900       /* thousandths of sampled pages in the page cache: read from
+				   * memory (a mapping of the data section) */
+/* A set of shards (opened after its manifest, so measured after the shards' headers were read):
+ * the records' residency, each shard's weighted by its size, into *res. 1 when --io auto should
+ * map the shards' data (resident enough), else 0. */
+static int set_resident(const struct dpk *d, const struct ldr_config *cfg, int *res)
+{
+	uint64_t sum = 0, total = 0;
+
+	for (uint32_t k = 0; k < dpk_shard_count(d); k++) {
+		const struct dpk *s = dpk_shard(d, k);
+		uint64_t len = dpk_header_get(s)->file_size - DPK_HEADER_SIZE;
+		int r = resident_permille(dpk_fd(s), DPK_HEADER_SIZE, len);
+		sum += (uint64_t)(r < 0 ? 0 : r) * len;
+		total += len;
+	}
+	*res = total ? (int)(sum / total) : -1;
+	return cfg->io == LDR_IO_AUTO && *res >= RESIDENT_ENOUGH;
+}
 
 /* The dataset behind @fd (ours now: taken over or closed), shared with the jobs already on it
  * or opened (*created = 1). 0 or -errno with @err. Under dset_mu. */
-#define RESIDENT_ENOUGH 900       /* thousandths of sampled pages in the page cache: read from
-				   * memory (a mapping of the data section) */
 static int dset_get(int fd, const struct ldr_config *cfg, const char *name, struct dset **out, int *created,
 		    char *err, size_t errlen)
 {
@@ -266,6 +291,10 @@ static int dset_get(int fd, const struct ldr_config *cfg, const char *name, stru
 	unsigned flags = DPK_OPEN_MAP | (cfg->io == LDR_IO_AUTO && res >= RESIDENT_ENOUGH ?
 					 DPK_OPEN_MAP_DATA : 0);
 	int ret = dpk_open_fd(fd, flags, &d, err, errlen);
+	if (ret == 0 && is_set(d) && (ret = set_resident(d, cfg, &res)) > 0) {
+		dpk_close(d);  /* resident: again, with the shards' data mapped */
+		ret = dpk_open_fd(fd, DPK_OPEN_MAP | DPK_OPEN_MAP_DATA, &d, err, errlen);
+	}
 	if (ret < 0) {
 		close(fd);
 		return ret;
@@ -291,10 +320,13 @@ static int dset_get(int fd, const struct ldr_config *cfg, const char *name, stru
 	ds->d = d;
 	ds->fd = fd;
 	/* O_DIRECT when the file system allows it (tmpfs does not: open fails with EINVAL). The
-	 * same file, reopened through /proc: not the path, which may name another file by now. */
+	 * same file, reopened through /proc: not the path, which may name another file by now. A set
+	 * of shards: one per shard, which the reader takes from each record's entry; fd_direct is then
+	 * shard 0's, standing for them (its close goes with dpk_direct_close). */
 	char self[64];
-	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
-	ds->fd_direct = open(self, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", is_set(d) ? dpk_fd(dpk_shard(d, 0)) : fd);
+	ds->fd_direct = is_set(d) && dpk_direct_open(d) < 0 ? -1 :
+			open(self, O_RDONLY | O_DIRECT | O_CLOEXEC);
 	ds->refs = 1;
 	io_choice(ds, cfg, res, name);
 	ds->next = dsets;
@@ -386,6 +418,7 @@ static void io_choice(struct dset *ds, const struct ldr_config *cfg, int res, co
 	if (res >= RESIDENT_ENOUGH || fits) {
 		close(ds->fd_direct);
 		ds->fd_direct = -1;
+		dpk_direct_close(ds->d);  /* a set's (none for one file) */
 	}
 	if (res >= RESIDENT_ENOUGH && dpk_data_mapped(ds->d))
 		snprintf(ds->io, sizeof(ds->io), "memory (%d.%d%% resident, mapped)", res / 10,
@@ -403,8 +436,11 @@ static void io_choice(struct dset *ds, const struct ldr_config *cfg, int res, co
 	for (k = 0; name[k] && k + 1 < sizeof(shown); k++)
 		shown[k] = (unsigned char)name[k] < 0x20 || name[k] == 0x7f ? '?' : name[k];
 	shown[k] = '\0';
-	LOG_INFO("dataset %s: %llu MiB of records, %d.%d%% resident: %s", shown,
-		 (unsigned long long)(h->data_size >> 20), res < 0 ? 0 : res / 10,
+	char shards[32] = "";
+	if (is_set(ds->d))
+		snprintf(shards, sizeof(shards), " in %u shards", dpk_shard_count(ds->d));
+	LOG_INFO("dataset %s: %llu MiB of records%s, %d.%d%% resident: %s", shown,
+		 (unsigned long long)(h->data_size >> 20), shards, res < 0 ? 0 : res / 10,
 		 res < 0 ? 0 : res % 10, ds->io);
 }
 
@@ -746,14 +782,20 @@ static int substitute(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 static int truncated(struct job *j, struct srv_fill *f)
 {
 	struct stat st;
-	uint64_t want = dpk_header_get(j->d)->file_size;
 
-	if (fstat(j->fd, &st) < 0 || (uint64_t)st.st_size >= want)
-		return 0;
-	snprintf(f->why, sizeof(f->why), "dataset %.*s was truncated while the job ran (%lld bytes "
-		 "now, %llu when it was opened); the job stops", 120, j->spec.dataset,
-		 (long long)st.st_size, (unsigned long long)want);
-	return 1;
+	for (uint32_t k = 0; k < dpk_shard_count(j->d); k++) {  /* each file of a set */
+		const struct dpk *s = dpk_shard(j->d, k);
+		uint64_t want = dpk_header_get(s)->file_size;
+		if (fstat(dpk_fd(s), &st) < 0 || (uint64_t)st.st_size >= want)
+			continue;
+		const char *sp = dpk_shard_path(j->d, k);
+		snprintf(f->why, sizeof(f->why), "dataset %.*s%s%.*s was truncated while the job ran "
+			 "(%lld bytes now, %llu when it was opened); the job stops", 120,
+			 j->spec.dataset, sp ? ": shard " : "", 60, sp ? sp : "",
+			 (long long)st.st_size, (unsigned long long)want);
+		return 1;
+	}
+	return 0;
 }
 
 /* The sampler's draw for a step, into the server's private arrays; labels are set by the fills

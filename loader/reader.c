@@ -309,6 +309,7 @@ static uint32_t plan(struct ldr_reader *r, struct half *h, const struct dpk *d, 
 {
 	uint64_t pos = 0;
 	uint32_t k;
+	int set = dpk_shard_path(d, 0) != NULL;
 
 	if (n > r->nreq_cap)
 		n = r->nreq_cap;
@@ -363,7 +364,8 @@ static uint32_t plan(struct ldr_reader *r, struct half *h, const struct dpk *d, 
 		q->len = x.length;
 		q->skip = x.skip;
 		q->need = x.skip + e->length;
-		q->fd = fd;
+		/* a set of shards: the record's shard's file (its O_DIRECT fd: dpk_direct_open) */
+		q->fd = !set ? fd : direct ? dpk_entry_fd_direct(d, e) : dpk_entry_fd(d, e);
 	}
 	return k;
 }

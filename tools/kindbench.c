@@ -124,6 +124,11 @@ int main(int argc, char **argv)
 			LOG_ERROR("%s: %s", argv[i], err);
 			return 1;
 		}
+		if (dpk_shard_path(d, 0)) {  /* it walks one file's index */
+			LOG_ERROR("%s is a set of shards: give one of its .dpk files", argv[i]);
+			dpk_close(d);
+			return 1;
+		}
 		for (unsigned k = 1; k <= DPK_KIND_MAX; k++)
 			if ((dpk_header_get(d)->kinds >> k & 1) && cdc_kind_get(k) &&
 			    bench(argv[i], k, d, side, secs) < 0)

@@ -696,6 +696,11 @@ int main(int argc, char **argv)
 		LOG_ERROR("dataset %s: %s", o.dataset, err);
 		return 1;
 	}
+	if (dpk_shard_path(d, 0)) {  /* its ceiling walks one file's index */
+		LOG_ERROR("dataset %s is a set of shards: give ldbench one of its .dpk files", o.dataset);
+		dpk_close(d);
+		return 1;
+	}
 	printf("ldbench: dataset %s: %" PRIu64 " samples\n", o.dataset, dpk_count(d));
 
 	struct ceiling ce;

@@ -31,9 +31,10 @@ static int dataset_classes(const char *path)
 	classes = (int)dpk_class_count(dp);
 	if (classes < 2) {
 		int64_t mx = 0;
+		struct dpk_entry e;  /* loaded: a set of shards has no whole index (formats/dpk.h) */
 		for (uint64_t i = 0; i < dpk_count(dp); i++)
-			if (dpk_entry_get(dp, i)->label > mx)
-				mx = dpk_entry_get(dp, i)->label;
+			if (dpk_entry_load(dp, i, &e, NULL, 0) == 0 && e.label > mx)
+				mx = e.label;
 		classes = (int)mx + 1 < 2 ? 2 : (int)mx + 1;
 	}
 	dpk_close(dp);

@@ -20,7 +20,7 @@ static void usage(FILE *f)
 "usage: trainer [options]            (one rank; several: mpirun -np N trainer [options])\n"
 "\n"
 "data (one of):\n"
-"  --socket PATH --dataset D.dpk   batches from loaderd (default socket as loaderd's)\n"
+"  --socket PATH --dataset D.dpk   batches from loaderd (default socket as loaderd's)\n""                                  (D.dpk: a .dpk or a set's manifest, docs/FORMAT.md)\n"
 "  --synthetic                     one batch made on the device at start, no loader: the\n"
 "                                  compute ceiling\n"
 "options:\n"

@@ -245,8 +245,10 @@ class Loader:
 
     Arguments (names as in torch's DataLoader/DistributedSampler where there is one):
       socket        loaderd's control socket; None: $LOADERD_SOCKET or loaderd's default path.
-      dataset       a .dpk file (made by dpack), opened by this process with its own rights
-                    (the C client passes it open to loaderd; the path is only displayed).
+      dataset       a .dpk file (made by dpack), or a set of .dpk shards' manifest
+                    (docs/FORMAT.md), opened by this process with its own rights (the C client
+                    passes it open to loaderd, which opens a set's shards beside it; the path is
+                    only displayed).
       batch_size    samples per step, 1..65536.
       crop          output size: int (square) or (h, w); None: records as stored (raw tensors
                     of one shape, e.g. a packed .npy).

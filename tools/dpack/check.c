@@ -123,9 +123,11 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 static const char verify_usage[] =
-	"usage: dpack verify [--jobs N] D.dpk\n"
+	"usage: dpack verify [--jobs N] D.dpk|SET\n"
 	"\n"
 	"Check the header, class table and index, then recompute the XXH3-64 of every record.\n"
+	"SET (a manifest, docs/FORMAT.md): every shard so, and each shard's count and identity\n"
+	"against its manifest line.\n"
 	"Exit 0 when clean; 1 with the ids of the bad samples; 2 for usage errors.\n";
 
 int dpack_verify_main(int argc, char **argv)
@@ -166,31 +168,51 @@ int dpack_verify_main(int argc, char **argv)
 		LOG_ERROR("%s: %s", path, err);
 		return 1;
 	}
+	/* A set (a manifest): its counts and identities were checked at open, each shard's header,
+	 * classes and index too; each shard's records now, one after the other. */
 	pthread_t th[1024];
-	int nth = 0;
 	pthread_mutex_init(&v.lock, NULL);
-	v.d = d;
-	for (; nth < (int)jobs; nth++)
-		if (pthread_create(&th[nth], NULL, verify_worker, &v) != 0)
-			break;
-	if (nth == 0)
-		verify_worker(&v);
-	for (int t = 0; t < nth; t++)
-		pthread_join(th[t], NULL);
+	uint64_t nbad = 0;
+	for (uint32_t k = 0; k < dpk_shard_count(d) && !v.io_err; k++) {
+		const char *sp = dpk_shard_path(d, k);
+		int nth = 0;
+		v.d = dpk_shard(d, k);
+		v.next = 0;
+		v.nbad = 0;
+		for (; nth < (int)jobs; nth++)
+			if (pthread_create(&th[nth], NULL, verify_worker, &v) != 0)
+				break;
+		if (nth == 0)
+			verify_worker(&v);
+		for (int t = 0; t < nth; t++)
+			pthread_join(th[t], NULL);
+		if (v.io_err)
+			LOG_ERROR("%s%s%s: read error: %s", path, sp ? ": shard " : "", sp ? sp : "",
+				  strerror(-v.io_err));
+		if (v.nbad)
+			qsort(v.bad, v.nbad, sizeof(uint64_t), cmp_u64);
+		for (uint64_t i = 0; i < v.nbad; i++) {
+			const struct dpk_entry *e = dpk_entry_get(v.d, v.bad[i]);
+			printf("bad sample %llu: checksum mismatch (%s, %llu bytes at offset %llu%s%s)\n",
+			       (unsigned long long)(dpk_shard_first(d, k) + v.bad[i]),
+			       dpk_kind_name(e->kind), (unsigned long long)e->length,
+			       (unsigned long long)e->offset, sp ? " of shard " : "", sp ? sp : "");
+		}
+		nbad += v.nbad;
+	}
 
 	const struct dpk_header *h = dpk_header_get(d);
 	if (v.io_err) {
-		LOG_ERROR("%s: read error: %s", path, strerror(-v.io_err));
-	} else if (v.nbad) {
-		qsort(v.bad, v.nbad, sizeof(uint64_t), cmp_u64);
-		for (uint64_t i = 0; i < v.nbad; i++) {
-			const struct dpk_entry *e = dpk_entry_get(d, v.bad[i]);
-			printf("bad sample %llu: checksum mismatch (%s, %llu bytes at offset %llu)\n",
-			       (unsigned long long)v.bad[i], dpk_kind_name(e->kind),
-			       (unsigned long long)e->length, (unsigned long long)e->offset);
-		}
+		;  /* said above */
+	} else if (nbad) {
 		printf("dpack verify: %s: %llu of %llu records bad\n", path,
-		       (unsigned long long)v.nbad, (unsigned long long)h->count);
+		       (unsigned long long)nbad, (unsigned long long)h->count);
+	} else if (dpk_shard_path(d, 0)) {
+		double dt = clk_now_s() - t0;
+		printf("dpack verify: %s: %u shards, %llu records OK (%.1f MB, %.0f MB/s)\n", path,
+		       dpk_shard_count(d), (unsigned long long)h->count, h->data_size / 1e6,
+		       dt > 0 ? h->data_size / dt / 1e6 : 0.0);
+		status = 0;
 	} else {
 		double dt = clk_now_s() - t0;
 		printf("dpack verify: %s: %llu records OK (%.1f MB, %.0f MB/s)\n", path,
@@ -225,15 +247,23 @@ static unsigned log2u(uint64_t x)
 	return x ? 63u - (unsigned)__builtin_clzll(x) : 0;
 }
 
+static void collect_file(const struct dpk *d, struct stats *s);
+
 static void collect(const struct dpk *d, struct stats *s)
 {
-	uint64_t n = dpk_count(d);
-	uint32_t nc = dpk_class_count(d);
-
 	s->bytes_min = UINT64_MAX;
 	s->w_min = s->h_min = UINT64_MAX;
 	s->label_min = INT64_MAX;
 	s->label_max = INT64_MIN;
+	for (uint32_t k = 0; k < dpk_shard_count(d); k++)  /* one file, or a set's shards */
+		collect_file(dpk_shard(d, k), s);
+}
+
+static void collect_file(const struct dpk *d, struct stats *s)
+{
+	uint64_t n = dpk_count(d);
+	uint32_t nc = dpk_class_count(d);
+
 	for (uint64_t i = 0; i < n; i++) {
 		const struct dpk_entry *e = dpk_entry_get(d, i);
 		unsigned kf = dpk_kind_info(e->kind)->flags;  /* a known kind: checked at open */
@@ -293,6 +323,18 @@ static void print_json(const char *path, const struct dpk *d, const struct stats
 	json_str(path);
 	printf(",\n  \"file_size\": %llu,\n  \"version\": %u,\n  \"samples\": %llu,\n",
 	       (unsigned long long)h->file_size, h->version, (unsigned long long)n);
+	if (dpk_shard_path(d, 0)) {  /* a set: file_size is the shards' sum */
+		printf("  \"shards\": [");
+		for (uint32_t k = 0; k < dpk_shard_count(d); k++) {
+			printf("%s\n    {\"path\": ", k ? "," : "");
+			json_str(dpk_shard_path(d, k));
+			printf(", \"samples\": %llu, \"first\": %llu, \"file_size\": %llu}",
+			       (unsigned long long)dpk_count(dpk_shard(d, k)),
+			       (unsigned long long)dpk_shard_first(d, k),
+			       (unsigned long long)dpk_header_get(dpk_shard(d, k))->file_size);
+		}
+		printf("\n  ],\n");
+	}
 	printf("  \"classes\": [");
 	for (uint32_t c = 0; c < h->class_count; c++) {
 		printf("%s\n    {\"index\": %u, \"name\": ", c ? "," : "", c);
@@ -376,6 +418,19 @@ static void print_text(const char *path, const struct dpk *d, const struct stats
 	human(a, sizeof(a), (double)h->file_size);
 	printf("file         %s (%s, format version %u)\n", path, a, h->version);
 	printf("samples      %llu\n", (unsigned long long)n);
+	if (dpk_shard_path(d, 0)) {  /* a set: sizes above are the shards' sums */
+		printf("shards       %u\n", dpk_shard_count(d));
+		for (uint32_t k = 0; k < dpk_shard_count(d); k++) {
+			if (k == 20 && dpk_shard_count(d) > 24) {
+				printf("  ... %u more\n", dpk_shard_count(d) - 20);
+				break;
+			}
+			human(a, sizeof(a), (double)dpk_header_get(dpk_shard(d, k))->file_size);
+			printf("  %5u  %-32s %llu samples from %llu, %s\n", k, dpk_shard_path(d, k),
+			       (unsigned long long)dpk_count(dpk_shard(d, k)),
+			       (unsigned long long)dpk_shard_first(d, k), a);
+		}
+	}
 	printf("kinds       ");
 	for (unsigned k = 1; k <= DPK_KIND_MAX; k++)
 		if (s->kinds[k])
@@ -430,10 +485,11 @@ static void print_text(const char *path, const struct dpk *d, const struct stats
 }
 
 static const char inspect_usage[] =
-	"usage: dpack inspect [--json] D.dpk\n"
+	"usage: dpack inspect [--json] D.dpk|SET\n"
 	"\n"
 	"Print counts, classes, record kinds, and histograms of stored sizes and image sizes,\n"
-	"from the header and index only (run 'dpack verify' to check the records).\n";
+	"from the header and index only (run 'dpack verify' to check the records). SET (a\n"
+	"manifest): the whole set, its sizes the shards' sums, and each shard.\n";
 
 int dpack_inspect_main(int argc, char **argv)
 {

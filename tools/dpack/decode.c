@@ -51,9 +51,10 @@ int dpack_decode_main(int argc, char **argv)
 		LOG_ERROR("%s: %s", argv[1], err);
 		return 1;
 	}
-	const struct dpk_entry *e = dpk_entry_get(d, i);
-	if (!e) {
-		LOG_ERROR("%s: no sample %" PRIu64 " (%" PRIu64 " samples)", argv[1], i, dpk_count(d));
+	struct dpk_entry ent;  /* loaded: a set of shards has no whole index (formats/dpk.h) */
+	const struct dpk_entry *e = &ent;
+	if (dpk_entry_load(d, i, &ent, err, sizeof(err)) < 0) {
+		LOG_ERROR("%s: %s", argv[1], err);
 		goto out;
 	}
 	const struct cdc_kind *k = cdc_kind_get(e->kind);

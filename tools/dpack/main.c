@@ -17,8 +17,11 @@ static const char usage[] =
 	"                                or a WebDataset .tar (KEY.jpg + KEY.cls members)\n"
 	"  pack IMAGES.npy LABELS.npy OUT.dpk\n"
 	"                                uint8 images N x ... and integer labels N (e.g. CIFAR)\n"
-	"  verify D.dpk                  recompute every checksum; exit 1 listing bad samples\n"
-	"  inspect D.dpk [--json]        counts, classes, kinds, size histograms\n"
+	"  pack --shard-size SIZE SRC... SET\n"
+	"                                a set: manifest SET and .dpk shards beside it\n"
+	"  append SET SHARD.dpk          add a shard to a set (made if missing), no repacking\n"
+	"  verify D.dpk|SET              recompute every checksum; exit 1 listing bad samples\n"
+	"  inspect D.dpk|SET [--json]    counts, classes, kinds, size histograms (and shards)\n"
 	"  decode D.dpk INDEX            one sample's pixels as loaderd decodes them, to stdout\n"
 	"\n"
 	"Run 'dpack COMMAND --help' for the options of a command.\n";
@@ -41,8 +44,10 @@ int main(int argc, char **argv)
 		return dpack_verify_main(argc - 1, argv + 1);
 	if (!strcmp(cmd, "inspect"))
 		return dpack_inspect_main(argc - 1, argv + 1);
+	if (!strcmp(cmd, "append"))
+		return dpack_append_main(argc - 1, argv + 1);
 	if (!strcmp(cmd, "decode"))
 		return dpack_decode_main(argc - 1, argv + 1);
-	LOG_ERROR("unknown command '%s' (pack, verify, inspect, decode; see dpack --help)", cmd);
+	LOG_ERROR("unknown command '%s' (pack, append, verify, inspect, decode; see dpack --help)", cmd);
 	return 2;
 }

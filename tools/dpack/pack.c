@@ -319,6 +319,12 @@ static const char pack_usage[] =
 	"  --strict                 a bad or unknown image is an error, not a skipped sample\n"
 	"  --no-fsync               do not wait for the disk (scratch space): faster, but a crash\n"
 	"                           soon after packing may lose the file\n"
+	"  --shard-size SIZE        write OUT as a set: a manifest (docs/FORMAT.md) and shards\n"
+	"                           OUT's stem + -00000.dpk, -00001.dpk, ... beside it, each a\n"
+	"                           whole .dpk of at most SIZE bytes (suffixes K, M, G, T), cut\n"
+	"                           between records as they come (a record larger alone has its\n"
+	"                           own); samples in the same order as one .dpk. Loaderd and every\n"
+	"                           tool open OUT as one dataset; 'dpack append' adds shards\n"
 	"  -h, --help               this text\n"
 	"\n"
 	"OUT is written to OUT.tmp.PID, synced and renamed: an interrupted run leaves no OUT.\n";
@@ -327,7 +333,8 @@ static const char pack_usage[] =
 struct pack_args {
 	unsigned jobs;           /* worker threads, 1..1024 */
 	int no_fsync;            /* --no-fsync */
-	const char *out;         /* the .dpk to write */
+	const char *out;         /* the .dpk to write (with --shard-size: the set's manifest) */
+	uint64_t shard_size;     /* --shard-size: bytes a shard's file may take; 0: one .dpk */
 };
 
 /* What the writer counted, for the summary line. */
@@ -372,6 +379,7 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 		{ "index-width", required_argument, NULL, 'I' },
 		{ "max-pixels", required_argument, NULL, 'P' },
 		{ "classes", required_argument, NULL, 'C' },
+		{ "shard-size", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -426,6 +434,13 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 		}
 		case 'C':
 			pk->src.classes_file = optarg;
+			break;
+		case 'S':
+			if (arg_bytes(optarg, DPK_HEADER_SIZE, UINT64_MAX >> 2, &a->shard_size) < 0) {
+				LOG_ERROR("--shard-size: '%s' is not a size of at least %u bytes (suffixes "
+					  "K, M, G, T)", optarg, DPK_HEADER_SIZE);
+				return 2;
+			}
 			break;
 		case 'h':
 			fputs(pack_usage, stdout);
@@ -493,10 +508,10 @@ static int detect_input(struct pack *pk)
 
 /* The writer: take the workers' slots in item order, write them to @w, then finish the file.
  * Returns 0 or -errno (the message is logged). */
-static int finish_items(struct pack *pk, struct dpk_writer *w, const char *out, double t0,
+static int finish_items(struct pack *pk, struct dpack_out *w, const char *out, double t0,
 			struct tally *t, int tty);
 
-static int write_items(struct pack *pk, struct dpk_writer *w, const char *out, double t0,
+static int write_items(struct pack *pk, struct dpack_out *w, const char *out, double t0,
 		       struct tally *t)
 {
 	int tty = isatty(STDERR_FILENO), ret = 0;
@@ -527,9 +542,9 @@ static int write_items(struct pack *pk, struct dpk_writer *w, const char *out, d
 				return -EBADMSG;
 			}
 		} else {
-			ret = dpk_writer_add(w, &s->rec);
+			ret = dpack_out_add(w, &s->rec);
 			if (ret < 0) {
-				LOG_ERROR("writing %s: %s", dpk_writer_tmp_path(w), strerror(-ret));
+				LOG_ERROR("writing %s: %s", dpack_out_tmp_path(w), strerror(-ret));
 				return ret;
 			}
 			t->bytes += s->rec.length;
@@ -555,16 +570,16 @@ static int write_items(struct pack *pk, struct dpk_writer *w, const char *out, d
 }
 
 /* The end of a pack: the count, the writer's finish, the progress line. */
-static int finish_items(struct pack *pk, struct dpk_writer *w, const char *out, double t0,
+static int finish_items(struct pack *pk, struct dpack_out *w, const char *out, double t0,
 			struct tally *t, int tty)
 {
-	t->written = dpk_writer_count(w);
+	t->written = dpack_out_count(w);
 	if (t->written == 0) {
 		LOG_ERROR("%s: no valid samples (%llu skipped)", pk->src.path,
 			  (unsigned long long)t->skipped);
 		return -ENOENT;
 	}
-	int ret = dpk_writer_finish(w);
+	int ret = dpack_out_finish(w);
 	if (ret < 0)
 		LOG_ERROR("finishing %s: %s", out, strerror(-ret));
 	if (tty)
@@ -578,7 +593,7 @@ static int finish_items(struct pack *pk, struct dpk_writer *w, const char *out, 
 /* Back-to-back tensors (span), uncompressed: read in blocks, records added from the block. One
  * record's tensor() gives the shape of all (a span's records are alike); labels come a block at
  * a time. Memory: one block and its labels, whatever the count. */
-static int pack_blocks(struct pack *pk, struct dpk_writer *w, uint64_t off, uint64_t sb,
+static int pack_blocks(struct pack *pk, struct dpack_out *w, uint64_t off, uint64_t sb,
 		       const char *out, double t0, struct tally *t)
 {
 	int tty = isatty(STDERR_FILENO), ret = 0;
@@ -597,7 +612,7 @@ static int pack_blocks(struct pack *pk, struct dpk_writer *w, uint64_t off, uint
 	}
 	memset(&r, 0, sizeof(r));
 	/* the layout is known: the index goes straight to its place (no spill file) */
-	ret = dpk_writer_expect(w, pk->src.n, pk->src.n * sb);
+	ret = dpack_out_expect(w, pk->src.n, pk->src.n * sb);
 	if (ret == 0 && pk->src.n)
 		ret = pk->in->tensor(&pk->src, 0, &r);
 	for (uint64_t i = 0; i < pk->src.n && ret == 0; i += per) {
@@ -613,9 +628,9 @@ static int pack_blocks(struct pack *pk, struct dpk_writer *w, uint64_t off, uint
 			r.label = labels[e];
 			r.data = buf + e * sb;
 			r.length = sb;
-			ret = dpk_writer_add(w, &r);  /* checksums it */
+			ret = dpack_out_add(w, &r);  /* checksums it */
 			if (ret < 0)
-				LOG_ERROR("writing %s: %s", dpk_writer_tmp_path(w), strerror(-ret));
+				LOG_ERROR("writing %s: %s", dpack_out_tmp_path(w), strerror(-ret));
 		}
 		t->bytes += k * sb;
 		t->in_bytes += k * sb;
@@ -631,7 +646,7 @@ static int pack_blocks(struct pack *pk, struct dpk_writer *w, uint64_t off, uint
 
 /* Start @jobs workers into @th (pk->slots allocated), run the writer, then stop and join the
  * workers and free what the slots still hold. Returns 0 or -errno (the message is logged). */
-static int pack_items(struct pack *pk, struct dpk_writer *w, pthread_t *th, unsigned jobs,
+static int pack_items(struct pack *pk, struct dpack_out *w, pthread_t *th, unsigned jobs,
 		      const char *out, double t0, struct tally *t)
 {
 	int nth, ret = 0;
@@ -707,7 +722,7 @@ int dpack_pack_main(int argc, char **argv)
 			   .max_pixels = DPACK_MAX_PIXELS_DEFAULT };
 	struct pack_args a;
 	struct tally t = { 0 };
-	struct dpk_writer *w = NULL;
+	struct dpack_out *w = NULL;
 	pthread_t *th = NULL;
 	int ret, status = 1;
 
@@ -727,15 +742,15 @@ int dpack_pack_main(int argc, char **argv)
 	}
 	t.skipped = pk.src.skipped;
 
-	ret = dpk_writer_create(a.out, a.no_fsync ? DPK_WRITE_NO_SYNC : 0, &w);
+	ret = dpack_out_create(a.out, a.shard_size, a.no_fsync ? DPK_WRITE_NO_SYNC : 0, &w);
 	if (ret < 0) {
 		LOG_ERROR("cannot create %s.tmp.%d: %s", a.out, (int)getpid(), strerror(-ret));
 		goto out;
 	}
-	tmp_to_unlink = dpk_writer_tmp_path(w);
+	tmp_to_unlink = dpack_out_tmp_path(w);
 	proc_on_stop_signals(on_signal, PROC_SIG_HUP);
 	if (pk.src.nclasses) {
-		ret = dpk_writer_set_classes(w, (const char *const *)pk.src.classes, pk.src.nclasses);
+		ret = dpack_out_set_classes(w, (const char *const *)pk.src.classes, pk.src.nclasses);
 		if (ret < 0) {
 			LOG_ERROR("class names: %s", strerror(-ret));
 			goto out;
@@ -767,7 +782,7 @@ int dpack_pack_main(int argc, char **argv)
 	}
 out:
 	tmp_to_unlink = NULL;
-	dpk_writer_destroy(w);  /* removes the temporary file unless finish succeeded */
+	dpack_out_destroy(w);  /* removes the temporary file unless finish succeeded */
 	src_fini(&pk);
 	free(pk.slots);
 	free(th);
