@@ -8,7 +8,16 @@
  * soonest due first, but only up to their target (a bounded amount: rate x horizon); the late
  * ones (their consumer waits whatever we do) take what is left, the most late first. Serving an
  * in-time ring early costs the others nothing over time: its consumer eats those steps anyway.
- * Weights scale the slack: a heavier job is due sooner and counts as later. */
+ * Weights scale the slack: a heavier job is due sooner and counts as later.
+ *
+ * That order is between jobs; between the ranks of one job it starves. With the workers short
+ * (memory-speed records, one worker), a consumer that eats as fast as it is served keeps its ring
+ * a few steps ahead and stays in time, so it won every pick until its ring reached its target
+ * (every slot, at its rate), and its job's other rank, late, got only what the first could not
+ * eat: 3.4M steps against 10k in it_multinode's ldprobe ceiling (issue 31). So the order picks a
+ * job, and the job's emptiest ring that wants a step is served: its ranks, which run in step
+ * anyway (DDP), get the workers in turns when all are hungry, and one that is ahead (its
+ * consumer slower) leaves the workers to the others. */
 #include "loader/demand.h"
 
 #include <assert.h>
@@ -119,7 +128,22 @@ int dm_pick(const struct dm_ring *rings, unsigned n, unsigned start)
 			best_key = key;
 		}
 	}
-	return best;
+	if (best < 0 || !rings[best].group)
+		return best;
+	/* The job is chosen: its emptiest ring that wants a step. */
+	int pick = best;
+	uint64_t least = (uint64_t)rings[best].occ + rings[best].held;
+	for (unsigned k = 0; k < n; k++) {
+		unsigned i = (start + k) % n;
+		const struct dm_ring *r = &rings[i];
+		if (r->group != rings[best].group || !r->free_slot || r->occ >= dm_target(r))
+			continue;
+		if ((uint64_t)r->occ + r->held < least) {
+			pick = (int)i;
+			least = (uint64_t)r->occ + r->held;
+		}
+	}
+	return pick;
 }
 
 unsigned dm_active_cap(const struct dm_ring *rings, unsigned n, unsigned ceiling)

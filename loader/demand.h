@@ -64,6 +64,7 @@ struct dm_ring {
 	uint32_t weight;            /* the job's, 1..DM_WEIGHT_MAX */
 	int starved;                /* its consumer found it empty in the last DM_STARVED_NS */
 	int free_slot;              /* the next step's slot is free (ring_prod_poll) */
+	uint64_t group;             /* rings of one job (its ranks) share it; 0 = alone */
 };
 
 /* Seconds after its last release at which @r's consumer counts as paused (dm_target), or a
@@ -83,7 +84,10 @@ double dm_slack(const struct dm_ring *r);
  * is at its target, or has no free slot). Order: rings whose rate is not known yet; then rings
  * in time (slack >= 0: their consumer can still be served before it waits), by slack / weight;
  * then the late ones (slack < 0: starved, or short of budget), by slack x weight (the most late
- * first). Ties: the first from @start (the caller rotates it). */
+ * first). Ties: the first from @start (the caller rotates it). That order picks a job; among
+ * the rings of its group that want a step, the emptiest (fewest steps opened or held ahead of
+ * its consumer: occ + held) is served (ties: the one the order chose), so that the ranks of
+ * one job share the workers evenly whatever their slack. */
 int dm_pick(const struct dm_ring *rings, unsigned n, unsigned start);
 /* Workers that may decode at once: the measured demand (sum of rate x worker time per step, x
  * DM_MARGIN)

@@ -7,7 +7,9 @@
  * controller what it sees of every attached ring (the consumer's released step, the steps it
  * holds, those ahead of it, ready or filling; latency and worker time per step, averaged here in
  * step_done), and opens a step only on the ring dm_pick names: one below its target (steps ahead
- * = rate x latency, plus margins), the rings still in time before the late ones, weighted. Only
+ * = rate x latency, plus margins), the rings still in time before the late ones, weighted; among
+ * the ranks of the job so chosen, the emptiest ring (ring_in gives each ring its job as its
+ * group: one rank that eats all it gets would otherwise starve the others, issue 31). Only
  * s->cap workers (dm_active_cap: what the demand needs, at most s->ceiling) hold tasks at once,
  * and only while the CPU budget (s->budget, fed by each task's and open's thread CPU time) is
  * positive; the others sleep on s->cv: untimed when the cap holds them (a worker that lets go of
@@ -123,6 +125,7 @@ static int ring_in(struct srv *s, struct att *a, int64_t now, struct dm_ring *r)
 	r->held = (uint32_t)(taken - rel);
 	r->slots = h->slots;
 	r->weight = j->spec.weight ? j->spec.weight : DM_WEIGHT_DEFAULT;
+	r->group = j->id;  /* dm_pick serves a job's ranks emptiest first */
 	/* Its consumer waited on an empty ring since we last looked, or it has nothing ahead
 	 * (nothing ready, nothing filling) and has eaten what it holds at its rate (a prefetching
 	 * consumer waits holding steps): the target did not cover it. One that holds a step it is

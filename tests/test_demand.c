@@ -207,6 +207,55 @@ static void test_demand_pick_order_and_weights(void **state)
 	assert_int_equal(dm_pick(r, 2, 1), 1);
 }
 
+/* Regression (issue 31): two ranks of one job on a short worker. Ring 0's consumer eats what it
+ * gets and is a little ahead (4 steps ahead of it at 500/s, 4 ms latency: 4 ms of slack, in
+ * time, target 7); ring 1's waits (late). By slack alone ring 0 wins every pick until it is at
+ * its target, and ring 1 gets only what ring 0 cannot eat. Within a job the emptiest ring that
+ * wants a step is served; between jobs the order is unchanged. */
+static void test_demand_pick_ranks_of_a_job_emptiest_first(void **state)
+{
+	(void)state;
+	struct dm_ring r[3] = { ring(500, 0.004, 3, 8), ring(450, 0.004, 0, 8) };
+	r[1].held = 0;
+	r[1].since_release_s = 0.002;
+	assert_float_equal(dm_slack(&r[0]), 0.004, 1e-9);
+	assert_true(dm_slack(&r[1]) < 0);
+	assert_int_equal(dm_target(&r[0]), 7);
+	/* Two jobs: in time first, whatever the rotation. */
+	assert_int_equal(dm_pick(r, 2, 0), 0);
+	assert_int_equal(dm_pick(r, 2, 1), 0);
+	/* One job: the emptiest (0 ahead or held against 4). */
+	r[0].group = r[1].group = 7;
+	assert_int_equal(dm_pick(r, 2, 0), 1);
+	assert_int_equal(dm_pick(r, 2, 1), 1);
+	/* One step fewer than ring 0 is enough; as many is a tie: the order's choice, ring 0. */
+	r[1].held = 1, r[1].occ = 2;
+	assert_int_equal(dm_pick(r, 2, 0), 1);
+	r[1].occ = 3;
+	r[1].since_release_s = 0;  /* slack 4.9 ms: the order puts ring 0 (4 ms) first */
+	assert_int_equal(dm_pick(r, 2, 1), 0);
+	r[1].held = 0, r[1].occ = 0, r[1].since_release_s = 0.002;
+	/* A rank that cannot take a step (no free slot, or at its target) leaves it to the job's
+	 * others. */
+	r[1].free_slot = 0;
+	assert_int_equal(dm_pick(r, 2, 0), 0);
+	r[1].free_slot = 1;
+	r[1].slots = 1;
+	r[1].starved = 1;  /* target: every slot, 1 */
+	r[1].occ = 1;
+	assert_int_equal(dm_target(&r[1]), 1);
+	assert_int_equal(dm_pick(r, 2, 0), 0);
+	r[1].slots = 8, r[1].starved = 0, r[1].occ = 0;
+	assert_int_equal(dm_pick(r, 2, 0), 1);
+	/* Another job's ring in time with less slack (2 ms) still goes first: the job order is
+	 * the controller's; the rank order within a job is emptiest first. */
+	r[2] = ring(500, 0.004, 2, 8);
+	r[2].group = 8;
+	assert_float_equal(dm_slack(&r[2]), 0.002, 1e-9);
+	assert_int_equal(dm_pick(r, 3, 0), 2);
+	assert_int_equal(dm_pick(r, 3, 1), 2);
+}
+
 static void test_demand_active_cap(void **state)
 {
 	(void)state;
@@ -275,6 +324,7 @@ int main(void)
 		cmocka_unit_test(test_demand_pick_only_below_target),
 		cmocka_unit_test(test_demand_pick_in_time_before_late),
 		cmocka_unit_test(test_demand_pick_order_and_weights),
+		cmocka_unit_test(test_demand_pick_ranks_of_a_job_emptiest_first),
 		cmocka_unit_test(test_demand_active_cap),
 		cmocka_unit_test(test_demand_budget_at_its_limit_and_one_past),
 	};
