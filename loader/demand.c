@@ -110,6 +110,16 @@ static int rank_of(const struct dm_ring *r, double *key)
 	return 0;
 }
 
+int dm_paces_job(const struct dm_ring *r)
+{
+	return r->rate > 0 && r->since_release_s <= dm_pause_after_s(r);
+}
+
+int dm_ahead(uint64_t next, uint64_t pace, uint32_t slots)
+{
+	return pace != UINT64_MAX && next >= pace && next - pace >= slots;
+}
+
 int dm_pick(const struct dm_ring *rings, unsigned n, unsigned start)
 {
 	int best = -1, best_cls = 2;
@@ -118,7 +128,7 @@ int dm_pick(const struct dm_ring *rings, unsigned n, unsigned start)
 	for (unsigned k = 0; k < n; k++) {
 		unsigned i = (start + k) % n;
 		const struct dm_ring *r = &rings[i];
-		if (!r->free_slot || r->occ >= dm_target(r))
+		if (!r->free_slot || r->ahead || r->occ >= dm_target(r))
 			continue;
 		double key;
 		int cls = rank_of(r, &key);
@@ -136,7 +146,8 @@ int dm_pick(const struct dm_ring *rings, unsigned n, unsigned start)
 	for (unsigned k = 0; k < n; k++) {
 		unsigned i = (start + k) % n;
 		const struct dm_ring *r = &rings[i];
-		if (r->group != rings[best].group || !r->free_slot || r->occ >= dm_target(r))
+		if (r->group != rings[best].group || !r->free_slot || r->ahead ||
+		    r->occ >= dm_target(r))
 			continue;
 		if ((uint64_t)r->occ + r->held < least) {
 			pick = (int)i;

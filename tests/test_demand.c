@@ -256,6 +256,37 @@ static void test_demand_pick_ranks_of_a_job_emptiest_first(void **state)
 	assert_int_equal(dm_pick(r, 3, 1), 2);
 }
 
+/* A rank ahead of its job's slowest eating rank by a ring's depth waits for it: at exactly a
+ * ring (next = pace + slots) it is ahead, one step less it is not; no pacing rank, never. A rank
+ * paces while it eats: rate known, not paused (at exactly the pause time it still does, past it
+ * not). dm_pick skips a ring marked ahead, also as the emptiest of its job. */
+static void test_demand_ranks_ahead_wait_for_the_slowest(void **state)
+{
+	(void)state;
+	assert_int_equal(dm_ahead(100 + 8, 100, 8), 1);
+	assert_int_equal(dm_ahead(100 + 7, 100, 8), 0);
+	assert_int_equal(dm_ahead(50, 100, 8), 0);
+	assert_int_equal(dm_ahead(UINT64_MAX - 1, UINT64_MAX, 8), 0);
+	assert_int_equal(dm_ahead(1000000, UINT64_MAX, 8), 0);
+
+	struct dm_ring r = ring(100, 0.001, 1, 8);  /* pauses after 4 steps' time: 100 ms min */
+	r.since_release_s = 0.1;
+	assert_int_equal(dm_paces_job(&r), 1);
+	r.since_release_s = 0.1001;
+	assert_int_equal(dm_paces_job(&r), 0);
+	r.since_release_s = 0;
+	r.rate = 0;                                /* nothing released yet, or a stalled rank */
+	assert_int_equal(dm_paces_job(&r), 0);
+
+	struct dm_ring two[2] = { ring(500, 0.004, 0, 8), ring(500, 0.004, 3, 8) };
+	two[0].group = two[1].group = 3;
+	assert_int_equal(dm_pick(two, 2, 0), 0);
+	two[0].ahead = 1;
+	assert_int_equal(dm_pick(two, 2, 0), 1);
+	two[1].ahead = 1;
+	assert_int_equal(dm_pick(two, 2, 0), -1);
+}
+
 static void test_demand_active_cap(void **state)
 {
 	(void)state;
@@ -325,6 +356,7 @@ int main(void)
 		cmocka_unit_test(test_demand_pick_in_time_before_late),
 		cmocka_unit_test(test_demand_pick_order_and_weights),
 		cmocka_unit_test(test_demand_pick_ranks_of_a_job_emptiest_first),
+		cmocka_unit_test(test_demand_ranks_ahead_wait_for_the_slowest),
 		cmocka_unit_test(test_demand_active_cap),
 		cmocka_unit_test(test_demand_budget_at_its_limit_and_one_past),
 	};

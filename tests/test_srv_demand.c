@@ -240,8 +240,9 @@ static int child_drain(const void *argp, int out)
 	return 0;
 }
 
-/* Two ranks of one job on one worker, both consuming for the same @ms: the steps each got. */
-static void fair_run(const char *dataset, uint32_t pace_us, int ms, uint64_t got[2])
+/* Two ranks of one job on one worker, both consuming for the same @ms, rank r spending
+ * @pace_us[r] on each step: the steps each got. */
+static void fair_run(const char *dataset, const uint32_t pace_us[2], int ms, uint64_t got[2])
 {
 	struct fair_arg a[2];
 	pid_t pid[2];
@@ -250,7 +251,7 @@ static void fair_run(const char *dataset, uint32_t pace_us, int ms, uint64_t got
 	int64_t end = mono_ms() + ms;
 
 	for (uint32_t r = 0; r < 2; r++) {
-		a[r] = (struct fair_arg){ .dataset = dataset, .rank = r, .pace_us = pace_us,
+		a[r] = (struct fair_arg){ .dataset = dataset, .rank = r, .pace_us = pace_us[r],
 					  .end_ms = end };
 		pid[r] = spawn_child(child_drain, &a[r], &rfd[r]);
 	}
@@ -292,8 +293,32 @@ static void test_srv_demand_ranks_of_a_job_served_fairly(void **state)
 	uint64_t got[2];
 	pid_t srv = start_server(&(struct tsrv){ .workers = 1, .slots = 8 });
 
-	fair_run("slow:2", 2200, 1500, got);
+	fair_run("slow:2", (uint32_t[2]){ 2200, 2200 }, 1500, got);
 	assert_fair("2 ms fills, 2.2 ms consumers", got);
+	stop_server(srv);
+}
+
+/* A rank may not run ahead of its job's slowest eating rank by more than its ring (dm_ahead):
+ * on 2 busy cores the consumer that got less CPU was left behind 1:6 by one that got more
+ * (it_multinode's ldprobe ceiling, issue 31, after the emptiest-first order). Here rank 0
+ * spends 5 ms on each step (~200/s) and rank 1 none, on a 1 ms fill: rank 1 got ~4x rank 0's
+ * steps before (the worker's rest), and now as many as rank 0 plus up to a ring (8), plus what
+ * it took in the first ~100 ms, before rank 0's rate was known (a rank paces once it does).
+ * The bound, 1.25x rank 0's + 8, leaves a busy machine a 100 ms hiccup of rank 0. */
+static void test_srv_demand_rank_ahead_waits_for_the_slowest(void **state)
+{
+	(void)state;
+	uint64_t got[2];
+	pid_t srv = start_server(&(struct tsrv){ .workers = 1, .slots = 8 });
+
+	fair_run("slow:1", (uint32_t[2]){ 5000, 0 }, 2500, got);
+	fprintf(stderr, "# a 5 ms consumer and a drain: rank 0 %llu steps, rank 1 %llu\n",
+		(unsigned long long)got[0], (unsigned long long)got[1]);
+	if ((double)got[1] > 1.25 * (double)got[0] + 8)
+		fail_msg("rank 1 (a drain) got %llu steps, rank 0 (5 ms a step) %llu: more than "
+			 "1.25x + 8", (unsigned long long)got[1], (unsigned long long)got[0]);
+	if (got[0] < 100)
+		fail_msg("rank 0 got %llu steps in 2.5 s at 5 ms a step", (unsigned long long)got[0]);
 	stop_server(srv);
 }
 
@@ -307,6 +332,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_srv_demand_weight_is_a_job_option,
 						srvh_setup, srvh_teardown),
 		cmocka_unit_test_setup_teardown(test_srv_demand_ranks_of_a_job_served_fairly,
+						srvh_setup, srvh_teardown),
+		cmocka_unit_test_setup_teardown(test_srv_demand_rank_ahead_waits_for_the_slowest,
 						srvh_setup, srvh_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
