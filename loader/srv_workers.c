@@ -9,7 +9,10 @@
  * step_done), and opens a step only on the ring dm_pick names: one below its target (steps ahead
  * = rate x latency, plus margins), the rings still in time before the late ones, weighted; among
  * the ranks of the job so chosen, the emptiest ring (ring_in gives each ring its job as its
- * group: one rank that eats all it gets would otherwise starve the others, issue 31). Only
+ * group: one rank that eats all it gets would otherwise starve the others, issue 31); a ring a
+ * ring's depth ahead of its job's slowest rank that eats (dm_paces_job, dm_ahead: job->pace_rel,
+ * pick's scratch) waits for it, and s->recheck_ns wakes the workers when that rank would count as
+ * paused (no doorbell rings then). Only
  * s->cap workers (dm_active_cap: what the demand needs, at most s->ceiling) hold tasks at once,
  * and only while the CPU budget (s->budget, fed by each task's and open's thread CPU time) is
  * positive; the others sleep on s->cv: untimed when the cap holds them (a worker that lets go of
