@@ -17,7 +17,14 @@
  * eat: 3.4M steps against 10k in it_multinode's ldprobe ceiling (issue 31). So the order picks a
  * job, and the job's emptiest ring that wants a step is served: its ranks, which run in step
  * anyway (DDP), get the workers in turns when all are hungry, and one that is ahead (its
- * consumer slower) leaves the workers to the others. */
+ * consumer slower) leaves the workers to the others.
+ *
+ * Between jobs the same starvation: a consumer in time that eats nearly all the workers make
+ * (a drain a little slower than them) kept the in-time priority, and another job's late ring got
+ * the rest (1:6). So a ring keeps that priority only within its share of the cores (the ceiling
+ * split by weight among the rings that want a step): a slow consumer, the case the priority is
+ * for, takes far less than its share and keeps it; one past its share is served after the late
+ * rings, which then get their turn. */
 #include "loader/demand.h"
 
 #include <assert.h>
@@ -102,12 +109,31 @@ static int rank_of(const struct dm_ring *r, double *key)
 		*key = -1e18;
 		return 0;
 	}
-	if (s < 0) {
-		*key = s * w;
+	if (s < 0 || (r->share > 0 && r->rate * r->work_step_s > r->share)) {
+		*key = s * w;  /* in time but past its share: after the late ones (key >= 0) */
 		return 1;
 	}
 	*key = s / w;
 	return 0;
+}
+
+static int wants(const struct dm_ring *r)
+{
+	return r->free_slot && !r->ahead && r->occ < dm_target(r);
+}
+
+void dm_shares(struct dm_ring *rings, unsigned n, unsigned ceiling)
+{
+	double sum = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		if (wants(&rings[i]))
+			sum += rings[i].weight ? rings[i].weight : DM_WEIGHT_DEFAULT;
+	for (unsigned i = 0; i < n; i++) {
+		struct dm_ring *r = &rings[i];
+		r->share = wants(r) ? (double)ceiling * (r->weight ? r->weight : DM_WEIGHT_DEFAULT) /
+				      sum : 0;
+	}
 }
 
 int dm_paces_job(const struct dm_ring *r)
@@ -128,7 +154,7 @@ int dm_pick(const struct dm_ring *rings, unsigned n, unsigned start)
 	for (unsigned k = 0; k < n; k++) {
 		unsigned i = (start + k) % n;
 		const struct dm_ring *r = &rings[i];
-		if (!r->free_slot || r->ahead || r->occ >= dm_target(r))
+		if (!wants(r))
 			continue;
 		double key;
 		int cls = rank_of(r, &key);
@@ -146,8 +172,7 @@ int dm_pick(const struct dm_ring *rings, unsigned n, unsigned start)
 	for (unsigned k = 0; k < n; k++) {
 		unsigned i = (start + k) % n;
 		const struct dm_ring *r = &rings[i];
-		if (r->group != rings[best].group || !r->free_slot || r->ahead ||
-		    r->occ >= dm_target(r))
+		if (r->group != rings[best].group || !wants(r))
 			continue;
 		if ((uint64_t)r->occ + r->held < least) {
 			pick = (int)i;

@@ -67,6 +67,8 @@ struct dm_ring {
 	uint64_t group;             /* rings of one job (its ranks) share it; 0 = alone */
 	int ahead;                  /* a ring or more ahead of its job's slowest eating rank
 				     * (dm_paces_job): it waits for that rank */
+	double share;               /* cores of decode it may take and stay first while in time
+				     * (dm_shares); 0 = no limit */
 };
 
 /* Seconds after its last release at which @r's consumer counts as paused (dm_target), or a
@@ -93,10 +95,14 @@ int dm_paces_job(const struct dm_ring *r);
  * whose first step not released is @pace (UINT64_MAX: no rank paces the job)? 1 when @next >=
  * @pace + @slots, else 0. */
 int dm_ahead(uint64_t next, uint64_t pace, uint32_t slots);
+/* Each ring's share: @ceiling cores split by weight among the rings that want a step (a free
+ * slot, below the target, not ahead); 0 for the others. */
+void dm_shares(struct dm_ring *rings, unsigned n, unsigned ceiling);
 /* Among @n rings, the one a free worker opens its next step on, or -1 when none wants one (each
  * is at its target, or has no free slot). Order: rings whose rate is not known yet; then rings
- * in time (slack >= 0: their consumer can still be served before it waits), by slack / weight;
- * then the late ones (slack < 0: starved, or short of budget), by slack x weight (the most late
+ * in time (slack >= 0: their consumer can still be served before it waits), by slack / weight,
+ * unless they take more than their share (rate x work_step_s > share > 0): those go after the
+ * late ones; then the late ones (slack < 0: starved, or short of budget), by slack x weight (the most late
  * first). Ties: the first from @start (the caller rotates it). That order picks a job; among
  * the rings of its group that want a step, the emptiest (fewest steps opened or held ahead of
  * its consumer: occ + held) is served (ties: the one the order chose), so that the ranks of

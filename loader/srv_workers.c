@@ -202,6 +202,7 @@ static struct att *pick(struct srv *s, uint64_t *step)
 	}
 	if (ahead && (!s->recheck_ns || pause_at < s->recheck_ns))
 		s->recheck_ns = pause_at;
+	dm_shares(s->dm_in, n, s->ceiling);
 	unsigned cap = m ? dm_active_cap(s->dm_in, n, s->ceiling) : s->ceiling;
 	if (cap > s->cap)
 		pthread_cond_broadcast(&s->cv);  /* workers held back by the old cap */

@@ -287,6 +287,41 @@ static void test_demand_ranks_ahead_wait_for_the_slowest(void **state)
 	assert_int_equal(dm_pick(two, 2, 0), -1);
 }
 
+/* Between jobs (issue 31): a ring in time keeps its priority over late ones only within its
+ * share of the cores, the ceiling split by weight among the rings that want a step. At exactly
+ * its share (512 steps/s x 1/1024 s = 0.5 of 1 core, 2 rings) it keeps it; one past, the late
+ * ring goes first. dm_shares: rings that want no step get 0 and count for nothing. */
+static void test_demand_in_time_priority_within_its_share(void **state)
+{
+	(void)state;
+	struct dm_ring r[3] = { ring(512, 0.004, 3, 8), ring(450, 0.004, 0, 8),
+				ring(100, 0.004, 0, 8) };
+	r[1].held = 0;
+	r[1].since_release_s = 0.002;
+	r[2].free_slot = 0;
+	r[2].weight = 2;
+	dm_shares(r, 3, 1);
+	assert_float_equal(r[0].share, 0.5, 1e-12);
+	assert_float_equal(r[1].share, 0.5, 1e-12);
+	assert_float_equal(r[2].share, 0, 1e-12);
+	assert_true(dm_slack(&r[0]) >= 0 && dm_slack(&r[1]) < 0);
+	r[0].work_step_s = 1.0 / 1024;
+	assert_int_equal(dm_pick(r, 3, 0), 0);
+	assert_int_equal(dm_pick(r, 3, 1), 0);
+	r[0].work_step_s = 1.0 / 1024 * (1 + 1e-9);
+	assert_int_equal(dm_pick(r, 3, 0), 1);
+	assert_int_equal(dm_pick(r, 3, 1), 1);
+	/* No share (0: the caller set none) is no limit. */
+	r[0].share = 0;
+	assert_int_equal(dm_pick(r, 3, 1), 0);
+	/* Weights: 2 cores, ring 2 wanting too with weight 2: 0.5, 0.5, 1. */
+	r[2].free_slot = 1;
+	dm_shares(r, 3, 2);
+	assert_float_equal(r[0].share, 0.5, 1e-12);
+	assert_float_equal(r[1].share, 0.5, 1e-12);
+	assert_float_equal(r[2].share, 1.0, 1e-12);
+}
+
 static void test_demand_active_cap(void **state)
 {
 	(void)state;
@@ -357,6 +392,7 @@ int main(void)
 		cmocka_unit_test(test_demand_pick_order_and_weights),
 		cmocka_unit_test(test_demand_pick_ranks_of_a_job_emptiest_first),
 		cmocka_unit_test(test_demand_ranks_ahead_wait_for_the_slowest),
+		cmocka_unit_test(test_demand_in_time_priority_within_its_share),
 		cmocka_unit_test(test_demand_active_cap),
 		cmocka_unit_test(test_demand_budget_at_its_limit_and_one_past),
 	};

@@ -193,6 +193,7 @@ static void test_srv_demand_weight_is_a_job_option(void **state)
  * trainer computing on it would (0: as fast as they come). Writes "steps N". */
 struct fair_arg {
 	const char *dataset;
+	int jobs;                 /* 1: ranks 0 and 1 of job "fair"; 2: two jobs of one rank */
 	uint32_t rank, pace_us;
 	int64_t end_ms;
 };
@@ -200,7 +201,8 @@ struct fair_arg {
 static int child_drain(const void *argp, int out)
 {
 	const struct fair_arg *a = argp;
-	struct ldc_job j = mkjob("fair", a->dataset, 4, a->rank, 2, 0);
+	struct ldc_job j = a->jobs == 2 ? mkjob(a->rank ? "fair-b" : "fair-a", a->dataset, 4, 0, 1, 0) :
+			   mkjob("fair", a->dataset, 4, a->rank, 2, 0);
 	struct ldc_info in;
 	struct ldc_batch b;
 	struct ldc *c;
@@ -216,7 +218,7 @@ static int child_drain(const void *argp, int out)
 		dprintf(out, "rank %u: open: %s", a->rank, ldc_error(c));
 		return 1;
 	}
-	struct expect e = expect_of(&in, a->rank);
+	struct expect e = expect_of(&in, a->jobs == 2 ? 0 : a->rank);
 	while (mono_ms() < a->end_ms) {
 		int r = ldc_acquire(c, ACQUIRE_MS, &b);
 		if (r == 0 && check_batch(&b, step, &e, msg, sizeof(msg)))
@@ -240,9 +242,10 @@ static int child_drain(const void *argp, int out)
 	return 0;
 }
 
-/* Two ranks of one job on one worker, both consuming for the same @ms, rank r spending
+/* Two ranks of one job (@jobs 1) or two jobs (2) on one worker, both consuming for the same @ms, rank r spending
  * @pace_us[r] on each step: the steps each got. */
-static void fair_run(const char *dataset, const uint32_t pace_us[2], int ms, uint64_t got[2])
+static void fair_run(const char *dataset, int jobs, const uint32_t pace_us[2], int ms,
+		     uint64_t got[2])
 {
 	struct fair_arg a[2];
 	pid_t pid[2];
@@ -251,7 +254,8 @@ static void fair_run(const char *dataset, const uint32_t pace_us[2], int ms, uin
 	int64_t end = mono_ms() + ms;
 
 	for (uint32_t r = 0; r < 2; r++) {
-		a[r] = (struct fair_arg){ .dataset = dataset, .rank = r, .pace_us = pace_us[r],
+		a[r] = (struct fair_arg){ .dataset = dataset, .jobs = jobs, .rank = r,
+					  .pace_us = pace_us[r],
 					  .end_ms = end };
 		pid[r] = spawn_child(child_drain, &a[r], &rfd[r]);
 	}
@@ -293,8 +297,14 @@ static void test_srv_demand_ranks_of_a_job_served_fairly(void **state)
 	uint64_t got[2];
 	pid_t srv = start_server(&(struct tsrv){ .workers = 1, .slots = 8 });
 
-	fair_run("slow:2", (uint32_t[2]){ 2200, 2200 }, 1500, got);
-	assert_fair("2 ms fills, 2.2 ms consumers", got);
+	fair_run("slow:2", 1, (uint32_t[2]){ 2200, 2200 }, 1500, got);
+	assert_fair("2 ms fills, 2.2 ms consumers, one job", got);
+	stop_server(srv);
+	/* The same, two jobs of one rank each: 1:6 before (in time kept its priority past its
+	 * share of the worker). */
+	srv = start_server(&(struct tsrv){ .workers = 1, .slots = 8 });
+	fair_run("slow:2", 2, (uint32_t[2]){ 2200, 2200 }, 1500, got);
+	assert_fair("2 ms fills, 2.2 ms consumers, two jobs", got);
 	stop_server(srv);
 }
 
@@ -311,7 +321,7 @@ static void test_srv_demand_rank_ahead_waits_for_the_slowest(void **state)
 	uint64_t got[2];
 	pid_t srv = start_server(&(struct tsrv){ .workers = 1, .slots = 8 });
 
-	fair_run("slow:1", (uint32_t[2]){ 5000, 0 }, 2500, got);
+	fair_run("slow:1", 1, (uint32_t[2]){ 5000, 0 }, 2500, got);
 	fprintf(stderr, "# a 5 ms consumer and a drain: rank 0 %llu steps, rank 1 %llu\n",
 		(unsigned long long)got[0], (unsigned long long)got[1]);
 	if ((double)got[1] > 1.25 * (double)got[0] + 8)
