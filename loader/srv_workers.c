@@ -197,7 +197,8 @@ static struct att *pick(struct srv *s, uint64_t *step)
 	 * look again then, when it no longer paces. */
 	for (unsigned k = 0; k < n; k++) {
 		struct att *a = s->live[k];
-		s->dm_in[k].ahead = dm_ahead(a->next, a->job->pace_rel, s->dm_in[k].slots);
+		s->dm_in[k].ahead = s->dm_in[k].free_slot &&
+				    dm_ahead(a->next, a->job->pace_rel, s->dm_in[k].slots);
 		ahead += (unsigned)s->dm_in[k].ahead;
 	}
 	if (ahead && (!s->recheck_ns || pause_at < s->recheck_ns))
