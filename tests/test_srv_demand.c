@@ -1,7 +1,9 @@
 /* test_srv_demand.c - self-sizing in the real server core (tests/srv_harness.h: srv with a pattern
  * filler in a forked child): workers sleep while nothing is needed (a full ring, a consumer that
  * stopped), a slow consumer's ring is kept as full as its rate needs, not every slot, and filled
- * whole while that consumer pauses; weights are a job option every rank agrees on. The
+ * whole while that consumer pauses; weights are a job option every rank agrees on; one worker
+ * short for two consumers is shared evenly between the ranks of a job and between two jobs, and a
+ * rank does not run ahead of its job's slowest by more than its ring (issue 31). The
  * controller's rules alone are in test_demand.c; speed figures are in tools/bench/selfsize.sh. */
 #include "tests/srv_harness.h"
 
