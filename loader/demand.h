@@ -102,8 +102,8 @@ void dm_shares(struct dm_ring *rings, unsigned n, unsigned ceiling);
  * is at its target, or has no free slot). Order: rings whose rate is not known yet; then rings
  * in time (slack >= 0: their consumer can still be served before it waits), by slack / weight,
  * unless they take more than their share (rate x work_step_s > share > 0): those go after the
- * late ones; then the late ones (slack < 0: starved, or short of budget), by slack x weight (the most late
- * first). Ties: the first from @start (the caller rotates it). That order picks a job; among
+ * late ones; then the late ones (slack < 0: starved, or short of budget), by slack x weight
+ * (the most late first). Ties: the first from @start (the caller rotates it). That order picks a job; among
  * the rings of its group that want a step, the emptiest (fewest steps opened or held ahead of
  * its consumer: occ + held) is served (ties: the one the order chose), so that the ranks of
  * one job share the workers evenly whatever their slack. A ring marked ahead is not picked. */

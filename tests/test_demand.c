@@ -1,8 +1,8 @@
 /* test_demand.c - the self-sizing controller (loader/demand.c) alone, with made-up clocks: rates
  * from releases (peak, pauses held), targets from rates and latency, the order in which rings are
  * served (due soon, late, weights, the in-time priority within a share; a job's ranks emptiest
- * first, none a ring ahead of the slowest), the workers the demand needs, and the CPU budget at exactly
- * its limit and one past it. Deterministic: no thread, no clock. */
+ * first, none a ring ahead of the slowest), the workers the demand needs, and the CPU budget at
+ * exactly its limit and one past it. Deterministic: no thread, no clock. */
 #include "loader/demand.h"
 
 #include <setjmp.h>
