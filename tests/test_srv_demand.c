@@ -334,6 +334,54 @@ static void test_srv_demand_rank_ahead_waits_for_the_slowest(void **state)
 	stop_server(srv);
 }
 
+/* A rank that paces its job and then stops (it holds a step and releases nothing more: a hung
+ * consumer, or one that checkpoints alone) paces no one once it counts as paused, ~100 ms
+ * later, though no doorbell rings then: the workers look again at that time (s->recheck_ns;
+ * rank 1's own pause time, later, would do too), else rank 1, a ring ahead and waiting, would
+ * never be served again: its reads time out. */
+static void test_srv_demand_stopped_pacer_releases_the_others(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(&(struct tsrv){ .workers = 1, .slots = 4 });
+	struct ldc *c[2] = { cli_connect(), cli_connect() };
+	struct ldc_info in[2];
+	struct expect e[2];
+	struct ldc_batch b;
+	char msg[512];
+
+	for (uint32_t r = 0; r < 2; r++) {
+		struct ldc_job j = mkjob("pacer", "pattern:100000", 4, r, 2, 0);
+		j.slots = 4;
+		open_ok(c[r], &j, &in[r]);
+		e[r] = expect_of(&in[r], r);
+	}
+	/* In step, 5 ms a step, for 300 ms: both rates known, both pace. */
+	for (uint64_t step = 0; step < 60; step++) {
+		for (int r = 0; r < 2; r++) {
+			assert_int_equal(ldc_acquire(c[r], ACQUIRE_MS, &b), 0);
+			if (check_batch(&b, step, &e[r], msg, sizeof(msg)))
+				fail_msg("%s", msg);
+			assert_int_equal(ldc_release(c[r], &b), 0);
+		}
+		sleep_ms(5);
+	}
+	/* Rank 0 takes steps 60..63 and keeps them (its ring full: nothing for the workers to
+	 * look at there); rank 1 reads 40 steps, 9 rings past rank 0. */
+	struct ldc_batch held[4];
+	for (int k = 0; k < 4; k++)
+		assert_int_equal(ldc_acquire(c[0], ACQUIRE_MS, &held[k]), 0);
+	int64_t t0 = mono_ms();
+	consume_ok(c[1], &e[1], 60, 100);
+	fprintf(stderr, "# rank 1 read 40 steps past a stopped rank 0 in %lld ms\n",
+		(long long)(mono_ms() - t0));
+	for (int k = 0; k < 4; k++)
+		assert_int_equal(ldc_release(c[0], &held[k]), 0);
+	consume_ok(c[0], &e[0], 64, 100);
+	cli_close(c[0]);
+	cli_close(c[1]);
+	stop_server(srv);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -346,6 +394,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_srv_demand_ranks_of_a_job_served_fairly,
 						srvh_setup, srvh_teardown),
 		cmocka_unit_test_setup_teardown(test_srv_demand_rank_ahead_waits_for_the_slowest,
+						srvh_setup, srvh_teardown),
+		cmocka_unit_test_setup_teardown(test_srv_demand_stopped_pacer_releases_the_others,
 						srvh_setup, srvh_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
