@@ -8,7 +8,23 @@
  * soonest due first, but only up to their target (a bounded amount: rate x horizon); the late
  * ones (their consumer waits whatever we do) take what is left, the most late first. Serving an
  * in-time ring early costs the others nothing over time: its consumer eats those steps anyway.
- * Weights scale the slack: a heavier job is due sooner and counts as later. */
+ * Weights scale the slack: a heavier job is due sooner and counts as later.
+ *
+ * That order is between jobs; between the ranks of one job it starves. With the workers short
+ * (memory-speed records, one worker), a consumer that eats as fast as it is served keeps its ring
+ * a few steps ahead and stays in time, so it won every pick until its ring reached its target
+ * (every slot, at its rate), and its job's other rank, late, got only what the first could not
+ * eat: 3.4M steps against 10k in it_multinode's ldprobe ceiling (issue 31). So the order picks a
+ * job, and the job's emptiest ring that wants a step is served: its ranks, which run in step
+ * anyway (DDP), get the workers in turns when all are hungry, and one that is ahead (its
+ * consumer slower) leaves the workers to the others.
+ *
+ * Between jobs the same starvation: a consumer in time that eats nearly all the workers make
+ * (a drain a little slower than them) kept the in-time priority, and another job's late ring got
+ * the rest (1:6). So a ring keeps that priority only within its share of the cores (the ceiling
+ * split by weight among the rings that want a step): a slow consumer, the case the priority is
+ * for, takes far less than its share and keeps it; one past its share is served after the late
+ * rings, which then get their turn. */
 #include "loader/demand.h"
 
 #include <assert.h>
@@ -93,12 +109,41 @@ static int rank_of(const struct dm_ring *r, double *key)
 		*key = -1e18;
 		return 0;
 	}
-	if (s < 0) {
-		*key = s * w;
+	if (s < 0 || (r->share > 0 && r->rate * r->work_step_s > r->share)) {
+		*key = s * w;  /* in time but past its share: after the late ones (key >= 0) */
 		return 1;
 	}
 	*key = s / w;
 	return 0;
+}
+
+static int wants(const struct dm_ring *r)
+{
+	return r->free_slot && !r->ahead && r->occ < dm_target(r);
+}
+
+void dm_shares(struct dm_ring *rings, unsigned n, unsigned ceiling)
+{
+	double sum = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		if (wants(&rings[i]))
+			sum += rings[i].weight ? rings[i].weight : DM_WEIGHT_DEFAULT;
+	for (unsigned i = 0; i < n; i++) {
+		struct dm_ring *r = &rings[i];
+		r->share = wants(r) ? (double)ceiling * (r->weight ? r->weight : DM_WEIGHT_DEFAULT) /
+				      sum : 0;
+	}
+}
+
+int dm_paces_job(const struct dm_ring *r)
+{
+	return r->rate > 0 && r->since_release_s <= dm_pause_after_s(r);
+}
+
+int dm_ahead(uint64_t next, uint64_t pace, uint32_t slots)
+{
+	return pace != UINT64_MAX && next >= pace && next - pace >= slots;
 }
 
 int dm_pick(const struct dm_ring *rings, unsigned n, unsigned start)
@@ -109,7 +154,7 @@ int dm_pick(const struct dm_ring *rings, unsigned n, unsigned start)
 	for (unsigned k = 0; k < n; k++) {
 		unsigned i = (start + k) % n;
 		const struct dm_ring *r = &rings[i];
-		if (!r->free_slot || r->occ >= dm_target(r))
+		if (!wants(r))
 			continue;
 		double key;
 		int cls = rank_of(r, &key);
@@ -119,7 +164,22 @@ int dm_pick(const struct dm_ring *rings, unsigned n, unsigned start)
 			best_key = key;
 		}
 	}
-	return best;
+	if (best < 0 || !rings[best].group)
+		return best;
+	/* The job is chosen: its emptiest ring that wants a step. */
+	int pick = best;
+	uint64_t least = (uint64_t)rings[best].occ + rings[best].held;
+	for (unsigned k = 0; k < n; k++) {
+		unsigned i = (start + k) % n;
+		const struct dm_ring *r = &rings[i];
+		if (r->group != rings[best].group || !wants(r))
+			continue;
+		if ((uint64_t)r->occ + r->held < least) {
+			pick = (int)i;
+			least = (uint64_t)r->occ + r->held;
+		}
+	}
+	return pick;
 }
 
 unsigned dm_active_cap(const struct dm_ring *rings, unsigned n, unsigned ceiling)

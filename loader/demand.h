@@ -64,6 +64,11 @@ struct dm_ring {
 	uint32_t weight;            /* the job's, 1..DM_WEIGHT_MAX */
 	int starved;                /* its consumer found it empty in the last DM_STARVED_NS */
 	int free_slot;              /* the next step's slot is free (ring_prod_poll) */
+	uint64_t group;             /* rings of one job (its ranks) share it; 0 = alone */
+	int ahead;                  /* a ring or more ahead of its job's slowest eating rank
+				     * (dm_paces_job): it waits for that rank */
+	double share;               /* cores of decode it may take and stay first while in time
+				     * (dm_shares); 0 = no limit */
 };
 
 /* Seconds after its last release at which @r's consumer counts as paused (dm_target), or a
@@ -79,11 +84,29 @@ uint32_t dm_target(const struct dm_ring *r);
  * has waited counts against it), minus one batch latency. Negative: it is late (its consumer will wait whatever
  * is done now); -1e9 while the rate is unknown (fill first). */
 double dm_slack(const struct dm_ring *r);
+/* Does @r's consumer pace its job's other ranks? Yes while it eats: its rate is known and it has
+ * not paused (dm_pause_after_s). The caller marks a ring of the job "ahead" when the step it would
+ * open is a ring's depth or more past the first step such a rank has not released: a rank whose
+ * consumer gets less CPU (2 busy cores) was otherwise left behind by one that got more, 1:6;
+ * a DDP job's ranks are in step anyway. A stopped or paused rank paces no one: it does not hold
+ * back the others (a stalled consumer only stalls its own ring). */
+int dm_paces_job(const struct dm_ring *r);
+/* Is a ring of @slots whose next step to open is @next ahead of its job's slowest eating rank,
+ * whose first step not released is @pace (UINT64_MAX: no rank paces the job)? 1 when @next >=
+ * @pace + @slots, else 0. */
+int dm_ahead(uint64_t next, uint64_t pace, uint32_t slots);
+/* Each ring's share: @ceiling cores split by weight among the rings that want a step (a free
+ * slot, below the target, not ahead); 0 for the others. */
+void dm_shares(struct dm_ring *rings, unsigned n, unsigned ceiling);
 /* Among @n rings, the one a free worker opens its next step on, or -1 when none wants one (each
  * is at its target, or has no free slot). Order: rings whose rate is not known yet; then rings
- * in time (slack >= 0: their consumer can still be served before it waits), by slack / weight;
- * then the late ones (slack < 0: starved, or short of budget), by slack x weight (the most late
- * first). Ties: the first from @start (the caller rotates it). */
+ * in time (slack >= 0: their consumer can still be served before it waits), by slack / weight,
+ * unless they take more than their share (rate x work_step_s > share > 0): those go after the
+ * late ones; then the late ones (slack < 0: starved, or short of budget), by slack x weight
+ * (the most late first). Ties: the first from @start (the caller rotates it). That order picks a job; among
+ * the rings of its group that want a step, the emptiest (fewest steps opened or held ahead of
+ * its consumer: occ + held) is served (ties: the one the order chose), so that the ranks of
+ * one job share the workers evenly whatever their slack. A ring marked ahead is not picked. */
 int dm_pick(const struct dm_ring *rings, unsigned n, unsigned start);
 /* Workers that may decode at once: the measured demand (sum of rate x worker time per step, x
  * DM_MARGIN)

@@ -222,6 +222,8 @@ struct job {
 	double demand;                /* samples/s its attached consumers eat (dm_rate_peak x batch),
 				       * at the last rate interval */
 	uint32_t target;              /* steps its attached rings keep opened ahead, then */
+	uint64_t pace_rel;            /* pick's scratch (srv_workers.c, under mu): the first step
+				       * its slowest eating rank has not released; UINT64_MAX: none */
 	uint64_t bad;
 	uint64_t bad_ids[16];         /* the most recent, for stats */
 	unsigned nbad_ids;            /* total ever recorded (index mod 16) */

@@ -7,7 +7,12 @@
  * controller what it sees of every attached ring (the consumer's released step, the steps it
  * holds, those ahead of it, ready or filling; latency and worker time per step, averaged here in
  * step_done), and opens a step only on the ring dm_pick names: one below its target (steps ahead
- * = rate x latency, plus margins), the rings still in time before the late ones, weighted. Only
+ * = rate x latency, plus margins), the rings still in time before the late ones, weighted; among
+ * the ranks of the job so chosen, the emptiest ring (ring_in gives each ring its job as its
+ * group: one rank that eats all it gets would otherwise starve the others, issue 31); a ring a
+ * ring's depth ahead of its job's slowest rank that eats (dm_paces_job, dm_ahead: job->pace_rel,
+ * pick's scratch) waits for it, and s->recheck_ns wakes the workers when that rank would count as
+ * paused (no doorbell rings then). Only
  * s->cap workers (dm_active_cap: what the demand needs, at most s->ceiling) hold tasks at once,
  * and only while the CPU budget (s->budget, fed by each task's and open's thread CPU time) is
  * positive; the others sleep on s->cv: untimed when the cap holds them (a worker that lets go of
@@ -90,9 +95,11 @@ static void charge(struct srv *s, struct open_step *o, int64_t cpu)
 	dm_bucket_charge(&s->budget, cpu);
 }
 
-/* Under mu. What the controller needs of @a at @now into *r; updates its rate and starvation. 0
- * when it cannot take a step at all (gone, failed, done, hostile). */
-static int ring_in(struct srv *s, struct att *a, int64_t now, struct dm_ring *r)
+/* Under mu. What the controller needs of @a at @now into *r, and the first step its consumer has
+ * not released into *released; updates its rate and starvation. 0 when it cannot take a step at
+ * all (gone, failed, done, hostile). */
+static int ring_in(struct srv *s, struct att *a, int64_t now, struct dm_ring *r,
+		   uint64_t *released)
 {
 	struct job *j = a->job;
 	struct rank_state *rs = &j->ranks[a->rank];
@@ -107,6 +114,7 @@ static int ring_in(struct srv *s, struct att *a, int64_t now, struct dm_ring *r)
 		return 0;
 	}
 	uint64_t rel = srv_att_released(a), taken = rel;
+	*released = rel;
 	dm_rate_update(&a->dm, now, rel);
 	/* The steps the consumer holds (it takes them in order): ahead of it are the rest. */
 	const struct ring_hdr *h = ring_header(a->ring);
@@ -123,6 +131,7 @@ static int ring_in(struct srv *s, struct att *a, int64_t now, struct dm_ring *r)
 	r->held = (uint32_t)(taken - rel);
 	r->slots = h->slots;
 	r->weight = j->spec.weight ? j->spec.weight : DM_WEIGHT_DEFAULT;
+	r->group = j->id;  /* dm_pick serves a job's ranks emptiest first */
 	/* Its consumer waited on an empty ring since we last looked, or it has nothing ahead
 	 * (nothing ready, nothing filling) and has eaten what it holds at its rate (a prefetching
 	 * consumer waits holding steps): the target did not cover it. One that holds a step it is
@@ -144,8 +153,8 @@ static int ring_in(struct srv *s, struct att *a, int64_t now, struct dm_ring *r)
  * sizes of the jobs. */
 static struct att *pick(struct srv *s, uint64_t *step)
 {
-	unsigned n = s->nlive, start = s->rr++, m = 0;
-	int64_t now = now_ns();
+	unsigned n = s->nlive, start = s->rr++, m = 0, ahead = 0;
+	int64_t now = now_ns(), pause_at = 0;
 
 	if (n > s->dm_cap) {
 		struct dm_ring *in = realloc(s->dm_in, 2 * n * sizeof(*in));
@@ -156,9 +165,24 @@ static struct att *pick(struct srv *s, uint64_t *step)
 	}
 	/* Rings that cannot take a step stay in the array (free_slot 0): indices match s->live. */
 	s->recheck_ns = 0;
+	for (unsigned k = 0; k < n; k++)
+		s->live[k]->job->pace_rel = UINT64_MAX;
 	for (unsigned k = 0; k < n; k++) {
 		struct dm_ring *r = &s->dm_in[k];
-		m += ring_in(s, s->live[k], now, r);
+		struct job *j = s->live[k]->job;
+		uint64_t rel = 0;
+		int can = ring_in(s, s->live[k], now, r, &rel);
+		m += can;
+		/* The job's slowest rank that eats (dm_paces_job; one that cannot take a step
+		 * paces no one), and when the first of them turns paused. */
+		if (can && dm_paces_job(r)) {
+			if (rel < j->pace_rel)
+				j->pace_rel = rel;
+			int64_t at = s->live[k]->dm.release_ns +
+				     (int64_t)(dm_pause_after_s(r) * 1e9) + 1000000;
+			if (!pause_at || at < pause_at)
+				pause_at = at;
+		}
 		/* A ring short of its slots whose consumer may yet pause: look again then, or it
 		 * would stay short until the consumer comes back (no doorbell rings meanwhile). */
 		double after = dm_pause_after_s(r);
@@ -168,6 +192,18 @@ static struct att *pick(struct srv *s, uint64_t *step)
 				s->recheck_ns = at;
 		}
 	}
+	/* A ring's depth past that rank: it waits for it. That rank's next release rings its
+	 * doorbell, which wakes the workers to look again; if it pauses instead, nothing rings:
+	 * look again then, when it no longer paces. */
+	for (unsigned k = 0; k < n; k++) {
+		struct att *a = s->live[k];
+		s->dm_in[k].ahead = s->dm_in[k].free_slot &&
+				    dm_ahead(a->next, a->job->pace_rel, s->dm_in[k].slots);
+		ahead += (unsigned)s->dm_in[k].ahead;
+	}
+	if (ahead && (!s->recheck_ns || pause_at < s->recheck_ns))
+		s->recheck_ns = pause_at;
+	dm_shares(s->dm_in, n, s->ceiling);
 	unsigned cap = m ? dm_active_cap(s->dm_in, n, s->ceiling) : s->ceiling;
 	if (cap > s->cap)
 		pthread_cond_broadcast(&s->cv);  /* workers held back by the old cap */

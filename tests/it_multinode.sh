@@ -142,12 +142,7 @@ for a in "\$@"; do cmd="\$cmd '\$a'"; done
 exec "$T/agent" node-$1 "\$cmd"
 EOF
 	chmod +x "$T/loaderd-$1"
-	# --io direct: each node's loader is paced by its reads, as on a node whose data is not in
-	# memory. Served from the page cache (--io auto's choice for this small, just-written set),
-	# the two nodes' workers, ranks and mpirun overload the 2 test cores and ldprobe's per-node
-	# ceiling was seen to hang there (to be found: see the closing note of issue 31)
-	LOADERD=$T/loaderd-$1 start_loaderd "$T/ld-$1.log" --socket "$V/ld.sock" --workers 1 --linger 5 \
-		--io direct
+	LOADERD=$T/loaderd-$1 start_loaderd "$T/ld-$1.log" --socket "$V/ld.sock" --workers 1 --linger 5
 	rc=$?
 	if [ "$1" = a ]; then LDA=$LPID; else LDB=$LPID; fi
 	LPID=""

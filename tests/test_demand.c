@@ -1,7 +1,8 @@
 /* test_demand.c - the self-sizing controller (loader/demand.c) alone, with made-up clocks: rates
  * from releases (peak, pauses held), targets from rates and latency, the order in which rings are
- * served (due soon, late, weights), the workers the demand needs, and the CPU budget at exactly
- * its limit and one past it. Deterministic: no thread, no clock. */
+ * served (due soon, late, weights, the in-time priority within a share; a job's ranks emptiest
+ * first, none a ring ahead of the slowest), the workers the demand needs, and the CPU budget at
+ * exactly its limit and one past it. Deterministic: no thread, no clock. */
 #include "loader/demand.h"
 
 #include <setjmp.h>
@@ -207,6 +208,121 @@ static void test_demand_pick_order_and_weights(void **state)
 	assert_int_equal(dm_pick(r, 2, 1), 1);
 }
 
+/* Regression (issue 31): two ranks of one job on a short worker. Ring 0's consumer eats what it
+ * gets and is a little ahead (4 steps ahead of it at 500/s, 4 ms latency: 4 ms of slack, in
+ * time, target 7); ring 1's waits (late). By slack alone ring 0 wins every pick until it is at
+ * its target, and ring 1 gets only what ring 0 cannot eat. Within a job the emptiest ring that
+ * wants a step is served; between jobs the order is unchanged. */
+static void test_demand_pick_ranks_of_a_job_emptiest_first(void **state)
+{
+	(void)state;
+	struct dm_ring r[3] = { ring(500, 0.004, 3, 8), ring(450, 0.004, 0, 8) };
+	r[1].held = 0;
+	r[1].since_release_s = 0.002;
+	assert_float_equal(dm_slack(&r[0]), 0.004, 1e-9);
+	assert_true(dm_slack(&r[1]) < 0);
+	assert_int_equal(dm_target(&r[0]), 7);
+	/* Two jobs: in time first, whatever the rotation. */
+	assert_int_equal(dm_pick(r, 2, 0), 0);
+	assert_int_equal(dm_pick(r, 2, 1), 0);
+	/* One job: the emptiest (0 ahead or held against 4). */
+	r[0].group = r[1].group = 7;
+	assert_int_equal(dm_pick(r, 2, 0), 1);
+	assert_int_equal(dm_pick(r, 2, 1), 1);
+	/* One step fewer than ring 0 is enough; as many is a tie: the order's choice, ring 0. */
+	r[1].held = 1, r[1].occ = 2;
+	assert_int_equal(dm_pick(r, 2, 0), 1);
+	r[1].occ = 3;
+	r[1].since_release_s = 0;  /* slack 4.9 ms: the order puts ring 0 (4 ms) first */
+	assert_int_equal(dm_pick(r, 2, 1), 0);
+	r[1].held = 0, r[1].occ = 0, r[1].since_release_s = 0.002;
+	/* A rank that cannot take a step (no free slot, or at its target) leaves it to the job's
+	 * others. */
+	r[1].free_slot = 0;
+	assert_int_equal(dm_pick(r, 2, 0), 0);
+	r[1].free_slot = 1;
+	r[1].slots = 1;
+	r[1].starved = 1;  /* target: every slot, 1 */
+	r[1].occ = 1;
+	assert_int_equal(dm_target(&r[1]), 1);
+	assert_int_equal(dm_pick(r, 2, 0), 0);
+	r[1].slots = 8, r[1].starved = 0, r[1].occ = 0;
+	assert_int_equal(dm_pick(r, 2, 0), 1);
+	/* Another job's ring in time with less slack (2 ms) still goes first: the job order is
+	 * the controller's; the rank order within a job is emptiest first. */
+	r[2] = ring(500, 0.004, 2, 8);
+	r[2].group = 8;
+	assert_float_equal(dm_slack(&r[2]), 0.002, 1e-9);
+	assert_int_equal(dm_pick(r, 3, 0), 2);
+	assert_int_equal(dm_pick(r, 3, 1), 2);
+}
+
+/* A rank ahead of its job's slowest eating rank by a ring's depth waits for it: at exactly a
+ * ring (next = pace + slots) it is ahead, one step less it is not; no pacing rank, never. A rank
+ * paces while it eats: rate known, not paused (at exactly the pause time it still does, past it
+ * not). dm_pick skips a ring marked ahead, also as the emptiest of its job. */
+static void test_demand_ranks_ahead_wait_for_the_slowest(void **state)
+{
+	(void)state;
+	assert_int_equal(dm_ahead(100 + 8, 100, 8), 1);
+	assert_int_equal(dm_ahead(100 + 7, 100, 8), 0);
+	assert_int_equal(dm_ahead(50, 100, 8), 0);
+	assert_int_equal(dm_ahead(UINT64_MAX - 1, UINT64_MAX, 8), 0);
+	assert_int_equal(dm_ahead(1000000, UINT64_MAX, 8), 0);
+
+	struct dm_ring r = ring(100, 0.001, 1, 8);  /* pauses after 4 steps' time: 100 ms min */
+	r.since_release_s = 0.1;
+	assert_int_equal(dm_paces_job(&r), 1);
+	r.since_release_s = 0.1001;
+	assert_int_equal(dm_paces_job(&r), 0);
+	r.since_release_s = 0;
+	r.rate = 0;                                /* nothing released yet, or a stalled rank */
+	assert_int_equal(dm_paces_job(&r), 0);
+
+	struct dm_ring two[2] = { ring(500, 0.004, 0, 8), ring(500, 0.004, 3, 8) };
+	two[0].group = two[1].group = 3;
+	assert_int_equal(dm_pick(two, 2, 0), 0);
+	two[0].ahead = 1;
+	assert_int_equal(dm_pick(two, 2, 0), 1);
+	two[1].ahead = 1;
+	assert_int_equal(dm_pick(two, 2, 0), -1);
+}
+
+/* Between jobs (issue 31): a ring in time keeps its priority over late ones only within its
+ * share of the cores, the ceiling split by weight among the rings that want a step. At exactly
+ * its share (512 steps/s x 1/1024 s = 0.5 of 1 core, 2 rings) it keeps it; one past, the late
+ * ring goes first. dm_shares: rings that want no step get 0 and count for nothing. */
+static void test_demand_in_time_priority_within_its_share(void **state)
+{
+	(void)state;
+	struct dm_ring r[3] = { ring(512, 0.004, 3, 8), ring(450, 0.004, 0, 8),
+				ring(100, 0.004, 0, 8) };
+	r[1].held = 0;
+	r[1].since_release_s = 0.002;
+	r[2].free_slot = 0;
+	r[2].weight = 2;
+	dm_shares(r, 3, 1);
+	assert_float_equal(r[0].share, 0.5, 1e-12);
+	assert_float_equal(r[1].share, 0.5, 1e-12);
+	assert_float_equal(r[2].share, 0, 1e-12);
+	assert_true(dm_slack(&r[0]) >= 0 && dm_slack(&r[1]) < 0);
+	r[0].work_step_s = 1.0 / 1024;
+	assert_int_equal(dm_pick(r, 3, 0), 0);
+	assert_int_equal(dm_pick(r, 3, 1), 0);
+	r[0].work_step_s = 1.0 / 1024 * (1 + 1e-9);
+	assert_int_equal(dm_pick(r, 3, 0), 1);
+	assert_int_equal(dm_pick(r, 3, 1), 1);
+	/* No share (0: the caller set none) is no limit. */
+	r[0].share = 0;
+	assert_int_equal(dm_pick(r, 3, 1), 0);
+	/* Weights: 2 cores, ring 2 wanting too with weight 2: 0.5, 0.5, 1. */
+	r[2].free_slot = 1;
+	dm_shares(r, 3, 2);
+	assert_float_equal(r[0].share, 0.5, 1e-12);
+	assert_float_equal(r[1].share, 0.5, 1e-12);
+	assert_float_equal(r[2].share, 1.0, 1e-12);
+}
+
 static void test_demand_active_cap(void **state)
 {
 	(void)state;
@@ -275,6 +391,9 @@ int main(void)
 		cmocka_unit_test(test_demand_pick_only_below_target),
 		cmocka_unit_test(test_demand_pick_in_time_before_late),
 		cmocka_unit_test(test_demand_pick_order_and_weights),
+		cmocka_unit_test(test_demand_pick_ranks_of_a_job_emptiest_first),
+		cmocka_unit_test(test_demand_ranks_ahead_wait_for_the_slowest),
+		cmocka_unit_test(test_demand_in_time_priority_within_its_share),
 		cmocka_unit_test(test_demand_active_cap),
 		cmocka_unit_test(test_demand_budget_at_its_limit_and_one_past),
 	};

@@ -50,6 +50,15 @@ EXIT_USAGE = 2
 STOP_TIMEOUT_S = 5.0
 # Advice only (the verdict's thresholds are the trainer's, in its report):
 READY_TIMEOUT_S = 10
+# The loader ceiling's bounds: its warm-up (every rank attached, 2 steps each) and one answer of
+# loaderctl stats (its refusals waited out). A node's ceiling (--node-ceiling) ends within
+# about --seconds + NODE_LIMIT_S, failing with what it waited for; the ldprobe that asked gives
+# up on a node NODE_SLACK_S later (a node that did not even start).
+WARMUP_LIMIT_S = 30.0
+STATS_LIMIT_S = 10.0
+# a node's: loaderctl status, the warm-up, the window, the last stats, 2 ldcats and the job stopped
+NODE_LIMIT_S = 2 * STATS_LIMIT_S + WARMUP_LIMIT_S + STATS_LIMIT_S + 2 * STOP_TIMEOUT_S + 10
+NODE_SLACK_S = 30.0
 AU_TARGET = 0.90
 LATENCY_BOUND_MIBS = 200  # exposed allreduce slower than this per MiB of gradient: per-call cost
 PER_CALL_MS = 5          # ... when each bucket's allreduce is shorter; else it is the link's rate
@@ -266,25 +275,31 @@ class Loaderd:
                    "exited (status %d) before serving" % rc)
             raise Failure("loaderd %s:\n%s" % (why, tail(open(self.log_path).read())))
 
-    def job_stats(self, job):
+    def job_stats(self, job, limit=None):
+        """loaderctl stats JOB within @limit s (STATS_LIMIT_S). Returns (the job's stats, "") or
+        (None, why: what loaderctl said, or that it did not answer in time)."""
+        deadline = time.monotonic() + (STATS_LIMIT_S if limit is None else limit)
         # loaderd charges every loaderctl answer to the asking user's --admin-share: when a loaded
         # machine makes the answers dear, it refuses for a while and says how long; wait that out
-        for _ in range(5):
-            rc, out, err = self.ctl("stats", job)
+        while True:
+            left = deadline - time.monotonic()
+            rc, out, err = self.ctl("stats", job, timeout=max(0.5, left))
+            why = (err.strip().splitlines() or ["exit status %d" % rc])[-1] if rc != 0 else ""
             m = re.search(r"admin-share\); try again in (\d+) ms", err) if rc != 0 else None
-            if not m:
+            left = deadline - time.monotonic()
+            if not m or left <= 0:
                 break
-            time.sleep(min(2.0, (int(m.group(1)) + 10) / 1000.0))
+            time.sleep(min(left, 2.0, (int(m.group(1)) + 10) / 1000.0))
         if rc != 0:
-            return None
+            return None, "loaderctl stats %s on %s: %s" % (job, self.sock, why)
         try:
             d = json.loads(out)
         except ValueError:
-            return None
+            return None, "loaderctl stats %s on %s: not JSON" % (job, self.sock)
         for j in d if isinstance(d, list) else [d]:
             if j.get("job") == job:
-                return j
-        return None
+                return j, ""
+        return None, "loaderctl stats on %s: no job %s" % (self.sock, job)
 
     def stop_job(self, job):
         if not self.args.nodes:
@@ -343,40 +358,46 @@ def measure_loader(a, ld, children, crop, seconds, tag, job=None):
                 cmd += ["--slots", a.slots]
             procs.append(children.spawn(cmd, subprocess.DEVNULL, log))
 
-        def sample():
-            st = ld.job_stats(job)
+        def sample(limit):
+            st, why = ld.job_stats(job, limit)
             for p in procs:
                 if p.poll() is not None:
                     log.flush()
                     raise Failure("ldcat (loader ceiling) exited with status %d:\n%s" %
                                   (p.returncode, tail(open(log_path).read())))
             if st is None:
-                return None
+                return None, why
             # this node's ranks: a job's other ranks are another node's loaderd's
             ranks = [r for r in st.get("ranks", []) if int(r.get("rank", -1)) in my_ranks]
             return (time.monotonic(), sum(int(r.get("samples", 0)) for r in ranks),
                     min((int(r.get("published", 0)) for r in ranks), default=0),
-                    float(st.get("fill_s", 0)), float(st.get("decode_s", 0)), len(ranks))
+                    float(st.get("fill_s", 0)), float(st.get("decode_s", 0)), len(ranks)), ""
 
-        # Warm-up, left out: every rank attached, at least 2 steps each, and a fraction of a second.
+        # Warm-up, left out: every rank attached, at least 2 steps each, and a fraction of a second;
+        # within WARMUP_LIMIT_S, loaderctl's answers included, else a failure naming what is missing.
         t_start = time.monotonic()
+        deadline = t_start + WARMUP_LIMIT_S
         warm = max(0.3, min(1.0, 0.2 * seconds))
         s0 = None
         while True:
-            s = sample()
+            s, why = sample(max(0.5, min(STATS_LIMIT_S, deadline - time.monotonic())))
             if s and s[5] == len(my_ranks) and s[2] >= 2 and s[0] - t_start >= warm:
                 s0 = s
                 break
-            if time.monotonic() - t_start > 60:
-                raise Failure("loader ceiling: loaderd delivered fewer than 2 steps per rank in "
-                              "60 s (log: %s)" % ld_log_hint(ld))
+            if time.monotonic() >= deadline:
+                seen = why if s is None else (
+                    "%d of its %d ranks here attached, the fewest steps published %d" %
+                    (s[5], len(my_ranks), s[2]))
+                raise Failure("loader ceiling: waited %.0f s for every rank of job %s on %s to be "
+                              "attached with 2 steps published; last seen: %s (log: %s)" %
+                              (WARMUP_LIMIT_S, job, ld.sock, seen, ld_log_hint(ld)))
             # a quarter second between polls: each answer is charged to this user's
             # --admin-share of loaderd's control thread, which a loaded node makes dear
             time.sleep(0.25)
         time.sleep(seconds)
-        s1 = sample()
+        s1, why = sample(STATS_LIMIT_S)
         if s1 is None:
-            raise Failure("loader ceiling: no stats from loaderd for job %s" % job)
+            raise Failure("loader ceiling: no stats after the %.1f s window: %s" % (seconds, why))
         dt = s1[0] - s0[0]
         rate = (s1[1] - s0[1]) / dt if dt > 0 else 0.0
         workers = ld.workers or 1
@@ -455,14 +476,16 @@ def measure_nodes(a, children):
         log.flush()
         procs.append((host, first, count, children.spawn(cmd, out, log), out, log, log_path))
     nodes = []
-    deadline = time.monotonic() + a.seconds + 120
+    # each node's ldprobe ends within --seconds + NODE_LIMIT_S, with a message if it failed
+    limit = a.seconds + NODE_LIMIT_S + NODE_SLACK_S
+    deadline = time.monotonic() + limit
     try:
         for host, first, count, p, out, log, log_path in procs:
             try:
                 rc = p.wait(max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                raise Failure("loader ceiling on node %s: no answer within %.0f s (log: %s)" %
-                              (host, a.seconds + 120, log_path))
+                raise Failure("loader ceiling on node %s: ldprobe --node-ceiling there did not "
+                              "answer within %.0f s (log: %s)" % (host, limit, log_path))
             out.seek(0)
             lines = [l for l in out.read().splitlines() if l.startswith("ldprobe-node: ")]
             if rc != 0 or not lines:

@@ -5,6 +5,7 @@ node is asked to run. Run: /usr/bin/python3 -m pytest tools/tests (tests/it_ldpr
 import os
 import shlex
 import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -218,3 +219,56 @@ def test_slow_link_is_volume_not_latency():
                               "allreduce stays exposed (479 ms per bucket): 8 MiB/s, the rate of "
                               "a slow or shared link, not a per-call cost")
     assert "about 26.7 ms per step here, so bucket size will not hide it" in buckets
+
+
+def _ceiling_setup(tmp_path, monkeypatch, stats_script):
+    """measure_loader against stand-ins: an ldcat that only waits, a loaderctl running
+    @stats_script (sh) for `stats` and answering `stop`; short limits."""
+    ldcat = tmp_path / "ldcat"
+    ldcat.write_text("#!/bin/sh\nexec sleep 60\n")
+    ctl = tmp_path / "loaderctl"
+    ctl.write_text("#!/bin/sh\nfor w; do last=$w; done\ncase \" $* \" in\n"
+                   "*' stats '*) %s ;;\n*) exit 0 ;;\nesac\n" % stats_script)
+    for f in (ldcat, ctl):
+        f.chmod(0o755)
+    monkeypatch.setattr(ldprobe, "WARMUP_LIMIT_S", 1.5)
+    monkeypatch.setattr(ldprobe, "STATS_LIMIT_S", 0.6)
+    a = SimpleNamespace(node_ranks=range(0, 2), ranks=4, bin_ldcat=str(ldcat),
+                        bin_loaderctl=str(ctl), dataset_abs="/data/d.dpk", batch=1, seed=1,
+                        slots=None, out=str(tmp_path), nodes=None)
+    ld = ldprobe.Loaderd(SimpleNamespace(socket="/run/ld.sock", workers=1, bin_loaderctl=str(ctl),
+                                         nodes=None), None, str(tmp_path))
+    return a, ld
+
+
+def test_ceiling_warmup_ends_naming_the_rank_it_waited_for(tmp_path, monkeypatch):
+    """Regression (issue 31): a node's ceiling waited for a starved rank and for loaderctl's
+    answers without a bound the test could see, and was killed. The warm-up ends within its
+    limit, saying what it saw: one of the node's two ranks attached, no steps yet."""
+    a, ld = _ceiling_setup(tmp_path, monkeypatch,
+                           "echo '{\"job\": \"'$last'\", \"ranks\": [{\"rank\": 0, "
+                           "\"samples\": 0, \"published\": 0}]}'")
+    children = ldprobe.Children()
+    t0 = time.monotonic()
+    with pytest.raises(ldprobe.Failure) as e:
+        ldprobe.measure_loader(a, ld, children, 32, 1.0, "ceiling", job="j1")
+    assert time.monotonic() - t0 < 1.5 + 0.6 + 2 * ldprobe.STOP_TIMEOUT_S
+    msg = str(e.value)
+    assert "waited 2 s for every rank of job j1 on /run/ld.sock" in msg
+    assert "last seen: 1 of its 2 ranks here attached, the fewest steps published 0" in msg
+    assert not children.procs  # the ldcats were stopped
+
+
+def test_ceiling_warmup_ends_with_loaderctls_refusal(tmp_path, monkeypatch):
+    """loaderctl refused every time (the admin share spent): waited out within the limits, then
+    the failure quotes loaderctl."""
+    (tmp_path / "refusal").write_text("loaderctl: uid 0 is past its share of loaderd's control "
+                                      "thread (loaderd --admin-share); try again in 300 ms\n")
+    a, ld = _ceiling_setup(tmp_path, monkeypatch, "cat %s >&2; exit 1" % (tmp_path / "refusal"))
+    children = ldprobe.Children()
+    t0 = time.monotonic()
+    with pytest.raises(ldprobe.Failure) as e:
+        ldprobe.measure_loader(a, ld, children, 32, 1.0, "ceiling", job="j2")
+    assert time.monotonic() - t0 < 1.5 + 0.6 + 2 * ldprobe.STOP_TIMEOUT_S
+    assert "last seen: loaderctl stats j2 on /run/ld.sock: loaderctl: uid 0 is past its share" \
+        in str(e.value)
