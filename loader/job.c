@@ -53,6 +53,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -365,29 +366,70 @@ static int resident_permille(int fd, uint64_t off, uint64_t len)
 	return seen ? (int)(hit * 1000 / seen) : -1;
 }
 
-/* The memory the page cache may give loaderd: its cgroup's memory.max (v2) when set, else the
- * machine's. */
-static uint64_t memory_budget(void)
+/* The lowest limit in @file at @dir and each of its ancestors up to @root (a cgroup's limit is
+ * also bounded by its parents'); @best if none is lower ("max", v1's "unlimited" and missing
+ * files are no limit). */
+static uint64_t lowest_limit(const char *root, char *dir, const char *file, uint64_t best)
 {
-	uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
-	char line[512], path[600];
-	FILE *f = fopen("/proc/self/cgroup", "re");
-	unsigned long long v;
+	size_t rl = strlen(root);
+
+	for (;;) {
+		char path[PATH_MAX + 64];
+		unsigned long long v;
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, file);
+		if ((f = fopen(path, "re"))) {
+			if (fscanf(f, "%llu", &v) == 1 && v < best)
+				best = v;
+			fclose(f);
+		}
+		char *slash = strrchr(dir, '/');
+		if (!slash || (size_t)(slash - dir) < rl)
+			return best;
+		*slash = '\0';
+	}
+}
+
+uint64_t ldr_memory_budget(const char *proc_cgroup, const char *root, uint64_t phys)
+{
+	char line[1024], dir[PATH_MAX];
+	uint64_t best = phys;
+	FILE *f = fopen(proc_cgroup, "re");
 
 	if (!f)
 		return phys;
-	path[0] = '\0';
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, "0::", 3)) {
-			line[strcspn(line, "\n")] = '\0';
-			snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.max", line + 3);
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = '\0';
+		char *ctl = strchr(line, ':'), *rel = ctl ? strchr(ctl + 1, ':') : NULL;
+		if (!rel || rel[1] != '/')
+			continue;
+		*rel++ = '\0';
+		ctl++;
+		if (!*ctl) {  /* v2: "0::/path" */
+			snprintf(dir, sizeof(dir), "%s%s", root, rel);
+			best = lowest_limit(root, dir, "memory.max", best);
+			continue;
 		}
+		for (char *save, *c = strtok_r(ctl, ",", &save); c; c = strtok_r(NULL, ",", &save))
+			if (!strcmp(c, "memory")) {  /* v1: "N:memory[,...]:/path" */
+				char mroot[PATH_MAX];
+				snprintf(mroot, sizeof(mroot), "%s/memory", root);
+				snprintf(dir, sizeof(dir), "%s%s", mroot, rel);
+				best = lowest_limit(mroot, dir, "memory.limit_in_bytes", best);
+			}
+	}
 	fclose(f);
-	if (!path[0] || !(f = fopen(path, "re")))
-		return phys;
-	int got = fscanf(f, "%llu", &v) == 1;
-	fclose(f);
-	return got && v < phys ? v : phys;
+	return best;
+}
+
+/* The memory the page cache may give loaderd: the lowest memory limit of its cgroup (v2's
+ * memory.max, v1's memory.limit_in_bytes, the cgroup's and its parents'), else the machine's. */
+static uint64_t memory_budget(void)
+{
+	uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+
+	return ldr_memory_budget("/proc/self/cgroup", "/sys/fs/cgroup", phys);
 }
 
 /* --io auto's choice for a dataset (see docs/TUNING.md): through the page cache when most of the

@@ -18,7 +18,7 @@ struct ldr_config {
 				    * refused at job open, and such a read fails (0:
 				    * LDR_MAX_RECORD_DEFAULT) */
 	uint64_t cache_bytes;      /* memory the page cache may give datasets, for --io auto's choice
-				    * (docs/TUNING.md; 0: the cgroup's memory.max, else the RAM) */
+				    * (docs/TUNING.md; 0: ldr_memory_budget) */
 	unsigned workers;          /* worker threads (>= 1; 0 counts as 1): each may hold buffers
 				    * for a job's largest records, counted in the job's memory */
 };
@@ -37,5 +37,10 @@ enum ldr_phase { LDR_PHASE_IO = 0, LDR_PHASE_DECODE = 1 };
 
 /* Fill @ops with loaderd's callbacks; @cfg must outlive the server. */
 void ldr_job_ops(const struct ldr_config *cfg, struct srv_ops *ops);
+
+/* The memory loaderd may use by its cgroups: the lowest limit on the path that @proc_cgroup
+ * (/proc/self/cgroup) names, and on each parent, under @root (/sys/fs/cgroup): cgroup v2's
+ * memory.max, or v1's memory/.../memory.limit_in_bytes; @phys where none is lower. */
+uint64_t ldr_memory_budget(const char *proc_cgroup, const char *root, uint64_t phys);
 
 #endif

@@ -642,6 +642,64 @@ static void test_job_io_auto_follows_residency(void **state)
 	assert_string_equal(io, "O_DIRECT (--io direct)");
 }
 
+/* Write @text to dir/@rel, making its folders. */
+static void put_file(const char *rel, const char *text)
+{
+	char p[512], cmd[600];
+
+	path_of(p, sizeof(p), rel);
+	snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", p);
+	assert_int_equal(system(cmd), 0);
+	FILE *f = fopen(p, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* --io auto's budget: the lowest memory limit on the cgroup's path and its parents, v2 or v1;
+ * "max", v1's "unlimited" and missing files are no limit; a limit at the RAM is no lower. */
+static void test_job_memory_budget_from_cgroups(void **state)
+{
+	char pc[128], root[128];
+	const uint64_t phys = 1000000;
+
+	(void)state;
+	path_of(pc, sizeof(pc), "cg/self");
+	path_of(root, sizeof(root), "cg/fs");
+	assert_int_equal(ldr_memory_budget(pc, root, phys), phys);  /* no /proc/self/cgroup */
+	put_file("cg/self", "0::/a/b\n");
+	assert_int_equal(ldr_memory_budget(pc, root, phys), phys);  /* no files */
+	put_file("cg/fs/a/b/memory.max", "max\n");
+	assert_int_equal(ldr_memory_budget(pc, root, phys), phys);
+	put_file("cg/fs/a/memory.max", "999999\n");                 /* a parent's, one below */
+	assert_int_equal(ldr_memory_budget(pc, root, phys), 999999);
+	put_file("cg/fs/a/memory.max", "1000000\n");                /* at the RAM: no lower */
+	assert_int_equal(ldr_memory_budget(pc, root, phys), phys);
+	put_file("cg/fs/a/b/memory.max", "5000\n");
+	put_file("cg/fs/a/memory.max", "6000\n");
+	assert_int_equal(ldr_memory_budget(pc, root, phys), 5000);
+	put_file("cg/fs/a/memory.max", "4000\n");
+	assert_int_equal(ldr_memory_budget(pc, root, phys), 4000);
+	/* v1: the memory controller's line, alone or with others; other controllers' ignored */
+	put_file("cg/self", "4:cpu,cpuacct:/x\n3:memory:/p/q\n0::/\n");
+	put_file("cg/fs/memory/p/q/memory.limit_in_bytes", "9223372036854771712\n");
+	assert_int_equal(ldr_memory_budget(pc, root, phys), phys);
+	put_file("cg/fs/memory/p/memory.limit_in_bytes", "70000\n");
+	assert_int_equal(ldr_memory_budget(pc, root, phys), 70000);
+	put_file("cg/fs/cpu,cpuacct/x/memory.limit_in_bytes", "10\n");
+	put_file("cg/fs/memory/x/memory.limit_in_bytes", "10\n");
+	assert_int_equal(ldr_memory_budget(pc, root, phys), 70000);
+	put_file("cg/self", "7:blkio,memory:/p/q\n");
+	put_file("cg/fs/memory/p/q/memory.limit_in_bytes", "60000\n");
+	assert_int_equal(ldr_memory_budget(pc, root, phys), 60000);
+	put_file("cg/fs/memory/memory.limit_in_bytes", "50000\n");  /* the hierarchy's root too */
+	assert_int_equal(ldr_memory_budget(pc, root, phys), 50000);
+	put_file("cg/fs/memory.limit_in_bytes", "10\n");          /* above the root: not read */
+	assert_int_equal(ldr_memory_budget(pc, root, phys), 50000);
+	put_file("cg/self", "garbage\n3:memory\n::\n");  /* no path: no limit */
+	assert_int_equal(ldr_memory_budget(pc, root, phys), phys);
+}
+
 /* A worker that could not start makes its fills fail with a message, not a crash. */
 static void test_job_fill_without_worker_fails(void **state)
 {
@@ -668,6 +726,7 @@ int main(void)
 		cmocka_unit_test(test_job_open_refuses_bad_specs),
 		cmocka_unit_test(test_job_two_jobs_share_one_index),
 		cmocka_unit_test(test_job_io_auto_follows_residency),
+		cmocka_unit_test(test_job_memory_budget_from_cgroups),
 		cmocka_unit_test(test_job_fill_without_worker_fails),
 		cmocka_unit_test(test_job_max_record_at_and_past_limit),
 	};
