@@ -141,7 +141,7 @@ static const struct arg_opt opt_rows[] = {
 	  .help = "no self-sizing: every worker decodes whenever a slot is free (the behaviour "
 		  "before it, for comparisons)" },
 	{ "mem-limit", 0, ARG_BYTES, AT(so.mem_limit, uint64_t), .lo = 1, .hi = UINT64_MAX,
-	  .def_doc = "half of RAM",
+	  .def_doc = "half of its memory (the cgroup's limit, else RAM)",
 	  .help = "memory jobs make loaderd hold: rings, rank tables, indexes, worker buffers for "
 		  "large records" },
 	{ "slots", 0, ARG_UINT, AT(so.default_slots, unsigned), .lo = 2, .hi = RING_SLOTS_MAX,
@@ -231,7 +231,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	/* The defaults that depend on the host; the table sets the others. */
 	*o = (struct opts){ .so.group = (gid_t)-1, .ready_fd = -1 };
 	o->so.workers = proc_cpu_count();
-	o->so.mem_limit = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize / 2 : 0;
+	/* half of what loaderd may use: its cgroup's memory limit where one is lower than the RAM
+	 * (ring pages are charged there, and the kernel kills past it) */
+	o->so.mem_limit = pages > 0 && psize > 0 ?
+		ldr_memory_budget("/proc/self/cgroup", "/sys/fs/cgroup",
+				  (uint64_t)pages * (uint64_t)psize) / 2 : 0;
 	ldc_default_socket(o->path, sizeof(o->path));
 	o->socket = o->path;
 
