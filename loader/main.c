@@ -55,6 +55,9 @@ static void usage(FILE *f)
 "                       buffered (io_uring through the page cache), pread (no io_uring)\n"
 "  --group NAME         let members of this group connect too (socket mode 0660)\n"
 "  --linger SECONDS     keep a job with no rank attached this long (default 60)\n"
+"  --balance            allow jobs to ask for balanced shares: each global step's samples\n"
+"                       split across ranks by their reported speed (docs/RING.md); a job's\n"
+"                       rings then hold up to twice its batch per slot\n"
 "\n"
 "limits (a client past one is refused with a message naming the option; docs/TUNING.md):\n"
 "  --max-conns N        connections at once, all users (default 1024)\n"
@@ -139,6 +142,7 @@ static const struct option long_opts[] = {
 	{ "metrics-file", required_argument, NULL, 'M' },
 	{ "metrics-interval", required_argument, NULL, 'N' },
 	{ "ready-fd", required_argument, NULL, 'r' },
+	{ "balance", no_argument, NULL, 'B' },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -170,6 +174,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 
 	while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
 		switch (c) {
+		case 'B':
+			o->so.balance = 1;
+			break;
 		case 's':
 			snprintf(o->path, sizeof(o->path), "%s", optarg);
 			break;

@@ -55,6 +55,7 @@
 #ifndef LOADERD_SRV_IMPL_H
 #define LOADERD_SRV_IMPL_H
 #include "common/clk.h"
+#include "loader/shares.h"
 #include "loader/srv.h"
 
 #include <pthread.h>
@@ -126,6 +127,8 @@ struct open_step {
 	int64_t first_ns;        /* when its first task was taken: its latency counts from here */
 	uint64_t work_ns;        /* worker time spent on it: open and tasks */
 	uint64_t phase_ns[SRV_PHASES_MAX];
+	uint32_t *shares;        /* balanced shares: 2 x shares_cap (weights copied, split scratch) */
+	uint32_t shares_cap;
 	struct open_step *next_open;  /* on s->tasks, or on s->step_pool */
 };
 
@@ -206,6 +209,14 @@ struct job {
 	uint64_t mem_rings;           /* its atts' rings (a->bytes), attached or retired */
 	double rate;                  /* samples/s, all ranks, over the last rate interval
 				       * (srv_housekeeping keeps it, without walking ranks) */
+	/* Balanced shares (spec.balance), under mu: the splits recorded (loader/shares.h), the
+	 * step after the highest one opened on any rank (new weights apply from there on, so no
+	 * opened step changes its split), and scratch for an update (world entries each). */
+	struct ldr_split_log split;
+	uint64_t split_opened;
+	uint64_t split_noted;         /* updates that ignored or clamped a report (logged: 1st, 100th..) */
+	double *split_ns;
+	uint32_t *split_w;
 	uint64_t bad;
 	uint64_t bad_ids[16];         /* the most recent, for stats */
 	unsigned nbad_ids;            /* total ever recorded (index mod 16) */

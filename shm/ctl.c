@@ -187,8 +187,10 @@ int ctl_check_job_open(const struct ctl_job_open *j, char *why, size_t whylen)
 		return BAD("share_gid: for share GROUP only");
 	if (j->share != CTL_SHARE_JOIN && j->owner_uid)
 		return BAD("owner_uid: for share JOIN only");
-	if (j->reserved)
-		return BAD("reserved: not zero");
+	if ((uint64_t)j->batch * j->world > UINT32_MAX)
+		return BAD("batch x world: more than 2^32 - 1 samples a step");
+	if (j->balance > 1)
+		return BAD("balance: 0 or 1");
 	return 0;
 }
 

@@ -793,7 +793,7 @@ static void test_srv_ctl_bad_job_open_fields_refused(void **state)
 		{ "rank >= world", "rank: 2 is not below world size 2" },
 		{ "batch 0", "batch: 0" },
 		{ "job name not NUL-terminated", "job: empty, not NUL-terminated" },
-		{ "reserved not zero", "reserved: not zero" },
+		{ "balance 2", "balance: 0 or 1" },
 		{ "junk after the dataset's NUL", "dataset: " },
 		{ "job name with '/'", "job: only letters" },
 		{ "world 0", "world: 0" },
@@ -814,7 +814,7 @@ static void test_srv_ctl_bad_job_open_fields_refused(void **state)
 		case 0: m.world = 2; m.rank = 2; break;
 		case 1: m.batch = 0; break;
 		case 2: memset(m.job, 'a', sizeof(m.job)); break;
-		case 3: m.reserved = 1; break;
+		case 3: m.balance = 2; break;
 		case 4: m.dataset[sizeof(m.dataset) - 1] = 'x'; break;
 		case 5: memset(m.job, 0, sizeof(m.job)); memcpy(m.job, "a/b", 3); break;
 		case 6: m.world = 0; break;

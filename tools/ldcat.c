@@ -54,6 +54,10 @@ static void usage(FILE *f)
 "                       see nor join it, and their jobs of the same name are other jobs\n"
 "  --owner USER         join USER's job (name or uid), shared with one of this user's groups\n"
 "                       (its owner opens it first, with --share-group)\n"
+"  --balance            balanced shares (loaderd --balance): the ranks split each global step\n"
+"                       by their reported speed; a rank's batch is then 1..2 x B samples\n"
+"  --report-ns NS       with --balance: report NS ns of compute per sample after each batch\n"
+"                       (a stand-in for a trainer's measured time; default: none)\n"
 "  --steps N            stop after N steps and exit 0 without finishing the job\n"
 "  --timeout-ms MS      longest wait for one batch (default 30000)\n"
 "  --help               this text\n"
@@ -73,7 +77,7 @@ static int pick(const char *s, const char *const *names, uint32_t *out)
 
 enum { O_SOCKET = 256, O_DATASET, O_JOB, O_RANK, O_WORLD, O_BATCH, O_CROP, O_TF, O_FLIP,
        O_NCHW, O_SEED, O_EPOCHS, O_START, O_SAMPLING, O_TAIL, O_BAD, O_SLOTS, O_STEPS,
-       O_TIMEOUT, O_SHARE, O_OWNER };
+       O_TIMEOUT, O_SHARE, O_OWNER, O_BALANCE, O_REPORT };
 static const struct option long_opts[] = {
 	{ "socket", required_argument, NULL, O_SOCKET },
 	{ "dataset", required_argument, NULL, O_DATASET },
@@ -96,6 +100,8 @@ static const struct option long_opts[] = {
 	{ "timeout-ms", required_argument, NULL, O_TIMEOUT },
 	{ "share-group", required_argument, NULL, O_SHARE },
 	{ "owner", required_argument, NULL, O_OWNER },
+	{ "balance", no_argument, NULL, O_BALANCE },
+	{ "report-ns", required_argument, NULL, O_REPORT },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -113,6 +119,7 @@ struct args {
 	char defpath[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	uint64_t max_steps;                                   /* 0: until the job ends */
 	uint64_t timeout_ms;                                  /* longest wait for one batch */
+	double report_ns;                                     /* --report-ns, 0: none */
 };
 
 /* Fill *a from the defaults and the command line. Returns -1 to go on, or the exit status to end
@@ -174,6 +181,14 @@ static int parse_args(int argc, char **argv, struct args *a)
 		case O_TIMEOUT: bad = arg_u64(optarg, 0, INT_MAX, &a->timeout_ms); break;
 		case O_SHARE: job->share_group = optarg; break;
 		case O_OWNER: job->owner = optarg; break;
+		case O_BALANCE: job->balance = 1; break;
+		case O_REPORT:
+			if (arg_double(optarg, 1e-3, 1e12, &a->report_ns) < 0) {
+				fprintf(stderr, "ldcat: --report-ns: '%s' is not a number of ns in "
+					"[0.001, 1e12]\n", optarg);
+				return EXIT_USAGE;
+			}
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -242,6 +257,12 @@ static int print_batches(struct ldc *cl, const struct args *a)
 		}
 		samples += b.count;
 		steps++;
+		if (a->report_ns > 0 && ldc_report(cl, a->report_ns) < 0) {
+			fflush(stdout);
+			fprintf(stderr, "ldcat: rank %u: %s\n", a->job.rank, ldc_error(cl));
+			status = 1;
+			break;
+		}
 		if (ldc_release(cl, &b) < 0) {
 			fflush(stdout);
 			fprintf(stderr, "ldcat: rank %u: %s\n", a->job.rank, ldc_error(cl));
