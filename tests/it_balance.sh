@@ -63,6 +63,49 @@ sys.exit(0 if ok else 1)
 PY
 check "every step holds the even run's samples in order; rank 0 ends near 12 of 16" [ $? -eq 0 ]
 show "$T/cmp.out" 3
+# ---- the trainer: the same parameters as even splits, on host ranks over MPI ----
+if command -v mpirun >/dev/null 2>&1; then
+	mpi_session_in "$T"
+	"$BIN/dsgen" imagefolder "$T/t2" --classes 4 --per-class 16 --min-side 24 --max-side 40 \
+		>/dev/null 2>&1
+	"$BIN/dpack" pack --no-fsync "$T/t2" "$T/b.dpk" >/dev/null 2>&1
+	# train NAME [trainer option...]: 2 host ranks, 24 steps of batch 8, params in $T/NAME.bin
+	train() {
+		name=$1
+		shift
+		timeout -k 5 120 mpirun --oversubscribe --allow-run-as-root -np 2 "$BIN/trainer" \
+			--dataset "$T/b.dpk" --socket "$T/s.sock" --crop 16 --batch 8 --steps 24 \
+			--seed 7 --device host --log-every 0 --slots 2 --prefetch 1 \
+			--dump-params "$T/$name.bin" --log-samples "$T/$name.smp" "$@" \
+			>"$T/$name.out" 2>"$T/$name.err"
+	}
+	train init --lr 0 --steps 1
+	train even
+	check "trainer, even splits: exit 0" [ $? -eq 0 ]
+	train bal --balance --inject-slow-rank 1:3
+	check "trainer --balance with rank 1 three times slower: exit 0" [ $? -eq 0 ]
+	train lr --lr 0.06
+	python3 - "$T" >"$T/tcmp.out" 2>&1 <<'PY'
+import sys, collections
+t = sys.argv[1]
+c = [collections.Counter(), collections.Counter()]
+for r in (0, 1):
+    for line in open(f"{t}/bal.smp.{r}"):
+        c[r][int(line.split()[0])] += 1
+late = [c[0][s] for s in range(16, 24)]
+print("rank 0's share of 16 in steps 16..23:", late)
+sys.exit(0 if all(c[0][s] + c[1][s] == 16 for s in range(24)) and min(late) >= 10 else 1)
+PY
+	check "the shares moved: the fast rank takes 10 or more of 16" [ $? -eq 0 ]
+	show "$T/tcmp.out" 1
+	check "parameters with shares = parameters with even splits (float tolerance)" \
+		cmp_params same "$T/even.bin" "$T/bal.bin" "$T/init.bin"
+	check "and the comparison can fail (lr 0.06 against 0.05)" \
+		cmp_params differ "$T/even.bin" "$T/lr.bin" "$T/init.bin"
+	[ $fails -eq 0 ] || { show "$T/bal.err"; show "$T/even.err"; }
+else
+	echo "# no mpirun: the trainer's part is skipped"
+fi
 check "loaderd is alive" kill -0 "$LPID"
 [ $fails -eq 0 ] || show "$T/loaderd.log"
 
