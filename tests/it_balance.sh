@@ -8,7 +8,7 @@ set -u
 BIN=${BUILD:-build}/bin
 . "$(dirname "$0")/lib.sh"
 T=$(mktemp -d /tmp/it_balance.XXXXXX)
-trap 'stop_loaderd; rm -rf "$T"' EXIT
+trap 'stop_loaderd; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
 trap 'exit 130' INT TERM HUP
 
 "$BIN/dsgen" imagefolder "$T/tree" --classes 4 --per-class 24 --min-side 16 --max-side 24 \
@@ -105,6 +105,17 @@ PY
 	[ $fails -eq 0 ] || { show "$T/bal.err"; show "$T/even.err"; }
 else
 	echo "# no mpirun: the trainer's part is skipped"
+fi
+# ---- PyTorch: DistributedDataParallel over gloo with loaderd.ddp's hook ----
+PY=${LOADERD_PYTHON:-/usr/bin/python3}
+if "$PY" -c 'import numpy, torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
+	LOADERD_LIB=$(pwd)/${BUILD:-build}/lib/libldc.so timeout -k 5 180 "$PY" \
+		"$(dirname "$0")/balance_ddp.py" "$T/s.sock" "$T/b.dpk" >"$T/py.out" 2>&1
+	check "torch DDP (gloo): balanced with loaderd.ddp = even splits; DDP's plain mean is not" \
+		[ $? -eq 0 ]
+	show "$T/py.out" 3
+else
+	echo "# no torch with gloo for $PY: the PyTorch part is skipped (scripts/deps.sh)"
 fi
 check "loaderd is alive" kill -0 "$LPID"
 [ $fails -eq 0 ] || show "$T/loaderd.log"
