@@ -63,6 +63,15 @@ sys.exit(0 if ok else 1)
 PY
 check "every step holds the even run's samples in order; rank 0 ends near 12 of 16" [ $? -eq 0 ]
 show "$T/cmp.out" 3
+# ---- a rank reporting nonsense starves nobody and crashes nothing ----
+LOADERD_LIB=$(pwd)/${BUILD:-build}/lib/libldc.so timeout -k 5 60 python3 \
+	"$(dirname "$0")/balance_hostile.py" "$T/s.sock" "$T/a.dpk" >"$T/hostile.out" 2>&1
+check "nonsense reports (NaN, <0, 0, inf, 1e300, 1e-300, garbage bits): every step whole, \
+no share under the floor" [ $? -eq 0 ]
+show "$T/hostile.out" 2
+check "the clamp is logged, naming the job" \
+	grep -q "job hostile-reports step [0-9]*: balanced shares: 1 rank(s) reported" "$T/loaderd.log"
+
 # ---- the trainer: the same parameters as even splits, on host ranks over MPI ----
 if command -v mpirun >/dev/null 2>&1; then
 	mpi_session_in "$T"
