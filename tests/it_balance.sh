@@ -67,7 +67,7 @@ show "$T/cmp.out" 3
 LOADERD_LIB=$(pwd)/${BUILD:-build}/lib/libldc.so timeout -k 5 60 python3 \
 	"$(dirname "$0")/balance_hostile.py" "$T/s.sock" "$T/a.dpk" >"$T/hostile.out" 2>&1
 check "nonsense reports (NaN, <0, 0, inf, 1e300, 1e-300, garbage bits): every step whole, \
-no share under the floor" [ $? -eq 0 ]
+no share under the floor; reopened from step 0, every split as recorded" [ $? -eq 0 ]
 show "$T/hostile.out" 2
 check "the clamp is logged, naming the job" \
 	grep -q "job hostile-reports step [0-9]*: balanced shares: 1 rank(s) reported" "$T/loaderd.log"
