@@ -8,6 +8,7 @@ Prints one line per run and exits 0 or 1."""
 import os
 import sys
 import tempfile
+import time
 
 import torch
 import torch.distributed as dist
@@ -35,15 +36,17 @@ def rank_main(rank, mode, sock, dpk, initf, out, tag):
     counts, step = [], 0
     for epoch in range(6):
         for b in it:
+            t0 = time.perf_counter()
             if rank == 1 and bal:
-                import time
                 time.sleep(0.004)  # a slower rank: its compute takes longer
             x = b.images.reshape(b.count, -1).float() / 255
             loss = torch.nn.functional.cross_entropy(model(x), b.labels)
+            if mode == "plain":
+                # no hook: the script reports its own compute time, before backward (whose
+                # time would include DDP's wait for the other rank)
+                it.report_compute(time.perf_counter() - t0)
             opt.zero_grad()
             loss.backward()
-            if mode == "plain":
-                it.report_compute()  # no hook: the script reports its compute time itself
             opt.step()
             counts.append(b.count)
             step += 1
