@@ -57,6 +57,7 @@
  * It owns s->tasks, s->step_pool, the worker threads, the busy time, the budget and the
  * controller's fields of each att (srv_impl.h); it reads s->live
  * (srv_att.c keeps it) and uses srv_core.c and srv_att.c only. */
+#include "common/log.h"
 #include "loader/srv_impl.h"
 
 #include "common/proc.h"
@@ -238,6 +239,7 @@ static void step_free(struct open_step *o)
 	free(o->st.ids);
 	free(o->st.flags);
 	free(o->st.labels);
+	free(o->shares);
 	free(o);
 }
 
@@ -312,6 +314,8 @@ static void step_done(struct srv *s, struct open_step *o)
 		memcpy(o->slot.flags, o->st.flags, n * sizeof(*o->st.flags));
 		memcpy(o->slot.labels, o->st.labels, n * sizeof(*o->st.labels));
 		o->slot.hdr->fill_ns = o->work_ns;
+		o->slot.hdr->global_count = o->st.global_count;
+		o->slot.hdr->global_offset = o->st.global_offset;
 		o->slot.hdr->latency_ns = latency;
 		ring_prod_publish(a->ring, &o->slot, n, flags);
 		pthread_mutex_lock(&s->mu);
@@ -424,6 +428,53 @@ static void task_done(struct srv *s, struct open_step *o, int ret, const struct 
 		step_done(s, o);
 }
 
+/* Under mu. Balanced shares: at the first step of an update interval that no rank has opened
+ * yet, new weights from the ranks' reports (each read once from its ring, raw: ldr_shares_update
+ * clamps) are recorded from that step on; then the weights in force at @step go into @o's copy,
+ * which step_open reads without the lock. 0 or -ENOMEM. */
+static int step_shares(struct job *j, struct open_step *o, uint64_t step)
+{
+	uint32_t world = j->spec.world;
+
+	if (step >= j->split_opened) {
+		if (step % LDR_SHARES_EVERY == 0) {
+			const uint32_t *prev = ldr_split_log_last(&j->split);
+			struct ldr_shares_note nt;
+			if (!prev)
+				ldr_shares_even(world, j->split_w);
+			for (uint32_t r = 0; r < world; r++) {
+				struct att *ra = j->ranks[r].att;
+				j->split_ns[r] = ra && !ra->dead ? ring_prod_report(ra->ring) : 0;
+			}
+			ldr_shares_update(world, prev ? prev : j->split_w, j->split_ns, j->split_w, &nt);
+			if ((nt.nonsense || nt.clamped) && j->split_noted++ % 100 == 0)
+				LOG_WARN("job %s step %llu: balanced shares: %u rank(s) reported a compute "
+					 "time that is not a number or negative (ignored), %u one outside "
+					 "[%g, %g] ns per sample (clamped)", j->name,
+					 (unsigned long long)step, nt.nonsense, nt.clamped,
+					 LDR_SHARES_NS_MIN, LDR_SHARES_NS_MAX);
+			ldr_split_log_push(&j->split, step, j->split_w);  /* above every entry */
+		}
+		j->split_opened = step + 1;
+	}
+	if (o->shares_cap < world) {
+		free(o->shares);
+		o->shares = calloc(2 * (size_t)world, sizeof(*o->shares));
+		o->shares_cap = o->shares ? world : 0;
+		if (!o->shares)
+			return -ENOMEM;
+	}
+	const uint32_t *w = ldr_split_log_at(&j->split, step);
+	if (!w) {
+		ldr_shares_even(world, o->shares);  /* before the log: even (a job's first steps) */
+		w = o->shares;
+	}
+	memmove(o->shares, w, world * sizeof(*w));
+	o->st.weights = o->shares;
+	o->st.split = o->shares + world;
+	return 0;
+}
+
 /* Under mu; lets go of it while ops->step_open runs. Open @step of @a (picked, with a reference
  * on @a): take its slot, draw it, and queue its tasks. */
 static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
@@ -440,6 +491,9 @@ static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 		return;
 	}
 	memset(&o->st, 0, offsetof(struct srv_step, ids));
+	o->st.weights = NULL;
+	o->st.split = NULL;
+	o->st.global_count = o->st.global_offset = 0;
 	o->a = a;
 	o->step = step;
 	o->next = o->out = 0;
@@ -457,6 +511,12 @@ static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 		step_done(s, o);
 		return;
 	}
+	if (j->spec.balance && step_shares(j, o, step) < 0) {
+		fail_job(s, j, a->rank, step, -ENOMEM, "out of memory opening a step");
+		o->abandoned = 1;
+		step_done(s, o);
+		return;
+	}
 	pthread_mutex_unlock(&s->mu);
 
 	int64_t t0 = now_ns(), c0 = thread_cpu_ns();
@@ -465,6 +525,7 @@ static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 	o->st.world = j->spec.world;
 	o->st.epoch = step / j->info.steps_per_epoch;
 	o->st.step_in_epoch = step % j->info.steps_per_epoch;
+	o->st.cap = j->info.ring.batch;
 	o->slot.hdr->epoch = o->st.epoch;
 	o->slot.hdr->step_in_epoch = o->st.step_in_epoch;
 	ret = step_arrays(o, j->info.ring.batch);
@@ -475,6 +536,17 @@ static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 	if (ret == 0 && o->st.count > j->info.ring.batch) {
 		snprintf(why, sizeof(why), "the fill drew %u samples for a batch of %u",
 			 o->st.count, j->info.ring.batch);
+		ret = -EPROTO;
+	}
+	if (ret == 0 && o->st.global_count == 0) {
+		/* a filler that draws even splits only */
+		o->st.global_count = o->st.count * o->st.world;
+		o->st.global_offset = o->st.count * o->st.rank;
+	}
+	if (ret == 0 && (o->st.global_offset > o->st.global_count ||
+			 o->st.count > o->st.global_count - o->st.global_offset)) {
+		snprintf(why, sizeof(why), "the fill drew samples [%u, %u) of a step of %u",
+			 o->st.global_offset, o->st.global_offset + o->st.count, o->st.global_count);
 		ret = -EPROTO;
 	}
 	int64_t dt = now_ns() - t0, dc = thread_cpu_ns() - c0;

@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -257,7 +258,7 @@ int ring_attach(int fd, struct ring **out)
 	if (h.huge > 1 || check_shape(&h) < 0 || compute_layout(&want) < 0 ||
 	    memcmp(&want, &h, sizeof(h)) || h.total_size != (uint64_t)st.st_size ||
 	    h.world == 0 || h.rank >= h.world || (h.steps_total && h.first_step > h.steps_total) ||
-	    h.reserved0 || h.reserved[0] || h.reserved[1] || h.reserved[2] || h.reserved[3])
+	    h.reserved0 || h.cons_report || h.reserved[0] || h.reserved[1] || h.reserved[2])
 		return -EBADMSG;
 	r = calloc(1, sizeof(*r));
 	if (!r)
@@ -550,4 +551,33 @@ int ring_prod_published(const struct ring *r, uint64_t step)
 	uint32_t w = atomic_load_explicit(word_of(r, step), memory_order_acquire);
 
 	return w == make_word(lap, RING_READY) || w == make_word(lap, RING_HELD);
+}
+
+/* The report word is the one field of the header the consumer writes. Relaxed on both sides: it
+ * carries a number, not the ownership of anything; no other memory is published with it. */
+static _Atomic uint64_t *report_word(const struct ring *r)
+{
+	return (_Atomic uint64_t *)(r->base + offsetof(struct ring_hdr, cons_report));
+}
+
+int ring_cons_report(struct ring *r, double ns_per_sample)
+{
+	uint64_t bits;
+
+	if (!isfinite(ns_per_sample) || ns_per_sample <= 0)
+		return -EINVAL;
+	memcpy(&bits, &ns_per_sample, sizeof(bits));
+	/* pairs with the relaxed load in ring_prod_report */
+	atomic_store_explicit(report_word(r), bits, memory_order_relaxed);
+	return 0;
+}
+
+double ring_prod_report(const struct ring *r)
+{
+	/* pairs with the relaxed store in ring_cons_report; read once, the caller checks the copy */
+	uint64_t bits = atomic_load_explicit(report_word(r), memory_order_relaxed);
+	double v;
+
+	memcpy(&v, &bits, sizeof(v));
+	return v;
 }

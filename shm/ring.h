@@ -70,13 +70,18 @@ struct ring_hdr {
 	uint64_t first_step;      /* the ring's step 0: slot of step s is (s - first_step) % slots */
 	uint64_t steps_total;     /* steps in the job (all epochs); 0 = unbounded */
 	uint64_t steps_per_epoch; /* 0 = unknown */
-	uint64_t reserved[4];
+	/* The one field the CONSUMER writes after attach (ring_cons_report): the bits of a double,
+	 * its compute time per sample in ns, for balanced shares; 0 = none yet. The producer reads
+	 * it once per share update (ring_prod_report) and treats it as hostile: any bits at all. */
+	uint64_t cons_report;
+	uint64_t reserved[3];
 };
 _Static_assert(sizeof(struct ring_hdr) == 176, "ring_hdr is shared memory");
 _Static_assert(offsetof(struct ring_hdr, slot_size) == 40, "ring_hdr is shared memory");
 _Static_assert(offsetof(struct ring_hdr, flags_off) == 84, "ring_hdr is shared memory");
 _Static_assert(offsetof(struct ring_hdr, job_id) == 112, "ring_hdr is shared memory");
 _Static_assert(offsetof(struct ring_hdr, first_step) == 120, "ring_hdr is shared memory");
+_Static_assert(offsetof(struct ring_hdr, cons_report) == 144, "ring_hdr is shared memory");
 
 /* Slot header, at the start of each slot; written by the producer before publish. */
 struct ring_slot_hdr {
@@ -87,9 +92,16 @@ struct ring_slot_hdr {
 	uint32_t flags;           /* RING_SLOT_* */
 	uint64_t fill_ns;         /* producer time spent filling, for stats (all workers' tasks) */
 	uint64_t latency_ns;      /* from the first task of the step to its publish (0: unknown) */
-	uint64_t reserved[2];
+	/* The split of the global step: its samples, all ranks, are the even split's concatenated
+	 * in rank order (rank 0's even batch, then rank 1's, ...); this rank holds entries
+	 * [global_offset, global_offset + count) of it. Even splits: world x count and rank x count.
+	 * Balanced shares (docs/RING.md): the ranks' counts follow their speeds. */
+	uint32_t global_count;    /* samples in the global step, <= world x batch asked for */
+	uint32_t global_offset;   /* this rank's first entry; global_offset + count <= global_count */
+	uint64_t reserved[1];
 };
 _Static_assert(sizeof(struct ring_slot_hdr) == 64, "ring_slot_hdr is shared memory");
+_Static_assert(offsetof(struct ring_slot_hdr, global_count) == 48, "ring_slot_hdr is shared memory");
 
 /* What the producer asks for. */
 struct ring_desc {
@@ -151,7 +163,16 @@ int ring_prod_scan(struct ring *r, uint64_t from, uint64_t to, uint64_t *frontie
 /* Wake every waiter and make ring_prod_wait return -ESHUTDOWN from now on. */
 void ring_shutdown(struct ring *r);
 
+/* The consumer's compute time per sample (ns), as it last reported it, read once with a relaxed
+ * load: raw bits from shared memory, so NaN, negative, zero or absurd; the caller clamps
+ * (loader/shares.c). 0 when nothing was reported. */
+double ring_prod_report(const struct ring *r);
+
 /* Consumer side. */
+/* Report this consumer's compute time per sample (@ns_per_sample, > 0 and finite, else
+ * -EINVAL), for balanced shares: one relaxed store into the header's cons_report; the producer
+ * reads it when it next updates the shares. 0 or -EINVAL. */
+int ring_cons_report(struct ring *r, double ns_per_sample);
 /* Wait until @step is published, then take it. 0, -ETIMEDOUT, -EBADMSG (the slot's header
  * names another step: the slot is then held, and the ring is not to be trusted), -ENODATA
  * (@step is past steps_total), -EINVAL (before first_step). @timeout_ms < 0 waits without
