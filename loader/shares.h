@@ -2,8 +2,9 @@
  * different speeds. Pure functions and one small log; no threads, no clock, no shared memory.
  *
  * A job that balances keeps WEIGHTS, one per rank, integers that sum to LDR_SHARES_ONE. Every
- * LDR_SHARES_EVERY steps the server reads each rank's reported compute time per sample (raw, from
- * the ring: hostile), and ldr_shares_update() turns the previous weights and the reports into the
+ * LDR_SHARES_EVERY steps the server takes each rank's reported compute time per sample as it came
+ * with the release of a defined step (raw, from the ring: hostile; loader/srv_workers.c,
+ * split_record), and ldr_shares_update() turns the previous weights and the reports into the
  * next ones: reports are clamped, the target is each rank's speed (1 / time) over the sum, the
  * step towards it is damped (half the way), and every weight keeps a floor. The new weights are
  * recorded in the job's split log from a step no rank has opened yet, so no step ever changes

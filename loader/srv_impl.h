@@ -225,13 +225,16 @@ struct job {
 	double demand;                /* samples/s its attached consumers eat (dm_rate_peak x batch),
 				       * at the last rate interval */
 	uint32_t target;              /* steps its attached rings keep opened ahead, then */
-	/* Balanced shares (spec.balance), under mu: the splits recorded (loader/shares.h), the
-	 * step after the highest one opened on any rank (new weights apply from there on, so no
-	 * opened step changes its split), and scratch for an update (world entries each). */
+	/* Balanced shares (spec.balance), under mu: the splits recorded (loader/shares.h); the next
+	 * update step (a multiple of LDR_SHARES_EVERY) whose weights are not decided yet: no rank
+	 * opens it or a later step until they are; for that update, each rank's report (split_ns)
+	 * once it gave it (split_have, split_got ranks); and scratch (world entries each). */
 	struct ldr_split_log split;
-	uint64_t split_opened;
+	uint64_t split_due;
 	uint64_t split_noted;         /* updates that ignored or clamped a report (logged: 1st, 100th..) */
 	double *split_ns;
+	uint8_t *split_have;
+	uint32_t split_got;
 	uint32_t *split_w;
 	uint64_t bad;
 	uint64_t bad_ids[16];         /* the most recent, for stats */

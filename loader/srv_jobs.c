@@ -71,6 +71,7 @@ void srv_job_close_all(struct srv *s, struct job *dead)
 		free(j->ranks);
 		ldr_split_log_fini(&j->split);
 		free(j->split_ns);
+		free(j->split_have);
 		free(j->split_w);
 		free(j);
 	}
@@ -517,7 +518,7 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 	uint64_t table = sizeof(*j) + (uint64_t)spec->world * sizeof(*j->ranks);
 	if (spec->balance)  /* the split log and an update's scratch */
 		table += (uint64_t)spec->world * ((LDR_SHARES_LOG + 1) * sizeof(uint32_t) +
-						  sizeof(double));
+						  sizeof(double) + 1);
 	char what[CTL_JOB_NAME_MAX + 64];
 	snprintf(what, sizeof(what), "job %s's table of %u ranks", spec->job, spec->world);
 	if (!j && srv_mem_check(s, c->uid, table, what, why, sizeof(why)) < 0) {
@@ -532,6 +533,7 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 		if (j && j->ranks && spec->balance &&
 		    (ldr_split_log_init(&j->split, spec->world) < 0 ||
 		     !(j->split_ns = calloc(spec->world, sizeof(*j->split_ns))) ||
+		     !(j->split_have = calloc(spec->world, sizeof(*j->split_have))) ||
 		     !(j->split_w = calloc(spec->world, sizeof(*j->split_w))))) {
 			free(j->ranks);
 			j->ranks = NULL;
@@ -540,6 +542,7 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 			if (j) {
 				ldr_split_log_fini(&j->split);
 				free(j->split_ns);
+				free(j->split_have);
 				free(j->split_w);
 				free(j);
 			}
@@ -551,6 +554,7 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 		j->spec = key;
 		j->id = ++s->next_job_id;
 		j->opening = 1;
+		j->split_due = LDR_SHARES_EVERY;  /* balanced shares: the first update */
 		j->uid = c->uid;
 		if (u)
 			u->jobs++;

@@ -91,6 +91,71 @@ static void charge(struct srv *s, struct open_step *o, int64_t cpu)
 	dm_bucket_charge(&s->budget, cpu);
 }
 
+/* Under mu. Balanced shares: every rank has given its report for the pending update: new weights
+ * from the previous ones and the reports (raw: ldr_shares_update clamps), recorded from
+ * split_due on; the next update is pending. Wakes the workers the gate held back. */
+static void split_decide(struct srv *s, struct job *j)
+{
+	uint32_t world = j->spec.world;
+	const uint32_t *prev = ldr_split_log_last(&j->split);
+	struct ldr_shares_note nt;
+	uint64_t step = j->split_due;
+
+	if (!prev)
+		ldr_shares_even(world, j->split_w);
+	ldr_shares_update(world, prev ? prev : j->split_w, j->split_ns, j->split_w, &nt);
+	if ((nt.nonsense || nt.clamped) && j->split_noted++ % 100 == 0)
+		LOG_WARN("job %s step %llu: balanced shares: %u rank(s) reported a compute time that "
+			 "is not a number or negative (ignored), %u one outside [%g, %g] ns per sample "
+			 "(clamped)", j->name, (unsigned long long)step, nt.nonsense, nt.clamped,
+			 LDR_SHARES_NS_MIN, LDR_SHARES_NS_MAX);
+	ldr_split_log_push(&j->split, step, j->split_w);  /* above every entry */
+	j->split_due = step + LDR_SHARES_EVERY;
+	j->split_got = 0;
+	memset(j->split_have, 0, world);
+	pthread_cond_broadcast(&s->cv);
+}
+
+/* Under mu. Balanced shares: rank @r's report for the pending update (j->split_due) is @ns (the
+ * first one counts); when every rank has given one, the update is decided. A rank attached past
+ * the next update's report step (a job resumed at a later step) will never open that step: it
+ * gives "none" (0) at once. */
+static void split_record(struct srv *s, struct job *j, uint32_t r, double ns)
+{
+	uint32_t world = j->spec.world;
+
+	if (j->split_have[r])
+		return;
+	j->split_have[r] = 1;
+	j->split_ns[r] = ns;
+	j->split_got++;
+	while (j->split_got == world) {
+		split_decide(s, j);
+		for (uint32_t q = 0; q < world; q++) {
+			struct att *qa = j->ranks[q].att;
+			if (qa && !qa->dead && qa->next > j->split_due - LDR_SHARES_EVERY) {
+				j->split_have[q] = 1;
+				j->split_ns[q] = 0;
+				j->split_got++;
+			}
+		}
+	}
+}
+
+/* Under mu. Balanced shares: may @a open its next step? Not from the pending update on, until
+ * every rank has given its report for it (split_record). A rank that started past the report
+ * step (resumed later) gives "none" here, as it will never open that step. */
+static int split_gate(struct srv *s, struct att *a)
+{
+	struct job *j = a->job;
+
+	if (!j->spec.balance || a->next < j->split_due)
+		return 1;
+	if (a->next > j->split_due - LDR_SHARES_EVERY && !j->split_have[a->rank])
+		split_record(s, j, a->rank, 0);
+	return a->next < j->split_due;
+}
+
 /* Under mu. What the controller needs of @a at @now into *r; updates its rate and starvation. 0
  * when it cannot take a step at all (gone, failed, done, hostile). */
 static int ring_in(struct srv *s, struct att *a, int64_t now, struct dm_ring *r)
@@ -99,7 +164,8 @@ static int ring_in(struct srv *s, struct att *a, int64_t now, struct dm_ring *r)
 	struct rank_state *rs = &j->ranks[a->rank];
 
 	memset(r, 0, sizeof(*r));
-	if (a->dead || a->hostile || j->failed || (j->steps_total && a->next >= j->steps_total))
+	if (a->dead || a->hostile || j->failed || (j->steps_total && a->next >= j->steps_total) ||
+	    !split_gate(s, a))
 		return 0;
 	int ret = ring_prod_poll(a->ring, a->next);
 	if (ret < 0) {
@@ -428,35 +494,21 @@ static void task_done(struct srv *s, struct open_step *o, int ret, const struct 
 		step_done(s, o);
 }
 
-/* Under mu. Balanced shares: at the first step of an update interval that no rank has opened
- * yet, new weights from the ranks' reports (each read once from its ring, raw: ldr_shares_update
- * clamps) are recorded from that step on; then the weights in force at @step go into @o's copy,
- * which step_open reads without the lock. 0 or -ENOMEM. */
-static int step_shares(struct job *j, struct open_step *o, uint64_t step)
+/* Under mu. Balanced shares, when @a opens @step with @report the report its consumer left in the
+ * slot with the release of step - slots (ring_prod_reclaim_report): the update pending at
+ * split_due takes every rank's report from the step split_due - LDR_SHARES_EVERY - slots, that
+ * is the one read when the rank opens split_due - LDR_SHARES_EVERY; so the weights are a pure
+ * function of the reports that came with defined steps, whatever the order and the time in which
+ * the workers open steps. Then the weights in force at @step go into @o's copy, which step_open
+ * reads without the lock. 0 or -ENOMEM. */
+static int step_shares(struct srv *s, struct att *a, struct open_step *o, uint64_t step,
+		       double report)
 {
+	struct job *j = a->job;
 	uint32_t world = j->spec.world;
 
-	if (step >= j->split_opened) {
-		if (step % LDR_SHARES_EVERY == 0) {
-			const uint32_t *prev = ldr_split_log_last(&j->split);
-			struct ldr_shares_note nt;
-			if (!prev)
-				ldr_shares_even(world, j->split_w);
-			for (uint32_t r = 0; r < world; r++) {
-				struct att *ra = j->ranks[r].att;
-				j->split_ns[r] = ra && !ra->dead ? ring_prod_report(ra->ring) : 0;
-			}
-			ldr_shares_update(world, prev ? prev : j->split_w, j->split_ns, j->split_w, &nt);
-			if ((nt.nonsense || nt.clamped) && j->split_noted++ % 100 == 0)
-				LOG_WARN("job %s step %llu: balanced shares: %u rank(s) reported a compute "
-					 "time that is not a number or negative (ignored), %u one outside "
-					 "[%g, %g] ns per sample (clamped)", j->name,
-					 (unsigned long long)step, nt.nonsense, nt.clamped,
-					 LDR_SHARES_NS_MIN, LDR_SHARES_NS_MAX);
-			ldr_split_log_push(&j->split, step, j->split_w);  /* above every entry */
-		}
-		j->split_opened = step + 1;
-	}
+	if (step < j->split_due && step + LDR_SHARES_EVERY >= j->split_due)
+		split_record(s, j, a->rank, step + LDR_SHARES_EVERY == j->split_due ? report : 0);
 	if (o->shares_cap < world) {
 		free(o->shares);
 		o->shares = calloc(2 * (size_t)world, sizeof(*o->shares));
@@ -511,7 +563,8 @@ static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 		step_done(s, o);
 		return;
 	}
-	if (j->spec.balance && step_shares(j, o, step) < 0) {
+	if (j->spec.balance &&
+	    step_shares(s, a, o, step, ring_prod_reclaim_report(a->ring, &o->slot)) < 0) {
 		fail_job(s, j, a->rank, step, -ENOMEM, "out of memory opening a step");
 		o->abandoned = 1;
 		step_done(s, o);

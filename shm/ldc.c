@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <math.h>
 #include <poll.h>
 #include <pwd.h>
 #include <stdarg.h>
@@ -43,6 +44,8 @@ struct ldc {
 	int gone_err;
 	int detached;           /* ldc_detach: socket and doorbell closed, ring still mapped */
 	int balance;            /* the job balances shares: a slot holds up to CTL_BALANCE_CAP */
+	double report;          /* ldc_report's latest, ns per sample; 0: none. Left in the slot
+				 * of every step released from then on (ring_cons_report) */
 	char err[CTL_TEXT_MAX + 128];
 };
 
@@ -604,9 +607,10 @@ int ldc_report(struct ldc *c, double ns_per_sample)
 {
 	if (!c->ring)
 		return set_err(c, -EINVAL, "no job is open on this connection");
-	if (ring_cons_report(c->ring, ns_per_sample) < 0)
+	if (!(ns_per_sample > 0) || !isfinite(ns_per_sample))
 		return set_err(c, -EINVAL, "compute time per sample: %g ns is not a positive number",
 			       ns_per_sample);
+	c->report = ns_per_sample;
 	return 0;
 }
 
@@ -619,6 +623,11 @@ int ldc_release(struct ldc *c, const struct ldc_batch *b)
 		return set_err(c, -EINVAL, "no job is open on this connection");
 	if (c->detached)
 		return set_err(c, -EPIPE, "this connection let go of its job (ldc_detach)");
+	/* The latest report goes with the release of this step: loaderd reads it back when it takes
+	 * the slot again, so what it sees for a step does not depend on when it looks. A step not
+	 * held fails the release below. */
+	if (c->report > 0)
+		(void)ring_cons_report(c->ring, b->step, c->report);
 	ret = ring_cons_release(c->ring, b->step);
 	if (ret < 0)
 		return set_err(c, ret, "step %llu is not held by this client",

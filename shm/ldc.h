@@ -127,9 +127,10 @@ int ldc_acquire(struct ldc *c, int timeout_ms, struct ldc_batch *b);
 /* Give @b back to the daemon. 0 or -errno (-EINVAL: not held). */
 int ldc_release(struct ldc *c, const struct ldc_batch *b);
 /* Report this rank's compute time per sample (ns, forward + backward, without waiting for
- * data or for other ranks), for balanced shares: loaderd reads the latest report every few
- * steps. Cheap (one store to shared memory). 0, or -EINVAL (not a positive finite number, or
- * no job open). */
+ * data or for other ranks), for balanced shares: the latest report goes with every step
+ * released from then on (one store into the slot header before the release), and loaderd's
+ * share updates use the reports that came with defined steps (docs/RING.md). 0, or -EINVAL (not
+ * a positive finite number, or no job open). */
 int ldc_report(struct ldc *c, double ns_per_sample);
 /* This rank's counters. 0 or -errno (-EBADMSG: a field is out of range: job_id, slots,
  * occupancy, ranks_attached or a reserved one; ldc_error names it). */

@@ -258,7 +258,7 @@ int ring_attach(int fd, struct ring **out)
 	if (h.huge > 1 || check_shape(&h) < 0 || compute_layout(&want) < 0 ||
 	    memcmp(&want, &h, sizeof(h)) || h.total_size != (uint64_t)st.st_size ||
 	    h.world == 0 || h.rank >= h.world || (h.steps_total && h.first_step > h.steps_total) ||
-	    h.reserved0 || h.cons_report || h.reserved[0] || h.reserved[1] || h.reserved[2])
+	    h.reserved0 || h.reserved[0] || h.reserved[1] || h.reserved[2] || h.reserved[3])
 		return -EBADMSG;
 	r = calloc(1, sizeof(*r));
 	if (!r)
@@ -553,31 +553,41 @@ int ring_prod_published(const struct ring *r, uint64_t step)
 	return w == make_word(lap, RING_READY) || w == make_word(lap, RING_HELD);
 }
 
-/* The report word is the one field of the header the consumer writes. Relaxed on both sides: it
- * carries a number, not the ownership of anything; no other memory is published with it. */
-static _Atomic uint64_t *report_word(const struct ring *r)
+/* A slot header's cons_report, the one field of a slot the consumer writes. Its store comes
+ * before the consumer's release CAS and its load after the producer's acquire CAS in
+ * ring_prod_begin, so plain relaxed atomics suffice: the state word orders them. */
+static _Atomic uint64_t *report_word(const struct ring_slot *s)
 {
-	return (_Atomic uint64_t *)(r->base + offsetof(struct ring_hdr, cons_report));
+	return (_Atomic uint64_t *)(void *)((uint8_t *)s->hdr + offsetof(struct ring_slot_hdr,
+									  cons_report));
 }
 
-int ring_cons_report(struct ring *r, double ns_per_sample)
+int ring_cons_report(struct ring *r, uint64_t step, double ns_per_sample)
 {
+	struct ring_slot s;
 	uint64_t bits;
 
-	if (!isfinite(ns_per_sample) || ns_per_sample <= 0)
+	if (!isfinite(ns_per_sample) || ns_per_sample <= 0 || step < r->h.first_step ||
+	    atomic_load_explicit(word_of(r, step), memory_order_relaxed) !=
+	    make_word(lap_of(r, step), RING_HELD))
 		return -EINVAL;
+	slot_view(r, step, &s);
 	memcpy(&bits, &ns_per_sample, sizeof(bits));
-	/* pairs with the relaxed load in ring_prod_report */
-	atomic_store_explicit(report_word(r), bits, memory_order_relaxed);
+	/* published by the release CAS of ring_cons_release */
+	atomic_store_explicit(report_word(&s), bits, memory_order_relaxed);
 	return 0;
 }
 
-double ring_prod_report(const struct ring *r)
+double ring_prod_reclaim_report(struct ring *r, const struct ring_slot *s)
 {
-	/* pairs with the relaxed store in ring_cons_report; read once, the caller checks the copy */
-	uint64_t bits = atomic_load_explicit(report_word(r), memory_order_relaxed);
-	double v;
+	uint64_t prev = s->step - r->h.slots, bits;
+	double v = 0;
 
+	/* after the acquire CAS of ring_prod_begin: sees what the release of prev stored */
+	bits = atomic_exchange_explicit(report_word(s), 0, memory_order_relaxed);
+	if (s->step < r->h.first_step + r->h.slots ||
+	    __atomic_load_n(&s->hdr->step, __ATOMIC_RELAXED) != prev)
+		return 0;
 	memcpy(&v, &bits, sizeof(v));
 	return v;
 }

@@ -70,18 +70,13 @@ struct ring_hdr {
 	uint64_t first_step;      /* the ring's step 0: slot of step s is (s - first_step) % slots */
 	uint64_t steps_total;     /* steps in the job (all epochs); 0 = unbounded */
 	uint64_t steps_per_epoch; /* 0 = unknown */
-	/* The one field the CONSUMER writes after attach (ring_cons_report): the bits of a double,
-	 * its compute time per sample in ns, for balanced shares; 0 = none yet. The producer reads
-	 * it once per share update (ring_prod_report) and treats it as hostile: any bits at all. */
-	uint64_t cons_report;
-	uint64_t reserved[3];
+	uint64_t reserved[4];
 };
 _Static_assert(sizeof(struct ring_hdr) == 176, "ring_hdr is shared memory");
 _Static_assert(offsetof(struct ring_hdr, slot_size) == 40, "ring_hdr is shared memory");
 _Static_assert(offsetof(struct ring_hdr, flags_off) == 84, "ring_hdr is shared memory");
 _Static_assert(offsetof(struct ring_hdr, job_id) == 112, "ring_hdr is shared memory");
 _Static_assert(offsetof(struct ring_hdr, first_step) == 120, "ring_hdr is shared memory");
-_Static_assert(offsetof(struct ring_hdr, cons_report) == 144, "ring_hdr is shared memory");
 
 /* Slot header, at the start of each slot; written by the producer before publish. */
 struct ring_slot_hdr {
@@ -98,10 +93,16 @@ struct ring_slot_hdr {
 	 * Balanced shares (docs/RING.md): the ranks' counts follow their speeds. */
 	uint32_t global_count;    /* samples in the global step, <= world x batch asked for */
 	uint32_t global_offset;   /* this rank's first entry; global_offset + count <= global_count */
-	uint64_t reserved[1];
+	/* The one field the CONSUMER writes: while it holds the slot, before releasing it
+	 * (ring_cons_report), the bits of a double, its compute time per sample in ns, for balanced
+	 * shares; 0 = no report. The producer reads it back when it takes the slot for its next lap
+	 * (ring_prod_reclaim_report: the report that came with the release of that step) and treats
+	 * it as hostile: any bits at all. */
+	uint64_t cons_report;
 };
 _Static_assert(sizeof(struct ring_slot_hdr) == 64, "ring_slot_hdr is shared memory");
 _Static_assert(offsetof(struct ring_slot_hdr, global_count) == 48, "ring_slot_hdr is shared memory");
+_Static_assert(offsetof(struct ring_slot_hdr, cons_report) == 56, "ring_slot_hdr is shared memory");
 
 /* What the producer asks for. */
 struct ring_desc {
@@ -163,16 +164,19 @@ int ring_prod_scan(struct ring *r, uint64_t from, uint64_t to, uint64_t *frontie
 /* Wake every waiter and make ring_prod_wait return -ESHUTDOWN from now on. */
 void ring_shutdown(struct ring *r);
 
-/* The consumer's compute time per sample (ns), as it last reported it, read once with a relaxed
- * load: raw bits from shared memory, so NaN, negative, zero or absurd; the caller clamps
- * (loader/shares.c). 0 when nothing was reported. */
-double ring_prod_report(const struct ring *r);
+/* Right after ring_prod_begin(@s->step) succeeded: the report the consumer left in that slot with
+ * its release of step @s->step - slots (raw bits from shared memory, so NaN, negative, zero or
+ * absurd; the caller clamps: loader/shares.c), and clears the field for this lap. 0 when that
+ * step was not in this ring (a fresh ring, or before first_step), or the slot header names
+ * another step. Read once; the acquire of ring_prod_begin pairs with ring_cons_release. */
+double ring_prod_reclaim_report(struct ring *r, const struct ring_slot *s);
 
 /* Consumer side. */
 /* Report this consumer's compute time per sample (@ns_per_sample, > 0 and finite, else
- * -EINVAL), for balanced shares: one relaxed store into the header's cons_report; the producer
- * reads it when it next updates the shares. 0 or -EINVAL. */
-int ring_cons_report(struct ring *r, double ns_per_sample);
+ * -EINVAL) with held step @step (else -EINVAL), for balanced shares: one store into its slot
+ * header's cons_report, which ring_cons_release(@step) publishes; the producer reads it when it
+ * takes the slot again. 0 or -EINVAL. */
+int ring_cons_report(struct ring *r, uint64_t step, double ns_per_sample);
 /* Wait until @step is published, then take it. 0, -ETIMEDOUT, -EBADMSG (the slot's header
  * names another step: the slot is then held, and the ring is not to be trusted), -ENODATA
  * (@step is past steps_total), -EINVAL (before first_step). @timeout_ms < 0 waits without

@@ -1,6 +1,6 @@
 """balance_hostile.py SOCKET DATASET - part of it_balance.sh: rank 1 of a balanced job writes
-nonsense into its ring's report word (NaN, negative, zero, infinite, 1e300, 1e-300, raw garbage
-bits), as a hostile consumer could, while rank 0 reports honestly through ldc_report. Every step
+nonsense into the report word of each slot it releases (NaN, negative, zero, infinite, 1e300,
+1e-300, raw garbage bits), as a hostile consumer could, while rank 0 reports honestly through ldc_report. Every step
 must still hold the whole global step (16 samples), neither rank below the floor (16 / 8 = 2),
 and the job must end. Then both ranks open the job again from step 0 (as a job resumed from a
 checkpoint does, while loaderd still holds it) and report other speeds: every step must come with
@@ -15,7 +15,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from loaderd import _lib as L  # noqa: E402
 
-REPORT_OFF = L.ring_hdr.cons_report.offset
+REPORT_OFF = L.ring_slot_hdr.cons_report.offset
 BAD = [float("nan"), -1.0, 0.0, float("inf"), -float("inf"), 1e300, 1e-300, 1e9, None]
 
 
@@ -36,7 +36,8 @@ def open_ranks(lib, sock, dpk, again):
 
 
 def run(lib, conns, report):
-    """Every step of the job: [(count 0, offset 0, count 1, offset 1)], reporting after each."""
+    """Every step of the job: [(count 0, offset 0, count 1, offset 1)]; report(step, batches)
+    before the release of each."""
     splits = []
     while True:
         got = []
@@ -54,7 +55,7 @@ def run(lib, conns, report):
             sys.exit(f"step {len(splits)}: counts {got[0].count} + {got[1].count}, global "
                      f"{got[0].global_count}")
         splits.append((got[0].count, got[0].global_offset, got[1].count, got[1].global_offset))
-        report(len(splits) - 1)
+        report(len(splits) - 1, got)
         for c, b in zip(conns, got):
             lib.ldc_release(c, ctypes.byref(b))
     for c in conns:
@@ -66,13 +67,17 @@ def main():
     sock, dpk = sys.argv[1].encode(), sys.argv[2].encode()
     lib = L.lib()
     conns = open_ranks(lib, sock, dpk, False)
-    word = ctypes.c_uint64.from_address(lib.ldc_ring_base(conns[1]) + REPORT_OFF)
+    base = lib.ldc_ring_base(conns[1])
+    h = L.ring_hdr.from_address(base)
     if lib.ldc_report(conns[1], float("nan")) != -22:
         sys.exit("ldc_report took a NaN")
 
-    def hostile(step):
+    def hostile(step, got):
         lib.ldc_report(conns[0], 1000.0)
         bad = BAD[step % len(BAD)]
+        slot = (got[1].step - h.first_step) % h.slots
+        word = ctypes.c_uint64.from_address(base + h.slots_offset + h.slot_size * slot +
+                                            REPORT_OFF)
         word.value = 0xFFF8DEADBEEF0001 if bad is None else struct.unpack(
             "<Q", struct.pack("<d", bad))[0]
     first = run(lib, conns, hostile)
@@ -80,8 +85,8 @@ def main():
     print(f"# {len(first)} steps with rank 1 reporting nonsense; the smaller share was "
           f"{min(low)}..{max(low)} of 16")
     again = open_ranks(lib, sock, dpk, True)
-    replay = run(lib, again, lambda step: [lib.ldc_report(c, 50.0 + 4000 * r)
-                                          for r, c in enumerate(again)])
+    replay = run(lib, again, lambda step, got: [lib.ldc_report(c, 50.0 + 4000 * r)
+                                               for r, c in enumerate(again)])
     same = sum(a == b for a, b in zip(first, replay))
     print(f"# reopened from step 0 with other speeds: {same} of {len(first)} steps split as before")
     ok = len(first) == 48 and min(low) >= 2 and not math.isnan(min(low))

@@ -91,7 +91,8 @@ if command -v mpirun >/dev/null 2>&1; then
 	train init --lr 0 --steps 1
 	train even
 	check "trainer, even splits: exit 0" [ $? -eq 0 ]
-	train bal --balance --inject-slow-rank 1:3
+	# fixed reports (1000 and 3000 ns per sample): the shares do not depend on the load
+	train bal --balance --inject-slow-rank 1:3 --report-ns 1000
 	check "trainer --balance with rank 1 three times slower: exit 0" [ $? -eq 0 ]
 	train lr --lr 0.06
 	python3 - "$T" >"$T/tcmp.out" 2>&1 <<'PY'

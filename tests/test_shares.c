@@ -4,6 +4,7 @@
  * reports, and a rank's nonsense report (0, negative, NaN, infinite, huge, tiny) neither starves
  * another rank nor breaks the sum; the split log answers any step from what it recorded; and
  * every split of a global step delivers the same samples in the same order as the even one. */
+#include "common/mix.h"
 #include "loader/sampler.h"
 #include "loader/shares.h"
 #include "shm/ring.h"
@@ -113,12 +114,12 @@ static void test_shares_split_sums_and_bounds_seeded(void **state)
 	(void)state;
 	printf("seed %llu\n", (unsigned long long)seed);
 	for (int k = 0; k < 20000; k++) {
-		seed = ldr_mix(seed, (uint64_t)k, 1);
+		seed = mix3(seed, (uint64_t)k, 1);
 		uint32_t world = 1 + seed % 16, per = 1 + (seed >> 8) % 64, cap = 2 * per;
 		uint32_t total = per * world;
 		double ns[16];
 		for (uint32_t r = 0; r < world; r++)
-			ns[r] = 100.0 + (double)(ldr_mix(seed, r, 2) % 100000);
+			ns[r] = 100.0 + (double)(mix3(seed, r, 2) % 100000);
 		ldr_shares_even(world, w);
 		for (int u = 0; u < 1 + (int)(seed >> 20) % 8; u++)
 			ldr_shares_update(world, w, ns, w, NULL);

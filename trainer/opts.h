@@ -14,6 +14,7 @@ struct trn_opts {
 	uint64_t seed;
 	int synthetic;
 	int balance;               /* --balance: shares by speed, weighted gradient averaging */
+	double report_ns;          /* --report-ns: the compute time per sample reported; 0: measured */
 	int slow_rank;             /* --inject-slow-rank R:F: rank R computes F times as long */
 	double slow_factor;
 	double comm_delay_ms;      /* --inject-comm-delay-ms X: each allreduce is X ms slower */

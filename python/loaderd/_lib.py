@@ -129,8 +129,7 @@ class ring_hdr(ctypes.Structure):
         ("first_step", c_u64),
         ("steps_total", c_u64),
         ("steps_per_epoch", c_u64),
-        ("cons_report", c_u64),
-        ("reserved", c_u64 * 3),
+        ("reserved", c_u64 * 4),
     ]
 
 
@@ -145,7 +144,7 @@ class ring_slot_hdr(ctypes.Structure):
         ("latency_ns", c_u64),
         ("global_count", c_u32),
         ("global_offset", c_u32),
-        ("reserved", c_u64 * 1),
+        ("cons_report", c_u64),
     ]
 
 
@@ -216,9 +215,9 @@ ABI = {
                      "data": 56, "sample_bytes": 64, "global_count": 72, "global_offset": 76}),
     ring_hdr: (176, {"total_size": 16, "slot_size": 40, "sample_bytes": 56, "shape": 64,
                      "ndim": 80, "flags_off": 84, "payload_off": 96, "job_id": 112,
-                     "first_step": 120, "steps_per_epoch": 136, "cons_report": 144}),
+                     "first_step": 120, "steps_per_epoch": 136}),
     ring_slot_hdr: (64, {"count": 24, "fill_ns": 32, "latency_ns": 40, "global_count": 48,
-                         "global_offset": 52}),
+                         "global_offset": 52, "cons_report": 56}),
     ctl_stats: (112, {"phase_ns": 48, "attaches": 64, "occupancy": 76, "workers": 80,
                       "latency_ns": 88, "reserved": 96}),
 }

@@ -930,8 +930,9 @@ class Loader:
         """balance=True: tell loaderd how long this rank computed on the batch yielded last
         (forward and backward, without waiting for data or for other ranks; seconds). None: the
         time since that batch was handed out (what loaderd.ddp.register reports when backward
-        reaches the last bucket). loaderd reads the latest report every few steps and moves
-        each rank's share of the global step towards its speed. Returns False when there was
+        reaches the last bucket). The latest report goes with each batch given back from then on;
+        every few steps loaderd moves each rank's share of the global step towards its speed,
+        from the reports that came with defined steps. Returns False when there was
         nothing to report (no batch, not balanced, a time that is not positive)."""
         b = self.last_batch
         if not self.balance or b is None or b.count == 0 or self._conn is None:
