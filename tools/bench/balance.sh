@@ -8,25 +8,29 @@
 # Then the time to follow a change: a balanced run in which the busy loop starts mid-run, in
 # steps until rank 0's share settles. Not part of `make test`.
 #
-# usage: tools/bench/balance.sh [--reps R] [--steps N] [--workdir DIR]
+# usage: tools/bench/balance.sh [--reps R] [--steps N] [--workdir DIR] [--world W] [--inject]
 #   --reps R      rounds of every configuration (default 3); the table gives each round's ratios
 #   --steps N     trainer steps per run (default 60; the first 20 are warm-up)
 #   --workdir DIR data and logs (default /tmp/loaderd-balance)
-#   --inject      slow rank 1 with the trainer's --inject-slow-rank 1:K (a sleep of (K - 1) x its
-#                 compute) instead of busy loops, and skip the follow run: the controlled case
+#   --inject      slow the last rank with the trainer's --inject-slow-rank R:K (a sleep of (K - 1)
+#                 x its compute) instead of busy loops, and skip the follow run: the controlled case
+#   --world W     W ranks (default 2), rank r on core r mod 2: W = 4 oversubscribes the 2 cores
+#                 (two ranks per core); the last rank is the slow one (busy loops on its core slow
+#                 the rank that shares it too: use --inject there). No follow run for W > 2.
 # Needs mpirun and taskset, and 2 cores. The machine's load average goes into the output: other
 # processes on these cores change the absolute rates, so read the ratios (each within one round).
 # Last line: balance: k2_vs_even=X k2_vs_ideal=Y k3_vs_even=X k3_vs_ideal=Y follow_steps=S
 set -eu
 cd "$(dirname "$0")/../.."
-reps=3 steps=60 W=/tmp/loaderd-balance inject=
+reps=3 steps=60 W=/tmp/loaderd-balance inject= world=2
 while [ $# -gt 0 ]; do
 	case $1 in
 	--reps) reps=$2; shift 2 ;;
 	--steps) steps=$2; shift 2 ;;
 	--workdir) W=$2; shift 2 ;;
 	--inject) inject=1; shift ;;
-	-h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+	--world) world=$2; shift 2 ;;
+	-h|--help) sed -n '2,21p' "$0"; exit 0 ;;
 	*) echo "balance.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 done
@@ -41,10 +45,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
-hogs_start() {  # hogs_start N: N busy loops pinned on core 1
+slow_rank=$((world - 1))
+hogs_start() {  # hogs_start N: N busy loops pinned on the slow rank's core
 	i=0
 	while [ "$i" -lt "$1" ]; do
-		taskset -c 1 sh -c 'while :; do :; done' &
+		taskset -c $((slow_rank % 2)) sh -c 'while :; do :; done' &
 		HOGS="$HOGS $!"
 		i=$((i + 1))
 	done
@@ -67,12 +72,13 @@ i=0
 while [ ! -S "$W/s.sock" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
 
 MODEL=synthetic:flops=30M,params=64K
-# trainer_run NAME [option...]: 2 ranks, rank r on core r; prints "samples_per_s ideal own1/own0"
+# trainer_run NAME [option...]: $world ranks, rank r on core r mod 2; prints "samples_per_s ideal
+# own(slow)/own(0)"
 trainer_run() {
 	name=$1
 	shift
-	mpirun --oversubscribe --allow-run-as-root --bind-to none -np 2 sh -c \
-		'exec taskset -c "${OMPI_COMM_WORLD_RANK:-0}" "$0" "$@"' \
+	mpirun --oversubscribe --allow-run-as-root --bind-to none -np "$world" sh -c \
+		'exec taskset -c "$((${OMPI_COMM_WORLD_RANK:-0} % 2))" "$0" "$@"' \
 		"$BIN/trainer" --dataset "$W/d.dpk" --socket "$W/s.sock" --device host --crop 32 \
 		--batch 32 --model "$MODEL" --steps "$steps" --warmup 20 --log-every 0 \
 		--report-json "$W/$name.json" "$@" \
@@ -81,20 +87,20 @@ trainer_run() {
 import json, sys
 r = json.load(open(sys.argv[1]))
 own = [x["samples_per_s"] / x["au"] for x in r["per_rank"]]
-print("%.1f %.1f %.3f" % (r["samples_per_s"], sum(own), own[1] / own[0]))
+print("%.1f %.1f %.3f" % (r["samples_per_s"], sum(own), own[-1] / own[0]))
 PY
 }
 ratio() { python3 -c "print('%.3f' % ($1 / $2))"; }
 
-echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "| round | slowdown | rank 1 / rank 0 speed (even run) | even samples/s | balanced samples/s | ideal (sum of own rates, balanced run) | balanced / even | balanced / ideal | even / ideal |"
+echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $world ranks on 2 cores"
+echo "| round | slowdown | rank $slow_rank / rank 0 speed (even run) | even samples/s | balanced samples/s | ideal (sum of own rates, balanced run) | balanced / even | balanced / ideal | even / ideal |"
 echo "|---|---|---|---|---|---|---|---|---|"
 R2E="" R2I="" R3E="" R3I=""
 r=1
 while [ "$r" -le "$reps" ]; do
 	for k in 2 3; do
 		slow=""
-		if [ -n "$inject" ]; then slow="--inject-slow-rank 1:$k"; else hogs_start $((k - 1)); fi
+		if [ -n "$inject" ]; then slow="--inject-slow-rank $slow_rank:$k"; else hogs_start $((k - 1)); fi
 		set -- $(trainer_run "even.k$k.$r" $slow)
 		even=$1 ideal_e=$2 speed=$3
 		set -- $(trainer_run "bal.k$k.$r" --balance $slow)
@@ -102,7 +108,7 @@ while [ "$r" -le "$reps" ]; do
 		hogs_stop
 		be=$(ratio "$bal" "$even") bi=$(ratio "$bal" "$ideal") ei=$(ratio "$even" "$ideal_e")
 		what="$((k - 1)) busy loop(s)"
-		[ -z "$inject" ] || what="--inject-slow-rank 1:$k"
+		[ -z "$inject" ] || what="--inject-slow-rank $slow_rank:$k"
 		echo "| $r | $what | $speed | $even | $bal | $ideal | $be | $bi | $ei |"
 		if [ $k = 2 ]; then R2E="$R2E $be" R2I="$R2I $bi"; else R3E="$R3E $be" R3I="$R3I $bi"; fi
 	done
@@ -110,7 +116,7 @@ while [ "$r" -le "$reps" ]; do
 done
 echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-if [ -n "$inject" ]; then
+if [ -n "$inject" ] || [ "$world" -gt 2 ]; then
 	med() { python3 -c "import statistics, sys; print('%.3f' % statistics.median(map(float, sys.argv[1:])))" "$@"; }
 	echo "balance: k2_vs_even=$(med $R2E) k2_vs_ideal=$(med $R2I) k3_vs_even=$(med $R3E) k3_vs_ideal=$(med $R3I) follow_steps=none"
 	exit 0
