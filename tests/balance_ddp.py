@@ -52,7 +52,7 @@ def rank_main(rank, mode, sock, dpk, initf, out, tag):
         torch.save({"params": flat, "counts": counts}, out)
     # No teardown: with a Python communication hook, ~ProcessGroupGloo (run by the DDP
     # Reducer's destructor, the GIL held) joins gloo's work thread while that thread waits for
-    # the GIL to finish the hook's last future: a deadlock in torch, seen 2 times in 6 runs
+    # the GIL to finish the hook's last future: a deadlock in torch 1.13, 3 hangs in 6 runs
     # under load. Both ranks pass the barrier, so every allreduce is done; then they leave.
     dist.barrier()
     sys.stdout.flush()

@@ -34,6 +34,12 @@ Batch normalisation normalises each rank's batch with its own mean and variance 
 SyncBatchNorm), and a batch of 12 has other statistics than one of 4; so do its running
 estimates. The gradient identity above holds for models without such layers (or with
 SyncBatchNorm); with BatchNorm the update is close, not equal.
+
+Teardown with gloo: a Python communication hook (this one, or any other) could deadlock a
+process at exit with the torch tested here (1.13): the DDP Reducer's destructor, holding the
+GIL, joins gloo's work thread while that thread waits for the GIL to let go of the hook's last
+future. tests/balance_ddp.py passes a barrier and leaves with os._exit(0) once its results are
+saved.
 """
 from __future__ import annotations
 
