@@ -4,6 +4,12 @@
 # report 1000 and 3000 ns of compute per sample split every global step of a 2-epoch job so
 # that the steps hold exactly the samples of an even run, in the same order (rank 0's part then
 # rank 1's), every step the same count, and the fast rank ends with about 3/4 of each step.
+# Nonsense reports starve nobody and the clamp is logged; no rank opens an update's step before
+# every rank gave its report (a lone rank 0 gets exactly 4 steps). Over MPI: the trainer's
+# parameters with shares equal even splits' (float tolerance), and resume chaos (rank kills while
+# the shares change) ends byte-identical to the uninterrupted run. PyTorch DDP over gloo with
+# loaderd.ddp's hook equals even splits. Every report is fixed (--report-ns): no check depends
+# on the machine's load. About 20-50 s on 2 shared cores.
 set -u
 BIN=${BUILD:-build}/bin
 . "$(dirname "$0")/lib.sh"
@@ -71,6 +77,28 @@ no share under the floor; reopened from step 0, every split as recorded" [ $? -e
 show "$T/hostile.out" 2
 check "the clamp is logged, naming the job" \
 	grep -q "job hostile-reports step [0-9]*: balanced shares: 1 rank(s) reported" "$T/loaderd.log"
+
+# ---- the gate: no rank opens an update's step before every rank gave its report ----
+# Rank 0 alone (rank 1 not attached yet): steps 0..3 are split evenly, the update at step 4
+# waits for rank 1's report, so loaderd publishes exactly 4 steps to rank 0 and no more; once
+# rank 1 comes, both end with the whole job.
+published0() {
+	"$BIN/loaderctl" --socket "$T/s.sock" --json stats gate 2>/dev/null | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+jobs = j["jobs"] if isinstance(j, dict) and "jobs" in j else j
+print([r for r in jobs[0]["ranks"] if r["rank"] == 0][0]["published"])' 2>/dev/null || echo -1
+}
+cat_rank gate 0 --balance --report-ns 1000 & p0=$!
+i=0
+while [ "$(published0)" -lt 4 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+sleep 0.5
+g=$(published0)
+check "rank 1 absent: rank 0 gets exactly the 4 steps before the first update (got $g)" [ "$g" = 4 ]
+cat_rank gate 1 --balance --report-ns 3000; s1=$?
+wait $p0; s0=$?
+check "rank 1 attached: both ranks end the job" [ $s0 -eq 0 ] && [ $s1 -eq 0 ] &&
+	[ "$(cut -d' ' -f1 "$T/gate.0" | sort -un | wc -l)" = 48 ]
 
 # ---- the trainer: the same parameters as even splits, on host ranks over MPI ----
 if command -v mpirun >/dev/null 2>&1; then
