@@ -94,7 +94,8 @@ test-san:
 	$(Q)$(MAKE) --no-print-directory SAN=address,undefined BUILD=build/san test-unit
 
 # The concurrent code under ThreadSanitizer: the ring's lock-free slot hand-off (shm/ring.c, with
-# producer and consumer threads in test_ring), the client over it, the server core's workers and
+# producer and consumer threads in test_ring, the balanced shares' report that rides on a slot's
+# release with it), the client over it, the server core's workers and
 # control thread, and the metrics writer.
 TSAN_TESTS := test_ring test_ldc test_srv test_srv_demand test_metrics
 test-tsan:

@@ -48,6 +48,7 @@
 #include "codec/decode.h"
 #include "codec/kind_load.h"
 #include "loader/sampler.h"
+#include "loader/shares.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -851,9 +852,28 @@ static int step_open(void *ctx, void *wp, struct srv_step *st, char *why, size_t
 		snprintf(why, whylen, "a worker could not start (see loaderd's log)");
 		return -ENOMEM;
 	}
-	st->count = ldr_sampler_batch(&j->smp, st->epoch, st->step_in_epoch, st->rank, st->ids,
-				      st->flags);
-	assert(st->count <= j->spec.batch && j->spec.batch <= RING_BATCH_MAX);
+	uint32_t c = ldr_sampler_count(&j->smp, st->step_in_epoch);
+
+	st->global_count = c * st->world;
+	if (!st->weights) {
+		st->count = ldr_sampler_batch(&j->smp, st->epoch, st->step_in_epoch, st->rank,
+					      st->ids, st->flags);
+		st->global_offset = c * st->rank;
+		assert(st->count <= j->spec.batch && j->spec.batch <= RING_BATCH_MAX);
+		return 0;
+	}
+	/* Balanced shares: the same global step, cut by the weights in force (loader/shares.h) */
+	if (ldr_shares_split(st->world, st->global_count, st->cap, st->weights, st->split, NULL) < 0) {
+		snprintf(why, whylen, "no split of %u samples over %u ranks of at most %u",
+			 st->global_count, st->world, st->cap);
+		return -EINVAL;
+	}
+	st->global_offset = 0;
+	for (uint32_t r = 0; r < st->rank; r++)
+		st->global_offset += st->split[r];
+	st->count = st->split[st->rank];
+	ldr_sampler_range(&j->smp, st->epoch, st->step_in_epoch, st->global_offset, st->count,
+			  st->ids, st->flags);
 	return 0;
 }
 
@@ -873,7 +893,8 @@ static int replace_bad(struct job *j, struct worker *w, struct srv_fill *f, uint
 		snprintf(f->why, sizeof(f->why), "sample %" PRIu64 ": %s (policy: fail)", id, why);
 		return -EBADMSG;
 	}
-	uint64_t pos = ldr_sampler_pos(&j->smp, st->step_in_epoch, st->rank, i) % j->smp.n;
+	uint64_t pos = ldr_sampler_gpos(&j->smp, st->step_in_epoch,
+					(uint64_t)st->global_offset + i) % j->smp.n;
 	uint64_t sid;
 	int64_t label;
 	if (substitute(j, w, st->epoch, pos, &sid, &label, dst, f) < 0) {

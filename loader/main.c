@@ -137,6 +137,10 @@ static const struct arg_opt opt_rows[] = {
 	  .meta = "CORES", .def_doc = "the cores of the affinity mask",
 	  .help = "decode CPU of the whole daemon, all jobs, e.g. 1.5; when short, the rings about "
 		  "to run dry first" },
+	{ "balance", 0, ARG_FLAG, AT(so.balance, int), .def_doc = "off",
+	  .help = "allow jobs to ask for balanced shares: each global step's samples split across "
+		  "ranks by their reported speed (docs/RING.md); a job's rings then hold up to "
+		  "twice its batch per slot" },
 	{ "fixed-workers", 0, ARG_FLAG, AT(so.fixed_workers, int), .def_doc = "off",
 	  .help = "no self-sizing: every worker decodes whenever a slot is free (the behaviour "
 		  "before it, for comparisons)" },

@@ -84,11 +84,43 @@ uint64_t ldr_sampler_pos(const struct ldr_sampler *s, uint64_t step, uint32_t ra
 	return ((uint64_t)step * s->batch + i) * s->world + rank;
 }
 
+uint32_t ldr_sampler_count(const struct ldr_sampler *s, uint64_t step)
+{
+	uint64_t first = step * s->batch;
+
+	return (uint32_t)(s->per_rank - first < s->batch ? s->per_rank - first : s->batch);
+}
+
+uint64_t ldr_sampler_gpos(const struct ldr_sampler *s, uint64_t step, uint64_t g)
+{
+	uint32_t c = ldr_sampler_count(s, step);
+
+	return ldr_sampler_pos(s, step, (uint32_t)(g / c), (uint32_t)(g % c));
+}
+
+/* The id and flags of global position @pos of @epoch. */
+static uint64_t draw(const struct ldr_sampler *s, uint64_t epoch, uint64_t pos, uint8_t *flag)
+{
+	*flag = 0;
+	if (pos >= s->n) {
+		/* pad/mask only (drop never reaches past n): repeat from the start */
+		*flag = s->tail == LDR_TAIL_MASK ? RING_SAMPLE_PADDING : RING_SAMPLE_REPEATED;
+		pos %= s->n;
+	}
+	return ldr_sampler_order(s, epoch, pos);
+}
+
+void ldr_sampler_range(const struct ldr_sampler *s, uint64_t epoch, uint64_t step, uint64_t offset,
+		       uint32_t n, uint64_t *ids, uint8_t *flags)
+{
+	for (uint32_t i = 0; i < n; i++)
+		ids[i] = draw(s, epoch, ldr_sampler_gpos(s, step, offset + i), &flags[i]);
+}
+
 uint32_t ldr_sampler_batch(const struct ldr_sampler *s, uint64_t epoch, uint64_t step,
 			   uint32_t rank, uint64_t *ids, uint8_t *flags)
 {
-	uint64_t first = step * s->batch;
-	uint32_t count = (uint32_t)(s->per_rank - first < s->batch ? s->per_rank - first : s->batch);
+	uint32_t count = ldr_sampler_count(s, step);
 
 	for (uint32_t i = 0; i < count; i++) {
 		uint64_t pos = ldr_sampler_pos(s, step, rank, i);

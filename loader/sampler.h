@@ -47,6 +47,17 @@ uint32_t ldr_sampler_batch(const struct ldr_sampler *s, uint64_t epoch, uint64_t
  * on (@k-th try: pos + k). Deterministic across runs and ranks. */
 uint64_t ldr_sampler_substitute(const struct ldr_sampler *s, uint64_t epoch, uint64_t pos,
 				uint64_t k);
+/* Samples each rank gets at @step under even splits (1..batch; the same for every rank). */
+uint32_t ldr_sampler_count(const struct ldr_sampler *s, uint64_t step);
+/* Balanced shares: entries [@offset, @offset + @n) of step @step's global list, which is the
+ * even split's batches concatenated in rank order (entry g is sample g % c of rank g / c, c =
+ * ldr_sampler_count): the same samples, the same order, only cut elsewhere. Writes @n ids and
+ * flags as ldr_sampler_batch; @offset + @n <= world x c (the caller checks). Even shares (offset
+ * r x c, n = c) give exactly ldr_sampler_batch's draw for rank r. */
+void ldr_sampler_range(const struct ldr_sampler *s, uint64_t epoch, uint64_t step, uint64_t offset,
+		       uint32_t n, uint64_t *ids, uint8_t *flags);
+/* The global position of entry @g of step @step's global list (see ldr_sampler_range). */
+uint64_t ldr_sampler_gpos(const struct ldr_sampler *s, uint64_t step, uint64_t g);
 /* The global position of the i-th sample of (@step, @rank). */
 uint64_t ldr_sampler_pos(const struct ldr_sampler *s, uint64_t step, uint32_t rank, uint32_t i);
 

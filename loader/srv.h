@@ -64,6 +64,14 @@ struct srv_step {
 				    * (a substituted sample) and nothing else */
 	uint8_t *flags;            /* RING_SAMPLE_*, the same way */
 	int64_t *labels;           /* the same way */
+	/* Balanced shares (spec.balance; docs/RING.md): NULL for an even split, else the weights
+	 * in force at this step (world entries, loader/shares.h), and @split, world entries of
+	 * scratch. step_open then draws this rank's part of the global step (ldr_shares_split). */
+	const uint32_t *weights;
+	uint32_t *split;
+	uint32_t cap;              /* samples the slot holds (the ring's batch) */
+	uint32_t global_count;     /* out of step_open: samples of the global step, all ranks */
+	uint32_t global_offset;    /* out of step_open: this rank's first entry in it */
 };
 
 /* A task: samples [begin, end) of a step, as the fill callback sees it. */
@@ -134,6 +142,7 @@ struct srv_opts {
 	unsigned max_world;        /* ranks per job (CTL_WORLD_MAX) */
 	unsigned mem_share_uid;    /* percent of mem_limit one uid's rings may take (100) */
 	int idle_ms;               /* close a connection that opened no job this long (10000) */
+	int balance;               /* allow jobs to ask for balanced shares (loaderd --balance) */
 	unsigned admin_share;      /* percent of the control thread's time one uid's loaderctl
 				    * answers may take, rendering and sending (2): both hold the
 				    * lock the workers need */

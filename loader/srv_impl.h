@@ -56,6 +56,7 @@
 #define LOADERD_SRV_IMPL_H
 #include "common/clk.h"
 #include "loader/demand.h"
+#include "loader/shares.h"
 #include "loader/srv.h"
 
 #include <pthread.h>
@@ -130,6 +131,8 @@ struct open_step {
 	uint64_t work_ns;        /* worker time spent on it: open and tasks */
 	uint64_t cpu_ns;         /* worker thread CPU spent on it: open and tasks */
 	uint64_t phase_ns[SRV_PHASES_MAX];
+	uint32_t *shares;        /* balanced shares: 2 x shares_cap (weights copied, split scratch) */
+	uint32_t shares_cap;
 	struct open_step *next_open;  /* on s->tasks, or on s->step_pool */
 };
 
@@ -224,6 +227,17 @@ struct job {
 	uint32_t target;              /* steps its attached rings keep opened ahead, then */
 	uint64_t pace_rel;            /* pick's scratch (srv_workers.c, under mu): the first step
 				       * its slowest eating rank has not released; UINT64_MAX: none */
+	/* Balanced shares (spec.balance), under mu: the splits recorded (loader/shares.h); the next
+	 * update step (a multiple of LDR_SHARES_EVERY) whose weights are not decided yet: no rank
+	 * opens it or a later step until they are; for that update, each rank's report (split_ns)
+	 * once it gave it (split_have, split_got ranks); and scratch (world entries each). */
+	struct ldr_split_log split;
+	uint64_t split_due;
+	uint64_t split_noted;         /* updates that ignored or clamped a report (logged: 1st, 100th..) */
+	double *split_ns;
+	uint8_t *split_have;
+	uint32_t split_got;
+	uint32_t *split_w;
 	uint64_t bad;
 	uint64_t bad_ids[16];         /* the most recent, for stats */
 	unsigned nbad_ids;            /* total ever recorded (index mod 16) */

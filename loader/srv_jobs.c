@@ -69,6 +69,10 @@ void srv_job_close_all(struct srv *s, struct job *dead)
 		if (s->ops.job_close)
 			s->ops.job_close(s->ops.ctx, j->state);
 		free(j->ranks);
+		ldr_split_log_fini(&j->split);
+		free(j->split_ns);
+		free(j->split_have);
+		free(j->split_w);
 		free(j);
 	}
 }
@@ -94,6 +98,8 @@ static const char *spec_diff(const struct ctl_job_open *a, const struct ctl_job_
 		return "tail";
 	if (a->epochs != b->epochs || a->start_epoch != b->start_epoch)
 		return "epochs";
+	if (a->balance != b->balance)
+		return "balance";
 	if (a->share != b->share || a->share_gid != b->share_gid)
 		return "share (the owner's opens must all share it, or none, with one group)";
 	if (a->weight != b->weight)
@@ -223,6 +229,8 @@ static void *opener_main(void *p)
 		memset(&info, 0, sizeof(info));
 		why[0] = '\0';
 		ret = s->ops.job_open(s->ops.ctx, &r->spec, r->fd, &state, &info, why, sizeof(why));
+		if (ret == 0 && r->spec.balance)
+			info.ring.batch = CTL_BALANCE_CAP(r->spec.batch);  /* room for a larger share */
 		if (ret == 0 && (ret = steps_check(&r->spec, &info, why, sizeof(why))) < 0 &&
 		    s->ops.job_close)
 			s->ops.job_close(s->ops.ctx, state);
@@ -423,6 +431,11 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 			      "(loaderd --max-world)", spec->job, spec->world, s->opts.max_world);
 		goto close_fd;
 	}
+	if (spec->balance && !s->opts.balance) {
+		srv_conn_fail(s, c, EPERM, "job %s: balanced shares: this loaderd does not allow them "
+			      "(start it with --balance)", spec->job);
+		goto close_fd;
+	}
 	/* The client opened the dataset with its own rights; a FIFO, a device or a directory is
 	 * refused here, before anything reads from it. */
 	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
@@ -503,6 +516,9 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 	}
 	/* A new job's rank table is memory a client chooses (world): counted like its rings. */
 	uint64_t table = sizeof(*j) + (uint64_t)spec->world * sizeof(*j->ranks);
+	if (spec->balance)  /* the split log and an update's scratch */
+		table += (uint64_t)spec->world * ((LDR_SHARES_LOG + 1) * sizeof(uint32_t) +
+						  sizeof(double) + 1);
 	char what[CTL_JOB_NAME_MAX + 64];
 	snprintf(what, sizeof(what), "job %s's table of %u ranks", spec->job, spec->world);
 	if (!j && srv_mem_check(s, c->uid, table, what, why, sizeof(why)) < 0) {
@@ -514,9 +530,22 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 		j = calloc(1, sizeof(*j));
 		if (j)
 			j->ranks = calloc(spec->world, sizeof(*j->ranks));
+		if (j && j->ranks && spec->balance &&
+		    (ldr_split_log_init(&j->split, spec->world) < 0 ||
+		     !(j->split_ns = calloc(spec->world, sizeof(*j->split_ns))) ||
+		     !(j->split_have = calloc(spec->world, sizeof(*j->split_have))) ||
+		     !(j->split_w = calloc(spec->world, sizeof(*j->split_w))))) {
+			free(j->ranks);
+			j->ranks = NULL;
+		}
 		if (!j || !j->ranks) {
-			if (j)
+			if (j) {
+				ldr_split_log_fini(&j->split);
+				free(j->split_ns);
+				free(j->split_have);
+				free(j->split_w);
 				free(j);
+			}
 			free(r);
 			srv_conn_fail(s, c, ENOMEM, "out of memory for job %s", spec->job);
 			goto close_fd;
@@ -525,6 +554,7 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 		j->spec = key;
 		j->id = ++s->next_job_id;
 		j->opening = 1;
+		j->split_due = LDR_SHARES_EVERY;  /* balanced shares: the first update */
 		j->uid = c->uid;
 		if (u)
 			u->jobs++;

@@ -62,6 +62,7 @@
  * It owns s->tasks, s->step_pool, the worker threads, the busy time, the budget and the
  * controller's fields of each att (srv_impl.h); it reads s->live
  * (srv_att.c keeps it) and uses srv_core.c and srv_att.c only. */
+#include "common/log.h"
 #include "loader/srv_impl.h"
 
 #include "common/proc.h"
@@ -95,6 +96,71 @@ static void charge(struct srv *s, struct open_step *o, int64_t cpu)
 	dm_bucket_charge(&s->budget, cpu);
 }
 
+/* Under mu. Balanced shares: every rank has given its report for the pending update: new weights
+ * from the previous ones and the reports (raw: ldr_shares_update clamps), recorded from
+ * split_due on; the next update is pending. Wakes the workers the gate held back. */
+static void split_decide(struct srv *s, struct job *j)
+{
+	uint32_t world = j->spec.world;
+	const uint32_t *prev = ldr_split_log_last(&j->split);
+	struct ldr_shares_note nt;
+	uint64_t step = j->split_due;
+
+	if (!prev)
+		ldr_shares_even(world, j->split_w);
+	ldr_shares_update(world, prev ? prev : j->split_w, j->split_ns, j->split_w, &nt);
+	if ((nt.nonsense || nt.clamped) && j->split_noted++ % 100 == 0)
+		LOG_WARN("job %s step %llu: balanced shares: %u rank(s) reported a compute time that "
+			 "is not a number or negative (ignored), %u one outside [%g, %g] ns per sample "
+			 "(clamped)", j->name, (unsigned long long)step, nt.nonsense, nt.clamped,
+			 LDR_SHARES_NS_MIN, LDR_SHARES_NS_MAX);
+	ldr_split_log_push(&j->split, step, j->split_w);  /* above every entry */
+	j->split_due = step + LDR_SHARES_EVERY;
+	j->split_got = 0;
+	memset(j->split_have, 0, world);
+	pthread_cond_broadcast(&s->cv);
+}
+
+/* Under mu. Balanced shares: rank @r's report for the pending update (j->split_due) is @ns (the
+ * first one counts); when every rank has given one, the update is decided. A rank attached past
+ * the next update's report step (a job resumed at a later step) will never open that step: it
+ * gives "none" (0) at once. */
+static void split_record(struct srv *s, struct job *j, uint32_t r, double ns)
+{
+	uint32_t world = j->spec.world;
+
+	if (j->split_have[r])
+		return;
+	j->split_have[r] = 1;
+	j->split_ns[r] = ns;
+	j->split_got++;
+	while (j->split_got == world) {
+		split_decide(s, j);
+		for (uint32_t q = 0; q < world; q++) {
+			struct att *qa = j->ranks[q].att;
+			if (qa && !qa->dead && qa->next > j->split_due - LDR_SHARES_EVERY) {
+				j->split_have[q] = 1;
+				j->split_ns[q] = 0;
+				j->split_got++;
+			}
+		}
+	}
+}
+
+/* Under mu. Balanced shares: may @a open its next step? Not from the pending update on, until
+ * every rank has given its report for it (split_record). A rank that started past the report
+ * step (resumed later) gives "none" here, as it will never open that step. */
+static int split_gate(struct srv *s, struct att *a)
+{
+	struct job *j = a->job;
+
+	if (!j->spec.balance || a->next < j->split_due)
+		return 1;
+	if (a->next > j->split_due - LDR_SHARES_EVERY && !j->split_have[a->rank])
+		split_record(s, j, a->rank, 0);
+	return a->next < j->split_due;
+}
+
 /* Under mu. What the controller needs of @a at @now into *r, and the first step its consumer has
  * not released into *released; updates its rate and starvation. 0 when it cannot take a step at
  * all (gone, failed, done, hostile). */
@@ -105,7 +171,8 @@ static int ring_in(struct srv *s, struct att *a, int64_t now, struct dm_ring *r,
 	struct rank_state *rs = &j->ranks[a->rank];
 
 	memset(r, 0, sizeof(*r));
-	if (a->dead || a->hostile || j->failed || (j->steps_total && a->next >= j->steps_total))
+	if (a->dead || a->hostile || j->failed || (j->steps_total && a->next >= j->steps_total) ||
+	    !split_gate(s, a))
 		return 0;
 	int ret = ring_prod_poll(a->ring, a->next);
 	if (ret < 0) {
@@ -274,6 +341,7 @@ static void step_free(struct open_step *o)
 	free(o->st.ids);
 	free(o->st.flags);
 	free(o->st.labels);
+	free(o->shares);
 	free(o);
 }
 
@@ -348,6 +416,8 @@ static void step_done(struct srv *s, struct open_step *o)
 		memcpy(o->slot.flags, o->st.flags, n * sizeof(*o->st.flags));
 		memcpy(o->slot.labels, o->st.labels, n * sizeof(*o->st.labels));
 		o->slot.hdr->fill_ns = o->work_ns;
+		o->slot.hdr->global_count = o->st.global_count;
+		o->slot.hdr->global_offset = o->st.global_offset;
 		o->slot.hdr->latency_ns = latency;
 		ring_prod_publish(a->ring, &o->slot, n, flags);
 		pthread_mutex_lock(&s->mu);
@@ -460,6 +530,39 @@ static void task_done(struct srv *s, struct open_step *o, int ret, const struct 
 		step_done(s, o);
 }
 
+/* Under mu. Balanced shares, when @a opens @step with @report the report its consumer left in the
+ * slot with the release of step - slots (ring_prod_reclaim_report): the update pending at
+ * split_due takes every rank's report from the step split_due - LDR_SHARES_EVERY - slots, that
+ * is the one read when the rank opens split_due - LDR_SHARES_EVERY; so the weights are a pure
+ * function of the reports that came with defined steps, whatever the order and the time in which
+ * the workers open steps. Then the weights in force at @step go into @o's copy, which step_open
+ * reads without the lock. 0 or -ENOMEM. */
+static int step_shares(struct srv *s, struct att *a, struct open_step *o, uint64_t step,
+		       double report)
+{
+	struct job *j = a->job;
+	uint32_t world = j->spec.world;
+
+	if (step < j->split_due && step + LDR_SHARES_EVERY >= j->split_due)
+		split_record(s, j, a->rank, step + LDR_SHARES_EVERY == j->split_due ? report : 0);
+	if (o->shares_cap < world) {
+		free(o->shares);
+		o->shares = calloc(2 * (size_t)world, sizeof(*o->shares));
+		o->shares_cap = o->shares ? world : 0;
+		if (!o->shares)
+			return -ENOMEM;
+	}
+	const uint32_t *w = ldr_split_log_at(&j->split, step);
+	if (!w) {
+		ldr_shares_even(world, o->shares);  /* before the log: even (a job's first steps) */
+		w = o->shares;
+	}
+	memmove(o->shares, w, world * sizeof(*w));
+	o->st.weights = o->shares;
+	o->st.split = o->shares + world;
+	return 0;
+}
+
 /* Under mu; lets go of it while ops->step_open runs. Open @step of @a (picked, with a reference
  * on @a): take its slot, draw it, and queue its tasks. */
 static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
@@ -476,6 +579,9 @@ static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 		return;
 	}
 	memset(&o->st, 0, offsetof(struct srv_step, ids));
+	o->st.weights = NULL;
+	o->st.split = NULL;
+	o->st.global_count = o->st.global_offset = 0;
 	o->a = a;
 	o->step = step;
 	o->next = o->out = 0;
@@ -493,6 +599,13 @@ static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 		step_done(s, o);
 		return;
 	}
+	if (j->spec.balance &&
+	    step_shares(s, a, o, step, ring_prod_reclaim_report(a->ring, &o->slot)) < 0) {
+		fail_job(s, j, a->rank, step, -ENOMEM, "out of memory opening a step");
+		o->abandoned = 1;
+		step_done(s, o);
+		return;
+	}
 	pthread_mutex_unlock(&s->mu);
 
 	int64_t t0 = now_ns(), c0 = thread_cpu_ns();
@@ -501,6 +614,7 @@ static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 	o->st.world = j->spec.world;
 	o->st.epoch = step / j->info.steps_per_epoch;
 	o->st.step_in_epoch = step % j->info.steps_per_epoch;
+	o->st.cap = j->info.ring.batch;
 	o->slot.hdr->epoch = o->st.epoch;
 	o->slot.hdr->step_in_epoch = o->st.step_in_epoch;
 	ret = step_arrays(o, j->info.ring.batch);
@@ -511,6 +625,17 @@ static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 	if (ret == 0 && o->st.count > j->info.ring.batch) {
 		snprintf(why, sizeof(why), "the fill drew %u samples for a batch of %u",
 			 o->st.count, j->info.ring.batch);
+		ret = -EPROTO;
+	}
+	if (ret == 0 && o->st.global_count == 0) {
+		/* a filler that draws even splits only */
+		o->st.global_count = o->st.count * o->st.world;
+		o->st.global_offset = o->st.count * o->st.rank;
+	}
+	if (ret == 0 && (o->st.global_offset > o->st.global_count ||
+			 o->st.count > o->st.global_count - o->st.global_offset)) {
+		snprintf(why, sizeof(why), "the fill drew samples [%u, %u) of a step of %u",
+			 o->st.global_offset, o->st.global_offset + o->st.count, o->st.global_count);
 		ret = -EPROTO;
 	}
 	int64_t dt = now_ns() - t0, dc = thread_cpu_ns() - c0;

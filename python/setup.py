@@ -28,7 +28,7 @@ C_FILES = ("shm/ring.c", "shm/ctl.c", "shm/ldc.c", "shm/token.c", "shm/ring.h", 
 # The verdict's one table (trainer/report.c compiles it; loaderd/report.py reads it): shipped
 # inside the package, next to libldc.so.
 TABLE = "trainer/report_limits.def"
-SONAME = "libldc.so.1"  # shm/module.mk's LDC_SOVERSION
+SONAME = "libldc.so.2"  # shm/module.mk's LDC_SOVERSION
 
 
 def source_root() -> Path:

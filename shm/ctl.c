@@ -189,6 +189,10 @@ int ctl_check_job_open(const struct ctl_job_open *j, char *why, size_t whylen)
 		return BAD("owner_uid: for share JOIN only");
 	if (j->weight > CTL_WEIGHT_MAX)
 		return BAD("weight: %u is not in 1..%u (0 = 1)", j->weight, CTL_WEIGHT_MAX);
+	if ((uint64_t)j->batch * j->world > UINT32_MAX)
+		return BAD("batch x world: more than 2^32 - 1 samples a step");
+	if (j->balance > 1)
+		return BAD("balance: 0 or 1");
 	return 0;
 }
 

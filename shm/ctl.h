@@ -64,6 +64,9 @@ enum ctl_share { CTL_SHARE_NONE = 0, CTL_SHARE_GROUP = 1, CTL_SHARE_JOIN = 2 };
  * 400,000 years. Every position also fits an int64 (Python, numpy, torch). */
 #define CTL_STEP_LIMIT (1ull << 62)
 #define CTL_DATASET_ID_SIZE 16u   /* = DPK_IDENTITY_SIZE */
+/* Samples a rank's ring slot holds when the job balances shares: room for twice the even batch,
+ * the most any rank's share may reach (docs/RING.md, "Balanced shares"). */
+#define CTL_BALANCE_CAP(batch) ((batch) * 2u < 65536u ? (batch) * 2u : 65536u)
 
 /* Transforms (bits). */
 #define CTL_TF_RANDOM_RESIZED_CROP 0x01u /* torchvision RandomResizedCrop(scale 0.08-1, ratio 3/4-4/3) */
@@ -95,8 +98,11 @@ struct ctl_job_open {
 	uint32_t share;               /* enum ctl_share */
 	uint32_t share_gid;           /* CTL_SHARE_GROUP: the group whose members may join */
 	uint32_t owner_uid;           /* CTL_SHARE_JOIN: whose job to join */
-	uint32_t weight;              /* the job's share of decode CPU when loaderd is short of it
-				       * (docs/TUNING.md, self-sizing): 1..CTL_WEIGHT_MAX; 0 = 1 (was
+	uint16_t weight;              /* the job's share of decode CPU when loaderd is short of it
+				       * (docs/TUNING.md, self-sizing): 1..CTL_WEIGHT_MAX; 0 = 1 */
+	uint16_t balance;             /* 1: balanced shares (docs/RING.md, "Balanced shares"; the
+				       * daemon must allow them: loaderd --balance), 0: even splits.
+				       * Every rank of a job says the same. (weight and balance were
 				       * reserved: zero from older clients) */
 };
 #define CTL_WEIGHT_MAX 1000u

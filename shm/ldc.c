@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <math.h>
 #include <poll.h>
 #include <pwd.h>
 #include <stdarg.h>
@@ -42,6 +43,9 @@ struct ldc {
 	int gone;               /* the daemon hung up or dropped us, or ldc_detach */
 	int gone_err;
 	int detached;           /* ldc_detach: socket and doorbell closed, ring still mapped */
+	int balance;            /* the job balances shares: a slot holds up to CTL_BALANCE_CAP */
+	double report;          /* ldc_report's latest, ns per sample; 0: none. Left in the slot
+				 * of every step released from then on (ring_cons_report) */
 	char err[CTL_TEXT_MAX + 128];
 };
 
@@ -281,8 +285,10 @@ static int check_job_ok(struct ldc *c, const struct ctl_job_open *m, const struc
 	if (h->job_id != ok->job_id)
 		return BAD_REPLY("ring job_id: %llu, the reply says %llu", ULL(h->job_id),
 				 ULL(ok->job_id));
-	if (h->batch != m->batch)
-		return BAD_REPLY("ring batch: %u samples per slot, asked for %u", h->batch, m->batch);
+	uint32_t slot_batch = m->balance ? CTL_BALANCE_CAP(m->batch) : m->batch;
+	if (h->batch != slot_batch)
+		return BAD_REPLY("ring batch: %u samples per slot, asked for %u%s", h->batch, slot_batch,
+				 m->balance ? " (twice the batch: balanced shares)" : "");
 	if (h->slots < 2 || (m->slots && h->slots != m->slots))
 		return BAD_REPLY("ring slots: %u, asked for %u (0: loaderd's default, at least 2)",
 				 h->slots, m->slots);
@@ -390,6 +396,7 @@ int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 	m.on_bad = job->on_bad;
 	m.slots = job->slots;
 	m.weight = job->weight;
+	m.balance = job->balance ? 1 : 0;
 	if ((ret = open_share(c, job, &m)) < 0)
 		return ret;
 	struct ldc_token want = { .seed = job->seed, .world = job->world, .batch = job->batch,
@@ -472,6 +479,7 @@ int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 		return set_err(c, ret, "job %s: %s", m.job, why);
 	}
 	c->job = want;  /* ldc_token's template */
+	c->balance = m.balance;
 	c->next = ok.first_step;
 	memcpy(info->dataset_id, ok.dataset_id, sizeof(info->dataset_id));
 	info->job_id = ok.job_id;
@@ -510,10 +518,22 @@ static int read_slot(struct ldc *c, const struct ring_slot *s, struct ring_slot_
 	sh->step_in_epoch = __atomic_load_n(&s->hdr->step_in_epoch, __ATOMIC_RELAXED);
 	sh->count = __atomic_load_n(&s->hdr->count, __ATOMIC_RELAXED);
 	sh->flags = __atomic_load_n(&s->hdr->flags, __ATOMIC_RELAXED);
+	sh->global_count = __atomic_load_n(&s->hdr->global_count, __ATOMIC_RELAXED);
+	sh->global_offset = __atomic_load_n(&s->hdr->global_offset, __ATOMIC_RELAXED);
+	/* The global step is world x (the even count, 1..batch asked for); this rank's part lies
+	 * inside it, and with even splits it is exactly the rank's even batch. */
+	uint64_t world = h->world, even = sh->global_count / (world ? world : 1);
 	if (sh->step != s->step)
 		what = "step";
 	else if (sh->count == 0 || sh->count > h->batch)
 		what = "count";
+	else if (sh->global_count % world || even == 0 || even > c->job.batch)
+		what = "global_count";
+	else if (sh->global_offset > sh->global_count ||
+		 sh->count > sh->global_count - sh->global_offset)
+		what = "global_offset";
+	else if (!c->balance && (sh->count != even || sh->global_offset != even * h->rank))
+		what = "global_offset";
 	else if (sh->epoch != s->step / spe)
 		what = "epoch";
 	else if (sh->step_in_epoch != s->step % spe)
@@ -578,6 +598,19 @@ int ldc_acquire(struct ldc *c, int timeout_ms, struct ldc_batch *b)
 	b->ids = s.ids;
 	b->data = s.payload;
 	b->sample_bytes = h->sample_bytes;
+	b->global_count = sh.global_count;
+	b->global_offset = sh.global_offset;
+	return 0;
+}
+
+int ldc_report(struct ldc *c, double ns_per_sample)
+{
+	if (!c->ring)
+		return set_err(c, -EINVAL, "no job is open on this connection");
+	if (!(ns_per_sample > 0) || !isfinite(ns_per_sample))
+		return set_err(c, -EINVAL, "compute time per sample: %g ns is not a positive number",
+			       ns_per_sample);
+	c->report = ns_per_sample;
 	return 0;
 }
 
@@ -590,6 +623,11 @@ int ldc_release(struct ldc *c, const struct ldc_batch *b)
 		return set_err(c, -EINVAL, "no job is open on this connection");
 	if (c->detached)
 		return set_err(c, -EPIPE, "this connection let go of its job (ldc_detach)");
+	/* The latest report goes with the release of this step: loaderd reads it back when it takes
+	 * the slot again, so what it sees for a step does not depend on when it looks. A step not
+	 * held fails the release below. */
+	if (c->report > 0)
+		(void)ring_cons_report(c->ring, b->step, c->report);
 	ret = ring_cons_release(c->ring, b->step);
 	if (ret < 0)
 		return set_err(c, ret, "step %llu is not held by this client",

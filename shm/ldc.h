@@ -64,6 +64,10 @@ struct ldc_job {
 	const char *owner;        /* join another user's job that was shared with one of this
 				   * user's groups: the owner's user name or uid. Never creates the
 				   * job: its owner opens it first */
+	/* Balanced shares (docs/RING.md): each global step's samples split across the ranks by
+	 * their speed, which each rank reports with ldc_report. Every rank of the job says the
+	 * same; loaderd must allow it (--balance). A batch then holds up to twice `batch`. */
+	int balance;
 };
 
 struct ldc_info {
@@ -86,6 +90,10 @@ struct ldc_batch {
 	const uint64_t *ids;      /* count entries: sample index in the dataset */
 	void *data;               /* count * sample_bytes, 4 KiB aligned, in the shared ring */
 	uint64_t sample_bytes;
+	/* The split of the global step (ring.h, struct ring_slot_hdr): its samples, all ranks, and
+	 * this batch's place in them, [global_offset, global_offset + count). Weigh this rank's
+	 * gradient by count / global_count for the update of an even split (python loaderd.ddp). */
+	uint32_t global_count, global_offset;
 };
 
 /* The socket loaderd listens on when not told otherwise: $XDG_RUNTIME_DIR/loaderd.sock, else
@@ -118,6 +126,12 @@ int ldc_token(struct ldc *c, uint64_t step, void *buf, size_t cap);
 int ldc_acquire(struct ldc *c, int timeout_ms, struct ldc_batch *b);
 /* Give @b back to the daemon. 0 or -errno (-EINVAL: not held). */
 int ldc_release(struct ldc *c, const struct ldc_batch *b);
+/* Report this rank's compute time per sample (ns, forward + backward, without waiting for
+ * data or for other ranks), for balanced shares: the latest report goes with every step
+ * released from then on (one store into the slot header before the release), and loaderd's
+ * share updates use the reports that came with defined steps (docs/RING.md). 0, or -EINVAL (not
+ * a positive finite number, or no job open). */
+int ldc_report(struct ldc *c, double ns_per_sample);
 /* This rank's counters. 0 or -errno (-EBADMSG: a field is out of range: job_id, slots,
  * occupancy, ranks_attached or a reserved one; ldc_error names it). */
 int ldc_stats(struct ldc *c, struct ctl_stats *st);

@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -550,4 +551,43 @@ int ring_prod_published(const struct ring *r, uint64_t step)
 	uint32_t w = atomic_load_explicit(word_of(r, step), memory_order_acquire);
 
 	return w == make_word(lap, RING_READY) || w == make_word(lap, RING_HELD);
+}
+
+/* A slot header's cons_report, the one field of a slot the consumer writes. Its store comes
+ * before the consumer's release CAS and its load after the producer's acquire CAS in
+ * ring_prod_begin, so plain relaxed atomics suffice: the state word orders them. */
+static _Atomic uint64_t *report_word(const struct ring_slot *s)
+{
+	return (_Atomic uint64_t *)(void *)((uint8_t *)s->hdr + offsetof(struct ring_slot_hdr,
+									  cons_report));
+}
+
+int ring_cons_report(struct ring *r, uint64_t step, double ns_per_sample)
+{
+	struct ring_slot s;
+	uint64_t bits;
+
+	if (!isfinite(ns_per_sample) || ns_per_sample <= 0 || step < r->h.first_step ||
+	    atomic_load_explicit(word_of(r, step), memory_order_relaxed) !=
+	    make_word(lap_of(r, step), RING_HELD))
+		return -EINVAL;
+	slot_view(r, step, &s);
+	memcpy(&bits, &ns_per_sample, sizeof(bits));
+	/* published by the release CAS of ring_cons_release */
+	atomic_store_explicit(report_word(&s), bits, memory_order_relaxed);
+	return 0;
+}
+
+double ring_prod_reclaim_report(struct ring *r, const struct ring_slot *s)
+{
+	uint64_t prev = s->step - r->h.slots, bits;
+	double v = 0;
+
+	/* after the acquire CAS of ring_prod_begin: sees what the release of prev stored */
+	bits = atomic_exchange_explicit(report_word(s), 0, memory_order_relaxed);
+	if (s->step < r->h.first_step + r->h.slots ||
+	    __atomic_load_n(&s->hdr->step, __ATOMIC_RELAXED) != prev)
+		return 0;
+	memcpy(&v, &bits, sizeof(v));
+	return v;
 }

@@ -87,9 +87,22 @@ struct ring_slot_hdr {
 	uint32_t flags;           /* RING_SLOT_* */
 	uint64_t fill_ns;         /* producer time spent filling, for stats (all workers' tasks) */
 	uint64_t latency_ns;      /* from the first task of the step to its publish (0: unknown) */
-	uint64_t reserved[2];
+	/* The split of the global step: its samples, all ranks, are the even split's concatenated
+	 * in rank order (rank 0's even batch, then rank 1's, ...); this rank holds entries
+	 * [global_offset, global_offset + count) of it. Even splits: world x count and rank x count.
+	 * Balanced shares (docs/RING.md): the ranks' counts follow their speeds. */
+	uint32_t global_count;    /* samples in the global step, <= world x batch asked for */
+	uint32_t global_offset;   /* this rank's first entry; global_offset + count <= global_count */
+	/* The one field the CONSUMER writes: while it holds the slot, before releasing it
+	 * (ring_cons_report), the bits of a double, its compute time per sample in ns, for balanced
+	 * shares; 0 = no report. The producer reads it back when it takes the slot for its next lap
+	 * (ring_prod_reclaim_report: the report that came with the release of that step) and treats
+	 * it as hostile: any bits at all. */
+	uint64_t cons_report;
 };
 _Static_assert(sizeof(struct ring_slot_hdr) == 64, "ring_slot_hdr is shared memory");
+_Static_assert(offsetof(struct ring_slot_hdr, global_count) == 48, "ring_slot_hdr is shared memory");
+_Static_assert(offsetof(struct ring_slot_hdr, cons_report) == 56, "ring_slot_hdr is shared memory");
 
 /* What the producer asks for. */
 struct ring_desc {
@@ -151,7 +164,19 @@ int ring_prod_scan(struct ring *r, uint64_t from, uint64_t to, uint64_t *frontie
 /* Wake every waiter and make ring_prod_wait return -ESHUTDOWN from now on. */
 void ring_shutdown(struct ring *r);
 
+/* Right after ring_prod_begin(@s->step) succeeded: the report the consumer left in that slot with
+ * its release of step @s->step - slots (raw bits from shared memory, so NaN, negative, zero or
+ * absurd; the caller clamps: loader/shares.c), and clears the field for this lap. 0 when that
+ * step was not in this ring (a fresh ring, or before first_step), or the slot header names
+ * another step. Read once; the acquire of ring_prod_begin pairs with ring_cons_release. */
+double ring_prod_reclaim_report(struct ring *r, const struct ring_slot *s);
+
 /* Consumer side. */
+/* Report this consumer's compute time per sample (@ns_per_sample, > 0 and finite, else
+ * -EINVAL) with held step @step (else -EINVAL), for balanced shares: one store into its slot
+ * header's cons_report, which ring_cons_release(@step) publishes; the producer reads it when it
+ * takes the slot again. 0 or -EINVAL. */
+int ring_cons_report(struct ring *r, uint64_t step, double ns_per_sample);
 /* Wait until @step is published, then take it. 0, -ETIMEDOUT, -EBADMSG (the slot's header
  * names another step: the slot is then held, and the ring is not to be trusted), -ENODATA
  * (@step is past steps_total), -EINVAL (before first_step). @timeout_ms < 0 waits without

@@ -125,6 +125,7 @@ probe c --dataset "$T/small.dpk" --workers 1 --crop 64 --batch 32 \
 check "(c) --inject-slow-rank 1:3: straggler-limited" [ "$(verdict c)" = straggler-limited ]
 check "(c) the report names rank 1 and how much slower" \
 	grep -Eq "rank 1 computes [0-9.]+x as long as rank 0" "$T/c.out"
+check "(c) the advice names --balance" grep -q "trainer --balance" "$T/c.out"
 
 # ---- (d) injected slow allreduce: communication-limited, exposed share given ----
 probe d --dataset "$T/small.dpk" --workers 1 --crop 64 --batch 32 \

@@ -290,7 +290,7 @@ static void test_ldc_open_checks_every_field_of_the_reply(void **state)
 
 /* ---- a slot's header, at acquire ---- */
 
-enum slot_field { S_COUNT, S_EPOCH, S_STEP_IN_EPOCH, S_STEP };
+enum slot_field { S_COUNT, S_EPOCH, S_STEP_IN_EPOCH, S_STEP, S_GCOUNT, S_GOFFSET };
 
 struct slot_case {
 	const char *what;
@@ -310,7 +310,24 @@ static const struct slot_case slot_cases[] = {
 	{ "step_in_epoch + 1", S_STEP_IN_EPOCH, FIRST % SPE + 1, ": step_in_epoch is" },
 	{ "step_in_epoch of the epoch before", S_STEP_IN_EPOCH, FIRST % SPE + SPE, ": step_in_epoch is" },
 	{ "step + 1", S_STEP, FIRST + 1, ": step is" },
+	/* the fake is rank 1 of 2 with even splits: its part is [BATCH, 2 BATCH) of 2 BATCH */
+	{ "global_count = world x batch", S_GCOUNT, 2 * BATCH, NULL },
+	{ "global_count not a multiple of world", S_GCOUNT, 2 * BATCH + 1, ": global_count is" },
+	{ "global_count = world x (batch + 1)", S_GCOUNT, 2 * (BATCH + 1), ": global_count is" },
+	{ "global_count 0", S_GCOUNT, 0, ": global_count is" },
+	{ "global_count 2^32 - 2", S_GCOUNT, UINT32_MAX - 1, ": global_count is" },
+	{ "global_offset = rank x count", S_GOFFSET, BATCH, NULL },
+	{ "global_offset of rank 0", S_GOFFSET, 0, ": global_offset is" },
+	{ "global_offset + count past the step", S_GOFFSET, BATCH + 1, ": global_offset is" },
+	{ "global_offset 2^32 - 1", S_GOFFSET, UINT32_MAX, ": global_offset is" },
 };
+
+/* The split of an even step for the fake's rank 1 of 2. */
+static void split_even(struct ring_slot *s, uint32_t count)
+{
+	s->hdr->global_count = 2 * count;
+	s->hdr->global_offset = count;
+}
 
 static void test_ldc_acquire_checks_the_slot_header(void **state)
 {
@@ -326,10 +343,19 @@ static void test_ldc_acquire_checks_the_slot_header(void **state)
 		assert_int_equal(ring_prod_begin(f.ring, FIRST, &s), 0);
 		s.hdr->epoch = FIRST / SPE;
 		s.hdr->step_in_epoch = FIRST % SPE;
+		split_even(&s, BATCH);
 		ring_prod_publish(f.ring, &s, BATCH, 0);
 		switch (k->f) {  /* after the publish, as a hostile server would */
 		case S_COUNT:
 			s.hdr->count = (uint32_t)k->v;
+			if (!k->needle)
+				split_even(&s, (uint32_t)k->v);  /* a consistent short step */
+			break;
+		case S_GCOUNT:
+			s.hdr->global_count = (uint32_t)k->v;
+			break;
+		case S_GOFFSET:
+			s.hdr->global_offset = (uint32_t)k->v;
 			break;
 		case S_EPOCH:
 			s.hdr->epoch = k->v;
@@ -446,6 +472,7 @@ static void test_ldc_detach_keeps_the_held_batch_until_close(void **state)
 	s.hdr->epoch = FIRST / SPE;
 	s.hdr->step_in_epoch = FIRST % SPE;
 	memset(s.payload, 0xa5, BATCH * f.d.sample_bytes);
+	split_even(&s, BATCH);
 	ring_prod_publish(f.ring, &s, BATCH, 0);
 	assert_int_equal(ldc_acquire(f.c, 1000, &b), 0);
 

@@ -30,6 +30,7 @@
 #include <inttypes.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -1187,6 +1188,91 @@ static void test_ring_release_not_held_einval(void **state)
 	assert_int_equal(ring_word(g_prod, 5), W(1, RING_FREE));
 }
 
+/* Balanced shares' reports: the one a consumer leaves in a held slot goes with its release, and
+ * the producer reads it back when it takes that slot for the next lap, then clears it. Bounds:
+ * the smallest positive double is a report, 0, -0, negative, NaN and infinite are not; a step
+ * that is not held (free, filling, ready, another lap) takes none. A slot never used (the first
+ * lap of a ring) or whose header names another step gives 0. */
+static void test_ring_report_goes_with_release(void **state)
+{
+	struct ring_desc d = desc_make(3, 4, 8, 5, 0);
+	const struct ring_hdr *h;
+	struct ring_slot s;
+	double bad[] = { 0.0, -0.0, -1.0, NAN, INFINITY, -INFINITY };
+
+	(void)state;
+	pair_open(&d);
+	h = ring_header(g_prod);
+	for (uint64_t st = 5; st < 8; st++) {
+		assert_int_equal(ring_prod_begin(g_prod, st, &s), 0);
+		assert_true(ring_prod_reclaim_report(g_prod, &s) == 0);  /* first lap: never used */
+		assert_int_equal(ring_cons_report(g_cons, st, 100.0), -EINVAL);  /* filling */
+		fill_slot(h, &s, st);
+		ring_prod_publish(g_prod, &s, count_of(h, st), 0);
+		assert_int_equal(ring_cons_report(g_cons, st, 100.0), -EINVAL);  /* ready */
+		assert_int_equal(ring_cons_acquire(g_cons, st, 0, &s), 0);
+		for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++)
+			assert_int_equal(ring_cons_report(g_cons, st, bad[k]), -EINVAL);
+		assert_int_equal(ring_cons_report(g_cons, st + 3, 100.0), -EINVAL);  /* next lap */
+		assert_int_equal(ring_cons_report(g_cons, 4, 100.0), -EINVAL);  /* before first */
+		if (st == 5)
+			assert_int_equal(ring_cons_report(g_cons, st, 250.5), 0);
+		if (st == 7) {
+			assert_int_equal(ring_cons_report(g_cons, st, 5e-324), 0);  /* smallest > 0 */
+			s.hdr->step = 99;  /* a consumer that rewrites the header */
+		}
+		assert_int_equal(ring_cons_release(g_cons, st), 0);
+		assert_int_equal(ring_cons_report(g_cons, st, 100.0), -EINVAL);  /* released */
+	}
+	assert_int_equal(ring_prod_begin(g_prod, 8, &s), 0);
+	assert_true(ring_prod_reclaim_report(g_prod, &s) == 250.5);
+	assert_true(ring_prod_reclaim_report(g_prod, &s) == 0);  /* read once: cleared */
+	assert_int_equal(ring_prod_begin(g_prod, 9, &s), 0);
+	assert_true(ring_prod_reclaim_report(g_prod, &s) == 0);  /* step 6 came without one */
+	assert_int_equal(ring_prod_begin(g_prod, 10, &s), 0);
+	assert_true(ring_prod_reclaim_report(g_prod, &s) == 0);  /* the header names step 99 */
+}
+
+/* The report and the release cross threads: a consumer thread reports step x 10 + 1 with each
+ * step it releases; the producer, taking each slot again, reads exactly that (TSan: the state
+ * word orders the field). */
+#define REPORT_STEPS 400u
+static void *report_consumer(void *p)
+{
+	for (uint64_t st = 0; st < REPORT_STEPS; st++) {
+		struct ring_slot s;
+		if (ring_cons_acquire(p, st, 5000, &s) < 0 ||
+		    ring_cons_report(p, st, (double)st * 10 + 1) < 0 || ring_cons_release(p, st) < 0)
+			return (void *)1;
+	}
+	return NULL;
+}
+
+static void test_ring_report_threads(void **state)
+{
+	struct ring_desc d = desc_make(4, 2, 4, 0, REPORT_STEPS);
+	const struct ring_hdr *h;
+	pthread_t cons;
+	void *ret;
+
+	(void)state;
+	pair_open(&d);
+	h = ring_header(g_prod);
+	assert_int_equal(pthread_create(&cons, NULL, report_consumer, g_cons), 0);
+	for (uint64_t st = 0; st < REPORT_STEPS; st++) {
+		struct ring_slot s;
+		while (ring_prod_poll(g_prod, st) == 0)
+			assert_int_equal(ring_prod_wait(g_prod, st, 5000), 0);
+		assert_int_equal(ring_prod_begin(g_prod, st, &s), 0);
+		double want = st >= 4 ? (double)(st - 4) * 10 + 1 : 0;
+		assert_true(ring_prod_reclaim_report(g_prod, &s) == want);
+		fill_slot(h, &s, st);
+		ring_prod_publish(g_prod, &s, count_of(h, st), 0);
+	}
+	assert_int_equal(pthread_join(cons, &ret), 0);
+	assert_null(ret);
+}
+
 /* A step can be held once. The second acquire fails (after its timeout) and takes nothing away
  * from the first. */
 static void test_ring_acquire_twice_fails(void **state)
@@ -2266,6 +2352,8 @@ int main(void)
 		T(test_ring_state_full_cycle),
 		T(test_ring_acquire_unpublished_times_out),
 		T(test_ring_release_not_held_einval),
+		T(test_ring_report_goes_with_release),
+		T(test_ring_report_threads),
 		T(test_ring_acquire_twice_fails),
 		T(test_ring_acquire_past_total_enodata),
 		T(test_ring_begin_invalid),

@@ -805,6 +805,7 @@ static void test_srv_ctl_bad_job_open_fields_refused(void **state)
 		{ "at_epoch 2^64 - 1", "at_epoch: 18446744073709551615 is past the step limit" },
 		{ "unknown share mode", "share: unknown mode 3" },
 		{ "owner_uid without a join", "owner_uid: for share JOIN only" },
+		{ "balance 2", "balance: 0 or 1" },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -826,6 +827,7 @@ static void test_srv_ctl_bad_job_open_fields_refused(void **state)
 		case 12: m.start = CTL_START_AT; m.at_epoch = UINT64_MAX; break;
 		case 13: m.share = 3; break;
 		case 14: m.owner_uid = 1000; break;
+		case 15: m.balance = 2; break;
 		}
 		int fd = raw_connect();
 		assert_int_equal(ctl_send(fd, CTL_JOB_OPEN, &m, sizeof(m), NULL, 0), 0);

@@ -699,6 +699,71 @@ static void test_ddp_sgd_momentum_hand_computed(void **state)
 	}
 }
 
+/* Weighted averaging (balanced shares): the count slot ends bucket 0 and moves the later buckets
+ * one float up; bucket 0's allreduce carries (weight x gradient, weight); the update divides by
+ * the summed weight, so it is the plain mean's; weight 0 updates nothing; no accumulation. */
+static void test_ddp_weighted_count_slot_in_bucket_0(void **state)
+{
+	const size_t sizes[] = { 2, 3 };  /* bucket 0: parameter 1 (3 floats), bucket 1: parameter 0 */
+	const struct trn_bucket *b;
+	struct trn_ddp *d;
+	int sync, acc;
+
+	(void)state;
+	spy_reset(NULL);
+	assert_int_equal(trn_ddp_create(&g_spy.c, g_dev, sizes, 2, 4, 4, 2, &d), 0);
+	assert_int_equal(trn_ddp_weighted(d), -EINVAL);  /* accum 2 */
+	trn_ddp_destroy(d);
+
+	assert_int_equal(trn_ddp_create(&g_spy.c, g_dev, sizes, 2, 4, 4, 1, &d), 0);
+	assert_int_equal(trn_ddp_weighted(d), 0);
+	assert_int_equal(trn_ddp_weighted(d), -EINVAL);  /* once */
+	assert_int_equal(trn_ddp_buckets(d, &b), 2);
+	assert_int_equal(b[0].off, 0);
+	assert_int_equal(b[0].n, 4);                     /* 3 gradients + the count */
+	assert_int_equal(b[1].off, 4);
+	assert_int_equal(b[1].n, 2);
+	assert_int_equal(trn_ddp_offsets(d)[1], 0);
+	assert_int_equal(trn_ddp_offsets(d)[0], 4);
+	assert_int_equal(trn_ddp_total(d), 6);
+	float *p = g_dev->ops->alloc(g_dev, 6 * sizeof(float));
+	float *g = g_dev->ops->alloc(g_dev, 6 * sizeof(float));
+	float *m = g_dev->ops->alloc(g_dev, 6 * sizeof(float));
+	assert_non_null(p);
+	assert_non_null(g);
+	assert_non_null(m);
+	spy_reset(g);
+	const float weights[] = { 4, 0, 1 };
+	float want = 1;
+	for (int s = 0; s < 3; s++) {
+		for (int i = 0; i < 6; i++)
+			p[i] = s == 0 ? 1.0f : p[i], g[i] = 0.5f;  /* a mean gradient of 0.5 */
+		g[3] = 99;  /* the slot is written by the core */
+		trn_ddp_begin(d, (uint64_t)s, &sync, &acc);
+		trn_ddp_set_weight(d, weights[s]);
+		assert_int_equal(trn_ddp_ready(d, 1, g), 0);
+		assert_int_equal(g[3], weights[s]);        /* the count, not scaled */
+		assert_float_equal(g[0], 0.5f * weights[s], 1e-7);
+		assert_int_equal(trn_ddp_ready(d, 0, g), 0);
+		assert_float_equal(g[4], 0.5f * weights[s], 1e-7);
+		assert_int_equal(trn_ddp_step(d, p, g, m, 0.1f, 0.0f), 0);
+		if (weights[s] > 0)
+			want -= 0.1f * 0.5f;  /* plain mean: weight x g / weight */
+		for (int i = 0; i < 6; i++)
+			if (i != 3)
+				assert_float_equal(p[i], want, 1e-6);
+	}
+	assert_int_equal(g_spy.n, 6);
+	assert_int_equal(g_spy.off[0], 0);
+	assert_int_equal(g_spy.len[0], 4);
+	assert_int_equal(g_spy.off[1], 4);
+	assert_int_equal(g_spy.len[1], 2);
+	trn_ddp_destroy(d);
+	g_dev->ops->free(g_dev, p);
+	g_dev->ops->free(g_dev, g);
+	g_dev->ops->free(g_dev, m);
+}
+
 /* ---- the mlp through the DDP core, against a double-precision reference ---- */
 
 enum { RH = 2, RW = 2, RC = 3, RI = RH * RW * RC, RHID = 5, RCLS = 3, RB = 4 };
@@ -902,6 +967,7 @@ int main(void)
 		cmocka_unit_test(test_ddp_step_before_all_ready_is_error),
 		cmocka_unit_test(test_ddp_accum_syncs_every_kth),
 		cmocka_unit_test(test_ddp_sgd_momentum_hand_computed),
+		cmocka_unit_test(test_ddp_weighted_count_slot_in_bucket_0),
 		cmocka_unit_test(test_ddp_mlp_matches_reference),
 		cmocka_unit_test(test_ddp_mlp_accum_matches_reference),
 	};

@@ -56,6 +56,10 @@ static void usage(FILE *f)
 "                       see nor join it, and their jobs of the same name are other jobs\n"
 "  --owner USER         join USER's job (name or uid), shared with one of this user's groups\n"
 "                       (its owner opens it first, with --share-group)\n"
+"  --balance            balanced shares (loaderd --balance): the ranks split each global step\n"
+"                       by their reported speed; a rank's batch is then 1..2 x B samples\n"
+"  --report-ns NS       with --balance: report NS ns of compute per sample after each batch\n"
+"                       (a stand-in for a trainer's measured time; default: none)\n"
 "  --steps N            stop after N steps and exit 0 without finishing the job\n"
 "  --seconds S          stop after S seconds (at the first batch past them) and exit 0\n"
 "  --rate S             consume at most S samples/s: hold each batch until its share of time\n"
@@ -82,7 +86,8 @@ static int pick(const char *s, const char *const *names, uint32_t *out)
 
 enum { O_SOCKET = 256, O_DATASET, O_JOB, O_RANK, O_WORLD, O_BATCH, O_CROP, O_TF, O_FLIP,
        O_NCHW, O_SEED, O_EPOCHS, O_START, O_SAMPLING, O_TAIL, O_BAD, O_SLOTS, O_STEPS,
-       O_TIMEOUT, O_SHARE, O_OWNER, O_RATE, O_WEIGHT, O_JSON, O_SECONDS };
+       O_TIMEOUT, O_SHARE, O_OWNER, O_RATE, O_WEIGHT, O_JSON, O_SECONDS, O_BALANCE,
+       O_REPORT };
 static const struct option long_opts[] = {
 	{ "socket", required_argument, NULL, O_SOCKET },
 	{ "dataset", required_argument, NULL, O_DATASET },
@@ -109,6 +114,8 @@ static const struct option long_opts[] = {
 	{ "weight", required_argument, NULL, O_WEIGHT },
 	{ "json", no_argument, NULL, O_JSON },
 	{ "seconds", required_argument, NULL, O_SECONDS },
+	{ "balance", no_argument, NULL, O_BALANCE },
+	{ "report-ns", required_argument, NULL, O_REPORT },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -129,6 +136,7 @@ struct args {
 	double rate;                                          /* samples/s at most; 0: no limit */
 	double seconds;                                       /* stop after this long; 0: no limit */
 	int json;                                             /* summary as JSON */
+	double report_ns;                                     /* --report-ns, 0: none */
 };
 
 /* Fill *a from the defaults and the command line. Returns -1 to go on, or the exit status to end
@@ -197,6 +205,14 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case O_JSON: a->json = 1; break;
 		case O_SECONDS: bad = arg_double(optarg, 0.001, 1e9, &a->seconds); break;
+		case O_BALANCE: job->balance = 1; break;
+		case O_REPORT:
+			if (arg_double(optarg, 1e-3, 1e12, &a->report_ns) < 0) {
+				fprintf(stderr, "ldcat: --report-ns: '%s' is not a number of ns in "
+					"[0.001, 1e12]\n", optarg);
+				return EXIT_USAGE;
+			}
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -335,6 +351,12 @@ static int print_batches(struct ldc *cl, const struct args *a)
 		steps++;
 		if (a->rate > 0)  /* hold it until this many samples are due at the rate */
 			sleep_until(start, (double)samples / a->rate);
+		if (a->report_ns > 0 && ldc_report(cl, a->report_ns) < 0) {
+			fflush(stdout);
+			fprintf(stderr, "ldcat: rank %u: %s\n", a->job.rank, ldc_error(cl));
+			status = 1;
+			break;
+		}
 		if (ldc_release(cl, &b) < 0) {
 			fflush(stdout);
 			fprintf(stderr, "ldcat: rank %u: %s\n", a->job.rank, ldc_error(cl));

@@ -888,6 +888,16 @@ def advise_straggler(loader, real):
              "device (check what else runs on it, its clocks and temperature, nvidia-smi); with "
              "rank %d at the others' pace the job would reach about %s samples/s (%.0f%% more)" %
              (slow, st["imbalance"], fast, slow, fmt_rate(est), 100 * (est / A - 1) if A else 0)]
+    # Balanced shares: each rank's part of a global step follows its speed, so the job runs
+    # at about the sum of the ranks' own rates (each rank's samples per step / its compute).
+    n = A * step_ms / 1000 / len(per) if per else 0
+    ideal = sum(n / (x["compute_ms"] / 1000) for x in per.values() if x["compute_ms"] > 0)
+    ideal = min(ideal, loader["rate"])
+    lines.append("or let loaderd split each global step by the ranks' speeds: trainer --balance "
+                 "(loaderd --balance; PyTorch: Loader(balance=True) and loaderd.ddp.register), "
+                 "with the same update as even splits; the ranks' own rates add up to about %s "
+                 "samples/s (%.0f%% more)" %
+                 (fmt_rate(ideal), 100 * (ideal / A - 1) if A else 0))
     return why, lines
 
 

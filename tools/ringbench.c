@@ -555,7 +555,7 @@ static void consume(const struct opts *o, struct ring *r, struct cons_result *re
 				  ret == -ETIMEDOUT ? " (the producer published nothing for 2 s)" : "");
 			goto out;
 		}
-		uint64_t epoch = sl.hdr->epoch, stamp = sl.hdr->reserved[0];
+		uint64_t epoch = sl.hdr->epoch, stamp = sl.hdr->latency_ns;
 		uint32_t flags = sl.hdr->flags;
 		if (sl.hdr->count != 1 || epoch > EPOCH_PINGPONG) {
 			cons_fail(res, -EBADMSG, "step %" PRIu64 ": slot header count %u epoch %" PRIu64
@@ -830,7 +830,7 @@ static int produce(struct bench *b, uint64_t *step, uint64_t count, uint64_t unt
 			if (ret < 0)
 				return ret;
 		}
-		sl.hdr->reserved[0] = clk_now_ns();  /* ordered by the publish's release store */
+		sl.hdr->latency_ns = clk_now_ns();  /* ordered by the publish's release store */
 		ring_prod_publish(b->r, &sl, 1, final && last ? RING_SLOT_LAST : 0);
 		if (final) {
 			*step = s + 1;

@@ -67,7 +67,8 @@ static void open_job(struct trn_data *d, const struct trn_opts *o, int rank, int
 			     .tail = CTL_TAIL_MASK, .slots = (uint32_t)o->slots,
 			     .epochs = (uint32_t)o->epochs,
 			     /* exactly step 0 when not resuming, even if a job of this name lingers */
-			     .start_at = 1, .share_group = o->share_group, .owner = o->owner };
+			     .start_at = 1, .share_group = o->share_group, .owner = o->owner,
+			     .balance = o->balance };
 	if (start && !start->token)
 		trn_die("the checkpoint has no loader token (written by a --synthetic run)");
 	if (start) {
@@ -131,7 +132,8 @@ void trn_data_open(struct trn_data *d, const struct trn_opts *o, struct trn_dev 
 		   int world, const struct trn_start *start)
 {
 	*d = (struct trn_data){ .dev = dev, .depth = o->prefetch + 1, .synthetic = o->synthetic,
-				.batch = o->batch, .classes = o->classes };
+				.batch = o->balance ? (int)CTL_BALANCE_CAP((uint32_t)o->batch) : o->batch,
+				.balance = o->balance, .classes = o->classes };
 	if (!d->classes)
 		d->classes = o->dataset ? dataset_classes(o->dataset) : 10;
 	/* --steps counts optimizer steps: each is accum micro-steps; --epochs counts ring steps. */
@@ -145,15 +147,15 @@ void trn_data_open(struct trn_data *d, const struct trn_opts *o, struct trn_dev 
 			d->micro_total = d->info.steps_total;  /* one ring step per micro-step */
 	}
 	d->hw = calloc((size_t)d->depth * WEIGHTS_MAX, sizeof(float));
-	d->hid = calloc((size_t)d->depth * (size_t)o->batch, sizeof(uint64_t));
+	d->hid = calloc((size_t)d->depth * (size_t)d->batch, sizeof(uint64_t));
 	if (!d->hid)
 		trn_die("out of memory");
 	for (int k = 0; k < d->depth; k++) {
-		d->img[k] = dev->ops->alloc(dev, d->sample_bytes * (size_t)o->batch);
-		d->lab[k] = dev->ops->alloc(dev, sizeof(int64_t) * (size_t)o->batch);
-		d->wt[k] = dev->ops->alloc(dev, sizeof(float) * (size_t)o->batch);
+		d->img[k] = dev->ops->alloc(dev, d->sample_bytes * (size_t)d->batch);
+		d->lab[k] = dev->ops->alloc(dev, sizeof(int64_t) * (size_t)d->batch);
+		d->wt[k] = dev->ops->alloc(dev, sizeof(float) * (size_t)d->batch);
 		if (!d->img[k] || !d->lab[k] || !d->wt[k] || !d->hw)
-			trn_die("out of device memory for %d batches of %d", d->depth, o->batch);
+			trn_die("out of device memory for %d batches of %d", d->depth, d->batch);
 	}
 	if (o->synthetic)
 		make_synthetic(d, o->batch, o->crop, rank, world);
@@ -288,4 +290,11 @@ void trn_data_close(struct trn_data *d)
 		dev->ops->free(dev, d->lab[k]);
 		dev->ops->free(dev, d->wt[k]);
 	}
+}
+
+void trn_data_report(struct trn_data *d, uint64_t compute_ns, int count)
+{
+	/* a rank that cannot report keeps its share; nothing to stop the run for */
+	if (d->balance && count > 0 && compute_ns > 0)
+		(void)ldc_report(d->c, (double)compute_ns / count);
 }

@@ -38,7 +38,9 @@ struct trn_data {
 	uint64_t *hid;               /* host copy of each buffer's sample ids (batch per buffer): the
 	                                slot goes back before the step, the ids are logged after */
 	FILE *slog;                  /* --log-samples: this rank's PREFIX.RANK, else NULL */
-	int synthetic, batch;
+	int synthetic, batch;        /* batch: samples a buffer holds (with --balance, up to twice
+	                                --batch: CTL_BALANCE_CAP) */
+	int balance;
 	int done;                    /* the job has no more steps */
 	/* what the data decides for the rest of the trainer */
 	int classes;                 /* --classes, else from the dataset (once, here), else 10 */
@@ -76,6 +78,9 @@ uint32_t trn_data_token(struct trn_data *d, uint64_t step, uint8_t *buf);
  * device (the compute stream waits for its copy). Adds the blocking time to *wait_ns (data wait)
  * and *copy_ns (exposed copy). Returns 1 with *b, or 0 at the end of the job. */
 int trn_data_next(struct trn_data *d, uint64_t *wait_ns, uint64_t *copy_ns, struct trn_batch *b);
+/* Balanced shares: tell loaderd this rank's compute time for a batch of @count samples (no-op
+ * without --balance). */
+void trn_data_report(struct trn_data *d, uint64_t compute_ns, int count);
 /* The batch from trn_data_next has been computed. */
 void trn_data_consumed(struct trn_data *d);
 /* Give back what is held, unpin the ring, detach, free the buffers. */

@@ -23,6 +23,9 @@ struct trn_ddp {
 	int last_launched;         /* bucket index of the last launch this micro-step, or -1 */
 	int next;                  /* next bucket to launch */
 	int sync, order_ok;
+	int weighted;              /* trn_ddp_weighted: a count slot ends bucket 0 */
+	size_t cslot;              /* its float index */
+	float weight;              /* this micro-step's (trn_ddp_set_weight) */
 	struct trn_ddp_stats st;
 	char err[300];
 };
@@ -112,6 +115,29 @@ void trn_ddp_destroy(struct trn_ddp *d)
 	free(d);
 }
 
+int trn_ddp_weighted(struct trn_ddp *d)
+{
+	if (d->accum > 1 || d->weighted) {
+		snprintf(d->err, sizeof(d->err), "weighted averaging: not with accumulation");
+		return -EINVAL;
+	}
+	d->weighted = 1;
+	d->cslot = d->b[0].off + d->b[0].n;
+	d->b[0].n++;
+	for (int k = 1; k < d->nb; k++)
+		d->b[k].off++;
+	for (int p = 0; p < d->np; p++)
+		if (d->bucket_of[p] > 0)
+			d->offs[p]++;
+	d->total++;
+	return 0;
+}
+
+void trn_ddp_set_weight(struct trn_ddp *d, float w)
+{
+	d->weight = w > 0 ? w : 0;
+}
+
 const size_t *trn_ddp_offsets(const struct trn_ddp *d)
 {
 	return d->offs;
@@ -181,7 +207,18 @@ int trn_ddp_ready(struct trn_ddp *d, int p, float *grads)
 	 * that collectives match across ranks. */
 	while (d->next < d->nb && d->pending[d->next] == 0) {
 		struct trn_bucket *b = &d->b[d->next];
-		int ret = d->dev->ops->event_record(d->dev, EV_GRADS, TRN_STREAM_COMPUTE);
+		int ret = 0;
+		if (d->weighted) {
+			/* the rank's share of the sum: its mean gradient times its weight; bucket 0
+			 * also carries the weight itself (the count), summed by the same allreduce */
+			size_t n = d->next == 0 ? b->n - 1 : b->n;
+			ret = d->dev->ops->scale(d->dev, TRN_STREAM_COMPUTE, grads + b->off, n, d->weight);
+			if (ret == 0 && d->next == 0)
+				ret = d->dev->ops->copy_h2d(d->dev, TRN_STREAM_COMPUTE, grads + d->cslot,
+							    &d->weight, sizeof(float));
+		}
+		if (ret == 0)
+			ret = d->dev->ops->event_record(d->dev, EV_GRADS, TRN_STREAM_COMPUTE);
 		if (ret == 0)
 			ret = d->dev->ops->stream_wait(d->dev, TRN_STREAM_COMM, EV_GRADS);
 		if (ret < 0) {
@@ -237,8 +274,23 @@ int trn_ddp_step(struct trn_ddp *d, float *params, float *grads, float *mom, flo
 				return coll_fail(d, ret, "allreduce");
 		}
 		d->req[k] = -1;
+		size_t n = b->n;
+		if (d->weighted && k == 0) {
+			float count = 0;
+			int ret = d->dev->ops->copy_d2h(d->dev, TRN_STREAM_COMPUTE, &count,
+							grads + d->cslot, sizeof(count));
+			if (ret == 0)
+				ret = d->dev->ops->sync(d->dev, TRN_STREAM_COMPUTE);
+			if (ret < 0) {
+				snprintf(d->err, sizeof(d->err), "reading the summed count: %s", d->dev->err);
+				return ret;
+			}
+			/* a backend that averages (NCCL) divides sum and count alike: same ratio */
+			scale = count > 0 ? 1.0f / count : 0.0f;
+			n--;  /* the count slot is no parameter */
+		}
 		int ret = d->dev->ops->sgd(d->dev, TRN_STREAM_COMPUTE, params + b->off, grads + b->off,
-					   mom + b->off, b->n, lr, mu, scale);
+					   mom + b->off, n, lr, mu, scale);
 		if (ret < 0) {
 			snprintf(d->err, sizeof(d->err), "optimizer: %s", d->dev->err);
 			return ret;

@@ -44,9 +44,20 @@ struct trn_ddp_stats {
 int trn_ddp_create(struct trn_coll *coll, struct trn_dev *dev, const size_t *sizes, int np,
 		   size_t cap_bytes, size_t first_cap_bytes, int accum, struct trn_ddp **out);
 void trn_ddp_destroy(struct trn_ddp *d);
+/* Weighted averaging, for batches of different sizes on different ranks (balanced shares): the
+ * update becomes the even split's on the same global batch, sum over ranks of (weight x the
+ * rank's mean gradient) / sum of weights, where a rank's weight is the sum of its samples'
+ * weights (trn_ddp_set_weight). The sum and the count travel in ONE allreduce: a slot for the
+ * count is added at the end of bucket 0 (the first launched and the first the optimizer waits
+ * for), which moves every later bucket one float up; call before the buffers are allocated and
+ * the offsets used. Accumulation (accum > 1) is refused (-EINVAL). 0 or -EINVAL. */
+int trn_ddp_weighted(struct trn_ddp *d);
+/* This micro-step's weight (weighted mode): the sum of the batch's sample weights, >= 0. */
+void trn_ddp_set_weight(struct trn_ddp *d, float w);
 const size_t *trn_ddp_offsets(const struct trn_ddp *d);  /* per parameter */
 int trn_ddp_buckets(const struct trn_ddp *d, const struct trn_bucket **b);
-size_t trn_ddp_total(const struct trn_ddp *d);
+size_t trn_ddp_total(const struct trn_ddp *d);  /* floats in the flat buffers (with the count
+						   * slot in weighted mode) */
 
 /* Rank 0's parameters to every rank. */
 int trn_ddp_broadcast(struct trn_ddp *d, float *params);
@@ -59,8 +70,9 @@ int trn_ddp_ready(struct trn_ddp *d, int p, float *grads);
 /* Let in-flight allreduces progress (MPI needs calls to progress). */
 int trn_ddp_progress(struct trn_ddp *d);
 /* After backward: for each bucket in order, wait for its allreduce, then SGD on its range with
- * the gradient divided by world x accum (unless the backend already averaged). When the
- * micro-step does not sync, does nothing. */
+ * the gradient divided by world x accum (unless the backend already averaged); weighted: by the
+ * allreduced count, read once bucket 0 is in (a count of 0, every sample padding: no update but
+ * momentum's decay). When the micro-step does not sync, does nothing. */
 int trn_ddp_step(struct trn_ddp *d, float *params, float *grads, float *mom, float lr, float mu);
 void trn_ddp_get_stats(const struct trn_ddp *d, struct trn_ddp_stats *st);
 const char *trn_ddp_error(const struct trn_ddp *d);

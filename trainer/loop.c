@@ -47,6 +47,7 @@ static void step(struct trn_train *t, uint64_t micro, const struct trn_batch *b,
 	int sync, acc;
 
 	trn_ddp_begin(t->ddp, micro, &sync, &acc);
+	trn_ddp_set_weight(t->ddp, (float)b->valid);
 	uint64_t t0 = clk_now_ns();
 	if (t->m->ops->step(t->m, b->img, b->lab, b->wt, b->count, t->params, t->grads,
 			    trn_ddp_offsets(t->ddp), acc, t->ddp, out) < 0)
@@ -111,6 +112,11 @@ void trn_train_run(struct trn_train *t)
 		if (t->rank == o->kill_rank && micro == (uint64_t)o->kill_step)
 			raise(SIGKILL);
 		step(t, micro, &b, &r, out);
+		if (o->report_ns > 0)  /* fixed speeds: the injected factor on the slow rank */
+			trn_data_report(t->data, (uint64_t)(o->report_ns * (double)b.count *
+				(t->rank == o->slow_rank ? o->slow_factor : 1)), b.count);
+		else
+			trn_data_report(t->data, r.ns[TRN_PH_COMPUTE], b.count);
 		trn_data_consumed(t->data);
 		if ((long)i >= t->warmup) {
 			for (int p = 0; p < TRN_PH_N; p++)

@@ -32,7 +32,7 @@ static void model_open(struct trn_train *t, const struct trn_opts *o, struct trn
 {
 	struct trn_dev *dev = t->dev;
 	struct trn_model_shape shp = { .h = o->crop, .w = o->crop, .c = 3, .nchw = t->data->nchw,
-				       .classes = t->data->classes, .batch = o->batch };
+				       .classes = t->data->classes, .batch = t->data->batch };
 	const size_t *sizes;
 	char err[512];
 
@@ -43,6 +43,8 @@ static void model_open(struct trn_train *t, const struct trn_opts *o, struct trn
 			   (size_t)(o->first_bucket_mb * 1048576.0), o->accum, &t->ddp) < 0)
 		trn_die("DDP: no bucket plan for bucket caps of %g MiB (first %g MiB): each must hold a "
 			"float", o->bucket_mb, o->first_bucket_mb);
+	if (o->balance && trn_ddp_weighted(t->ddp) < 0)
+		trn_die("%s", trn_ddp_error(t->ddp));
 	size_t total = trn_ddp_total(t->ddp);
 	t->params = dev->ops->alloc(dev, total * sizeof(float));
 	t->grads = dev->ops->alloc(dev, total * sizeof(float));

@@ -42,6 +42,13 @@ static void usage(FILE *f)
 "  --share-group G      let members of group G join this job as ranks (loaderd --group); by\n"
 "                       default a job is this user's alone\n"
 "  --owner USER         join USER's job, shared with one of this user's groups (--share-group)\n"
+"  --balance            balanced shares (loaderd --balance): loaderd splits each global step\n"
+"                       across the ranks by their measured compute time per sample (each rank\n"
+"                       reports its own), and gradients are averaged weighted by each rank's\n"
+"                       sample count, so the update equals the even split's (not with --accum)\n"
+"  --report-ns NS       with --balance: report NS ns of compute per sample (times the factor of\n"
+"                       --inject-slow-rank on that rank) instead of the measured time: fixed\n"
+"                       speeds, so the shares a run gets do not depend on the machine's load\n"
 "  --warmup N           steps left out of the figures (default 10%% of the steps, at most 20)\n"
 "  --trace FILE         Chrome trace (Perfetto) of every rank's steps\n"
 "  --report-json FILE   rank 0 writes the report (per-rank, per-phase figures, thresholds,\n"
@@ -125,6 +132,7 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 		{ "checkpoint-dir", 1, 0, 'x' }, { "checkpoint-every", 1, 0, 'X' },
 		{ "resume", 0, 0, 'Z' }, { "log-consumed", 1, 0, 'G' },
 		{ "inject-kill-at", 1, 0, 'Q' }, { "share-group", 1, 0, 256 }, { "owner", 1, 0, 257 },
+		{ "balance", 0, 0, 258 }, { "report-ns", 1, 0, 259 },
 		{ "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -158,6 +166,8 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 		case 'r': o->slots = (int)parse_long("slots", optarg, 2, 1024); break;
 		case 256: o->share_group = optarg; break;
 		case 257: o->owner = optarg; break;
+		case 258: o->balance = 1; break;
+		case 259: o->report_ns = parse_double("report-ns", optarg, 1e-3, 1e12); break;
 		case 'w': o->warmup = (int)parse_long("warmup", optarg, 0, 1 << 30); break;
 		case 'P': o->dump = optarg; break;
 		case 'R': o->report_json = optarg; break;
@@ -194,7 +204,8 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 	}
 	if (optind < argc || (!o->synthetic && !o->dataset) || (o->steps && o->epochs) ||
 	    (o->synthetic && o->epochs) || (o->synthetic && o->log_samples) ||
-	    ((o->ckpt_every || o->resume) && !o->ckpt_dir)) {
+	    ((o->ckpt_every || o->resume) && !o->ckpt_dir) ||
+	    (o->balance && (o->synthetic || o->accum > 1)) || (o->report_ns > 0 && !o->balance)) {
 		if (rank == 0)
 			fprintf(stderr, "trainer: %s (see --help)\n", optind < argc ? "unexpected argument" :
 				o->steps && o->epochs ? "give --steps or --epochs, not both" :
@@ -203,6 +214,8 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 				"not with --synthetic" :
 				!o->synthetic && !o->dataset ?
 				"give --dataset D.dpk (with loaderd running) or --synthetic" :
+				o->report_ns > 0 && !o->balance ? "--report-ns is for --balance" :
+				o->balance ? "--balance needs loaderd (not --synthetic) and no --accum" :
 				"--checkpoint-every and --resume need --checkpoint-dir");
 		MPI_Finalize();
 		exit(2);

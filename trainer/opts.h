@@ -13,6 +13,8 @@ struct trn_opts {
 	long steps, epochs;        /* one of them; steps default 100 */
 	uint64_t seed;
 	int synthetic;
+	int balance;               /* --balance: shares by speed, weighted gradient averaging */
+	double report_ns;          /* --report-ns: the compute time per sample reported; 0: measured */
 	int slow_rank;             /* --inject-slow-rank R:F: rank R computes F times as long */
 	double slow_factor;
 	double comm_delay_ms;      /* --inject-comm-delay-ms X: each allreduce is X ms slower */

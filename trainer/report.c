@@ -68,7 +68,7 @@ static double median(double *v, int n)
 /* Per-rank figures over every measured step (totals), and the average rank. */
 static void totals(const struct trn_rank_run *runs, int nranks, struct trn_report *rep)
 {
-	double slowest = INFINITY, sum_share = 0;
+	double slowest = INFINITY, sum_share = 0, samples = 0, max_wall = 0;
 
 	for (int r = 0; r < nranks; r++) {
 		const struct trn_rank_run *x = &runs[r];
@@ -76,6 +76,8 @@ static void totals(const struct trn_rank_run *runs, int nranks, struct trn_repor
 		double wall = (double)x->wall_ns * 1e-9, tot = 0;
 
 		f->samples_per_s = wall > 0 ? (double)x->samples / wall : 0;
+		samples += (double)x->samples;
+		max_wall = fmax(max_wall, wall);
 		for (int p = 0; p < TRN_PH_N; p++) {
 			double s = wall > 0 ? (double)x->sum_ns[p] * 1e-9 / wall : 0;
 			rep->share[p] += s / nranks;
@@ -89,8 +91,10 @@ static void totals(const struct trn_rank_run *runs, int nranks, struct trn_repor
 	rep->gap = fmax(0, 1 - sum_share / nranks);
 	rep->au = rep->share[TRN_PH_COMPUTE];
 	rep->rank_samples_per_s = slowest;
-	/* synchronous data parallelism runs at the slowest rank's pace */
-	rep->samples_per_s = slowest * nranks;
+	/* Synchronous data parallelism runs at the slowest rank's pace: every rank's samples over
+	 * the longest wall. With even splits that is the slowest rank's rate x ranks; with balanced
+	 * shares the ranks' batches differ, and the slow rank's rate would understate the job. */
+	rep->samples_per_s = max_wall > 0 ? samples / max_wall : 0;
 	rep->wall_s = (double)runs[0].wall_ns * 1e-9;
 }
 

@@ -70,6 +70,7 @@ class ldc_job(ctypes.Structure):
         ("token_len", ctypes.c_size_t),
         ("share_group", ctypes.c_char_p),
         ("owner", ctypes.c_char_p),
+        ("balance", ctypes.c_int),
     ]
 
 
@@ -141,7 +142,9 @@ class ring_slot_hdr(ctypes.Structure):
         ("flags", c_u32),
         ("fill_ns", c_u64),
         ("latency_ns", c_u64),
-        ("reserved", c_u64 * 2),
+        ("global_count", c_u32),
+        ("global_offset", c_u32),
+        ("cons_report", c_u64),
     ]
 
 
@@ -169,6 +172,8 @@ class ldc_batch(ctypes.Structure):
         ("ids", ctypes.c_void_p),
         ("data", ctypes.c_void_p),
         ("sample_bytes", c_u64),
+        ("global_count", c_u32),
+        ("global_offset", c_u32),
     ]
 
 
@@ -201,17 +206,18 @@ PHASES = ("io_ns", "decode_ns")
 # x86-64/aarch64 LP64 layout of shm/ldc.h). A field added on either side without the other shows
 # up here, before any byte crosses.
 ABI = {
-    ldc_job: (136, {"batch": 16, "seed": 32, "rank": 40, "slots": 60, "epochs": 64, "weight": 68,
+    ldc_job: (144, {"batch": 16, "seed": 32, "rank": 40, "slots": 60, "epochs": 64, "weight": 68,
                     "start_epoch": 72, "start_at": 80, "at_epoch": 88, "token": 104,
-                    "token_len": 112, "share_group": 120, "owner": 128}),
+                    "token_len": 112, "share_group": 120, "owner": 128, "balance": 136}),
     ldc_info: (64, {"samples": 32, "ring": 40, "dataset_id": 48}),
     ldc_token: (TOKEN_SIZE, {"dataset": 32, "world": 64, "check": 96}),
-    ldc_batch: (72, {"count": 24, "flags": 28, "sample_flags": 32, "labels": 40, "ids": 48,
-                     "data": 56, "sample_bytes": 64}),
+    ldc_batch: (80, {"count": 24, "flags": 28, "sample_flags": 32, "labels": 40, "ids": 48,
+                     "data": 56, "sample_bytes": 64, "global_count": 72, "global_offset": 76}),
     ring_hdr: (176, {"total_size": 16, "slot_size": 40, "sample_bytes": 56, "shape": 64,
                      "ndim": 80, "flags_off": 84, "payload_off": 96, "job_id": 112,
                      "first_step": 120, "steps_per_epoch": 136}),
-    ring_slot_hdr: (64, {"count": 24, "fill_ns": 32, "latency_ns": 40}),
+    ring_slot_hdr: (64, {"count": 24, "fill_ns": 32, "latency_ns": 40, "global_count": 48,
+                         "global_offset": 52, "cons_report": 56}),
     ctl_stats: (112, {"phase_ns": 48, "attaches": 64, "occupancy": 76, "workers": 80,
                       "latency_ns": 88, "reserved": 96}),
 }
@@ -276,6 +282,7 @@ def _declare(lib):
         "ldc_ring_base": (P, [P]),
         "ldc_ring_size": (S, [P]),
         "ldc_token": (I, [P, ctypes.c_uint64, P, S]),
+        "ldc_report": (I, [P, ctypes.c_double]),
         "ldc_token_parse": (I, [P, S, ctypes.POINTER(ldc_token), ctypes.c_char_p, S]),
         "ldc_token_seal": (V, [ctypes.POINTER(ldc_token)]),
     }

@@ -63,13 +63,16 @@ class Batch:
     (``copy()`` makes an owned copy). Unpacks as ``images, labels``."""
 
     __slots__ = ("images", "labels", "ids", "flags", "step", "epoch", "step_in_epoch", "count",
-                 "last", "_weights", "_torch")
+                 "last", "global_count", "global_offset", "_weights", "_torch")
 
     def __init__(self, images, labels, ids, flags, step, epoch, step_in_epoch, count, last,
                  is_torch):
         self.images, self.labels, self.ids, self.flags = images, labels, ids, flags
         self.step, self.epoch, self.step_in_epoch = step, epoch, step_in_epoch
         self.count, self.last = count, last
+        # the global step's samples (all ranks) and this batch's place in them; with
+        # balance=True count varies by rank, global_count does not (loaderd.ddp weighs by it)
+        self.global_count, self.global_offset = count, 0
         self._weights = None
         self._torch = is_torch
 
@@ -92,6 +95,7 @@ class Batch:
         b = Batch(cp(self.images), cp(self.labels), cp(self.ids), cp(self.flags), self.step,
                   self.epoch, self.step_in_epoch, self.count, self.last, self._torch)
         b._weights = self._weights
+        b.global_count, b.global_offset = self.global_count, self.global_offset
         return b
 
     def __iter__(self):
@@ -275,6 +279,11 @@ class Loader:
                     user's job of the same name is another job.
       owner         join another user's job (user name or uid) that its owner opened with
                     share_group= one of this user's groups; it never creates the job.
+      balance       balanced shares (loaderd --balance): each global step's samples are split
+                    across the ranks by their reported speed, so a rank's batch holds 1 to
+                    2 x batch_size samples. Report each step's compute time (report_compute,
+                    or loaderd.ddp.register does it) and average gradients weighted by the
+                    sample counts (loaderd.ddp) to keep the even split's update.
       return_meta   yield Batch objects (images, labels, ids, flags, weights, step, ...)
                     instead of (images, labels) tuples.
       copy          yield copies instead of views (and release each slot at once).
@@ -305,7 +314,8 @@ class Loader:
     def __init__(self, socket, dataset, batch_size, crop=224, *, rank=None, world_size=None,
                  seed=0, job=None, transforms=None, layout="NHWC", epochs=None,
                  sampling="shuffle", tail="pad", on_bad="substitute", slots=0,
-                 weight=1, share_group=None, owner=None, return_meta=False, copy=False, output=None,
+                 weight=1, share_group=None, owner=None, balance=False, return_meta=False,
+                 copy=False, output=None,
                  pin_memory=None, timeout=None,
                  device=None, profile=None, normalize=None, dtype=None):
         self.socket = os.fspath(socket) if socket is not None else default_socket()
@@ -349,6 +359,8 @@ class Loader:
                              "joining it: not both")
         self.share_group = None if share_group is None else str(share_group)
         self.owner = None if owner is None else str(owner)
+        self.balance = bool(balance)
+        self._t_yield = None          # perf_counter_ns when the last batch was handed out
         self.return_meta = bool(return_meta)
         self.copy = bool(copy)
         self.timeout = timeout
@@ -593,7 +605,8 @@ class Loader:
         run = os.environ.get("TORCHELASTIC_RUN_ID")
         if run and run != "none":
             key = repr((self.dataset, self.batch_size, self.crop, self.transforms, self.seed,
-                        self.world_size, self.epochs, self._sampling, self._tail, self._on_bad))
+                        self.world_size, self.epochs, self._sampling, self._tail, self._on_bad,
+                        self.balance))
             h = hashlib.blake2b(key.encode(), digest_size=4).hexdigest()
             run = re.sub(r"[^A-Za-z0-9._-]", "_", run)[:_JOB_BASE_MAX - 12]
             return f"py-{run}-{h}"
@@ -631,6 +644,7 @@ class Loader:
         j.sampling, j.tail, j.on_bad = self._sampling, self._tail, self._on_bad
         j.slots = self.slots
         j.weight = self.weight
+        j.balance = 1 if self.balance else 0
         if self.share_group is not None:
             j._keep.append(self.share_group.encode())
             j.share_group = j._keep[-1]
@@ -745,7 +759,9 @@ class Loader:
         base, size = lib.ldc_ring_base(conn.ptr), lib.ldc_ring_size(conn.ptr)
         hdr = L.ring_hdr.from_buffer_copy(info.ring.contents)
         L.check_ring_header(hdr)
-        if hdr.total_size != size or hdr.batch != self.batch_size:
+        # balanced shares: a slot holds up to twice the batch (ctl.h CTL_BALANCE_CAP)
+        cap = min(2 * self.batch_size, 65536) if self.balance else self.batch_size
+        if hdr.total_size != size or hdr.batch != cap:
             raise LoaderdError(_errno.EBADMSG, "the ring's header disagrees with the job")
         buf = (ctypes.c_uint8 * size).from_address(base)
         buf._conn = conn            # views -> buffer -> connection: GC never unmaps under a view
@@ -892,13 +908,16 @@ class Loader:
         n = b.count
         out = Batch(images[:n], labels[:n], ids[:n], flags[:n], b.step, b.epoch,
                     b.step_in_epoch, n, bool(b.flags & L.SLOT_LAST), self._torch is not None)
+        out.global_count, out.global_offset = b.global_count, b.global_offset
         if self.device is not None and self.device.type != "cpu":
             self._to_device(out)
         elif self._norm is not None:
             # new memory for the images, copies of the rest: the slot goes back now
+            g = out.global_count, out.global_offset
             out = Batch(self._normalized(out.images), *[x.clone() if self._torch else x.copy()
                         for x in (out.labels, out.ids, out.flags)], out.step, out.epoch,
                         out.step_in_epoch, out.count, out.last, self._torch)
+            out.global_count, out.global_offset = g
             self._held.pop()
             self._release_step(b.step)
         elif self.copy:
@@ -906,7 +925,28 @@ class Loader:
             self._held.pop()
             self._release_step(b.step)
         self.last_batch = out
+        self._t_yield = time.perf_counter_ns()
         return out if self.return_meta else (out.images, out.labels)
+
+    def report_compute(self, seconds=None):
+        """balance=True: tell loaderd how long this rank computed on the batch yielded last
+        (forward and backward, without waiting for data or for other ranks; seconds). None: the
+        time since that batch was handed out (what loaderd.ddp.register reports when backward
+        reaches the last bucket). The latest report goes with each batch given back from then on;
+        every few steps loaderd moves each rank's share of the global step towards its speed,
+        from the reports that came with defined steps. Returns False when there was
+        nothing to report (no batch, not balanced, a time that is not positive)."""
+        b = self.last_batch
+        if not self.balance or b is None or b.count == 0 or self._conn is None:
+            return False
+        if seconds is None:
+            if self._t_yield is None:
+                return False
+            seconds = (time.perf_counter_ns() - self._t_yield) / 1e9
+        ns = float(seconds) * 1e9 / b.count
+        if not ns > 0 or ns == float("inf"):
+            return False
+        return self._conn.lib.ldc_report(self._conn.ptr, ns) == 0
 
     def _to_device(self, out: Batch):
         """device=: images and labels onto the device. On CUDA the copy is issued on a side

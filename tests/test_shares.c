@@ -1,0 +1,287 @@
+/* test_shares.c - balanced shares (loader/shares.c) and the sampler's cut of a global step
+ * (ldr_sampler_range): the split sums to the step, keeps its floor and cap exactly at their
+ * bounds and one past them, even weights give even splits; the update is damped, follows the
+ * reports, and a rank's nonsense report (0, negative, NaN, infinite, huge, tiny) neither starves
+ * another rank nor breaks the sum; the split log answers any step from what it recorded; and
+ * every split of a global step delivers the same samples in the same order as the even one. */
+#include "common/mix.h"
+#include "loader/sampler.h"
+#include "loader/shares.h"
+#include "shm/ring.h"
+
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#define ONE LDR_SHARES_ONE
+
+static uint64_t sum_u32(const uint32_t *v, uint32_t n)
+{
+	uint64_t s = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		s += v[i];
+	return s;
+}
+
+/* Weights for 2 ranks that give rank 0 exactly @num / @den of a step of @den samples. */
+static void two(uint32_t *w, uint32_t num, uint32_t den)
+{
+	w[0] = (uint32_t)((uint64_t)ONE * num / den);
+	w[1] = ONE - w[0];
+}
+
+static void test_shares_split_floor_exact_and_one_below(void **state)
+{
+	uint32_t w[2], c[2], off[2];
+
+	(void)state;
+	/* total 64, world 2: floor = 64 / (4 x 2) = 8 */
+	two(w, 8, 64);
+	assert_int_equal(ldr_shares_split(2, 64, 128, w, c, off), 0);
+	assert_int_equal(c[0], 8);   /* exactly the floor */
+	assert_int_equal(c[1], 56);
+	assert_int_equal(off[0], 0);
+	assert_int_equal(off[1], 8);
+	two(w, 7, 64);               /* one under the floor: raised to it */
+	assert_int_equal(ldr_shares_split(2, 64, 128, w, c, NULL), 0);
+	assert_int_equal(c[0], 8);
+	assert_int_equal(c[1], 56);
+	two(w, 9, 64);               /* one above: as asked */
+	assert_int_equal(ldr_shares_split(2, 64, 128, w, c, NULL), 0);
+	assert_int_equal(c[0], 9);
+	/* a weight of 0 still gets the floor; with total < 8 x world the floor is 1 */
+	w[0] = 0, w[1] = ONE;
+	assert_int_equal(ldr_shares_split(2, 64, 128, w, c, NULL), 0);
+	assert_int_equal(c[0], 8);
+	assert_int_equal(ldr_shares_split(2, 2, 2, w, c, NULL), 0);
+	assert_int_equal(c[0], 1);
+	assert_int_equal(c[1], 1);
+}
+
+static void test_shares_split_cap_exact_and_one_past(void **state)
+{
+	uint32_t w[2], c[2];
+
+	(void)state;
+	two(w, 48, 64);
+	assert_int_equal(ldr_shares_split(2, 64, 48, w, c, NULL), 0);
+	assert_int_equal(c[0], 48);  /* exactly the cap */
+	assert_int_equal(c[1], 16);
+	two(w, 49, 64);              /* one past: held at the cap, the rest to the other */
+	assert_int_equal(ldr_shares_split(2, 64, 48, w, c, NULL), 0);
+	assert_int_equal(c[0], 48);
+	assert_int_equal(c[1], 16);
+	/* cap x world exactly total: fits; one short: no split */
+	assert_int_equal(ldr_shares_split(2, 64, 32, w, c, NULL), 0);
+	assert_int_equal(c[0], 32);
+	assert_int_equal(c[1], 32);
+	assert_int_equal(ldr_shares_split(2, 64, 31, w, c, NULL), -EINVAL);
+	/* total exactly world fits, one under does not */
+	assert_int_equal(ldr_shares_split(2, 2, 48, w, c, NULL), 0);
+	assert_int_equal(ldr_shares_split(2, 1, 48, w, c, NULL), -EINVAL);
+}
+
+static void test_shares_split_even_weights_give_even_split(void **state)
+{
+	uint32_t w[64], c[64];
+
+	(void)state;
+	for (uint32_t world = 1; world <= 64; world++) {
+		ldr_shares_even(world, w);
+		assert_int_equal(sum_u32(w, world), ONE);
+		for (uint32_t per = 1; per <= 40; per++) {
+			assert_int_equal(ldr_shares_split(world, per * world, 2 * per, w, c, NULL), 0);
+			for (uint32_t r = 0; r < world; r++)
+				if (c[r] != per)
+					fail_msg("world %u, %u each: rank %u got %u", world, per, r, c[r]);
+		}
+	}
+}
+
+static void test_shares_split_sums_and_bounds_seeded(void **state)
+{
+	uint32_t w[16], c[16];
+	uint64_t seed = 0x5eed5;
+
+	(void)state;
+	printf("seed %llu\n", (unsigned long long)seed);
+	for (int k = 0; k < 20000; k++) {
+		seed = mix3(seed, (uint64_t)k, 1);
+		uint32_t world = 1 + seed % 16, per = 1 + (seed >> 8) % 64, cap = 2 * per;
+		uint32_t total = per * world;
+		double ns[16];
+		for (uint32_t r = 0; r < world; r++)
+			ns[r] = 100.0 + (double)(mix3(seed, r, 2) % 100000);
+		ldr_shares_even(world, w);
+		for (int u = 0; u < 1 + (int)(seed >> 20) % 8; u++)
+			ldr_shares_update(world, w, ns, w, NULL);
+		assert_int_equal(sum_u32(w, world), ONE);
+		assert_int_equal(ldr_shares_split(world, total, cap, w, c, NULL), 0);
+		assert_int_equal(sum_u32(c, world), total);
+		uint32_t floor = total / (LDR_SHARES_FLOOR_DIV * world);
+		for (uint32_t r = 0; r < world; r++) {
+			assert_true(c[r] >= (floor ? floor : 1));
+			assert_true(c[r] <= cap);
+		}
+	}
+}
+
+static void test_shares_update_damped_towards_speed(void **state)
+{
+	uint32_t w[2];
+	double ns[2] = { 1000, 3000 };  /* rank 0 three times as fast */
+
+	(void)state;
+	ldr_shares_even(2, w);
+	ldr_shares_update(2, w, ns, w, NULL);
+	/* half way from 1/2 to 3/4 */
+	assert_true(fabs((double)w[0] / ONE - 0.625) < 1e-5);
+	for (int i = 0; i < 10; i++)
+		ldr_shares_update(2, w, ns, w, NULL);
+	assert_true(fabs((double)w[0] / ONE - 0.75) < 1e-3);
+	/* the rank recovers: its share follows within a few updates */
+	ns[1] = 1000;
+	for (int i = 0; i < 6; i++)
+		ldr_shares_update(2, w, ns, w, NULL);
+	assert_true(fabs((double)w[0] / ONE - 0.5) < 0.01);
+}
+
+static void test_shares_update_nonsense_reports_clamped(void **state)
+{
+	const double bad[] = { 0.0, -1.0, NAN, -NAN, INFINITY, -INFINITY, 1e9, 1e300, 1e-300,
+			       LDR_SHARES_NS_MIN, LDR_SHARES_NS_MAX, LDR_SHARES_NS_MAX * 1.0000001,
+			       LDR_SHARES_NS_MIN * 0.9999999 };
+	const uint32_t floor = ONE / (LDR_SHARES_FLOOR_DIV * 4);
+
+	(void)state;
+	for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
+		uint32_t w[4], c[4];
+		double ns[4] = { 1000, 1000, 1000, bad[b] };
+		struct ldr_shares_note nt;
+		ldr_shares_even(4, w);
+		for (int i = 0; i < 50; i++) {
+			ldr_shares_update(4, w, ns, w, &nt);
+			assert_int_equal(sum_u32(w, 4), ONE);
+			for (int r = 0; r < 4; r++)
+				if (w[r] < floor)
+					fail_msg("report %g: rank %d's weight %u is under the floor %u",
+						 bad[b], r, w[r], floor);
+		}
+		/* the honest ranks are never starved: each keeps at least its floor of a step */
+		assert_int_equal(ldr_shares_split(4, 256, 128, w, c, NULL), 0);
+		for (int r = 0; r < 4; r++)
+			assert_true(c[r] >= 256 / 16);
+		int nonsense = isnan(bad[b]) || isinf(bad[b]) || bad[b] < 0;
+		int clamped = !nonsense && bad[b] != 0 &&
+			      (bad[b] < LDR_SHARES_NS_MIN || bad[b] > LDR_SHARES_NS_MAX);
+		assert_int_equal(nt.nonsense, nonsense);
+		assert_int_equal(nt.clamped, clamped);
+		assert_int_equal(nt.missing, bad[b] == 0);
+		if (nonsense || bad[b] == 0)  /* ignored: the rank keeps its even weight */
+			assert_true(w[3] >= ONE / 4 - 4 && w[3] <= ONE / 4 + 4);
+	}
+	/* the floor exactly: a rank claiming to be 10^7 times slower sits at it */
+	uint32_t w[2];
+	double ns[2] = { 1, 1e7 };
+	ldr_shares_even(2, w);
+	for (int i = 0; i < 60; i++)
+		ldr_shares_update(2, w, ns, w, NULL);
+	assert_int_equal(w[1], ONE / (LDR_SHARES_FLOOR_DIV * 2));
+	assert_int_equal(w[0], ONE - ONE / (LDR_SHARES_FLOOR_DIV * 2));
+}
+
+static void test_shares_log_at_push_and_drop(void **state)
+{
+	struct ldr_split_log l;
+	uint32_t w[3];
+
+	(void)state;
+	assert_int_equal(ldr_split_log_init(&l, 3), 0);
+	assert_null(ldr_split_log_at(&l, 0));
+	assert_null(ldr_split_log_last(&l));
+	for (uint32_t k = 0; k < LDR_SHARES_LOG + 5; k++) {
+		w[0] = k, w[1] = k + 1, w[2] = ONE - 2 * k - 1;
+		assert_int_equal(ldr_split_log_push(&l, 4 * (uint64_t)k + 4, w), 0);
+	}
+	/* a step at or before the newest entry's cannot be recorded */
+	assert_int_equal(ldr_split_log_push(&l, 4 * (uint64_t)(LDR_SHARES_LOG + 4) + 4, w), -EINVAL);
+	assert_int_equal(l.n, LDR_SHARES_LOG);
+	/* the five oldest were dropped: their steps are even (NULL) */
+	assert_null(ldr_split_log_at(&l, 4 * 5 + 3));
+	const uint32_t *a = ldr_split_log_at(&l, 4 * 5 + 4);
+	assert_non_null(a);
+	assert_int_equal(a[0], 5);
+	a = ldr_split_log_at(&l, 4 * 30 + 6);  /* inside entry 30's interval */
+	assert_int_equal(a[0], 30);
+	a = ldr_split_log_at(&l, UINT64_MAX);
+	assert_int_equal(a[0], LDR_SHARES_LOG + 4);
+	assert_ptr_equal(a, ldr_split_log_last(&l));
+	ldr_split_log_fini(&l);
+}
+
+/* Every split of a global step hands out the even split's samples, in its order. */
+static void test_shares_sampler_range_is_the_even_step(void **state)
+{
+	const uint64_t ns[] = { 7, 64, 100, 1001 };
+	const enum ldr_tail tails[] = { LDR_TAIL_PAD, LDR_TAIL_DROP, LDR_TAIL_MASK };
+
+	(void)state;
+	for (size_t a = 0; a < 4; a++)
+		for (size_t t = 0; t < 3; t++)
+			for (uint32_t world = 1; world <= 5; world++) {
+				struct ldr_sampler s;
+				if (ldr_sampler_init(&s, ns[a], world, 8, LDR_SAMPLE_SHUFFLE, tails[t],
+						     42, 0, 0) < 0)
+					continue;
+				for (uint64_t st = 0; st < s.steps; st++) {
+					uint32_t c = ldr_sampler_count(&s, st), gc = c * world;
+					uint64_t even[5 * 8], got[5 * 8];
+					uint8_t fe[5 * 8], fg[5 * 8];
+					for (uint32_t r = 0; r < world; r++)
+						assert_int_equal(ldr_sampler_batch(&s, 1, st, r, even + r * c,
+										   fe + r * c), c);
+					/* a lopsided split: rank 0 the floor, the rest evenly after */
+					uint32_t w[5], cnt[5], off[5];
+					for (uint32_t r = 0; r < world; r++)
+						w[r] = r == 0 ? 0 : ONE / world;
+					ldr_shares_even(world, w);
+					if (world > 1) {
+						w[0] = 0;
+						w[1] = ONE - (ONE / world) * (world - 2);
+					}
+					assert_int_equal(ldr_shares_split(world, gc, 2 * c, w, cnt, off), 0);
+					for (uint32_t r = 0; r < world; r++)
+						ldr_sampler_range(&s, 1, st, off[r], cnt[r], got + off[r],
+								  fg + off[r]);
+					assert_memory_equal(got, even, gc * sizeof(*got));
+					assert_memory_equal(fg, fe, gc);
+					for (uint32_t g = 0; g < gc; g++)
+						assert_int_equal(ldr_sampler_gpos(&s, st, g),
+								 ldr_sampler_pos(&s, st, g / c, g % c));
+				}
+			}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_shares_split_floor_exact_and_one_below),
+		cmocka_unit_test(test_shares_split_cap_exact_and_one_past),
+		cmocka_unit_test(test_shares_split_even_weights_give_even_split),
+		cmocka_unit_test(test_shares_split_sums_and_bounds_seeded),
+		cmocka_unit_test(test_shares_update_damped_towards_speed),
+		cmocka_unit_test(test_shares_update_nonsense_reports_clamped),
+		cmocka_unit_test(test_shares_log_at_push_and_drop),
+		cmocka_unit_test(test_shares_sampler_range_is_the_even_step),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
