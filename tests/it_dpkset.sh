@@ -21,7 +21,7 @@ set -u
 BIN=${BUILD:-build}/bin
 T=$(mktemp -d /tmp/it_dpkset.XXXXXX)
 . "$(dirname "$0")/lib.sh"
-trap 'stop_loaderd; [ -n "$KEEP" ] || rm -rf "$T"' EXIT
+trap 'stop_loaderd; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
 trap 'exit 130' INT TERM HUP
 need_bins dpack dsgen loaderd ldcat
 
