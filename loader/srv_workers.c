@@ -15,7 +15,7 @@
  * paused (no doorbell rings then). Only
  * s->cap workers (dm_active_cap: what the demand needs, at most s->ceiling) hold tasks at once,
  * and only while the CPU budget (s->budget, fed by each task's and open's thread CPU time, the
- * clock read once per window of them: cpu_lap) is
+ * clock read once per window of them: cpu_clock.h) is
  * positive; the others sleep on s->cv: untimed when the cap holds them (a worker that lets go of
  * its last task signals one), timed when the budget does (until it has refilled). No worker
  * spins: a full ring or a ring at its target gives them nothing to do, and the doorbell of a
@@ -66,6 +66,7 @@
 #include "loader/srv_impl.h"
 
 #include "common/proc.h"
+#include "loader/cpu_clock.h"
 
 #include <assert.h>
 #include <math.h>
@@ -78,62 +79,9 @@
 
 _Static_assert(DM_WEIGHT_MAX == CTL_WEIGHT_MAX, "demand.h's weights are the job option's");
 
-/* This thread's CPU time, ns: what the budget and a job's "CPU given" count (a worker waiting on
- * a read uses none). A real system call (no vDSO path), as dear as a small record's copy. */
-static int64_t thread_cpu_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* A worker's charges of its CPU time: the thread clock (a system call) is read once per
- * CLOCK_UNITS tasks or step opens, or CLOCK_WINDOW_NS of wall time, not twice per task (it cost
- * 10-14% of loaderd's CPU on small records). In between, a unit is charged its wall time times
- * the CPU/wall ratio of the last window; the read at the window's end charges what the window
- * really used less those estimates, so the budget and the jobs' CPU are exact within one window
- * (an overestimate is carried into the next: no charge is negative). Bookkeeping between two
- * units (the lock, picking a step) counts with the unit after it; a sleeping worker uses none. */
-#define CLOCK_UNITS 8
-#define CLOCK_WINDOW_NS 1000000
-struct cpu_clock {
-	int64_t mark;     /* thread CPU time at the last read, ns */
-	int64_t mark_ns;  /* now_ns() then */
-	int64_t est;      /* charged since then by estimate, ns (> 0 after an overestimate) */
-	int64_t wall;     /* wall time of the units since then, ns */
-	double ratio;     /* CPU per wall ns of the units in the last window, 0..2 */
-	int units;        /* charged since then */
-};
-static _Thread_local struct cpu_clock cpu_clk;
-
-static void cpu_clock_start(void)
-{
-	cpu_clk = (struct cpu_clock){ .mark = thread_cpu_ns(), .mark_ns = now_ns(), .ratio = 1 };
-}
-
-/* The CPU ns to charge to a unit of work (a task or a step open) that took @dt ns of wall time
- * and ended at @now (now_ns()). */
-static int64_t cpu_lap(int64_t dt, int64_t now)
-{
-	struct cpu_clock *c = &cpu_clk;
-
-	c->wall += dt;
-	if (++c->units < CLOCK_UNITS && now - c->mark_ns < CLOCK_WINDOW_NS) {
-		int64_t e = (int64_t)((double)dt * c->ratio);
-		c->est += e;
-		return e;
-	}
-	int64_t cpu = thread_cpu_ns(), used = cpu - c->mark, charge = used - c->est;
-	double r = c->wall > 0 ? (double)used / (double)c->wall : 1;
-	c->ratio = r > 2 ? 2 : r;
-	c->mark = cpu;
-	c->mark_ns = now;
-	c->est = charge < 0 ? -charge : 0;  /* charged ahead of use: the next window's first */
-	c->wall = 0;
-	c->units = 0;
-	return charge < 0 ? 0 : charge;
-}
+/* This worker's charges of its thread CPU time (what the budget and a job's "CPU given" count; a
+ * worker waiting on a read uses none), the clock read once per window of units (cpu_clock.h). */
+static _Thread_local struct ldr_cpu_clock cpu_clk;
 
 /* Under mu. @cpu ns of this worker's CPU went to @o: charge the budget and the job. */
 static void charge(struct srv *s, struct open_step *o, int64_t cpu)
@@ -561,7 +509,7 @@ static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 			 o->st.count, j->info.ring.batch);
 		ret = -EPROTO;
 	}
-	int64_t t1 = now_ns(), dt = t1 - t0, dc = cpu_lap(dt, t1);
+	int64_t t1 = now_ns(), dt = t1 - t0, dc = ldr_cpu_clock_lap(&cpu_clk, dt, t1);
 
 	pthread_mutex_lock(&s->mu);
 	s->busy_ns += (uint64_t)dt;
@@ -638,7 +586,7 @@ static void *worker_main(void *p)
 	int64_t wait;
 	struct srv_fill f;
 
-	cpu_clock_start();
+	ldr_cpu_clock_init(&cpu_clk, now_ns());
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
 		if (!have) {
@@ -664,7 +612,7 @@ static void *worker_main(void *p)
 		pthread_mutex_unlock(&s->mu);
 		int64_t t0 = now_ns();
 		int ret = task_run(s, wstate, &cur, more ? &next : NULL, &f);
-		int64_t t1 = now_ns(), dt = t1 - t0, dc = cpu_lap(dt, t1);
+		int64_t t1 = now_ns(), dt = t1 - t0, dc = ldr_cpu_clock_lap(&cpu_clk, dt, t1);
 		pthread_mutex_lock(&s->mu);
 		task_done(s, cur.o, ret, &f, dt, dc);
 		cur = next;
