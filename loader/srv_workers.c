@@ -14,7 +14,8 @@
  * pick's scratch) waits for it, and s->recheck_ns wakes the workers when that rank would count as
  * paused (no doorbell rings then). Only
  * s->cap workers (dm_active_cap: what the demand needs, at most s->ceiling) hold tasks at once,
- * and only while the CPU budget (s->budget, fed by each task's and open's thread CPU time) is
+ * and only while the CPU budget (s->budget, fed by each task's and open's thread CPU time, the
+ * clock read once per window of them: cpu_clock.h) is
  * positive; the others sleep on s->cv: untimed when the cap holds them (a worker that lets go of
  * its last task signals one), timed when the budget does (until it has refilled). No worker
  * spins: a full ring or a ring at its target gives them nothing to do, and the doorbell of a
@@ -66,6 +67,7 @@
 #include "loader/srv_impl.h"
 
 #include "common/proc.h"
+#include "loader/cpu_clock.h"
 
 #include <assert.h>
 #include <math.h>
@@ -78,15 +80,9 @@
 
 _Static_assert(DM_WEIGHT_MAX == CTL_WEIGHT_MAX, "demand.h's weights are the job option's");
 
-/* This thread's CPU time, ns: what the budget and a job's "CPU given" count (a worker waiting on
- * a read uses none). */
-static int64_t thread_cpu_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+/* This worker's charges of its thread CPU time (what the budget and a job's "CPU given" count; a
+ * worker waiting on a read uses none), the clock read once per window of units (cpu_clock.h). */
+static _Thread_local struct ldr_cpu_clock cpu_clk;
 
 /* Under mu. @cpu ns of this worker's CPU went to @o: charge the budget and the job. */
 static void charge(struct srv *s, struct open_step *o, int64_t cpu)
@@ -608,7 +604,7 @@ static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 	}
 	pthread_mutex_unlock(&s->mu);
 
-	int64_t t0 = now_ns(), c0 = thread_cpu_ns();
+	int64_t t0 = now_ns();
 	o->st.job = j->state;
 	o->st.rank = a->rank;
 	o->st.world = j->spec.world;
@@ -638,7 +634,7 @@ static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 			 o->st.global_offset, o->st.global_offset + o->st.count, o->st.global_count);
 		ret = -EPROTO;
 	}
-	int64_t dt = now_ns() - t0, dc = thread_cpu_ns() - c0;
+	int64_t t1 = now_ns(), dt = t1 - t0, dc = ldr_cpu_clock_lap(&cpu_clk, dt, t1);
 
 	pthread_mutex_lock(&s->mu);
 	s->busy_ns += (uint64_t)dt;
@@ -715,6 +711,7 @@ static void *worker_main(void *p)
 	int64_t wait;
 	struct srv_fill f;
 
+	ldr_cpu_clock_init(&cpu_clk, now_ns());
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
 		if (!have) {
@@ -738,9 +735,9 @@ static void *worker_main(void *p)
 		 * fill before it may have started its reads (srv_fill.next_step). */
 		int more = may_work(s, 1, &wait) && task_next(s, wstate, &next);
 		pthread_mutex_unlock(&s->mu);
-		int64_t t0 = now_ns(), c0 = thread_cpu_ns();
+		int64_t t0 = now_ns();
 		int ret = task_run(s, wstate, &cur, more ? &next : NULL, &f);
-		int64_t dt = now_ns() - t0, dc = thread_cpu_ns() - c0;
+		int64_t t1 = now_ns(), dt = t1 - t0, dc = ldr_cpu_clock_lap(&cpu_clk, dt, t1);
 		pthread_mutex_lock(&s->mu);
 		task_done(s, cur.o, ret, &f, dt, dc);
 		cur = next;

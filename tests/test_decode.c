@@ -884,6 +884,45 @@ static void test_decode_raw_resize_matches_reference(void **state)
 	free(img);
 }
 
+/* The resize's bytes, pinned: FNV-1a over the outputs of 4,000 random-resized crops of a noise
+ * image (28x28, flip and NCHW alternating) and of crops whose blend weights fall exactly on a
+ * half (1 px to 256 wide, 128 high: lround's ties), as the resize of 702bddc made them: a
+ * faster path for small crops must give the same bytes (issue 31). Any change of a weight or a
+ * rounding changes the sum (ties rounded down instead: it fails). */
+#define PINNED_RESIZE_SUM 0xec61447dc739f7c0ull  /* made by the resize of 702bddc */
+static void test_decode_raw_resize_bytes_pinned(void **state)
+{
+	enum { W = 32, H = 32 };
+	static uint8_t img[W * H * 3], out[256 * 256 * 3];
+	static const struct { struct cdc_crop c; uint32_t oh, ow; } ties[] = {
+		{ { 1, 0, 1, 2 }, 2, 256 },   { { 0, 1, 2, 1 }, 128, 2 },
+		{ { 5, 7, 1, 1 }, 128, 256 }, { { 0, 0, 32, 32 }, 224, 224 },
+		{ { 3, 7, 20, 9 }, 17, 231 }, { { 31, 31, 1, 1 }, 64, 128 },
+	};
+	uint64_t x = 0x9e3779b97f4a7c15ull, sum = 0xcbf29ce484222325ull;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(img); i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		img[i] = (uint8_t)(x >> 32);
+	}
+	for (uint64_t key = 0; key < 4000 + sizeof(ties) / sizeof(ties[0]); key++) {
+		struct cdc_crop c;
+		struct cdc_out o = { 28, 28, (int)(key >> 1 & 1), (int)(key & 1) };
+		if (key < 4000) {
+			cdc_crop_random(W, H, key * 0x2545f4914f6cdd1dull, &c);
+		} else {
+			c = ties[key - 4000].c;
+			o.h = ties[key - 4000].oh;
+			o.w = ties[key - 4000].ow;
+		}
+		assert_int_equal(cdc_decode_raw(dec, img, H, W, 3, &c, &o, out), 0);
+		for (size_t i = 0; i < (size_t)o.h * o.w * 3; i++)
+			sum = (sum ^ out[i]) * 0x100000001b3ull;
+	}
+	assert_int_equal(sum, PINNED_RESIZE_SUM);
+}
+
 static void test_decode_raw_identity_and_flip(void **state)
 {
 	const uint32_t W = 33, H = 21;
@@ -1098,6 +1137,7 @@ int main(void)
 		T(test_decode_jpeg_random_bytes_rejected),
 		T(test_decode_raw_copy_as_stored),
 		T(test_decode_raw_resize_matches_reference),
+		T(test_decode_raw_resize_bytes_pinned),
 		T(test_decode_raw_identity_and_flip),
 		T(test_decode_raw_invalid),
 		T(test_decode_raw_crop_overflow_rejected),
