@@ -282,11 +282,17 @@ static uint64_t nonzero_mask(const int16_t *c)
 
 /* The bits block @c (natural order) takes in a baseline scan with code lengths @dsi, @asi (as
  * libjpeg's encode_one_block codes it), DC prediction *pred (updated). Only the nonzero AC
- * coefficients are visited, in zigzag order, from a mask. */
+ * coefficients are visited, in zigzag order, from a mask. BLOCK_UNCODABLE when a symbol has no
+ * code (a DC difference past category 11, an AC value past 10 bits: coefficients a damaged
+ * progressive file can hold): libjpeg writes such a symbol with no code bits, a scan that no
+ * decoder can walk, so it must not be indexed as if it could. */
+#define BLOCK_UNCODABLE UINT64_MAX
 static uint64_t block_bits(const int16_t *c, int *pred, const uint8_t *dsi, const uint8_t *asi)
 {
 	int diff = c[0] - *pred;
 	unsigned s = nbits((unsigned)(diff < 0 ? -diff : diff)), last = 0;
+	if (s > 15 || !dsi[s])
+		return BLOCK_UNCODABLE;
 	uint64_t bits = dsi[s] + s, n = nonzero_mask(c), m = 0;
 
 	*pred = c[0];
@@ -295,14 +301,22 @@ static uint64_t block_bits(const int16_t *c, int *pred, const uint8_t *dsi, cons
 	for (m &= ~1ull; m; m &= m - 1) {
 		unsigned k = (unsigned)__builtin_ctzll(m), r = k - last - 1;
 		int v = c[zz_natural[k]];
-		for (; r > 15; r -= 16)
+		for (; r > 15; r -= 16) {
+			if (!asi[0xF0])
+				return BLOCK_UNCODABLE;
 			bits += asi[0xF0];
+		}
 		s = nbits((unsigned)(v < 0 ? -v : v));
+		if (s > 15 || !asi[(r << 4) + s])
+			return BLOCK_UNCODABLE;
 		bits += asi[(r << 4) + s] + s;
 		last = k;
 	}
-	if (last != 63)
+	if (last != 63) {
+		if (!asi[0x00])
+			return BLOCK_UNCODABLE;
 		bits += asi[0x00];
+	}
 	return bits;
 }
 
@@ -412,11 +426,18 @@ static int index_coefs(void *arg, const uint8_t *jpg, size_t len, const struct c
 				for (unsigned y = 0; y < v; y++) {
 					for (unsigned x = 0; x < h; x++) {
 						uint32_t bc = mc * h + x;
+						uint64_t b = dsi[ci][0] + asi[ci][0x00];
+						/* else libjpeg's dummy block: the DC before, no AC */
 						if (rows[ci][y] && bc < c->wblocks[ci])
-							u += block_bits(rows[ci][y] + (size_t)bc * 64,
-									&pred[ci], dsi[ci], asi[ci]);
-						else  /* libjpeg's dummy block: the DC before, no AC */
-							u += dsi[ci][0] + asi[ci][0x00];
+							b = block_bits(rows[ci][y] + (size_t)bc * 64,
+								       &pred[ci], dsi[ci], asi[ci]);
+						if (b == BLOCK_UNCODABLE) {
+							free(tab);
+							return bad(job->why, job->whylen, -EBADMSG,
+								   "a coefficient out of baseline's range "
+								   "(damaged scan)");
+						}
+						u += b;
 					}
 				}
 				if (pred[ci] < -32768 || pred[ci] > 32767) {
