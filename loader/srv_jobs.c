@@ -340,6 +340,7 @@ static int split_seed_apply(struct job *j, const struct open_req *r, const void 
 	memcpy(w, p, (size_t)world * sizeof(*w));
 	memcpy(ns, p + ((size_t)world * 4u + 7u) / 8u * 8u, (size_t)h.nrows * world * sizeof(*ns));
 	ldr_split_log_push(&j->split, h.from, w);  /* empty: any step */
+	j->split.dropped = 1;  /* the steps before the seed's are not known here */
 	j->split_due = (h.from / LDR_SHARES_EVERY + 1) * LDR_SHARES_EVERY;
 	j->seed_k1 = j->split_due;
 	j->seed_rows = h.nrows;
