@@ -7,10 +7,10 @@
 # Nonsense reports starve nobody and the clamp is logged; no rank opens an update's step before
 # every rank gave its report (a lone rank 0 gets exactly 4 steps). Over MPI: the trainer's
 # parameters with shares equal even splits' (float tolerance), and resume chaos (rank kills while
-# the shares change, then loaderd SIGKILLed too: the checkpoint's split seed) ends
-# byte-identical to the uninterrupted run. PyTorch DDP over gloo with
-# loaderd.ddp's hook equals even splits. Every report is fixed (--report-ns): no check depends
-# on the machine's load. About 20-50 s on 2 shared cores.
+# the shares change; loaderd SIGKILLed after a rank and under a running trainer: the
+# checkpoint's split seed) ends byte-identical to the uninterrupted run. PyTorch DDP over gloo
+# with loaderd.ddp's hook equals even splits. Every report is fixed (--report-ns): no check
+# depends on the machine's load. About 25-60 s on 2 shared cores.
 set -u
 BIN=${BUILD:-build}/bin
 . "$(dirname "$0")/lib.sh"
@@ -198,6 +198,33 @@ PY
 		out=$(python3 "$(dirname "$0")/committed_stream.py" "$T/cref" "$T/$cn" 2)
 		check "  $out" [ $? -eq 0 ]
 	done
+	# loaderd SIGKILLed under a running trainer (every allreduce 100 ms late, so that the kill
+	# lands mid-run: after rank 0 logged step 11, while the shares move): the ranks lose loaderd
+	# and end; loaderd starts again and the run resumes from its last checkpoint, whatever step
+	# that was.
+	cn=lkrun
+	train "$cn" $FIXED "$T/$cn.ck" --checkpoint-every 1 --resume --log-consumed "$T/$cn" \
+		--inject-comm-delay-ms 100 &
+	tp=$!
+	i=0
+	while ! grep -q "^step 11 " "$T/$cn.0" 2>/dev/null && [ $i -lt 300 ]; do
+		sleep 0.05
+		i=$((i + 1))
+	done
+	kill -9 "$LPID" 2>/dev/null
+	wait "$LPID" 2>/dev/null
+	wait $tp
+	rc1=$?
+	at=$(grep -c "^step " "$T/$cn.0")
+	start_loaderd "$T/loaderd.log.$cn" --socket "$T/s.sock" --workers 2 --balance ||
+		{ echo "# loaderd did not start again"; fails=$((fails + 1)); }
+	train "$cn" $FIXED "$T/$cn.ck" --checkpoint-every 1 --resume --log-consumed "$T/$cn"
+	rc2=$?
+	check "loaderd SIGKILLed under the running trainer (rank 0 had logged $at steps of 24): the \
+run ended (exit $rc1), resumed (exit $rc2)" [ $rc1 -ne 0 ] && [ $at -lt 24 ] && [ $rc2 -eq 0 ]
+	check "  parameters byte-identical to the uninterrupted run" cmp -s "$T/cref.bin" "$T/$cn.bin"
+	out=$(python3 "$(dirname "$0")/committed_stream.py" "$T/cref" "$T/$cn" 2)
+	check "  $out" [ $? -eq 0 ]
 else
 	echo "# no mpirun: the trainer's part is skipped"
 fi
