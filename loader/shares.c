@@ -3,11 +3,15 @@
  * split whenever it is computed again; the doubles only enter in ldr_shares_update, whose output
  * is recorded. */
 #include "loader/shares.h"
+#include "shm/ctl.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+_Static_assert(CTL_SPLIT_ONE == LDR_SHARES_ONE && CTL_SPLIT_EVERY == LDR_SHARES_EVERY &&
+	       LDR_SHARES_FLOOR_DIV == 4, "ctl_check_split checks the weights loaderd keeps");
 
 static uint32_t weight_floor(uint32_t world)
 {
@@ -180,6 +184,17 @@ const uint32_t *ldr_split_log_at(const struct ldr_split_log *l, uint64_t step)
 	return NULL;
 }
 
+const uint32_t *ldr_split_log_known_at(const struct ldr_split_log *l, uint64_t step,
+				       uint32_t *even)
+{
+	const uint32_t *w = ldr_split_log_at(l, step);
+
+	if (w || l->dropped)
+		return w;
+	ldr_shares_even(l->world, even);
+	return even;
+}
+
 const uint32_t *ldr_split_log_last(const struct ldr_split_log *l)
 {
 	return l->n ? l->w + (size_t)slot_of(l, l->n - 1) * l->world : NULL;
@@ -192,6 +207,7 @@ int ldr_split_log_push(struct ldr_split_log *l, uint64_t step, const uint32_t *w
 	if (l->n == LDR_SHARES_LOG) {
 		l->head = (l->head + 1) % LDR_SHARES_LOG;
 		l->n--;
+		l->dropped = 1;
 	}
 	unsigned i = slot_of(l, l->n++);
 	l->from[i] = step;

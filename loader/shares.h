@@ -52,6 +52,7 @@ int ldr_shares_split(uint32_t world, uint32_t total, uint32_t cap, const uint32_
 struct ldr_split_log {
 	uint32_t world;
 	unsigned n, head;           /* entries; index of the oldest */
+	int dropped;                /* an entry was dropped: steps before the oldest are unknown */
 	uint64_t from[LDR_SHARES_LOG];
 	uint32_t *w;                /* LDR_SHARES_LOG x world */
 };
@@ -62,6 +63,11 @@ void ldr_split_log_fini(struct ldr_split_log *l);
 /* The weights in force at @step: the newest entry from a step <= @step, or NULL (even: before
  * the first entry, or older than the log keeps). */
 const uint32_t *ldr_split_log_at(const struct ldr_split_log *l, uint64_t step);
+/* Like ldr_split_log_at, but NULL only when the log no longer knows @step (older than the
+ * entries it keeps); before the first entry ever pushed, the even weights, written to @even
+ * (world entries). */
+const uint32_t *ldr_split_log_known_at(const struct ldr_split_log *l, uint64_t step,
+				       uint32_t *even);
 /* The newest entry's weights, or NULL when empty. */
 const uint32_t *ldr_split_log_last(const struct ldr_split_log *l);
 /* Record @w from @step on. @step must be above the newest entry's (-EINVAL otherwise). */

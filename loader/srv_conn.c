@@ -56,6 +56,8 @@ void srv_conn_close(struct srv *s, struct conn *c)
 	out_forget(s, c);
 	free(c->out);
 	c->out = NULL;
+	free(c->seed);
+	c->seed = NULL;
 	for (pp = &s->conns; *pp; pp = &(*pp)->next)
 		if (*pp == c) {
 			*pp = c->next;

@@ -87,6 +87,8 @@ struct conn {
 				  * loop keeps the conn until it is finished (srv_open_finish) */
 	int closed;              /* closed: events still queued for it are ignored */
 	char *out;               /* an answer being sent (srv_conn_send_text), NULL when none */
+	void *seed;              /* a CTL_SPLIT_SEED body (checked), for its job open; malloc'd */
+	size_t seed_len;
 	size_t out_len, out_off; /* its bytes, and how many are sent */
 	struct conn *next;
 };
@@ -238,6 +240,12 @@ struct job {
 	uint8_t *split_have;
 	uint32_t split_got;
 	uint32_t *split_w;
+	/* A job created from a split seed (CTL_SPLIT_SEED: a resumed job whose log a loaderd that
+	 * exited lost): the reports of the updates seed_k1 + 4 i (i < seed_rows) released before
+	 * the resume step, world each (raw bits: hostile); NULL: none. */
+	uint64_t seed_k1;
+	uint32_t seed_rows;
+	double *seed_ns;
 	uint64_t bad;
 	uint64_t bad_ids[16];         /* the most recent, for stats */
 	unsigned nbad_ids;            /* total ever recorded (index mod 16) */
@@ -419,6 +427,10 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 void srv_open_finish(struct srv *s);
 /* Under mu. Wait (up to @ms) for the opener threads to end; 0 or -ETIMEDOUT. */
 int srv_open_drain(struct srv *s, int ms);
+/* Under mu, control thread. CTL_SPLIT_SEED from @c (@n bytes at @body): kept for its job open.
+ * CTL_SPLIT_REQ from @c: the weights in force at a step of its job (CTL_SPLIT). */
+void srv_on_split_seed(struct srv *s, struct conn *c, const void *body, size_t n);
+void srv_on_split_req(struct srv *s, struct conn *c, const struct ctl_split_req *q);
 /* Under mu, control thread. CTL_STATS_REQ from @c: its rank's figures (CTL_STATS). */
 void srv_on_stats(struct srv *s, struct conn *c);
 /* Under mu, control thread, after each event batch: rates, hostile consumers, failed and idle

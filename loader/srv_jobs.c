@@ -73,6 +73,7 @@ void srv_job_close_all(struct srv *s, struct job *dead)
 		free(j->split_ns);
 		free(j->split_have);
 		free(j->split_w);
+		free(j->seed_ns);
 		free(j);
 	}
 }
@@ -303,6 +304,106 @@ done:
 	return NULL;
 }
 
+/* Under mu, control thread. The split seed @c sent before opening @r (CTL_SPLIT_SEED, checked
+ * by ctl_check_split): it must be for this job's shape and this rank's first step. A job that
+ * no rank has attached to yet (a new one: all its ranks send the same seed, the first to
+ * attach seeds it) starts its split log from it: the seed's weights from its step on,
+ * the next update the first multiple of LDR_SHARES_EVERY above it, and the seed's reports for
+ * the updates whose reports were released before it (seed_report in srv_workers.c). A job that
+ * holds a log keeps it: the seed is not used. 0, or -EINVAL with @why. */
+static int split_seed_apply(struct job *j, const struct open_req *r, const void *seed,
+			    char *why, size_t whylen)
+{
+	struct ctl_split h;
+	uint32_t world = r->spec.world;
+
+	memcpy(&h, seed, sizeof(h));
+	if (!j->spec.balance)
+		return snprintf(why, whylen, "job %s: a split seed for a job without balanced "
+				"shares", j->name), -EINVAL;
+	if (h.world != world || h.slots != r->d.slots || h.from != r->d.first_step)
+		return snprintf(why, whylen, "job %s: the split seed is for world %u, %u slots, step "
+				"%llu; rank %u opens world %u, %u slots, at step %llu", j->name,
+				h.world, h.slots, (unsigned long long)h.from, r->spec.rank, world,
+				r->d.slots, (unsigned long long)r->d.first_step), -EINVAL;
+	if (j->split.n || j->split_due != LDR_SHARES_EVERY || j->seed_ns)
+		return 0;
+	for (uint32_t q = 0; q < world; q++)
+		if (j->ranks[q].started)
+			return 0;
+	double *ns = malloc(((size_t)h.nrows * world + 1) * sizeof(*ns));
+	if (!ns)
+		return snprintf(why, whylen, "job %s: out of memory for its split seed", j->name),
+			-ENOMEM;
+	const char *p = (const char *)seed + sizeof(h);
+	uint32_t *w = j->split_w;
+	memcpy(w, p, (size_t)world * sizeof(*w));
+	memcpy(ns, p + ((size_t)world * 4u + 7u) / 8u * 8u, (size_t)h.nrows * world * sizeof(*ns));
+	ldr_split_log_push(&j->split, h.from, w);  /* empty: any step */
+	j->split.dropped = 1;  /* the steps before the seed's are not known here */
+	j->split_due = (h.from / LDR_SHARES_EVERY + 1) * LDR_SHARES_EVERY;
+	j->seed_k1 = j->split_due;
+	j->seed_rows = h.nrows;
+	j->seed_ns = ns;
+	return 0;
+}
+
+void srv_on_split_seed(struct srv *s, struct conn *c, const void *body, size_t n)
+{
+	char why[CTL_TEXT_MAX];
+
+	if (c->att || c->seed) {
+		srv_conn_fail(s, c, EINVAL, "a split seed comes once, before the job open");
+		return;
+	}
+	if (ctl_check_split(body, n, 1, why, sizeof(why)) < 0) {
+		srv_conn_fail(s, c, EINVAL, "%s", why);
+		return;
+	}
+	c->seed = malloc(n);
+	if (!c->seed) {
+		srv_conn_fail(s, c, ENOMEM, "out of memory for a split seed");
+		return;
+	}
+	memcpy(c->seed, body, n);
+	c->seed_len = n;
+}
+
+void srv_on_split_req(struct srv *s, struct conn *c, const struct ctl_split_req *q)
+{
+	struct att *a = c->att;
+	char buf[CTL_MSG_MAX];
+	struct ctl_split h = { .from = q->step };
+
+	if (!a || q->reserved) {
+		srv_conn_fail(s, c, EINVAL, "%s", !a ? "split request before a job was opened" :
+			      "split request: reserved field is not zero");
+		return;
+	}
+	struct job *j = a->job;
+	uint32_t world = j->spec.world;
+	if (!j->spec.balance) {
+		srv_conn_fail(s, c, EINVAL, "split request: job %s does not balance shares", j->name);
+		return;
+	}
+	if (CTL_SPLIT_SIZE(world, 0) > CTL_MSG_MAX - sizeof(struct ctl_hdr)) {
+		srv_conn_fail(s, c, E2BIG, "split request: job %s's %u weights do not fit one "
+			      "message", j->name, world);
+		return;
+	}
+	/* Known: decided (below the pending update) and still in the log. */
+	const uint32_t *w = NULL;
+	if (q->step < j->split_due)
+		w = ldr_split_log_known_at(&j->split, q->step, j->split_w);
+	if (w) {
+		h.world = world;
+		memcpy(buf + sizeof(h), w, (size_t)world * sizeof(*w));
+	}
+	memcpy(buf, &h, sizeof(h));
+	if (ctl_send(c->fd, CTL_SPLIT, buf, CTL_SPLIT_SIZE(h.world, 0), NULL, 0) < 0)
+		srv_conn_close(s, c);
+}
+
 /* Under mu, control thread. Finish @r: attach its ring to its connection, or tell the client why
  * not; then free it. */
 static void open_finish(struct srv *s, struct open_req *r)
@@ -322,6 +423,17 @@ static void open_finish(struct srv *s, struct open_req *r)
 		if (!c->closed)
 			srv_conn_fail(s, c, r->ret, "%s", r->why);
 		goto drop_idle;
+	}
+	if (c->seed) {
+		char why[CTL_TEXT_MAX];
+		ret = split_seed_apply(j, r, c->seed, why, sizeof(why));
+		free(c->seed);
+		c->seed = NULL;
+		if (ret < 0) {
+			srv_mem_add(s, r->uid, -(int64_t)r->bytes);
+			srv_conn_fail(s, c, -ret, "%s", why);
+			goto drop_idle;
+		}
 	}
 	struct att *a = calloc(1, sizeof(*a));
 	if (!a) {

@@ -80,6 +80,12 @@ static void dispatch(struct srv *s, struct conn *c, const char *buf, ssize_t n, 
 		struct ctl_admin req;
 		memcpy(&req, buf, sizeof(req));
 		srv_on_admin(s, c, &req);
+	} else if (type == CTL_SPLIT_SEED) {
+		srv_on_split_seed(s, c, buf, (size_t)n);
+	} else if (type == CTL_SPLIT_REQ && (size_t)n == sizeof(struct ctl_split_req)) {
+		struct ctl_split_req q;
+		memcpy(&q, buf, sizeof(q));
+		srv_on_split_req(s, c, &q);
 	} else if (type == CTL_STATS_REQ && n == 0) {
 		srv_on_stats(s, c);
 	} else {

@@ -215,6 +215,48 @@ int ctl_check_admin(const struct ctl_admin *a, char *why, size_t whylen)
 	return 0;
 }
 
+int ctl_check_split(const void *body, size_t len, int seed, char *why, size_t whylen)
+{
+	const char *what = seed ? "split seed" : "split";
+	struct ctl_split h;
+
+	if (len < sizeof(h))
+		return BAD("%s: %zu bytes, under the %zu of its header", what, len, sizeof(h));
+	memcpy(&h, body, sizeof(h));
+	if (h.reserved)
+		return BAD("%s: reserved field is not zero", what);
+	if (h.world > CTL_WORLD_MAX || (seed && h.world == 0))
+		return BAD("%s: world %u is not in %u..%u", what, h.world, seed ? 1u : 0u, CTL_WORLD_MAX);
+	if (h.from > CTL_STEP_LIMIT)
+		return BAD("%s: step %llu is past the limit of %llu", what, (unsigned long long)h.from,
+			   (unsigned long long)CTL_STEP_LIMIT);
+	if (!seed && (h.slots || h.nrows))
+		return BAD("split: slots %u and rows %u are not zero", h.slots, h.nrows);
+	if (seed && (h.slots < 1 || h.slots > RING_SLOTS_MAX))
+		return BAD("split seed: slots %u is not in 1..%u", h.slots, RING_SLOTS_MAX);
+	if (seed && h.nrows != CTL_SPLIT_ROWS(h.from, h.slots))
+		return BAD("split seed: %u report rows, not the %u of the updates from step %llu with "
+			   "%u slots", h.nrows, CTL_SPLIT_ROWS(h.from, h.slots),
+			   (unsigned long long)h.from, h.slots);
+	if (len != CTL_SPLIT_SIZE(h.world, h.nrows))
+		return BAD("%s: %zu bytes, not the %zu of world %u and %u rows", what, len,
+			   CTL_SPLIT_SIZE(h.world, h.nrows), h.world, h.nrows);
+	uint64_t sum = 0;
+	uint32_t floor = h.world ? CTL_SPLIT_ONE / (4u * h.world) : 0;
+	for (uint32_t r = 0; r < h.world; r++) {
+		uint32_t w;
+		memcpy(&w, (const char *)body + sizeof(h) + 4 * (size_t)r, 4);
+		if (w < floor || w > CTL_SPLIT_ONE)
+			return BAD("%s: weight of rank %u is %u, not in %u..%u", what, r, w, floor,
+				   CTL_SPLIT_ONE);
+		sum += w;
+	}
+	if (h.world && sum != CTL_SPLIT_ONE)
+		return BAD("%s: the weights sum to %llu, not %u", what, (unsigned long long)sum,
+			   CTL_SPLIT_ONE);
+	return 0;
+}
+
 void ctl_error_make(struct ctl_error *e, int err, const char *fmt, ...)
 {
 	va_list ap;

@@ -31,7 +31,10 @@ enum ctl_type {
 	CTL_ERROR = 5,      /* server: struct ctl_error; the server closes the connection after it */
 	CTL_ADMIN = 6,      /* client (loaderctl): struct ctl_admin */
 	CTL_ADMIN_TEXT = 7, /* server: a chunk of the answer (text or JSON); an empty one ends it */
-	CTL_TYPE_MAX = 7
+	CTL_SPLIT_SEED = 8, /* client, before CTL_JOB_OPEN: struct ctl_split + weights + reports */
+	CTL_SPLIT_REQ = 9,  /* client, after CTL_JOB_OK: struct ctl_split_req */
+	CTL_SPLIT = 10,     /* server: struct ctl_split + weights (nrows 0) */
+	CTL_TYPE_MAX = 10
 };
 
 struct ctl_hdr {
@@ -147,6 +150,36 @@ _Static_assert(offsetof(struct ctl_stats, workers) == 80, "was reserved, zero fr
 _Static_assert(offsetof(struct ctl_stats, latency_ns) == 88, "was reserved, zero from older ones");
 _Static_assert(offsetof(struct ctl_stats, phase_ns) == 48, "the bytes of io_ns, decode_ns before");
 
+/* Balanced shares across a loaderd restart (docs/RING.md, "Balanced shares"). CTL_SPLIT_REQ asks
+ * for the weights in force at a step of the client's job; CTL_SPLIT answers with them (world
+ * u32 after the struct, summing to CTL_SPLIT_ONE; world 0: the server no longer knows that
+ * step). A client that resumes a job loaderd may have lost sends CTL_SPLIT_SEED before its
+ * CTL_JOB_OPEN: the weights in force at its resume step `from`, then, 8-aligned, nrows rows of
+ * world doubles' bits: row i holds each rank's report that came with the release of step
+ * k_i - 4 - slots, k_i the i-th multiple of 4 above `from` (the updates whose reports were
+ * released before `from`: nrows = CTL_SPLIT_ROWS(from, slots)). Length: exactly
+ * CTL_SPLIT_SIZE(world, nrows). */
+#define CTL_SPLIT_ONE (1u << 20)
+#define CTL_SPLIT_EVERY 4u
+#define CTL_SPLIT_ROWS(from, slots) \
+	((uint32_t)(((uint64_t)(from) + 3u + (slots)) / 4u - (uint64_t)(from) / 4u))
+#define CTL_SPLIT_SIZE(world, nrows) \
+	(sizeof(struct ctl_split) + ((size_t)(world) * 4u + 7u) / 8u * 8u + \
+	 (size_t)(nrows) * (world) * 8u)
+struct ctl_split_req {
+	uint64_t step;
+	uint64_t reserved;            /* zero */
+};
+_Static_assert(sizeof(struct ctl_split_req) == 16, "on the wire");
+struct ctl_split {
+	uint64_t from;                /* the step the weights are in force at */
+	uint32_t world;               /* weights that follow (CTL_SPLIT: 0 = not known) */
+	uint32_t slots;               /* seed: the ring depth of the run it comes from */
+	uint32_t nrows;               /* seed: report rows after the weights; CTL_SPLIT: 0 */
+	uint32_t reserved;            /* zero */
+};
+_Static_assert(sizeof(struct ctl_split) == 24, "on the wire");
+
 enum ctl_admin_op { CTL_OP_STATUS = 1, CTL_OP_JOBS = 2, CTL_OP_STATS = 3, CTL_OP_STOP = 4 };
 #define CTL_ADMIN_JSON 0x1u
 
@@ -177,6 +210,12 @@ ssize_t ctl_recv(int sock, void *buf, uint16_t *type, int *fds, int *nfds);
 /* Field validation. Return 0, or -EINVAL with a message naming the field in @why. */
 int ctl_check_job_open(const struct ctl_job_open *j, char *why, size_t whylen);
 int ctl_check_admin(const struct ctl_admin *a, char *why, size_t whylen);
+/* A CTL_SPLIT_SEED (@seed 1) or CTL_SPLIT (@seed 0) body of @len bytes: the length matches world
+ * and nrows, world 1..CTL_WORLD_MAX (CTL_SPLIT: or 0), from <= CTL_STEP_LIMIT, nrows =
+ * CTL_SPLIT_ROWS(from, slots) (CTL_SPLIT: 0), slots 1..RING_SLOTS_MAX (CTL_SPLIT: 0), reserved zero, the
+ * weights sum to CTL_SPLIT_ONE and none is under CTL_SPLIT_ONE / (4 x world) (the floor loaderd
+ * keeps). The reports are not checked: they are raw, like the ring's. */
+int ctl_check_split(const void *body, size_t len, int seed, char *why, size_t whylen);
 /* Make @e from -errno @err and a printf-style message. */
 void ctl_error_make(struct ctl_error *e, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

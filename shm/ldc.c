@@ -694,6 +694,59 @@ int ldc_stats(struct ldc *c, struct ctl_stats *st)
 	return 0;
 }
 
+int ldc_split_seed(struct ldc *c, const void *body, size_t len)
+{
+	char why[CTL_TEXT_MAX];
+	int ret;
+
+	if (c->ring)
+		return set_err(c, -EINVAL, "a split seed goes before the job open");
+	if (len > CTL_MSG_MAX - sizeof(struct ctl_hdr))
+		return set_err(c, -E2BIG, "a split seed of %zu bytes does not fit one message (%zu)",
+			       len, CTL_MSG_MAX - sizeof(struct ctl_hdr));
+	if (ctl_check_split(body, len, 1, why, sizeof(why)) < 0)
+		return set_err(c, -EINVAL, "%s", why);
+	if (c->gone)
+		return -EPIPE;
+	ret = ctl_send(c->fd, CTL_SPLIT_SEED, body, len, NULL, 0);
+	if (ret < 0)
+		return set_err(c, ret, "sending the split seed to loaderd: %s", strerror(-ret));
+	return 0;
+}
+
+int ldc_split_weights(struct ldc *c, uint64_t step, uint32_t *w, uint32_t world)
+{
+	char buf[CTL_MSG_MAX], why[CTL_TEXT_MAX];
+	struct ctl_split_req q = { .step = step };
+	struct ctl_split h;
+	ssize_t n;
+	int ret;
+
+	if (!c->ring || !c->balance)
+		return set_err(c, -EINVAL, "no job with balanced shares is open on this connection");
+	if (world != ring_header(c->ring)->world)
+		return set_err(c, -EINVAL, "split weights: world %u, the job's is %u", world,
+			       ring_header(c->ring)->world);
+	if (c->gone)
+		return -EPIPE;
+	ret = ctl_send(c->fd, CTL_SPLIT_REQ, &q, sizeof(q), NULL, 0);
+	if (ret < 0)
+		return set_err(c, ret, "asking loaderd for split weights: %s", strerror(-ret));
+	n = wait_reply(c, CTL_SPLIT, buf, NULL, NULL);
+	if (n < 0)
+		return (int)n;
+	if (ctl_check_split(buf, (size_t)n, 0, why, sizeof(why)) < 0)
+		return set_err(c, -EBADMSG, "loaderd's %s", why);
+	memcpy(&h, buf, sizeof(h));
+	if (h.from != step || (h.world && h.world != world))
+		return set_err(c, -EBADMSG, "loaderd's split: step %llu of world %u, asked for step "
+			       "%llu of world %u", ULL(h.from), h.world, ULL(step), world);
+	if (!h.world)
+		return 0;
+	memcpy(w, buf + sizeof(h), (size_t)world * sizeof(*w));
+	return 1;
+}
+
 void ldc_detach(struct ldc *c)
 {
 	if (!c || c->detached)

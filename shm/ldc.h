@@ -132,6 +132,17 @@ int ldc_release(struct ldc *c, const struct ldc_batch *b);
  * share updates use the reports that came with defined steps (docs/RING.md). 0, or -EINVAL (not
  * a positive finite number, or no job open). */
 int ldc_report(struct ldc *c, double ns_per_sample);
+/* Balanced shares across a loaderd restart (docs/RING.md, "Balanced shares"): the weights in
+ * force at global step @step of the open job, @world (the job's world) entries into @w. 1 when
+ * loaderd knows them, 0 when it does not (the step is past the pending update, or older than
+ * the split log it keeps), or -errno (-EINVAL: no balanced job open; -EBADMSG: a reply out of
+ * range, ldc_error names the field). */
+int ldc_split_weights(struct ldc *c, uint64_t step, uint32_t *w, uint32_t world);
+/* Before ldc_open: send a split seed (a CTL_SPLIT_SEED body, shm/ctl.h, @len bytes) for the job
+ * about to be opened: a job loaderd no longer holds starts its split log from it. Checked here
+ * as loaderd checks it (ctl_check_split): 0, or -EINVAL naming the field in ldc_error (-E2BIG:
+ * longer than one message). */
+int ldc_split_seed(struct ldc *c, const void *body, size_t len);
 /* This rank's counters. 0 or -errno (-EBADMSG: a field is out of range: job_id, slots,
  * occupancy, ranks_attached or a reserved one; ldc_error names it). */
 int ldc_stats(struct ldc *c, struct ctl_stats *st);

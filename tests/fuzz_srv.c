@@ -8,7 +8,8 @@
  *
  * Input: records of [flags u8][len u16 LE][len bytes]. flags: 0x1 send the dataset fd with it,
  * 0x2 send it twice, 0x4 read what the server answers before the next packet, 0x8 lay a valid
- * header over the first 16 bytes (type = bytes[16] % 8, the packet's own length). */
+ * header over the first 16 bytes (type = bytes[16] % (CTL_TYPE_MAX + 1), the packet's own length).
+ * The server allows balanced shares (loaderd --balance), so split seeds reach a job open. */
 #include "loader/srv.h"
 #include "shm/ctl.h"
 
@@ -88,7 +89,7 @@ static void start(void)
 	unlink(path);  /* the fd is all the jobs need */
 	struct srv_opts o = { .socket_path = g_sock, .workers = 1, .mem_limit = 64u << 20,
 			      .group = (gid_t)-1, .linger_ms = 1, .idle_ms = 2000,
-			      .ring_flags = RING_CREATE_NO_HUGE };
+			      .ring_flags = RING_CREATE_NO_HUGE, .balance = 1 };
 	struct srv_ops ops = { .job_open = fz_job_open, .step_open = fz_step_open,
 			       .fill = fz_fill };
 	signal(SIGPIPE, SIG_IGN);
@@ -175,7 +176,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		off += len;
 		if ((flags & 0x8) && len >= sizeof(struct ctl_hdr) + 1) {
 			struct ctl_hdr h = { .magic = CTL_MAGIC, .version = CTL_VERSION,
-					     .type = (uint16_t)(pkt[sizeof(h)] % 8),
+					     .type = (uint16_t)(pkt[sizeof(h)] % (CTL_TYPE_MAX + 1)),
 					     .length = (uint32_t)len };
 			memcpy(pkt, &h, sizeof(h));
 		}

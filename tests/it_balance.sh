@@ -7,9 +7,10 @@
 # Nonsense reports starve nobody and the clamp is logged; no rank opens an update's step before
 # every rank gave its report (a lone rank 0 gets exactly 4 steps). Over MPI: the trainer's
 # parameters with shares equal even splits' (float tolerance), and resume chaos (rank kills while
-# the shares change) ends byte-identical to the uninterrupted run. PyTorch DDP over gloo with
-# loaderd.ddp's hook equals even splits. Every report is fixed (--report-ns): no check depends
-# on the machine's load. About 20-50 s on 2 shared cores.
+# the shares change; loaderd SIGKILLed after a rank and under a running trainer: the
+# checkpoint's split seed) ends byte-identical to the uninterrupted run. PyTorch DDP over gloo
+# with loaderd.ddp's hook equals even splits. Every report is fixed (--report-ns): no check
+# depends on the machine's load. About 25-60 s on 2 shared cores.
 set -u
 BIN=${BUILD:-build}/bin
 . "$(dirname "$0")/lib.sh"
@@ -147,7 +148,8 @@ PY
 	# holds the job's split log and its pending update: the same committed stream on every rank (so the same splits)
 	# and byte-identical parameters to the uninterrupted run. Updates fall on steps 8, 12, 16,
 	# 20 while the shares move from 8 to 12 of 16. (A resume at k - 5 or k - 4 for an update k
-	# still pending at the kill has lost a rank's report for it: docs/RING.md; not these.)
+	# still pending at the kill on a loaderd that kept the job has lost a rank's report for it:
+	# docs/RING.md; not these.)
 	FIXED="--balance --inject-slow-rank 1:3 --report-ns 1000 --checkpoint-dir"
 	train cref $FIXED "$T/cref.ck" --checkpoint-every 1 --log-consumed "$T/cref"
 	check "chaos reference: balanced, fixed speeds, uninterrupted: exit 0" [ $? -eq 0 ]
@@ -166,6 +168,63 @@ PY
 		out=$(python3 "$(dirname "$0")/committed_stream.py" "$T/cref" "$T/$cn" 2)
 		check "  $out" [ $? -eq 0 ]
 	done
+	# ---- and loaderd SIGKILLed: the job's split log is gone with it ----
+	# A rank SIGKILLs itself at step K, then loaderd is SIGKILLed and started again: the run
+	# resumes from its checkpoint on a loaderd that never saw the job. The checkpoint's split
+	# seed (the weights in force at its step and the reports of the updates still pending)
+	# starts the new job's split log, so the splits from the resume on are the uninterrupted
+	# run's: the same committed stream and byte-identical parameters. Resumed under the same
+	# --job, and without --job (a new job name; the trainer's first launch had none either).
+	for k in 1:10:job 0:13:nojob 1:17:job; do
+		r=${k%%:*} rest=${k#*:}
+		st=${rest%%:*} how=${rest##*:}
+		cn=lk${r}_$st
+		jopt=""
+		[ "$how" = job ] && jopt="--job chaos-$cn"
+		train "$cn" $FIXED "$T/$cn.ck" --checkpoint-every 1 --resume --inject-kill-at "$r:$st" \
+			--log-consumed "$T/$cn" $jopt
+		rc1=$?
+		kill -9 "$LPID" 2>/dev/null
+		wait "$LPID" 2>/dev/null
+		start_loaderd "$T/loaderd.log.$cn" --socket "$T/s.sock" --workers 2 --balance ||
+			{ echo "# loaderd did not start again"; fails=$((fails + 1)); break; }
+		train "$cn" $FIXED "$T/$cn.ck" --checkpoint-every 1 --resume --log-consumed "$T/$cn" \
+			$jopt
+		rc2=$?
+		check "rank $r SIGKILLed at step $st, then loaderd SIGKILLed and restarted: killed \
+(exit $rc1), resumed ${jopt:-without --job} (exit $rc2)" [ $rc1 -ne 0 ] && [ $rc2 -eq 0 ]
+		check "  parameters byte-identical to the uninterrupted run" \
+			cmp -s "$T/cref.bin" "$T/$cn.bin"
+		out=$(python3 "$(dirname "$0")/committed_stream.py" "$T/cref" "$T/$cn" 2)
+		check "  $out" [ $? -eq 0 ]
+	done
+	# loaderd SIGKILLed under a running trainer (every allreduce 100 ms late, so that the kill
+	# lands mid-run: after rank 0 logged step 11, while the shares move): the ranks lose loaderd
+	# and end; loaderd starts again and the run resumes from its last checkpoint, whatever step
+	# that was.
+	cn=lkrun
+	train "$cn" $FIXED "$T/$cn.ck" --checkpoint-every 1 --resume --log-consumed "$T/$cn" \
+		--inject-comm-delay-ms 100 &
+	tp=$!
+	i=0
+	while ! grep -q "^step 11 " "$T/$cn.0" 2>/dev/null && [ $i -lt 300 ]; do
+		sleep 0.05
+		i=$((i + 1))
+	done
+	kill -9 "$LPID" 2>/dev/null
+	wait "$LPID" 2>/dev/null
+	wait $tp
+	rc1=$?
+	at=$(grep -c "^step " "$T/$cn.0")
+	start_loaderd "$T/loaderd.log.$cn" --socket "$T/s.sock" --workers 2 --balance ||
+		{ echo "# loaderd did not start again"; fails=$((fails + 1)); }
+	train "$cn" $FIXED "$T/$cn.ck" --checkpoint-every 1 --resume --log-consumed "$T/$cn"
+	rc2=$?
+	check "loaderd SIGKILLed under the running trainer (rank 0 had logged $at steps of 24): the \
+run ended (exit $rc1), resumed (exit $rc2)" [ $rc1 -ne 0 ] && [ $at -lt 24 ] && [ $rc2 -eq 0 ]
+	check "  parameters byte-identical to the uninterrupted run" cmp -s "$T/cref.bin" "$T/$cn.bin"
+	out=$(python3 "$(dirname "$0")/committed_stream.py" "$T/cref" "$T/$cn" 2)
+	check "  $out" [ $? -eq 0 ]
 else
 	echo "# no mpirun: the trainer's part is skipped"
 fi

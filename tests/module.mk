@@ -32,8 +32,8 @@ FUZZ_BINS := $(patsubst tests/%.c,build/fuzz/%,$(FUZZ_SRC))
 FUZZ_LIBSRC := $(wildcard formats/*.c common/*.c)
 FUZZ_RUNS := $(patsubst tests/%.c,fuzz:%,$(FUZZ_SRC))
 # fuzz_srv drives the server core itself: it links loader/srv_*.c (with loader/demand.c, the
-# controller its workers call) and shm/ as well.
-FUZZ_SRV_SRC := $(wildcard loader/srv_*.c loader/demand.c shm/*.c)
+# controller its workers call, and loader/shares.c, the balanced shares) and shm/ as well.
+FUZZ_SRV_SRC := $(wildcard loader/srv_*.c loader/demand.c loader/shares.c loader/cpu_clock.c shm/*.c)
 build/fuzz/fuzz_srv: FUZZ_EXTRA := $(FUZZ_SRV_SRC)
 build/fuzz/fuzz_srv: $(FUZZ_SRV_SRC)
 build/fuzz/fuzz_token: FUZZ_EXTRA := shm/token.c

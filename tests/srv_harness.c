@@ -408,7 +408,7 @@ pid_t spawn_server(const char *path, const struct tsrv *cfg, int *ret, char *why
 				      .workers = cfg->workers ? cfg->workers : 2,
 				      .default_slots = cfg->slots, .mem_limit = cfg->mem_limit,
 				      .group = (gid_t)-1, .ring_flags = cfg->ring_flags,
-				      .linger_ms = cfg->linger_ms };
+				      .linger_ms = cfg->linger_ms, .balance = cfg->balance };
 		struct srv_ops ops = { .job_open = pat_job_open, .job_close = pat_job_close,
 				       .worker_init = pat_worker_init,
 				       .worker_fini = pat_worker_fini,

@@ -86,6 +86,7 @@ struct tsrv {
 	uint64_t mem_limit;
 	unsigned ring_flags;
 	int linger_ms;            /* 0 = srv's default */
+	int balance;              /* allow balanced shares (loaderd --balance) */
 };
 
 /* Fork a server on @path with @cfg (not NULL). Returns its pid with srv_create's result in *ret and

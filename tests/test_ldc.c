@@ -438,6 +438,81 @@ static void test_ldc_stats_checks_the_reply(void **state)
 	}
 }
 
+/* ---- ldc_split_weights: a hostile server's CTL_SPLIT ---- */
+
+static const struct split_case {
+	const char *what;
+	int field;                /* 0 as is; 1 from; 2 world; 3 weight 0; 4 length - 1; 5 nrows;
+				     6 slots; 7 the type of the reply */
+	int64_t v;
+	int ret;
+	const char *needle;
+} split_cases[] = {
+	{ "the weights asked for", 0, 0, 1, NULL },
+	{ "world 0: not known", 2, 0, 0, NULL },
+	{ "another step", 1, 8, -EBADMSG, "step 8 of world 2, asked for step 7" },
+	{ "world 3 in the bytes of 2", 2, 3, -EBADMSG, "not the 40 of world 3" },
+	{ "rank 0 one under the floor", 3, CTL_SPLIT_ONE / 8 - 1, -EBADMSG, "weight of rank 0" },
+	{ "rank 0 at the floor, the sum one short", 3, CTL_SPLIT_ONE / 8, -EBADMSG, "sum to" },
+	{ "a byte short", 4, 0, -EBADMSG, "bytes" },
+	{ "rows 1", 5, 1, -EBADMSG, "rows 1" },
+	{ "slots 2", 6, 2, -EBADMSG, "slots 2" },
+	{ "a stats reply", 7, 0, -EBADMSG, "message type 4" },
+};
+
+static void test_ldc_split_weights_checks_the_reply(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(split_cases) / sizeof(split_cases[0]); i++) {
+		const struct split_case *k = &split_cases[i];
+		struct fake f;
+		char buf[64];
+		struct ctl_split h = { .from = 7, .world = 2 };
+		uint32_t w[2] = { CTL_SPLIT_ONE / 4, CTL_SPLIT_ONE - CTL_SPLIT_ONE / 4 }, got[2];
+		size_t len = CTL_SPLIT_SIZE(2, 0);
+
+		fake_init(&f);
+		f.job.balance = 1;
+		f.d.batch = CTL_BALANCE_CAP(BATCH);
+		assert_int_equal(fake_open(&f), 0);
+		switch (k->field) {
+		case 1: h.from = (uint64_t)k->v; break;
+		case 2: h.world = (uint32_t)k->v; len = CTL_SPLIT_SIZE(2, 0); break;
+		case 3: w[0] = (uint32_t)k->v; break;
+		case 4: len--; break;
+		case 5: h.nrows = (uint32_t)k->v; break;
+		case 6: h.slots = (uint32_t)k->v; break;
+		}
+		memcpy(buf, &h, sizeof(h));
+		memcpy(buf + sizeof(h), w, sizeof(w));
+		if (k->field == 2 && k->v == 0)
+			len = sizeof(h);
+		if (k->field == 7) {
+			struct ctl_stats st = { .job_id = JOB_ID, .slots = 4 };
+			assert_int_equal(ctl_send(f.sfd, CTL_STATS, &st, sizeof(st), NULL, 0), 0);
+		} else {
+			assert_int_equal(ctl_send(f.sfd, CTL_SPLIT, buf, len, NULL, 0), 0);
+		}
+		int r = ldc_split_weights(f.c, 7, got, 2);
+		if (r != k->ret || (k->needle && !strstr(ldc_error(f.c), k->needle)))
+			fail_msg("%s: %d (%s), want %d with \"%s\"", k->what, r, ldc_error(f.c),
+				 k->ret, k->needle ? k->needle : "");
+		if (r == 1)
+			assert_memory_equal(got, w, sizeof(w));
+		/* what the client asked: CTL_SPLIT_REQ for step 7 */
+		char req[CTL_MSG_MAX];
+		uint16_t type = 0;
+		struct ctl_split_req q;
+		assert_true(ctl_recv(f.sfd, req, &type, NULL, NULL) >= 0 && type == CTL_JOB_OPEN);
+		assert_int_equal(ctl_recv(f.sfd, req, &type, NULL, NULL), (ssize_t)sizeof(q));
+		assert_int_equal(type, CTL_SPLIT_REQ);
+		memcpy(&q, req, sizeof(q));
+		assert_int_equal(q.step, 7);
+		assert_int_equal(q.reserved, 0);
+		fake_close(&f);
+	}
+}
+
 /* ---- ldc_detach ---- */
 
 /* Mappings of this process whose name holds @name (/proc/self/maps). */
@@ -504,6 +579,7 @@ int main(void)
 		cmocka_unit_test(test_ldc_open_checks_every_field_of_the_reply),
 		cmocka_unit_test(test_ldc_acquire_checks_the_slot_header),
 		cmocka_unit_test(test_ldc_stats_checks_the_reply),
+		cmocka_unit_test(test_ldc_split_weights_checks_the_reply),
 		cmocka_unit_test(test_ldc_detach_keeps_the_held_batch_until_close),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,7 +1,10 @@
 /* test_trn_ckpt.c - the trainer's checkpoint files (trainer/ckpt.c): a save loads back byte for
  * byte; the newest is the one loaded and only the newest two are kept; an empty or missing
  * directory has none; an interrupted save's temporary file is not a checkpoint; a truncated,
- * damaged, foreign or other-version file is refused with the file and the fault named. */
+ * damaged, foreign or other-version file is refused with the file and the fault named. A split
+ * seed (version 2) of TRN_CKPT_SPLIT_MAX bytes loads back byte for byte, one more is refused, a
+ * damaged one fails the checksum; a version 1 file (no seed) still loads, one that claims a
+ * seed is corrupt. */
 #include "trainer/ckpt.h"
 
 #include <errno.h>
@@ -15,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <xxhash.h>
 #include "tests/tmpdir.h"
 
 #define N 1000
@@ -181,6 +185,76 @@ static void test_ckpt_damaged_refused(void **state)
 	load(-EBADMSG, "corrupt header", &c);
 }
 
+static void save_split(uint64_t step, const uint8_t *split, uint32_t len, int ret)
+{
+	struct trn_ckpt c = { .step = step, .world = 2, .seed = 9, .n = N, .token = token,
+			      .token_len = LDC_TOKEN_SIZE, .params = params, .mom = mom,
+			      .split = split, .split_len = len };
+	char path[4096], why[4352] = "";
+
+	if (trn_ckpt_save(dir, &c, path, sizeof(path), why, sizeof(why)) != ret)
+		fail_msg("save with a split seed of %u bytes: want %d: %s", len, ret, why);
+}
+
+/* Rewrite step @step's file as version @v with split_len @split_len, checksum made whole. */
+static void rewrite_as(uint64_t step, uint32_t v, uint32_t split_len)
+{
+	FILE *f = fopen(file_of(step), "r+b");
+	struct stat sb;
+
+	assert_non_null(f);
+	assert_int_equal(fstat(fileno(f), &sb), 0);
+	uint8_t *b = malloc((size_t)sb.st_size);
+	assert_non_null(b);
+	assert_int_equal(fread(b, 1, (size_t)sb.st_size, f), (size_t)sb.st_size);
+	memcpy(b + offsetof(struct trn_ckpt_hdr, version), &v, 4);
+	memcpy(b + offsetof(struct trn_ckpt_hdr, split_len), &split_len, 4);
+	uint64_t sum = XXH3_64bits(b, (size_t)sb.st_size - 8);
+	memcpy(b + sb.st_size - 8, &sum, 8);
+	rewind(f);
+	assert_int_equal(fwrite(b, 1, (size_t)sb.st_size, f), (size_t)sb.st_size);
+	assert_int_equal(fclose(f), 0);
+	free(b);
+}
+
+static void test_ckpt_split_seed_roundtrip_bounds_and_version_1(void **state)
+{
+	(void)state;
+	struct trn_ckpt c;
+	static uint8_t split[TRN_CKPT_SPLIT_MAX + 1];
+
+	for (size_t i = 0; i < sizeof(split); i++)
+		split[i] = (uint8_t)(i * 7 + 1);
+	save_split(3, split, TRN_CKPT_SPLIT_MAX, 0);  /* exactly the limit */
+	load(1, NULL, &c);
+	assert_int_equal(c.split_len, TRN_CKPT_SPLIT_MAX);
+	assert_memory_equal(c.split, split, TRN_CKPT_SPLIT_MAX);
+	assert_memory_equal(c.params, params, sizeof(params));
+	free((void *)c.split);
+	free(c.params);
+	free(c.mom);
+	save_split(4, split, TRN_CKPT_SPLIT_MAX + 1, -EINVAL);  /* one past */
+	assert_int_equal(access(file_of(4), F_OK), -1);
+
+	uint8_t x = 0xff;
+	save_split(5, split, 100, 0);
+	patch(5, sizeof(struct trn_ckpt_hdr) + 2 * sizeof(params) + 50, &x, 1);
+	load(-EBADMSG, "checksum mismatch", &c);
+
+	/* version 1: no seed (the field was reserved); one that claims a seed is corrupt */
+	save(6);
+	rewrite_as(6, 1, 0);
+	load(1, NULL, &c);
+	assert_int_equal(c.step, 6);
+	assert_int_equal(c.split_len, 0);
+	assert_null(c.split);
+	free(c.params);
+	free(c.mom);
+	save_split(7, split, 8, 0);
+	rewrite_as(7, 1, 8);
+	load(-EBADMSG, "corrupt header", &c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -190,6 +264,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_ckpt_interrupted_save_is_not_a_checkpoint, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_ckpt_damaged_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ckpt_split_seed_roundtrip_bounds_and_version_1,
+						setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,7 +23,7 @@
 
 /* XXH3-64 of header, parameters and momentum (@bytes each) into *out. 0 or -ENOMEM. */
 static int digest(const struct trn_ckpt_hdr *h, const float *params, const float *mom, size_t bytes,
-		  uint64_t *out)
+		  const uint8_t *split, uint64_t *out)
 {
 	XXH3_state_t *st = XXH3_createState();
 
@@ -33,6 +33,8 @@ static int digest(const struct trn_ckpt_hdr *h, const float *params, const float
 	XXH3_64bits_update(st, h, sizeof(*h));
 	XXH3_64bits_update(st, params, bytes);
 	XXH3_64bits_update(st, mom, bytes);
+	if (h->split_len)
+		XXH3_64bits_update(st, split, h->split_len);
 	*out = XXH3_64bits_digest(st);
 	XXH3_freeState(st);
 	return 0;
@@ -106,7 +108,10 @@ int trn_ckpt_save(const char *dir, const struct trn_ckpt *c, char *path, size_t 
 	h.world = c->world;
 	h.seed = c->seed;
 	h.n = c->n;
-	h.file_size = sizeof(h) + 2 * bytes + sizeof(uint64_t);
+	h.split_len = c->split ? c->split_len : 0;
+	if (h.split_len > TRN_CKPT_SPLIT_MAX)
+		return err_set(why, whylen, -EINVAL, "split seed of %u bytes", h.split_len);
+	h.file_size = sizeof(h) + 2 * bytes + h.split_len + sizeof(uint64_t);
 	h.token_len = c->token ? c->token_len : 0;
 	if (h.token_len > sizeof(h.token))
 		return err_set(why, whylen, -EINVAL, "token of %u bytes", h.token_len);
@@ -114,7 +119,7 @@ int trn_ckpt_save(const char *dir, const struct trn_ckpt *c, char *path, size_t 
 		memcpy(h.token, c->token, h.token_len);
 
 	uint64_t sum;
-	if (digest(&h, c->params, c->mom, bytes, &sum) < 0)
+	if (digest(&h, c->params, c->mom, bytes, c->split, &sum) < 0)
 		return err_set(why, whylen, -ENOMEM, "out of memory");
 
 	ret = afile_open(&f, path, 0);
@@ -123,6 +128,7 @@ int trn_ckpt_save(const char *dir, const struct trn_ckpt *c, char *path, size_t 
 	if ((ret = fd_write_all(f.fd, &h, sizeof(h))) < 0 ||
 	    (ret = fd_write_all(f.fd, c->params, bytes)) < 0 ||
 	    (ret = fd_write_all(f.fd, c->mom, bytes)) < 0 ||
+	    (h.split_len && (ret = fd_write_all(f.fd, c->split, h.split_len)) < 0) ||
 	    (ret = fd_write_all(f.fd, &sum, sizeof(sum))) < 0 ||
 	    (ret = afile_commit(&f)) < 0) {
 		afile_close(&f);
@@ -148,6 +154,7 @@ static int load(const char *path, struct trn_ckpt *c, uint8_t tok[LDC_TOKEN_SIZE
 {
 	struct trn_ckpt_hdr h;
 	struct stat sb;
+	uint8_t *split = NULL;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	int ret = 0;
 
@@ -167,16 +174,17 @@ static int load(const char *path, struct trn_ckpt *c, uint8_t tok[LDC_TOKEN_SIZE
 		ret = err_set(why, whylen, -EBADMSG, "%s: not a trainer checkpoint (magic)", path);
 		goto out;
 	}
-	if (h.version != TRN_CKPT_VERSION || h.hdr_size != sizeof(h)) {
+	if (h.version < 1 || h.version > TRN_CKPT_VERSION || h.hdr_size != sizeof(h)) {
 		ret = err_set(why, whylen, -EPROTO, "%s: checkpoint version %u; this trainer reads "
-			  "version %u", path, h.version, TRN_CKPT_VERSION);
+			  "versions 1 to %u", path, h.version, TRN_CKPT_VERSION);
 		goto out;
 	}
 	/* Sizes before allocations: n comes from the file (bounded first, so no product overflows;
 	 * then the file's real size bounds it). */
 	if (h.n == 0 || h.n > (1ull << 58) ||
-	    h.file_size != sizeof(h) + 2 * h.n * sizeof(float) + sizeof(uint64_t) ||
-	    h.token_len > sizeof(h.token) || h.reserved) {
+	    h.split_len > (h.version >= 2 ? TRN_CKPT_SPLIT_MAX : 0) ||
+	    h.file_size != sizeof(h) + 2 * h.n * sizeof(float) + h.split_len + sizeof(uint64_t) ||
+	    h.token_len > sizeof(h.token)) {
 		ret = err_set(why, whylen, -EBADMSG, "%s: corrupt header (sizes)", path);
 		goto out;
 	}
@@ -189,19 +197,24 @@ static int load(const char *path, struct trn_ckpt *c, uint8_t tok[LDC_TOKEN_SIZE
 	uint64_t sum;
 	c->params = malloc(bytes);
 	c->mom = malloc(bytes);
-	if (!c->params || !c->mom) {
+	split = h.split_len ? malloc(h.split_len) : NULL;
+	c->split = split;
+	if (!c->params || !c->mom || (h.split_len && !split)) {
 		ret = err_set(why, whylen, -ENOMEM, "%s: out of memory for %llu parameters", path,
 			  (unsigned long long)h.n);
 		goto out;
 	}
 	if (pread(fd, c->params, bytes, sizeof(h)) != (ssize_t)bytes ||
 	    pread(fd, c->mom, bytes, (off_t)(sizeof(h) + bytes)) != (ssize_t)bytes ||
-	    pread(fd, &sum, sizeof(sum), (off_t)(sizeof(h) + 2 * bytes)) != (ssize_t)sizeof(sum)) {
+	    (h.split_len && pread(fd, split, h.split_len, (off_t)(sizeof(h) + 2 * bytes)) !=
+	     (ssize_t)h.split_len) ||
+	    pread(fd, &sum, sizeof(sum), (off_t)(sizeof(h) + 2 * bytes + h.split_len)) !=
+	    (ssize_t)sizeof(sum)) {
 		ret = err_set(why, whylen, -EBADMSG, "%s: short read", path);
 		goto out;
 	}
 	uint64_t want;
-	if (digest(&h, c->params, c->mom, bytes, &want) < 0) {
+	if (digest(&h, c->params, c->mom, bytes, split, &want) < 0) {
 		ret = err_set(why, whylen, -ENOMEM, "out of memory");
 		goto out;
 	}
@@ -216,12 +229,15 @@ static int load(const char *path, struct trn_ckpt *c, uint8_t tok[LDC_TOKEN_SIZE
 	c->token_len = h.token_len;
 	memcpy(tok, h.token, sizeof(h.token));
 	c->token = h.token_len ? tok : NULL;
+	c->split_len = h.split_len;
 out:
 	close(fd);
 	if (ret < 0) {
 		free(c->params);
 		free(c->mom);
+		free(split);
 		c->params = c->mom = NULL;
+		c->split = NULL;
 	}
 	return ret;
 }

@@ -7,7 +7,12 @@
  * sort by step; the newest two are kept. Little-endian; a checksum (XXH3-64) over everything.
  *
  * Layout: struct trn_ckpt_hdr | params (n float32, the DDP core's flat layout) | momentum (n
- * float32) | u64 XXH3-64 of all the bytes before it.
+ * float32) | split seed (split_len bytes) | u64 XXH3-64 of all the bytes before it. The split
+ * seed (version 2; --balance) is the CTL_SPLIT_SEED body (shm/ctl.h) for the checkpoint's step:
+ * the weights loaderd had in force there and the ranks' reports of the updates still pending,
+ * so that a resume on a loaderd that lost the job replays the same splits; then world doubles,
+ * each rank's latest report at the checkpoint (what its next releases carry). Version 1 files
+ * (no seed) still load.
  *
  * Rank 0 writes and reads them (every rank holds the same parameters and momentum after each
  * optimizer step); no MPI here. Never logs: errors come back as -errno with a sentence. */
@@ -19,7 +24,8 @@
 #include "shm/token.h"
 
 #define TRN_CKPT_MAGIC "LDCKPT\0\1"
-#define TRN_CKPT_VERSION 1u
+#define TRN_CKPT_VERSION 2u
+#define TRN_CKPT_SPLIT_MAX 4080u     /* split seed bytes at most: one control message's body */
 #define TRN_CKPT_KEEP 2              /* checkpoints left in DIR after a save */
 
 struct trn_ckpt_hdr {
@@ -32,7 +38,8 @@ struct trn_ckpt_hdr {
 	uint64_t n;                  /* floats in the parameters, and in the momentum */
 	uint64_t file_size;          /* bytes of the whole file */
 	uint32_t token_len;          /* LDC_TOKEN_SIZE, or 0 (--synthetic: no loader) */
-	uint32_t reserved;           /* zero */
+	uint32_t split_len;          /* bytes of the split seed, <= TRN_CKPT_SPLIT_MAX (version 1:
+				      * the reserved field, zero) */
 	uint8_t token[LDC_TOKEN_SIZE];
 };
 _Static_assert(sizeof(struct trn_ckpt_hdr) == 168, "on disk");
@@ -47,6 +54,9 @@ struct trn_ckpt {
 	const uint8_t *token;        /* token_len bytes, or NULL */
 	uint32_t token_len;
 	float *params, *mom;
+	const uint8_t *split;        /* split_len bytes (save: borrowed; load: malloc'd, the caller
+				      * frees it), or NULL */
+	uint32_t split_len;
 };
 
 /* Write @c as DIR/ckpt-STEP.ldck atomically, then remove all but the newest TRN_CKPT_KEEP.

@@ -16,6 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Steps of reports kept beyond the ring's slots: the 4 of an update and the batches released
+ * ahead of the one computed (prefetch). */
+#define REPORTS_BACK (CTL_SPLIT_EVERY + TRN_PREFETCH_MAX + 2)
 #define WEIGHTS_MAX 65536   /* host weight staging per buffer: --batch is at most this */
 
 /* Classes as the model needs them: the class table, else (WebDataset, npy) the largest label + 1;
@@ -75,12 +78,26 @@ static void open_job(struct trn_data *d, const struct trn_opts *o, int rank, int
 		j.token = start->token;
 		j.token_len = start->token_len;
 	}
+	/* A checkpoint's split seed: a loaderd that lost the job replays its splits from it. */
+	if (start && start->split_len && o->balance &&
+	    ldc_split_seed(d->c, start->split, start->split_len) < 0)
+		trn_die("the checkpoint's split seed: %s", ldc_error(d->c));
 	if (ldc_open(d->c, &j, &d->info) < 0)
 		trn_die("loaderd: %s", ldc_error(d->c));
 	if (start && d->info.first_step != start->step)
 		trn_die("loaderd started at step %" PRIu64 ", the checkpoint is at step %" PRIu64,
 			d->info.first_step, start->step);
 	d->first_step = d->info.first_step;
+	if (start && o->balance && start->report > 0 && ldc_report(d->c, start->report) == 0)
+		d->report = start->report;
+	if (o->balance) {
+		/* the reports that the splits of the next updates take: 4 + slots steps back, and the
+		 * steps released ahead of the one computed */
+		d->rep_n = d->info.ring->slots + REPORTS_BACK;
+		d->rep_hist = calloc(d->rep_n, sizeof(*d->rep_hist));
+		if (!d->rep_hist)
+			trn_die("out of memory");
+	}
 	d->sample_bytes = d->info.ring->sample_bytes;
 	d->nchw = d->info.ring->layout == RING_LAYOUT_NCHW;
 	/* Pin the whole ring once: every copy from a slot is then a DMA. */
@@ -219,6 +236,8 @@ static void release_copied(struct trn_data *d)
 		if (f->held && d->dev->ops->event_done(d->dev, f->ev) == 1) {
 			if (ldc_release(d->c, &f->b) < 0)
 				trn_die("loaderd: %s", ldc_error(d->c));
+			if (d->rep_hist)
+				d->rep_hist[f->b.step % d->rep_n] = d->report;
 			f->held = 0;
 		}
 	}
@@ -285,6 +304,8 @@ void trn_data_close(struct trn_data *d)
 	d->slog = NULL;
 	free(d->hw);
 	free(d->hid);
+	free(d->rep_hist);
+	d->rep_hist = NULL;
 	for (int k = 0; k < d->depth; k++) {
 		dev->ops->free(dev, d->img[k]);
 		dev->ops->free(dev, d->lab[k]);
@@ -295,6 +316,20 @@ void trn_data_close(struct trn_data *d)
 void trn_data_report(struct trn_data *d, uint64_t compute_ns, int count)
 {
 	/* a rank that cannot report keeps its share; nothing to stop the run for */
-	if (d->balance && count > 0 && compute_ns > 0)
-		(void)ldc_report(d->c, (double)compute_ns / count);
+	if (d->balance && count > 0 && compute_ns > 0 &&
+	    ldc_report(d->c, (double)compute_ns / count) == 0)
+		d->report = (double)compute_ns / count;
+}
+
+double trn_data_report_of(const struct trn_data *d, uint64_t step)
+{
+	return d->rep_hist ? d->rep_hist[step % d->rep_n] : 0;
+}
+
+int trn_data_split_weights(struct trn_data *d, uint64_t step, uint32_t *w, uint32_t world)
+{
+	int ret = ldc_split_weights(d->c, step, w, world);
+	if (ret < 0)
+		trn_die("loaderd: %s", ldc_error(d->c));
+	return ret;
 }

@@ -48,6 +48,11 @@ struct trn_data {
 	uint64_t micro_total;        /* the micro-step to stop before (micro-steps count from the
 	                                job's start, one ring step each, across resumes) */
 	uint64_t first_step;         /* the ring step this run starts at */
+	/* Balanced shares: the report ldc holds now (the one every release carries; 0: none), and
+	 * the one each of the last rep_n released steps carried (rep_hist[step % rep_n]). */
+	double report;
+	double *rep_hist;
+	uint32_t rep_n;
 };
 
 /* Where a run starts: a checkpoint's step and the loader's resume token for it. */
@@ -55,6 +60,10 @@ struct trn_start {
 	uint64_t step;
 	const uint8_t *token;        /* token_len bytes (shm/token.h), NULL with --synthetic */
 	uint32_t token_len;
+	const uint8_t *split;        /* the checkpoint's split seed (ckpt.h), split_len bytes, or NULL */
+	uint32_t split_len;
+	double report;               /* this rank's report at the checkpoint (0: none): the one the
+				        releases of the resumed run carry until its first report */
 };
 
 /* One batch ready on the device for compute. */
@@ -81,6 +90,12 @@ int trn_data_next(struct trn_data *d, uint64_t *wait_ns, uint64_t *copy_ns, stru
 /* Balanced shares: tell loaderd this rank's compute time for a batch of @count samples (no-op
  * without --balance). */
 void trn_data_report(struct trn_data *d, uint64_t compute_ns, int count);
+/* Balanced shares: the report the release of @step carried (0: none), for a step among the last
+ * rep_n released. */
+double trn_data_report_of(const struct trn_data *d, uint64_t step);
+/* Balanced shares: the weights loaderd has in force at @step, @world entries into @w. 1, or 0
+ * when loaderd does not know them (ldc_split_weights). */
+int trn_data_split_weights(struct trn_data *d, uint64_t step, uint32_t *w, uint32_t world);
 /* The batch from trn_data_next has been computed. */
 void trn_data_consumed(struct trn_data *d);
 /* Give back what is held, unpin the ring, detach, free the buffers. */

@@ -23,6 +23,12 @@ struct trn_resume {
 	uint8_t tok[LDC_TOKEN_SIZE];
 	int resumed;
 	int log_fd;                  /* --log-consumed, or -1 */
+	/* Balanced shares: the split seed this run started from (every rank: CTL_SPLIT_SEED body,
+	 * split_len bytes), or NULL; its header, for the reports released before this run. */
+	uint8_t *split;
+	uint32_t split_len;
+	struct ctl_split seed;
+	int split_warned;
 	char *line;                  /* one log line: "step S N id ... .\n" */
 	size_t line_cap;
 };
@@ -58,7 +64,9 @@ int trn_resume_open(const struct trn_opts *o, int rank, int world, struct trn_st
 		return 0;
 
 	/* Rank 0 decides; the others learn the step and the token. */
-	uint64_t hdr[3] = { 0, 0, 0 };  /* found, step, token length */
+	uint64_t hdr[4] = { 0, 0, 0, 0 };  /* found, step, token length, split seed length */
+	uint32_t seed_len = 0;
+	double latest = 0;
 	if (rank == 0) {
 		int ret = trn_ckpt_load_newest(o->ckpt_dir, &r->ck, r->tok, path, sizeof(path), why,
 					       sizeof(why));
@@ -74,17 +82,42 @@ int trn_resume_open(const struct trn_opts *o, int rank, int world, struct trn_st
 					"%" PRIu64, path, r->ck.seed, o->seed);
 			LOG_INFO("resuming from %s at step %" PRIu64, path, r->ck.step);
 			hdr[0] = 1, hdr[1] = r->ck.step, hdr[2] = r->ck.token_len;
+			hdr[3] = r->ck.split_len;
 		} else {
 			LOG_INFO("--resume: no checkpoint in %s; starting from step 0", o->ckpt_dir);
 		}
 	}
-	MPI_Bcast(hdr, 3, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+	MPI_Bcast(hdr, 4, MPI_UINT64_T, 0, MPI_COMM_WORLD);
 	MPI_Bcast(r->tok, LDC_TOKEN_SIZE, MPI_BYTE, 0, MPI_COMM_WORLD);
 	if (!hdr[0])
 		return 0;
 	r->resumed = 1;
+	if (hdr[3]) {
+		/* the file's checksum held; ctl_check_split bounds it before anything reads it */
+		char why2[CTL_TEXT_MAX];
+		r->split_len = (uint32_t)hdr[3];
+		r->split = malloc(r->split_len);
+		if (!r->split)
+			trn_die("out of memory");
+		if (r->rank == 0)
+			memcpy(r->split, r->ck.split, r->split_len);
+		MPI_Bcast(r->split, (int)r->split_len, MPI_BYTE, 0, MPI_COMM_WORLD);
+		if (r->split_len < sizeof(r->seed) + (size_t)world * 8u)
+			trn_die("--resume: the checkpoint's split seed is %u bytes, too short",
+				r->split_len);
+		memcpy(&r->seed, r->split, sizeof(r->seed));
+		seed_len = r->split_len - (uint32_t)world * 8u;
+		if (ctl_check_split(r->split, seed_len, 1, why2, sizeof(why2)) < 0)
+			trn_die("--resume: the checkpoint's %s", why2);
+		memcpy(&latest, r->split + seed_len + (size_t)rank * 8u, sizeof(latest));
+		if (r->seed.world != (uint32_t)world || r->seed.from != hdr[1])
+			trn_die("--resume: the checkpoint's split seed is for world %u at step %" PRIu64
+				"; the checkpoint is at step %" PRIu64, r->seed.world, r->seed.from,
+				hdr[1]);
+	}
 	*start = (struct trn_start){ .step = hdr[1], .token = hdr[2] ? r->tok : NULL,
-				     .token_len = (uint32_t)hdr[2] };
+				     .token_len = (uint32_t)hdr[2], .split = r->split,
+				     .split_len = seed_len, .report = latest };
 	return 1;
 }
 
@@ -144,6 +177,74 @@ static void log_batch(struct trn_resume *r, const struct trn_batch *b)
 		trn_die("--log-consumed: %s", strerror(errno));
 }
 
+/* This rank's report that came with the release of step @s (< @next), which the split of the
+ * update at @k takes: this run's own, or the seed's for a step before this run began. */
+static double report_of(const struct trn_resume *r, const struct trn_data *d, uint64_t k,
+			int64_t s)
+{
+	if (s < 0)
+		return 0;  /* before the job: no release, no report */
+	if ((uint64_t)s >= d->first_step)
+		return trn_data_report_of(d, (uint64_t)s);
+	uint64_t k1 = (r->seed.from / CTL_SPLIT_EVERY + 1) * CTL_SPLIT_EVERY;
+	if (!r->split || k < k1 || (k - k1) / CTL_SPLIT_EVERY >= r->seed.nrows)
+		return 0;  /* not recorded: loaderd took none either */
+	double v;
+	size_t off = sizeof(r->seed) + ((size_t)r->world * 4u + 7u) / 8u * 8u +
+		     ((k - k1) / CTL_SPLIT_EVERY * (size_t)r->world + (size_t)r->rank) * 8u;
+	memcpy(&v, r->split + off, sizeof(v));
+	return v;
+}
+
+/* Balanced shares: the split seed for a checkpoint at @next (CTL_SPLIT_SEED body, shm/ctl.h)
+ * into @buf (TRN_CKPT_SPLIT_MAX bytes): loaderd's weights in force at @next and every rank's
+ * reports of the updates whose reports were released before @next. Collective. Its length, or
+ * 0 when there is none to save (no --balance; the world does not fit one message; loaderd no
+ * longer knows the step: warned). */
+static uint32_t split_seed(struct trn_resume *r, struct trn_data *d, uint64_t next, uint8_t *buf)
+{
+	if (!r->o->balance || !d->rep_hist)
+		return 0;
+	uint32_t slots = d->info.ring->slots, world = (uint32_t)r->world;
+	uint32_t rows = CTL_SPLIT_ROWS(next, slots);
+	size_t len = CTL_SPLIT_SIZE(world, rows) + (size_t)world * 8u;  /* + the latest reports */
+	if (len > TRN_CKPT_SPLIT_MAX) {
+		if (r->rank == 0 && !r->split_warned++)
+			LOG_WARN("balanced shares: a split seed for %u ranks does not fit a checkpoint "
+				 "(%zu bytes, at most %u): a resume on a loaderd that lost the job "
+				 "splits evenly from its step", world, len, TRN_CKPT_SPLIT_MAX);
+		return 0;
+	}
+	uint64_t k1 = (next / CTL_SPLIT_EVERY + 1) * CTL_SPLIT_EVERY;
+	double mine[TRN_CKPT_SPLIT_MAX / 8], *all = NULL;
+	uint32_t per = rows + 1;
+	for (uint32_t i = 0; i < rows; i++) {
+		uint64_t k = k1 + (uint64_t)i * CTL_SPLIT_EVERY;
+		mine[i] = report_of(r, d, k, (int64_t)k - (int64_t)CTL_SPLIT_EVERY - (int64_t)slots);
+	}
+	mine[rows] = d->report;
+	if (r->rank == 0 && !(all = malloc((size_t)per * world * sizeof(*all))))
+		trn_die("out of memory");
+	MPI_Gather(mine, (int)per, MPI_DOUBLE, all, (int)per, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+	if (r->rank != 0)
+		return 0;
+	struct ctl_split h = { .from = next, .world = world, .slots = slots, .nrows = rows };
+	memset(buf, 0, len);
+	memcpy(buf, &h, sizeof(h));
+	if (trn_data_split_weights(d, next, (uint32_t *)(void *)(buf + sizeof(h)), world) != 1) {
+		LOG_WARN("balanced shares: loaderd does not know the weights of step %" PRIu64 ": the "
+			 "checkpoint has no split seed", next);
+		free(all);
+		return 0;
+	}
+	double *rep = (double *)(void *)(buf + sizeof(h) + ((size_t)world * 4u + 7u) / 8u * 8u);
+	for (uint32_t i = 0; i <= rows; i++)  /* gathered by rank; the row after: latest reports */
+		for (uint32_t q = 0; q < world; q++)
+			rep[(size_t)i * world + q] = all[(size_t)q * per + i];
+	free(all);
+	return (uint32_t)len;
+}
+
 /* Rank 0 writes the checkpoint whose next step is @next; every rank has the same parameters and
  * momentum, so nobody else needs to. */
 static void save(struct trn_resume *r, struct trn_train *t, uint64_t next)
@@ -153,7 +254,9 @@ static void save(struct trn_resume *r, struct trn_train *t, uint64_t next)
 	uint8_t tok[LDC_TOKEN_SIZE];
 	char path[4096], why[4352];
 
+	static uint8_t split[TRN_CKPT_SPLIT_MAX];  /* rank 0's, one save at a time */
 	uint32_t toklen = trn_data_token(t->data, next, tok);
+	uint32_t split_len = t->data->synthetic ? 0 : split_seed(r, t->data, next, split);
 	if (r->rank != 0)
 		return;
 	float *p = malloc(total * sizeof(float)), *m = malloc(total * sizeof(float));
@@ -165,7 +268,8 @@ static void save(struct trn_resume *r, struct trn_train *t, uint64_t next)
 		trn_die("device: %s", dev->err);
 	struct trn_ckpt c = { .step = next, .world = (uint64_t)r->world, .seed = r->o->seed,
 			      .n = total, .token = toklen ? tok : NULL, .token_len = toklen,
-			      .params = p, .mom = m };
+			      .params = p, .mom = m, .split = split_len ? split : NULL,
+			      .split_len = split_len };
 	if (trn_ckpt_save(r->o->ckpt_dir, &c, path, sizeof(path), why, sizeof(why)) < 0)
 		trn_die("checkpoint: %s", why);
 	free(p);
@@ -204,6 +308,8 @@ void trn_resume_close(struct trn_resume *r)
 	if (r->log_fd >= 0)
 		close(r->log_fd);
 	free(r->line);
+	free(r->split);
+	free((void *)r->ck.split);
 	free(r->ck.params);
 	free(r->ck.mom);
 	free(r);
