@@ -179,6 +179,12 @@ struct att {
 	int64_t starved_until;   /* its consumer found it empty: filled whole until then (ns) */
 	uint32_t target;         /* steps to keep opened ahead (dm_target), at the last pick */
 	struct att *grave_next;  /* buried: freed after the current event batch */
+	/* Its rank's column of the split seed it opened with, on a job loaderd held (the job's
+	 * own seed_ns is not made from it): its reports of the updates seed_k1 + 4 i (i <
+	 * seed_rows), released before its first step in a ring that is gone (raw: hostile). */
+	uint64_t seed_k1;
+	uint32_t seed_rows;
+	double *seed_ns;
 };
 
 struct rank_state {

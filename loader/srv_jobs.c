@@ -310,12 +310,16 @@ done:
  * attach seeds it) starts its split log from it: the seed's weights from its step on,
  * the next update the first multiple of LDR_SHARES_EVERY above it, and the seed's reports for
  * the updates whose reports were released before it (seed_report in srv_workers.c). A job that
- * holds a log keeps it: the seed is not used. 0, or -EINVAL with @why. */
+ * holds a log keeps it; only this rank's column of the seed's reports goes into *@mine (its
+ * update *@k1, *@rows of them; NULL when none), for the updates still pending whose report
+ * this rank released before its first step, in a ring that is gone (seed_report). 0, or
+ * -EINVAL / -ENOMEM with @why. */
 static int split_seed_apply(struct job *j, const struct open_req *r, const void *seed,
-			    char *why, size_t whylen)
+			    double **mine, uint64_t *k1, uint32_t *rows, char *why, size_t whylen)
 {
 	struct ctl_split h;
 	uint32_t world = r->spec.world;
+	int held = 0;
 
 	memcpy(&h, seed, sizeof(h));
 	if (!j->spec.balance)
@@ -327,18 +331,34 @@ static int split_seed_apply(struct job *j, const struct open_req *r, const void 
 				h.world, h.slots, (unsigned long long)h.from, r->spec.rank, world,
 				r->d.slots, (unsigned long long)r->d.first_step), -EINVAL;
 	if (j->split.n || j->split_due != LDR_SHARES_EVERY || j->seed_ns)
-		return 0;
+		held = 1;
 	for (uint32_t q = 0; q < world; q++)
 		if (j->ranks[q].started)
+			held = 1;
+	const char *p = (const char *)seed + sizeof(h);
+	size_t at = ((size_t)world * 4u + 7u) / 8u * 8u;  /* the reports, after the weights */
+	if (held) {
+		if (!h.nrows)
 			return 0;
+		double *ns = malloc((size_t)h.nrows * sizeof(*ns));
+		if (!ns)
+			return snprintf(why, whylen, "job %s: out of memory for its split seed",
+					j->name), -ENOMEM;
+		for (uint32_t i = 0; i < h.nrows; i++)
+			memcpy(&ns[i], p + at + ((size_t)i * world + r->spec.rank) * sizeof(*ns),
+			       sizeof(*ns));
+		*mine = ns;
+		*k1 = (h.from / LDR_SHARES_EVERY + 1) * LDR_SHARES_EVERY;
+		*rows = h.nrows;
+		return 0;
+	}
 	double *ns = malloc(((size_t)h.nrows * world + 1) * sizeof(*ns));
 	if (!ns)
 		return snprintf(why, whylen, "job %s: out of memory for its split seed", j->name),
 			-ENOMEM;
-	const char *p = (const char *)seed + sizeof(h);
 	uint32_t *w = j->split_w;
 	memcpy(w, p, (size_t)world * sizeof(*w));
-	memcpy(ns, p + ((size_t)world * 4u + 7u) / 8u * 8u, (size_t)h.nrows * world * sizeof(*ns));
+	memcpy(ns, p + at, (size_t)h.nrows * world * sizeof(*ns));
 	ldr_split_log_push(&j->split, h.from, w);  /* empty: any step */
 	j->split.dropped = 1;  /* the steps before the seed's are not known here */
 	j->split_due = (h.from / LDR_SHARES_EVERY + 1) * LDR_SHARES_EVERY;
@@ -424,9 +444,12 @@ static void open_finish(struct srv *s, struct open_req *r)
 			srv_conn_fail(s, c, r->ret, "%s", r->why);
 		goto drop_idle;
 	}
+	double *mine = NULL;
+	uint64_t mine_k1 = 0;
+	uint32_t mine_rows = 0;
 	if (c->seed) {
 		char why[CTL_TEXT_MAX];
-		ret = split_seed_apply(j, r, c->seed, why, sizeof(why));
+		ret = split_seed_apply(j, r, c->seed, &mine, &mine_k1, &mine_rows, why, sizeof(why));
 		free(c->seed);
 		c->seed = NULL;
 		if (ret < 0) {
@@ -437,10 +460,14 @@ static void open_finish(struct srv *s, struct open_req *r)
 	}
 	struct att *a = calloc(1, sizeof(*a));
 	if (!a) {
+		free(mine);
 		srv_mem_add(s, r->uid, -(int64_t)r->bytes);
 		srv_conn_fail(s, c, ENOMEM, "out of memory");
 		goto drop_idle;
 	}
+	a->seed_ns = mine;  /* freed with a (reap_free) */
+	a->seed_k1 = mine_k1;
+	a->seed_rows = mine_rows;
 	a->ring = r->ring;
 	a->bell = r->bell;
 	r->ring = NULL;

@@ -57,6 +57,7 @@ static void reap_free(struct att *dead)
 		if (a->bell >= 0)
 			close(a->bell);
 		ring_destroy(a->ring);
+		free(a->seed_ns);
 		free(a);
 	}
 }

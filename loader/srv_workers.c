@@ -118,14 +118,20 @@ static void split_decide(struct srv *s, struct job *j)
 }
 
 /* Under mu. Rank @r's report for the update at @k that came with the release of a step before
- * the job's split seed (its ring is gone): the seed's (raw: ldr_shares_update clamps), or 0
- * (none) when the seed does not hold it (no seed, or the report came after the seed's step). */
-static double seed_report(const struct job *j, uint64_t k, uint32_t r)
+ * the split seed (its ring is gone): the job's seed's (a job created from one), else that of
+ * the seed @a (@r's attachment, NULL ok) opened with on a job loaderd held (raw:
+ * ldr_shares_update clamps), or 0 (none) when neither holds it (no seed, or the report came
+ * after the seed's step). */
+static double seed_report(const struct job *j, const struct att *a, uint64_t k, uint32_t r)
 {
-	if (!j->seed_ns || k < j->seed_k1 || k % LDR_SHARES_EVERY ||
-	    (k - j->seed_k1) / LDR_SHARES_EVERY >= j->seed_rows)
+	if (k % LDR_SHARES_EVERY)
 		return 0;
-	return j->seed_ns[(k - j->seed_k1) / LDR_SHARES_EVERY * j->spec.world + r];
+	if (j->seed_ns && k >= j->seed_k1 && (k - j->seed_k1) / LDR_SHARES_EVERY < j->seed_rows)
+		return j->seed_ns[(k - j->seed_k1) / LDR_SHARES_EVERY * j->spec.world + r];
+	if (a && a->seed_ns && k >= a->seed_k1 &&
+	    (k - a->seed_k1) / LDR_SHARES_EVERY < a->seed_rows)
+		return a->seed_ns[(k - a->seed_k1) / LDR_SHARES_EVERY];
+	return 0;
 }
 
 /* Under mu. Balanced shares: rank @r's report for the pending update (j->split_due) is @ns (the
@@ -147,7 +153,7 @@ static void split_record(struct srv *s, struct job *j, uint32_t r, double ns)
 			struct att *qa = j->ranks[q].att;
 			if (qa && !qa->dead && qa->next > j->split_due - LDR_SHARES_EVERY) {
 				j->split_have[q] = 1;
-				j->split_ns[q] = seed_report(j, j->split_due, q);
+				j->split_ns[q] = seed_report(j, qa, j->split_due, q);
 				j->split_got++;
 			}
 		}
@@ -164,7 +170,7 @@ static int split_gate(struct srv *s, struct att *a)
 	if (!j->spec.balance || a->next < j->split_due)
 		return 1;
 	if (a->next > j->split_due - LDR_SHARES_EVERY && !j->split_have[a->rank])
-		split_record(s, j, a->rank, seed_report(j, j->split_due, a->rank));
+		split_record(s, j, a->rank, seed_report(j, a, j->split_due, a->rank));
 	return a->next < j->split_due;
 }
 
@@ -554,10 +560,10 @@ static int step_shares(struct srv *s, struct att *a, struct open_step *o, uint64
 	 * step, if any, is the seed's. A rank that started past the pending update's report step
 	 * never opens it: its report is the seed's too (or none). */
 	if (step < a->first + ring_header(a->ring)->slots)
-		report = seed_report(j, step + LDR_SHARES_EVERY, a->rank);
+		report = seed_report(j, a, step + LDR_SHARES_EVERY, a->rank);
 	if (step < j->split_due && step + LDR_SHARES_EVERY >= j->split_due)
 		split_record(s, j, a->rank, step + LDR_SHARES_EVERY == j->split_due ? report :
-			     seed_report(j, j->split_due, a->rank));
+			     seed_report(j, a, j->split_due, a->rank));
 	if (o->shares_cap < world) {
 		free(o->shares);
 		o->shares = calloc(2 * (size_t)world, sizeof(*o->shares));

@@ -147,13 +147,14 @@ PY
 	# run resumes from its checkpoint, the same job (--job) on the same loaderd, which still
 	# holds the job's split log and its pending update: the same committed stream on every rank (so the same splits)
 	# and byte-identical parameters to the uninterrupted run. Updates fall on steps 8, 12, 16,
-	# 20 while the shares move from 8 to 12 of 16. (A resume at k - 5 or k - 4 for an update k
-	# still pending at the kill on a loaderd that kept the job has lost a rank's report for it:
-	# docs/RING.md; not these.)
+	# 20 while the shares move from 8 to 12 of 16. 0:11 and 1:12 resume in the window of the
+	# update at 16 (k - 4 - slots < resume <= k - 4, 2 slots), with the trainer's split seed
+	# sent to the job loaderd holds: whether the killed ring had given its report for 16 before
+	# the kill is a race (it usually had); test_srv_split covers the seed's report exactly.
 	FIXED="--balance --inject-slow-rank 1:3 --report-ns 1000 --checkpoint-dir"
 	train cref $FIXED "$T/cref.ck" --checkpoint-every 1 --log-consumed "$T/cref"
 	check "chaos reference: balanced, fixed speeds, uninterrupted: exit 0" [ $? -eq 0 ]
-	for k in 1:10 0:13 1:17; do
+	for k in 1:10 0:11 1:12 0:13 1:17; do
 		cn=ck${k%%:*}_${k##*:}
 		train "$cn" $FIXED "$T/$cn.ck" --checkpoint-every 1 --resume --inject-kill-at "$k" \
 			--log-consumed "$T/$cn" --job "chaos-$cn"

@@ -5,9 +5,11 @@
  * (tests/srv_harness.h): a job created from a seed starts its split log there (the seed's
  * weights at its step, unknown before it), takes the seed's reports for the pending update
  * (the update is exactly ldr_shares_update of the seed's weights and reports), and a second
- * rank's different seed does not move it; a seed for another step, world or slots, for a job
- * without balanced shares, a second seed, a request before a job or on an even job: refused by
- * name, and the server goes on. */
+ * rank's different seed does not move it; a held job's pending update takes the resumed
+ * rank's report from its seed in exactly the window k - 4 - slots < start <= k - 4 (both ends),
+ * and at k - 4 - slots its own release as before; a seed for another step, world or slots,
+ * for a job without balanced shares, a second seed, a request before a job or on an even job:
+ * refused by name, and the server goes on. */
 #include "loader/shares.h"
 #include "shm/ctl.h"
 #include "shm/ldc.h"
@@ -205,6 +207,91 @@ static void test_srv_split_seed_starts_the_log_and_replays_its_reports(void **st
 	stop_server(pid);
 }
 
+/* A held job (rank 0 attached first, without a seed; 2 slots): rank 0 reports 1000 ns and
+ * releases steps 0..2; rank 1 then opens at @from with a seed whose rank 1 column says 3000 (rank
+ * 0's: 50) and, at step 2, releases it with a report of 7000. The update at 8 takes rank 1's
+ * report of step 2: for 2 < @from <= 4 (the window) it was released before @from, in a ring that
+ * is gone, so it is the seed's; at @from = 2 rank 1's own release of step 2 (7000), not the seed.
+ * The update at 4 takes rank 1's report of step -2: the seed's where it covers 4 (@from < 4),
+ * else none. Returns after checking both updates against ldr_shares_update. */
+static void held_case(uint64_t from, double want1_4, double want1_8)
+{
+	uint32_t even[2] = { ONE / 2, ONE / 2 }, got[2], w4[2], w8[2];
+	char b[256], name[32];
+	struct ldc_info in;
+	struct ldc_batch bt;
+	struct ldc *c0 = cli_connect(), *c1 = cli_connect();
+
+	snprintf(name, sizeof(name), "held-%llu", (unsigned long long)from);
+	struct ldc_job j = mkjob(name, "pattern:1000", 4, 0, 2, 0);
+	j.balance = 1;
+	j.slots = 2;
+	open_ok(c0, &j, &in);
+	assert_int_equal(in.first_step, 0);
+	assert_int_equal(ldc_report(c0, 1000), 0);
+	for (uint64_t s = 0; s < 3; s++) {
+		assert_int_equal(ldc_acquire(c0, ACQUIRE_MS, &bt), 0);
+		assert_int_equal(bt.step, s);
+		assert_int_equal(ldc_release(c0, &bt), 0);
+	}
+	size_t n = mk_seed(b, from, 2, 2, even, 50);
+	struct ctl_split h;
+	memcpy(&h, b, sizeof(h));
+	double r1 = 3000;
+	for (uint32_t i = 0; i < h.nrows; i++)  /* rank 1's column */
+		memcpy(b + sizeof(h) + 8 + (i * 2 + 1) * 8, &r1, 8);
+	assert_int_equal(ldc_split_seed(c1, b, n), 0);
+	j.rank = 1;
+	j.start_at = 1;
+	j.at_step = from;
+	open_ok(c1, &j, &in);
+	assert_int_equal(in.first_step, from);
+	if (from == 2) {
+		assert_int_equal(ldc_report(c1, 7000), 0);
+		assert_int_equal(ldc_acquire(c1, ACQUIRE_MS, &bt), 0);
+		assert_int_equal(bt.step, 2);
+		assert_int_equal(ldc_release(c1, &bt), 0);
+	}
+	double ns4[2] = { 0, want1_4 }, ns8[2] = { 1000, want1_8 };
+	ldr_shares_update(2, even, ns4, w4, NULL);
+	ldr_shares_update(2, w4, ns8, w8, NULL);
+	int64_t t0 = mono_ms();
+	while (split_of(c0, 8, got) == 0 && mono_ms() - t0 < 5000)
+		usleep(10 * 1000);
+	assert_int_equal(split_of(c0, 4, got), 1);
+	if (memcmp(got, w4, sizeof(w4)))
+		fail_msg("from %llu: update 4 is %u %u, want %u %u", (unsigned long long)from,
+			 got[0], got[1], w4[0], w4[1]);
+	assert_int_equal(split_of(c0, 8, got), 1);
+	if (memcmp(got, w8, sizeof(w8)))
+		fail_msg("from %llu: update 8 is %u %u, want %u %u", (unsigned long long)from,
+			 got[0], got[1], w8[0], w8[1]);
+	cli_close(c0);
+	cli_close(c1);
+}
+
+/* The pending update at k = 8 of a held job, 2 slots: a rank resumed with a seed at
+ * k - 4 - slots < from <= k - 4 (3 and 4, both ends of the window) gives the seed's report, as
+ * the uninterrupted run would have; at k - 4 - slots (2), one before the window, its own
+ * release as before. The expected weights differ between the seed's report and none, so the
+ * case fails when the seed is ignored. */
+static void test_srv_split_seed_fills_a_held_jobs_pending_update(void **state)
+{
+	(void)state;
+	pid_t pid = start_server(&(struct tsrv){ .balance = 1 });
+	uint32_t even[2] = { ONE / 2, ONE / 2 }, a[2], b[2];
+	double with[2] = { 1000, 3000 }, none[2] = { 1000, 0 };
+
+	ldr_shares_update(2, even, with, a, NULL);
+	ldr_shares_update(2, even, none, b, NULL);
+	assert_memory_not_equal(a, b, sizeof(a));  /* the case can tell them apart */
+	held_case(4, 0, 3000);     /* k - 4: the seed starts at update 8 */
+	held_case(3, 3000, 3000);  /* k - 4 - slots + 1: the seed covers 4 and 8 */
+	held_case(2, 3000, 7000);  /* k - 4 - slots: its own release of step 2 */
+	assert_alive(pid);
+	stop_server(pid);
+}
+
 /* Each refusal by name; the server goes on. */
 static void test_srv_split_seed_refusals(void **state)
 {
@@ -300,6 +387,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ctl_split_bounds_at_the_limit_and_one_past),
 		T(test_srv_split_seed_starts_the_log_and_replays_its_reports),
+		T(test_srv_split_seed_fills_a_held_jobs_pending_update),
 		T(test_srv_split_seed_refusals),
 	};
 
