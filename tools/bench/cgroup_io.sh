@@ -49,9 +49,7 @@ count=$((mib * 1048576 / 3072))
 "$B/dpack" pack "$W/x.npy" "$W/y.npy" "$W/d.dpk" >/dev/null
 rm -f "$W/x.npy" "$W/y.npy"
 d=$W/d.dpk
-now() { date +%s.%N; }
-cpu_s() { awk '{ print ($14 + $15) / 100 }' "/proc/$1/stat"; }
-evict() { python3 -c "import os; fd=os.open('$d', os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)"; }
+. "$(dirname "$0")/lib.sh"
 
 echo "dataset: $count records of 32x32x3, $(($(stat -c %s "$d") >> 20)) MiB; loaderd's cgroup" \
 	"limit: $limit MiB ($CG); load average $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -60,7 +58,7 @@ echo "|---|---|---|---|---|---|"
 RUN=0
 for r in $(seq "$rounds"); do
 	for io in auto direct buffered; do
-		evict
+		evict "$d"
 		reset_peak
 		SOCK=$W/s.sock
 		sh -c "echo \$\$ >'$CG/cgroup.procs' && exec '$B/loaderd' --socket '$SOCK' --io $io \
@@ -69,16 +67,9 @@ for r in $(seq "$rounds"); do
 		i=0
 		while [ ! -S "$SOCK" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
 		RUN=$((RUN + 1))
-		c0=$(cpu_s "$LDPID"); t0=$(now)
-		/usr/bin/time -f "%U %S" -o "$W/ldcat.cpu" "$B/ldcat" --socket "$SOCK" --dataset "$d" \
-			--batch 256 --crop 0 --epochs "$epochs" --job "r$RUN" >"$W/ldcat.out" 2>>"$W/ldcat.log"
-		t1=$(now); c1=$(cpu_s "$LDPID")
+		rate=$(ldcat_rate "$B/ldcat" "$SOCK" "$LDPID" "$d" "r$RUN" "$epochs" "$W" --crop 0)
 		choice=$(grep -o "$(basename "$d"): .*" "$W/l.log" | head -1 | sed 's/^[^:]*: //')
-		n=$(wc -l <"$W/ldcat.out")
-		awk -v n="$n" -v t="$(echo "$t1 - $t0" | bc)" -v c="$(echo "$c1 - $c0" | bc)" \
-		    -v u="$(cat "$W/ldcat.cpu")" -v r="$r" -v io="$io" -v p="$(peak)" -v ch="$choice" \
-		    'BEGIN { split(u, x, " "); printf "| %s | %s | %.0f | %.2f | %s | %s |\n", r, io,
-			n / t, (c + x[1] + x[2]) / (n / 1e6), p, ch }'
+		echo "| $r | $io | ${rate% *} | ${rate#* } | $(peak) | $choice |"
 		kill "$LDPID"; wait "$LDPID" 2>/dev/null || true; LDPID=
 		rm -f "$SOCK"
 	done

@@ -14,7 +14,7 @@ mkdir -p "$W"
 bytes=$(du -sb "$W/tree" | cut -f1)
 cat "$W"/tree/*/* >/dev/null   # warm the page cache
 
-now() { date +%s.%N; }
+. "$(dirname "$0")/lib.sh"
 t_tar="" t_tarsync="" t_dpk="" t_dpkns="" t_keep="" t_rst=""
 for r in $(seq "$rounds"); do
 	rm -f "$W/t.tar" "$W/t.dpk"

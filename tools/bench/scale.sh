@@ -40,9 +40,8 @@ mkdir -p "$W"
 B=$(cd "$B" && pwd)
 SOCK=$W/ld.sock
 LDPID= RUN=0
-now() { date +%s.%N; }
+. "$(dirname "$0")/lib.sh"
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
-cpu_s() { awk '{printf "%.2f", ($14 + $15) / 100}' "/proc/$1/stat"; }  # assumes HZ 100
 echo "# load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 
 start_ld() {  # start_ld [loaderd options]
@@ -81,14 +80,7 @@ dataset() {
 rate() {
 	d=$1; shift
 	RUN=$((RUN + 1))
-	c0=$(cpu_s "$LDPID"); t0=$(now)
-	/usr/bin/time -f "%U %S" -o "$W/ldcat.cpu" "$B/ldcat" --socket "$SOCK" --dataset "$d" \
-		--batch 256 --epochs "$epochs" --job "r$RUN" "$@" >"$W/ldcat.out" 2>>"$W/ldcat.log"
-	t1=$(now); c1=$(cpu_s "$LDPID")
-	n=$(wc -l <"$W/ldcat.out")
-	awk -v n="$n" -v t="$(echo "$t1 - $t0" | bc)" -v c="$(echo "$c1 - $c0" | bc)" \
-	    -v u="$(cat "$W/ldcat.cpu")" 'BEGIN { split(u, x, " ");
-		printf "%.0f %.2f", n / t, (c + x[1] + x[2]) / (n / 1e6) }'
+	ldcat_rate "$B/ldcat" "$SOCK" "$LDPID" "$d" "r$RUN" "$epochs" "$W" "$@"
 }
 
 if echo "$parts" | grep -q rate; then
@@ -97,14 +89,13 @@ if echo "$parts" | grep -q rate; then
 	cat "$d" >/dev/null  # in the page cache
 	echo "| case | --io | samples/s | CPU-s per M samples (loaderd + ldcat) |"
 	echo "|---|---|---|---|"
-	evict() { python3 -c "import os; fd=os.open('$d', os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)"; }
 	# a fresh loaderd per row: --io auto chooses when a dataset is first opened
 	for io in $modes; do
 		cat "$d" >/dev/null; start_ld --io "$io"
 		echo "| raw 32x32x3, cached | $io | $(rate "$d" --crop 0 | sed 's/ / | /') |"
 		cat "$d" >/dev/null; start_ld --io "$io"
 		echo "| rrc+flip 28 px, cached | $io | $(rate "$d" --crop 28 --transforms rrc --flip | sed 's/ / | /') |"
-		evict; start_ld --io "$io"
+		evict "$d"; start_ld --io "$io"
 		echo "| raw 32x32x3, evicted first | $io | $(rate "$d" --crop 0 | sed 's/ / | /') |"
 		stop_ld
 	done
