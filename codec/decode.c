@@ -333,6 +333,22 @@ static inline uint8_t blend1(const uint16_t *v, const int32_t *xi, const uint32_
 	return (uint8_t)((l * (xw[ox] & 0xffff) + r * (xw[ox] >> 16) + 16384) >> 15);
 }
 
+/* The source position output sample @i of @out maps to, for a window of @len source pixels from
+ * @x0 (pixel centres aligned), clamped to [0, @n - 1]; its two neighbours in *lo and *hi. */
+static inline double src_pos(double x0, uint32_t i, double len, uint32_t out, uint32_t n,
+			     uint32_t *lo, uint32_t *hi)
+{
+	double s = x0 + (i + 0.5) * len / out - 0.5;
+
+	if (s < 0)
+		s = 0;
+	if (s > n - 1)
+		s = n - 1;
+	*lo = (uint32_t)s;
+	*hi = *lo + 1 < n ? *lo + 1 : *lo;
+	return s;
+}
+
 /* Bilinear resize of the window (x0, y0, sw, sh) (fractional, in pixels of @src, which is
  * @src_w x @src_h x 3 with @stride bytes per row) to @o, flipped if asked, into @dst.
  *
@@ -355,12 +371,8 @@ static int resize(struct cdc_decoder *d, const uint8_t *src, uint32_t src_w, uin
 	if (reserve_x(d, o->w, (size_t)src_w * 3) < 0)
 		return -ENOMEM;
 	for (uint32_t ox = 0; ox < o->w; ox++) {
-		double sx = x0 + (ox + 0.5) * sw / o->w - 0.5;
-		if (sx < 0)
-			sx = 0;
-		if (sx > src_w - 1)
-			sx = src_w - 1;
-		uint32_t xl = (uint32_t)sx, xr = xl + 1 < src_w ? xl + 1 : xl;
+		uint32_t xl, xr;
+		double sx = src_pos(x0, ox, sw, o->w, src_w, &xl, &xr);
 		uint32_t col = o->flip ? o->w - 1 - ox : ox;
 		uint32_t wr = (uint32_t)lround((sx - xl) * 256);
 		d->xi[2 * col] = (int32_t)xl * 3;
@@ -379,12 +391,8 @@ static int resize(struct cdc_decoder *d, const uint8_t *src, uint32_t src_w, uin
 	uint16_t *restrict v = d->hrow;  /* one vertically blended row, value x 128, indexed like @src */
 	memset(v + c1, 0, HROW_PAD * sizeof(*v));  /* read, never used: keep them defined */
 	for (uint32_t oy = 0; oy < o->h; oy++) {
-		double sy = y0 + (oy + 0.5) * sh / o->h - 0.5;
-		if (sy < 0)
-			sy = 0;
-		if (sy > src_h - 1)
-			sy = src_h - 1;
-		uint32_t yt = (uint32_t)sy, yb = yt + 1 < src_h ? yt + 1 : yt;
+		uint32_t yt, yb;
+		double sy = src_pos(y0, oy, sh, o->h, src_h, &yt, &yb);
 		/* weights in 1/128, so that the blend fits 16-bit lanes (the compiler vectorises it
 		 * 16 wide; a 1/256 blend shifted down does not) */
 		uint16_t wb = (uint16_t)lround((sy - yt) * 128), wt = (uint16_t)(128 - wb);
