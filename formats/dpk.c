@@ -515,45 +515,27 @@ static int is_manifest_fd(int fd)
 	return pread_full(fd, head, sizeof(head), 0) == 0 && dpkset_is_manifest(head, sizeof(head));
 }
 
-/* May the manifest's owner read shard @sst by its mode bits? loaderd opens the shards a client's
- * manifest names, with its own rights: a manifest may only name files its owner could read. */
-static int owner_may_read(const struct stat *mst, const struct stat *sst)
-{
-	return (sst->st_uid == mst->st_uid && (sst->st_mode & S_IRUSR)) ||
-	       (sst->st_gid == mst->st_gid && (sst->st_mode & S_IRGRP)) ||
-	       (sst->st_mode & S_IROTH);
-}
-
-/* Open shard @k of @d's manifest, relative to @dirfd, and check it against its line. */
-static int shard_open(struct dpk *d, uint32_t k, int dirfd, const struct stat *mst, unsigned flags,
-		      const char *name, char *err, size_t errlen)
+/* Open shard @k of @d's manifest from @fd (the caller's: closed by the caller on failure; @own:
+ * the shard's dpk closes it) and check it against its line. */
+static int shard_from_fd(struct dpk *d, uint32_t k, int fd, int own, unsigned flags,
+			 const char *name, char *err, size_t errlen)
 {
 	const struct dpkset_shard *sh = &d->set->shards[k];
 	char why[256];
 	struct stat st;
 	uint8_t id[DPK_IDENTITY_SIZE];
-	int ret, fd = openat(dirfd, sh->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: no wait */
+	int ret;
 
-	if (fd < 0)
-		return err_set(err, errlen, -errno, "%s line %u: shard %s: %s", name, sh->line,
-			       sh->path, strerror(errno));
-	if (fstat(fd, &st) < 0 || !owner_may_read(mst, &st)) {
-		close(fd);
-		return err_set(err, errlen, -EACCES, "%s line %u: shard %s: not readable by the "
-			       "manifest's owner (uid %u)", name, sh->line, sh->path,
-			       (unsigned)mst->st_uid);
-	}
-	if (is_manifest_fd(fd)) {
-		close(fd);
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return err_set(err, errlen, -EINVAL, "%s line %u: shard %s: not a regular file",
+			       name, sh->line, sh->path);
+	if (is_manifest_fd(fd))
 		return err_set(err, errlen, -EBADMSG, "%s line %u: shard %s is a manifest itself "
 			       "(sets do not nest)", name, sh->line, sh->path);
-	}
-	if ((ret = dpk_open_fd(fd, flags, &d->shards[k], why, sizeof(why))) < 0) {
-		close(fd);
+	if ((ret = dpk_open_fd(fd, flags, &d->shards[k], why, sizeof(why))) < 0)
 		return err_set(err, errlen, ret, "%s line %u: shard %s: %s", name, sh->line, sh->path,
 			       why);
-	}
-	d->shards[k]->own_fd = 1;
+	d->shards[k]->own_fd = own;
 	dpk_identity(d->shards[k], id);
 	if (dpk_count(d->shards[k]) != sh->count)
 		return err_set(err, errlen, -EBADMSG, "%s line %u: shard %s has %llu samples; the "
@@ -582,9 +564,29 @@ int dpk_same_classes(const struct dpk *a, const struct dpk *b)
 	return 1;
 }
 
-/* dpk_open_fd on a manifest: every shard opened and checked against its line; the header is the
- * shards' sums (count, data, index, file sizes; kinds or-ed), the classes shard 0's. */
-static int set_open(struct dpk *d, const struct stat *mst, unsigned flags, char *err, size_t errlen)
+/* Open shard @k of @d's manifest by its path, relative to @dirfd, with this process's rights (the
+ * tools, for their own user; loaderd never: its clients pass the shards open). */
+static int shard_open(struct dpk *d, uint32_t k, int dirfd, unsigned flags, const char *name,
+		      char *err, size_t errlen)
+{
+	const struct dpkset_shard *sh = &d->set->shards[k];
+	/* non-blocking: a FIFO cannot hang the open; O_NOCTTY: a terminal never becomes ours */
+	int ret, fd = openat(dirfd, sh->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+
+	if (fd < 0)
+		return err_set(err, errlen, -errno, "%s line %u: shard %s: %s", name, sh->line,
+			       sh->path, strerror(errno));
+	ret = shard_from_fd(d, k, fd, 1, flags, name, err, errlen);
+	if (ret < 0 && !d->shards[k])
+		close(fd);
+	return ret;
+}
+
+/* dpk_open_fd on a manifest: every shard opened (by path, or from @fds[0, nfds) when @fds is not
+ * NULL) and checked against its line; the header is the shards' sums (count, data, index, file
+ * sizes; kinds or-ed), the classes shard 0's. */
+static int set_open(struct dpk *d, const struct stat *mst, const int *fds, uint32_t nfds,
+		    unsigned flags, char *err, size_t errlen)
 {
 	char self[64], name[PATH_MAX];
 	int ret;
@@ -610,20 +612,29 @@ static int set_open(struct dpk *d, const struct stat *mst, unsigned flags, char 
 	free(text);
 	if (ret < 0)
 		return ret;
-	char dir[PATH_MAX];  /* readlink's path is absolute */
-	snprintf(dir, sizeof(dir), "%s", name);
-	char *slash = strrchr(dir, '/');
-	if (slash)
-		slash[slash == dir] = '\0';  /* "/d/m" -> "/d", "/m" -> "/" */
-	int dirfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dirfd < 0)
-		return err_set(err, errlen, -errno, "%s: its directory: %s", name, strerror(errno));
+	if (fds && nfds != d->set->n)
+		return err_set(err, errlen, -EINVAL, "%s names %u shards; %u were passed open", name,
+			       d->set->n, nfds);
+	int dirfd = -1;
+	if (!fds) {
+		char dir[PATH_MAX];  /* readlink's path is absolute */
+		snprintf(dir, sizeof(dir), "%s", name);
+		char *slash = strrchr(dir, '/');
+		if (slash)
+			slash[slash == dir] = '\0';  /* "/d/m" -> "/d", "/m" -> "/" */
+		dirfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOCTTY);
+		if (dirfd < 0)
+			return err_set(err, errlen, -errno, "%s: its directory: %s", name,
+				       strerror(errno));
+	}
 	d->shards = calloc(d->set->n, sizeof(*d->shards));
 	if (!d->shards)
 		ret = err_set(err, errlen, -ENOMEM, "out of memory");
 	for (uint32_t k = 0; ret == 0 && k < d->set->n; k++)
-		ret = shard_open(d, k, dirfd, mst, flags, name, err, errlen);
-	close(dirfd);
+		ret = fds ? shard_from_fd(d, k, fds[k], 0, flags, name, err, errlen) :
+			    shard_open(d, k, dirfd, flags, name, err, errlen);
+	if (dirfd >= 0)
+		close(dirfd);
 	if (ret < 0)
 		return ret;
 	struct dpk_header *h = &d->hdr;
@@ -656,7 +667,9 @@ static struct dpk *dpk_alloc(int fd)
 	return d;
 }
 
-int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errlen)
+/* dpk_open_fd (@fds NULL: a set's shards by path) and dpk_open_fds (@fds: the shards, open). */
+static int open_fd(int fd, const int *fds, uint32_t nfds, unsigned flags, struct dpk **out,
+		   char *err, size_t errlen)
 {
 	struct dpk *d;
 	struct stat st;
@@ -672,13 +685,16 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 	if (is_manifest_fd(fd)) {
 		if (!(d = dpk_alloc(fd)))
 			return err_set(err, errlen, -ENOMEM, "out of memory");
-		if ((ret = set_open(d, &st, flags, err, errlen)) < 0) {
+		if ((ret = set_open(d, &st, fds, nfds, flags, err, errlen)) < 0) {
 			dpk_close(d);
 			return ret;
 		}
 		*out = d;
 		return 0;
 	}
+	if (fds && nfds)
+		return err_set(err, errlen, -EINVAL, "%u shards were passed with a file that is not a "
+			       "manifest", nfds);
 	if ((uint64_t)st.st_size < DPK_HEADER_SIZE)
 		return err_set(err, errlen, -EBADMSG, "file is %lld bytes, shorter than a header (%u)",
 			    (long long)st.st_size, DPK_HEADER_SIZE);
@@ -722,7 +738,7 @@ int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errl
 		/* the same open file, through /proc: the advice is the description's, and the
 		 * records' reads (on fd) keep their read-ahead */
 		snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
-		d->index_fd = open(self, O_RDONLY | O_CLOEXEC);
+		d->index_fd = open(self, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 		if (d->index_fd >= 0)
 			(void)posix_fadvise(d->index_fd, 0, 0, POSIX_FADV_RANDOM);
 	}
@@ -749,9 +765,22 @@ fail:
 	return ret;
 }
 
+int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errlen)
+{
+	return open_fd(fd, NULL, 0, flags, out, err, errlen);
+}
+
+int dpk_open_fds(int fd, const int *shards, uint32_t nshards, unsigned flags, struct dpk **out,
+		 char *err, size_t errlen)
+{
+	static const int none[1] = { -1 };
+
+	return open_fd(fd, shards ? shards : none, shards ? nshards : 0, flags, out, err, errlen);
+}
+
 int dpk_open(const char *path, unsigned flags, struct dpk **out, char *err, size_t errlen)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	int ret;
 
 	*out = NULL;
@@ -764,6 +793,20 @@ int dpk_open(const char *path, unsigned flags, struct dpk **out, char *err, size
 	}
 	(*out)->own_fd = 1;
 	return 0;
+}
+
+unsigned dpk_fds(const struct dpk *d)
+{
+	unsigned n = 0;
+
+	if (!d)
+		return 0;
+	if (d->set) {
+		n += d->fd_direct >= 0;  /* dpk_direct_open's count is the shards' */
+		for (uint32_t k = 0; d->shards && k < d->set->n; k++)
+			n += dpk_fds(d->shards[k]) + (d->shards[k] && d->shards[k]->own_fd);
+	}
+	return n + (d->index_fd >= 0) + (!d->set && d->fd_direct >= 0);
 }
 
 void dpk_close(struct dpk *d)
@@ -988,7 +1031,7 @@ int dpk_direct_open(struct dpk *d)
 			continue;
 		/* the same file, reopened through /proc: not the path, which may name another by now */
 		snprintf(self, sizeof(self), "/proc/self/fd/%d", s->fd);
-		s->fd_direct = open(self, O_RDONLY | O_DIRECT | O_CLOEXEC);
+		s->fd_direct = open(self, O_RDONLY | O_DIRECT | O_CLOEXEC | O_NOCTTY);
 		if (s->fd_direct < 0) {
 			int ret = -errno;
 			dpk_direct_close(d);

@@ -136,8 +136,8 @@ struct dpk;  /* opaque; immutable after open, so safe to share between threads *
 				       * fault maps the page cache's whole folio (up to 2 MiB) */
 
 /* A set of shards (formats/dpkset.h): dpk_open and dpk_open_fd on a manifest open every shard it
- * names (paths relative to the manifest's directory; each readable by the manifest's owner by its
- * mode bits) with @flags, check each against its line (count, identity, the same class table as
+ * names (paths relative to the manifest's directory) with this process's rights, or dpk_open_fds
+ * takes them open from its caller (loaderd: its client opened them), with @flags; check each against its line (count, identity, the same class table as
  * the first), and give one dataset: sample i is sample i - first[k] of shard k (dpkset_find).
  * dpk_count, the class table, dpk_entry_load and the record functions work across the shards;
  * dpk_identity is the set's (dpkset_identity); dpk_header_get gives the shards' sums (count,
@@ -155,7 +155,16 @@ struct dpk;  /* opaque; immutable after open, so safe to share between threads *
 int dpk_open(const char *path, unsigned flags, struct dpk **out, char *err, size_t errlen);
 /* The same on an fd the caller keeps owning (it must stay open until dpk_close). */
 int dpk_open_fd(int fd, unsigned flags, struct dpk **out, char *err, size_t errlen);
+/* The same, never opening a path: a manifest's shards are @shards[0, nshards) in manifest order,
+ * which the caller keeps owning like @fd (nshards must equal the manifest's count; each must be a
+ * regular file, not a manifest, and match its line). @fd a .dpk: @nshards must be 0. -EINVAL with
+ * the reason for a count that does not match or a shard that is not a regular file. */
+int dpk_open_fds(int fd, const int *shards, uint32_t nshards, unsigned flags, struct dpk **out,
+		 char *err, size_t errlen);
 void dpk_close(struct dpk *d);  /* NULL ok */
+/* Descriptors @d opened itself and holds (an index read entry by entry, a set's shards opened by
+ * path, their O_DIRECT twins), not counting the one it was opened on or those it borrowed. */
+unsigned dpk_fds(const struct dpk *d);
 
 uint64_t dpk_count(const struct dpk *d);
 /* The dataset's identity: a 128-bit digest of the checksums of its index (every record's checksum,

@@ -75,10 +75,15 @@ struct verdict {
 	char why[CTL_TEXT_MAX];    /* the reason, after "dataset NAME" */
 };
 
-/* A dataset file open for one or more jobs (see DESIGN). Under dset_mu: refs, the list, and
- * the walk's results (written once, at the first open that needs them). */
+/* A dataset file open for one or more jobs of one uid (see DESIGN). Under dset_mu: refs and the
+ * list; under its mu: the walk's results (written once, at the first open that needs them). */
 struct dset {
 	struct dset *next;
+	uid_t uid;                 /* the client's whose descriptors it holds */
+	pthread_mutex_t mu;        /* the walk and the verdicts (dset_walk, dset_verdict) */
+	int *shard_fds;            /* a set's shards: our dups of the client's (nshards) */
+	uint32_t nshards;
+	uint32_t fds;              /* descriptors it holds in all (srv_job_info.fds) */
 	dev_t dev;
 	ino_t ino;
 	uint8_t id[DPK_IDENTITY_SIZE];
@@ -184,7 +189,7 @@ static uint64_t held_len(const struct dpk_entry *e, int *decompressed)
 }
 
 /* The one walk over @ds's index, at its first open (see DESIGN): every entry checked, the
- * largest record and the first above @max_rec. Under dset_mu. */
+ * largest record and the first above @max_rec. Under ds->mu. */
 static void dset_walk(struct dset *ds, uint64_t max_rec)
 {
 	uint64_t n = dpk_count(ds->d);
@@ -212,7 +217,7 @@ static void dset_walk(struct dset *ds, uint64_t max_rec)
 }
 
 /* Every record's verdict for delivery as @o (and, as stored, the same shape as sample 0),
- * walked once per way of delivery. 0 or -EINVAL with @why. Under dset_mu, ds walked. */
+ * walked once per way of delivery. 0 or -EINVAL with @why. Under ds->mu, ds walked. */
 static int dset_verdict(struct dset *ds, const struct cdc_out *o, const char *name, char *why,
 			size_t whylen)
 {
@@ -270,14 +275,21 @@ static int set_resident(const struct dpk *d, const struct ldr_config *cfg, int *
 	return cfg->io == LDR_IO_AUTO && *res >= RESIDENT_ENOUGH;
 }
 
-/* The dataset behind @fd (ours now: taken over or closed), shared with the jobs already on it
- * or opened (*created = 1). 0 or -errno with @err. Under dset_mu. */
-static int dset_get(int fd, const struct ldr_config *cfg, const char *name, struct dset **out, int *created,
+/* The dataset of @fd (ours: closed on failure, kept by the dset otherwise) and, for a manifest, its
+ * shards @shards[0, nshards) (borrowed: the dset keeps dups), for @uid: an open one of the same
+ * uid on the same file with the same identity (*created = 0), or a new one (*created = 1).
+ * Datasets are never shared across uids: each holds the descriptions its own client passed. The
+ * open (a set's every shard) runs without dset_mu, which is taken for the list only, so that one
+ * client's large set delays nobody else. 0 or -errno with @err. */
+static int dset_get(int fd, const int *shards, uint32_t nshards, uid_t uid,
+		    const struct ldr_config *cfg, const char *name, struct dset **out, int *created,
 		    char *err, size_t errlen)
 {
-	struct dpk *d;
+	struct dpk *d = NULL;
 	struct stat st;
 	uint8_t id[DPK_IDENTITY_SIZE];
+	int *sfd = NULL, ret;
+	uint32_t nsfd = 0;
 
 	*created = 0;
 	if (fstat(fd, &st) < 0) {
@@ -285,6 +297,16 @@ static int dset_get(int fd, const struct ldr_config *cfg, const char *name, stru
 		close(fd);
 		return -EBADF;
 	}
+	if (nshards && !(sfd = malloc((size_t)nshards * sizeof(*sfd)))) {
+		close(fd);
+		return -ENOMEM;
+	}
+	for (; nsfd < nshards; nsfd++)
+		if ((sfd[nsfd] = fcntl(shards[nsfd], F_DUPFD_CLOEXEC, 0)) < 0) {
+			ret = -errno;
+			snprintf(err, errlen, "keeping shard %u: %s", nsfd, strerror(-ret));
+			goto fail;
+		}
 	/* Before anything reads it: the header's read-ahead would bring a small file in whole. The
 	 * records and the index, which is the file past its header. */
 	int res = (uint64_t)st.st_size > DPK_HEADER_SIZE ?
@@ -292,50 +314,67 @@ static int dset_get(int fd, const struct ldr_config *cfg, const char *name, stru
 	/* Resident: records are copied from a mapping of the data section (loader/reader.c). */
 	unsigned flags = DPK_OPEN_MAP | (cfg->io == LDR_IO_AUTO && res >= RESIDENT_ENOUGH ?
 					 DPK_OPEN_MAP_DATA : 0);
-	int ret = dpk_open_fd(fd, flags, &d, err, errlen);
+	ret = dpk_open_fds(fd, sfd, nsfd, flags, &d, err, errlen);
 	if (ret == 0 && is_set(d) && (ret = set_resident(d, cfg, &res)) > 0) {
 		dpk_close(d);  /* resident: again, with the shards' data mapped */
-		ret = dpk_open_fd(fd, DPK_OPEN_MAP | DPK_OPEN_MAP_DATA, &d, err, errlen);
+		ret = dpk_open_fds(fd, sfd, nsfd, DPK_OPEN_MAP | DPK_OPEN_MAP_DATA, &d, err, errlen);
 	}
 	if (ret < 0) {
-		close(fd);
-		return ret;
+		d = NULL;
+		goto fail;
 	}
 	dpk_identity(d, id);
+	pthread_mutex_lock(&dset_mu);
 	for (struct dset *ds = dsets; ds; ds = ds->next)
-		if (ds->dev == st.st_dev && ds->ino == st.st_ino && !memcmp(ds->id, id, sizeof(id))) {
-			dpk_close(d);
-			close(fd);
+		if (ds->uid == uid && ds->dev == st.st_dev && ds->ino == st.st_ino &&
+		    !memcmp(ds->id, id, sizeof(id))) {
 			ds->refs++;
+			pthread_mutex_unlock(&dset_mu);
+			ret = 0;
 			*out = ds;
-			return 0;
+			goto fail;  /* not a failure: ours is not needed */
 		}
+	pthread_mutex_unlock(&dset_mu);
 	struct dset *ds = calloc(1, sizeof(*ds));
 	if (!ds) {
-		dpk_close(d);
-		close(fd);
-		return -ENOMEM;
+		ret = -ENOMEM;
+		goto fail;
 	}
+	pthread_mutex_init(&ds->mu, NULL);
+	ds->uid = uid;
 	ds->dev = st.st_dev;
 	ds->ino = st.st_ino;
 	memcpy(ds->id, id, sizeof(id));
 	ds->d = d;
 	ds->fd = fd;
+	ds->shard_fds = sfd;
+	ds->nshards = nsfd;
 	/* O_DIRECT when the file system allows it (tmpfs does not: open fails with EINVAL). The
-	 * same file, reopened through /proc: not the path, which may name another file by now. A set
-	 * of shards: one per shard, which the reader takes from each record's entry; fd_direct is then
-	 * shard 0's, standing for them (its close goes with dpk_direct_close). */
+	 * same open file, through /proc (never a path a client named: the magic link is the inode
+	 * this descriptor holds, checked against loaderd's own rights, regular as fstat said). A set
+	 * of shards: one per shard, which the reader takes from each record's entry; fd_direct is
+	 * then shard 0's, standing for them (its close goes with dpk_direct_close). */
 	char self[64];
 	snprintf(self, sizeof(self), "/proc/self/fd/%d", is_set(d) ? dpk_fd(dpk_shard(d, 0)) : fd);
 	ds->fd_direct = is_set(d) && dpk_direct_open(d) < 0 ? -1 :
-			open(self, O_RDONLY | O_DIRECT | O_CLOEXEC);
+			open(self, O_RDONLY | O_DIRECT | O_CLOEXEC | O_NOCTTY);
 	ds->refs = 1;
 	io_choice(ds, cfg, res, name);
+	ds->fds = 1 + nsfd + (ds->fd_direct >= 0 && !is_set(d)) + dpk_fds(d);
+	pthread_mutex_lock(&dset_mu);
 	ds->next = dsets;
 	dsets = ds;
+	pthread_mutex_unlock(&dset_mu);
 	*out = ds;
 	*created = 1;
 	return 0;
+fail:
+	dpk_close(d);
+	close(fd);
+	for (uint32_t k = 0; k < nsfd; k++)
+		close(sfd[k]);
+	free(sfd);
+	return ret;
 }
 
 #define RESIDENT_SAMPLES 1024u    /* pages of the data section mincore looks at */
@@ -492,26 +531,33 @@ static void dset_put(struct dset *ds)
 	if (!ds)
 		return;
 	pthread_mutex_lock(&dset_mu);
-	if (--ds->refs == 0) {
+	int last = --ds->refs == 0;
+	if (last)
 		for (struct dset **p = &dsets; *p; p = &(*p)->next)
 			if (*p == ds) {
 				*p = ds->next;
 				break;
 			}
-		dpk_close(ds->d);
-		if (ds->fd_direct >= 0)
-			close(ds->fd_direct);
-		close(ds->fd);
-		free(ds);
-	}
 	pthread_mutex_unlock(&dset_mu);
+	if (!last)
+		return;
+	/* no other job can find it now: closed without the lock (a large set takes a while) */
+	dpk_close(ds->d);
+	if (ds->fd_direct >= 0)
+		close(ds->fd_direct);
+	close(ds->fd);
+	for (uint32_t k = 0; k < ds->nshards; k++)
+		close(ds->shard_fds[k]);
+	free(ds->shard_fds);
+	pthread_mutex_destroy(&ds->mu);
+	free(ds);
 }
 
 /* Is every record within max_record, and deliverable as j->out asks? Then 0 and the memory the
  * job makes loaderd hold besides rings (the index, if this job mapped it; what the workers may
  * hold at once for its largest record: each worker's two reader halves and its substitute
  * buffer) in *mem; else -errno with @why naming the first sample that is not. Before anything
- * reads a record; under dset_mu. */
+ * reads a record; under ds->mu. */
 static int records_bounded(const struct ldr_config *cfg, struct job *j, uint64_t *mem, char *why,
 			   size_t whylen)
 {
@@ -547,7 +593,7 @@ static int records_bounded(const struct ldr_config *cfg, struct job *j, uint64_t
 }
 
 /* How records are delivered: the ring's shape, and every record's verdict (walked) or sample 0's
- * (the rest are checked at use). Under dset_mu. */
+ * (the rest are checked at use). Under ds->mu. */
 static int job_shape(struct job *j, struct ring_desc *rd, char *why, size_t whylen)
 {
 	const struct ctl_job_open *spec = &j->spec;
@@ -593,9 +639,10 @@ static int job_shape(struct job *j, struct ring_desc *rd, char *why, size_t whyl
 	return 0;
 }
 
-static int job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **out,
-		    struct srv_job_info *info, char *why, size_t whylen)
+static int job_open(void *ctx, const struct ctl_job_open *spec, const struct srv_dataset *sd,
+		    void **out, struct srv_job_info *info, char *why, size_t whylen)
 {
+	int fd = sd->fd;
 	const struct ldr_config *cfg = ctx;
 	struct job *j = calloc(1, sizeof(*j));
 	char err[256];
@@ -609,9 +656,10 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **o
 	j->spec = *spec;
 	j->max_pixels = cfg->max_pixels ? cfg->max_pixels : LDR_MAX_PIXELS_DEFAULT;
 	j->max_record = max_record(cfg);
-	/* The client opened the dataset with its own rights (ldc_open): loaderd never opens a path
-	 * a client names, so it reads nothing that client could not read itself. A job shares the
-	 * dataset of another only when its own fd names the same file. */
+	/* The client opened the dataset, and a set's every shard, with its own rights (ldc_open):
+	 * loaderd never opens a path a client names, so it reads nothing that client could not read
+	 * itself. A job shares the dataset of another only when its own fd names the same file and
+	 * its client is of the same uid. */
 	if (fd < 0) {
 		snprintf(why, whylen, "dataset %s: the client did not pass it open (clients open the "
 			 "dataset themselves and send the descriptor; ldc_open does)", spec->dataset);
@@ -625,20 +673,21 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **o
 		snprintf(why, whylen, "dataset %s: %s", spec->dataset, strerror(-ret));
 		goto fail;
 	}
-	pthread_mutex_lock(&dset_mu);
-	ret = dset_get(dfd, cfg, spec->dataset, &j->ds, &j->created, err, sizeof(err));
+	ret = dset_get(dfd, sd->shards, sd->nshards, sd->uid, cfg, spec->dataset, &j->ds,
+		       &j->created, err, sizeof(err));
 	if (ret < 0) {
-		pthread_mutex_unlock(&dset_mu);
 		snprintf(why, whylen, "dataset %s: %s", spec->dataset, err);
 		goto fail;
 	}
+	info->fds = 1 + j->ds->fds;  /* j->fd, and the dataset's (counted for each job on it) */
+	pthread_mutex_lock(&j->ds->mu);
 	j->d = j->ds->d;
 	j->fd_direct = j->ds->fd_direct;
 	snprintf(info->io, sizeof(info->io), "%s", j->ds->io);
 	ret = records_bounded(cfg, j, &info->mem_bytes, why, whylen);
 	if (ret == 0)
 		ret = job_shape(j, &info->ring, why, whylen);
-	pthread_mutex_unlock(&dset_mu);
+	pthread_mutex_unlock(&j->ds->mu);
 	if (ret < 0)
 		goto fail;
 	uint64_t n = dpk_count(j->d);

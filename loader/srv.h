@@ -45,6 +45,9 @@ struct srv_job_info {
 	uint64_t mem_bytes;        /* memory the job makes loaderd hold besides rings and rank
 				    * tables: its index, the buffers workers may hold for its
 				    * records (counted against opts.mem_limit, its uid's share) */
+	uint32_t fds;              /* descriptors the job makes loaderd hold (its dataset's files,
+				    * their O_DIRECT twins): counted against opts.max_fds and its
+				    * uid's opts.max_fds_uid while the job lives */
 };
 
 /* A step, as the callbacks see it. The server takes its ring slot, then asks ops->step_open once
@@ -93,17 +96,25 @@ struct srv_fill {
 	char why[CTL_TEXT_MAX];    /* out: message when the callback fails */
 };
 
+/* A job's dataset as its client passed it: every descriptor opened by the client with its own
+ * rights (SCM_RIGHTS) and checked by the server to be a regular file; all borrowed: dup what is
+ * kept. */
+struct srv_dataset {
+	int fd;                    /* the .dpk or the manifest; -1 when the client sent none */
+	const int *shards;         /* a manifest's shards, in its order (CTL_SHARD_FDS) */
+	uint32_t nshards;          /* 0 when none came */
+	uid_t uid;                 /* the client's: what a job holds is never shared across uids */
+};
+
 struct srv_ops {
 	void *ctx;
 	struct srv_phase phases[SRV_PHASES_MAX];  /* what srv_fill.phase_ns[i] measures */
-	/* Validate @spec (already checked field by field) and describe the job. @fd is the dataset
-	 * the client opened with its own rights and passed (SCM_RIGHTS; the server checked it is a
-	 * regular file), or -1 when it sent none; borrowed: dup it to keep it. Runs on a thread of
-	 * its own, without the server lock, so it may take long (read an index) and delays only
-	 * this client. Returns 0 and a job handle in *job, or -errno with a message in @why that
-	 * the client will see. */
-	int (*job_open)(void *ctx, const struct ctl_job_open *spec, int fd, void **job,
-			struct srv_job_info *info, char *why, size_t whylen);
+	/* Validate @spec (already checked field by field) and describe the job, from the files in
+	 * @ds. Runs on a thread of its own, without the server lock, so it may take long (read an
+	 * index) and delays only this client. Returns 0 and a job handle in *job, or -errno with a
+	 * message in @why that the client will see. */
+	int (*job_open)(void *ctx, const struct ctl_job_open *spec, const struct srv_dataset *ds,
+			void **job, struct srv_job_info *info, char *why, size_t whylen);
 	void (*job_close)(void *ctx, void *job);
 	/* Per-worker state, made on the worker's own thread. Optional (NULL). */
 	void *(*worker_init)(void *ctx, unsigned index);
@@ -141,6 +152,9 @@ struct srv_opts {
 	unsigned max_jobs_uid;     /* jobs per uid (64) */
 	unsigned max_world;        /* ranks per job (CTL_WORLD_MAX) */
 	unsigned mem_share_uid;    /* percent of mem_limit one uid's rings may take (100) */
+	unsigned max_fds;          /* descriptors clients' datasets may make loaderd hold, all
+				    * users (RLIMIT_NOFILE / 2) */
+	unsigned max_fds_uid;      /* of them, per uid (RLIMIT_NOFILE / 8) */
 	int idle_ms;               /* close a connection that opened no job this long (10000) */
 	int balance;               /* allow jobs to ask for balanced shares (loaderd --balance) */
 	unsigned admin_share;      /* percent of the control thread's time one uid's loaderctl

@@ -58,6 +58,7 @@ void srv_conn_close(struct srv *s, struct conn *c)
 	c->out = NULL;
 	free(c->seed);
 	c->seed = NULL;
+	srv_conn_drop_shards(s, c);
 	for (pp = &s->conns; *pp; pp = &(*pp)->next)
 		if (*pp == c) {
 			*pp = c->next;
@@ -65,6 +66,16 @@ void srv_conn_close(struct srv *s, struct conn *c)
 		}
 	c->next = s->conn_grave;  /* freed by the control loop, after the event batch */
 	s->conn_grave = c;
+}
+
+void srv_conn_drop_shards(struct srv *s, struct conn *c)
+{
+	for (uint32_t i = 0; i < c->shards_got; i++)
+		close(c->shard_fds[i]);
+	srv_fds_add(s, c->uid, -(int64_t)c->shards_got);
+	free(c->shard_fds);
+	c->shard_fds = NULL;
+	c->shards_got = c->shards_total = 0;
 }
 
 static void want_out(struct srv *s, struct conn *c, int on)
@@ -284,32 +295,24 @@ void srv_conn_writable(struct srv *s, struct conn *c)
 	pthread_mutex_unlock(&s->mu);
 }
 
-ssize_t srv_conn_recv(struct conn *c, void *buf, uint16_t *type, int *dataset_fd, int *nfds)
+ssize_t srv_conn_recv(struct conn *c, void *buf, uint16_t *type, int *fds, int *nfds)
 {
-	int fds[2];
-	ssize_t n = ctl_recv(c->fd, buf, type, fds, nfds);
-
-	/* Only a job open carries a descriptor: exactly one, the dataset the client opened with its
-	 * own rights. Any other fd is closed unread. */
-	*dataset_fd = -1;
-	if (n >= 0 && *type == CTL_JOB_OPEN && *nfds == 1)
-		*dataset_fd = fds[0];
-	else
-		for (int i = 0; i < *nfds; i++)
-			close(fds[i]);
-	return n;
+	/* Descriptors come with a job open (the dataset) and with CTL_SHARD_FDS (a batch of
+	 * shards), each opened by the client with its own rights; srv_conn_vet refuses them with
+	 * any other message, and the caller closes what was not taken over. */
+	return ctl_recv_fds(c->fd, buf, type, fds, CTL_FDS_BATCH, nfds);
 }
 
 int srv_conn_vet(struct srv *s, struct conn *c, ssize_t n, uint16_t type, int nfds)
 {
 	if (n == -EAGAIN) {
 		/* spurious */
-	} else if (n >= 0 && nfds > 1) {
+	} else if (n >= 0 && nfds > 1 && type == CTL_JOB_OPEN) {
 		srv_conn_fail(s, c, EBADMSG, "a job open carries one file descriptor (the "
 			      "dataset), not %d", nfds);
-	} else if (n >= 0 && nfds > 0 && type != CTL_JOB_OPEN) {
-		srv_conn_fail(s, c, EBADMSG, "a client may send a file descriptor only with a "
-			      "job open");
+	} else if (n >= 0 && nfds > 0 && type != CTL_JOB_OPEN && type != CTL_SHARD_FDS) {
+		srv_conn_fail(s, c, EBADMSG, "a client may send file descriptors only with a "
+			      "job open or a batch of shards");
 	} else if (n >= 0 && c->opening) {
 		srv_conn_fail(s, c, EBADMSG, "message type %u while its job is being opened",
 			      type);

@@ -121,6 +121,35 @@ void srv_mem_add(struct srv *s, uid_t uid, int64_t delta)
 		u->mem += (uint64_t)delta;
 }
 
+void srv_fds_add(struct srv *s, uid_t uid, int64_t delta)
+{
+	struct uid_use *u = srv_uid(s, uid);
+
+	s->fds_used += (uint64_t)delta;
+	if (u)
+		u->fds += (uint64_t)delta;
+}
+
+int srv_fds_check(struct srv *s, uid_t uid, uint64_t n, const char *what, char *why,
+		  size_t whylen)
+{
+	struct uid_use *u = srv_uid(s, uid);
+
+	if (s->fds_used + n > s->opts.max_fds) {
+		snprintf(why, whylen, "%s needs %llu descriptors; loaderd holds %llu for clients of "
+			 "its limit %u (loaderd --max-fds)", what, (unsigned long long)n,
+			 (unsigned long long)s->fds_used, s->opts.max_fds);
+		return -EMFILE;
+	}
+	if (u && u->fds + n > s->opts.max_fds_uid) {
+		snprintf(why, whylen, "%s needs %llu descriptors; uid %u has %llu of its %u (loaderd "
+			 "--max-fds-per-uid)", what, (unsigned long long)n, (unsigned)uid,
+			 (unsigned long long)u->fds, s->opts.max_fds_uid);
+		return -EMFILE;
+	}
+	return 0;
+}
+
 int srv_mem_check(struct srv *s, uid_t uid, uint64_t bytes, const char *what, char *why,
 		  size_t whylen)
 {

@@ -88,6 +88,9 @@ struct conn {
 	int closed;              /* closed: events still queued for it are ignored */
 	char *out;               /* an answer being sent (srv_conn_send_text), NULL when none */
 	void *seed;              /* a CTL_SPLIT_SEED body (checked), for its job open; malloc'd */
+	int *shard_fds;          /* CTL_SHARD_FDS received for its job open: shards_got of
+				  * shards_total (malloc'd; counted in its uid's fds) */
+	uint32_t shards_got, shards_total;
 	size_t seed_len;
 	size_t out_len, out_off; /* its bytes, and how many are sent */
 	struct conn *next;
@@ -101,6 +104,9 @@ struct open_req {
 	struct job *job;
 	struct ctl_job_open spec;
 	int fd;                  /* the client's dataset fd, or -1; closed when the req is freed */
+	int *shard_fds;          /* a set's shards the client opened (nshards), closed likewise;
+				  * counted in the uid's fds until then */
+	uint32_t nshards;
 	int creator;             /* this request made the job: it runs ops->job_open */
 	struct ring_desc d;
 	struct ring *ring;       /* made by the opener thread */
@@ -146,6 +152,8 @@ struct uid_use {
 	uint64_t mem;            /* bytes held for its jobs: rings reserved or attached, rank
 				  * tables, job states (srv_mem_add) */
 	uint64_t out;            /* bytes of admin answers queued on its connections */
+	uint64_t fds;            /* descriptors held for it: shards received, jobs' files
+				  * (srv_fds_add) */
 	double admin_tokens;     /* ns of control-thread CPU its answers may take now
 				  * (opts.admin_share of the time since, up to SRV_ADMIN_BURST_S) */
 	int64_t admin_ns;        /* when admin_tokens was last brought up to date */
@@ -226,6 +234,7 @@ struct job {
 	uint64_t mem_table;           /* this struct and its ranks array (from the job's creation) */
 	uint64_t mem_state;           /* info.mem_bytes (from a successful ops->job_open) */
 	uint64_t mem_rings;           /* its atts' rings (a->bytes), attached or retired */
+	uint32_t fds;                 /* descriptors it holds (info.fds), in its uid's fds */
 	double rate;                  /* samples/s, all ranks, over the last rate interval
 				       * (srv_housekeeping keeps it, without walking ranks) */
 	uint64_t cpu_ns, cpu_snap;    /* worker thread CPU spent on it; at the last rate interval */
@@ -277,6 +286,7 @@ struct srv {
 	struct job *job_grave;        /* forgotten jobs, for srv_job_close_all */
 	uint64_t next_job_id;
 	uint64_t mem_used;
+	uint64_t fds_used;            /* descriptors held for clients (srv_fds_add) */
 	struct uid_use *uids;
 	unsigned nconns;              /* open connections */
 	int64_t accept_paused_until;  /* out of fds: the listening socket rests until then (ns) */
@@ -329,6 +339,12 @@ void srv_mem_add(struct srv *s, uid_t uid, int64_t delta);
  * 0, or -ENOMEM with the reason, naming --mem-limit or --mem-share, in @why. */
 int srv_mem_check(struct srv *s, uid_t uid, uint64_t bytes, const char *what, char *why,
 		  size_t whylen);
+/* Under mu. Add @delta descriptors held for @uid (shards received, a job's files). */
+void srv_fds_add(struct srv *s, uid_t uid, int64_t delta);
+/* Under mu. May @uid make loaderd hold @n more descriptors, for @what? 0, or -EMFILE with the
+ * reason, naming --max-fds or --max-fds-per-uid, in @why. */
+int srv_fds_check(struct srv *s, uid_t uid, uint64_t n, const char *what, char *why,
+		  size_t whylen);
 /* Bytes of admin answers one uid may have queued at once (answers it does not read): past it a
  * request is refused with EAGAIN. A world-65,536 job's stats are about 10 MB. */
 #define SRV_OUT_UID_MAX (64ull << 20)
@@ -376,10 +392,10 @@ void srv_conn_accept_resume(struct srv *s);
  * to its uid's admin budget. */
 void srv_conn_writable(struct srv *s, struct conn *c);
 /* Control thread, without mu. Read one message of @c into @buf (CTL_MSG_MAX bytes): ctl_recv's
- * length or -errno, the type in *type, the descriptors received in *nfds; the one a job open
- * carries in *dataset_fd (the caller closes it; -1: none). Any other descriptor is closed
- * unread. */
-ssize_t srv_conn_recv(struct conn *c, void *buf, uint16_t *type, int *dataset_fd, int *nfds);
+ * length or -errno, the type in *type, the descriptors received in @fds (room for CTL_FDS_BATCH;
+ * the caller closes those it does not take over), their number in *nfds. A message with more
+ * is refused (-EBADMSG), its descriptors closed unread. */
+ssize_t srv_conn_recv(struct conn *c, void *buf, uint16_t *type, int *fds, int *nfds);
 /* Under mu, control thread. What srv_conn_recv returned (@n, @type, @nfds): 1 when it is a message
  * to answer; else 0, when it was nothing (a spurious wake-up) or @c was closed (the peer went away:
  * its att is retired; a message the protocol refuses: the client is told why). */
@@ -429,6 +445,13 @@ void srv_job_close_all(struct srv *s, struct job *dead);
  * either way): checks it, then hands it to an opener thread (the conn waits). On failure @c is
  * closed. */
 void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *spec, int fd);
+/* Under mu, control thread. CTL_SHARD_FDS from @c (body @buf, @n bytes) with @nfds descriptors
+ * @fds, taken over (set to -1): checked, counted in @c's uid's descriptors and kept on @c for
+ * its job open, answered with CTL_SHARD_ACK. On failure @c is closed with the reason. */
+void srv_on_shard_fds(struct srv *s, struct conn *c, const void *buf, size_t n, int *fds,
+		      int nfds);
+/* Under mu. Close and uncount the shards @c received and did not hand to a job open. */
+void srv_conn_drop_shards(struct srv *s, struct conn *c);
 /* Under mu, control thread: finish the opens the opener threads are done with. */
 void srv_open_finish(struct srv *s);
 /* Under mu. Wait (up to @ms) for the opener threads to end; 0 or -ETIMEDOUT. */

@@ -56,6 +56,8 @@ void srv_job_free(struct srv *s, struct job *j)
 		u->jobs--;
 	srv_mem_add(s, j->uid, -(int64_t)(j->mem_table + j->mem_state));
 	j->mem_table = j->mem_state = 0;
+	srv_fds_add(s, j->uid, -(int64_t)j->fds);
+	j->fds = 0;
 	/* Closed by srv_job_close_all, without the lock: freeing a large index takes a while. */
 	j->next = s->job_grave;
 	s->job_grave = j;
@@ -110,10 +112,23 @@ static const char *spec_diff(const struct ctl_job_open *a, const struct ctl_job_
 	return NULL;
 }
 
-static void req_free(struct open_req *r)
+/* Under mu (the uid's count of descriptors): close and uncount @r's shards. */
+static void req_drop_shards(struct srv *s, struct open_req *r)
+{
+	for (uint32_t i = 0; i < r->nshards; i++)
+		close(r->shard_fds[i]);
+	srv_fds_add(s, r->uid, -(int64_t)r->nshards);
+	free(r->shard_fds);
+	r->shard_fds = NULL;
+	r->nshards = 0;
+}
+
+/* Under mu. */
+static void req_free(struct srv *s, struct open_req *r)
 {
 	if (r->fd >= 0)
 		close(r->fd);
+	req_drop_shards(s, r);
 	if (r->bell >= 0)
 		close(r->bell);
 	ring_destroy(r->ring);
@@ -229,20 +244,29 @@ static void *opener_main(void *p)
 		struct srv_job_info info;
 		memset(&info, 0, sizeof(info));
 		why[0] = '\0';
-		ret = s->ops.job_open(s->ops.ctx, &r->spec, r->fd, &state, &info, why, sizeof(why));
+		struct srv_dataset ds = { .fd = r->fd, .shards = r->shard_fds,
+					  .nshards = r->nshards, .uid = r->uid };
+		ret = s->ops.job_open(s->ops.ctx, &r->spec, &ds, &state, &info, why, sizeof(why));
 		if (ret == 0 && r->spec.balance)
 			info.ring.batch = CTL_BALANCE_CAP(r->spec.batch);  /* room for a larger share */
 		if (ret == 0 && (ret = steps_check(&r->spec, &info, why, sizeof(why))) < 0 &&
 		    s->ops.job_close)
 			s->ops.job_close(s->ops.ctx, state);
 		pthread_mutex_lock(&s->mu);
+		req_drop_shards(s, r);  /* the job holds its own (info.fds) */
 		if (ret == 0) {
 			char what[CTL_JOB_NAME_MAX + 64];
 			snprintf(what, sizeof(what), "its index and record buffers");
 			j->state = state;  /* closed with the job, whatever follows */
 			ret = srv_mem_check(s, j->uid, info.mem_bytes, what, why, sizeof(why));
+			if (ret == 0) {
+				snprintf(what, sizeof(what), "job %s's dataset", j->name);
+				ret = srv_fds_check(s, j->uid, info.fds, what, why, sizeof(why));
+			}
 		}
 		if (ret == 0) {
+			srv_fds_add(s, j->uid, (int64_t)info.fds);
+			j->fds = info.fds;
 			srv_mem_add(s, j->uid, (int64_t)info.mem_bytes);
 			j->mem_state = info.mem_bytes;
 			j->info = info;
@@ -520,7 +544,7 @@ static void open_finish(struct srv *s, struct open_req *r)
 drop_idle:
 	if (j->attached == 0 && j->idle_since_ns == 0)
 		j->idle_since_ns = now_ns();
-	req_free(r);
+	req_free(s, r);
 }
 
 void srv_open_finish(struct srv *s)
@@ -545,6 +569,55 @@ int srv_open_drain(struct srv *s, int ms)
 		if (pthread_cond_timedwait(&s->open_cv, &s->mu, &ts) == ETIMEDOUT)
 			return s->openers ? -ETIMEDOUT : 0;
 	return 0;
+}
+
+void srv_on_shard_fds(struct srv *s, struct conn *c, const void *buf, size_t n, int *fds,
+		      int nfds)
+{
+	char why[CTL_TEXT_MAX];
+	struct ctl_shard_fds b;
+
+	if (c->att || c->opening) {
+		srv_conn_fail(s, c, EINVAL, "shards after the job open");
+		return;
+	}
+	if (ctl_check_shard_fds(buf, n, nfds, c->shards_got, c->shards_total, why,
+				sizeof(why)) < 0) {
+		srv_conn_fail(s, c, EBADMSG, "%s", why);
+		return;
+	}
+	memcpy(&b, buf, sizeof(b));
+	if (!c->shards_got) {
+		/* The whole set at once, as the job will hold it (a descriptor and its O_DIRECT twin
+		 * per file): a set too large is refused before any of it is kept. */
+		char what[96];
+		snprintf(what, sizeof(what), "a set of %u shards", b.total);
+		if (srv_fds_check(s, c->uid, 2 * (uint64_t)b.total + 2, what, why, sizeof(why)) < 0) {
+			srv_conn_fail(s, c, EMFILE, "%s", why);
+			return;
+		}
+		c->shard_fds = malloc((size_t)b.total * sizeof(int));
+		if (!c->shard_fds) {
+			srv_conn_fail(s, c, ENOMEM, "out of memory for a set of %u shards", b.total);
+			return;
+		}
+		c->shards_total = b.total;
+	}
+	for (int i = 0; i < nfds; i++) {
+		struct stat st;
+		/* The client opened each with its own rights; only a regular file is kept. Nothing
+		 * of the file is said back but its place in the set. */
+		if (fstat(fds[i], &st) < 0 || !S_ISREG(st.st_mode)) {
+			srv_conn_fail(s, c, EINVAL, "shard %u of the set is not a regular file",
+				      b.first + (uint32_t)i);
+			return;  /* the caller closes fds[i..]; those kept go with the conn */
+		}
+		c->shard_fds[c->shards_got++] = fds[i];
+		srv_fds_add(s, c->uid, 1);
+		fds[i] = -1;
+	}
+	if (ctl_send(c->fd, CTL_SHARD_ACK, &b, sizeof(b), NULL, 0) < 0)
+		srv_conn_close(s, c);
 }
 
 /* Under mu. Handle CTL_JOB_OPEN from @c: the checks that cost nothing here, then the rest on an
@@ -573,6 +646,12 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 	if (spec->balance && !s->opts.balance) {
 		srv_conn_fail(s, c, EPERM, "job %s: balanced shares: this loaderd does not allow them "
 			      "(start it with --balance)", spec->job);
+		goto close_fd;
+	}
+	if (c->shards_got != c->shards_total) {
+		srv_conn_fail(s, c, EBADMSG, "job %s: dataset %s: %u of the set's %u shards came "
+			      "before the job open", spec->job, spec->dataset, c->shards_got,
+			      c->shards_total);
 		goto close_fd;
 	}
 	/* The client opened the dataset with its own rights; a FIFO, a device or a directory is
@@ -614,7 +693,10 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 	}
 	if (j) {
 		const char *d = spec_diff(&j->spec, &key);
-		if (!d && (st.st_dev != j->dev || st.st_ino != j->ino))
+		/* One who joins another uid's job is served with the owner's files: it need not
+		 * be able to open them, but what it opens must be the same file. */
+		if (!d && (fd >= 0 || spec->share != CTL_SHARE_JOIN) &&
+		    (st.st_dev != j->dev || st.st_ino != j->ino))
 			d = "dataset file (the path names another file now, or another client opened another one)";
 		if (d) {
 			srv_conn_fail(s, c, EEXIST, "job %s exists with another %s", spec->job, d);
@@ -643,6 +725,16 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 	r->srv = s;
 	r->uid = c->uid;
 	r->fd = fd;
+	/* A set's shards go with the request (still counted in the uid's descriptors); a rank
+	 * that joins an open job, or one that joins another uid's, does not need them. */
+	if (c->shards_got && c->shards_got == c->shards_total && !j) {
+		r->shard_fds = c->shard_fds;
+		r->nshards = c->shards_got;
+		c->shard_fds = NULL;
+		c->shards_got = c->shards_total = 0;
+	} else {
+		srv_conn_drop_shards(s, c);
+	}
 	r->bell = -1;
 	r->conn = c;
 	r->spec = *spec;

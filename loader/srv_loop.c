@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -67,13 +68,16 @@ static void reap_free(struct att *dead)
 /* Under mu. A message @c may send (srv_conn_vet passed it), to the file that answers it. The
  * dataset descriptor @*fd of a job open is taken over (set to -1). */
 static void dispatch(struct srv *s, struct conn *c, const char *buf, ssize_t n, uint16_t type,
-		     int *fd)
+		     int *fds, int nfds)
 {
 	if (type == CTL_JOB_OPEN && (size_t)n == sizeof(struct ctl_job_open)) {
 		struct ctl_job_open spec;
 		memcpy(&spec, buf, sizeof(spec));
-		srv_on_job_open(s, c, &spec, *fd);
-		*fd = -1;  /* taken over */
+		srv_on_job_open(s, c, &spec, nfds == 1 ? fds[0] : -1);
+		if (nfds == 1)
+			fds[0] = -1;  /* taken over */
+	} else if (type == CTL_SHARD_FDS) {
+		srv_on_shard_fds(s, c, buf, (size_t)n, fds, nfds);
 	} else if (type == CTL_ADMIN && c->out) {
 		srv_conn_fail(s, c, EBUSY, "one request at a time: the last answer is still "
 			      "being sent");
@@ -98,7 +102,7 @@ static void on_conn(struct srv *s, struct conn *c, uint32_t events)
 {
 	char buf[CTL_MSG_MAX];
 	uint16_t type;
-	int fd, nfds = 0;
+	int fds[CTL_FDS_BATCH], nfds = 0;
 
 	if (c->closed)
 		return;  /* closed earlier in this event batch */
@@ -108,12 +112,13 @@ static void on_conn(struct srv *s, struct conn *c, uint32_t events)
 			return;
 	}
 	if (events & EPOLLIN) {
-		ssize_t n = srv_conn_recv(c, buf, &type, &fd, &nfds);
+		ssize_t n = srv_conn_recv(c, buf, &type, fds, &nfds);
 		pthread_mutex_lock(&s->mu);
 		if (srv_conn_vet(s, c, n, type, nfds))
-			dispatch(s, c, buf, n, type, &fd);
-		if (fd >= 0)
-			close(fd);
+			dispatch(s, c, buf, n, type, fds, nfds);
+		for (int i = 0; i < nfds; i++)
+			if (fds[i] >= 0)
+				close(fds[i]);
 		pthread_mutex_unlock(&s->mu);
 		return;
 	}
@@ -158,6 +163,13 @@ int srv_create(const struct srv_opts *opts, const struct srv_ops *ops, struct sr
 		s->opts.max_world = CTL_WORLD_MAX;
 	if (!s->opts.mem_share_uid || s->opts.mem_share_uid > 100)
 		s->opts.mem_share_uid = 100;
+	struct rlimit nofile = { 1024, 1024 };
+	(void)getrlimit(RLIMIT_NOFILE, &nofile);
+	unsigned fd_room = nofile.rlim_cur > (1u << 30) ? 1u << 30 : (unsigned)nofile.rlim_cur;
+	if (!s->opts.max_fds)
+		s->opts.max_fds = fd_room / 2 > 64 ? fd_room / 2 : 64;
+	if (!s->opts.max_fds_uid)
+		s->opts.max_fds_uid = fd_room / 8 > 16 ? fd_room / 8 : 16;
 	if (s->opts.idle_ms <= 0)
 		s->opts.idle_ms = 10000;
 	if (!s->opts.admin_share || s->opts.admin_share > 100)

@@ -15,13 +15,13 @@ int ctl_send(int sock, uint16_t type, const void *body, size_t len, const int *f
 {
 	struct ctl_hdr h = { .magic = CTL_MAGIC, .version = CTL_VERSION, .type = type };
 	union {
-		char buf[CMSG_SPACE(2 * sizeof(int))];
+		char buf[CMSG_SPACE(CTL_FDS_BATCH * sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)body, len } };
 	struct msghdr m = { .msg_iov = iov, .msg_iovlen = len ? 2 : 1 };
 
-	if (len > CTL_MSG_MAX - sizeof(h) || nfds < 0 || nfds > 2)
+	if (len > CTL_MSG_MAX - sizeof(h) || nfds < 0 || nfds > (int)CTL_FDS_BATCH)
 		return -EINVAL;
 	h.length = (uint32_t)(sizeof(h) + len);
 	if (nfds > 0) {
@@ -43,11 +43,13 @@ int ctl_send(int sock, uint16_t type, const void *body, size_t len, const int *f
 	}
 }
 
-/* Take the fds out of a received control block: keep up to 2 in @fds, close all others. */
-static int take_fds(struct msghdr *m, int *fds, int *nfds)
+/* Take the fds out of a received control block: keep up to @cap in @fds, close all others;
+ * *@extra says how many were closed. */
+static int take_fds(struct msghdr *m, int *fds, int cap, int *nfds, int *extra)
 {
 	int kept = 0;
 
+	*extra = 0;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
 		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
 			continue;
@@ -55,10 +57,12 @@ static int take_fds(struct msghdr *m, int *fds, int *nfds)
 		for (size_t i = 0; i < n; i++) {
 			int fd;
 			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			if (fds && kept < 2)
+			if (fds && kept < cap) {
 				fds[kept++] = fd;
-			else
+			} else {
 				close(fd);
+				++*extra;
+			}
 		}
 	}
 	if (nfds)
@@ -66,10 +70,12 @@ static int take_fds(struct msghdr *m, int *fds, int *nfds)
 	return kept;
 }
 
-ssize_t ctl_recv(int sock, void *buf, uint16_t *type, int *fds, int *nfds)
+/* ctl_recv with room for @cap fds; @strict: more than @cap is -EBADMSG (else closed unseen). */
+static ssize_t recv_msg(int sock, void *buf, uint16_t *type, int *fds, int cap, int *nfds,
+			int strict)
 {
 	union {
-		char buf[CMSG_SPACE(4 * sizeof(int))];
+		char buf[CMSG_SPACE((CTL_FDS_BATCH + 4) * sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	struct iovec iov = { buf, CTL_MSG_MAX };
@@ -85,14 +91,16 @@ ssize_t ctl_recv(int sock, void *buf, uint16_t *type, int *fds, int *nfds)
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return errno == ECONNRESET ? -EPIPE : -errno;
-	int kept = take_fds(&m, fds, nfds);
+	int extra;
+	int kept = take_fds(&m, fds, cap, nfds, &extra);
 	int ret = 0;
 	if (n == 0) {
 		/* End of stream and an empty packet both read as 0 bytes: only a hang-up is EOF. */
 		struct pollfd p = { .fd = sock, .events = POLLRDHUP };
 		ret = poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP)) ? -EPIPE : -EBADMSG;
 	}
-	else if ((m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)n < sizeof(h))
+	else if ((m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)n < sizeof(h) ||
+		 (strict && extra))
 		ret = -EBADMSG;
 	if (ret == 0) {
 		memcpy(&h, buf, sizeof(h));
@@ -113,6 +121,49 @@ ssize_t ctl_recv(int sock, void *buf, uint16_t *type, int *fds, int *nfds)
 	*type = h.type;
 	memmove(buf, (char *)buf + sizeof(h), (size_t)n - sizeof(h));
 	return n - (ssize_t)sizeof(h);
+}
+
+ssize_t ctl_recv(int sock, void *buf, uint16_t *type, int *fds, int *nfds)
+{
+	return recv_msg(sock, buf, type, fds, 2, nfds, 0);
+}
+
+ssize_t ctl_recv_fds(int sock, void *buf, uint16_t *type, int *fds, int cap, int *nfds)
+{
+	if (cap < 0 || cap > (int)CTL_FDS_BATCH)
+		return -EINVAL;
+	return recv_msg(sock, buf, type, fds, cap, nfds, 1);
+}
+
+int ctl_check_shard_fds(const void *body, size_t len, int nfds, uint32_t got, uint32_t total,
+			char *why, size_t whylen)
+{
+	struct ctl_shard_fds b;
+
+	if (len != sizeof(b))
+		return snprintf(why, whylen, "a shard batch of %zu bytes, not %zu", len, sizeof(b)),
+		       -EINVAL;
+	memcpy(&b, body, sizeof(b));
+	if (b.reserved)
+		return snprintf(why, whylen, "a shard batch with its reserved field set"), -EINVAL;
+	if (b.total == 0 || b.total > CTL_SHARDS_MAX)
+		return snprintf(why, whylen, "a set of %u shards (1..%u)", b.total, CTL_SHARDS_MAX),
+		       -EINVAL;
+	if (got && b.total != total)
+		return snprintf(why, whylen, "a shard batch for a set of %u shards after batches for "
+				"%u", b.total, total), -EINVAL;
+	if (b.first != got)
+		return snprintf(why, whylen, "a shard batch from shard %u where shard %u was next",
+				b.first, got), -EINVAL;
+	uint32_t want = b.total - got < CTL_FDS_BATCH ? b.total - got : CTL_FDS_BATCH;
+	if (got >= b.total)
+		return snprintf(why, whylen, "a shard batch after all %u shards came", b.total),
+		       -EINVAL;
+	if (b.count != want || nfds < 0 || (uint32_t)nfds != want)
+		return snprintf(why, whylen, "a shard batch from shard %u of %u says %u descriptors "
+				"and carries %d; it must carry %u", b.first, b.total, b.count, nfds,
+				want), -EINVAL;
+	return 0;
 }
 
 /* A fixed-size string field must hold a NUL, and nothing but NULs after it (no hidden bytes). */

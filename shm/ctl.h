@@ -2,8 +2,9 @@
  * socket: one message per packet, binary, little-endian, fixed layouts with _Static_asserts.
  * Every message starts with struct ctl_hdr; ctl_recv() checks magic, version, type and length
  * before any body is looked at, and the ctl_check_* functions validate every field of a body.
- * File descriptors (the ring's memfd and its doorbell eventfd) travel with SCM_RIGHTS and only
- * from server to client. Spec: docs/RING.md. */
+ * File descriptors travel with SCM_RIGHTS: from the client, the dataset it opened with its own
+ * rights (with CTL_JOB_OPEN) and a set's shards (CTL_SHARD_FDS, in batches, before it); from the
+ * server, the ring's memfd and its doorbell eventfd. Spec: docs/RING.md. */
 #ifndef LOADERD_CTL_H
 #define LOADERD_CTL_H
 #include <stddef.h>
@@ -34,7 +35,10 @@ enum ctl_type {
 	CTL_SPLIT_SEED = 8, /* client, before CTL_JOB_OPEN: struct ctl_split + weights + reports */
 	CTL_SPLIT_REQ = 9,  /* client, after CTL_JOB_OK: struct ctl_split_req */
 	CTL_SPLIT = 10,     /* server: struct ctl_split + weights (nrows 0) */
-	CTL_TYPE_MAX = 10
+	CTL_SHARD_FDS = 11, /* client, before CTL_JOB_OPEN on a manifest: struct ctl_shard_fds +
+			     * count fds, the shards the client opened, in manifest order */
+	CTL_SHARD_ACK = 12, /* server: struct ctl_shard_fds echoed: that batch is taken */
+	CTL_TYPE_MAX = 12
 };
 
 struct ctl_hdr {
@@ -180,6 +184,23 @@ struct ctl_split {
 };
 _Static_assert(sizeof(struct ctl_split) == 24, "on the wire");
 
+/* A set of shards (a manifest, docs/FORMAT.md) is opened by the client: it reads the manifest with
+ * its own rights, opens every shard relative to the manifest's directory and sends the
+ * descriptors in order, CTL_FDS_BATCH at most per CTL_SHARD_FDS, each answered by CTL_SHARD_ACK
+ * before the next is sent (so that no more than one batch is in flight: the kernel counts fds in
+ * flight against the sender's RLIMIT_NOFILE), then CTL_JOB_OPEN with the manifest's fd. Batch i
+ * has first = i * CTL_FDS_BATCH, the same total (1..CTL_SHARDS_MAX) in every batch, and count =
+ * min(CTL_FDS_BATCH, total - first) descriptors. */
+#define CTL_FDS_BATCH 64u
+#define CTL_SHARDS_MAX 65536u         /* = DPKSET_SHARDS_MAX */
+struct ctl_shard_fds {
+	uint32_t first;               /* index of this batch's first shard */
+	uint32_t total;               /* shards in the set */
+	uint32_t count;               /* descriptors with this message */
+	uint32_t reserved;            /* zero */
+};
+_Static_assert(sizeof(struct ctl_shard_fds) == 16, "on the wire");
+
 enum ctl_admin_op { CTL_OP_STATUS = 1, CTL_OP_JOBS = 2, CTL_OP_STATS = 3, CTL_OP_STOP = 4 };
 #define CTL_ADMIN_JSON 0x1u
 
@@ -198,7 +219,7 @@ struct ctl_error {
 };
 _Static_assert(sizeof(struct ctl_error) == 264, "on the wire");
 
-/* Send one message of @type with @body (@len bytes) and up to 2 fds (@nfds may be 0).
+/* Send one message of @type with @body (@len bytes) and up to CTL_FDS_BATCH fds (@nfds may be 0).
  * Returns 0 or -errno (-EPIPE when the peer is gone; never raises SIGPIPE). */
 int ctl_send(int sock, uint16_t type, const void *body, size_t len, const int *fds, int nfds);
 /* Receive one message into @buf (CTL_MSG_MAX bytes). Checks the header; fds that came with it are
@@ -206,6 +227,14 @@ int ctl_send(int sock, uint16_t type, const void *body, size_t len, const int *f
  * length (>= 0) with *type set, 0-length EOF as -EPIPE, -EBADMSG for a malformed packet (bad
  * magic, length, type, truncated), -EPROTO for another version, or -errno. */
 ssize_t ctl_recv(int sock, void *buf, uint16_t *type, int *fds, int *nfds);
+/* ctl_recv keeping up to @cap (<= CTL_FDS_BATCH) fds; more than @cap, or more than the kernel
+ * could pass in its control buffer, is -EBADMSG with every fd closed. */
+ssize_t ctl_recv_fds(int sock, void *buf, uint16_t *type, int *fds, int cap, int *nfds);
+/* A CTL_SHARD_FDS body of @len bytes that came with @nfds fds, expected as the batch that starts
+ * at @got (shards already received; 0: the first, whose total is taken) of @total (0 when none
+ * came yet): 0 or -EINVAL with @why. */
+int ctl_check_shard_fds(const void *body, size_t len, int nfds, uint32_t got, uint32_t total,
+			char *why, size_t whylen);
 
 /* Field validation. Return 0, or -EINVAL with a message naming the field in @why. */
 int ctl_check_job_open(const struct ctl_job_open *j, char *why, size_t whylen);

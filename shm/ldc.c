@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <math.h>
 #include <poll.h>
 #include <pwd.h>
@@ -366,6 +367,194 @@ static int open_share(struct ldc *c, const struct ldc_job *job, struct ctl_job_o
 	return 0;
 }
 
+/* ---- a set of shards, opened here (docs/RING.md, "Datasets") ---- */
+
+#define SET_MAGIC "dpkset "            /* formats/dpkset.h's DPKSET_MAGIC */
+#define SET_PATH_MAX 1024u             /* DPKSET_PATH_MAX */
+#define SET_FILE_MAX ((uint64_t)(CTL_SHARDS_MAX + 2u) * (SET_PATH_MAX + 65u))
+
+/* Is @p (@len bytes, one manifest line's PATH) one a manifest may name: relative, no ".."
+ * component, no control character, not empty, within SET_PATH_MAX? 0, or -EINVAL with the reason
+ * in @why, worded as formats/dpkset.c's path_check words it (libldc depends on libc alone, so the
+ * rule is written here again). loaderd parses the manifest again and refuses what dpkset_parse
+ * refuses; this is the client's own guard, so that a manifest never makes it open a file
+ * outside the manifest's directory. */
+static int set_path_check(const char *p, size_t len, char *why, size_t whylen)
+{
+	if (!len)
+		return snprintf(why, whylen, "no shard path"), -EINVAL;
+	if (len > SET_PATH_MAX)
+		return snprintf(why, whylen, "a shard path of %zu bytes, above the limit of %u", len,
+				SET_PATH_MAX), -E2BIG;
+	if (p[0] == '/')
+		return snprintf(why, whylen, "shard path '%.*s' is absolute (paths are relative to the "
+				"manifest's directory)", (int)len, p), -EINVAL;
+	for (size_t k = 0; k < len; k++)
+		if ((unsigned char)p[k] < 0x20 || p[k] == 0x7f)
+			return snprintf(why, whylen, "shard path has control character 0x%02x at byte "
+					"%zu", (unsigned char)p[k], k), -EINVAL;
+	for (size_t s = 0; s < len;) {  /* each component */
+		size_t e = s;
+		while (e < len && p[e] != '/')
+			e++;
+		if (e - s == 2 && p[s] == '.' && p[s + 1] == '.')
+			return snprintf(why, whylen, "shard path '%.*s' has a '..' component (shards "
+					"lie in the manifest's directory or below it)", (int)len, p),
+			       -EINVAL;
+		s = e + 1;
+	}
+	return 0;
+}
+
+/* Open shard @path of manifest @name (line @line) relative to @dirfd with this process's rights:
+ * a regular file, or an error naming it. Non-blocking and O_NOCTTY: a FIFO cannot hang the open
+ * nor a terminal become ours. The fd, or -errno with the reason in @c. */
+static int set_open_shard(struct ldc *c, int dirfd, const char *name, unsigned line,
+			  const char *path)
+{
+	struct stat st;
+	int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+
+	if (fd < 0)
+		return set_err(c, -errno, "%s line %u: shard %s: %s", name, line, path,
+			       strerror(errno));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return set_err(c, -EINVAL, "%s line %u: shard %s: not a regular file", name, line,
+			       path);
+	}
+	return fd;
+}
+
+/* Send batch @b with its fds and wait for loaderd to take it. 0 or -errno (in @c). */
+static int set_send_batch(struct ldc *c, const struct ctl_shard_fds *b, const int *fds)
+{
+	char buf[CTL_MSG_MAX];
+	struct ctl_shard_fds ack;
+	int ret = ctl_send(c->fd, CTL_SHARD_FDS, b, sizeof(*b), fds, (int)b->count);
+
+	if (ret < 0)
+		return set_err(c, ret, "sending shards to loaderd: %s", strerror(-ret));
+	ssize_t n = wait_reply(c, CTL_SHARD_ACK, buf, NULL, NULL);
+	if (n < 0)
+		return (int)n;
+	if ((size_t)n != sizeof(ack))
+		return set_err(c, -EBADMSG, "loaderd's shard answer is malformed (%zd bytes)", n);
+	memcpy(&ack, buf, sizeof(ack));
+	if (memcmp(&ack, b, sizeof(ack)))
+		return set_err(c, -EBADMSG, "loaderd answered shards %u.. for the batch from shard %u",
+			       ack.first, b->first);
+	return 0;
+}
+
+/* @dfd, the dataset this client opened as @name: when it is a manifest, open every shard it
+ * names with this process's rights and pass them to loaderd before the job open
+ * (CTL_SHARD_FDS), at most CTL_FDS_BATCH open at once here. 0 (also when @dfd is a single .dpk),
+ * or -errno with the reason, naming the manifest, the line and the shard, in @c. */
+static int set_send(struct ldc *c, int dfd, const char *name)
+{
+	char head[sizeof(SET_MAGIC) - 1];
+	struct stat st;
+
+	if (pread(dfd, head, sizeof(head), 0) != (ssize_t)sizeof(head) ||
+	    memcmp(head, SET_MAGIC, sizeof(head)))
+		return 0;  /* not a manifest: loaderd checks the .dpk */
+	if (fstat(dfd, &st) < 0)
+		return set_err(c, -errno, "dataset %s: %s", name, strerror(errno));
+	if ((uint64_t)st.st_size > SET_FILE_MAX)
+		return set_err(c, -E2BIG, "dataset %s: a manifest of %lld bytes, above the limit of "
+			       "%llu", name, (long long)st.st_size, (unsigned long long)SET_FILE_MAX);
+	size_t len = (size_t)st.st_size;
+	char *text = malloc(len + 1);
+	if (!text)
+		return set_err(c, -ENOMEM, "dataset %s: out of memory for its manifest", name);
+	size_t got = 0;
+	while (got < len) {
+		ssize_t r = pread(dfd, text + got, len - got, (off_t)got);
+		if (r <= 0) {
+			free(text);
+			return set_err(c, r < 0 ? -errno : -EIO, "dataset %s: reading the manifest: %s",
+				       name, r < 0 ? strerror(errno) : "shorter than its size");
+		}
+		got += (size_t)r;
+	}
+	text[len] = '\0';
+	/* Shards are relative to the manifest's directory, symbolic links resolved: the directory
+	 * of the open file as the kernel names it (as dpack and formats/dpk.c resolve them). */
+	char self[64], dir[PATH_MAX];
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", dfd);
+	ssize_t nl = readlink(self, dir, sizeof(dir) - 1);
+	int ret = 0, dirfd = -1;
+	if (nl <= 0 || dir[0] != '/') {
+		ret = set_err(c, -EBADF, "dataset %s: cannot tell the manifest's directory", name);
+		goto out;
+	}
+	dir[nl] = '\0';
+	*strrchr(dir, '/') = '\0';
+	dirfd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOCTTY);
+	if (dirfd < 0) {
+		ret = set_err(c, -errno, "dataset %s: its directory %s: %s", name, dir[0] ? dir : "/",
+			      strerror(errno));
+		goto out;
+	}
+	/* The lines: "dpkset V", then "COUNT IDENTITY PATH" per shard, then "end N". */
+	uint32_t total = 0;
+	for (int pass = 0; pass < 2 && ret == 0; pass++) {
+		struct ctl_shard_fds b = { .first = 0, .total = total, .count = 0 };
+		int fds[CTL_FDS_BATCH];
+		unsigned line = 2;  /* the first shard's */
+		char *p = strchr(text, '\n'), *end;
+		uint32_t k = 0;
+		for (p = p ? p + 1 : text + len; ret == 0 && p < text + len && strncmp(p, "end ", 4);
+		     p = end + 1, line++) {
+			end = memchr(p, '\n', (size_t)(text + len - p));
+			if (!end)
+				break;  /* cut short: loaderd refuses it and says so */
+			char *sp1 = memchr(p, ' ', (size_t)(end - p));
+			char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(end - sp1 - 1)) : NULL;
+			if (!sp2)
+				continue;  /* malformed: loaderd refuses it by line */
+			char *path = sp2 + 1;
+			size_t plen = (size_t)(end - path);
+			char why[SET_PATH_MAX + 128];
+			if ((ret = set_path_check(path, plen, why, sizeof(why))) < 0) {
+				ret = set_err(c, ret, "%s line %u: %s", name, line, why);
+				break;
+			}
+			if (pass == 0) {
+				if (++total > CTL_SHARDS_MAX)
+					ret = set_err(c, -E2BIG, "dataset %s: more than %u shards", name,
+						      CTL_SHARDS_MAX);
+				continue;
+			}
+			*end = '\0';
+			int fd = set_open_shard(c, dirfd, name, line, path);
+			*end = '\n';
+			if (fd < 0) {
+				ret = fd;
+				break;
+			}
+			fds[b.count++] = fd;
+			if (++k == total || b.count == CTL_FDS_BATCH) {
+				ret = set_send_batch(c, &b, fds);
+				for (uint32_t i = 0; i < b.count; i++)
+					close(fds[i]);
+				b.first = k;
+				b.count = 0;
+			}
+		}
+		for (uint32_t i = 0; i < b.count; i++)
+			close(fds[i]);
+		if (pass == 0 && total == 0)
+			break;  /* no shard: loaderd refuses the empty set and says so */
+	}
+out:
+	if (dirfd >= 0)
+		close(dirfd);
+	free(text);
+	return ret;
+}
+
 int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 {
 	struct ctl_job_open m;
@@ -433,6 +622,12 @@ int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 	if (dfd >= 0 && fstat(dfd, &st) == 0 && !S_ISREG(st.st_mode)) {
 		close(dfd);
 		return set_err(c, -EINVAL, "dataset %s is not a regular file", job->dataset);
+	}
+	/* A set's shards too, with the same rights, before the job open. One who joins another
+	 * user's job (owner) is served with the owner's files and sends none. */
+	if (dfd >= 0 && !job->owner && (ret = set_send(c, dfd, job->dataset)) < 0) {
+		close(dfd);
+		return ret;
 	}
 	ret = ctl_send(c->fd, CTL_JOB_OPEN, &m, sizeof(m), dfd >= 0 ? &dfd : NULL, dfd >= 0);
 	if (dfd >= 0)

@@ -32,10 +32,10 @@ static struct srv *g_srv;
 static char g_sock[108];
 static int g_file = -1;     /* a regular file, the "dataset" clients pass */
 
-static int fz_job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **job,
-		       struct srv_job_info *info, char *why, size_t whylen)
+static int fz_job_open(void *ctx, const struct ctl_job_open *spec, const struct srv_dataset *ds,
+		       void **job, struct srv_job_info *info, char *why, size_t whylen)
 {
-	(void)ctx, (void)fd;
+	(void)ctx, (void)ds;
 	if (spec->seed == 13) {
 		snprintf(why, whylen, "seed 13 is unlucky");
 		return -EINVAL;

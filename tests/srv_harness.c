@@ -215,12 +215,12 @@ static int parse_u64(const char *s, const char *prefix, uint64_t *v)
 	return !*end && !errno;
 }
 
-int pat_job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **job,
-			struct srv_job_info *info, char *why, size_t whylen)
+int pat_job_open(void *ctx, const struct ctl_job_open *spec, const struct srv_dataset *ds,
+		 void **job, struct srv_job_info *info, char *why, size_t whylen)
 {
 	struct pat_job pj = { .samples = 1000, .batch = spec->batch, .world = spec->world };
 
-	(void)ctx, (void)fd;  /* "pattern:N" names no file: clients send none */
+	(void)ctx, (void)ds;  /* "pattern:N" names no file: clients send none */
 	if (parse_u64(spec->dataset, "pattern:", &pj.samples))
 		pj.kind = PAT_PATTERN;
 	else if (parse_u64(spec->dataset, "fail:", &pj.arg))

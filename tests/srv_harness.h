@@ -100,7 +100,7 @@ pid_t start_server(const struct tsrv *cfg);
 void stop_server(pid_t pid);
 
 /* The pattern filler's callbacks, for a test that runs srv in this process. No cmocka. */
-int pat_job_open(void *ctx, const struct ctl_job_open *spec, int fd, void **job,
+int pat_job_open(void *ctx, const struct ctl_job_open *spec, const struct srv_dataset *ds, void **job,
 		 struct srv_job_info *info, char *why, size_t whylen);
 void pat_job_close(void *ctx, void *job);
 int pat_step_open(void *ctx, void *worker, struct srv_step *st, char *why, size_t whylen);

@@ -197,7 +197,8 @@ static int t_open_cfg(struct t *t, const struct ctl_job_open *spec, const struct
 	ldr_job_ops(&t->cfg, &t->ops);
 	/* As the server does: the client's fd, borrowed by job_open. */
 	int fd = open(spec->dataset, O_RDONLY | O_CLOEXEC);
-	int ret = t->ops.job_open(t->ops.ctx, spec, fd, &t->job, &t->info, t->why, sizeof(t->why));
+	struct srv_dataset ds = { .fd = fd, .uid = getuid() };
+	int ret = t->ops.job_open(t->ops.ctx, spec, &ds, &t->job, &t->info, t->why, sizeof(t->why));
 	if (fd >= 0)
 		close(fd);
 	return ret;

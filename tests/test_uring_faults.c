@@ -307,7 +307,8 @@ static void fill_step(uint64_t *ids, uint8_t *flags, uint64_t *bad)
 	spec.sampling = CTL_SAMPLE_SEQUENTIAL;
 	ldr_job_ops(&cfg, &ops);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	assert_int_equal(ops.job_open(ops.ctx, &spec, fd, &job, &info, why, sizeof(why)), 0);
+	struct srv_dataset ds = { .fd = fd, .uid = getuid() };
+	assert_int_equal(ops.job_open(ops.ctx, &spec, &ds, &job, &info, why, sizeof(why)), 0);
 	close(fd);
 	void *w = ops.worker_init(ops.ctx, 0);
 	assert_non_null(w);
