@@ -173,6 +173,11 @@ static const struct arg_opt opt_rows[] = {
 	  .hi = 1u << 20, .def = "256", .help = "connections at once per user" },
 	{ "max-jobs-per-uid", 0, ARG_UINT, AT(so.max_jobs_uid, unsigned), .lo = 1, .hi = 1u << 20,
 	  .def = "64", .help = "jobs per user" },
+	{ "max-fds", 0, ARG_UINT, AT(so.max_fds, unsigned), .lo = 16, .hi = 1u << 30,
+	  .def_doc = "half of RLIMIT_NOFILE", .help = "descriptors all users' datasets may make "
+	  "loaderd hold (a .dpk: 2 to 4; a set: about 2 per shard)" },
+	{ "max-fds-per-uid", 0, ARG_UINT, AT(so.max_fds_uid, unsigned), .lo = 8, .hi = 1u << 30,
+	  .def_doc = "an eighth of RLIMIT_NOFILE", .help = "of them, per user" },
 	{ "max-world", 0, ARG_UINT, AT(so.max_world, unsigned), .lo = 1, .hi = CTL_WORLD_MAX,
 	  .def = "65536", .help = "ranks per job" },
 	{ "mem-share", 0, ARG_PERCENT, AT(so.mem_share_uid, unsigned), .lo = 1, .hi = 100,
