@@ -40,7 +40,7 @@ int cdc_image_decode(cdc_image_pixels_fn *fn, struct cdc_decoder *d, const struc
 		snprintf(why, whylen, "%u x %u pixels: an image record's sides are 1..65535", w, h);
 		return -EBADMSG;
 	}
-	if (max && (uint64_t)w * h > max) {
+	if (max && cdc_pixels_over(h, w, max)) {
 		snprintf(why, whylen, "%u x %u pixels is more than the bound of %llu", w, h,
 			 (unsigned long long)max);
 		return -EBADMSG;

@@ -208,7 +208,7 @@ static int cmyk_bounds(struct cdc_decoder *d, const struct dpk_entry *e,
 			 e->ndim, e->shape[2]);
 		return -EBADMSG;
 	}
-	if (max && (uint64_t)w * h > max) {
+	if (max && cdc_pixels_over(h, w, max)) {
 		snprintf(why, whylen, "%u x %u pixels is more than the bound of %llu", w, h,
 			 (unsigned long long)max);
 		return -EBADMSG;

@@ -9,6 +9,7 @@
 #include "codec/decode.h"
 #include "codec/kind.h"
 #include "codec/kind_load.h"
+#include "loader/job.h"
 #include "tests/tmpdir.h"
 
 #include <errno.h>
@@ -506,6 +507,30 @@ static void test_png_ihdr_fields(void **state)
 	free(f);
 }
 
+/* The pixel bound loaderd and dpack share (codec/kind.h), at its default: an 8192 x 8192 PNG
+ * passes it (and is then refused for its data: its IDAT holds one row), 8193 x 8192 does not. */
+_Static_assert(LDR_MAX_PIXELS_DEFAULT == CDC_MAX_PIXELS_DEFAULT, "one bound for both sides");
+
+static void test_pixel_bound_default(void **state)
+{
+	size_t len;
+	uint8_t *f;
+
+	(void)state;
+	assert_false(cdc_pixels_over(8192, 8192, CDC_MAX_PIXELS_DEFAULT));
+	assert_true(cdc_pixels_over(8193, 8192, CDC_MAX_PIXELS_DEFAULT));
+	assert_true(cdc_pixels_over(8192, 8193, CDC_MAX_PIXELS_DEFAULT));
+	assert_false(cdc_pixels_over(65535, 65535, (uint64_t)65535 * 65535));
+	f = png_hand(8192, 8192, 8, 2, 1, 8192 * 3, &len);
+	expect(&(struct rec){ DPK_KIND_PNG, f, len, 8192, 8192 }, LDR_MAX_PIXELS_DEFAULT, -EBADMSG,
+	       "PNG: ");
+	free(f);
+	f = png_hand(8192, 8193, 8, 2, 1, 8192 * 3, &len);
+	expect(&(struct rec){ DPK_KIND_PNG, f, len, 8193, 8192 }, LDR_MAX_PIXELS_DEFAULT, -EBADMSG,
+	       "8192 x 8193 pixels is more than the bound of 67108864");
+	free(f);
+}
+
 /* ---- CMYK JPEG: the index's channel count ---- */
 
 static void test_cmyk_shape_from_the_index(void **state)
@@ -612,6 +637,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pnm_maxval, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pnm_sides_and_rows, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_png_ihdr_fields, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pixel_bound_default, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cmyk_shape_from_the_index, setup, teardown),
 		cmocka_unit_test(test_raw_crop_needs_hwc3),
 		cmocka_unit_test(test_image_index_sides),
