@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <turbojpeg.h>
+#include <webp/encode.h>
 #include <zlib.h>
 #include <cmocka.h>
 
@@ -507,6 +508,95 @@ static void test_png_ihdr_fields(void **state)
 	free(f);
 }
 
+/* ---- TIFF, written tag by tag: little-endian, one uncompressed strip ---- */
+
+enum { T_W, T_H, T_BPS, T_COMP, T_PHOTO, T_OFF, T_SPP, T_RPS, T_BYTES, T_PLANAR, T_N };
+
+/* A TIFF whose tags hold @v (T_OFF: computed), then @pixels bytes of samples (malloc, *len). */
+static uint8_t *tiff_hand(const uint32_t v[T_N], size_t pixels, size_t *len)
+{
+	static const uint16_t tag[T_N] = { 256, 257, 258, 259, 262, 273, 277, 278, 279, 284 };
+	static const uint16_t type[T_N] = { 4, 4, 3, 3, 3, 4, 3, 4, 4, 3 };
+	uint32_t ifd = 8, data = ifd + 2 + T_N * 12 + 4;
+	uint8_t *f = calloc(data + pixels + 1, 1);
+
+	assert_non_null(f);
+	memcpy(f, "II*\0", 4);
+	put32(f + 4, ifd);
+	put16(f + ifd, T_N);
+	for (unsigned i = 0; i < T_N; i++) {
+		uint8_t *e = f + ifd + 2 + i * 12;
+		put16(e, tag[i]), put16(e + 2, type[i]), put32(e + 4, 1);
+		put32(e + 8, i == T_OFF ? data : v[i]);
+	}
+	for (size_t i = 0; i < pixels; i++)
+		f[data + i] = (uint8_t)(i * 17 + 2);
+	*len = data + pixels;
+	return f;
+}
+
+static void test_tiff_fields(void **state)
+{
+	uint32_t v[T_N] = { [T_W] = 5, [T_H] = 3, [T_BPS] = 8, [T_COMP] = 1, [T_PHOTO] = 2,
+			    [T_SPP] = 3, [T_RPS] = 3, [T_BYTES] = 45, [T_PLANAR] = 1 };
+	size_t len;
+	uint8_t *f;
+
+	(void)state;
+	f = tiff_hand(v, 45, &len);
+	expect(&(struct rec){ DPK_KIND_TIFF, f, len, 3, 5 }, 0, 0, "");
+	/* the samples one byte short */
+	expect(&(struct rec){ DPK_KIND_TIFF, f, len - 1, 3, 5 }, 0, -EBADMSG, "TIFF");
+	expect(&(struct rec){ DPK_KIND_TIFF, f, len, 3, 4 }, 0, -EBADMSG, "the index says 4 x 3");
+	free(f);
+	static const struct { unsigned field; uint32_t val; const char *msg; } rows[] = {
+		{ T_W, 0, "TIFF" },
+		{ T_W, 65536, "TIFF width 65536 (1..65535)" },
+		{ T_H, 65536, "TIFF height 65536 (1..65535)" },
+		{ T_W, UINT32_MAX, "TIFF width 4294967295 (1..65535)" },
+		{ T_BPS, 16, "TIFF at 16 bits a sample (only 8)" },
+		{ T_SPP, 5, "TIFF photometric 2 with 5 samples" },
+		{ T_PHOTO, 5, "TIFF photometric 5 with 3 samples" },
+	};
+	for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
+		uint32_t e[T_N];
+		memcpy(e, v, sizeof(e));
+		e[rows[k].field] = rows[k].val;
+		f = tiff_hand(e, 45, &len);
+		expect(&(struct rec){ DPK_KIND_TIFF, f, len, 3, 5 }, 0, -EBADMSG, rows[k].msg);
+		free(f);
+	}
+	/* 65535 wide, grey: one row of 65535 bytes */
+	v[T_W] = 65535, v[T_H] = 1, v[T_PHOTO] = 1, v[T_SPP] = 1, v[T_RPS] = 1, v[T_BYTES] = 65535;
+	f = tiff_hand(v, 65535, &len);
+	expect(&(struct rec){ DPK_KIND_TIFF, f, len, 1, 65535 }, 0, 0, "");
+	free(f);
+}
+
+/* ---- WebP: the VP8L header's sides (14 bits each, less one) ---- */
+
+static void test_webp_header_sides(void **state)
+{
+	uint8_t px[5 * 3 * 3], *out = NULL, f[4096];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(px); i++)
+		px[i] = (uint8_t)(i * 23);
+	size_t n = WebPEncodeLosslessRGB(px, 5, 3, 15, &out);
+	assert_true(n > 30 && n < sizeof(f));
+	memcpy(f, out, n);
+	WebPFree(out);
+	expect(&(struct rec){ DPK_KIND_WEBP, f, n, 3, 5 }, 0, 0, "");
+	expect(&(struct rec){ DPK_KIND_WEBP, f, n - 1, 3, 5 }, 0, -EBADMSG, "WebP data damaged");
+	expect(&(struct rec){ DPK_KIND_WEBP, f, n, 3, 6 }, 0, -EBADMSG, "the index 6 x 3");
+	/* the header claims 16384 x 3 (its largest width): refused before a pixel is written */
+	assert_true(memcmp(f + 12, "VP8L", 4) == 0);
+	uint32_t bits = (uint32_t)f[21] | (uint32_t)f[22] << 8 | (uint32_t)f[23] << 16 |
+			(uint32_t)f[24] << 24;
+	put32(f + 21, (bits & ~0x3FFFu) | 0x3FFFu);
+	expect(&(struct rec){ DPK_KIND_WEBP, f, n, 3, 5 }, 0, -EBADMSG, "WebP header says 16384 x 3");
+}
+
 /* The pixel bound loaderd and dpack share (codec/kind.h), at its default: an 8192 x 8192 PNG
  * passes it (and is then refused for its data: its IDAT holds one row), 8193 x 8192 does not. */
 _Static_assert(LDR_MAX_PIXELS_DEFAULT == CDC_MAX_PIXELS_DEFAULT, "one bound for both sides");
@@ -638,6 +728,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pnm_sides_and_rows, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_png_ihdr_fields, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pixel_bound_default, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tiff_fields, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_webp_header_sides, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cmyk_shape_from_the_index, setup, teardown),
 		cmocka_unit_test(test_raw_crop_needs_hwc3),
 		cmocka_unit_test(test_image_index_sides),
