@@ -25,4 +25,16 @@ const struct cdc_kind *cdc_kind_get(unsigned kind);
 /* The row named @name ("jpeg"), or NULL. */
 const struct cdc_kind *cdc_kind_find(const char *name);
 
+/* The pixel bound of an image record (height x width), one for both sides: dpack refuses an image
+ * above it on its header's word (tools/dpack, --max-pixels) and loaderd refuses such a record
+ * (--max-pixels, LDR_MAX_PIXELS_DEFAULT), so that what dpack packs by default loaderd serves. */
+#define CDC_MAX_PIXELS_DEFAULT (64ull << 20)  /* 64 Mpixel: 8192 x 8192 */
+
+/* Is an @h x @w image above @max pixels? (Sides below 2^32: the product cannot wrap.) The one
+ * comparison dpack's probe bound, loaderd's check before decode and the decoders make. */
+static inline int cdc_pixels_over(uint32_t h, uint32_t w, uint64_t max)
+{
+	return (uint64_t)h * w > max;
+}
+
 #endif

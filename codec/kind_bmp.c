@@ -29,6 +29,9 @@ static unsigned le16(const uint8_t *p)
 	return (unsigned)p[0] | (unsigned)p[1] << 8;
 }
 
+/* Every field is bounded here, before anything computes with it: the info header inside the
+ * file, the sides 1..65535 (an image record's), the bits a pixel one of five, the palette inside
+ * the file. Each refusal names the field and its value. */
 static int bmp_header(const uint8_t *b, size_t len, struct bmp_hdr *hd, char *why, size_t whylen)
 {
 	if (len < 2 || b[0] != 'B' || b[1] != 'M')
@@ -38,35 +41,46 @@ static int bmp_header(const uint8_t *b, size_t len, struct bmp_hdr *hd, char *wh
 		return -EBADMSG;
 	}
 	uint32_t hsize = le32(b + 14), comp = 0;
-	int32_t sh;
+	int64_t sw, sh;
 
 	memset(hd, 0, sizeof(*hd));
 	hd->data = le32(b + 10);
+	if (hsize != 12 && hsize < 40) {
+		snprintf(why, whylen, "BMP info header of %u bytes (12, or 40 and more)", hsize);
+		return -EBADMSG;
+	}
+	if (hsize > len - 14) {
+		snprintf(why, whylen, "BMP info header of %u bytes runs past the file's %zu bytes",
+			 hsize, len);
+		return -EBADMSG;
+	}
 	if (hsize == 12) {
-		hd->w = le16(b + 18);
-		sh = (int32_t)le16(b + 20);
+		sw = le16(b + 18);
+		sh = le16(b + 20);
 		hd->bits = le16(b + 24);
 		hd->pal_step = 3;
-	} else if (hsize >= 40 && len >= 14 + 40) {
-		int32_t sw = (int32_t)le32(b + 18);
+	} else {
+		sw = (int32_t)le32(b + 18);
 		sh = (int32_t)le32(b + 22);
-		if (sw <= 0) {
-			snprintf(why, whylen, "BMP width %d", sw);
-			return -EBADMSG;
-		}
-		hd->w = (uint32_t)sw;
 		hd->bits = le16(b + 28);
 		comp = le32(b + 30);
 		hd->pal_n = le32(b + 46);
 		hd->pal_step = 4;
-	} else {
-		snprintf(why, whylen, "BMP info header of %u bytes", hsize);
-		return -EBADMSG;
 	}
 	hd->top_down = sh < 0;
-	hd->h = sh < 0 ? (uint32_t)0 - (uint32_t)sh : (uint32_t)sh;
+	sh = sh < 0 ? -sh : sh;  /* int64_t: INT32_MIN negates */
+	if (sw < 1 || sw > 65535) {
+		snprintf(why, whylen, "BMP width %lld (1..65535)", (long long)sw);
+		return -EBADMSG;
+	}
+	if (sh < 1 || sh > 65535) {
+		snprintf(why, whylen, "BMP height %lld (1..65535)", (long long)sh);
+		return -EBADMSG;
+	}
+	hd->w = (uint32_t)sw;
+	hd->h = (uint32_t)sh;
 	hd->pal = 14 + (size_t)hsize;
-	if (comp == 3 && hd->bits == 32 && hsize >= 40) {
+	if (comp == 3 && hd->bits == 32) {
 		/* Bit fields: only the byte-aligned BGR(X|A) masks, the same pixels as uncompressed. */
 		size_t m = 14 + 40;  /* after a 40-byte header, or inside a longer one */
 		if (len < m + 12 || le32(b + m) != 0xFF0000 || le32(b + m + 4) != 0xFF00 ||
@@ -84,12 +98,14 @@ static int bmp_header(const uint8_t *b, size_t len, struct bmp_hdr *hd, char *wh
 		snprintf(why, whylen, "BMP at %u bits a pixel (only 1, 4, 8, 24, 32)", hd->bits);
 		return -ENOTSUP;
 	}
+	/* a colour count of 0 or above 2^bits: the 2^bits entries a pixel can index */
 	if (hd->bits <= 8 && (hd->pal_n == 0 || hd->pal_n > (1u << hd->bits)))
 		hd->pal_n = 1u << hd->bits;
 	if (hd->bits > 8)
 		hd->pal_n = 0;
-	if (hd->pal + (size_t)hd->pal_n * hd->pal_step > len) {
-		snprintf(why, whylen, "BMP palette cut short");
+	if ((size_t)hd->pal_n * hd->pal_step > len - hd->pal) {
+		snprintf(why, whylen, "BMP palette of %u entries cut short (%zu bytes after the header)",
+			 hd->pal_n, len - hd->pal);
 		return -EBADMSG;
 	}
 	return 0;
@@ -103,7 +119,9 @@ static size_t bmp_stride(const struct bmp_hdr *hd)
 /* Stored rows available from the data offset. */
 static size_t bmp_rows_in(const struct bmp_hdr *hd, size_t len)
 {
-	return hd->data >= len ? 0 : (len - hd->data) / bmp_stride(hd);
+	size_t stride = bmp_stride(hd);  /* >= 4: bmp_header bounds the width and the bits */
+
+	return hd->data >= len || !stride ? 0 : (len - hd->data) / stride;
 }
 
 static int bmp_probe(const uint8_t *buf, size_t len, struct dpk_record *r, char *why, size_t whylen)

@@ -35,7 +35,12 @@ int cdc_image_decode(cdc_image_pixels_fn *fn, struct cdc_decoder *d, const struc
 		snprintf(why, whylen, "an image record's shape must be H x W x 3");
 		return -EBADMSG;
 	}
-	if (max && (uint64_t)w * h > max) {
+	/* the sides every decoder's row arithmetic relies on (the .dpk reader checks them too) */
+	if (w == 0 || h == 0 || w > 65535 || h > 65535) {
+		snprintf(why, whylen, "%u x %u pixels: an image record's sides are 1..65535", w, h);
+		return -EBADMSG;
+	}
+	if (max && cdc_pixels_over(h, w, max)) {
 		snprintf(why, whylen, "%u x %u pixels is more than the bound of %llu", w, h,
 			 (unsigned long long)max);
 		return -EBADMSG;

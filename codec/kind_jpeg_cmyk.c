@@ -194,14 +194,21 @@ static int box_resize(struct cdc_decoder *d, uint8_t *px, uint32_t pw, uint32_t 
 	return cdc_decode_raw(d, px, bh, bw, 3, &rel, o, dst);
 }
 
-/* The checks every decode makes before it allocates: the pixel bound, the crop inside the
- * image. */
-static int cmyk_bounds(struct cdc_decoder *d, uint32_t w, uint32_t h, const struct cdc_crop *crop,
-		       const struct cdc_out *o, char *why, size_t whylen)
+/* The checks every decode makes before it allocates: the shape, the pixel bound, the crop inside
+ * the image. */
+static int cmyk_bounds(struct cdc_decoder *d, const struct dpk_entry *e,
+		       const struct cdc_crop *crop, const struct cdc_out *o, char *why, size_t whylen)
 {
+	uint32_t h = e->shape[0], w = e->shape[1];
 	uint64_t max = cdc_decoder_max_pixels(d);
 
-	if (max && (uint64_t)w * h > max) {
+	/* "as stored" writes w x h x 3 bytes: an index saying H x W x 1 gave a third of that */
+	if (e->ndim != 3 || e->shape[2] != 3) {
+		snprintf(why, whylen, "an image record's shape must be H x W x 3, not %u-d x %u",
+			 e->ndim, e->shape[2]);
+		return -EBADMSG;
+	}
+	if (max && cdc_pixels_over(h, w, max)) {
 		snprintf(why, whylen, "%u x %u pixels is more than the bound of %llu", w, h,
 			 (unsigned long long)max);
 		return -EBADMSG;
@@ -251,7 +258,7 @@ static int cmyk_decode(struct cdc_decoder *d, const struct dpk_entry *e, const u
 		       const struct cdc_crop *crop, const struct cdc_out *o, uint8_t *dst, char *why,
 		       size_t whylen)
 {
-	int ret = cmyk_bounds(d, e->shape[1], e->shape[0], crop, o, why, whylen);
+	int ret = cmyk_bounds(d, e, crop, o, why, whylen);
 
 	return ret < 0 ? ret : cmyk_whole(d, e, src, crop, o, dst, why, whylen);
 }
@@ -268,7 +275,7 @@ static int idx_cmyk_decode(struct cdc_decoder *d, const struct dpk_entry *e, con
 	uint32_t h = e->shape[0], w = e->shape[1];
 	struct cdc_idx_info *info = cdc_decoder_idx(d);
 	char tmp[160];
-	int ret = cmyk_bounds(d, w, h, crop, o, why, whylen);
+	int ret = cmyk_bounds(d, e, crop, o, why, whylen);
 
 	if (ret < 0)
 		return ret;

@@ -62,6 +62,15 @@ static int pnm_header(const uint8_t *b, size_t len, struct pnm_hdr *hd, char *wh
 		snprintf(why, whylen, "Netpbm P%u header damaged or cut short", hd->type);
 		return -EBADMSG;
 	}
+	/* the sides bounded before the row size is computed from the width (and divides) */
+	if (hd->w == 0 || hd->w > 65535) {
+		snprintf(why, whylen, "Netpbm width %u (1..65535)", hd->w);
+		return -EBADMSG;
+	}
+	if (hd->h == 0 || hd->h > 65535) {
+		snprintf(why, whylen, "Netpbm height %u (1..65535)", hd->h);
+		return -EBADMSG;
+	}
 	if (hd->maxval == 0 || hd->maxval > 65535) {
 		snprintf(why, whylen, "Netpbm maxval %u (1..65535)", hd->maxval);
 		return -EBADMSG;
@@ -74,6 +83,7 @@ static int pnm_header(const uint8_t *b, size_t len, struct pnm_hdr *hd, char *wh
 	return 0;
 }
 
+/* >= 1: pnm_header bounds the width */
 static size_t row_bytes(const struct pnm_hdr *hd)
 {
 	return hd->type == 4 ? ((size_t)hd->w + 7) / 8 : (size_t)hd->w * (hd->type == 6 ? 3 : 1);

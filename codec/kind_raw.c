@@ -26,6 +26,12 @@ static int raw_decode(struct cdc_decoder *d, const struct dpk_entry *e, const ui
 		memcpy(dst, src, e->raw_size);
 		return 0;
 	}
+	/* raw_accepts, again where the shape is used (the fill checks each record's entry once) */
+	if (e->ndim != 3 || e->shape[2] != 3) {
+		snprintf(why, whylen, "a %u-d raw tensor cannot be cropped (HxWx3 images only)",
+			 e->ndim);
+		return -EINVAL;
+	}
 	int ret = cdc_decode_raw(d, src, e->shape[0], e->shape[1], e->shape[2], crop, o, dst);
 	if (ret < 0)
 		snprintf(why, whylen, "raw record cannot be resized");

@@ -95,6 +95,8 @@ static TIFF *tif_open(struct tif_src *s, struct tif_info *ti, int *ret, char *wh
 		snprintf(why, whylen, "TIFF header or first directory unreadable");
 		return NULL;
 	}
+	ti->w = ti->h = 0;
+	ti->spp = 0;
 	TIFFGetField(t, TIFFTAG_IMAGEWIDTH, &ti->w);
 	TIFFGetField(t, TIFFTAG_IMAGELENGTH, &ti->h);
 	TIFFGetFieldDefaulted(t, TIFFTAG_BITSPERSAMPLE, &bps);
@@ -102,6 +104,12 @@ static TIFF *tif_open(struct tif_src *s, struct tif_info *ti, int *ret, char *wh
 	TIFFGetFieldDefaulted(t, TIFFTAG_PLANARCONFIG, &planar);
 	if (!TIFFGetField(t, TIFFTAG_PHOTOMETRIC, &ti->photometric))
 		ti->photometric = 0xFFFF;
+	if (ti->w == 0 || ti->w > 65535 || ti->h == 0 || ti->h > 65535) {
+		snprintf(why, whylen, "TIFF %s %u (1..65535)", ti->w == 0 || ti->w > 65535 ?
+			 "width" : "height", ti->w == 0 || ti->w > 65535 ? ti->w : ti->h);
+		TIFFClose(t);
+		return NULL;
+	}
 	*ret = -ENOTSUP;
 	int grey = ti->photometric == PHOTOMETRIC_MINISBLACK ||
 		   ti->photometric == PHOTOMETRIC_MINISWHITE;

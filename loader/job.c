@@ -802,7 +802,7 @@ static int decode_one(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 	uint32_t iw = e->shape[1];
 	/* Checked at use, not only at open: a record this large is bad, whatever its index says
 	 * its kind allows (the decoders check the stream's own size again). */
-	if (o.h && (uint64_t)ih * iw > j->max_pixels) {
+	if (o.h && cdc_pixels_over(ih, iw, j->max_pixels)) {
 		snprintf(why, whylen, "%ux%u pixels, above the limit of %llu (loaderd --max-pixels)",
 			 ih, iw, (unsigned long long)j->max_pixels);
 		return -EBADMSG;

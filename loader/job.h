@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec/kind.h"
 #include "loader/reader.h"
 #include "loader/srv.h"
 
@@ -23,7 +24,7 @@ struct ldr_config {
 				    * for a job's largest records, counted in the job's memory */
 };
 
-#define LDR_MAX_PIXELS_DEFAULT (64ull << 20)  /* 64 Mpixel: 8192 x 8192 */
+#define LDR_MAX_PIXELS_DEFAULT CDC_MAX_PIXELS_DEFAULT  /* 64 Mpixel: dpack's default too */
 #define LDR_ARENA_DEFAULT (16u << 20)         /* a worker's reader arena */
 #define LDR_MAX_RECORD_DEFAULT (64ull << 20)  /* 64 MiB stored */
 #define LDR_DEC_KEEP (16u << 20) /* a worker's decoder keeps its buffers up to this after a task

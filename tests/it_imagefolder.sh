@@ -84,10 +84,26 @@ PYEOF
 check "a tree of bad files packs the one good file" grep -q ": 1 samples, 1 classes, 5 skipped" "$T/out"
 check "truncated PNG: file and reason" grep -q "k/trunc.png: PNG: .*" "$T/err"
 check "100k x 100k PNG: refused on its header" grep -q "k/bomb.png: 100000 x 100000 pixels: an image record's sides are 1..65535" "$T/err"
-check "20k x 20k PNG: past PIL's bomb bound" grep -q "k/big.png: 20000 x 20000 pixels is more than --max-pixels 178956970" "$T/err"
+check "20k x 20k PNG: past the default bound" grep -q "k/big.png: 20000 x 20000 pixels is more than --max-pixels 67108864" "$T/err"
 check "a WebP lying about its size: file and reason" grep -q "k/liar.webp: WebP" "$T/err"
 check "a CMYK JPEG cut short: file and reason" grep -q "k/cmyk_cut.jpg: JPEG: " "$T/err"
 sed 's/^/# /' "$T/err"
+# The default bound is loaderd's (codec/kind.h): 8192 x 8192 passes it (and is then skipped for its
+# data, one row's worth), 8192 x 8193 is refused on its header.
+mkdir -p "$T/edge/k"
+$PY - "$T/edge/k" <<'PYEOF'
+import struct, sys, zlib
+def chunk(t, b):
+    return struct.pack(">I", len(b)) + t + b + struct.pack(">I", zlib.crc32(t + b))
+def png(w, h):
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(b"\0" * (1 + 3 * w))) + chunk(b"IEND", b""))
+open(f"{sys.argv[1]}/at.png", "wb").write(png(8192, 8192))
+open(f"{sys.argv[1]}/past.png", "wb").write(png(8192, 8193))
+PYEOF
+"$BIN/dpack" pack "$T/edge" "$T/edge.dpk" >"$T/out" 2>"$T/err"
+check "8192 x 8192 passes the default bound (skipped for its data)" grep -q "k/at.png: PNG: " "$T/err"
+check "8192 x 8193 is past the default bound" grep -q "k/past.png: 8192 x 8193 pixels is more than --max-pixels 67108864" "$T/err"
 "$BIN/dpack" pack --max-pixels 100 "$T/bad" "$T/m100.dpk" >"$T/out" 2>"$T/err"
 check "--max-pixels 100 packs a 10 x 10 image" grep -q ": 1 samples, 1 classes, 5 skipped" "$T/out"
 "$BIN/dpack" pack --max-pixels 99 "$T/bad" "$T/m99.dpk" >"$T/out" 2>"$T/err"

@@ -63,10 +63,16 @@ build/fuzz/fuzz_rst_fields: $(FUZZ_JPEG_SRC) tests/fuzz_jpeg_fields.h
 FUZZ_KINDS_SRC := $(wildcard codec/*.c)
 build/fuzz/fuzz_kinds: FUZZ_EXTRA := $(FUZZ_KINDS_SRC) -lturbojpeg -ljpeg -lpng16 -lwebp -ltiff
 build/fuzz/fuzz_kinds: $(FUZZ_KINDS_SRC)
+# fuzz_kind_fields: hand-made records of every whole-image kind and raw, header fields edited.
+build/fuzz/fuzz_kind_fields: FUZZ_EXTRA := $(FUZZ_KINDS_SRC) -lturbojpeg -ljpeg -lpng16 -lwebp \
+	-ltiff -lz
+build/fuzz/fuzz_kind_fields: $(FUZZ_KINDS_SRC)
+# UBSan is fatal (-fno-sanitize-recover): an undefined operation is a crash libFuzzer keeps.
 build/fuzz/%: tests/%.c $(FUZZ_LIBSRC) | $(DEPS_STAMP)
 	$(Q)mkdir -p $(@D)
 	$(if $(Q),@echo "  FUZZ    $@")
 	$(Q)$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
+		-fno-sanitize-recover=all \
 		-o $@ $< $(FUZZ_LIBSRC) $(FUZZ_EXTRA) -lxxhash -lzstd -lm -pthread
 fuzz: $(FUZZ_BINS)
 

@@ -285,6 +285,120 @@ static void test_dpk_open_no_index_check_still_checks_entries(void **state)
 	free(im.b);
 }
 
+/* ---- the record bound and the overlap checks at the first and the last entry ----
+ * Each edit is made on sample 0 or on the last sample, where the checks' neighbours are the
+ * header's end and the data section's end (no entry before or after), and tried the three ways
+ * an index is read: copied and checked whole at open, mapped, and read an entry (with its
+ * neighbours) at a time; the last two check an entry when it is loaded. */
+
+static void x_first_before_data(struct image *im) { entry(im, 0)->offset -= 1; }
+static void x_first_into_next(struct image *im)
+{
+	struct dpk_entry *e = entry(im, 0);
+	/* a raw record's length is its raw size: 13 x 1 */
+	e->shape[0] = 13, e->shape[1] = 1;
+	e->raw_size = e->length = 13;
+}
+static void x_first_len_max(struct image *im) { entry(im, 0)->length = DPK_RECORD_MAX; }
+static void x_first_len_past(struct image *im) { entry(im, 0)->length = DPK_RECORD_MAX + 1; }
+static void x_first_len0(struct image *im) { entry(im, 0)->length = 0; }
+static void x_last_into_prev(struct image *im) { entry(im, NREC - 1)->offset -= 1; }
+static void x_last_past_data(struct image *im) { entry(im, NREC - 1)->length += 1; }
+static void x_last_len_max(struct image *im) { entry(im, NREC - 1)->length = DPK_RECORD_MAX; }
+static void x_last_len_past(struct image *im) { entry(im, NREC - 1)->length = DPK_RECORD_MAX + 1; }
+static void x_last_len0(struct image *im) { entry(im, NREC - 1)->length = 0; }
+static void x_none(struct image *im) { (void)im; }
+/* the neighbours' own ends: the second's previous is the first, the one before the last's next
+ * is the last */
+static void x_second_into_first(struct image *im) { entry(im, 1)->offset -= 1; }
+static void x_before_last_into_last(struct image *im)
+{
+	struct dpk_entry *e = entry(im, NREC - 2);
+	e->shape[0] = 13, e->shape[1] = 1;
+	e->raw_size = e->length = 13;
+}
+
+static const struct end_row {
+	const char *name;
+	edit_fn edit;
+	uint64_t at;            /* the sample loaded (a lazy index checks it when it is loaded) */
+	const char *msg;        /* "" : accepted */
+	const char *msg_whole;  /* when the copied index's check says it otherwise (NULL: msg) */
+} end_rows[] = {
+	{ "unedited, first", x_none, 0, "", NULL },
+	{ "unedited, last", x_none, NREC - 1, "", NULL },
+	{ "unedited, second", x_none, 1, "", NULL },
+	{ "unedited, one before the last", x_none, NREC - 2, "", NULL },
+	{ "second starts inside the first", x_second_into_first, 1,
+	  "sample 1: record at 4107 overlaps the previous one (ends at 4108)", NULL },
+	{ "one before the last ends inside the last", x_before_last_into_last, NREC - 2,
+	  "sample 2: record [4120, 4133) overlaps the next one (starts at 4132)",
+	  "sample 3: record at 4132 overlaps the previous one (ends at 4133)" },
+	{ "first starts in the header", x_first_before_data, 0,
+	  "sample 0: record at 4095 overlaps the previous one (ends at 4096)", NULL },
+	{ "first ends inside the second", x_first_into_next, 0,
+	  "sample 0: record [4096, 4109) overlaps the next one (starts at 4108)",
+	  "sample 1: record at 4108 overlaps the previous one (ends at 4109)" },
+	{ "first of DPK_RECORD_MAX bytes", x_first_len_max, 0,
+	  "sample 0: record [4096, 17179873280) runs past the data section", NULL },
+	{ "first of DPK_RECORD_MAX + 1 bytes", x_first_len_past, 0,
+	  "sample 0: absurd length 17179869185", NULL },
+	{ "first of 0 bytes", x_first_len0, 0, "sample 0: absurd length 0", NULL },
+	{ "last starts inside the one before", x_last_into_prev, NREC - 1,
+	  "sample 3: record at 4131 overlaps the previous one (ends at 4132)", NULL },
+	{ "last ends past the data", x_last_past_data, NREC - 1,
+	  "sample 3: record [4132, 4145) runs past the data section (ends at 4144)", NULL },
+	{ "last of DPK_RECORD_MAX bytes", x_last_len_max, NREC - 1,
+	  "sample 3: record [4132, 17179873316) runs past the data section", NULL },
+	{ "last of DPK_RECORD_MAX + 1 bytes", x_last_len_past, NREC - 1,
+	  "sample 3: absurd length 17179869185", NULL },
+	{ "last of 0 bytes", x_last_len0, NREC - 1, "sample 3: absurd length 0", NULL },
+};
+
+/* Open the file written by image_open's way with @flags and load sample @at: the error's message
+ * into @err ("" when it loads). */
+static void load_at(unsigned flags, uint64_t at, char *err, size_t errlen)
+{
+	struct dpk *d = NULL;
+
+	err[0] = '\0';
+	if (dpk_open(path, flags, &d, err, errlen) < 0)
+		return;
+	struct dpk_entry e;
+	dpk_entry_load(d, at, &e, err, errlen);
+	dpk_close(d);
+}
+
+static void test_dpk_bounds_at_first_and_last_entry(void **state)
+{
+	static const unsigned modes[] = { 0, DPK_OPEN_MAP, DPK_OPEN_READ_INDEX };
+
+	(void)state;
+	write_good();
+	struct image good;
+	image_load(&good);
+	for (size_t k = 0; k < sizeof(end_rows) / sizeof(end_rows[0]); k++) {
+		const struct end_row *r = &end_rows[k];
+		struct image im = { .b = malloc(good.n + 4096), .n = good.n };
+		char err[256];
+
+		assert_non_null(im.b);
+		memcpy(im.b, good.b, good.n);
+		im.h = (struct dpk_header *)im.b;
+		r->edit(&im);
+		image_open(&im, err, sizeof(err));  /* writes the file */
+		for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+			const char *want = !modes[m] && r->msg_whole ? r->msg_whole : r->msg;
+			load_at(modes[m], r->at, err, sizeof(err));
+			if (*want ? !strstr(err, want) : *err != '\0')
+				fail_msg("%s (open flags %u): \"%s\", expected \"%s\"", r->name,
+					 modes[m], err, want);
+		}
+		free(im.b);
+	}
+	free(good.b);
+}
+
 /* Not a file: a folder is -EINVAL, a missing path the open's -ENOENT, each with its message. */
 static void test_dpk_open_not_a_file(void **state)
 {
@@ -326,6 +440,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dpk_open_no_index_check_still_checks_entries,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_open_not_a_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dpk_bounds_at_first_and_last_entry, setup,
+						teardown),
 		cmocka_unit_test(test_dpk_names),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

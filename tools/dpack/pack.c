@@ -84,8 +84,9 @@ struct pack {
 #define WINDOW_PER_JOB 256             /* slots a worker (a few hundred bytes each) */
 #define INFLIGHT_BYTES (256ull << 20)  /* records done and waiting for the writer */
 
-/* PIL's decompression bomb limit, 2 x Image.MAX_IMAGE_PIXELS: ImageFolder fails past it. */
-#define DPACK_MAX_PIXELS_DEFAULT 178956970ull
+/* loaderd's bound (codec/kind.h), below PIL's decompression bomb limit (178956970): an image dpack
+ * packs by default is one loaderd serves by default. */
+#define DPACK_MAX_PIXELS_DEFAULT CDC_MAX_PIXELS_DEFAULT
 
 static volatile sig_atomic_t got_signal;
 static const char *volatile tmp_to_unlink;
@@ -156,7 +157,7 @@ static void process(struct pack *pk, uint64_t i, struct slot *s, ZSTD_CCtx *cctx
 		}
 		r->label = pk->src.items[i].label;
 		/* A decompression bomb is refused on its header's word, before anything decodes it. */
-		if ((uint64_t)r->shape[0] * r->shape[1] > pk->max_pixels) {
+		if (cdc_pixels_over(r->shape[0], r->shape[1], pk->max_pixels)) {
 			s->status = SLOT_SKIP;
 			snprintf(s->why, sizeof(s->why), "%u x %u pixels is more than --max-pixels %llu",
 				 r->shape[1], r->shape[0], (unsigned long long)pk->max_pixels);
@@ -314,8 +315,8 @@ static const char pack_usage[] =
 	"  --classes FILE           WebDataset: class names, one a line; a .txt label is its line's\n"
 	"                           index (without it: the sorted names the shards hold)\n"
 	"  --max-pixels N           skip (or, with --strict, refuse) an image whose header declares\n"
-	"                           more than N pixels, before decoding it (default 178956970:\n"
-	"                           where PIL raises DecompressionBombError)\n"
+	"                           more than N pixels, before decoding it (default 67108864,\n"
+	"                           8192 x 8192: loaderd's --max-pixels default)\n"
 	"  --strict                 a bad or unknown image is an error, not a skipped sample\n"
 	"  --no-fsync               do not wait for the disk (scratch space): faster, but a crash\n"
 	"                           soon after packing may lose the file\n"
