@@ -400,6 +400,11 @@ void srv_on_split_req(struct srv *s, struct conn *c, const struct ctl_split_req 
 			      "split request: reserved field is not zero");
 		return;
 	}
+	if (q->step > CTL_STEP_LIMIT) {  /* no position past it exists (ctl.h) */
+		srv_conn_fail(s, c, EINVAL, "split request: step %llu is past the step limit %llu",
+			      (unsigned long long)q->step, (unsigned long long)CTL_STEP_LIMIT);
+		return;
+	}
 	struct job *j = a->job;
 	uint32_t world = j->spec.world;
 	if (!j->spec.balance) {
