@@ -1,6 +1,7 @@
 /* test_shares.c - balanced shares (loader/shares.c) and the sampler's cut of a global step
  * (ldr_sampler_range): the split sums to the step, keeps its floor and cap exactly at their
- * bounds and one past them, even weights give even splits; the update is damped, follows the
+ * bounds and one past them (the floor of the split and of the weights at the first rank and at
+ * the last), even weights give even splits; the update is damped, follows the
  * reports, and a rank's nonsense report (0, negative, NaN, infinite, huge, tiny) neither starves
  * another rank nor breaks the sum; the split log answers any step from what it recorded; and
  * every split of a global step delivers the same samples in the same order as the even one. */
@@ -64,6 +65,82 @@ static void test_shares_split_floor_exact_and_one_below(void **state)
 	assert_int_equal(ldr_shares_split(2, 2, 2, w, c, NULL), 0);
 	assert_int_equal(c[0], 1);
 	assert_int_equal(c[1], 1);
+}
+
+/* Four ranks' weights from ideal counts of a step of 128 (multiples of ONE / 128), rank @at
+ * holding @lo and the others @mid but the one at the far end @hi (rank 3 when @at is 0, rank 0
+ * when @at is 3). */
+static void four(uint32_t *w, unsigned at, uint32_t lo, uint32_t mid, uint32_t hi)
+{
+	for (unsigned r = 0; r < 4; r++)
+		w[r] = ONE / 128 * (r == at ? lo : r == 3 - at ? hi : mid);
+}
+
+/* The floor of a step's split (max(1, total / (4 x world))) at both ends of the ranks: world 4,
+ * a step of 128, so 8. The rank at it exactly keeps 8; a rank whose weight asks for one below
+ * (7) is raised to 8, and the sample that makes the counts one too many (8 + 40 + 40 + 41) is
+ * taken back from another rank, never from the one at the floor, though it is the furthest
+ * above its ideal (issue 36, item 7: a mutant that let the floor rank give one back lived). */
+static void test_shares_split_floor_both_ends(void **state)
+{
+	uint32_t w[4], c[4];
+
+	(void)state;
+	for (unsigned at = 0; at <= 3; at += 3) {
+		unsigned far = 3 - at;
+		four(w, at, 8, 40, 40);        /* exactly the floor */
+		assert_int_equal(ldr_shares_split(4, 128, 256, w, c, NULL), 0);
+		assert_int_equal(c[at], 8);
+		assert_int_equal(c[far], 40);
+		four(w, at, 7, 40, 41);        /* one below: raised; one sample taken back */
+		assert_int_equal(sum_u32(w, 4), ONE);
+		assert_int_equal(ldr_shares_split(4, 128, 256, w, c, NULL), 0);
+		if (c[at] != 8)
+			fail_msg("rank %u asks for 7 of 128: got %u, not the floor 8", at, c[at]);
+		assert_int_equal(sum_u32(c, 4), 128);
+		/* the sample comes back from the lowest other rank at its ideal (ties: lower) */
+		assert_int_equal(c[at == 0 ? 1 : 0], at == 0 ? 39 : 40);
+		assert_int_equal(c[far], at == 0 ? 41 : 40);
+		four(w, at, 9, 40, 39);        /* one above: as asked */
+		assert_int_equal(ldr_shares_split(4, 128, 256, w, c, NULL), 0);
+		assert_int_equal(c[at], 9);
+	}
+}
+
+/* The floor of the weights (ONE / (4 x world)) at both ends: world 4, floor ONE / 16. A rank
+ * without a report keeps its weight: at the floor it stays; one below it is raised to it, and
+ * the unit that makes the sum one too many comes from a rank above the floor (the lowest one),
+ * never from the rank at it. A rank reporting itself 10^7 times slower than the others sits
+ * exactly at the floor, first rank or last. */
+static void test_shares_update_floor_both_ends(void **state)
+{
+	const uint32_t floor = ONE / (LDR_SHARES_FLOOR_DIV * 4);
+	uint32_t prev[4], w[4];
+	double none[4] = { 0, 0, 0, 0 };
+
+	(void)state;
+	for (unsigned at = 0; at <= 3; at += 3) {
+		unsigned other = at == 0 ? 1 : 0;
+		for (unsigned r = 0; r < 4; r++)
+			prev[r] = r == at ? floor : (ONE - floor) / 3 + (r == other) * ((ONE - floor) % 3);
+		assert_int_equal(sum_u32(prev, 4), ONE);
+		ldr_shares_update(4, prev, none, w, NULL);   /* exactly the floor: kept */
+		assert_memory_equal(w, prev, sizeof(w));
+		prev[at] = floor - 1;                         /* one below: raised to it */
+		prev[other]++;
+		ldr_shares_update(4, prev, none, w, NULL);
+		if (w[at] != floor)
+			fail_msg("rank %u at the floor - 1: weight %u, not the floor %u", at, w[at], floor);
+		assert_int_equal(sum_u32(w, 4), ONE);
+		assert_int_equal(w[other], prev[other] - 1);  /* the unit over comes from here */
+		double ns[4] = { 1, 1, 1, 1 };
+		ns[at] = 1e7;
+		ldr_shares_even(4, w);
+		for (int i = 0; i < 60; i++)
+			ldr_shares_update(4, w, ns, w, NULL);
+		assert_int_equal(w[at], floor);
+		assert_int_equal(sum_u32(w, 4), ONE);
+	}
 }
 
 static void test_shares_split_cap_exact_and_one_past(void **state)
@@ -274,6 +351,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_shares_split_floor_exact_and_one_below),
+		cmocka_unit_test(test_shares_split_floor_both_ends),
+		cmocka_unit_test(test_shares_update_floor_both_ends),
 		cmocka_unit_test(test_shares_split_cap_exact_and_one_past),
 		cmocka_unit_test(test_shares_split_even_weights_give_even_split),
 		cmocka_unit_test(test_shares_split_sums_and_bounds_seeded),

@@ -84,6 +84,13 @@ static void test_ctl_split_bounds_at_the_limit_and_one_past(void **state)
 	u[1] = ONE - ONE / 8 - 1;
 	n = mk_seed(b, 9, 2, 2, u, 1000);
 	assert_int_equal(check(b, n, 1), -EINVAL);
+	/* the floor at the other end: the last rank exactly at it, then one below */
+	u[0] = ONE - ONE / 8, u[1] = ONE / 8;
+	n = mk_seed(b, 9, 2, 2, u, 1000);
+	assert_int_equal(check(b, n, 1), 0);
+	u[0] = ONE - ONE / 8 + 1, u[1] = ONE / 8 - 1;
+	n = mk_seed(b, 9, 2, 2, u, 1000);
+	assert_int_equal(check(b, n, 1), -EINVAL);
 	/* the reports are raw: any bits */
 	n = mk_seed(b, 9, 2, 2, w2, -1.0 / 0.0);
 	assert_int_equal(check(b, n, 1), 0);
