@@ -303,7 +303,7 @@ static void test_step_limit_every_verb_answers_at_once(void **state)
 		snprintf(name, sizeof(name), "from-epoch-past-%d", bal);
 		j.start_epoch = L / 16 + 1;
 		refused("start_epoch one past", &j, "start_epoch: 288230376151711745 of 16 steps "
-			"starts at step");
+			"starts at step 4611686018427387920, past the step limit 4611686018427387904");
 	}
 
 	/* A balanced job of two ranks (8 steps an epoch), each started AT the limit; the split
