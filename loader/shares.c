@@ -107,6 +107,94 @@ void ldr_shares_update(uint32_t world, const uint32_t *prev, const double *ns, u
 		*note = nt;
 }
 
+/* The split's adjustment, one mode at a time: giving (@add: samples to the ranks furthest below
+ * their ideal share, up to @cap) or taking back (to @floor, from the ranks furthest above it).
+ * Each sample moved is a pair (r, m), the m-th sample given to (taken from) rank r, valued
+ * key(r) - m x ONE where key is the rank's distance from its ideal in units of 1 / ONE sample
+ * (ideal - count when giving, count - ideal when taking). */
+struct adjust {
+	uint32_t total, cap, floor;
+	int add;
+};
+
+/* Rank @r's key and how many samples it may move (0: none), from its count @c and weight @w. */
+static uint64_t adjust_room(const struct adjust *a, uint32_t c, uint32_t w, int64_t *key)
+{
+	int64_t k = (int64_t)((uint64_t)a->total * w) - (int64_t)c * LDR_SHARES_ONE;
+
+	*key = a->add ? k : -k;
+	if (a->add)
+		return c < a->cap ? a->cap - c : 0;
+	return c > a->floor ? c - a->floor : 0;
+}
+
+/* Of rank @r's movable samples (@room, key @key), how many are valued at least @t. */
+static uint64_t pairs_from(int64_t key, uint64_t room, int64_t t)
+{
+	if (!room || key < t)
+		return 0;
+	uint64_t q = (uint64_t)(key - t) / LDR_SHARES_ONE + 1;
+	return q < room ? q : room;
+}
+
+/* Move @need samples as the one-at-a-time rule would (each to the rank furthest from its ideal,
+ * ties to the lower rank): that rule takes the @need pairs of the highest value, the lower rank
+ * first among equal values, since each rank's values fall by ONE per sample. So: the value t of
+ * the last pair taken, by bisection over the values (O(world) a step, 64 steps at most), then
+ * every pair above t and the first ranks' pairs at t. O(world x 64), whatever the batch: the
+ * one-at-a-time loop was O(world) a sample, and a lopsided split of a large step moves up to
+ * 3/4 of it. -EINVAL when fewer than @need pairs exist. */
+static int adjust_counts(const struct adjust *a, uint32_t world, const uint32_t *w,
+			 uint32_t *count, uint64_t need)
+{
+	int64_t lo = INT64_MAX, hi = INT64_MIN, key;
+	uint64_t have = 0;
+
+	for (uint32_t r = 0; r < world; r++) {
+		uint64_t room = adjust_room(a, count[r], w[r], &key);
+		if (!room)
+			continue;
+		int64_t last = key - (int64_t)(room - 1) * LDR_SHARES_ONE;
+		if (key > hi)
+			hi = key;
+		if (last < lo)
+			lo = last;
+		have += room;
+	}
+	if (have < need)
+		return -EINVAL;  /* cannot happen with cap x world >= total >= floor x world */
+	/* the largest t with at least need pairs valued >= t: lo has them all, hi + 1 none */
+	while (lo < hi) {
+		int64_t mid = lo + (int64_t)(((uint64_t)hi - (uint64_t)lo + 1) / 2);
+		uint64_t n = 0;
+		for (uint32_t r = 0; r < world && n < need; r++) {
+			uint64_t room = adjust_room(a, count[r], w[r], &key);
+			n += pairs_from(key, room, mid);
+		}
+		if (n >= need)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	uint64_t above = 0;
+	for (uint32_t r = 0; r < world; r++) {
+		uint64_t room = adjust_room(a, count[r], w[r], &key);
+		above += pairs_from(key, room, lo + 1);
+	}
+	uint64_t at = need - above;  /* the pairs valued exactly lo to take, lower ranks first */
+	for (uint32_t r = 0; r < world; r++) {
+		uint64_t room = adjust_room(a, count[r], w[r], &key);
+		uint64_t n = pairs_from(key, room, lo + 1);
+		if (at && n < room && key >= lo && (uint64_t)(key - lo) / LDR_SHARES_ONE == n &&
+		    (uint64_t)(key - lo) % LDR_SHARES_ONE == 0) {
+			n++;
+			at--;
+		}
+		count[r] = a->add ? count[r] + (uint32_t)n : count[r] - (uint32_t)n;
+	}
+	return at ? -EINVAL : 0;
+}
+
 int ldr_shares_split(uint32_t world, uint32_t total, uint32_t cap, const uint32_t *w,
 		     uint32_t *count, uint32_t *offset)
 {
@@ -125,28 +213,12 @@ int ldr_shares_split(uint32_t world, uint32_t total, uint32_t cap, const uint32_
 		sum += count[r];
 	}
 	/* What rounding and the bounds left over goes one sample at a time to the rank furthest
-	 * below its ideal share (furthest above, when taking back); ties to the lower rank. The
-	 * weights keep a floor, so this moves about world samples, not a batch. */
-	while (sum != total) {
-		int add = sum < total;
-		uint32_t best = world;
-		int64_t best_key = 0;
-		for (uint32_t r = 0; r < world; r++) {
-			if (add ? count[r] >= cap : count[r] <= floor)
-				continue;
-			/* ideal - count, in units of 1 / ONE sample */
-			int64_t key = (int64_t)((uint64_t)total * w[r]) - (int64_t)count[r] * LDR_SHARES_ONE;
-			if (!add)
-				key = -key;
-			if (best == world || key > best_key) {
-				best = r;
-				best_key = key;
-			}
-		}
-		if (best == world)
-			return -EINVAL;  /* cannot happen with cap x world >= total >= floor x world */
-		count[best] += add ? 1 : (uint32_t)-1;
-		sum += add ? 1 : (uint64_t)-1;
+	 * below its ideal share (furthest above, when taking back); ties to the lower rank
+	 * (adjust_counts computes the result of that rule without the loop). */
+	if (sum != total) {
+		struct adjust a = { .total = total, .cap = cap, .floor = floor, .add = sum < total };
+		if (adjust_counts(&a, world, w, count, a.add ? total - sum : sum - total) < 0)
+			return -EINVAL;
 	}
 	if (offset)
 		for (uint32_t r = 0, o = 0; r < world; o += count[r], r++)

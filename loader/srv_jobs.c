@@ -211,18 +211,21 @@ static int steps_check(const struct ctl_job_open *spec, const struct srv_job_inf
 		return -EINVAL;
 	}
 	/* ctl_check_job_open bounded start_epoch + epochs by CTL_STEP_LIMIT: the sum is exact */
-	if (spec->start_epoch + spec->epochs > CTL_STEP_LIMIT / spe) {
+	uint64_t epochs = spec->start_epoch + spec->epochs, at;
+	if (epochs > CTL_STEP_LIMIT / spe) {
+		/* the step exactly (a double rounds 2^62 + 16 to 2^62, the limit itself) */
+		char step[32] = "past 2^64";
+		if (!__builtin_mul_overflow(epochs, spe, &at))
+			snprintf(step, sizeof(step), "%llu", (unsigned long long)at);
 		if (spec->epochs)
 			snprintf(why, whylen, "start_epoch: %llu + %u epochs of %llu steps end at step "
-				 "%.0f, past the step limit %llu", (unsigned long long)spec->start_epoch,
-				 spec->epochs, (unsigned long long)spe,
-				 (double)(spec->start_epoch + spec->epochs) * (double)spe,
+				 "%s, past the step limit %llu", (unsigned long long)spec->start_epoch,
+				 spec->epochs, (unsigned long long)spe, step,
 				 (unsigned long long)CTL_STEP_LIMIT);
 		else
-			snprintf(why, whylen, "start_epoch: %llu of %llu steps starts at step %.0f, past "
+			snprintf(why, whylen, "start_epoch: %llu of %llu steps starts at step %s, past "
 				 "the step limit %llu", (unsigned long long)spec->start_epoch,
-				 (unsigned long long)spe, (double)spec->start_epoch * (double)spe,
-				 (unsigned long long)CTL_STEP_LIMIT);
+				 (unsigned long long)spe, step, (unsigned long long)CTL_STEP_LIMIT);
 		return -EINVAL;
 	}
 	return 0;
@@ -422,6 +425,11 @@ void srv_on_split_req(struct srv *s, struct conn *c, const struct ctl_split_req 
 	if (!a || q->reserved) {
 		srv_conn_fail(s, c, EINVAL, "%s", !a ? "split request before a job was opened" :
 			      "split request: reserved field is not zero");
+		return;
+	}
+	if (q->step > CTL_STEP_LIMIT) {  /* no position past it exists (ctl.h) */
+		srv_conn_fail(s, c, EINVAL, "split request: step %llu is past the step limit %llu",
+			      (unsigned long long)q->step, (unsigned long long)CTL_STEP_LIMIT);
 		return;
 	}
 	struct job *j = a->job;

@@ -134,10 +134,59 @@ static double seed_report(const struct job *j, const struct att *a, uint64_t k, 
 	return 0;
 }
 
+/* The first update (a multiple of LDR_SHARES_EVERY) at or after @k that lies in the report rows
+ * of a seed whose first update is @k1 (@rows of them), or UINT64_MAX when none does. */
+static uint64_t seed_next(uint64_t k, uint64_t k1, uint32_t rows)
+{
+	if (!rows || k > k1 + (uint64_t)(rows - 1) * LDR_SHARES_EVERY)
+		return UINT64_MAX;
+	return k > k1 ? k : k1;
+}
+
+/* Under mu, after split_decide: move the pending update past the ones no rank can report for.
+ * When every rank is attached past the pending update's report step (a job opened, or resumed,
+ * at a later step), the updates up to the first one whose report step a rank will still open
+ * have none but a seed's; and an update without any report leaves valid weights as they are
+ * (ldr_shares_update keeps every weight, normalise has nothing to move), so recording it changes
+ * no split. The pending update becomes at once the first of: the update whose report step
+ * (k - LDR_SHARES_EVERY) the least advanced rank opens, and the first update some seed (the
+ * job's, a rank's) has a report row for. O(world), whatever the steps in between: a job opened
+ * at step 10^12 decides no 2.5 x 10^11 empty updates under the lock (issue 36). */
+static void split_skip(struct job *j)
+{
+	uint32_t world = j->spec.world;
+	uint64_t least = UINT64_MAX, k;
+
+	for (uint32_t q = 0; q < world; q++) {
+		const struct att *qa = j->ranks[q].att;
+		if (!qa || qa->dead)
+			return;  /* it gives its report, or "none", when it attaches */
+		if (qa->next < least)
+			least = qa->next;
+	}
+	if (least <= j->split_due - LDR_SHARES_EVERY)
+		return;  /* that rank opens the report step */
+	/* least <= CTL_STEP_LIMIT + the steps of a job: no wrap */
+	k = (least + LDR_SHARES_EVERY - 1) / LDR_SHARES_EVERY * LDR_SHARES_EVERY + LDR_SHARES_EVERY;
+	uint64_t t = seed_next(j->split_due, j->seed_k1, j->seed_ns ? j->seed_rows : 0);
+	if (t < k)
+		k = t;
+	for (uint32_t q = 0; q < world; q++) {
+		const struct att *qa = j->ranks[q].att;
+		t = seed_next(j->split_due, qa->seed_k1, qa->seed_ns ? qa->seed_rows : 0);
+		if (t < k)
+			k = t;
+	}
+	if (k > j->split_due)
+		j->split_due = k;
+}
+
 /* Under mu. Balanced shares: rank @r's report for the pending update (j->split_due) is @ns (the
  * first one counts); when every rank has given one, the update is decided. A rank attached past
  * the next update's report step (a job resumed at a later step) will never open that step: it
- * gives "none" (0) at once. */
+ * gives "none" (0) at once, or its seed's report. The updates that only such ranks give
+ * "none" for are skipped (split_skip), so this loop decides at most the updates a seed has
+ * rows for, and one more: a bound of the seeds' size (CTL_MSG_MAX), not of any step. */
 static void split_record(struct srv *s, struct job *j, uint32_t r, double ns)
 {
 	uint32_t world = j->spec.world;
@@ -149,6 +198,7 @@ static void split_record(struct srv *s, struct job *j, uint32_t r, double ns)
 	j->split_got++;
 	while (j->split_got == world) {
 		split_decide(s, j);
+		split_skip(j);
 		for (uint32_t q = 0; q < world; q++) {
 			struct att *qa = j->ranks[q].att;
 			if (qa && !qa->dead && qa->next > j->split_due - LDR_SHARES_EVERY) {

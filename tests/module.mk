@@ -94,5 +94,6 @@ $(GPU_TESTS): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TRN_LIB) $(LIBS)
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TRN_LIB) $(LINKLIBS) $(SYSLIBS) $(TRN_SYSLIBS)
 all: $(GPU_TESTS)
-# test_hostile runs the real daemon: build it first (also in the sanitizer build).
-$(BUILD)/tests/test_hostile: $(BUILD)/bin/loaderd
+# test_hostile and test_step_limit run the real daemon: build it first (also in the sanitizer
+# build).
+$(BUILD)/tests/test_hostile $(BUILD)/tests/test_step_limit: $(BUILD)/bin/loaderd

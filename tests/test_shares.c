@@ -1,9 +1,13 @@
 /* test_shares.c - balanced shares (loader/shares.c) and the sampler's cut of a global step
  * (ldr_sampler_range): the split sums to the step, keeps its floor and cap exactly at their
- * bounds and one past them, even weights give even splits; the update is damped, follows the
+ * bounds and one past them (the floor of the split and of the weights at the first rank and at
+ * the last), even weights give even splits; the update is damped, follows the
  * reports, and a rank's nonsense report (0, negative, NaN, infinite, huge, tiny) neither starves
  * another rank nor breaks the sum; the split log answers any step from what it recorded; and
- * every split of a global step delivers the same samples in the same order as the even one. */
+ * every split of a global step delivers the same samples in the same order as the even one. The
+ * split is exactly the one-sample-at-a-time rule's (seeded cases against it), and a lopsided
+ * split of a step of 2^20 samples over 4,096 ranks takes milliseconds (that rule: 7 s). */
+#include "common/clk.h"
 #include "common/mix.h"
 #include "loader/sampler.h"
 #include "loader/shares.h"
@@ -64,6 +68,82 @@ static void test_shares_split_floor_exact_and_one_below(void **state)
 	assert_int_equal(ldr_shares_split(2, 2, 2, w, c, NULL), 0);
 	assert_int_equal(c[0], 1);
 	assert_int_equal(c[1], 1);
+}
+
+/* Four ranks' weights from ideal counts of a step of 128 (multiples of ONE / 128), rank @at
+ * holding @lo and the others @mid but the one at the far end @hi (rank 3 when @at is 0, rank 0
+ * when @at is 3). */
+static void four(uint32_t *w, unsigned at, uint32_t lo, uint32_t mid, uint32_t hi)
+{
+	for (unsigned r = 0; r < 4; r++)
+		w[r] = ONE / 128 * (r == at ? lo : r == 3 - at ? hi : mid);
+}
+
+/* The floor of a step's split (max(1, total / (4 x world))) at both ends of the ranks: world 4,
+ * a step of 128, so 8. The rank at it exactly keeps 8; a rank whose weight asks for one below
+ * (7) is raised to 8, and the sample that makes the counts one too many (8 + 40 + 40 + 41) is
+ * taken back from another rank, never from the one at the floor, though it is the furthest
+ * above its ideal (issue 36, item 7: a mutant that let the floor rank give one back lived). */
+static void test_shares_split_floor_both_ends(void **state)
+{
+	uint32_t w[4], c[4];
+
+	(void)state;
+	for (unsigned at = 0; at <= 3; at += 3) {
+		unsigned far = 3 - at;
+		four(w, at, 8, 40, 40);        /* exactly the floor */
+		assert_int_equal(ldr_shares_split(4, 128, 256, w, c, NULL), 0);
+		assert_int_equal(c[at], 8);
+		assert_int_equal(c[far], 40);
+		four(w, at, 7, 40, 41);        /* one below: raised; one sample taken back */
+		assert_int_equal(sum_u32(w, 4), ONE);
+		assert_int_equal(ldr_shares_split(4, 128, 256, w, c, NULL), 0);
+		if (c[at] != 8)
+			fail_msg("rank %u asks for 7 of 128: got %u, not the floor 8", at, c[at]);
+		assert_int_equal(sum_u32(c, 4), 128);
+		/* the sample comes back from the lowest other rank at its ideal (ties: lower) */
+		assert_int_equal(c[at == 0 ? 1 : 0], at == 0 ? 39 : 40);
+		assert_int_equal(c[far], at == 0 ? 41 : 40);
+		four(w, at, 9, 40, 39);        /* one above: as asked */
+		assert_int_equal(ldr_shares_split(4, 128, 256, w, c, NULL), 0);
+		assert_int_equal(c[at], 9);
+	}
+}
+
+/* The floor of the weights (ONE / (4 x world)) at both ends: world 4, floor ONE / 16. A rank
+ * without a report keeps its weight: at the floor it stays; one below it is raised to it, and
+ * the unit that makes the sum one too many comes from a rank above the floor (the lowest one),
+ * never from the rank at it. A rank reporting itself 10^7 times slower than the others sits
+ * exactly at the floor, first rank or last. */
+static void test_shares_update_floor_both_ends(void **state)
+{
+	const uint32_t floor = ONE / (LDR_SHARES_FLOOR_DIV * 4);
+	uint32_t prev[4], w[4];
+	double none[4] = { 0, 0, 0, 0 };
+
+	(void)state;
+	for (unsigned at = 0; at <= 3; at += 3) {
+		unsigned other = at == 0 ? 1 : 0;
+		for (unsigned r = 0; r < 4; r++)
+			prev[r] = r == at ? floor : (ONE - floor) / 3 + (r == other) * ((ONE - floor) % 3);
+		assert_int_equal(sum_u32(prev, 4), ONE);
+		ldr_shares_update(4, prev, none, w, NULL);   /* exactly the floor: kept */
+		assert_memory_equal(w, prev, sizeof(w));
+		prev[at] = floor - 1;                         /* one below: raised to it */
+		prev[other]++;
+		ldr_shares_update(4, prev, none, w, NULL);
+		if (w[at] != floor)
+			fail_msg("rank %u at the floor - 1: weight %u, not the floor %u", at, w[at], floor);
+		assert_int_equal(sum_u32(w, 4), ONE);
+		assert_int_equal(w[other], prev[other] - 1);  /* the unit over comes from here */
+		double ns[4] = { 1, 1, 1, 1 };
+		ns[at] = 1e7;
+		ldr_shares_even(4, w);
+		for (int i = 0; i < 60; i++)
+			ldr_shares_update(4, w, ns, w, NULL);
+		assert_int_equal(w[at], floor);
+		assert_int_equal(sum_u32(w, 4), ONE);
+	}
 }
 
 static void test_shares_split_cap_exact_and_one_past(void **state)
@@ -132,6 +212,132 @@ static void test_shares_split_sums_and_bounds_seeded(void **state)
 			assert_true(c[r] <= cap);
 		}
 	}
+}
+
+/* The rule the split's adjustment follows, one sample at a time (what loader/shares.c did
+ * until issue 36, O(world) a sample): every sample still to give goes to the rank furthest
+ * below its ideal share (furthest above, when taking back), ties to the lower rank. */
+static int split_one_at_a_time(uint32_t world, uint32_t total, uint32_t cap, const uint32_t *w,
+			       uint32_t *count)
+{
+	uint32_t floor = total / (LDR_SHARES_FLOOR_DIV * world);
+	uint64_t sum = 0;
+
+	floor = floor < 1 ? 1 : floor > cap ? cap : floor;
+	for (uint32_t r = 0; r < world; r++) {
+		uint64_t c = (uint64_t)total * w[r] / ONE;
+		count[r] = c < floor ? floor : c > cap ? cap : (uint32_t)c;
+		sum += count[r];
+	}
+	while (sum != total) {
+		int add = sum < total;
+		uint32_t best = world;
+		int64_t best_key = 0;
+		for (uint32_t r = 0; r < world; r++) {
+			if (add ? count[r] >= cap : count[r] <= floor)
+				continue;
+			int64_t key = (int64_t)((uint64_t)total * w[r]) - (int64_t)count[r] * ONE;
+			if (!add)
+				key = -key;
+			if (best == world || key > best_key) {
+				best = r;
+				best_key = key;
+			}
+		}
+		if (best == world)
+			return -EINVAL;
+		count[best] += add ? 1 : (uint32_t)-1;
+		sum += add ? 1 : (uint64_t)-1;
+	}
+	return 0;
+}
+
+/* Weights for @world ranks from @x (seeded): a mix of even, lopsided (one rank all but the
+ * floor of the others), tied and random weights, each at least the floor, summing to ONE. */
+static void some_weights(uint32_t world, uint64_t *x, uint32_t *w)
+{
+	uint32_t floor = ONE / (LDR_SHARES_FLOOR_DIV * world), kind = (uint32_t)(mix64(++*x) % 4);
+	uint64_t left = ONE - (uint64_t)floor * world;
+
+	for (uint32_t r = 0; r < world; r++)
+		w[r] = floor;
+	if (kind == 0) {
+		ldr_shares_even(world, w);
+		return;
+	}
+	if (kind == 1) {  /* lopsided, at a random rank */
+		w[mix64(++*x) % world] += (uint32_t)left;
+		return;
+	}
+	for (uint32_t r = 0; r + 1 < world && left; r++) {
+		uint64_t give = kind == 2 ? left / (world - r) : mix64(++*x) % (left + 1) / 2;
+		w[r] += (uint32_t)give;
+		left -= give;
+	}
+	w[world - 1] += (uint32_t)left;
+}
+
+/* The split takes what the one-at-a-time rule gives, exactly (recorded splits replay across
+ * versions): seeded cases of 1..300 ranks, steps from world to cap x world, caps from the
+ * least that fits to twice the batch, giving and taking back. */
+static void test_shares_split_same_as_one_at_a_time(void **state)
+{
+	uint64_t seed = 36, x = seed;
+	uint32_t *w = malloc(300 * 4), *c = malloc(300 * 4), *ref = malloc(300 * 4);
+
+	(void)state;
+	assert_true(w && c && ref);
+	printf("seed %llu\n", (unsigned long long)seed);
+	for (int i = 0; i < 3000; i++) {
+		uint32_t world = 1 + (uint32_t)(mix64(++x) % (i < 2000 ? 12 : 300));
+		uint32_t batch = 1 + (uint32_t)(mix64(++x) % 64);
+		uint32_t total = world + (uint32_t)(mix64(++x) % ((uint64_t)world * batch));
+		uint32_t least = (total + world - 1) / world;
+		uint32_t cap = least + (uint32_t)(mix64(++x) % (least + 2));
+		some_weights(world, &x, w);
+		assert_int_equal(sum_u32(w, world), ONE);
+		int want = split_one_at_a_time(world, total, cap, w, ref);
+		int got = ldr_shares_split(world, total, cap, w, c, NULL);
+		if (got != want || (want == 0 && memcmp(c, ref, world * 4u)))
+			fail_msg("case %d (seed %llu): world %u total %u cap %u: %d vs the rule's %d, "
+				 "rank 0 %u vs %u", i, (unsigned long long)seed, world, total, cap, got,
+				 want, c[0], ref[0]);
+	}
+	free(w);
+	free(c);
+	free(ref);
+}
+
+/* A lopsided split of a large step moves three quarters of it: 4,096 ranks, 256 each, rank 0
+ * weighing all but the others' floor, a cap of twice the batch. One sample at a time that was
+ * 786,000 passes over the 4,096 ranks (seconds, on the step's open, for every rank of every
+ * step); it takes milliseconds now. */
+static void test_shares_split_lopsided_large_step_is_quick(void **state)
+{
+	const uint32_t world = 4096, total = 4096 * 256, cap = 512;
+	uint32_t *w = malloc(world * 4u), *c = malloc(world * 4u);
+	uint32_t floor = ONE / (LDR_SHARES_FLOOR_DIV * world);
+
+	(void)state;
+	assert_true(w && c);
+	for (uint32_t r = 0; r < world; r++)
+		w[r] = floor;
+	w[0] += ONE - floor * world;
+	uint64_t t0 = clk_now_ns();
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(ldr_shares_split(world, total, cap, w, c, NULL), 0);
+	int64_t ms = (int64_t)((clk_now_ns() - t0) / 1000000);
+	printf("10 lopsided splits of %u samples over %u ranks: %lld ms\n", total, world,
+	       (long long)ms);
+	assert_int_equal(sum_u32(c, world), total);
+	assert_int_equal(c[0], cap);
+	for (uint32_t r = 1; r < world; r++)
+		assert_true(c[r] >= total / (LDR_SHARES_FLOOR_DIV * world) && c[r] <= cap);
+	if (ms > 500)
+		fail_msg("10 splits of a lopsided step of %u samples over %u ranks took %lld ms",
+			 total, world, (long long)ms);
+	free(w);
+	free(c);
 }
 
 static void test_shares_update_damped_towards_speed(void **state)
@@ -274,7 +480,11 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_shares_split_floor_exact_and_one_below),
+		cmocka_unit_test(test_shares_split_floor_both_ends),
+		cmocka_unit_test(test_shares_update_floor_both_ends),
 		cmocka_unit_test(test_shares_split_cap_exact_and_one_past),
+		cmocka_unit_test(test_shares_split_same_as_one_at_a_time),
+		cmocka_unit_test(test_shares_split_lopsided_large_step_is_quick),
 		cmocka_unit_test(test_shares_split_even_weights_give_even_split),
 		cmocka_unit_test(test_shares_split_sums_and_bounds_seeded),
 		cmocka_unit_test(test_shares_update_damped_towards_speed),

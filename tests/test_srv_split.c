@@ -9,7 +9,9 @@
  * rank's report from its seed in exactly the window k - 4 - slots < start <= k - 4 (both ends),
  * and at k - 4 - slots its own release as before; a seed for another step, world or slots,
  * for a job without balanced shares, a second seed, a request before a job or on an even job:
- * refused by name, and the server goes on. */
+ * refused by name, and the server goes on. A job whose ranks start far out (10^12) decides its
+ * first update with reports at the first step they open, at once, and a far resume into a held
+ * job stops at its seeds' update (issue 36: both walked every update up to the start). */
 #include "loader/shares.h"
 #include "shm/ctl.h"
 #include "shm/ldc.h"
@@ -80,6 +82,13 @@ static void test_ctl_split_bounds_at_the_limit_and_one_past(void **state)
 	n = mk_seed(b, 9, 2, 2, u, 1000);
 	assert_int_equal(check(b, n, 1), -EINVAL);
 	u[1] = ONE - ONE / 8 - 1;
+	n = mk_seed(b, 9, 2, 2, u, 1000);
+	assert_int_equal(check(b, n, 1), -EINVAL);
+	/* the floor at the other end: the last rank exactly at it, then one below */
+	u[0] = ONE - ONE / 8, u[1] = ONE / 8;
+	n = mk_seed(b, 9, 2, 2, u, 1000);
+	assert_int_equal(check(b, n, 1), 0);
+	u[0] = ONE - ONE / 8 + 1, u[1] = ONE / 8 - 1;
 	n = mk_seed(b, 9, 2, 2, u, 1000);
 	assert_int_equal(check(b, n, 1), -EINVAL);
 	/* the reports are raw: any bits */
@@ -292,6 +301,136 @@ static void test_srv_split_seed_fills_a_held_jobs_pending_update(void **state)
 	stop_server(pid);
 }
 
+/* Take and release the next batch of each of @n clients @c, which must be of @step. */
+static void step_all(struct ldc **c, int n, uint64_t step)
+{
+	struct ldc_batch bt;
+
+	for (int i = 0; i < n; i++) {
+		if (ldc_acquire(c[i], ACQUIRE_MS, &bt) < 0)
+			fail_msg("rank %d, step %llu: %s", i, (unsigned long long)step,
+				 ldc_error(c[i]));
+		assert_int_equal(bt.step, step);
+		assert_int_equal(ldc_release(c[i], &bt), 0);
+	}
+}
+
+/* Wait (5 s at most) until the weights at @step are known, and return them in @got. */
+static void wait_known(struct ldc *c, uint64_t step, uint32_t *got)
+{
+	int64_t t0 = mono_ms();
+
+	while (split_of(c, step, got) == 0)
+		if (mono_ms() - t0 > 5000)
+			fail_msg("the weights at step %llu were never decided",
+				 (unsigned long long)step);
+		else
+			usleep(10 * 1000);
+}
+
+/* Issue 36: a balanced job whose two ranks start AT F = 10^12 + 2 (2 slots; epochs of one
+ * step). Before, the update pending at 4 walked every update up to F, one by one under the
+ * server lock: the job never got a batch and loaderd wedged. Now the updates that no rank can
+ * report for are skipped at once, and the first one decided with reports is the first whose
+ * report step a rank opens: F + 6 (= 10^12 + 8) takes the ranks' reports of step F (1000 and
+ * 3000 ns: ldr_shares_update of the even weights, as the update right after any start);
+ * F + 2 (the update at 10^12 + 4, whose report step is before F) changed nothing. */
+static void test_srv_split_far_start_first_update_from_its_reports(void **state)
+{
+	(void)state;
+	pid_t pid = start_server(&(struct tsrv){ .balance = 1 });
+	const uint64_t F = 1000000000002ull, K = 1000000000008ull;
+	uint32_t even[2] = { ONE / 2, ONE / 2 }, got[2], want[2];
+	double ns[2] = { 1000, 3000 };
+	struct ldc_info in;
+	struct ldc *c[2] = { cli_connect(), cli_connect() };
+	struct ldc_job j = mkjob("far", "pattern:8", 4, 0, 2, 0);
+
+	j.balance = 1;
+	j.slots = 2;
+	j.start_at = 1;
+	j.at_epoch = F;
+	for (uint32_t r = 0; r < 2; r++) {
+		j.rank = r;
+		open_ok(c[r], &j, &in);
+		assert_int_equal(in.first_step, F);
+		assert_int_equal(ldc_report(c[r], ns[r]), 0);
+	}
+	int64_t t0 = mono_ms();
+	step_all(c, 2, F);
+	assert_true(mono_ms() - t0 < 2000);
+	for (uint64_t s = F + 1; s < F + 5; s++)
+		step_all(c, 2, s);
+	ldr_shares_update(2, even, ns, want, NULL);
+	assert_memory_not_equal(want, even, sizeof(even));  /* the case tells them apart */
+	wait_known(c[0], K, got);
+	assert_memory_equal(got, want, sizeof(want));
+	assert_int_equal(split_of(c[0], K - 1, got), 1);  /* the update at K - 4: none */
+	assert_memory_equal(got, even, sizeof(even));
+	assert_int_equal(split_of(c[0], F, got), 1);
+	assert_memory_equal(got, even, sizeof(even));
+	cli_close(c[0]);
+	cli_close(c[1]);
+	assert_alive(pid);
+	stop_server(pid);
+}
+
+/* A job loaderd holds (its ranks served steps 0..3, then detached: the update pending early)
+ * whose two ranks come back AT F = 4m + 1, far out, each with a split seed: rank 0's column
+ * reports 1000, rank 1's 3000, for the update at F + 3 (its report step F - 3 was released
+ * before F). Skipping the updates before it must stop there: the weights at F + 3 are
+ * ldr_shares_update(weights in force at F, the seeds' reports); a skip that ignored the seeds
+ * would jump to F + 7 and leave F + 3 even. */
+static void test_srv_split_far_resume_into_held_job_takes_the_seeds(void **state)
+{
+	(void)state;
+	pid_t pid = start_server(&(struct tsrv){ .balance = 1 });
+	const uint64_t F = 4000000000001ull;
+	uint32_t even[2] = { ONE / 2, ONE / 2 }, prev[2], got[2], want[2];
+	double ns[2] = { 1000, 3000 };
+	char b[256];
+	struct ldc_info in;
+	struct ldc *c[2] = { cli_connect(), cli_connect() };
+	struct ldc_job j = mkjob("far-held", "pattern:8", 4, 0, 2, 0);
+
+	j.balance = 1;
+	j.slots = 2;
+	for (uint32_t r = 0; r < 2; r++) {
+		j.rank = r;
+		open_ok(c[r], &j, &in);
+	}
+	for (uint64_t s = 0; s < 4; s++)
+		step_all(c, 2, s);
+	cli_close(c[0]);
+	cli_close(c[1]);
+	j.start_at = 1;
+	j.at_epoch = F;
+	for (uint32_t r = 0; r < 2; r++) {
+		c[r] = cli_connect();
+		size_t n = mk_seed(b, F, 2, 2, even, ns[r]);  /* (only rank r's column counts) */
+		struct ctl_split h;
+		memcpy(&h, b, sizeof(h));
+		assert_int_equal(h.nrows, 1);
+		memcpy(b + sizeof(h) + 8 + (1 - r) * 8, &ns[1 - r], 8);
+		assert_int_equal(ldc_split_seed(c[r], b, n), 0);
+		j.rank = r;
+		open_ok(c[r], &j, &in);
+		assert_int_equal(in.first_step, F);
+	}
+	int64_t t0 = mono_ms();
+	step_all(c, 2, F);
+	assert_true(mono_ms() - t0 < 2000);
+	assert_int_equal(split_of(c[0], F, prev), 1);
+	ldr_shares_update(2, prev, ns, want, NULL);
+	assert_memory_not_equal(want, prev, sizeof(prev));
+	wait_known(c[0], F + 3, got);
+	assert_memory_equal(got, want, sizeof(want));
+	cli_close(c[0]);
+	cli_close(c[1]);
+	assert_alive(pid);
+	stop_server(pid);
+}
+
 /* Each refusal by name; the server goes on. */
 static void test_srv_split_seed_refusals(void **state)
 {
@@ -388,6 +527,8 @@ int main(void)
 		cmocka_unit_test(test_ctl_split_bounds_at_the_limit_and_one_past),
 		T(test_srv_split_seed_starts_the_log_and_replays_its_reports),
 		T(test_srv_split_seed_fills_a_held_jobs_pending_update),
+		T(test_srv_split_far_start_first_update_from_its_reports),
+		T(test_srv_split_far_resume_into_held_job_takes_the_seeds),
 		T(test_srv_split_seed_refusals),
 	};
 
