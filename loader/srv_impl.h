@@ -201,6 +201,9 @@ struct rank_state {
 	uint32_t attaches;
 };
 
+/* Detached ranks a snapshot lists per job (the last to detach), besides the attached ones. */
+#define SRV_SNAP_RECENT 8
+
 struct job {
 	char name[CTL_JOB_NAME_MAX];
 	struct ctl_job_open spec;     /* rank, start and owner_uid zeroed: what every rank must agree
@@ -252,6 +255,16 @@ struct job {
 	uint64_t seed_k1;
 	uint32_t seed_rows;
 	double *seed_ns;
+	/* Its ranks' figures summed (srv_workers.c at each publish), so that a snapshot has them
+	 * without walking the ranks; and the ranks a snapshot lists besides the attached ones: the
+	 * SRV_SNAP_RECENT that detached last (srv_att_retire), so that a snapshot costs O(attached
+	 * ranks), never O(world). */
+	uint64_t published, samples, fill_ns, latency_ns;
+	uint64_t phase_ns[SRV_PHASES_MAX];
+	uint32_t started;             /* ranks attached at least once */
+	uint32_t recent[SRV_SNAP_RECENT];  /* rank numbers, most recent at (nrecent - 1) mod N */
+	unsigned nrecent;             /* detaches ever recorded */
+	uint32_t snap_ix;             /* srv_snapshot_locked's scratch (under mu) */
 	uint64_t bad;
 	uint64_t bad_ids[16];         /* the most recent, for stats */
 	unsigned nbad_ids;            /* total ever recorded (index mod 16) */
@@ -410,9 +423,10 @@ void srv_workers_stop(struct srv *s);
 /* Under mu. Rank @r of @j as srv_snapshot reports it, at @now. */
 void srv_rank_snap(const struct job *j, uint32_t r, int64_t now, struct srv_rank_snap *out);
 /* Under mu. A snapshot of the server: of only job @only when not NULL, of only the jobs @viewer
- * may see when not NULL (srv_job_visible), with every rank of them when @ranks, else job
- * summaries (ranks NULL), whose cost does not grow with world sizes. NULL when out of memory;
- * free with srv_snapshot_free(). */
+ * may see when not NULL (srv_job_visible), with their attached ranks (and the last
+ * SRV_SNAP_RECENT to detach) when @ranks, else job summaries (ranks NULL). Its cost, time and
+ * memory, is O(jobs + attached ranks), never O(world). NULL when out of memory; free with
+ * srv_snapshot_free(). */
 struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only,
 					 const struct conn *viewer, int ranks);
 

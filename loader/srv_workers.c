@@ -414,14 +414,20 @@ static void step_done(struct srv *s, struct open_step *o)
 		rs->samples += n;
 		rs->fill_ns += o->work_ns;
 		rs->latency_ns += latency;
+		j->published++;
+		j->samples += n;
+		j->fill_ns += o->work_ns;
+		j->latency_ns += latency;
 		/* Averaged over about 8 steps: what the targets and the cap are made of. */
 		double pl = (double)(now - o->open_ns) * 1e-9;
 		a->lat_s = a->lat_s ? 0.875 * a->lat_s + 0.125 * pl : pl;
 		a->work_step_s = a->work_step_s ?
 			0.875 * a->work_step_s + 0.125 * (double)o->work_ns * 1e-9 :
 			(double)o->work_ns * 1e-9;
-		for (unsigned k = 0; k < SRV_PHASES_MAX; k++)
+		for (unsigned k = 0; k < SRV_PHASES_MAX; k++) {
 			rs->phase_ns[k] += o->phase_ns[k];
+			j->phase_ns[k] += o->phase_ns[k];
+		}
 		pthread_mutex_unlock(&s->mu);
 		/* Write-only: the consumer may have scribbled on these; they are overwritten from
 		 * the step's private arrays, never read. */
