@@ -149,6 +149,8 @@ struct uid_use {
 	double admin_tokens;     /* ns of control-thread CPU its answers may take now
 				  * (opts.admin_share of the time since, up to SRV_ADMIN_BURST_S) */
 	int64_t admin_ns;        /* when admin_tokens was last brought up to date */
+	unsigned pick_ix;        /* srv_workers.c pick's scratch (under mu): its index among the
+				  * accounts of the attached rings (dm_ring.acct) */
 	struct uid_use *next;
 };
 
@@ -167,6 +169,8 @@ struct att {
 	uint64_t floor;          /* every step below it is known released */
 	uint64_t bytes;          /* ring memory, for the limit (and in job->mem_rings) */
 	uid_t uid;               /* its client's, for the per-uid memory limit */
+	struct uid_use *acct;    /* its job owner's account (srv_workers.c, cached at first pick);
+				  * the accounts live until srv_destroy */
 	unsigned live;           /* its index in s->live while attached */
 	int64_t empty_since;     /* ns: since when the ring holds no batch for the consumer; 0 = it
 				  * does (srv_att_check_empty, srv_att_published) */
@@ -311,6 +315,7 @@ struct srv {
 	int64_t recheck_ns;           /* when a ring below its slots turns paused (dm_target fills it
 				       * whole then) and idle workers should look again; 0 = never */
 	struct dm_ring *dm_in;        /* pick's scratch: dm_cap entries */
+	double *dm_acct;              /* pick's scratch for dm_shares: dm_cap entries */
 	unsigned dm_cap;
 	double busy_share;            /* of the workers, over the last snapshot interval */
 	atomic_int stop;              /* set by srv_stop (any thread, a signal handler); srv_run reads */

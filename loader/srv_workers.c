@@ -70,6 +70,7 @@
 #include "loader/cpu_clock.h"
 
 #include <assert.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <errno.h>
@@ -241,7 +242,21 @@ static struct att *pick(struct srv *s, uint64_t *step)
 		if (!in)
 			return NULL;  /* retried at the next wake-up */
 		s->dm_in = in;
+		double *acct = realloc(s->dm_acct, 2 * n * sizeof(*acct));
+		if (!acct)
+			return NULL;
+		s->dm_acct = acct;
 		s->dm_cap = 2 * n;
+	}
+	/* Each ring's account (its job owner's uid), numbered 0..nacct-1: dm_shares splits the
+	 * cores by uid first, so that a job's weight divides its own uid's part only. */
+	unsigned nacct = 0;
+	for (unsigned k = 0; k < n; k++) {
+		struct att *a = s->live[k];
+		if (!a->acct)
+			a->acct = srv_uid(s, a->job->uid);
+		if (a->acct)
+			a->acct->pick_ix = UINT_MAX;
 	}
 	/* Rings that cannot take a step stay in the array (free_slot 0): indices match s->live. */
 	s->recheck_ns = 0;
@@ -252,6 +267,11 @@ static struct att *pick(struct srv *s, uint64_t *step)
 		struct job *j = s->live[k]->job;
 		uint64_t rel = 0;
 		int can = ring_in(s, s->live[k], now, r, &rel);
+		struct uid_use *u = s->live[k]->acct;
+		if (u && u->pick_ix == UINT_MAX)
+			u->pick_ix = nacct++;
+		/* no account (out of memory): one of its own */
+		r->acct = u ? u->pick_ix : nacct++;
 		m += can;
 		/* The job's slowest rank that eats (dm_paces_job; one that cannot take a step
 		 * paces no one), and when the first of them turns paused. */
@@ -283,7 +303,7 @@ static struct att *pick(struct srv *s, uint64_t *step)
 	}
 	if (ahead && (!s->recheck_ns || pause_at < s->recheck_ns))
 		s->recheck_ns = pause_at;
-	dm_shares(s->dm_in, n, s->ceiling);
+	dm_shares(s->dm_in, n, s->ceiling, nacct, s->dm_acct);
 	unsigned cap = m ? dm_active_cap(s->dm_in, n, s->ceiling) : s->ceiling;
 	if (cap > s->cap)
 		pthread_cond_broadcast(&s->cv);  /* workers held back by the old cap */
@@ -838,6 +858,8 @@ void srv_workers_stop(struct srv *s)
 	s->threads = NULL;
 	free(s->dm_in);
 	s->dm_in = NULL;
+	free(s->dm_acct);
+	s->dm_acct = NULL;
 	s->dm_cap = 0;
 	s->nthreads = 0;
 }
