@@ -150,6 +150,10 @@ struct srv_opts {
 
 #define SRV_TASK_MIN 4u
 #define SRV_TASK_MAX 8u
+/* Fair by cost (srv_workers.c): a task is cut so that its samples take at most about this much
+ * worker time (by the job's measured time per sample; one sample at least, and one while it is
+ * not known), so that no task holds a worker longer than a slice or one record. */
+#define SRV_SLICE_NS 20000000ll
 
 /* Bind and listen on opts->socket_path (a stale socket from a killed daemon is replaced; a live
  * one is -EADDRINUSE) and start the workers. Returns 0 or -errno with a message in @why. */

@@ -149,6 +149,10 @@ struct uid_use {
 	double admin_tokens;     /* ns of control-thread CPU its answers may take now
 				  * (opts.admin_share of the time since, up to SRV_ADMIN_BURST_S) */
 	int64_t admin_ns;        /* when admin_tokens was last brought up to date */
+	double use;              /* worker time its jobs' records took lately (srv_workers.c:
+				  * ns, halved every SRV_USE_HALF_NS; at use_ns) */
+	int64_t use_ns;
+	uint64_t work_ns;        /* worker time its jobs' records took, in all */
 	unsigned pick_ix;        /* srv_workers.c pick's scratch (under mu): its index among the
 				  * accounts of the attached rings (dm_ring.acct) */
 	struct uid_use *next;
@@ -236,6 +240,13 @@ struct job {
 	double rate;                  /* samples/s, all ranks, over the last rate interval
 				       * (srv_housekeeping keeps it, without walking ranks) */
 	uint64_t cpu_ns, cpu_snap;    /* worker thread CPU spent on it; at the last rate interval */
+	/* Fair by cost (srv_workers.c), under mu: worker time its records took lately (ns, halved
+	 * every SRV_USE_HALF_NS; at use_ns), the worker time a sample of it takes (averaged; 0 =
+	 * not known yet), and its open steps on s->tasks. */
+	double use;
+	int64_t use_ns;
+	uint64_t sample_ns;
+	unsigned queued;
 	double cpu_cores;             /* of that, cores over the last rate interval */
 	double demand;                /* samples/s its attached consumers eat (dm_rate_peak x batch),
 				       * at the last rate interval */
@@ -316,6 +327,8 @@ struct srv {
 				       * whole then) and idle workers should look again; 0 = never */
 	struct dm_ring *dm_in;        /* pick's scratch: dm_cap entries */
 	double *dm_acct;              /* pick's scratch for dm_shares: dm_cap entries */
+	int64_t fair_ns;              /* when a worker last looked for a ring of a job that used
+				       * less than the queued steps' (srv_workers.c, task_next) */
 	unsigned dm_cap;
 	double busy_share;            /* of the workers, over the last snapshot interval */
 	atomic_int stop;              /* set by srv_stop (any thread, a signal handler); srv_run reads */
