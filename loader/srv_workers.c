@@ -899,10 +899,11 @@ static void *worker_main(void *p)
 		}
 		/* A task taken is always filled, also when its step was abandoned meanwhile: the
 		 * fill before it may have started its reads (srv_fill.next_step). */
-		/* Not behind a task of a slice or more (or of a job whose cost is not known yet):
-		 * the next one taken now would wait that long, and keep other jobs from it. */
+		/* Not behind a record that takes more than a slice (task_cut makes a task of it
+		 * alone), nor one of a job whose cost is not known yet: the next task taken now
+		 * would wait that long, and keep other jobs from it. */
 		uint64_t per = cur.o->a->job->sample_ns;
-		int more = per && per * (cur.end - cur.begin) < (uint64_t)SRV_SLICE_NS &&
+		int more = per && per <= (uint64_t)SRV_SLICE_NS &&
 			   may_work(s, 1, &wait) && task_next(s, wstate, &next);
 		pthread_mutex_unlock(&s->mu);
 		int64_t t0 = now_ns();
