@@ -1027,11 +1027,24 @@ static int fill(void *ctx, void *wp, struct srv_fill *f)
 	return ret;
 }
 
+/* The SIGBUS guard's slots (DPK_GUARD_SLOTS, two a mapped file, one table for the daemon) are
+ * charged per uid: the mappings this opener thread makes are the client's, up to a quarter of the
+ * table; past it its files are opened unmapped (an index copy, counted in --mem-limit, and
+ * reads), and other users still map theirs (issue 36). */
+#define LDR_GUARD_UID_MAX (DPK_GUARD_SLOTS / 4)
+
+static void open_as(void *ctx, uid_t uid)
+{
+	(void)ctx;
+	dpk_guard_owner((long)uid, LDR_GUARD_UID_MAX);
+}
+
 void ldr_job_ops(const struct ldr_config *cfg, struct srv_ops *ops)
 {
 	memset(ops, 0, sizeof(*ops));
 	ops->ctx = (void *)cfg;
 	ops->job_open = job_open;
+	ops->open_as = open_as;
 	ops->job_close = job_close;
 	ops->worker_init = worker_init;
 	ops->worker_fini = worker_fini;

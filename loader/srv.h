@@ -104,6 +104,10 @@ struct srv_ops {
 	 * the client will see. */
 	int (*job_open)(void *ctx, const struct ctl_job_open *spec, int fd, void **job,
 			struct srv_job_info *info, char *why, size_t whylen);
+	/* Optional (NULL). Called on the opener thread just before job_open with the uid of the
+	 * client that opens the job: what job_open makes the process hold that the server does not
+	 * count itself (the SIGBUS guard's mappings) is charged to it. */
+	void (*open_as)(void *ctx, uid_t uid);
 	void (*job_close)(void *ctx, void *job);
 	/* Per-worker state, made on the worker's own thread. Optional (NULL). */
 	void *(*worker_init)(void *ctx, unsigned index);

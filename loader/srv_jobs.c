@@ -229,6 +229,8 @@ static void *opener_main(void *p)
 		struct srv_job_info info;
 		memset(&info, 0, sizeof(info));
 		why[0] = '\0';
+		if (s->ops.open_as)
+			s->ops.open_as(s->ops.ctx, r->uid);  /* per-uid charges made by job_open */
 		ret = s->ops.job_open(s->ops.ctx, &r->spec, r->fd, &state, &info, why, sizeof(why));
 		if (ret == 0 && r->spec.balance)
 			info.ring.batch = CTL_BALANCE_CAP(r->spec.batch);  /* room for a larger share */
