@@ -3,7 +3,8 @@
  *
  * Threads: srv_on_admin runs on the control thread; under s->mu it charges the uid's budget
  * (--admin-share, every verb) and copies what the answer needs into a snapshot (srv_snap.c: a
- * summary of each job for status and jobs, every rank of the jobs asked for only for stats); it
+ * summary of each job for status and jobs, and for stats the attached ranks of the jobs asked
+ * for and the last few to detach: O(attached ranks), never O(world)); it
  * lets go of the lock while it renders that copy into memory that this file allocates, then
  * srv_conn_send_text sends it in CTL_ADMIN_TEXT chunks as fast as the client reads them and frees
  * it. It changes nothing but a stopped job's failure fields.
@@ -279,7 +280,7 @@ void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 	 * each uid may take opts.admin_share of that thread's time, whatever it asks, so that a
 	 * client asking again and again cannot take the lock from everyone's workers. The copy is
 	 * what the answer needs (a summary for status and jobs: a few figures per job, kept up to
-	 * date; every rank only for stats); rendering runs without the lock. */
+	 * date; for stats the attached ranks, not the world); rendering runs without the lock. */
 	struct uid_use *u = srv_uid(s, c->uid);
 	int64_t t0 = (int64_t)clk_thread_ns();  /* charged: the control thread's CPU, not the
 						  * time it waited for the lock or a core */
