@@ -451,10 +451,12 @@ static void test_srv_demand_long_records_do_not_starve_a_victim(void **state)
 	pthread_join(th, NULL);
 	assert_int_equal(h.ret, 0);
 	stop_server(srv);
-	/* two workers, one record each at most in flight when the victim's step is wanted, and
-	 * one more each may end while its step is filled */
+	/* Two workers, one record each at most in flight when the victim's step is wanted, and
+	 * one more each may end while its step is filled (measured: at most 2, 3 under ASan);
+	 * before, tasks of 4 records on each worker and the heavy step's whole queue went first:
+	 * no victim step within 5 s (consume_ok fails). */
 	assert_true(worst <= 4);
-	assert_true(all <= 2 * 12);
+	assert_true(all <= 3 * 12);
 }
 
 int main(void)
