@@ -314,10 +314,6 @@ static struct att *pick(struct srv *s, uint64_t *step, const struct use_key *bel
 		struct job *j = s->live[k]->job;
 		uint64_t rel = 0;
 		int can = ring_in(s, s->live[k], now, r, &rel);
-		/* Looking for a job that used less than @below (task_next): the others, and a job
-		 * with a step queued already, want none now. */
-		if (below && (j->queued || !use_less(use_key(s, j, now), *below)))
-			r->free_slot = 0;
 		struct uid_use *u = s->live[k]->acct;
 		if (u && u->pick_ix == UINT_MAX)
 			u->pick_ix = nacct++;
@@ -354,11 +350,23 @@ static struct att *pick(struct srv *s, uint64_t *step, const struct use_key *bel
 	}
 	if (ahead && (!s->recheck_ns || pause_at < s->recheck_ns))
 		s->recheck_ns = pause_at;
+	if (below) {
+		/* Looking for a job that used less than @below (task_next): the others, and a job
+		 * with a step queued already, want none now (after the bookkeeping above, which is
+		 * the same either way). */
+		for (unsigned k = 0; k < n; k++) {
+			struct job *j = s->live[k]->job;
+			if (j->queued || !use_less(use_key(s, j, now), *below))
+				s->dm_in[k].free_slot = 0;
+		}
+	}
 	dm_shares(s->dm_in, n, s->ceiling, nacct, s->dm_acct);
-	unsigned cap = m ? dm_active_cap(s->dm_in, n, s->ceiling) : s->ceiling;
-	if (cap > s->cap)
-		pthread_cond_broadcast(&s->cv);  /* workers held back by the old cap */
-	s->cap = cap;
+	if (!below) {  /* what the demand needs: from every ring, not the few looked for */
+		unsigned cap = m ? dm_active_cap(s->dm_in, n, s->ceiling) : s->ceiling;
+		if (cap > s->cap)
+			pthread_cond_broadcast(&s->cv);  /* workers held back by the old cap */
+		s->cap = cap;
+	}
 	int i = n ? dm_pick(s->dm_in, n, start % n) : -1;
 	if (i < 0)
 		return NULL;
