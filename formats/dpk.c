@@ -354,14 +354,20 @@ static int check_entries(const struct dpk *d, char *err, size_t errlen)
  * the process dies as it would have). The table is written under guard_mu and read by the
  * handler without locks: a slot's base is published last (release) and read first (acquire). A
  * dataset's slot can only fault while it is mapped, that is before dpk_close clears its slot. */
-#define GUARD_SLOTS 4096  /* mappings guarded at once: two a file (index, data), and a set of
+#define GUARD_SLOTS DPK_GUARD_SLOTS  /* mappings guarded at once: two a file (index, data), and a set of
 			   * shards maps each of its files (a slot is 24 bytes; the handler scans
 			   * them only on a SIGBUS). Past it, an index is copied and data read */
 struct guard_slot {
 	_Atomic uintptr_t base;   /* 0: free */
 	uintptr_t len;
 	struct dpk *d;
+	long owner;               /* who it is charged to (dpk_guard_owner), -1: no one */
 };
+/* The owner the calling thread's next mappings are charged to, and how many slots that owner may
+ * hold at once (dpk_guard_owner): the table is one for the process, shared by every user of a
+ * daemon, so that one user's shards cannot take every slot. */
+static _Thread_local long guard_owner = -1;
+static _Thread_local unsigned guard_owner_max;
 static struct guard_slot guard_tab[GUARD_SLOTS];
 static pthread_mutex_t guard_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct sigaction guard_old;
@@ -394,8 +400,34 @@ static void guard_handler(int sig, siginfo_t *si, void *uc)
 	signal(SIGBUS, SIG_DFL);
 }
 
-/* A slot for @d's mapping (installing the handler the first time), or -1 when the table is full
- * or the handler cannot be set. */
+void dpk_guard_owner(long owner, unsigned max)
+{
+	guard_owner = owner < 0 ? -1 : owner;
+	guard_owner_max = max;
+}
+
+/* Under guard_mu. Slots charged to @owner. */
+static unsigned guard_count(long owner)
+{
+	unsigned n = 0;
+
+	for (int k = 0; k < GUARD_SLOTS; k++)
+		n += atomic_load_explicit(&guard_tab[k].base, memory_order_relaxed) &&
+		     guard_tab[k].owner == owner;
+	return n;
+}
+
+unsigned dpk_guard_held(long owner)
+{
+	pthread_mutex_lock(&guard_mu);
+	unsigned n = guard_count(owner);
+	pthread_mutex_unlock(&guard_mu);
+	return n;
+}
+
+/* A slot for @d's mapping (installing the handler the first time), charged to this thread's
+ * guard_owner, or -1 when the table is full, that owner holds its guard_owner_max, or the handler
+ * cannot be set. */
 static int guard_add(struct dpk *d, void *base, size_t len)
 {
 	int slot = -1;
@@ -417,11 +449,14 @@ static int guard_add(struct dpk *d, void *base, size_t len)
 		sigemptyset(&sa.sa_mask);
 		installed = sigaction(SIGBUS, &sa, &guard_old) == 0;
 	}
+	if (guard_owner >= 0 && guard_owner_max && guard_count(guard_owner) >= guard_owner_max)
+		installed = 0;  /* its share is held: a copy and reads, as when the table is full */
 	for (int k = 0; installed && k < GUARD_SLOTS && slot < 0; k++) {
 		if (atomic_load_explicit(&guard_tab[k].base, memory_order_relaxed))
 			continue;
 		guard_tab[k].len = len;
 		guard_tab[k].d = d;
+		guard_tab[k].owner = guard_owner;
 		atomic_store_explicit(&guard_tab[k].base, (uintptr_t)base, memory_order_release);
 		slot = k;
 	}

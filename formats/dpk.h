@@ -188,6 +188,16 @@ int dpk_entry_load(const struct dpk *d, uint64_t i, struct dpk_entry *out, char 
  * of a shuffled order miss the cache). No effect past the count or on a copied index. */
 void dpk_entry_prefetch(const struct dpk *d, uint64_t i);
 /* 1 when the index is mapped (DPK_OPEN_MAP took), else 0. */
+/* The SIGBUS guard of mappings (DPK_OPEN_MAP, DPK_OPEN_MAP_DATA) has DPK_GUARD_SLOTS slots for
+ * the whole process, two a mapped file. A daemon serving many users charges them per user: the
+ * mappings the calling thread makes from now on are charged to @owner (a uid; < 0: no one, the
+ * default), who may hold @max of them at once (0: no limit but the table's). Past it a file is
+ * opened as when the table is full: its index copied, its records read (dpk_mapped and
+ * dpk_data_mapped say 0). A slot is given back by dpk_close. Thread-local; no errors. */
+#define DPK_GUARD_SLOTS 4096
+void dpk_guard_owner(long owner, unsigned max);
+/* Guard slots charged to @owner now. */
+unsigned dpk_guard_held(long owner);
 int dpk_mapped(const struct dpk *d);
 /* 1 when each entry is read from the file at dpk_entry_load (DPK_OPEN_READ_INDEX, or DPK_OPEN_MAP
  * on an index above DPK_INDEX_MAP_MAX), else 0. */

@@ -8,7 +8,10 @@
  * soonest due first, but only up to their target (a bounded amount: rate x horizon); the late
  * ones (their consumer waits whatever we do) take what is left, the most late first. Serving an
  * in-time ring early costs the others nothing over time: its consumer eats those steps anyway.
- * Weights scale the slack: a heavier job is due sooner and counts as later.
+ * Weights scale the slack: a heavier job is due sooner and counts as later. A weight divides its
+ * uid's part only (dm_shares: the cores split evenly by uid, then by weight within one), and the
+ * slack is scaled by that part, not by the raw weight: a job of weight 1000 is heavier than its
+ * uid's other jobs, never than another uid's.
  *
  * That order is between jobs; between the ranks of one job it starves. With the workers short
  * (memory-speed records, one worker), a consumer that eats as fast as it is served keeps its ring
@@ -103,7 +106,7 @@ double dm_slack(const struct dm_ring *r)
 /* 0: in time (or rate unknown), 1: late. *key orders within a class, lower first. */
 static int rank_of(const struct dm_ring *r, double *key)
 {
-	double s = dm_slack(r), w = r->weight ? r->weight : DM_WEIGHT_DEFAULT;
+	double s = dm_slack(r), w = r->wrel > 0 ? r->wrel : r->weight ? r->weight : DM_WEIGHT_DEFAULT;
 
 	if (r->rate <= 0) {  /* start-up: fill as today, before anything else */
 		*key = -1e18;
@@ -122,17 +125,35 @@ static int wants(const struct dm_ring *r)
 	return r->free_slot && !r->ahead && r->occ < dm_target(r);
 }
 
-void dm_shares(struct dm_ring *rings, unsigned n, unsigned ceiling)
+static double weight_of(const struct dm_ring *r)
 {
-	double sum = 0;
+	return r->weight ? r->weight : DM_WEIGHT_DEFAULT;
+}
 
-	for (unsigned i = 0; i < n; i++)
-		if (wants(&rings[i]))
-			sum += rings[i].weight ? rings[i].weight : DM_WEIGHT_DEFAULT;
+void dm_shares(struct dm_ring *rings, unsigned n, unsigned ceiling, unsigned nacct,
+	       double *scratch)
+{
+	unsigned accts = 0, wanting = 0;
+
+	for (unsigned k = 0; k < nacct; k++)
+		scratch[k] = 0;
+	for (unsigned i = 0; i < n; i++) {
+		const struct dm_ring *r = &rings[i];
+		if (!wants(r))
+			continue;
+		assert(r->acct < nacct);
+		accts += scratch[r->acct] == 0;
+		scratch[r->acct] += weight_of(r);
+		wanting++;
+	}
 	for (unsigned i = 0; i < n; i++) {
 		struct dm_ring *r = &rings[i];
-		r->share = wants(r) ? (double)ceiling * (r->weight ? r->weight : DM_WEIGHT_DEFAULT) /
-				      sum : 0;
+		if (!wants(r)) {
+			r->share = r->wrel = 0;
+			continue;
+		}
+		r->share = (double)ceiling / accts * weight_of(r) / scratch[r->acct];
+		r->wrel = r->share * wanting / ceiling;
 	}
 }
 

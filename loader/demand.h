@@ -61,7 +61,8 @@ struct dm_ring {
 				     * prefetches holds several) */
 	uint32_t held;              /* steps the consumer holds (taken, not released) */
 	uint32_t slots;             /* ring depth */
-	uint32_t weight;            /* the job's, 1..DM_WEIGHT_MAX */
+	uint32_t weight;            /* the job's, 1..DM_WEIGHT_MAX: divides its account's part only */
+	uint32_t acct;              /* its job owner's account (uid), an index < dm_shares' nacct */
 	int starved;                /* its consumer found it empty in the last DM_STARVED_NS */
 	int free_slot;              /* the next step's slot is free (ring_prod_poll) */
 	uint64_t group;             /* rings of one job (its ranks) share it; 0 = alone */
@@ -69,6 +70,9 @@ struct dm_ring {
 				     * (dm_paces_job): it waits for that rank */
 	double share;               /* cores of decode it may take and stay first while in time
 				     * (dm_shares); 0 = no limit */
+	double wrel;                /* its weight as dm_pick uses it: its share over an even split
+				     * (share x rings wanting / ceiling; dm_shares); 0 = the raw
+				     * weight (dm_shares not run) */
 };
 
 /* Seconds after its last release at which @r's consumer counts as paused (dm_target), or a
@@ -95,11 +99,17 @@ int dm_paces_job(const struct dm_ring *r);
  * whose first step not released is @pace (UINT64_MAX: no rank paces the job)? 1 when @next >=
  * @pace + @slots, else 0. */
 int dm_ahead(uint64_t next, uint64_t pace, uint32_t slots);
-/* Each ring's share: @ceiling cores split by weight among the rings that want a step (a free
- * slot, below the target, not ahead); 0 for the others. */
-void dm_shares(struct dm_ring *rings, unsigned n, unsigned ceiling);
+/* Each ring's share: @ceiling cores split evenly among the accounts (uids) that have a ring that
+ * wants a step (a free slot, below the target, not ahead), then an account's part by weight among
+ * its rings that want one; 0 for the others. So a job's weight divides its own uid's part only: a
+ * weight-1000 job cannot take another uid's (issue 36: it took a weight-1 victim of another uid
+ * from 64 to 1.6 samples/s under --cpu-budget 1). Sets wrel, the weight dm_pick orders by.
+ * @nacct: accounts (every ring's acct < nacct); @scratch: nacct doubles. */
+void dm_shares(struct dm_ring *rings, unsigned n, unsigned ceiling, unsigned nacct,
+	       double *scratch);
 /* Among @n rings, the one a free worker opens its next step on, or -1 when none wants one (each
- * is at its target, or has no free slot). Order: rings whose rate is not known yet; then rings
+ * is at its target, or has no free slot). Weights are wrel (dm_shares) when set. Order: rings
+ * whose rate is not known yet; then rings
  * in time (slack >= 0: their consumer can still be served before it waits), by slack / weight,
  * unless they take more than their share (rate x work_step_s > share > 0): those go after the
  * late ones; then the late ones (slack < 0: starved, or short of budget), by slack x weight

@@ -639,10 +639,18 @@ static int job_shape(struct job *j, struct ring_desc *rd, char *why, size_t whyl
 	return 0;
 }
 
+/* The SIGBUS guard's slots (DPK_GUARD_SLOTS, two a mapped file, one table for the daemon) are
+ * charged per uid: the mappings a job open makes are its client's, up to a quarter of the table;
+ * past it its files are opened unmapped (an index copy, counted in --mem-limit, and reads), and
+ * other users still map theirs. */
+#define LDR_GUARD_UID_MAX (DPK_GUARD_SLOTS / 4)
+
 static int job_open(void *ctx, const struct ctl_job_open *spec, const struct srv_dataset *sd,
 		    void **out, struct srv_job_info *info, char *why, size_t whylen)
 {
 	int fd = sd->fd;
+
+	dpk_guard_owner((long)sd->uid, LDR_GUARD_UID_MAX);  /* this opener thread's mappings */
 	const struct ldr_config *cfg = ctx;
 	struct job *j = calloc(1, sizeof(*j));
 	char err[256];

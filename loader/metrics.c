@@ -13,8 +13,9 @@
  * and when they end, not every interval.
  *
  * Names follow Prometheus conventions: counters end in _total, times are in seconds, sizes in
- * bytes, shares are _ratio gauges. Per-rank families cover the ranks that have attached at least
- * once; label values are escaped (backslash, double quote, newline) by ldr_metrics_escape. */
+ * bytes, shares are _ratio gauges. Per-rank families cover the ranks the snapshot lists: the
+ * attached ones and the last few of each job to detach (srv_snap.c), so that a file costs
+ * O(attached ranks) whatever the jobs' world sizes; label values are escaped (backslash, double quote, newline) by ldr_metrics_escape. */
 #include "common/afile.h"
 #include "common/fdio.h"
 #include "common/log.h"
@@ -124,7 +125,7 @@ static void render_ranks(FILE *f, const struct srv_snapshot *snap)
 		head(f, m->name, m->type, m->help);
 		for (unsigned jx = 0; jx < snap->njobs; jx++) {
 			const struct srv_job_snap *j = &snap->jobs[jx];
-			for (uint32_t r = 0; r < j->world; r++) {
+			for (uint32_t r = 0; r < j->nranks; r++) {
 				const struct srv_rank_snap *rs = &j->ranks[r];
 				const char *p = (const char *)rs + m->off;
 				uint64_t u64;
@@ -162,7 +163,7 @@ static void render_ranks(FILE *f, const struct srv_snapshot *snap)
 	     "by phase of the fill.");
 	for (unsigned jx = 0; jx < snap->njobs; jx++) {
 		const struct srv_job_snap *j = &snap->jobs[jx];
-		for (uint32_t r = 0; r < j->world; r++) {
+		for (uint32_t r = 0; r < j->nranks; r++) {
 			if (!j->ranks[r].started)
 				continue;
 			for (unsigned p = 0; p < SRV_PHASES_MAX; p++) {

@@ -164,6 +164,10 @@ struct srv_opts {
 
 #define SRV_TASK_MIN 4u
 #define SRV_TASK_MAX 8u
+/* Fair by cost (srv_workers.c): a task is cut so that its samples take at most about this much
+ * worker time (by the job's measured time per sample; one sample at least, and one while it is
+ * not known), so that no task holds a worker longer than a slice or one record. */
+#define SRV_SLICE_NS 20000000ll
 
 /* Bind and listen on opts->socket_path (a stale socket from a killed daemon is replaced; a live
  * one is -EADDRINUSE) and start the workers. Returns 0 or -errno with a message in @why. */
@@ -225,8 +229,15 @@ struct srv_job_snap {
 	uint64_t mem_rings;        /* bytes of its ranks' rings */
 	uint64_t mem_table;        /* bytes of its rank table */
 	uint64_t mem_state;        /* bytes of its index and the worker buffers for its records */
-	struct srv_rank_snap *ranks;  /* world entries, in the snapshot's memory; NULL in a summary
-				       * (srv_snapshot_locked without ranks) */
+	uint32_t started;          /* ranks attached at least once */
+	uint64_t published, samples;  /* all ranks, all attaches */
+	uint64_t fill_ns, latency_ns;
+	uint64_t phase_ns[SRV_PHASES_MAX];
+	/* Not every rank: the attached ones and the last few to detach (SRV_SNAP_RECENT), nranks
+	 * entries by rank number, in the snapshot's memory (NULL in a summary), so that a snapshot
+	 * costs O(attached ranks) whatever the world (a world of 65,536 is 10 MB of ranks). */
+	struct srv_rank_snap *ranks;
+	uint32_t nranks;
 };
 
 struct srv_snapshot {
@@ -244,6 +255,7 @@ struct srv_snapshot {
 	unsigned ranks_attached;
 	unsigned njobs;
 	struct srv_job_snap *jobs; /* njobs entries */
+	size_t bytes;              /* the snapshot's memory, all in one allocation */
 	struct srv_phase phases[SRV_PHASES_MAX];  /* srv_ops.phases (static strings) */
 	char socket[sizeof(((struct sockaddr_un *)0)->sun_path)];  /* the socket's path */
 };

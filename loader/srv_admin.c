@@ -3,7 +3,8 @@
  *
  * Threads: srv_on_admin runs on the control thread; under s->mu it charges the uid's budget
  * (--admin-share, every verb) and copies what the answer needs into a snapshot (srv_snap.c: a
- * summary of each job for status and jobs, every rank of the jobs asked for only for stats); it
+ * summary of each job for status and jobs, and for stats the attached ranks of the jobs asked
+ * for and the last few to detach: O(attached ranks), never O(world)); it
  * lets go of the lock while it renders that copy into memory that this file allocates, then
  * srv_conn_send_text sends it in CTL_ADMIN_TEXT chunks as fast as the client reads them and frees
  * it. It changes nothing but a stopped job's failure fields.
@@ -99,13 +100,12 @@ static const char *latency_ms(char *buf, size_t len, const struct srv_rank_snap 
 static void admin_job(struct text *t, const struct srv_phase *phases, const struct srv_job_snap *j,
 		      int json, int stats)
 {
-	uint64_t fill = 0, phase[SRV_PHASES_MAX] = { 0 };
+	/* The job's sums, kept as steps are published: the ranks are not walked (a snapshot lists
+	 * the attached ones only, srv_snap.c). */
+	uint64_t fill = j->fill_ns;
+	const uint64_t *phase = j->phase_ns;
+	uint32_t others = j->world - j->nranks, never = j->world - j->started;
 
-	for (uint32_t r = 0; stats && r < j->world; r++) {  /* ranks only in stats */
-		fill += j->ranks[r].fill_ns;
-		for (unsigned p = 0; p < SRV_PHASES_MAX; p++)
-			phase[p] += j->ranks[r].phase_ns[p];
-	}
 	if (json) {
 		put(t, "{\"job\":");
 		put_json_str(t, j->name);
@@ -123,8 +123,10 @@ static void admin_job(struct text *t, const struct srv_phase *phases, const stru
 		for (unsigned b = 0; b < j->nbad_ids; b++)
 			put(t, "%s%llu", b ? "," : "", (unsigned long long)j->bad_ids[b]);
 		put(t, "],\"failed\":%s,\"demand_samples_per_s\":%.1f,\"target_steps\":%u,"
-		    "\"weight\":%u,\"cpu_cores\":%.3f,\"cpu_s\":%.3f", j->failed ? "true" : "false",
-		    j->demand, j->target, j->weight, j->cpu, j->cpu_ns * 1e-9);
+		    "\"weight\":%u,\"cpu_cores\":%.3f,\"cpu_s\":%.3f,\"published\":%llu,"
+		    "\"samples\":%llu,\"ranks_never_attached\":%u", j->failed ? "true" : "false",
+		    j->demand, j->target, j->weight, j->cpu, j->cpu_ns * 1e-9,
+		    (unsigned long long)j->published, (unsigned long long)j->samples, never);
 		if (stats) {
 			put(t, ",\"io\":");
 			put_json_str(t, j->io);
@@ -132,14 +134,14 @@ static void admin_job(struct text *t, const struct srv_phase *phases, const stru
 			for (unsigned p = 0; p < SRV_PHASES_MAX; p++)
 				if (phases[p].name)
 					put(t, ",\"%s_s\":%.3f", phases[p].name, phase[p] * 1e-9);
-			put(t, ",\"ranks\":[");
-			for (uint32_t r = 0; r < j->world; r++) {
-				const struct srv_rank_snap *rs = &j->ranks[r];
+			put(t, ",\"ranks_not_listed\":%u,\"ranks\":[", others);
+			for (uint32_t k = 0; k < j->nranks; k++) {
+				const struct srv_rank_snap *rs = &j->ranks[k];
 				put(t, "%s{\"rank\":%u,\"attached\":%s,\"pid\":%d,\"published\":%llu,"
 				    "\"released\":%llu,\"samples\":%llu,\"samples_per_s\":%.1f,"
 				    "\"ring_slots\":%u,\"ring_occupancy\":%u,\"ring_empty_s\":%.3f,"
 				    "\"attaches\":%u,\"batch_latency_ms\":",
-				    r ? "," : "", r, rs->attached ? "true" : "false", (int)rs->pid,
+				    k ? "," : "", rs->rank, rs->attached ? "true" : "false", (int)rs->pid,
 				    (unsigned long long)rs->published, (unsigned long long)rs->released,
 				    (unsigned long long)rs->samples, rs->rate, rs->slots, rs->occupancy,
 				    rs->empty_ns * 1e-9, rs->attaches);
@@ -182,19 +184,22 @@ static void admin_job(struct text *t, const struct srv_phase *phases, const stru
 				    phases[p].doing ? phases[p].doing : phases[p].name);
 		put(t, "\n");
 	}
-	for (uint32_t r = 0; r < j->world; r++) {
-		const struct srv_rank_snap *rs = &j->ranks[r];
+	for (uint32_t k = 0; k < j->nranks; k++) {
+		const struct srv_rank_snap *rs = &j->ranks[k];
 		char lat[32];
 		if (rs->attached)
 			put(t, "  rank %u: pid %d, step %llu, %.1f samples/s, ring %u/%u slots full, "
-			    "empty %.2f s, batch latency %s\n", r, (int)rs->pid,
+			    "empty %.2f s, batch latency %s\n", rs->rank, (int)rs->pid,
 			    (unsigned long long)rs->released, rs->rate, rs->occupancy, rs->slots,
 			    rs->empty_ns * 1e-9, latency_ms(lat, sizeof(lat), rs));
 		else
-			put(t, "  rank %u: %s, resumes at step %llu, batch latency %s\n", r,
-			    rs->started ? "detached" : "never attached", (unsigned long long)rs->released,
-			    latency_ms(lat, sizeof(lat), rs));
+			put(t, "  rank %u: detached, resumes at step %llu, batch latency %s\n", rs->rank,
+			    (unsigned long long)rs->released, latency_ms(lat, sizeof(lat), rs));
 	}
+	/* Listing every rank would cost O(world): the others are counted. */
+	if (others)
+		put(t, "  %u other rank%s not attached (%u never attached)\n", others,
+		    others == 1 ? "" : "s", never);
 }
 
 /* Under mu. The job @name as @c sees it: its own, else one it may see (another user's, shared
@@ -275,7 +280,7 @@ void srv_on_admin(struct srv *s, struct conn *c, const struct ctl_admin *req)
 	 * each uid may take opts.admin_share of that thread's time, whatever it asks, so that a
 	 * client asking again and again cannot take the lock from everyone's workers. The copy is
 	 * what the answer needs (a summary for status and jobs: a few figures per job, kept up to
-	 * date; every rank only for stats); rendering runs without the lock. */
+	 * date; for stats the attached ranks, not the world); rendering runs without the lock. */
 	struct uid_use *u = srv_uid(s, c->uid);
 	int64_t t0 = (int64_t)clk_thread_ns();  /* charged: the control thread's CPU, not the
 						  * time it waited for the lock or a core */

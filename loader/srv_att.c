@@ -129,6 +129,7 @@ void srv_att_retire(struct srv *s, struct att *a)
 	empty_end(a, now_ns());
 	rs->resume = srv_att_released(a);
 	rs->att = NULL;
+	a->job->recent[a->job->nrecent++ % SRV_SNAP_RECENT] = a->rank;  /* listed by snapshots */
 	a->job->rate -= rs->rate;  /* it fills no more: its rate is no longer kept */
 	rs->rate = 0;
 	rs->rate_samples = rs->samples;

@@ -157,6 +157,12 @@ struct uid_use {
 	double admin_tokens;     /* ns of control-thread CPU its answers may take now
 				  * (opts.admin_share of the time since, up to SRV_ADMIN_BURST_S) */
 	int64_t admin_ns;        /* when admin_tokens was last brought up to date */
+	double use;              /* worker time its jobs' records took lately (srv_workers.c:
+				  * ns, halved every SRV_USE_HALF_NS; at use_ns) */
+	int64_t use_ns;
+	uint64_t work_ns;        /* worker time its jobs' records took, in all */
+	unsigned pick_ix;        /* srv_workers.c pick's scratch (under mu): its index among the
+				  * accounts of the attached rings (dm_ring.acct) */
 	struct uid_use *next;
 };
 
@@ -175,6 +181,8 @@ struct att {
 	uint64_t floor;          /* every step below it is known released */
 	uint64_t bytes;          /* ring memory, for the limit (and in job->mem_rings) */
 	uid_t uid;               /* its client's, for the per-uid memory limit */
+	struct uid_use *acct;    /* its job owner's account (srv_workers.c, cached at first pick);
+				  * the accounts live until srv_destroy */
 	unsigned live;           /* its index in s->live while attached */
 	int64_t empty_since;     /* ns: since when the ring holds no batch for the consumer; 0 = it
 				  * does (srv_att_check_empty, srv_att_published) */
@@ -209,6 +217,9 @@ struct rank_state {
 	uint32_t attaches;
 };
 
+/* Detached ranks a snapshot lists per job (the last to detach), besides the attached ones. */
+#define SRV_SNAP_RECENT 8
+
 struct job {
 	char name[CTL_JOB_NAME_MAX];
 	struct ctl_job_open spec;     /* rank, start and owner_uid zeroed: what every rank must agree
@@ -238,6 +249,13 @@ struct job {
 	double rate;                  /* samples/s, all ranks, over the last rate interval
 				       * (srv_housekeeping keeps it, without walking ranks) */
 	uint64_t cpu_ns, cpu_snap;    /* worker thread CPU spent on it; at the last rate interval */
+	/* Fair by cost (srv_workers.c), under mu: worker time its records took lately (ns, halved
+	 * every SRV_USE_HALF_NS; at use_ns), the worker time a sample of it takes (averaged; 0 =
+	 * not known yet), and its open steps on s->tasks. */
+	double use;
+	int64_t use_ns;
+	uint64_t sample_ns;
+	unsigned queued;
 	double cpu_cores;             /* of that, cores over the last rate interval */
 	double demand;                /* samples/s its attached consumers eat (dm_rate_peak x batch),
 				       * at the last rate interval */
@@ -261,6 +279,16 @@ struct job {
 	uint64_t seed_k1;
 	uint32_t seed_rows;
 	double *seed_ns;
+	/* Its ranks' figures summed (srv_workers.c at each publish), so that a snapshot has them
+	 * without walking the ranks; and the ranks a snapshot lists besides the attached ones: the
+	 * SRV_SNAP_RECENT that detached last (srv_att_retire), so that a snapshot costs O(attached
+	 * ranks), never O(world). */
+	uint64_t published, samples, fill_ns, latency_ns;
+	uint64_t phase_ns[SRV_PHASES_MAX];
+	uint32_t started;             /* ranks attached at least once */
+	uint32_t recent[SRV_SNAP_RECENT];  /* rank numbers, most recent at (nrecent - 1) mod N */
+	unsigned nrecent;             /* detaches ever recorded */
+	uint32_t snap_ix;             /* srv_snapshot_locked's scratch (under mu) */
 	uint64_t bad;
 	uint64_t bad_ids[16];         /* the most recent, for stats */
 	unsigned nbad_ids;            /* total ever recorded (index mod 16) */
@@ -308,6 +336,9 @@ struct srv {
 	int64_t recheck_ns;           /* when a ring below its slots turns paused (dm_target fills it
 				       * whole then) and idle workers should look again; 0 = never */
 	struct dm_ring *dm_in;        /* pick's scratch: dm_cap entries */
+	double *dm_acct;              /* pick's scratch for dm_shares: dm_cap entries */
+	int64_t fair_ns;              /* when a worker last looked for a ring of a job that used
+				       * less than the queued steps' (srv_workers.c, task_next) */
 	unsigned dm_cap;
 	double busy_share;            /* of the workers, over the last snapshot interval */
 	atomic_int stop;              /* set by srv_stop (any thread, a signal handler); srv_run reads */
@@ -426,9 +457,10 @@ void srv_workers_stop(struct srv *s);
 /* Under mu. Rank @r of @j as srv_snapshot reports it, at @now. */
 void srv_rank_snap(const struct job *j, uint32_t r, int64_t now, struct srv_rank_snap *out);
 /* Under mu. A snapshot of the server: of only job @only when not NULL, of only the jobs @viewer
- * may see when not NULL (srv_job_visible), with every rank of them when @ranks, else job
- * summaries (ranks NULL), whose cost does not grow with world sizes. NULL when out of memory;
- * free with srv_snapshot_free(). */
+ * may see when not NULL (srv_job_visible), with their attached ranks (and the last
+ * SRV_SNAP_RECENT to detach) when @ranks, else job summaries (ranks NULL). Its cost, time and
+ * memory, is O(jobs + attached ranks), never O(world). NULL when out of memory; free with
+ * srv_snapshot_free(). */
 struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only,
 					 const struct conn *viewer, int ranks);
 

@@ -542,6 +542,7 @@ static void open_finish(struct srv *s, struct open_req *r)
 	a->dead = 0;
 	c->att = a;
 	rs->att = a;
+	j->started += !rs->started;
 	rs->started = 1;
 	rs->attaches++;
 	j->attached++;

@@ -4,13 +4,16 @@
  * agrees on what a figure means.
  *
  * Threads: srv_snapshot_take locks s->mu for the copy only (one allocation, then a walk over the
- * jobs and ranks, one state-word scan per attached rank); the caller renders and writes without
+ * jobs and the attached ranks, one state-word scan per attached rank); the caller renders and writes without
  * the lock. srv_snapshot_locked and srv_rank_snap are for callers that hold it already. A summary
  * (no ranks: loaderctl status and jobs) copies per-job figures that are kept up to date as they
- * change (rates by srv_housekeeping, memory as it is reserved and let go), so its cost is the
- * number of jobs, whatever their world sizes. */
+ * change (rates by srv_housekeeping, memory as it is reserved and let go, the ranks' sums at each
+ * publish), so its cost is the number of jobs, whatever their world sizes. With ranks (loaderctl
+ * stats, the metrics file) it lists only the attached ranks, found through s->live, and the last
+ * SRV_SNAP_RECENT of each job to detach: O(attached ranks), never O(world). */
 #include "loader/srv_impl.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +49,19 @@ void srv_rank_snap(const struct job *j, uint32_t r, int64_t now, struct srv_rank
 		out->empty_ns += (uint64_t)(now - a->empty_since);
 }
 
+static int by_rank(const void *x, const void *y)
+{
+	const struct srv_rank_snap *a = x, *b = y;
+
+	return (a->rank > b->rank) - (a->rank < b->rank);
+}
+
+/* Ranks of @j a snapshot lists at most: its attached ones and the recent detaches. */
+static size_t listed_max(const struct job *j)
+{
+	return (size_t)j->attached + (j->nrecent < SRV_SNAP_RECENT ? j->nrecent : SRV_SNAP_RECENT);
+}
+
 struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only,
 					 const struct conn *viewer, int ranks)
 {
@@ -53,14 +69,21 @@ struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only,
 	int64_t now = now_ns();
 
 #define WANTED(j) ((!only || (j) == only) && (!viewer || srv_job_visible(viewer, (j))))
-	for (const struct job *j = s->jobs; j; j = j->next)
-		if (WANTED(j))
-			njobs++, nranks += ranks ? j->spec.world : 0;
+	/* Never a rank per world entry: only what is attached (the walk is over s->live) and a
+	 * few detached ones per job. */
+	for (struct job *j = s->jobs; j; j = j->next) {
+		j->snap_ix = UINT32_MAX;
+		if (WANTED(j)) {
+			j->snap_ix = (uint32_t)njobs++;
+			nranks += ranks ? listed_max(j) : 0;
+		}
+	}
 	size_t size = sizeof(struct srv_snapshot) + njobs * sizeof(struct srv_job_snap) +
 		      nranks * sizeof(struct srv_rank_snap);
 	struct srv_snapshot *snap = calloc(1, size);
 	if (!snap)
 		return NULL;
+	snap->bytes = size;
 	snap->jobs = (struct srv_job_snap *)(snap + 1);
 	struct srv_rank_snap *rank_mem = (struct srv_rank_snap *)(snap->jobs + njobs);
 
@@ -79,7 +102,7 @@ struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only,
 	for (const struct job *j = s->jobs; j; j = j->next) {
 		snap->ranks_attached += j->attached;
 		snap->mem_rings += j->mem_rings;
-		if (!WANTED(j))
+		if (j->snap_ix == UINT32_MAX)
 			continue;
 		struct srv_job_snap *js = &snap->jobs[snap->njobs++];
 		snprintf(js->name, sizeof(js->name), "%s", j->name);
@@ -107,12 +130,39 @@ struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only,
 		js->mem_rings = j->mem_rings;
 		js->mem_table = j->mem_table;
 		js->mem_state = j->mem_state;
+		js->started = j->started;
+		js->published = j->published;
+		js->samples = j->samples;
+		js->fill_ns = j->fill_ns;
+		js->latency_ns = j->latency_ns;
+		memcpy(js->phase_ns, j->phase_ns, sizeof(js->phase_ns));
 		if (!ranks)
 			continue;
 		js->ranks = rank_mem;
-		rank_mem += js->world;
-		for (uint32_t r = 0; r < js->world; r++)
-			srv_rank_snap(j, r, now, &js->ranks[r]);
+		rank_mem += listed_max(j);
+		/* The recent detaches that are still detached, each once. */
+		unsigned n = j->nrecent < SRV_SNAP_RECENT ? j->nrecent : SRV_SNAP_RECENT;
+		for (unsigned k = 0; k < n; k++) {
+			uint32_t r = j->recent[(j->nrecent - 1 - k) % SRV_SNAP_RECENT];
+			int dup = j->ranks[r].att != NULL;
+			for (uint32_t q = 0; q < js->nranks && !dup; q++)
+				dup = js->ranks[q].rank == r;
+			if (!dup)
+				srv_rank_snap(j, r, now, &js->ranks[js->nranks++]);
+		}
+	}
+	if (ranks) {
+		for (unsigned k = 0; k < s->nlive; k++) {
+			const struct att *a = s->live[k];
+			if (a->job->snap_ix == UINT32_MAX)
+				continue;
+			struct srv_job_snap *js = &snap->jobs[a->job->snap_ix];
+			assert(js->nranks < listed_max(a->job));
+			srv_rank_snap(a->job, a->rank, now, &js->ranks[js->nranks++]);
+		}
+		for (unsigned k = 0; k < snap->njobs; k++)
+			qsort(snap->jobs[k].ranks, snap->jobs[k].nranks, sizeof(struct srv_rank_snap),
+			      by_rank);
 	}
 #undef WANTED
 	return snap;

@@ -25,9 +25,13 @@
  * picks the next (ring, step) as above (ring_prod_poll, then ring_prod_begin, under s->mu), draws the step's sample ids, flags and labels with
  * ops->step_open into private memory of the server (struct open_step, from s->step_pool; never
  * read back from shared memory), and queues the step on s->tasks. The step's samples are handed
- * out as tasks of task_size() samples (4 to 8): workers take the next task of
- * the earliest open step, whatever ring or job it belongs to, so one ring can keep every core
- * busy and a batch is ready after batch / workers decode times, not batch. Rings take turns
+ * out as tasks of task_size() samples (4 to 8), cut to about a slice of worker time by the job's
+ * measured time per sample (task_cut: SRV_SLICE_NS, one sample at least): workers take the next
+ * task of the open step whose uid, then job, used the least worker time lately (the earliest
+ * opened among equals), whatever ring it belongs to, so one ring can keep every core busy, a
+ * batch is ready after batch / workers decode times, not batch, and a job of costly records
+ * holds a worker for one record at a time, not a batch of them (fair by cost: task_step,
+ * task_next, docs/TUNING.md). Rings take turns
  * because steps are opened in the controller's order (round-robin among equals: s->rr) and served
  * in the order they were opened; the cost of a pick does not grow with the world sizes of the
  * jobs (a pick looks at the queue's head, or at the attached rings only).
@@ -70,6 +74,7 @@
 #include "loader/cpu_clock.h"
 
 #include <assert.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <errno.h>
@@ -90,6 +95,49 @@ static void charge(struct srv *s, struct open_step *o, int64_t cpu)
 	o->cpu_ns += (uint64_t)cpu;
 	o->a->job->cpu_ns += (uint64_t)cpu;
 	dm_bucket_charge(&s->budget, cpu);
+}
+
+/* Worker time used lately halves every SRV_USE_HALF_NS: what fair-by-cost compares. */
+#define SRV_USE_HALF_NS 1000000000ll
+
+static double use_at(double use, int64_t at, int64_t now)
+{
+	return now > at ? use * exp2(-(double)(now - at) / SRV_USE_HALF_NS) : use;
+}
+
+/* Under mu. @ns of worker time (wall: its reads, its decode) went to @j's records: charged to the
+ * job and to its owner's account, for fair-by-cost (task_take, task_next). */
+static void use_charge(struct srv *s, struct job *j, int64_t ns)
+{
+	int64_t now = now_ns();
+	struct uid_use *u = srv_uid(s, j->uid);
+
+	j->use = use_at(j->use, j->use_ns, now) + (double)ns;
+	j->use_ns = now;
+	if (u) {
+		u->use = use_at(u->use, u->use_ns, now) + (double)ns;
+		u->use_ns = now;
+		u->work_ns += (uint64_t)ns;
+	}
+}
+
+/* Under mu. How much @j's owner, then @j (by its weight), used lately, at @now: lower goes first. */
+struct use_key {
+	double uid, job;
+};
+
+static struct use_key use_key(struct srv *s, struct job *j, int64_t now)
+{
+	struct uid_use *u = srv_uid(s, j->uid);
+
+	return (struct use_key){ .uid = u ? use_at(u->use, u->use_ns, now) : 0,
+				 .job = use_at(j->use, j->use_ns, now) /
+					(j->spec.weight ? j->spec.weight : DM_WEIGHT_DEFAULT) };
+}
+
+static int use_less(struct use_key a, struct use_key b)
+{
+	return a.uid < b.uid || (a.uid == b.uid && a.job < b.job);
 }
 
 /* Under mu. Balanced shares: every rank has given its report for the pending update: new weights
@@ -281,7 +329,7 @@ static int ring_in(struct srv *s, struct att *a, int64_t now, struct dm_ring *r,
  * below their target with a free slot (loader/demand.c, dm_pick); also sets s->cap, the workers
  * the demand needs. The cost of a pick grows with the attached rings only, not with the world
  * sizes of the jobs. */
-static struct att *pick(struct srv *s, uint64_t *step)
+static struct att *pick(struct srv *s, uint64_t *step, const struct use_key *below)
 {
 	unsigned n = s->nlive, start = s->rr++, m = 0, ahead = 0;
 	int64_t now = now_ns(), pause_at = 0;
@@ -291,7 +339,21 @@ static struct att *pick(struct srv *s, uint64_t *step)
 		if (!in)
 			return NULL;  /* retried at the next wake-up */
 		s->dm_in = in;
+		double *acct = realloc(s->dm_acct, 2 * n * sizeof(*acct));
+		if (!acct)
+			return NULL;
+		s->dm_acct = acct;
 		s->dm_cap = 2 * n;
+	}
+	/* Each ring's account (its job owner's uid), numbered 0..nacct-1: dm_shares splits the
+	 * cores by uid first, so that a job's weight divides its own uid's part only. */
+	unsigned nacct = 0;
+	for (unsigned k = 0; k < n; k++) {
+		struct att *a = s->live[k];
+		if (!a->acct)
+			a->acct = srv_uid(s, a->job->uid);
+		if (a->acct)
+			a->acct->pick_ix = UINT_MAX;
 	}
 	/* Rings that cannot take a step stay in the array (free_slot 0): indices match s->live. */
 	s->recheck_ns = 0;
@@ -302,6 +364,11 @@ static struct att *pick(struct srv *s, uint64_t *step)
 		struct job *j = s->live[k]->job;
 		uint64_t rel = 0;
 		int can = ring_in(s, s->live[k], now, r, &rel);
+		struct uid_use *u = s->live[k]->acct;
+		if (u && u->pick_ix == UINT_MAX)
+			u->pick_ix = nacct++;
+		/* no account (out of memory): one of its own */
+		r->acct = u ? u->pick_ix : nacct++;
 		m += can;
 		/* The job's slowest rank that eats (dm_paces_job; one that cannot take a step
 		 * paces no one), and when the first of them turns paused. */
@@ -333,11 +400,23 @@ static struct att *pick(struct srv *s, uint64_t *step)
 	}
 	if (ahead && (!s->recheck_ns || pause_at < s->recheck_ns))
 		s->recheck_ns = pause_at;
-	dm_shares(s->dm_in, n, s->ceiling);
-	unsigned cap = m ? dm_active_cap(s->dm_in, n, s->ceiling) : s->ceiling;
-	if (cap > s->cap)
-		pthread_cond_broadcast(&s->cv);  /* workers held back by the old cap */
-	s->cap = cap;
+	if (below) {
+		/* Looking for a job that used less than @below (task_next): the others, and a job
+		 * with a step queued already, want none now (after the bookkeeping above, which is
+		 * the same either way). */
+		for (unsigned k = 0; k < n; k++) {
+			struct job *j = s->live[k]->job;
+			if (j->queued || !use_less(use_key(s, j, now), *below))
+				s->dm_in[k].free_slot = 0;
+		}
+	}
+	dm_shares(s->dm_in, n, s->ceiling, nacct, s->dm_acct);
+	if (!below) {  /* what the demand needs: from every ring, not the few looked for */
+		unsigned cap = m ? dm_active_cap(s->dm_in, n, s->ceiling) : s->ceiling;
+		if (cap > s->cap)
+			pthread_cond_broadcast(&s->cv);  /* workers held back by the old cap */
+		s->cap = cap;
+	}
 	int i = n ? dm_pick(s->dm_in, n, start % n) : -1;
 	if (i < 0)
 		return NULL;
@@ -464,14 +543,20 @@ static void step_done(struct srv *s, struct open_step *o)
 		rs->samples += n;
 		rs->fill_ns += o->work_ns;
 		rs->latency_ns += latency;
+		j->published++;
+		j->samples += n;
+		j->fill_ns += o->work_ns;
+		j->latency_ns += latency;
 		/* Averaged over about 8 steps: what the targets and the cap are made of. */
 		double pl = (double)(now - o->open_ns) * 1e-9;
 		a->lat_s = a->lat_s ? 0.875 * a->lat_s + 0.125 * pl : pl;
 		a->work_step_s = a->work_step_s ?
 			0.875 * a->work_step_s + 0.125 * (double)o->work_ns * 1e-9 :
 			(double)o->work_ns * 1e-9;
-		for (unsigned k = 0; k < SRV_PHASES_MAX; k++)
+		for (unsigned k = 0; k < SRV_PHASES_MAX; k++) {
 			rs->phase_ns[k] += o->phase_ns[k];
+			j->phase_ns[k] += o->phase_ns[k];
+		}
 		pthread_mutex_unlock(&s->mu);
 		/* Write-only: the consumer may have scribbled on these; they are overwritten from
 		 * the step's private arrays, never read. */
@@ -493,13 +578,17 @@ static void step_done(struct srv *s, struct open_step *o)
 	step_put(s, o);
 }
 
-/* Under mu. Take @o off the head of s->tasks. */
-static void tasks_pop(struct srv *s, struct open_step *o)
+/* Under mu. Take @o off s->tasks; @prev is the step before it (NULL: @o is the head). */
+static void tasks_unlink(struct srv *s, struct open_step *prev, struct open_step *o)
 {
-	s->tasks = o->next_open;
-	if (!s->tasks)
-		s->tasks_tail = NULL;
+	if (prev)
+		prev->next_open = o->next_open;
+	else
+		s->tasks = o->next_open;
+	if (s->tasks_tail == o)
+		s->tasks_tail = prev;
 	o->next_open = NULL;
+	o->a->job->queued--;
 }
 
 /* Under mu. Queue @o, whose samples are to be handed out, and wake workers for its tasks. */
@@ -513,6 +602,7 @@ static void tasks_push(struct srv *s, struct open_step *o)
 	else
 		s->tasks = o;
 	s->tasks_tail = o;
+	o->a->job->queued++;
 	for (uint32_t k = 1; k < ntasks && k < s->opts.workers; k++)
 		pthread_cond_signal(&s->cv);
 }
@@ -523,33 +613,71 @@ struct task {
 	uint32_t begin, end;
 };
 
-/* Under mu. The next task into *t: samples of the earliest open step. Steps that
- * should no longer be filled are abandoned on the way (and finished if no task of theirs is out).
- * 1 when a task was taken, else 0. */
-static int task_take(struct srv *s, struct task *t)
+/* Samples of @o's job that take about SRV_SLICE_NS of worker time, within [1, @o's task size]:
+ * one while the time a sample takes is not known. */
+static uint32_t task_cut(const struct open_step *o)
 {
-	while (s->tasks) {
-		struct open_step *o = s->tasks;
+	uint64_t per = o->a->job->sample_ns;
+
+	if (!per)
+		return 1;
+	uint64_t n = (uint64_t)SRV_SLICE_NS / per;
+	return n < 1 ? 1 : n > o->task ? o->task : (uint32_t)n;
+}
+
+/* Under mu. The open step a task is taken from next: of the queued ones, the one whose job's
+ * owner, then whose job, used the least worker time lately (fair by cost: a job of records that
+ * take seconds each does not keep the workers from a cheap one by having its steps queued
+ * first); among equals the earliest opened. NULL when the queue is empty. Steps that should no
+ * longer be filled are abandoned on the way (and finished if no task of theirs is out). The queue
+ * holds few steps: one is opened when none has a task left (task_next), or for a job that has
+ * none queued. */
+static struct open_step *task_step(struct srv *s, struct open_step **best_prev)
+{
+	struct open_step *best = NULL, *prev = NULL, *o, *next;
+	struct use_key bk = { 0, 0 };
+	int64_t now = now_ns();
+
+	for (o = s->tasks; o; o = next) {
+		next = o->next_open;
 		if (step_stale(s, o)) {
 			o->abandoned = 1;
 			o->next = o->st.count;
-			tasks_pop(s, o);
+			tasks_unlink(s, prev, o);
 			if (o->out == 0)
 				step_done(s, o);  /* abandoned: keeps the lock */
 			continue;
 		}
-		t->o = o;
-		t->begin = o->next;
-		t->end = o->st.count - o->next > o->task ? o->next + o->task : o->st.count;
-		o->next = t->end;
-		o->out++;
-		if (!o->first_ns)
-			o->first_ns = now_ns();
-		if (o->next == o->st.count)
-			tasks_pop(s, o);
-		return 1;
+		struct use_key k = use_key(s, o->a->job, now);
+		if (!best || use_less(k, bk)) {
+			best = o;
+			bk = k;
+			*best_prev = prev;
+		}
+		prev = o;
 	}
-	return 0;
+	return best;
+}
+
+/* Under mu. The next task into *t: about a slice of samples (task_cut) of the step task_step
+ * chooses. 1 when a task was taken, else 0. */
+static int task_take(struct srv *s, struct task *t)
+{
+	struct open_step *prev = NULL, *o = task_step(s, &prev);
+
+	if (!o)
+		return 0;
+	uint32_t n = task_cut(o);
+	t->o = o;
+	t->begin = o->next;
+	t->end = o->st.count - o->next > n ? o->next + n : o->st.count;
+	o->next = t->end;
+	o->out++;
+	if (!o->first_ns)
+		o->first_ns = now_ns();
+	if (o->next == o->st.count)
+		tasks_unlink(s, prev, o);
+	return 1;
 }
 
 /* Without mu. Fill @t into its slot; @f gets the callback's outputs. @next (NULL: none) is the
@@ -571,12 +699,19 @@ static int task_run(struct srv *s, void *wstate, const struct task *t, const str
 }
 
 /* Under mu. A task of @o ended with @ret after @dt ns (@cpu ns of CPU): account it; the last one finishes @o. */
-static void task_done(struct srv *s, struct open_step *o, int ret, const struct srv_fill *f,
-		      int64_t dt, int64_t cpu)
+static void task_done(struct srv *s, struct open_step *o, uint32_t t_samples, int ret,
+		      const struct srv_fill *f, int64_t dt, int64_t cpu)
 {
 	struct job *j = o->a->job;
 
 	charge(s, o, cpu);
+	use_charge(s, j, dt);
+	if (t_samples) {  /* averaged over about 4 tasks */
+		uint64_t per = (uint64_t)dt / t_samples;
+		j->sample_ns = j->sample_ns ? (3 * j->sample_ns + per) / 4 : per;
+		if (!j->sample_ns)
+			j->sample_ns = 1;
+	}
 	j->bad += f->bad;
 	for (uint32_t b = 0; b < f->nbad_ids && b < 8; b++)
 		j->bad_ids[j->nbad_ids++ % 16] = f->bad_ids[b];
@@ -713,6 +848,7 @@ static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 	s->busy_ns += (uint64_t)dt;
 	o->work_ns += (uint64_t)dt;
 	charge(s, o, dc);
+	use_charge(s, j, dt);
 	o->task = task_size(s, o->st.count);
 	if (ret < 0) {
 		fail_job(s, j, a->rank, step, ret, why);
@@ -735,12 +871,27 @@ struct worker_arg {
 static int task_next(struct srv *s, void *wstate, struct task *t)
 {
 	uint64_t step;
+	struct open_step *prev;
 
+	/* Fair by cost: steps are queued in the order they were opened, and one is opened when
+	 * none has a task left; a job of costly records would keep its steps queued and the
+	 * workers to itself. So, at most once a slice, a ring of a job that used less worker time
+	 * lately than the queued one about to be served, and has no step queued, gets its step
+	 * opened now (pick, among those only), and goes first (task_step). */
+	struct open_step *o = s->workers_stop ? NULL : task_step(s, &prev);
+	int64_t now = now_ns();
+	if (o && now - s->fair_ns >= SRV_SLICE_NS) {
+		struct use_key k = use_key(s, o->a->job, now);
+		s->fair_ns = now;
+		struct att *a = pick(s, &step, &k);
+		if (a)
+			step_open(s, wstate, a, step);
+	}
 	if (task_take(s, t))
 		return 1;
 	if (s->workers_stop)
 		return 0;
-	struct att *a = pick(s, &step);
+	struct att *a = pick(s, &step, NULL);
 	if (!a)
 		return 0;
 	step_open(s, wstate, a, step);
@@ -806,13 +957,18 @@ static void *worker_main(void *p)
 		}
 		/* A task taken is always filled, also when its step was abandoned meanwhile: the
 		 * fill before it may have started its reads (srv_fill.next_step). */
-		int more = may_work(s, 1, &wait) && task_next(s, wstate, &next);
+		/* Not behind a record that takes more than a slice (task_cut makes a task of it
+		 * alone), nor one of a job whose cost is not known yet: the next task taken now
+		 * would wait that long, and keep other jobs from it. */
+		uint64_t per = cur.o->a->job->sample_ns;
+		int more = per && per <= (uint64_t)SRV_SLICE_NS &&
+			   may_work(s, 1, &wait) && task_next(s, wstate, &next);
 		pthread_mutex_unlock(&s->mu);
 		int64_t t0 = now_ns();
 		int ret = task_run(s, wstate, &cur, more ? &next : NULL, &f);
 		int64_t t1 = now_ns(), dt = t1 - t0, dc = ldr_cpu_clock_lap(&cpu_clk, dt, t1);
 		pthread_mutex_lock(&s->mu);
-		task_done(s, cur.o, ret, &f, dt, dc);
+		task_done(s, cur.o, cur.end - cur.begin, ret, &f, dt, dc);
 		cur = next;
 		have = more;
 		if (!have) {
@@ -882,6 +1038,8 @@ void srv_workers_stop(struct srv *s)
 	s->threads = NULL;
 	free(s->dm_in);
 	s->dm_in = NULL;
+	free(s->dm_acct);
+	s->dm_acct = NULL;
 	s->dm_cap = 0;
 	s->nthreads = 0;
 }

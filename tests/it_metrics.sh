@@ -236,13 +236,16 @@ done
 "$BIN/ldcat" --socket "$T/s.sock" --dataset "$T/d.dpk" --job half --world 2 --rank 0 --batch 4 \
 	--crop 0 --epochs 0 --steps 2 >/dev/null 2>"$T/half.e0"
 check "rank 0 of a 2-rank job alone: ldcat reads 2 steps, exit 0" [ $? -eq 0 ]
-check "loaderctl stats half: batch latency - for the rank that never attached" \
+check "loaderctl stats half: the rank that never attached is counted, not listed (O(attached))" \
 	sh -c "'$BIN/loaderctl' --socket '$T/s.sock' stats half |
-		grep -q '^  rank 1: never attached, resumes at step 0, batch latency -\$'"
-check "loaderctl --json stats half: batch_latency_ms > 0 for rank 0, null for rank 1" \
+		grep -q '^  1 other rank not attached (1 never attached)\$'"
+check "loaderctl --json stats half: rank 0 listed with batch_latency_ms > 0, rank 1 counted" \
 	sh -c "'$BIN/loaderctl' --socket '$T/s.sock' --json stats half | '$PY' -c 'import json, sys
-r = json.load(sys.stdin)[0][\"ranks\"]
-sys.exit(not (r[0][\"batch_latency_ms\"] > 0 and r[1][\"batch_latency_ms\"] is None))'"
+j = json.load(sys.stdin)[0]
+r = j[\"ranks\"]
+sys.exit(not (len(r) == 1 and r[0][\"rank\"] == 0 and r[0][\"batch_latency_ms\"] > 0 and
+              j[\"ranks_not_listed\"] == 1 and j[\"ranks_never_attached\"] == 1 and
+              j[\"samples\"] == r[0][\"samples\"]))'"
 stop_loaderd
 
 # ---- written once more at shutdown; an unwritable directory is logged, not fatal ----

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -195,7 +196,30 @@ uint8_t pat_byte(uint32_t rank, uint64_t step, uint32_t i, uint64_t j)
 
 /* ---- the test server (runs in a forked child) ---- */
 
-enum pat_kind { PAT_PATTERN, PAT_FAIL, PAT_BADMSG, PAT_SLOW };
+enum pat_kind { PAT_PATTERN, PAT_FAIL, PAT_BADMSG, PAT_SLOW, PAT_HEAVY };
+
+atomic_ulong *pat_heavy_samples;
+
+/* Shared with the forked servers (start_server), so that a test reads what they filled. */
+__attribute__((constructor)) static void heavy_counter_init(void)
+{
+	void *p = mmap(NULL, sizeof(atomic_ulong), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+		       -1, 0);
+	static atomic_ulong local;
+
+	pat_heavy_samples = p == MAP_FAILED ? &local : p;
+}
+
+/* @ms of this thread's CPU: a record that costs that much to decode. */
+static void spin_cpu_ms(uint64_t ms)
+{
+	struct timespec t0, t;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+	do
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	while ((t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec) < (int64_t)ms * 1000000);
+}
 
 struct pat_job {
 	enum pat_kind kind;
@@ -229,6 +253,8 @@ int pat_job_open(void *ctx, const struct ctl_job_open *spec, const struct srv_da
 		pj.kind = PAT_BADMSG;
 	else if (parse_u64(spec->dataset, "slow:", &pj.arg))
 		pj.kind = PAT_SLOW;
+	else if (parse_u64(spec->dataset, "heavy:", &pj.arg))
+		pj.kind = PAT_HEAVY, pj.samples = 1u << 20;
 	else if (parse_u64(spec->dataset, "slowopen:", &pj.arg))
 		usleep((useconds_t)pj.arg * 1000);  /* a dataset on a hung file system */
 	else {
@@ -348,6 +374,10 @@ int pat_fill(void *ctx, void *worker, struct srv_fill *f)
 		usleep((useconds_t)pj->arg * 1000);  /* once per step */
 	for (uint32_t i = f->begin; i < f->end; i++) {
 		uint8_t *p = (uint8_t *)s->payload + i * pj->sample_bytes;
+		if (pj->kind == PAT_HEAVY) {  /* every sample */
+			spin_cpu_ms(pj->arg);
+			atomic_fetch_add(pat_heavy_samples, 1);
+		}
 		for (uint64_t j = 0; j < pj->sample_bytes; j++)
 			p[j] = pat_byte(st->rank, step, i, j);
 	}

@@ -35,6 +35,7 @@
 #include "shm/ldc.h"
 #include "shm/ring.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -105,6 +106,10 @@ int pat_job_open(void *ctx, const struct ctl_job_open *spec, const struct srv_da
 void pat_job_close(void *ctx, void *job);
 int pat_step_open(void *ctx, void *worker, struct srv_step *st, char *why, size_t whylen);
 int pat_fill(void *ctx, void *worker, struct srv_fill *f);
+/* "heavy:MS": the pattern, each sample after MS ms of the filling thread's CPU (a record at the
+ * pixel bound); *pat_heavy_samples counts those filled, all jobs, in this process and the servers
+ * it forks (shared memory). */
+extern atomic_ulong *pat_heavy_samples;
 /* The pattern itself. */
 uint64_t pat_id(uint32_t rank, uint64_t step, uint32_t i);
 uint8_t pat_flag(uint64_t step, uint32_t i);

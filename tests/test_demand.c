@@ -301,7 +301,8 @@ static void test_demand_in_time_priority_within_its_share(void **state)
 	r[1].since_release_s = 0.002;
 	r[2].free_slot = 0;
 	r[2].weight = 2;
-	dm_shares(r, 3, 1);
+	double sc[2];
+	dm_shares(r, 3, 1, 1, sc);
 	assert_float_equal(r[0].share, 0.5, 1e-12);
 	assert_float_equal(r[1].share, 0.5, 1e-12);
 	assert_float_equal(r[2].share, 0, 1e-12);
@@ -317,10 +318,63 @@ static void test_demand_in_time_priority_within_its_share(void **state)
 	assert_int_equal(dm_pick(r, 3, 1), 0);
 	/* Weights: 2 cores, ring 2 wanting too with weight 2: 0.5, 0.5, 1. */
 	r[2].free_slot = 1;
-	dm_shares(r, 3, 2);
+	dm_shares(r, 3, 2, 1, sc);
 	assert_float_equal(r[0].share, 0.5, 1e-12);
 	assert_float_equal(r[1].share, 0.5, 1e-12);
 	assert_float_equal(r[2].share, 1.0, 1e-12);
+}
+
+/* Issue 36: a job's weight divides its own uid's part of the cores, never another uid's. Uid 0
+ * has a job of weight 1000 and one of weight 1, uid 1 a victim of weight 1: 1 core goes 0.5 to
+ * each uid, uid 0's half split 1000:1. The heavy job stays first while in time within its
+ * uid's half (at exactly 0.5 core it does; one past, the victim, late, goes first), and between
+ * late rings its weight no longer scales its lateness past the victim's: with raw weights (the
+ * old rule, 1000/1001 of the core to it) it won both. */
+static void test_demand_weight_divides_its_uid_share_only(void **state)
+{
+	(void)state;
+	struct dm_ring r[3] = { ring(512, 0.004, 3, 8), ring(450, 0.004, 0, 8),
+				ring(100, 0.004, 0, 8) };
+	double sc[2];
+	r[0].weight = 1000;                  /* uid 0's heavy job, in time */
+	r[1].acct = 1;                       /* uid 1's victim, late */
+	r[1].held = 0;
+	r[1].since_release_s = 0.002;
+	r[2].free_slot = 0;                  /* uid 0's light job: wants nothing for now */
+	dm_shares(r, 3, 1, 2, sc);
+	assert_float_equal(r[0].share, 0.5, 1e-12);
+	assert_float_equal(r[1].share, 0.5, 1e-12);
+	assert_float_equal(r[0].wrel, 1, 1e-12);
+	assert_float_equal(r[1].wrel, 1, 1e-12);
+	assert_true(dm_slack(&r[0]) >= 0 && dm_slack(&r[1]) < 0);
+	r[0].work_step_s = 1.0 / 1024;       /* 512 x 1/1024: exactly its uid's half */
+	assert_int_equal(dm_pick(r, 3, 0), 0);
+	assert_int_equal(dm_pick(r, 3, 1), 0);
+	r[0].work_step_s = 1.0 / 1024 * (1 + 1e-9);
+	assert_int_equal(dm_pick(r, 3, 0), 1);
+	assert_int_equal(dm_pick(r, 3, 1), 1);
+	/* uid 0's light job wants a step too: uid 0's half split 1000:1, uid 1's half whole. */
+	r[2].free_slot = 1;
+	dm_shares(r, 3, 1, 2, sc);
+	assert_float_equal(r[0].share, 0.5 * 1000 / 1001, 1e-12);
+	assert_float_equal(r[2].share, 0.5 / 1001, 1e-12);
+	assert_float_equal(r[1].share, 0.5, 1e-12);
+	assert_float_equal(r[0].share + r[1].share + r[2].share, 1, 1e-12);
+	/* Both late, the heavy one less late (-10 ms against -30 ms): the raw weight made it
+	 * -10 s; its part of the core (1.5 x 1000/1001 of an even split) does not. */
+	struct dm_ring l[2] = { ring(100, 0.030, 1, 8), ring(100, 0.050, 1, 8) };
+	l[0].weight = 1000;
+	l[1].acct = 1;
+	dm_shares(l, 2, 1, 2, sc);
+	assert_float_equal(dm_slack(&l[0]), -0.010, 1e-9);
+	assert_float_equal(dm_slack(&l[1]), -0.030, 1e-9);
+	assert_int_equal(dm_pick(l, 2, 0), 1);
+	assert_int_equal(dm_pick(l, 2, 1), 1);
+	/* One uid: the weight divides its part as before (1000:1 of the core; the heavy first). */
+	l[1].acct = 0;
+	dm_shares(l, 2, 1, 2, sc);
+	assert_float_equal(l[0].share, 1000.0 / 1001, 1e-12);
+	assert_int_equal(dm_pick(l, 2, 1), 0);
 }
 
 static void test_demand_active_cap(void **state)
@@ -391,6 +445,7 @@ int main(void)
 		cmocka_unit_test(test_demand_pick_only_below_target),
 		cmocka_unit_test(test_demand_pick_in_time_before_late),
 		cmocka_unit_test(test_demand_pick_order_and_weights),
+		cmocka_unit_test(test_demand_weight_divides_its_uid_share_only),
 		cmocka_unit_test(test_demand_pick_ranks_of_a_job_emptiest_first),
 		cmocka_unit_test(test_demand_ranks_ahead_wait_for_the_slowest),
 		cmocka_unit_test(test_demand_in_time_priority_within_its_share),

@@ -636,6 +636,46 @@ static void test_dpk_map_index_max(void **state)
 	}
 }
 
+/* Issue 36: the guard's table (DPK_GUARD_SLOTS mappings) is one for the process, shared by every
+ * user of the daemon; each user's mappings are charged to it. At its limit (2: one file, index and
+ * data) a user's next file is opened unmapped (a copy and reads), while another user still maps;
+ * closing gives the slots back. dpk_guard_held counts exactly. */
+static void test_dpk_guard_slots_per_owner_at_limit_and_one_past(void **state)
+{
+	struct dpk *a, *b, *c, *d;
+	char err[256];
+	const unsigned flags = DPK_OPEN_MAP | DPK_OPEN_MAP_DATA;
+
+	(void)state;
+	write_dataset(100);
+	unsigned before = dpk_guard_held(4242);
+	dpk_guard_owner(4242, before + 2);
+	assert_int_equal(dpk_open(path, flags, &a, err, sizeof(err)), 0);
+	assert_true(dpk_mapped(a) && dpk_data_mapped(a));   /* at the limit: 2 held */
+	assert_int_equal(dpk_guard_held(4242), before + 2);
+	assert_int_equal(dpk_open(path, flags, &b, err, sizeof(err)), 0);
+	assert_false(dpk_mapped(b));                         /* one past: refused, copied */
+	assert_false(dpk_data_mapped(b));
+	assert_int_equal(dpk_guard_held(4242), before + 2);
+	struct dpk_entry e;
+	assert_int_equal(dpk_entry_load(b, 99, &e, err, sizeof(err)), 0);  /* and it serves */
+	dpk_guard_owner(4243, 2);                            /* another user maps */
+	assert_int_equal(dpk_open(path, flags, &c, err, sizeof(err)), 0);
+	assert_true(dpk_mapped(c) && dpk_data_mapped(c));
+	assert_int_equal(dpk_guard_held(4243), 2);
+	dpk_close(a);                                        /* the first user's slots come back */
+	assert_int_equal(dpk_guard_held(4242), before);
+	dpk_guard_owner(4242, before + 2);
+	assert_int_equal(dpk_open(path, flags, &d, err, sizeof(err)), 0);
+	assert_true(dpk_mapped(d) && dpk_data_mapped(d));
+	dpk_guard_owner(-1, 0);
+	dpk_close(b);
+	dpk_close(c);
+	dpk_close(d);
+	assert_int_equal(dpk_guard_held(4242), before);
+	assert_int_equal(dpk_guard_held(4243), 0);
+}
+
 /* A file truncated under its mapped index: its loads fail with -EBADMSG naming the truncation
  * (the SIGBUS guard), the process lives, and another mapped dataset goes on loading. */
 static void test_dpk_mapped_truncated_no_sigbus(void **state)
@@ -1104,6 +1144,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dpk_mapped_entries_checked_at_use, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_mapped_bounds_at_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_mapped_matches_copy, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dpk_guard_slots_per_owner_at_limit_and_one_past, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_mapped_truncated_no_sigbus, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_read_index_single_entry, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dpk_read_index_truncated, setup, teardown),

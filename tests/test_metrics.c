@@ -7,6 +7,7 @@
  * loaderd's file is tests/it_metrics.sh. */
 #include "loader/metrics.h"
 #include "loader/srv.h"
+#include "loader/srv_impl.h"
 #include "tests/srv_harness.h"
 
 #include <dirent.h>
@@ -95,7 +96,8 @@ static void test_metrics_render_escapes_labels_and_is_well_formed(void **state)
 		{ .rank = 1 },  /* never attached: left out */
 	};
 	struct srv_job_snap job = { .name = "we\"ird\\job\n", .dataset = "/d/\"x\"\\y\nz.dpk",
-				    .uid = 1234, .world = 2, .batch = 4, .bad = 5, .ranks = ranks };
+				    .uid = 1234, .world = 2, .batch = 4, .bad = 5, .ranks = ranks,
+				    .nranks = 2 };
 	struct srv_snapshot snap = { .uptime_ns = 12500000000, .workers = 3, .busy_ns = 1,
 				     .busy_share = 0.25, .mem_used = 1 << 20, .clients = 2,
 				     .ranks_attached = 1, .njobs = 1, .jobs = &job,
@@ -335,6 +337,94 @@ static void test_metrics_empty_time_slow_producer_vs_slow_consumer(void **state)
 	srv_snapshot_free(snap);
 }
 
+/* Issue 36: a snapshot (loaderctl stats, the metrics file) copied every rank of every job: one
+ * stats of 63 jobs of world 65,536 took loaderd from 24 MB to 688 MB (tools/bench/snapshot.sh).
+ * It lists the attached ranks, and the last SRV_SNAP_RECENT to detach: with one rank of a world
+ * of 65,536 attached its memory is one rank's, and at SRV_SNAP_RECENT + 1 detaches the first is
+ * no longer listed. */
+static struct ldc *wide_attach(uint32_t rank)
+{
+	struct ldc *c = cli_connect();
+	struct ldc_job j = mkjob("wide", "pattern:262144", 4, rank, CTL_WORLD_MAX, 0);
+	struct ldc_info in;
+
+	open_ok(c, &j, &in);
+	struct expect e = expect_of(&in, rank);
+	consume_ok(c, &e, 0, 2);
+	return c;
+}
+
+static struct srv_snapshot *wide_snap(const struct srv_job_snap **j)
+{
+	struct srv_snapshot *snap;
+
+	assert_int_equal(srv_snapshot_take(g_srv, &snap), 0);
+	assert_int_equal(snap->njobs, 1);
+	*j = find_job(snap, "wide");
+	assert_non_null(*j);
+	assert_int_equal((*j)->world, CTL_WORLD_MAX);
+	return snap;
+}
+
+static void test_metrics_snapshot_lists_attached_ranks_not_world(void **state)
+{
+	const size_t fixed = sizeof(struct srv_snapshot) + sizeof(struct srv_job_snap);
+	const struct srv_job_snap *j;
+	struct srv_snapshot *snap;
+
+	(void)state;
+	struct ldc *c7 = wide_attach(7);
+	snap = wide_snap(&j);
+	assert_int_equal(j->nranks, 1);
+	assert_int_equal(j->ranks[0].rank, 7);
+	assert_true(j->ranks[0].attached);
+	assert_int_equal(snap->bytes, fixed + sizeof(struct srv_rank_snap));
+	srv_snapshot_free(snap);
+
+	struct ldc *c3 = wide_attach(3);  /* listed by rank number */
+	snap = wide_snap(&j);
+	assert_int_equal(j->nranks, 2);
+	assert_int_equal(j->ranks[0].rank, 3);
+	assert_int_equal(j->ranks[1].rank, 7);
+	assert_int_equal(j->started, 2);
+	assert_int_equal(j->samples, j->ranks[0].samples + j->ranks[1].samples);
+	assert_int_equal(j->fill_ns, j->ranks[0].fill_ns + j->ranks[1].fill_ns);
+	assert_int_equal(snap->bytes, fixed + 2 * sizeof(struct srv_rank_snap));
+	srv_snapshot_free(snap);
+	cli_close(c3);
+	cli_close(c7);
+
+	/* Detached, 3 first, then 7; then n more. Listed: the last SRV_SNAP_RECENT to detach; at
+	 * the limit (2 + n == SRV_SNAP_RECENT) 3 still is, one past it no longer. */
+	for (unsigned n = 0; n < SRV_SNAP_RECENT; n++) {
+		for (int i = 0; i < 1000; i++) {  /* the control thread sees the hang-up */
+			snap = wide_snap(&j);
+			int done = j->attached == 0;
+			srv_snapshot_free(snap);
+			if (done)
+				break;
+			usleep(2000);
+		}
+		snap = wide_snap(&j);
+		unsigned want = 2 + n < SRV_SNAP_RECENT ? 2 + n : SRV_SNAP_RECENT;
+		int has3 = 0, has7 = 0;
+		assert_int_equal(j->nranks, want);
+		assert_int_equal(snap->bytes, fixed + want * sizeof(struct srv_rank_snap));
+		for (uint32_t k = 0; k < j->nranks; k++) {
+			assert_false(j->ranks[k].attached);
+			assert_true(k == 0 || j->ranks[k - 1].rank < j->ranks[k].rank);
+			has3 |= j->ranks[k].rank == 3;
+			has7 |= j->ranks[k].rank == 7;
+		}
+		assert_int_equal(has3, 2 + n <= SRV_SNAP_RECENT);
+		assert_true(has7);
+		assert_int_equal(j->started, 2 + n);
+		srv_snapshot_free(snap);
+		if (n + 1 < SRV_SNAP_RECENT)
+			cli_close(wide_attach(100 + n));
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -347,6 +437,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_metrics_batch_latency_sum_grows_mean_below_wall,
 						inproc_setup, inproc_teardown),
 		cmocka_unit_test_setup_teardown(test_metrics_empty_time_slow_producer_vs_slow_consumer,
+						inproc_setup, inproc_teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_snapshot_lists_attached_ranks_not_world,
 						inproc_setup, inproc_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

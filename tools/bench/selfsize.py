@@ -67,7 +67,7 @@ class Loaderd:
     def published(self):
         out = subprocess.run([os.path.join(BIN, "loaderctl"), "--socket", self.sock, "--json",
                               "stats"], check=True, capture_output=True, text=True).stdout
-        return sum(r["samples"] for j in json.loads(out) for r in j["ranks"])
+        return sum(j["samples"] for j in json.loads(out))
 
     def stop(self):
         self.proc.terminate()
