@@ -217,7 +217,8 @@ static const struct arg_table opt_table = {
 "\n"
 "Serves training jobs from packed datasets (.dpk, made by dpack) over a unix socket. Each rank\n"
 "of a job attaches with the client API (shm/ldc.h) and gets its own shared-memory ring.\n"
-"Runs in the foreground, logs to stderr; SIGTERM or SIGINT stops it (clients are told).\n"
+"Runs in the foreground, logs to stderr; SIGTERM or SIGINT stops it (clients are told);\n"
+"SIGHUP, SIGTSTP, SIGTTIN and SIGTTOU are ignored.\n"
 "Under a service manager that sets $NOTIFY_SOCKET (systemd, Type=notify), loaderd sends it\n"
 "READY=1 once serving and STOPPING=1 when it stops.\n",
 	.outro = "\nExit status: 0 stopped by a signal, 1 runtime error, 2 bad usage.\n",
@@ -318,6 +319,11 @@ int main(int argc, char **argv)
 	int ret;
 
 	log_prog = "loaderd";
+	/* First: a terminal's hang-up or job control must not stop or kill a daemon, whether it was
+	 * started from one or a user made one reachable to it. And every open loaderd makes carries
+	 * O_NOCTTY (scripts/check_noctty.sh), so that, as a session leader (under systemd, or
+	 * setsid), it never acquires a controlling terminal. */
+	proc_ignore_terminal_signals();
 	ret = parse_args(argc, argv, &o);
 	if (ret >= 0)
 		return ret;
