@@ -128,7 +128,7 @@ static const struct arg_opt opt_rows[] = {
 	{ .kind = ARG_HEADING, .help = "options:" },
 	{ "socket", 0, ARG_PATH, AT(socket, const char *),
 	  .def_doc = "$XDG_RUNTIME_DIR/loaderd.sock, else /tmp/loaderd-UID.sock",
-	  .help = "control socket; mode 0600 unless --group is given" },
+	  .help = "control socket; mode 0600 unless --group or --all-users is given" },
 	{ "workers", 0, ARG_UINT, AT(so.workers, unsigned), .lo = 1, .hi = 1024,
 	  .def_doc = "all cores",
 	  .help = "decode threads at most; how many decode at once follows what the consumers eat "
@@ -161,6 +161,9 @@ static const struct arg_opt opt_rows[] = {
 	{ "group", 0, ARG_CUSTOM, AT(so.group, gid_t), .parse = parse_group, .meta = "NAME",
 	  .allowed = "a group of this host", .def_doc = "none, owner only",
 	  .help = "let members of this group connect too: socket mode 0660" },
+	{ "all-users", 0, ARG_FLAG, AT(so.all_users, int), .def_doc = "off, owner only",
+	  .help = "let every user of this host connect: socket mode 0666 (the system service's "
+		  "way: each user is served only its own jobs, within its own limits)" },
 	{ "linger", 0, ARG_UINT, AT(linger_s, unsigned), .lo = 1, .hi = 86400 * 7,
 	  .meta = "SECONDS", .def = "60", .help = "keep a job with no rank attached this long" },
 
@@ -249,6 +252,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		return 0;
 	if (ret < 0)
 		return 2;
+	if (o->so.all_users && o->so.group != (gid_t)-1) {
+		fprintf(stderr, "loaderd: --all-users and --group: one or the other (--all-users lets "
+			"every user in, --group the members of one group)\n");
+		return 2;
+	}
 	o->so.socket_path = o->socket;
 	o->cfg.io = (enum ldr_io)o->io;
 	o->cfg.workers = o->so.workers;

@@ -6,11 +6,13 @@
 # python3-pil, mate-backgrounds: tests/it_cmyk_idx.sh makes CMYK photographs with PIL.
 # libpng-dev, libwebp-dev, libtiff-dev: the png, webp and tiff record kinds (codec/kind_*.c).
 # lcov: `make coverage` (scripts/coverage.sh).
+# systemd (systemd-analyze), strace: tests/it_install.sh scores the unit's sandbox; tests/it_unpriv.sh
+# checks every system call loaderd makes against the unit's SystemCallFilter=.
 set -eu
 
 PKGS="build-essential pkg-config liburing-dev libturbojpeg0-dev libjpeg62-turbo-dev libzstd-dev
 libxxhash-dev libpng-dev libwebp-dev libtiff-dev libcmocka-dev libopenmpi-dev openmpi-bin libopenblas-dev clang libclang-rt-14-dev
-python3 bc iproute2 lcov
+python3 bc iproute2 lcov strace
 python3-numpy python3-pytest python3-torch python3-torchvision python3-venv python3-setuptools python3-wheel systemd
 python3-prometheus-client python3-pil
 mate-backgrounds"
