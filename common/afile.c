@@ -19,7 +19,7 @@ int afile_open(struct afile *f, const char *path, unsigned flags)
 		ret = -ENOMEM;
 		goto fail;
 	}
-	f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0644);
 	if (f->fd < 0) {
 		ret = -errno;
 		free(f->tmp);
@@ -47,7 +47,7 @@ static int fsync_dir(const char *path)
 		dir[1] = '\0';
 	else
 		*slash = '\0';
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0 || fsync(fd) < 0)
 		ret = -errno;
 	if (fd >= 0)

@@ -2,6 +2,7 @@
 #include "common/fdio.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 int fd_write_all(int fd, const void *buf, size_t len)
@@ -22,4 +23,20 @@ int fd_write_all(int fd, const void *buf, size_t len)
 		len -= (size_t)n;
 	}
 	return 0;
+}
+
+FILE *fd_fopen_read(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	FILE *f;
+
+	if (fd < 0)
+		return NULL;
+	f = fdopen(fd, "r");
+	if (!f) {
+		int e = errno;
+		close(fd);
+		errno = e;
+	}
+	return f;
 }

@@ -2,6 +2,7 @@
 #include "common/proc.h"
 
 #include "common/clk.h"
+#include "common/fdio.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -31,6 +32,14 @@ void proc_on_stop_signals(void (*fn)(int), unsigned flags)
 	if (flags & PROC_SIG_HUP)
 		sigaction(SIGHUP, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+}
+
+void proc_ignore_terminal_signals(void)
+{
+	static const int sigs[] = { SIGHUP, SIGTSTP, SIGTTIN, SIGTTOU };
+
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		signal(sigs[i], SIG_IGN);
 }
 
 int proc_wait_ready(int fd, int timeout_ms, char *line, size_t n)
@@ -76,7 +85,7 @@ double proc_cpu_seconds(pid_t pid)
 	FILE *f;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "r");
+	f = fd_fopen_read(path);
 	if (!f)
 		return -1;
 	size_t n = fread(buf, 1, sizeof(buf) - 1, f);

@@ -18,6 +18,12 @@ unsigned proc_cpu_count(void);
  * closed pipe or socket returns EPIPE instead of killing us. @fn must be async-signal-safe. */
 void proc_on_stop_signals(void (*fn)(int), unsigned flags);
 
+/* A daemon's answer to the terminal's signals: ignore SIGHUP (a terminal hung up; loaderd has
+ * nothing to reload), SIGTSTP, SIGTTIN and SIGTTOU (job control: stop, a background read or
+ * write), so that no terminal, and no user who made one reachable, can stop or kill it. Call it
+ * before proc_on_stop_signals; without PROC_SIG_HUP there, SIGHUP stays ignored. */
+void proc_ignore_terminal_signals(void);
+
 /* CPU time (user + system) process @pid has used so far, in seconds (/proc/PID/stat), or -1. */
 double proc_cpu_seconds(pid_t pid);
 

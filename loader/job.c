@@ -44,6 +44,7 @@
 #include "loader/job.h"
 #include "common/mix.h"
 #include "common/clk.h"
+#include "common/fdio.h"
 #include "common/log.h"
 #include "codec/decode.h"
 #include "codec/kind_load.h"
@@ -419,7 +420,7 @@ static uint64_t lowest_limit(const char *root, char *dir, const char *file, uint
 		FILE *f;
 
 		snprintf(path, sizeof(path), "%s/%s", dir, file);
-		if ((f = fopen(path, "re"))) {
+		if ((f = fd_fopen_read(path))) {
 			if (fscanf(f, "%llu", &v) == 1 && v < best)
 				best = v;
 			fclose(f);
@@ -435,7 +436,7 @@ uint64_t ldr_memory_budget(const char *proc_cgroup, const char *root, uint64_t p
 {
 	char line[1024], dir[PATH_MAX];
 	uint64_t best = phys;
-	FILE *f = fopen(proc_cgroup, "re");
+	FILE *f = fd_fopen_read(proc_cgroup);
 
 	if (!f)
 		return phys;

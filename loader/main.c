@@ -128,7 +128,7 @@ static const struct arg_opt opt_rows[] = {
 	{ .kind = ARG_HEADING, .help = "options:" },
 	{ "socket", 0, ARG_PATH, AT(socket, const char *),
 	  .def_doc = "$XDG_RUNTIME_DIR/loaderd.sock, else /tmp/loaderd-UID.sock",
-	  .help = "control socket; mode 0600 unless --group is given" },
+	  .help = "control socket; mode 0600 unless --group or --all-users is given" },
 	{ "workers", 0, ARG_UINT, AT(so.workers, unsigned), .lo = 1, .hi = 1024,
 	  .def_doc = "all cores",
 	  .help = "decode threads at most; how many decode at once follows what the consumers eat "
@@ -161,6 +161,9 @@ static const struct arg_opt opt_rows[] = {
 	{ "group", 0, ARG_CUSTOM, AT(so.group, gid_t), .parse = parse_group, .meta = "NAME",
 	  .allowed = "a group of this host", .def_doc = "none, owner only",
 	  .help = "let members of this group connect too: socket mode 0660" },
+	{ "all-users", 0, ARG_FLAG, AT(so.all_users, int), .def_doc = "off, owner only",
+	  .help = "let every user of this host connect: socket mode 0666 (the system service's "
+		  "way: each user is served only its own jobs, within its own limits)" },
 	{ "linger", 0, ARG_UINT, AT(linger_s, unsigned), .lo = 1, .hi = 86400 * 7,
 	  .meta = "SECONDS", .def = "60", .help = "keep a job with no rank attached this long" },
 
@@ -222,7 +225,8 @@ static const struct arg_table opt_table = {
 "\n"
 "Serves training jobs from packed datasets (.dpk, made by dpack) over a unix socket. Each rank\n"
 "of a job attaches with the client API (shm/ldc.h) and gets its own shared-memory ring.\n"
-"Runs in the foreground, logs to stderr; SIGTERM or SIGINT stops it (clients are told).\n"
+"Runs in the foreground, logs to stderr; SIGTERM or SIGINT stops it (clients are told);\n"
+"SIGHUP, SIGTSTP, SIGTTIN and SIGTTOU are ignored.\n"
 "Under a service manager that sets $NOTIFY_SOCKET (systemd, Type=notify), loaderd sends it\n"
 "READY=1 once serving and STOPPING=1 when it stops.\n",
 	.outro = "\nExit status: 0 stopped by a signal, 1 runtime error, 2 bad usage.\n",
@@ -253,6 +257,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		return 0;
 	if (ret < 0)
 		return 2;
+	if (o->so.all_users && o->so.group != (gid_t)-1) {
+		fprintf(stderr, "loaderd: --all-users and --group: one or the other (--all-users lets "
+			"every user in, --group the members of one group)\n");
+		return 2;
+	}
 	o->so.socket_path = o->socket;
 	o->cfg.io = (enum ldr_io)o->io;
 	o->cfg.workers = o->so.workers;
@@ -323,6 +332,11 @@ int main(int argc, char **argv)
 	int ret;
 
 	log_prog = "loaderd";
+	/* First: a terminal's hang-up or job control must not stop or kill a daemon, whether it was
+	 * started from one or a user made one reachable to it. And every open loaderd makes carries
+	 * O_NOCTTY (scripts/check_noctty.sh), so that, as a session leader (under systemd, or
+	 * setsid), it never acquires a controlling terminal. */
+	proc_ignore_terminal_signals();
 	ret = parse_args(argc, argv, &o);
 	if (ret >= 0)
 		return ret;

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 /* ---- rendering ---- */
@@ -292,7 +293,9 @@ int ldr_metrics_write(const char *path, const char *text, size_t len)
 
 	if (ret < 0)
 		return ret;
-	ret = fd_write_all(f.fd, text, len);
+	/* Readable by the collector whatever loaderd's umask (the service's is 0077): counters only,
+	 * no user's paths or data. */
+	ret = fchmod(f.fd, 0644) < 0 ? -errno : fd_write_all(f.fd, text, len);
 	if (ret == 0)
 		ret = afile_commit(&f);
 	afile_close(&f);  /* removes the temporary file unless committed */

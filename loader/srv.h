@@ -143,6 +143,7 @@ struct srv_opts {
 	unsigned default_slots;    /* ring depth when the client asks for 0 (default 4) */
 	uint64_t mem_limit;        /* bytes of ring memory over all attached ranks; 0 = none */
 	gid_t group;               /* (gid_t)-1: socket 0600, owner only; else 0660 and this group */
+	int all_users;             /* 1: socket 0666, every uid may connect (group is then -1) */
 	unsigned ring_flags;       /* RING_CREATE_* */
 	int linger_ms;             /* keep a job with no rank attached this long (default 60000) */
 	/* Limits (0 = the default in parentheses). A client past one is refused with a CTL_ERROR

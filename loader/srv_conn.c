@@ -153,7 +153,8 @@ void srv_conn_fail(struct srv *s, struct conn *c, int err, const char *fmt, ...)
 
 /* ---- accepting ---- */
 
-/* Owner, root, or (when configured) a member of the group. Checked before any byte is parsed. */
+/* Anyone with --all-users; else the owner, root, or (when configured) a member of the group.
+ * Checked before any byte is parsed. */
 static int peer_allowed(struct srv *s, int fd, pid_t *pid, uid_t *uid)
 {
 	struct ucred cr;
@@ -163,7 +164,7 @@ static int peer_allowed(struct srv *s, int fd, pid_t *pid, uid_t *uid)
 		return 0;
 	*pid = cr.pid;
 	*uid = cr.uid;
-	if (cr.uid == 0 || cr.uid == geteuid())
+	if (s->opts.all_users || cr.uid == 0 || cr.uid == geteuid())
 		return 1;
 	return s->opts.group != (gid_t)-1 && srv_peer_in_group(fd, s->opts.group);
 }
@@ -388,7 +389,7 @@ int srv_conn_listen(struct srv *s, char *why, size_t whylen)
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
 		goto sys;
 	/* Nobody can connect before listen(), so tightening the mode here leaves no window. */
-	if (chmod(sa.sun_path, s->opts.group == (gid_t)-1 ? 0600 : 0660) < 0 ||
+	if (chmod(sa.sun_path, s->opts.all_users ? 0666 : s->opts.group == (gid_t)-1 ? 0600 : 0660) < 0 ||
 	    (s->opts.group != (gid_t)-1 && chown(sa.sun_path, (uid_t)-1, s->opts.group) < 0))
 		goto sys_unlink;
 	if (listen(fd, 128) < 0)

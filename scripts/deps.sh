@@ -8,6 +8,8 @@
 # lcov: `make coverage` (scripts/coverage.sh).
 # acl, strace, util-linux (setpriv): tests/it_privsep.sh (an ACL that denies a user; loaderd traced
 # to show it opens no path a client names; real uids).
+# systemd (systemd-analyze), strace: tests/it_install.sh scores the unit's sandbox; tests/it_unpriv.sh
+# checks every system call loaderd makes against the unit's SystemCallFilter=.
 set -eu
 
 PKGS="build-essential pkg-config liburing-dev libturbojpeg0-dev libjpeg62-turbo-dev libzstd-dev

@@ -1,11 +1,14 @@
 /* test_fdio.c - common/fdio.c: fd_write_all delivers every byte through a pipe far larger than
  * its buffer, resumes after short writes and EINTR, and turns a closed reader and a write that
- * takes nothing into errors. Faults come from --wrap=write. */
+ * takes nothing into errors. Faults come from --wrap=write. fd_fopen_read reads a file, reports a
+ * missing one, and never makes a terminal the controlling terminal of a session leader that
+ * opens it (issue 36: a pty as a dataset file became loaderd's), where a plain open does. */
 /* link: -Wl,--wrap=write */
 #include "common/fdio.h"
 #include "common/mix.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -14,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -133,6 +137,68 @@ static void test_fdio_write_all_closed_reader_is_epipe(void **state)
 	assert_int_equal(fd_write_all(-1, "", 0), 0);  /* nothing to write: no call */
 }
 
+static void test_fdio_fopen_read_file_and_missing(void **state)
+{
+	char path[] = "/tmp/test_fdio.XXXXXX", line[16] = "";
+	int fd = mkstemp(path);
+	FILE *f;
+
+	(void)state;
+	assert_true(fd >= 0);
+	set_plan(0, NULL);
+	assert_int_equal(fd_write_all(fd, "17\n", 3), 0);
+	close(fd);
+	f = fd_fopen_read(path);
+	assert_non_null(f);
+	assert_non_null(fgets(line, sizeof(line), f));
+	assert_string_equal(line, "17\n");
+	assert_true(fcntl(fileno(f), F_GETFD) & FD_CLOEXEC);
+	fclose(f);
+	unlink(path);
+	errno = 0;
+	assert_null(fd_fopen_read(path));
+	assert_int_equal(errno, ENOENT);
+}
+
+/* In a child that is a session leader with no terminal: open the pty @name with fd_fopen_read
+ * (@plain: with open and no O_NOCTTY instead). Exit 0: the open worked and /dev/tty then has no
+ * terminal behind it (ENXIO); 1: the pty became the controlling terminal; 2: an open failed. */
+static int ctty_after_open(const char *name, int plain)
+{
+	pid_t pid = fork();
+	int st;
+
+	if (pid == 0) {
+		setsid();
+		if (plain ? open(name, O_RDONLY) < 0 : fd_fopen_read(name) == NULL)
+			_exit(2);
+		int t = open("/dev/tty", O_RDONLY | O_NOCTTY);
+		_exit(t >= 0 ? 1 : errno == ENXIO ? 0 : 2);
+	}
+	assert_true(pid > 0);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	return WEXITSTATUS(st);
+}
+
+static void test_fdio_fopen_read_takes_no_terminal(void **state)
+{
+	int m = posix_openpt(O_RDWR | O_NOCTTY);
+
+	(void)state;
+	if (m < 0 || grantpt(m) < 0 || unlockpt(m) < 0 || !ptsname(m)) {
+		if (m >= 0)
+			close(m);
+		skip();  /* no pty here (no devpts) */
+	}
+	char name[64];
+	snprintf(name, sizeof(name), "%s", ptsname(m));
+	/* the control: a plain open does take it, so the check below can fail */
+	assert_int_equal(ctty_after_open(name, 1), 1);
+	assert_int_equal(ctty_after_open(name, 0), 0);
+	close(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -140,6 +206,8 @@ int main(void)
 		cmocka_unit_test(test_fdio_write_all_short_writes_and_eintr),
 		cmocka_unit_test(test_fdio_write_all_zero_write_is_eio),
 		cmocka_unit_test(test_fdio_write_all_closed_reader_is_epipe),
+		cmocka_unit_test(test_fdio_fopen_read_file_and_missing),
+		cmocka_unit_test(test_fdio_fopen_read_takes_no_terminal),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
