@@ -1282,7 +1282,7 @@ static int spill(struct dpk_writer *w)
 			return -ENAMETOOLONG;
 		if (slash)  /* the directory: up to the last slash ("/" for a file in the root) */
 			dir[slash == w->f.tmp ? 1 : slash - w->f.tmp] = '\0';
-		w->spill_fd = open(dir, O_RDWR | O_TMPFILE | O_CLOEXEC, 0600);
+		w->spill_fd = open(dir, O_RDWR | O_TMPFILE | O_CLOEXEC | O_NOCTTY, 0600);
 		if (w->spill_fd < 0) {
 			char name[4200];
 			snprintf(name, sizeof(name), "%s.idx.XXXXXX", w->f.tmp);

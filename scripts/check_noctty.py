@@ -9,18 +9,12 @@ of open, openat, open64 or openat64 names O_NOCTTY in its arguments, and nothing
 freopen or creat (stdio cannot ask for O_NOCTTY: common/fdio.h's fd_fopen_read can). Comments and
 string literals are not code. Prints one line per call refused, "file:line: what", and ends on
 "noctty: N files, N opens, N refused"; exit 1 when any was refused.
-
-PENDING names files whose opens another change rewrites; their refusals are printed as pending,
-and a pending file with nothing left to refuse is itself refused, so that the list stays true.
 """
 import os
 import re
 import sys
 
 FOLDERS = ("loader", "formats", "codec", "common", "shm")
-# formats/dpk.c: the client now opens the dataset and passes its descriptors (issue 36, item 1);
-# the opens left there go or gain O_NOCTTY with that change.
-PENDING = {"formats/dpk.c"}
 CALL = re.compile(r"(?<![A-Za-z0-9_>.])(open|openat|open64|openat64|fopen|freopen|creat)\s*\(")
 TOKEN = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 
@@ -71,14 +65,6 @@ def main():
                 out, calls = refusals(path, rel)
                 files += 1
                 opens += calls
-                if rel in PENDING:
-                    for o in out:
-                        print("pending: " + o)
-                    if not out:
-                        print("%s: listed in PENDING (scripts/check_noctty.py) but every open "
-                              "carries O_NOCTTY now: take it off the list" % rel)
-                        refused += 1
-                    continue
                 for o in out:
                     print(o)
                 refused += len(out)

@@ -94,10 +94,33 @@ static int in_group(gid_t gid)
 	return 0;
 }
 
+/* Could only root or @uid have put a socket at @path? Its folder, symbolic links resolved, and
+ * every folder above it are owned by root or @uid and writable by their owner alone (a service's
+ * RuntimeDirectory: /run/loaderd under /run; not /tmp, nor a folder another user can write). */
+static int placed_by(const char *path, uid_t uid)
+{
+	char real[PATH_MAX];
+	struct stat st;
+
+	if (!realpath(path, real) || real[0] != '/')
+		return 0;
+	for (char *slash = strrchr(real, '/'); slash; slash = strrchr(real, '/')) {
+		slash[slash == real] = '\0';  /* the folder: "/run/loaderd/s" -> "/run/loaderd" */
+		if (lstat(real, &st) < 0 || !S_ISDIR(st.st_mode) ||
+		    (st.st_uid != 0 && st.st_uid != uid) || (st.st_mode & 022))
+			return 0;
+		if (slash == real)
+			return 1;  /* "/" checked */
+	}
+	return 0;
+}
+
 /* The client checks the daemon before it sends anything (a job names a dataset, and passes it
- * open): the process serving @path must be root, this user, or the user that owns a socket
- * shared with one of our groups (loaderd --group). Anything else (a socket squatted in /tmp by
- * another user) is refused, naming the socket and who serves it. 0 or -EPERM. */
+ * open): the process serving @path must be root, this user, the user that owns a socket shared
+ * with one of our groups (loaderd --group), or the user that owns a socket that only it or root
+ * could have put there (placed_by: the unprivileged service in its runtime folder). Anything
+ * else (a socket squatted in /tmp by another user) is refused, naming the socket and who serves
+ * it. 0 or -EPERM. */
 static int check_server(int fd, const char *path, char *err, size_t errlen)
 {
 	struct ucred cr;
@@ -113,10 +136,13 @@ static int check_server(int fd, const char *path, char *err, size_t errlen)
 	int have = stat(path, &st) == 0;
 	if (have && st.st_uid == cr.uid && (st.st_mode & 0060) == 0060 && in_group(st.st_gid))
 		return 0;
+	if (have && S_ISSOCK(st.st_mode) && st.st_uid == cr.uid && placed_by(path, cr.uid))
+		return 0;
 	if (have)
 		snprintf(err, errlen, "refusing loaderd at %s: it is served by uid %u and the socket is "
-			 "owned by uid %u (mode %03o), neither root, you, nor a loaderd --group socket of "
-			 "yours: another user may have put it there", path, (unsigned)cr.uid,
+			 "owned by uid %u (mode %03o), neither root, you, a loaderd --group socket of "
+			 "yours, nor one in a folder only its owner or root can write: another user may "
+			 "have put it there", path, (unsigned)cr.uid,
 			 (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
 	else
 		snprintf(err, errlen, "refusing loaderd at %s: it is served by uid %u, neither root "

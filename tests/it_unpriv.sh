@@ -22,7 +22,10 @@ done
 need_python "import socket, select" python3
 NOGROUP=$(getent group 65534 | cut -d: -f1)
 [ -n "$NOGROUP" ] || { echo "skip: no group 65534"; exit 77; }
-T=$(mktemp -d /tmp/it_unpriv.XXXXXX)
+# Under /run (root's, 0755) when it can be: a client trusts the service's socket there, in a
+# folder only the service and root can write (shm/ldc.c, placed_by), as in the unit's
+# RuntimeDirectory; /tmp (1777) is where another user could have put one.
+T=$(mktemp -d /run/it_unpriv.XXXXXX 2>/dev/null) || T=$(mktemp -d /tmp/it_unpriv.XXXXXX)
 trap 'stop_loaderd; rm -rf "$T"' EXIT
 trap 'exit 130' INT TERM HUP
 chmod 0711 "$T"
@@ -84,6 +87,23 @@ c.connect(sys.argv[1])
 r, _, _ = select.select([c], [], [], 0.5)
 print('kept' if not r else 'answered %r' % c.recv(256)[:60])" "$S" 2>&1)
 check "uid $OTHER, in no group of its, connects and is kept: $out" [ "$out" = kept ]
+case $T in
+/run/*)
+	out=$($AS_OTHER "$BIN/ldcat" --socket "$S" --dataset "$T/d.dpk" --batch 6 --crop 0 \
+		--timeout-ms 10000 2>"$T/all.err" | awk '{ print $2 }' | sort -n | uniq | wc -l)
+	check "uid $OTHER trusts the service's socket in its runtime folder and reads an epoch: $out of 24" \
+		[ "$out" -eq 24 ]
+	show "$T/all.err" 3
+	# the same service behind a socket in a folder others may write: refused by the client
+	mkdir -m 1777 "$T/open"
+	ln "$S" "$T/open/s.sock"
+	$AS_OTHER "$BIN/ldcat" --socket "$T/open/s.sock" --dataset "$T/d.dpk" --batch 6 --crop 0 \
+		--timeout-ms 10000 >/dev/null 2>"$T/open.err"
+	check "... and refuses it behind a folder others may write" \
+		grep -q "refusing loaderd at $T/open/s.sock" "$T/open.err"
+	;;
+*) echo "# /run not writable: the trusted runtime folder is not checked" ;;
+esac
 i=0
 while [ ! -f "$T/run/loaderd.prom" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
 check "the metrics file, in its runtime directory: owner uid, mode $(stat -c '%u %a' "$T/run/loaderd.prom" 2>&1)" \
