@@ -14,27 +14,27 @@ import sys
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 
-def prose_lines(text):
-    """(line number, line) outside fenced code, with inline code spans blanked."""
+def prose_lines(text, spans=True):
+    """(line number, line) outside fenced code; inline code spans blanked unless spans is False."""
     fenced = False
     for i, line in enumerate(text.split("\n"), 1):
         if line.lstrip().startswith("```"):
             fenced = not fenced
             continue
         if not fenced:
-            yield i, re.sub(r"`[^`]*`", "", line)
+            yield i, re.sub(r"`[^`]*`", "", line) if spans else line
 
 
 def slug(heading):
     """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
-    s = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    s = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
     return s.replace(" ", "-")
 
 
 def anchors(path):
     seen, out = {}, set()
     with open(path, encoding="utf-8") as f:
-        for _, line in prose_lines(f.read()):
+        for _, line in prose_lines(f.read(), spans=False):
             m = re.match(r"#{1,6} (.*)", line)
             if m:
                 base = slug(m.group(1))

@@ -194,12 +194,26 @@ def svg_chart(rows):
     return "\n".join(s) + "\n"
 
 
+# The page's opening: what it answers, in order (the hand-written sections below the notes
+# marker carry these headings).
+CONTENTS = """What a user asks, in order: [how fast against PyTorch's DataLoader, DALI and
+FFCV](#how-fast-against-pytorchs-dataloader-dali-and-ffcv) (on generated images, on photographs,
+on your own DataLoader script); [what a record kind costs](#what-a-record-kind-costs); [small
+records](#small-records); [huge datasets](#huge-datasets); [packing
+time](#packing-time-dpack-against-tar-and-cp); [ranks of different
+speeds](#ranks-of-different-speeds); [decode workers and
+rings](#decode-workers-one-ring-several-jobs-the-ring-itself). Every table gives the command
+that regenerates it, the machine and its load, and the date. GPU figures are in
+[PERFORMANCE.md](PERFORMANCE.md)."""
+
+
 def write_md(a, rows, raw, meta):
     ref = rows.get("loaderd_py", {}).get("per_s")
     refc = rows.get("loaderd_py", {}).get("cpu_per_1000")
-    L = ["# Benchmarks: loaderd against the loaders people use", "",
+    L = ["# Benchmarks", "", CONTENTS, "",
          "<!-- Written by tools/bench/compare.py; text below the 'notes' marker is kept on rerun. -->",
-         "", f"- **Machine:** {meta['machine']}",
+         "", "## How fast against PyTorch's DataLoader, DALI and FFCV", "",
+         f"- **Machine:** {meta['machine']}",
          f"- **Date:** {meta['date']} (load average before / after: {meta['load0']} / {meta['load1']})",
          f"- **Command:** `{a.command}`",
          f"- **Dataset:** {meta['dataset']}",
@@ -223,7 +237,7 @@ def write_md(a, rows, raw, meta):
         L.append(f"| {LABELS[k]} | {fmt(r['per_s'])} | {ratio} | {r['cpu_per_1000']:.2f} | "
                  f"{fmt(r.get('rss_mib'))} | {fmt(r.get('pss_mib'))} | {runs} |")
     L += ["", "![samples/s and CPU-seconds per 1000 images](benchmarks.svg)", "",
-          "## What each row is", ""]
+          "### What each row is", ""]
     for k in ORDER:
         if k in rows and "error" not in rows[k]:
             L.append(f"- **{LABELS[k]}:** {rows[k]['note']}.")
@@ -240,7 +254,7 @@ def write_md(a, rows, raw, meta):
           "workers share torch's libraries; loaderd and its client both map the ring), PSS splits "
           "them, so PSS is the fairer total.", ""]
     if ref and "torch_pil" in rows and "error" not in rows["torch_pil"]:
-        L += ["## Against the goal (issue 15)", ""]
+        L += ["### Ratios", ""]
         for k, want in (("torch_pil", 5.0), ("torch_decode_jpeg", None), ("dali_cpu", 3.0),
                         ("ffcv", None)):
             r = rows.get(k)
@@ -248,13 +262,13 @@ def write_md(a, rows, raw, meta):
                 continue
             x = ref / r["per_s"]
             c = r["cpu_per_1000"] / refc
-            goal = f" (goal ≥ {want}×: {'met' if x >= want else 'NOT met'})" if want else ""
+            goal = f" (target ≥ {want}×: {'met' if x >= want else 'NOT met'})" if want else ""
             L.append(f"- vs {LABELS[k]}: loaderd is {x:.2f}× in samples/s{goal}; it uses "
                      f"{c:.2f}× less CPU per image ({'fewer' if c > 1 else 'MORE'} CPU-s per image).")
         L.append("")
     lb = raw.get("ldbench_lines")
     if lb:
-        L += ["## loaderd's own account (ldbench, last round)", "", "```"] + lb + ["```", ""]
+        L += ["### loaderd's own account (ldbench, last round)", "", "```"] + lb + ["```", ""]
     L.append("<!-- notes -->")
     notes = ""
     if os.path.exists(a.md):
