@@ -81,7 +81,7 @@ if [ $status -ne 0 ]; then
 	echo "# the tour stopped with status $status; its output:"
 	echo "$out" | tail -30
 fi
-[ $links_ok -eq 1 ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "not ok: broken links"; }
+if [ $links_ok -eq 1 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "not ok: broken links"; fi
 [ "$n" -ge 4 ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "not ok: README.md has $n sh blocks, expected the tour's 4"; }
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

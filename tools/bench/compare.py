@@ -7,7 +7,8 @@ Run by compare.sh (which makes the venv and the data); usable alone with the ven
 Rows, in this order per round (rounds repeat the whole list, so slow drift hits every row alike):
   loaderd_py         one warm + one measured epoch through the Python client (run_loader.py)
   torch_pil          DataLoader(ImageFolder + RandomResizedCrop/RandomHorizontalFlip/PILToTensor)
-  torch_decode_jpeg  DataLoader(file bytes -> torchvision.io.decode_jpeg -> v2 transforms)
+  torch_decode_jpeg  DataLoader(file bytes -> torchvision.io.decode_jpeg -> v2 transforms; v1
+                     where torchvision has no v2, as Debian 12's 0.14)
   dali_cpu           DALI CPU pipeline (readers.file + decoders.image_random_crop + resize + flip)
   ffcv               FFCV Loader over a .beton of the same tree (when ffcv installed)
   ldbench            build/bin/ldbench: loaderd over a timed window + the full-decode ceiling
@@ -112,7 +113,8 @@ def run_py(loader, a):
 
 def run_ldbench(a):
     argv = [os.path.join(REPO, "build/bin/ldbench"), "--dataset", a.dpk, "--workers", str(a.workers),
-            "--batch", "256", "--crop", "224", "--seconds", str(a.ldbench_seconds), "--warmup", "2"]
+            "--batch", "256", "--crop", "224", "--seconds", str(a.ldbench_seconds),
+            "--warmup", str(a.ldbench_warmup), "--ceiling-seconds", str(a.ceiling_seconds)]
     rc, out, err, rss, pss, total = run_tree(argv, a.timeout)
     text = out + err
     if rc != 0:
@@ -126,7 +128,7 @@ def run_ldbench(a):
     lb = {"loader": "ldbench", "per_s": per_s, "cpu_per_1000": 1000 / float(pc.group(1)),
           "rss_kib": rss, "pss_kib": pss, "total_cpu_s": total, "lines": keep,
           "note": f"ldbench --workers {a.workers} --batch 256 --crop 224 --seconds "
-                  f"{a.ldbench_seconds} --warmup 2: C client drains loaderd over a timed window "
+                  f"{a.ldbench_seconds} --warmup {a.ldbench_warmup}: C client drains loaderd over a timed window "
                   "(crosses epochs); CPU from loaderd's /proc utime+stime over the window"}
     ce = {"loader": "ceiling", "per_s": ceil, "cpu_per_1000": 1000 / float(pc.group(3)),
           "note": f"tjDecompress2 full-size to RGB, single-thread rate x {a.workers}; no crop, "
@@ -288,6 +290,9 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--ldbench-seconds", type=float, default=10)
+    ap.add_argument("--ldbench-warmup", type=float, default=2)
+    ap.add_argument("--ceiling-seconds", type=float, default=3,
+                    help="ldbench's full-decode ceiling measurement")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--md", default=os.path.join(REPO, "docs/BENCHMARKS.md"))
     ap.add_argument("--svg", default=os.path.join(REPO, "docs/benchmarks.svg"))
