@@ -7,8 +7,9 @@
 #   - DALI (nvidia-dali-cuda130) and FFCV are on PyPI only; compare.sh installs them into its venv.
 #   - FFCV compiles its pipeline with numba at every start (about 100 s here), so it runs only
 #     when COMPARE_ROWS_FFCV=1 (compare.sh --check sets it).
-# The python: $COMPARE_PY, else compare.sh's venv (/tmp/loaderd-bench/venv) when there is one,
-# else Debian's /usr/bin/python3 (python3-torch, python3-torchvision: scripts/deps.sh).
+# The python: $COMPARE_PY (compare.sh --check passes its venv's), else Debian's /usr/bin/python3
+# (python3-torch, python3-torchvision: scripts/deps.sh), so that `make test` does not depend on
+# what a benchmark left in /tmp.
 set -u
 BUILD=${BUILD:-build}
 BIN=$BUILD/bin
@@ -16,11 +17,7 @@ T=$(mktemp -d /tmp/it_compare_rows.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 . "$(dirname "$0")/lib.sh"
 
-PY=${COMPARE_PY:-}
-if [ -z "$PY" ]; then
-	PY=/usr/bin/python3
-	[ -x /tmp/loaderd-bench/venv/bin/python ] && PY=/tmp/loaderd-bench/venv/bin/python
-fi
+PY=${COMPARE_PY:-/usr/bin/python3}
 if ! "$PY" -c "import torch, torchvision, numpy" 2>"$T/imp.err"; then
 	echo "# skip: $PY cannot import torch, torchvision and numpy: $(tail -1 "$T/imp.err")"
 	exit 77
