@@ -162,7 +162,7 @@ int cdc_idx_header(const uint8_t *jpg, size_t len, int fast, struct cdc_idx_info
 		   size_t whylen)
 {
 	struct frame f = { 0 };
-	size_t pos = 2;
+	size_t pos = 0;
 
 	/* not a memset of the whole struct: the tables are large and built only where defined */
 	memset(&info->geo, 0, sizeof(info->geo));
@@ -170,18 +170,14 @@ int cdc_idx_header(const uint8_t *jpg, size_t len, int fast, struct cdc_idx_info
 		info->huff[t].defined = 0;
 	info->ncomp = 0;
 	info->fast = fast;
-	if (len < 4 || jpg[0] != 0xFF || jpg[1] != 0xD8)
-		return bad(why, whylen, -EBADMSG, "not a JPEG (no SOI)");
 	for (;;) {
 		struct cdc_jpeg_seg sg;
-		int ret = cdc_jpeg_segment(jpg, len, &pos, &sg, why, whylen);
+		int ret = cdc_jpeg_header_seg(jpg, len, &pos, &sg, why, whylen);
 		if (ret < 0)
 			return ret;
 		unsigned m = sg.m;
 		const uint8_t *p = sg.p;
 		size_t n = sg.n;  /* payload bytes at p */
-		if (!p)
-			return bad(why, whylen, -EBADMSG, "unexpected marker in the header");
 		if (m == 0xC0 || m == 0xC1) {
 			if (f.ncomp)
 				return bad(why, whylen, -EBADMSG, "two frame headers");

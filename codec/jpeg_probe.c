@@ -67,6 +67,22 @@ int cdc_jpeg_segment(const uint8_t *jpg, size_t len, size_t *pos, struct cdc_jpe
 	return 0;
 }
 
+int cdc_jpeg_header_seg(const uint8_t *jpg, size_t len, size_t *pos, struct cdc_jpeg_seg *s,
+			char *why, size_t whylen)
+{
+	if (*pos == 0) {
+		if (len < 4 || jpg[0] != 0xFF || jpg[1] != 0xD8)
+			return err_set(why, whylen, -EBADMSG, "not a JPEG (no SOI)");
+		*pos = 2;
+	}
+	int ret = cdc_jpeg_segment(jpg, len, pos, s, why, whylen);
+	if (ret < 0)
+		return ret;
+	if (!s->p)
+		return err_set(why, whylen, -EBADMSG, "unexpected marker in the header");
+	return 0;
+}
+
 int cdc_jpeg_probe(const void *data, size_t len, struct cdc_jpeg_info *out, char *err, size_t errlen)
 {
 	const uint8_t *p = data;

@@ -32,6 +32,12 @@ struct cdc_jpeg_seg {
  * marker stands at *pos, or a segment runs past @len. */
 int cdc_jpeg_segment(const uint8_t *jpg, size_t len, size_t *pos, struct cdc_jpeg_seg *s,
 		     char *why, size_t whylen);
+/* The header walk of the jpeg+rst and jpeg+idx parsers: the next marker segment of @jpg[0, len)
+ * into @s. *pos is 0 on the first call, which checks the SOI and starts after it. 0, or -EBADMSG
+ * with the reason in @why: no SOI ("not a JPEG (no SOI)"), cdc_jpeg_segment's errors, and a
+ * standalone marker ("unexpected marker in the header"), which a header they take has none of. */
+int cdc_jpeg_header_seg(const uint8_t *jpg, size_t len, size_t *pos, struct cdc_jpeg_seg *s,
+			char *why, size_t whylen);
 /* Probe the JPEG in @buf[0, len). Returns 0, -EBADMSG when it is not a JPEG or is truncated or
  * malformed, -ENOTSUP for a JPEG that the decoder path does not take (lossless, hierarchical,
  * 12-bit, CMYK, DNL height). @err (may be NULL) gets the reason. Reads only inside @buf. */

@@ -30,23 +30,19 @@
 int cdc_rst_parse(const uint8_t *jpg, size_t len, struct cdc_rst_info *info, char *why,
 		  size_t whylen)
 {
-	size_t pos = 2;
+	size_t pos = 0;
 	int have_sof = 0;
 	unsigned ncomp = 0, hs[4] = { 0 }, vs[4] = { 0 };
 
 	memset(info, 0, sizeof(*info));
-	if (len < 4 || jpg[0] != 0xFF || jpg[1] != 0xD8)
-		return bad(why, whylen, -EBADMSG, "not a JPEG (no SOI)");
 	for (;;) {
 		struct cdc_jpeg_seg sg;
-		int ret = cdc_jpeg_segment(jpg, len, &pos, &sg, why, whylen);
+		int ret = cdc_jpeg_header_seg(jpg, len, &pos, &sg, why, whylen);
 		if (ret < 0)
 			return ret;
 		unsigned m = sg.m;
 		const uint8_t *p = sg.p;
 		size_t n = sg.n;  /* payload bytes at p */
-		if (!p)
-			return bad(why, whylen, -EBADMSG, "unexpected marker in the header");
 		if (m == 0xC0 || m == 0xC1) {  /* baseline or extended, Huffman */
 			if (have_sof)
 				return bad(why, whylen, -EBADMSG, "two frame headers");

@@ -1,7 +1,7 @@
 #!/bin/sh
 # it_diagnose.sh - python -m loaderd.diagnose around unchanged training scripts
 # (examples/train_loop.py) with Debian's torch on the CPU, against a loaderd with one decode
-# worker (README "Is my training loader-limited?"):
+# worker (docs/DIAGNOSE.md):
 #   (a) full-size crops (224 of 640-800 px JPEGs) and a tiny model: loader-limited, and the
 #       report has loaderd's side (1 worker, its fill time per sample);
 #   (b) small crops (48 of 40-64 px images) and a convolutional model: compute-limited;

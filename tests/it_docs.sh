@@ -1,12 +1,22 @@
 #!/bin/sh
-# it_docs.sh - runs every ```sh block of README.md, in order, as one script (with /tmp/tour
-# replaced by a temporary folder), so that the commands the docs show keep working. Each block is
-# a check: it passes when the shell ran it with exit status 0.
-# Needs mpirun (exit 77 without).
+# it_docs.sh - keeps the docs true. First, every relative link of README.md, docs/*.md and
+# python/README.md must resolve (tests/doclinks.py: the file, and a #heading in it). Then it runs
+# every ```sh block of README.md and then of docs/*.md (in name order), as one script (with
+# /tmp/tour replaced by a temporary folder), so that the commands the docs show keep working. Each
+# block is a check: it passes when the shell ran it with exit status 0.
+# The blocks need mpirun (without it only the links are checked, and a pass is a skip, exit 77).
 set -u
 BUILD=${BUILD:-build}
-command -v mpirun >/dev/null 2>&1 || { echo "# skip: no mpirun"; exit 77; }
 command -v python3 >/dev/null 2>&1 || { echo "# skip: no python3"; exit 77; }
+PAGES="README.md $(ls docs/*.md)"
+links_ok=1
+# shellcheck disable=SC2086 # PAGES is a list of paths without spaces
+python3 tests/doclinks.py $PAGES python/README.md || links_ok=0
+if ! command -v mpirun >/dev/null 2>&1; then
+	[ $links_ok -eq 1 ] || { echo "not ok: broken links"; exit 1; }
+	echo "# skip: no mpirun (links checked)"
+	exit 77
+fi
 T=$(mktemp -d /tmp/it_docs.XXXXXX)
 export OMPI_MCA_orte_tmpdir_base="$T"  # its session folders go with $T
 cleanup() {
@@ -17,16 +27,21 @@ cleanup() {
 trap cleanup EXIT INT TERM
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-# Split README.md's sh blocks into $T/block.N, with the paths rewritten.
-python3 - "$T" "$BUILD" <<'EOF'
+# Split the pages' sh blocks into $T/block.N (and the page each came from into $T/page.N), with
+# the paths rewritten.
+# shellcheck disable=SC2086
+python3 - "$T" "$BUILD" $PAGES <<'EOF'
 import re, sys
-t, build = sys.argv[1], sys.argv[2]
-text = open("README.md").read()
-blocks = re.findall(r"^```sh\n(.*?)^```", text, flags=re.S | re.M)
-for i, b in enumerate(blocks):
-    b = b.replace("/tmp/tour", t + "/tour").replace("build/bin/", build + "/bin/")
-    open("%s/block.%d" % (t, i), "w").write(b)
-print(len(blocks))
+t, build, pages = sys.argv[1], sys.argv[2], sys.argv[3:]
+i = 0
+for page in pages:
+    text = open(page).read()
+    for b in re.findall(r"^```sh\n(.*?)^```", text, flags=re.S | re.M):
+        b = b.replace("/tmp/tour", t + "/tour").replace("build/bin/", build + "/bin/")
+        open("%s/block.%d" % (t, i), "w").write(b)
+        open("%s/page.%d" % (t, i), "w").write(page)
+        i += 1
+print(i)
 EOF
 mkdir -p "$T/tour"
 n=$(ls "$T"/block.* 2>/dev/null | wc -l)
@@ -58,7 +73,7 @@ while [ $i -lt "$n" ]; do
 		pass=$((pass + 1))
 	else
 		fail=$((fail + 1))
-		echo "not ok: README.md sh block $i"
+		echo "not ok: $(cat "$T/page.$i") sh block $i"
 	fi
 	i=$((i + 1))
 done
@@ -66,6 +81,7 @@ if [ $status -ne 0 ]; then
 	echo "# the tour stopped with status $status; its output:"
 	echo "$out" | tail -30
 fi
+if [ $links_ok -eq 1 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "not ok: broken links"; fi
 [ "$n" -ge 4 ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "not ok: README.md has $n sh blocks, expected the tour's 4"; }
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

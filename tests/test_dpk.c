@@ -3,6 +3,7 @@
  * Fault injection: write() is wrapped to fail with ENOSPC after a set number of calls. */
 /* link: -Wl,--wrap=write */
 #include "formats/dpk.h"
+#include "tests/tmpdir.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -44,8 +45,7 @@ static char path[128];
 static int setup(void **state)
 {
 	(void)state;
-	strcpy(dir, "/tmp/test_dpk.XXXXXX");
-	assert_non_null(mkdtemp(dir));
+	assert_int_equal(tmpdir_create(dir, sizeof(dir), "test_dpk"), 0);
 	snprintf(path, sizeof(path), "%s/d.dpk", dir);
 	write_fail_after = -1;
 	return 0;
@@ -53,11 +53,8 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	char cmd[128];
-
 	(void)state;
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return tmpdir_remove(dir);
 }
 
 static uint64_t rng_state;

@@ -4,6 +4,7 @@
  * identity rules, and shards that disagree with their lines refused by name. */
 #include "formats/dpk.h"
 #include "formats/dpkset.h"
+#include "tests/tmpdir.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -204,18 +205,14 @@ static char dir[64];
 static int setup(void **state)
 {
 	(void)state;
-	strcpy(dir, "/tmp/test_dpkset.XXXXXX");
-	assert_non_null(mkdtemp(dir));
+	assert_int_equal(tmpdir_create(dir, sizeof(dir), "test_dpkset"), 0);
 	return 0;
 }
 
 static int teardown(void **state)
 {
-	char cmd[128];
-
 	(void)state;
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return tmpdir_remove(dir);
 }
 
 /* Shard @name: @n raw 4x4 records, record i's bytes all (base + i), label base + i. */

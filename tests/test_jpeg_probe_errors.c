@@ -6,6 +6,8 @@
  * real JPEGs. */
 #include "formats/dpk.h"
 #include "codec/jpeg_probe.h"
+#include "codec/jpeg_hdr.h"
+#include "codec/jpeg_rst.h"
 
 #include <errno.h>
 #include <setjmp.h>
@@ -215,11 +217,57 @@ static void test_jpeg_probe_progressive(void **state)
 	}
 }
 
+/* cdc_jpeg_header_seg, the header walk of the jpeg+rst and jpeg+idx parsers: the SOI at the
+ * length limit (4 bytes) and one under it, a segment, a standalone marker, a truncation; and both
+ * parsers give its refusals word for word. */
+static void test_jpeg_header_seg_walk(void **state)
+{
+	static const uint8_t eoi_only[] = { 0xFF, 0xD8, 0xFF, 0xD9 };
+	static const uint8_t app0[] = { 0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x04, 0xAB, 0xCD, 0xFF, 0xD0 };
+	static const uint8_t not_soi[] = { 0xFF, 0xD9, 0xFF, 0xD9 };
+	static struct cdc_idx_info idx;
+	struct cdc_rst_info rst;
+	struct cdc_jpeg_seg sg;
+	char why[128];
+	size_t pos = 0;
+	(void)state;
+
+	assert_int_equal(cdc_jpeg_header_seg(eoi_only, 3, &pos, &sg, why, sizeof(why)), -EBADMSG);
+	assert_string_equal(why, "not a JPEG (no SOI)");
+	pos = 0;
+	assert_int_equal(cdc_jpeg_header_seg(not_soi, 4, &pos, &sg, why, sizeof(why)), -EBADMSG);
+	assert_string_equal(why, "not a JPEG (no SOI)");
+	pos = 0;  /* 4 bytes: the SOI passes, then EOI stands where a header segment should */
+	assert_int_equal(cdc_jpeg_header_seg(eoi_only, 4, &pos, &sg, why, sizeof(why)), -EBADMSG);
+	assert_string_equal(why, "unexpected marker in the header");
+	pos = 0;
+	assert_int_equal(cdc_jpeg_header_seg(app0, sizeof(app0), &pos, &sg, why, sizeof(why)), 0);
+	assert_int_equal(sg.m, 0xE0);
+	assert_int_equal(sg.n, 2);
+	assert_ptr_equal(sg.p, app0 + 6);
+	assert_int_equal(pos, 8);
+	assert_int_equal(cdc_jpeg_header_seg(app0, sizeof(app0), &pos, &sg, why, sizeof(why)), -EBADMSG);
+	assert_string_equal(why, "unexpected marker in the header");  /* RST0 */
+	pos = 0;
+	assert_int_equal(cdc_jpeg_header_seg(app0, 2 + 4, &pos, &sg, why, sizeof(why)), -EBADMSG);
+	assert_string_equal(why, "marker FFE0 length 4 runs past the end");
+
+	assert_int_equal(cdc_rst_parse(not_soi, 4, &rst, why, sizeof(why)), -EBADMSG);
+	assert_string_equal(why, "not a JPEG (no SOI)");
+	assert_int_equal(cdc_rst_parse(eoi_only, 4, &rst, why, sizeof(why)), -EBADMSG);
+	assert_string_equal(why, "unexpected marker in the header");
+	assert_int_equal(cdc_idx_header(not_soi, 4, 0, &idx, why, sizeof(why)), -EBADMSG);
+	assert_string_equal(why, "not a JPEG (no SOI)");
+	assert_int_equal(cdc_idx_header(eoi_only, 4, 0, &idx, why, sizeof(why)), -EBADMSG);
+	assert_string_equal(why, "unexpected marker in the header");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_jpeg_probe_each_row),
 		cmocka_unit_test(test_jpeg_probe_progressive),
+		cmocka_unit_test(test_jpeg_header_seg_walk),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,7 +8,7 @@
  * divided by it (SIGFPE). Also ldc_detach: the held batch keeps its bytes after the hang-up, and
  * ldc_close unmaps the ring. */
 #include "shm/ldc.h"
-#include "tests/tmpdir.h"
+#include "tests/fake_listen.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -32,8 +32,8 @@
 #define FIRST 25u      /* start at epoch 2, step 5 */
 #define TOTAL 40u      /* (start_epoch 1 + epochs 3) x SPE */
 
-static char g_dir[64], g_sock[108], g_dataset[128];
-static int g_lfd = -1;
+static struct fake_listen g_fl = { .lfd = -1 };
+static char g_dataset[128];
 
 struct fake {
 	struct ldc_job job;       /* what the client asks for */
@@ -46,31 +46,21 @@ struct fake {
 
 static int setup(void **state)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-
 	(void)state;
-	if (tmpdir_create(g_dir, sizeof(g_dir), "test_ldc") < 0)
+	if (fake_listen_open(&g_fl, "test_ldc") < 0)
 		return -1;
-	snprintf(g_sock, sizeof(g_sock), "%s/s.sock", g_dir);
-	snprintf(g_dataset, sizeof(g_dataset), "%s/data.dpk", g_dir);
+	snprintf(g_dataset, sizeof(g_dataset), "%s/data.dpk", g_fl.dir);
 	int fd = open(g_dataset, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -1;
 	close(fd);
-	strcpy(sa.sun_path, g_sock);
-	g_lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (g_lfd < 0 || bind(g_lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(g_lfd, 8) < 0)
-		return -1;
 	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	if (g_lfd >= 0)
-		close(g_lfd);
-	g_lfd = -1;
-	return tmpdir_remove(g_dir);
+	return fake_listen_close(&g_fl);
 }
 
 /* The job and the consistent answer to it that the cases then bend. */
@@ -97,8 +87,8 @@ static int fake_open(struct fake *f)
 	char err[256];
 	struct ldc_info info;
 
-	assert_int_equal(ldc_connect(g_sock, &f->c, err, sizeof(err)), 0);
-	f->sfd = accept4(g_lfd, NULL, NULL, SOCK_CLOEXEC);
+	assert_int_equal(ldc_connect(g_fl.sock, &f->c, err, sizeof(err)), 0);
+	f->sfd = accept4(g_fl.lfd, NULL, NULL, SOCK_CLOEXEC);
 	assert_true(f->sfd >= 0);
 	assert_int_equal(ring_create(&f->d, RING_CREATE_NO_HUGE, &f->ring), 0);
 	int fds[2] = { ring_fd(f->ring), eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK) };

@@ -20,33 +20,20 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "tests/tmpdir.h"
+#include "tests/fake_listen.h"
 
-static char g_dir[64], g_sock[108];
-static int g_lfd = -1;
+static struct fake_listen g_fl = { .lfd = -1 };
 
 static int setup(void **state)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-
 	(void)state;
-	if (tmpdir_create(g_dir, sizeof(g_dir), "test_ldc_errors") < 0)
-		return -1;
-	snprintf(g_sock, sizeof(g_sock), "%s/s.sock", g_dir);
-	strcpy(sa.sun_path, g_sock);
-	g_lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (g_lfd < 0 || bind(g_lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(g_lfd, 8) < 0)
-		return -1;
-	return 0;
+	return fake_listen_open(&g_fl, "test_ldc_errors");
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	if (g_lfd >= 0)
-		close(g_lfd);
-	g_lfd = -1;
-	return tmpdir_remove(g_dir);
+	return fake_listen_close(&g_fl);
 }
 
 /* ---- the fake loaderd: one connection, one request, one answer ---- */
@@ -66,7 +53,7 @@ static void *fake_main(void *arg)
 	struct ctl_error e;
 
 	(void)arg;
-	int s = accept4(g_lfd, NULL, NULL, SOCK_CLOEXEC);
+	int s = accept4(g_fl.lfd, NULL, NULL, SOCK_CLOEXEC);
 	if (s < 0)
 		return NULL;
 	if (ctl_recv(s, buf, &fake.got, fds, &nfds) < 0)
@@ -147,13 +134,13 @@ static void test_ldc_open_refuses_before_sending(void **state)
 
 		j.share_group = cases[k].share_group;
 		j.owner = cases[k].owner;
-		assert_int_equal(ldc_connect(g_sock, &c, err, sizeof(err)), 0);
+		assert_int_equal(ldc_connect(g_fl.sock, &c, err, sizeof(err)), 0);
 		int ret = ldc_open(c, &j, &in);
 		if (ret != cases[k].err || !strstr(ldc_error(c), cases[k].needle))
 			fail_msg("%s: %d \"%s\", expected %d \"%s\"", cases[k].what, ret, ldc_error(c),
 				 cases[k].err, cases[k].needle);
 		ldc_close(c);
-		int s = accept4(g_lfd, NULL, NULL, SOCK_CLOEXEC);  /* empty the backlog */
+		int s = accept4(g_fl.lfd, NULL, NULL, SOCK_CLOEXEC);  /* empty the backlog */
 		char buf[CTL_MSG_MAX];
 		assert_true(s >= 0);
 		assert_int_equal(recv(s, buf, sizeof(buf), 0), 0);  /* nothing was sent */
@@ -183,7 +170,7 @@ static void test_ldc_open_answers(void **state)
 		struct ldc_job j = job_of("j");
 
 		fake_start(cases[k].act);
-		assert_int_equal(ldc_connect(g_sock, &c, err, sizeof(err)), 0);
+		assert_int_equal(ldc_connect(g_fl.sock, &c, err, sizeof(err)), 0);
 		int ret = ldc_open(c, &j, &in);
 		if (ret != cases[k].err || !strstr(ldc_error(c), cases[k].needle))
 			fail_msg("case %zu: %d \"%s\", expected %d \"%s\"", k, ret, ldc_error(c),
@@ -203,7 +190,7 @@ static void test_ldc_calls_without_a_job(void **state)
 	struct ctl_stats st;
 
 	(void)state;
-	assert_int_equal(ldc_connect(g_sock, &c, err, sizeof(err)), 0);
+	assert_int_equal(ldc_connect(g_fl.sock, &c, err, sizeof(err)), 0);
 	assert_string_equal(ldc_error(c), "");
 	assert_int_equal(ldc_acquire(c, 0, &b), -EINVAL);
 	assert_string_equal(ldc_error(c), "no job is open on this connection");
@@ -217,7 +204,7 @@ static void test_ldc_calls_without_a_job(void **state)
 	ldc_detach(c);  /* a second time does nothing */
 	ldc_close(c);
 	ldc_close(NULL);
-	int s = accept4(g_lfd, NULL, NULL, SOCK_CLOEXEC);
+	int s = accept4(g_fl.lfd, NULL, NULL, SOCK_CLOEXEC);
 	assert_true(s >= 0);
 	close(s);
 }
@@ -229,7 +216,7 @@ static void test_ldc_connect_errors(void **state)
 	char err[256] = "", path[200];
 
 	(void)state;
-	snprintf(path, sizeof(path), "%s/none.sock", g_dir);
+	snprintf(path, sizeof(path), "%s/none.sock", g_fl.dir);
 	assert_int_equal(ldc_connect(path, &c, err, sizeof(err)), -ENOENT);
 	assert_null(c);
 	assert_non_null(strstr(err, "none.sock"));
@@ -262,14 +249,14 @@ static void test_ldc_admin_errors(void **state)
 	(void)state;
 	memset(name, 'j', sizeof(name) - 1);
 	name[sizeof(name) - 1] = '\0';
-	assert_int_equal(ldc_admin(g_sock, CTL_OP_STATS, 0, name, &text, err, sizeof(err)), -EINVAL);
+	assert_int_equal(ldc_admin(g_fl.sock, CTL_OP_STATS, 0, name, &text, err, sizeof(err)), -EINVAL);
 	assert_null(text);
 	assert_non_null(strstr(err, "is longer than 63 bytes"));
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
 		text = (char *)1;
 		err[0] = '\0';
 		fake_start(cases[k].act);
-		int ret = ldc_admin(g_sock, CTL_OP_STATS, 0, "x", &text, err, sizeof(err));
+		int ret = ldc_admin(g_fl.sock, CTL_OP_STATS, 0, "x", &text, err, sizeof(err));
 		fake_join();
 		if (ret != cases[k].err || !strstr(err, cases[k].needle))
 			fail_msg("case %zu: %d \"%s\", expected %d \"%s\"", k, ret, err, cases[k].err,

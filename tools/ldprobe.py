@@ -596,7 +596,7 @@ def trainer_env():
 
 
 def load_report(path, what, log_path, text=""):
-    """The trainer's --report-json: a dict (schema in the README, "Reading the report")."""
+    """The trainer's --report-json: a dict (schema in docs/DIAGNOSE.md, "Reading the trainer's report")."""
     try:
         with open(path) as f:
             r = json.load(f)

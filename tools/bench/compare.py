@@ -7,7 +7,8 @@ Run by compare.sh (which makes the venv and the data); usable alone with the ven
 Rows, in this order per round (rounds repeat the whole list, so slow drift hits every row alike):
   loaderd_py         one warm + one measured epoch through the Python client (run_loader.py)
   torch_pil          DataLoader(ImageFolder + RandomResizedCrop/RandomHorizontalFlip/PILToTensor)
-  torch_decode_jpeg  DataLoader(file bytes -> torchvision.io.decode_jpeg -> v2 transforms)
+  torch_decode_jpeg  DataLoader(file bytes -> torchvision.io.decode_jpeg -> v2 transforms; v1
+                     where torchvision has no v2, as Debian 12's 0.14)
   dali_cpu           DALI CPU pipeline (readers.file + decoders.image_random_crop + resize + flip)
   ffcv               FFCV Loader over a .beton of the same tree (when ffcv installed)
   ldbench            build/bin/ldbench: loaderd over a timed window + the full-decode ceiling
@@ -112,7 +113,8 @@ def run_py(loader, a):
 
 def run_ldbench(a):
     argv = [os.path.join(REPO, "build/bin/ldbench"), "--dataset", a.dpk, "--workers", str(a.workers),
-            "--batch", "256", "--crop", "224", "--seconds", str(a.ldbench_seconds), "--warmup", "2"]
+            "--batch", "256", "--crop", "224", "--seconds", str(a.ldbench_seconds),
+            "--warmup", str(a.ldbench_warmup), "--ceiling-seconds", str(a.ceiling_seconds)]
     rc, out, err, rss, pss, total = run_tree(argv, a.timeout)
     text = out + err
     if rc != 0:
@@ -126,7 +128,7 @@ def run_ldbench(a):
     lb = {"loader": "ldbench", "per_s": per_s, "cpu_per_1000": 1000 / float(pc.group(1)),
           "rss_kib": rss, "pss_kib": pss, "total_cpu_s": total, "lines": keep,
           "note": f"ldbench --workers {a.workers} --batch 256 --crop 224 --seconds "
-                  f"{a.ldbench_seconds} --warmup 2: C client drains loaderd over a timed window "
+                  f"{a.ldbench_seconds} --warmup {a.ldbench_warmup}: C client drains loaderd over a timed window "
                   "(crosses epochs); CPU from loaderd's /proc utime+stime over the window"}
     ce = {"loader": "ceiling", "per_s": ceil, "cpu_per_1000": 1000 / float(pc.group(3)),
           "note": f"tjDecompress2 full-size to RGB, single-thread rate x {a.workers}; no crop, "
@@ -194,12 +196,26 @@ def svg_chart(rows):
     return "\n".join(s) + "\n"
 
 
+# The page's opening: what it answers, in order (the hand-written sections below the notes
+# marker carry these headings).
+CONTENTS = """What a user asks, in order: [how fast against PyTorch's DataLoader, DALI and
+FFCV](#how-fast-against-pytorchs-dataloader-dali-and-ffcv) (on generated images, on photographs,
+on your own DataLoader script); [what a record kind costs](#what-a-record-kind-costs); [small
+records](#small-records); [huge datasets](#huge-datasets); [packing
+time](#packing-time-dpack-against-tar-and-cp); [ranks of different
+speeds](#ranks-of-different-speeds); [decode workers and
+rings](#decode-workers-one-ring-several-jobs-the-ring-itself). Every table gives the command
+that regenerates it, the machine and its load, and the date. GPU figures are in
+[PERFORMANCE.md](PERFORMANCE.md)."""
+
+
 def write_md(a, rows, raw, meta):
     ref = rows.get("loaderd_py", {}).get("per_s")
     refc = rows.get("loaderd_py", {}).get("cpu_per_1000")
-    L = ["# Benchmarks: loaderd against the loaders people use", "",
+    L = ["# Benchmarks", "", CONTENTS, "",
          "<!-- Written by tools/bench/compare.py; text below the 'notes' marker is kept on rerun. -->",
-         "", f"- **Machine:** {meta['machine']}",
+         "", "## How fast against PyTorch's DataLoader, DALI and FFCV", "",
+         f"- **Machine:** {meta['machine']}",
          f"- **Date:** {meta['date']} (load average before / after: {meta['load0']} / {meta['load1']})",
          f"- **Command:** `{a.command}`",
          f"- **Dataset:** {meta['dataset']}",
@@ -223,7 +239,7 @@ def write_md(a, rows, raw, meta):
         L.append(f"| {LABELS[k]} | {fmt(r['per_s'])} | {ratio} | {r['cpu_per_1000']:.2f} | "
                  f"{fmt(r.get('rss_mib'))} | {fmt(r.get('pss_mib'))} | {runs} |")
     L += ["", "![samples/s and CPU-seconds per 1000 images](benchmarks.svg)", "",
-          "## What each row is", ""]
+          "### What each row is", ""]
     for k in ORDER:
         if k in rows and "error" not in rows[k]:
             L.append(f"- **{LABELS[k]}:** {rows[k]['note']}.")
@@ -240,7 +256,7 @@ def write_md(a, rows, raw, meta):
           "workers share torch's libraries; loaderd and its client both map the ring), PSS splits "
           "them, so PSS is the fairer total.", ""]
     if ref and "torch_pil" in rows and "error" not in rows["torch_pil"]:
-        L += ["## Against the goal (issue 15)", ""]
+        L += ["### Ratios", ""]
         for k, want in (("torch_pil", 5.0), ("torch_decode_jpeg", None), ("dali_cpu", 3.0),
                         ("ffcv", None)):
             r = rows.get(k)
@@ -248,13 +264,13 @@ def write_md(a, rows, raw, meta):
                 continue
             x = ref / r["per_s"]
             c = r["cpu_per_1000"] / refc
-            goal = f" (goal ≥ {want}×: {'met' if x >= want else 'NOT met'})" if want else ""
+            goal = f" (target ≥ {want}×: {'met' if x >= want else 'NOT met'})" if want else ""
             L.append(f"- vs {LABELS[k]}: loaderd is {x:.2f}× in samples/s{goal}; it uses "
                      f"{c:.2f}× less CPU per image ({'fewer' if c > 1 else 'MORE'} CPU-s per image).")
         L.append("")
     lb = raw.get("ldbench_lines")
     if lb:
-        L += ["## loaderd's own account (ldbench, last round)", "", "```"] + lb + ["```", ""]
+        L += ["### loaderd's own account (ldbench, last round)", "", "```"] + lb + ["```", ""]
     L.append("<!-- notes -->")
     notes = ""
     if os.path.exists(a.md):
@@ -274,6 +290,9 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--ldbench-seconds", type=float, default=10)
+    ap.add_argument("--ldbench-warmup", type=float, default=2)
+    ap.add_argument("--ceiling-seconds", type=float, default=3,
+                    help="ldbench's full-decode ceiling measurement")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--md", default=os.path.join(REPO, "docs/BENCHMARKS.md"))
     ap.add_argument("--svg", default=os.path.join(REPO, "docs/benchmarks.svg"))

@@ -3,18 +3,25 @@
 # Not part of `make test`. Writes docs/BENCHMARKS.md and docs/benchmarks.svg (see compare.py).
 #
 # usage: tools/bench/compare.sh [--images N] [--workdir DIR] [--tree DIR] [--repeat R] [--workers W]
+#        tools/bench/compare.sh --check [--workdir DIR]
 #   --images N    ImageNet-like images to generate with dsgen (300..900 px, 20 classes; default 2000)
 #   --workdir DIR venv, data and logs live here, never in the repository (default /tmp/loaderd-bench)
 #   --tree DIR    use this ImageFolder tree instead of generating one
 #   --repeat R    rounds over all loaders (default 2)
 #   --workers W   CPU workers/threads of every loader (default: all cores)
+#   --check       make the venv, then run every row once on a small tree
+#                 (tests/it_compare_rows.sh, FFCV included: about 3 minutes) instead of the
+#                 benchmark: each row gives a number or says why not; writes nothing in docs/
 #
-# The venv is made with --system-site-packages, so a torch/torchvision already installed for the
-# system python is reused rather than downloaded again (pip then only checks it). A package that
-# does not install leaves its reason in DIR/status/NAME.err, and its row in the table says so.
+# The venv is made from Debian's python ($PYTHON, default /usr/bin/python3) with
+# --system-site-packages, so Debian's python3-torch and python3-torchvision (scripts/deps.sh)
+# are reused rather than downloaded; every pip install is bounded by tools/bench/constraints.txt
+# (numpy < 2, which that torch needs, and the versions of DALI and FFCV the rows ran with).
+# A package that does not install leaves its reason in DIR/status/NAME.err, and its row in the
+# table says so.
 set -eu
 cd "$(dirname "$0")/../.."
-images=2000 W=/tmp/loaderd-bench tree="" repeat=2 workers=$(nproc)
+images=2000 W=/tmp/loaderd-bench tree="" repeat=2 workers=$(nproc) check=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	--images) images=$2; shift 2 ;;
@@ -22,7 +29,8 @@ while [ $# -gt 0 ]; do
 	--tree) tree=$2; shift 2 ;;
 	--repeat) repeat=$2; shift 2 ;;
 	--workers) workers=$2; shift 2 ;;
-	-h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+	--check) check=1; shift ;;
+	-h|--help) sed -n '2,25p' "$0"; exit 0 ;;
 	*) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 done
@@ -36,9 +44,11 @@ make -j"$(nproc)" >/dev/null
 # --- venv -------------------------------------------------------------------------------------
 PY=$W/venv/bin/python
 if [ ! -x "$PY" ]; then
-	log "creating venv $W/venv"
-	python3 -m venv --system-site-packages "$W/venv"
+	log "creating venv $W/venv from ${PYTHON:-/usr/bin/python3}"
+	"${PYTHON:-/usr/bin/python3}" -m venv --system-site-packages "$W/venv"
 fi
+PIP_CONSTRAINT=$(pwd)/tools/bench/constraints.txt
+export PIP_CONSTRAINT
 "$PY" -m pip install -q --progress-bar off torch torchvision pillow numpy
 
 # try_pip NAME SECONDS PACKAGE...: install once; record ok or the error's last lines
@@ -67,6 +77,9 @@ if ! pkg-config --exists opencv4 libturbojpeg 2>/dev/null && [ ! -e "$W/status/f
 		log "apt-get failed (see $W/status/apt.log)"
 fi
 try_pip ffcv 900 ffcv
+if [ $check = 1 ]; then
+	COMPARE_PY=$PY COMPARE_ROWS_FFCV=1 exec sh tests/it_compare_rows.sh
+fi
 
 # --- data -------------------------------------------------------------------------------------
 if [ -z "$tree" ]; then

@@ -97,14 +97,26 @@ def run_torch_pil(a):
     return r
 
 
+def tensor_transforms():
+    """torchvision's transforms on uint8 CHW tensors: (module, name). transforms.v2 where this
+    torchvision has it (0.15 on); before it (Debian 12's 0.14) the v1 transforms, which take
+    tensors too and do the same crop, resize and flip."""
+    try:
+        from torchvision.transforms import v2
+        return v2, "v2"
+    except ImportError:
+        from torchvision import transforms
+        return transforms, "v1 (no transforms.v2 in this torchvision)"
+
+
 class DecodeJpegFolder:
-    """ImageFolder listing; file bytes -> torchvision.io.decode_jpeg -> v2 transforms."""
+    """ImageFolder listing; file bytes -> torchvision.io.decode_jpeg -> tensor transforms."""
 
     def __init__(self, root):
         from torchvision import datasets
         self.items = datasets.ImageFolder(root).samples
-        from torchvision.transforms import v2
-        self.tf = v2.Compose([v2.RandomResizedCrop(CROP, antialias=True), v2.RandomHorizontalFlip()])
+        T, _ = tensor_transforms()
+        self.tf = T.Compose([T.RandomResizedCrop(CROP, antialias=True), T.RandomHorizontalFlip()])
 
     def __len__(self):
         return len(self.items)
@@ -127,7 +139,8 @@ def run_torch_decode_jpeg(a):
                     persistent_workers=True)
     r = two_epochs(lambda: iter(dl))
     r["note"] = (f"torch {torch.__version__} torchvision {torchvision.__version__}, "
-                 f"decode_jpeg (CPU, full size) + v2 transforms, num_workers={a.workers}")
+                 f"decode_jpeg (CPU, full size) + {tensor_transforms()[1]} transforms, "
+                 f"num_workers={a.workers}")
     return r
 
 
