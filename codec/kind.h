@@ -1,7 +1,7 @@
 /* kind.h - the table of record kinds (enum dpk_kind): one row per kind, with the operations dpack
  * needs to make a record of that kind (codec/kind_pack.h) and those a loaderd job needs to deliver
  * one (codec/kind_load.h), each side seeing only its own. Adding a kind is its enum value and its
- * formats/ row (formats/dpk.h, dpk.c), one codec/kind_NAME.c that defines its operations, and one
+ * formats/ row (formats/dpk.h, dpk_index.c), one codec/kind_NAME.c that defines its operations, and one
  * row in cdc_kinds[] (codec/kind.c). Rows are immutable: thread-safe. */
 #ifndef LOADERD_KIND_H
 #define LOADERD_KIND_H

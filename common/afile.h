@@ -1,6 +1,6 @@
 /* afile.h - a file that appears whole or not at all: written to PATH.tmp.PID beside PATH, then
  * (unless AFILE_NO_SYNC) fsynced, renamed over PATH and the directory fsynced. A failed or
- * interrupted writer leaves PATH as it was. Used by formats/dpk.c's writer and by dsgen; never
+ * interrupted writer leaves PATH as it was. Used by formats/dpk_write.c and by dsgen; never
  * logs (formats/ may not), so the caller names the path in its message.
  *
  *     struct afile f;

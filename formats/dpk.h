@@ -44,7 +44,7 @@ enum dpk_kind {
 };
 #define DPK_KIND_MAX 12
 
-/* What the format itself knows of a kind: one row per kind in formats/dpk.c (how a kind is
+/* What the format itself knows of a kind: one row per kind in formats/dpk_index.c (how a kind is
  * decoded is the codec's business: codec/kind.h). */
 #define DPK_KF_IMAGE 0x1u       /* shape is H x W x {1,3}, sides <= 65535 */
 #define DPK_KF_SUBSAMP 0x2u     /* entry.subsamp holds its chroma subsampling (else it is 0) */

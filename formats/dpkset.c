@@ -1,5 +1,5 @@
 /* dpkset.c - the manifest of a set of .dpk shards: parse, check, write, and the map from a global
- * sample index to its shard (see dpkset.h; the set is opened by formats/dpk.c).
+ * sample index to its shard (see dpkset.h; the set is opened by formats/dpk_open.c).
  *
  * The parser trusts nothing: every line is bounded before it is looked at, numbers are decimal
  * digits only and checked for overflow, a path may not leave the manifest's directory, and the

@@ -1,6 +1,6 @@
 /* dpkset.h - a dataset as a set of .dpk shards, named by one small text manifest (docs/FORMAT.md,
  * "Sets of shards"). This module parses and writes the manifest and maps a global sample index to
- * (shard, local index); formats/dpk.c opens a manifest as one struct dpk through it (dpk_open on
+ * (shard, local index); formats/dpk_open.c opens a manifest as one struct dpk through it (dpk_open on
  * a manifest), so that every reader of a .dpk reads a set the same way.
  *
  * Manifest, version 1 (UTF-8 text, every line ends with '\n'):

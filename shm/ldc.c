@@ -506,7 +506,7 @@ static int set_send(struct ldc *c, int dfd, const char *name)
 	}
 	text[len] = '\0';
 	/* Shards are relative to the manifest's directory, symbolic links resolved: the directory
-	 * of the open file as the kernel names it (as dpack and formats/dpk.c resolve them). */
+	 * of the open file as the kernel names it (as dpack and formats/dpk_open.c resolve them). */
 	char self[64], dir[PATH_MAX];
 	snprintf(self, sizeof(self), "/proc/self/fd/%d", dfd);
 	ssize_t nl = readlink(self, dir, sizeof(dir) - 1);

@@ -8,7 +8,7 @@
  * loaderd's fill calls it, "as stored" into an output of exactly the entry's raw size and
  * cropped (a centre crop resized to 7 x 5), under a worker's pixel bound. It must succeed or
  * refuse with a reason, never read or write outside its buffers (ASan) or compute with a value
- * it has not bounded (UBSan, fatal in the fuzz build). The index entries obey what formats/dpk.c
+ * it has not bounded (UBSan, fatal in the fuzz build). The index entries obey what formats/dpk_index.c
  * checks of them at load (sides, shape product, a raw record's length), as the fill's do. */
 #include "formats/dpk.h"
 #include "codec/decode.h"
@@ -333,7 +333,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		put32be(rec + 29, (uint32_t)crc32(0, rec + 12, 17));
 	len -= cut < len ? cut : len - 1;
 
-	/* what formats/dpk.c lets an entry be (shape_check, the raw length); the rest is skipped */
+	/* what formats/dpk_index.c lets an entry be (shape_check, the raw length); the rest is skipped */
 	if (h == 0 || w == 0 || h > 65535 || w > 65535 || (uint64_t)h * w > FUZZ_MAX_PIXELS)
 		return 0;
 	struct dpk_entry e = { .length = len, .kind = (uint8_t)b->kind, .ndim = 3,

@@ -39,7 +39,7 @@ plant() {
 plant codec/kind.c loader/job.h
 plant tools/dpack/pack.c loader/job.h
 plant shm/ldc.c common/log.h
-plant formats/dpk.c codec/kind.h
+plant formats/dpk_open.c codec/kind.h
 plant common/log.c formats/dpk.h
 plant loader/job.c trainer/opts.h
 

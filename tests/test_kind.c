@@ -32,7 +32,7 @@ static void test_kind_every_kind_has_both_rows(void **state)
 		const struct cdc_kind *lk = cdc_kind_get(k);
 
 		if (!fi || !lk)
-			fail_msg("kind %u: no %s row", k, fi ? "codec/kind.c" : "formats/dpk.c");
+			fail_msg("kind %u: no %s row", k, fi ? "codec/kind.c" : "formats/dpk_index.c");
 		assert_ptr_equal(lk, &cdc_kinds[k]);
 		assert_int_equal(lk->kind, k);
 		assert_string_equal(lk->name, fi->name);

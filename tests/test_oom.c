@@ -1,5 +1,5 @@
 /* test_oom.c - out of memory on the paths that allocate on a client's behalf: the dataset reader
- * and writer (formats/dpk.c), ring create and attach (shm/ring.c), the client API (shm/ldc.c) and
+ * and writer (formats/dpk_*.c), ring create and attach (shm/ring.c), the client API (shm/ldc.c) and
  * the server core's job open, attach, snapshot and admin answer (loader/srv_*.c), and the record
  * reader's arena and its buffer for a record larger than half of it (loader/reader.c). malloc, calloc,
  * realloc, aligned_alloc and strdup are wrapped (--wrap: only the calls of loaderd's own objects,

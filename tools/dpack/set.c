@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 /* A shard's file size with @count records of @data bytes and a class table of @classes bytes
- * (before its padding): the writer's layout (formats/dpk.c, dpk_writer_finish). */
+ * (before its padding): the writer's layout (formats/dpk_write.c, dpk_writer_finish). */
 static uint64_t shard_bytes(uint64_t count, uint64_t data, uint64_t classes)
 {
 	uint64_t end = DPK_HEADER_SIZE + data + classes;
