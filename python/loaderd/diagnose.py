@@ -191,6 +191,10 @@ def analyse(records, warmup=None, info=None, cores=None):
     if dp:
         rep["dataparallel"] = dp[0]
     rep["other_loops"] = other_loops(records, recs)
+    errs = ["rank %s: %s" % (r.get("rank"), r["profile_error"]) for r in recs
+            if r.get("profile_error")]
+    if errs:   # a hook failed: profiling of that loader stopped there (the script went on)
+        rep["profile_errors"] = errs
     if rep.get("dataloader"):
         rep["dataloader_model"] = dataloader_model(rep, recs, cores)
     rep["why"], rep["advice"] = advise(rep, cores or os.cpu_count() or 1)
@@ -757,6 +761,8 @@ def render_text(rep, files=()):
         out.append("  model: nn.DataParallel(%s), %d parameters, device_ids %s%s" %
                    (dp["module"], dp["params"], dp["device_ids"],
                     "" if dp["active"] else " (no GPU: a plain wrapper here)"))
+    for e in rep.get("profile_errors") or []:
+        out.append("  profiling stopped early (%s): the figures are of the steps before" % e)
     out.append("  accelerator utilisation (compute / wall, warm-up excluded) %.2f" % rep["au"])
     out += ["", "verdict: %s" % rep["verdict"]] + ["  " + x for x in rep["why"]] + ["advice:"]
     out += ["  - " + x for x in rep["advice"]]

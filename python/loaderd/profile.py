@@ -74,8 +74,11 @@ def _timed(hook):
         fut = hook(state, bucket)
 
         def done(f):
-            with _comm_lock:
-                _comm.append((t0, _now(), nbytes))
+            try:
+                with _comm_lock:
+                    _comm.append((t0, _now(), nbytes))
+            except Exception:
+                pass
             return f.value()
         return fut.then(done)
     timed_hook.__name__ = getattr(hook, "__name__", "hook")
@@ -172,7 +175,10 @@ def install_ddp_patch():
 
     def __init__(self, *a, **kw):
         orig_init(self, *a, **kw)
-        _note(self)
+        try:
+            _note(self)
+        except Exception:
+            pass
 
     def register_comm_hook(self, state, hook):
         _orig_register(self, state, _timed(hook))
@@ -213,9 +219,27 @@ def _hook_pending():
 
 # ---- one Loader's steps ----
 
+def _guarded(fn):
+    """A hook body run inside the script's own loop: any exception it raises disables that
+    loader's profiling (one warning, Recorder.disable) instead of reaching the script."""
+    def g(self, *a, **kw):
+        if self.off:
+            return None
+        try:
+            return fn(self, *a, **kw)
+        except Exception as e:
+            self.disable(e)
+            return None
+    g.__name__ = fn.__name__
+    g.__doc__ = fn.__doc__
+    return g
+
+
 class Recorder:
     """The steps of one Loader: [step, start_ns, data_ns, copy_ns, compute_ns, comm_ns, opt_ns,
     samples, comm_busy_ns, buckets] each; see the top of the file."""
+
+    off = None     # why profiling stopped (a hook failed: disable()), else None
 
     def __init__(self, loader):
         self.loader = weakref.ref(loader) if loader is not None else (lambda: None)
@@ -254,7 +278,23 @@ class Recorder:
         except Exception as e:
             print("loaderd.profile: cannot write the record: %s" % e, file=sys.stderr)
 
+    def disable(self, e):
+        """A hook failed with @e: no more steps of this loader are timed (the script goes on
+        exactly as without diagnose); said once. The steps timed before stay in the record,
+        which says why it ends."""
+        if self.off:
+            return
+        self.off = "%s: %s" % (type(e).__name__, e)
+        self.pending_copy = []
+        try:
+            job = self.meta.get("job") or "a Loader"
+        except Exception:
+            job = "a loader"
+        print("loaderd.profile: profiling of %s stopped after %d steps (%s); the script runs on "
+              "unprofiled" % (job, len(self.steps), self.off), file=sys.stderr)
+
     # called by the Loader
+    @_guarded
     def first_batch(self, loader):
         self.t_first = _now()
         self.st0 = _stats(loader)
@@ -267,12 +307,14 @@ class Recorder:
                      "crop": loader.crop[0] if loader.crop else None,
                      "device": self.device, "socket": loader.socket}
 
+    @_guarded
     def begin(self):
         """A batch is requested."""
         if _ddp:
             _hook_pending()
         return _now()
 
+    @_guarded
     def end(self, step, t_req, wait_ns, samples, copy_events, t_end):
         """The batch of @step, requested at @t_req, is done with (the next request, or the end
         of the loop) at @t_end."""
@@ -329,10 +371,19 @@ class Recorder:
 
     def finish(self, loader, final=True):
         """The Loader detaches (or is gone: @loader None): loaderd's counters, then the record
-        (once)."""
+        (once). Never raises into the script: a failure is said and the record is lost."""
+        try:
+            self._finish(loader)
+        except Exception as e:
+            print("loaderd.profile: cannot write the record: %s: %s" % (type(e).__name__, e),
+                  file=sys.stderr)
+        if final:
+            _live.discard(self)
+
+    def _finish(self, loader):
         if self.pending_copy:
             self._read_copies(True)
-        if loader is not None and self.st0 is not None:
+        if loader is not None and self.st0 is not None and not self.off:
             st = _stats(loader)
             if st is not None:
                 self.st1, self.t_last = st, _now()
@@ -343,8 +394,6 @@ class Recorder:
                 write_record(os.environ[ENV_DIR], self.record())
             except OSError as e:
                 print("loaderd.profile: cannot write the record: %s" % e, file=sys.stderr)
-        if final:
-            _live.discard(self)
 
     def record(self):
         """This rank's record (JSON-able)."""
@@ -355,7 +404,7 @@ class Recorder:
         params, cap = _model
         d = {"version": RECORD_VERSION, "rank": rank, "world": world, "pid": os.getpid(),
              "host": socket.gethostname(), "backend": backend,
-             "steps": self.steps, "steps_dropped": self.dropped,
+             "steps": self.steps, "steps_dropped": self.dropped, "profile_error": self.off,
              "fields": ["step", "start_ns", "data_ns", "copy_ns", "compute_ns", "comm_ns",
                         "opt_ns", "samples", "comm_busy_ns", "buckets"],
              "params": params, "bucket_mb": cap, "ddp": bool(_ddp)}
@@ -511,6 +560,16 @@ _dp_seen = weakref.WeakSet()     # nn.DataParallel modules
 
 
 def _batch_len(b, default):
+    """The samples in batch @b: the first dimension of its first tensor (nested lists, tuples
+    and dicts looked into), else @default. Never raises: a nested tensor has no .shape, a
+    string, None or an object of the script's may be anything."""
+    try:
+        return _batch_len1(b, default)
+    except Exception:
+        return default or 0
+
+
+def _batch_len1(b, default):
     for _ in range(4):
         if isinstance(b, (list, tuple)) and b:
             b = b[0]
@@ -518,6 +577,8 @@ def _batch_len(b, default):
             b = next(iter(b.values()))
         else:
             break
+    if getattr(b, "is_nested", False) is True:   # torch.nested: .shape raises, size(0) works
+        return int(b.size(0))
     shape = getattr(b, "shape", None)
     if shape is not None and len(shape):
         return int(shape[0])
@@ -592,6 +653,7 @@ class DLRecorder(Recorder):
                      "batch": dl.batch_size, "crop": None, "device": None,
                      "source": "torch.utils.data.DataLoader", "dataloader": facts}
 
+    @_guarded
     def step_begin(self):
         if self.step_no == 0:     # torch.distributed is up by the first batch
             self.where = _dist_rank_world(None)
@@ -664,30 +726,51 @@ def patch_dataloader(dl_module=None):
 
     def __iter__(self):
         it = orig_iter(self)
-        rec = recs.get(self)
-        if rec is None:
-            rec = recs[self] = DLRecorder(self)
-        it._loaderd_rec = rec
-        if len(rec.epoch_starts) < 10000:
-            rec.epoch_starts.append(rec.step_no)
-        it._loaderd_pending = None      # a loop left by break: its last step has no end
+        try:
+            rec = recs.get(self)
+            if rec is None:
+                try:
+                    rec = recs[self] = DLRecorder(self)
+                except Exception as e:   # said once; this DataLoader is never profiled
+                    recs[self] = False
+                    print("loaderd.profile: cannot profile this DataLoader (%s: %s); the script "
+                          "runs on unprofiled" % (type(e).__name__, e), file=sys.stderr)
+            if rec and not rec.off:
+                it._loaderd_rec = rec
+                if len(rec.epoch_starts) < 10000:
+                    rec.epoch_starts.append(rec.step_no)
+                it._loaderd_pending = None      # a loop left by break: its last step has no end
+        except Exception as e:
+            if rec:
+                rec.disable(e)
         return it
 
     def __next__(self):
+        # Every hook body is guarded: an exception of ours (an odd batch, a broken attribute)
+        # disables this DataLoader's profiling (one warning) and never reaches the script; what
+        # the script gets is orig_next's batch, or orig_next's own exception, as without us.
         rec = self.__dict__.get("_loaderd_rec")
-        if rec is None:
+        if rec is None or rec.off:
             return orig_next(self)
-        t = _now()
-        p = self._loaderd_pending
-        if p is not None:
-            self._loaderd_pending = None
-            rec.train_steps += _backwards != p[3]
-            rec.end(p[0], p[1], p[2], p[4], None, t)
-        bw = rec.step_begin()
+        try:
+            t = _now()
+            p = self._loaderd_pending
+            if p is not None:
+                self._loaderd_pending = None
+                rec.train_steps += _backwards != p[3]
+                rec.end(p[0], p[1], p[2], p[4], None, t)
+            bw = rec.step_begin()
+        except Exception as e:
+            rec.disable(e)
+            return orig_next(self)
         out = orig_next(self)     # StopIteration: the loop's last step ended above
-        t1 = _now()
-        self._loaderd_pending = (rec.step_no, t, t1 - t, bw, _batch_len(out, rec.meta["batch"]))
-        rec.step_no += 1
+        try:
+            t1 = _now()
+            self._loaderd_pending = (rec.step_no, t, t1 - t, bw,
+                                     _batch_len(out, rec.meta["batch"]))
+            rec.step_no += 1
+        except Exception as e:
+            rec.disable(e)
         return out
 
     if orig_iter is not None:
@@ -700,7 +783,10 @@ def patch_dataloader(dl_module=None):
 
         def dp_init(self, *a, **kw):
             orig_dp(self, *a, **kw)
-            _dp_seen.add(self)
+            try:
+                _dp_seen.add(self)
+            except Exception:
+                pass
         DataParallel.__init__ = dp_init
         import gc
         for o in gc.get_objects():
@@ -769,8 +855,11 @@ def _wrap(module):
 
     def __init__(self, *a, **kw):
         # where the script makes it: the line the advice rewrites
-        f = sys._getframe(1)
-        self.__dict__["_loaderd_where"] = (f.f_code.co_filename, f.f_lineno)
+        try:
+            f = sys._getframe(1)
+            self.__dict__["_loaderd_where"] = (f.f_code.co_filename, f.f_lineno)
+        except Exception:
+            pass
         orig_init(self, *a, **kw)
     DL.__init__ = __init__
 
