@@ -101,7 +101,7 @@ int ldc_token_parse(const void *buf, size_t len, struct ldc_token *out, char *wh
 		return refuse(why, whylen, -EBADMSG, "resume token: batch: 0");
 	if (t.sampling > CTL_SAMPLE_BLOCK)
 		return refuse(why, whylen, -EBADMSG, "resume token: sampling: %u", t.sampling);
-	if (t.tail > CTL_TAIL_MASK)
+	if (t.tail > CTL_TAIL_DROP_LAST)
 		return refuse(why, whylen, -EBADMSG, "resume token: tail: %u", t.tail);
 	if (t.transforms & ~CTL_TF_ALL)
 		return refuse(why, whylen, -EBADMSG, "resume token: transforms: 0x%x", t.transforms);

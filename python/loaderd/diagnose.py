@@ -239,6 +239,8 @@ def script_lines(script, plan, rep, pred):
         norm = ", normalize=(%s, %s), dtype=torch.float32, layout=\"NCHW\"" % (
             [round(x, 3) for x in plan["normalize"][0]], [round(x, 3) for x in
                                                           plan["normalize"][1]])
+    if f.get("drop_last"):   # DataLoader(drop_last=True): whole batches only
+        norm += ", tail=\"drop_last\""
     new_dl = ("loaderd.Loader(None, %r, %d, crop=%s, transforms=%r%s, epochs=EPOCHS)" %
               (os.path.join(os.path.dirname(plan["root"].rstrip("/")) or ".",
                             os.path.basename(plan["root"].rstrip("/")) + ".dpk"),

@@ -221,7 +221,10 @@ class Loader:
       epochs        total epochs of the run (the last one is epochs - 1); None: unbounded.
       sampling      "shuffle" (default), "sequential" or "block".
       tail          "pad" (DistributedSampler default: repeats, flagged REPEATED), "mask"
-                    (repeats flagged PADDING, weight 0) or "drop" (drop_last=True).
+                    (repeats flagged PADDING, weight 0), "drop" (DistributedSampler(
+                    drop_last=True): floor(N / world) per rank, the last batch may be short)
+                    or "drop_last" (DataLoader(drop_last=True): as "pad", then whole batches
+                    only: floor(ceil(N / world) / batch_size) steps per epoch).
       on_bad        "substitute" (default: a bad record is replaced, flagged SUBSTITUTED) or
                     "fail".
       slots         ring depth (batches loaderd may prepare ahead); 0: the daemon's default.
