@@ -244,7 +244,7 @@ def dataloader_advice(rep):
         else:
             adv.append(base + ": more workers than free cores share them, no faster "
                        "(about %.1f ms per step with %d): the loading itself has to get "
-                       "cheaper (below) or have cores of its own" %
+                       "cheaper or have cores of its own" %
                        (predict_step(m, max(w, 1)), max(w, 1)))
         if w > 0 and m["wait_median_ms"] < BURST_SHARE * m["wait_ms"]:
             # most steps do not wait, a few wait long: the workers keep up on average and the

@@ -24,6 +24,7 @@ command's, or 1 when it left no record. Standard library only here; the script n
 needs.
 """
 import argparse
+import collections
 import glob
 import json
 import os
@@ -33,8 +34,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
+from . import _bins
 from . import profile as P
 from . import timeline as TL
 
@@ -65,6 +68,19 @@ SAMPLE_FILES = 256          # files of the dataset packed for the measurement
 MEASURE_S = 3.0             # drain the private loaderd this long (at least 2 epochs of it)
 
 
+def keep_file_list(rep, recdir, out):
+    """The training DataLoader's (image file, label) list, when its dataset is not an
+    ImageFolder (profile.py wrote it beside the records), as @out/files.tsv for pack_list."""
+    folder = ((rep.get("dataloader") or {}).get("dataset") or {}).get("folder") or {}
+    if folder.get("tsv"):
+        src = os.path.join(recdir, os.path.basename(folder["tsv"]))
+        if os.path.isfile(src):
+            os.replace(src, os.path.join(out, "files.tsv"))
+            folder["tsv"] = os.path.join(out, "files.tsv")
+        else:
+            folder.pop("tsv")
+
+
 def swap_plan(rep):
     """Whether the training DataLoader maps onto a loaderd.Loader: an ImageFolder/DatasetFolder
     of JPEGs with RandomResizedCrop [+ flip] ("train") or Resize + CenterCrop ("eval"), then
@@ -74,11 +90,20 @@ def swap_plan(rep):
     ds = f.get("dataset") or {}
     folder = ds.get("folder")
     if not folder:
-        return "the dataset is a %s, not an ImageFolder/DatasetFolder" % ds.get("class")
+        why = [u for u in ds.get("unread") or [] if u.startswith(("file list", "dataset"))]
+        return "the dataset (a %s) was not understood: %s" % (
+            ds.get("inner") or ds.get("class"),
+            "; ".join(why) or "no (image file, label) list found in it")
     listed = rep.get("_folder_files") or []
     files = [x for x in listed if x.lower().endswith(JPEG_EXT)]
     if not files or len(files) < len(listed) * 0.9:
-        return "the ImageFolder's files are not JPEGs"
+        exts = sorted({os.path.splitext(x)[1].lower() or "(none)" for x in listed})[:6]
+        return "the %s's files (%s, found in %s) are not JPEGs: the measurement packs JPEGs "\
+            "only" % (folder.get("class"), ", ".join(exts), folder.get("from", "?"))
+    bad = [t for t in ds.get("transforms") or [] if t.get("unreadable")]
+    if bad:
+        return "transforms that could not be read: %s" % ", ".join(
+            "%s (%s)" % (t["name"], t["unreadable"]) for t in bad)
     names = [t["name"] for t in ds.get("transforms") or []]
     tf = {t["name"]: t for t in ds.get("transforms") or []}
     rest = [n for n in names if n not in ("RandomResizedCrop", "RandomHorizontalFlip", "Resize",
@@ -99,22 +124,15 @@ def swap_plan(rep):
     if "Normalize" in tf:
         norm = (tf["Normalize"].get("mean"), tf["Normalize"].get("std"))
     return {"transforms": mode, "crop": crop, "normalize": norm, "files": files,
-            "root": folder["root"], "classes": folder["classes"]}
+            "root": folder["root"], "classes": folder["classes"],
+            "kind": folder.get("kind", "folder"), "from": folder.get("from"),
+            "total": folder.get("total"), "tsv": folder.get("tsv")}
 
 
 def find_bin(name):
-    """A loaderd program: $LOADERD_BIN_DIR, then PATH, then this checkout's build/bin."""
-    d = os.environ.get("LOADERD_BIN_DIR")
-    cands = [os.path.join(d, name)] if d else []
-    w = shutil.which(name)
-    if w:
-        cands.append(w)
-    here = os.path.dirname(os.path.abspath(__file__))
-    cands.append(os.path.join(here, "..", "..", os.environ.get("BUILD", "build"), "bin", name))
-    for c in cands:
-        if os.access(c, os.X_OK):
-            return os.path.abspath(c)
-    return None
+    """A loaderd program (_bins.py: $LOADERD_BIN_DIR, PATH, make install, the service, the
+    checkout's build/bin), or None."""
+    return _bins.find_bin(name)
 
 
 def measure_swap(rep, plan, workers, sample=SAMPLE_FILES, seconds=MEASURE_S):
@@ -127,7 +145,8 @@ def measure_swap(rep, plan, workers, sample=SAMPLE_FILES, seconds=MEASURE_S):
     from . import loader as LD
     dpack, loaderd = find_bin("dpack"), find_bin("loaderd")
     if not dpack or not loaderd:
-        raise RuntimeError("dpack/loaderd not found ($LOADERD_BIN_DIR, PATH, build/bin)")
+        raise RuntimeError(_bins.not_found([n for n, b in (("dpack", dpack),
+                                                          ("loaderd", loaderd)) if not b]))
     files = plan["files"]
     step = max(1, len(files) // sample)
     pick = files[::step][:sample]
@@ -241,10 +260,10 @@ def script_lines(script, plan, rep, pred):
                                                           plan["normalize"][1]])
     if f.get("drop_last"):   # DataLoader(drop_last=True): whole batches only
         norm += ", tail=\"drop_last\""
+    dpk = os.path.join(os.path.dirname(plan["root"].rstrip("/")) or ".",
+                       (os.path.basename(plan["root"].rstrip("/")) or "data") + ".dpk")
     new_dl = ("loaderd.Loader(None, %r, %d, crop=%s, transforms=%r%s, epochs=EPOCHS)" %
-              (os.path.join(os.path.dirname(plan["root"].rstrip("/")) or ".",
-                            os.path.basename(plan["root"].rstrip("/")) + ".dpk"),
-               f.get("batch_size") or 0, crop_s, plan["transforms"], norm))
+              (dpk, f.get("batch_size") or 0, crop_s, plan["transforms"], norm))
     where = f.get("where") or [None, 0]
     at = where[1] if where[0] and os.path.abspath(where[0]) == os.path.abspath(script) else 0
     for i, ln in enumerate(lines, 1):
@@ -256,8 +275,13 @@ def script_lines(script, plan, rep, pred):
         elif "set_epoch(" in s:
             out.append("%s:%d: %s" % (os.path.basename(script), i, s))
             out.append("  -> the Loader's set_epoch(epoch) (DistributedSampler goes)")
-    if out:
-        out.insert(0, "once: dpack pack %s %s.dpk" % (plan["root"], plan["root"].rstrip("/")))
+    if out and plan.get("kind") == "list":
+        out.insert(0, "once: python -m loaderd.pack_list %s %s (the %s files listed in %s, "
+                   "linked by label into a temporary tree and packed with dpack)" %
+                   (os.path.join(rep.get("_out") or ".", "files.tsv"), dpk,
+                    plan.get("total") or "?", plan.get("from")))
+    elif out:
+        out.insert(0, "once: dpack pack %s %s" % (plan["root"], dpk))
     return out
 
 
@@ -267,7 +291,7 @@ def swap_advice(rep, cmd_script, sample=SAMPLE_FILES, seconds=MEASURE_S):
     plan = swap_plan(rep)
     if isinstance(plan, str):
         rep["swap"] = {"possible": False, "why": plan}
-        return []
+        return ["loaderd: the swap to loaderd.Loader was not measured: %s" % plan]
     m = rep["dataloader_model"]
     workers = max(1, m["free_cores_per_rank"] * m["ranks_per_host"])
     try:
@@ -339,10 +363,23 @@ def render_text(rep, files=()):
         f = rep["dataloader"]
         ds = f.get("dataset") or {}
         out.append("  input: torch DataLoader over %s (%s samples), batch %s, num_workers=%d, "
-                   "pin_memory=%s, persistent_workers=%s, prefetch_factor=%s" %
+                   "pin_memory=%s, persistent_workers=%s, prefetch_factor=%s, drop_last=%s" %
                    (ds.get("class"), ds.get("len", "?"), f.get("batch_size"),
                     f.get("num_workers") or 0, f.get("pin_memory"),
-                    f.get("persistent_workers"), f.get("prefetch_factor")))
+                    f.get("persistent_workers"), f.get("prefetch_factor"),
+                    f.get("drop_last")))
+        fo = ds.get("folder")
+        if fo:
+            out.append("  files: %s (image file, label) pairs in %s%s" % (
+                fo.get("total", "?"), fo.get("from", fo.get("class")),
+                ", %d not found" % fo["missing"] if fo.get("missing") else ""))
+        tfs = ds.get("transforms")
+        if tfs:
+            out.append("  transforms: %s" % ", ".join(
+                t["name"] + ("(in %s)" % t["within"] if t.get("within") else "") +
+                (" [unreadable]" if t.get("unreadable") else "") for t in tfs))
+        for u in ds.get("unread") or []:
+            out.append("  not understood: %s" % u)
     if rep.get("dataparallel"):
         dp = rep["dataparallel"]
         out.append("  model: nn.DataParallel(%s), %d parameters, device_ids %s%s" %
@@ -405,6 +442,57 @@ def write_outputs(rep, out_dir):
 
 # ---- the command ----
 
+TAIL_LINES = 12        # the command's last stderr lines quoted when it fails early
+LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+
+
+def _tee(src, tail):
+    """The command's stderr to ours, line by line, its last lines kept in @tail."""
+    out = getattr(sys.stderr, "buffer", None)
+    for ln in iter(src.readline, b""):
+        tail.append(ln.decode("utf-8", "replace").rstrip("\n"))
+        try:
+            if out is not None:
+                out.write(ln)
+                out.flush()
+            else:
+                sys.stderr.write(ln.decode("utf-8", "replace"))
+        except (OSError, ValueError):
+            pass
+    src.close()
+
+
+def is_launcher(cmd):
+    return any(os.path.basename(c) in LAUNCHERS or c in LAUNCHERS for c in cmd[:4])
+
+
+def no_record_text(cmd, rc, recdir, tail):
+    """Why there is no report: a launcher that died before any rank started (no rank marker
+    from profile.py's sitecustomize), a command that failed, or one that never iterated a
+    loader; with the command's last lines when it failed."""
+    started = glob.glob(os.path.join(recdir, "started-*.rank"))
+    name = os.path.basename(cmd[0])
+    if is_launcher(cmd) and not started:
+        what = next((c for c in cmd if os.path.basename(c) in LAUNCHERS or c in LAUNCHERS),
+                    name)
+        head = ("loaderd.diagnose: the command (%s) exited with status %d before any rank "
+                "started: nothing of the training script ran" % (what, rc)) if rc else \
+            ("loaderd.diagnose: the command (%s) exited (status 0) before any rank started" %
+             what)
+    elif rc:
+        head = ("loaderd.diagnose: %s exited with status %d and left no record in %s%s" %
+                (name, rc, recdir, " (%d rank%s had started)" % (len(started), plural(
+                    len(started))) if started else ""))
+    else:
+        return ("loaderd.diagnose: %s left no record in %s: does it iterate a loaderd.Loader "
+                "or a torch.utils.data.DataLoader (and run at least two steps)?" %
+                (name, recdir))
+    lines = [x for x in tail if x.strip()]
+    if lines:
+        head += "; its last lines:\n" + "\n".join("  | " + x for x in lines)
+    return head
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if "--" in argv:
@@ -443,7 +531,9 @@ def main(argv=None):
     out = os.path.abspath(a.out)
     recdir = os.path.join(out, "records")
     os.makedirs(recdir, exist_ok=True)
-    for f in glob.glob(os.path.join(recdir, "rank-*.json")):
+    for f in glob.glob(os.path.join(recdir, "rank-*.json")) + \
+            glob.glob(os.path.join(recdir, "started-*.rank")) + \
+            glob.glob(os.path.join(recdir, "files-*.tsv")):
         os.unlink(f)
     # torch DataLoader loops: a sitecustomize of ours, first on the path (profile.py)
     site = P.write_sitecustomize(os.path.join(out, "site"))
@@ -452,26 +542,30 @@ def main(argv=None):
                PYTHONPATH=site + (os.pathsep + pp if pp else ""))
     print("loaderd.diagnose: running %s" % " ".join(shlex.quote(c) for c in cmd),
           file=sys.stderr, flush=True)
-    try:
-        proc = subprocess.Popen(cmd, env=env)
+    try:   # its stderr passes through us: its last lines for a command that fails early
+        proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
     except OSError as e:
         print("loaderd.diagnose: cannot run %s: %s" % (cmd[0], e), file=sys.stderr)
         return 127
+    tail = collections.deque(maxlen=TAIL_LINES)
+    tee = threading.Thread(target=_tee, args=(proc.stderr, tail), daemon=True)
+    tee.start()
     while True:
         try:
             rc = proc.wait()
             break
         except KeyboardInterrupt:   # the command got it too (same terminal); wait for it
             proc.send_signal(signal.SIGINT)
+    tee.join(5)
     recs = load_records(recdir)
     if not recs:
-        print("loaderd.diagnose: %s left no record in %s: does it iterate a loaderd.Loader "
-              "or a torch.utils.data.DataLoader (and run at least two steps)?" % (cmd[0], recdir),
-              file=sys.stderr)
+        print(no_record_text(cmd, rc, recdir, list(tail)), file=sys.stderr)
         return rc or 1
     try:
         script = [os.path.basename(c) for c in cmd if c.endswith(".py")]
         rep = analyse(recs, a.warmup, info={"model": script[0] if script else None})
+        rep["_out"] = out
+        keep_file_list(rep, recdir, out)
         if rep.get("dataloader_model") and rep["verdict"] == "loader-limited" and a.swap:
             scripts = [c for c in cmd if c.endswith(".py")]
             rep["advice"] += swap_advice(rep, scripts[0] if scripts else None, a.sample,

@@ -556,7 +556,9 @@ def gather(loader):
 _backwards = 0           # calls of torch.autograd.backward so far (Tensor.backward goes there)
 _dl_count = 0
 _dl_patched = False
-_dp_seen = weakref.WeakSet()     # nn.DataParallel modules
+_dp_seen = weakref.WeakSet()     # nn.DataParallel modules noted (not noted twice)
+_dp_facts = []                   # their facts, read when each was seen: a model made before
+                                 # the DataLoader inside main() is freed before the record
 
 
 def _batch_len(b, default):
@@ -585,41 +587,309 @@ def _batch_len1(b, default):
     return default or 0
 
 
-def _dataset_facts(ds):
-    """What the advice needs of a DataLoader's dataset: its class, an ImageFolder's root, files
-    and transforms (names and their sizes)."""
-    f = {"class": type(ds).__name__, "module": type(ds).__module__}
-    try:
-        f["len"] = len(ds)
+IMAGE_EXT = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".ppm", ".pgm", ".pnm", ".tif", ".tiff")
+FILES_KEPT = 1000       # files of the dataset's list kept in the record (spread over it)
+# where datasets keep their (image file, label) list, and their parser/reader objects
+_LIST_ATTRS = ("samples", "imgs", "filenames", "image_files", "img_files", "files", "file_list",
+               "img_list", "image_paths", "img_paths", "paths", "items", "entries", "data")
+_LABEL_ATTRS = ("targets", "labels", "label_list", "target_list")
+_HOLDER_ATTRS = ("parser", "reader", "_parser", "_reader", "source", "index")
+_ROOT_ATTRS = ("root", "img_dir", "image_dir", "images_dir", "data_dir", "img_root",
+               "image_root", "data_root", "directory", "prefix", "base_dir")
+_PATH_KEYS = ("path", "file", "filename", "image", "img", "image_path", "img_path", "file_name",
+              "filepath")
+_LABEL_KEYS = ("label", "target", "class", "class_id", "label_id", "y", "cls")
+
+
+def _is_image(x):
+    return isinstance(x, (str, os.PathLike)) and str(x).lower().endswith(IMAGE_EXT)
+
+
+def _label_of(x):
+    """An int label, or a str class name, or None."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return x
+    if isinstance(x, str):
+        try:
+            return int(x)
+        except ValueError:
+            return x
+    try:   # numpy and torch scalars
+        if hasattr(x, "item") and float(x.item()) == int(x.item()):
+            return int(x.item())
     except Exception:
         pass
+    return None
+
+
+def _pairs_of(v, owner):
+    """(file, label) accessor of a sequence @v of the dataset @owner: a function i -> (file,
+    label) and the length, or None. Pairs (file, label, ...), dicts with a path and a label key,
+    or file names with a parallel label list on @owner (labels None without one)."""
+    try:
+        n = len(v)
+        if n == 0 or isinstance(v, (str, bytes, dict)):
+            return None
+        first = v[0]
+    except Exception:
+        return None
+    if isinstance(first, (tuple, list)) and len(first) >= 2 and _is_image(first[0]) and \
+            _label_of(first[1]) is not None:
+        return (lambda i: (str(v[i][0]), _label_of(v[i][1]))), n
+    if isinstance(first, dict):
+        pk = next((k for k in _PATH_KEYS if _is_image(first.get(k))), None)
+        lk = next((k for k in _LABEL_KEYS if _label_of(first.get(k)) is not None), None)
+        if pk:
+            return (lambda i: (str(v[i][pk]), _label_of(v[i][lk]) if lk else None)), n
+    if _is_image(first):
+        for a in _LABEL_ATTRS:
+            lab = getattr(owner, a, None)
+            try:
+                if lab is not None and len(lab) == n and _label_of(lab[0]) is not None:
+                    return (lambda i: (str(v[i]), _label_of(lab[i]))), n
+            except Exception:
+                continue
+        return (lambda i: (str(v[i]), None)), n
+    return None
+
+
+def _csv_pairs(path):
+    """(file, label) rows of a CSV/TSV file: the column of image file names, the label column
+    (by header name, else the first other column of labels). Returns (rows, how) or None."""
+    import csv
+    with open(path, newline="") as f:
+        head = f.read(4096)
+        f.seek(0)
+        delim = "\t" if head.count("\t") > head.count(",") else ","
+        rows = list(csv.reader(f, delimiter=delim))
+    if not rows:
+        return None
+    header = None
+    if not any(_is_image(c) for c in rows[0]):
+        header, rows = [c.strip().lower() for c in rows[0]], rows[1:]
+    if not rows:
+        return None
+    pc = next((i for i, c in enumerate(rows[0]) if _is_image(c)), None)
+    if pc is None:
+        return None
+    lc = None
+    if header:
+        lc = next((header.index(k) for k in _LABEL_KEYS if k in header and
+                   header.index(k) != pc), None)
+    if lc is None:
+        lc = next((i for i, c in enumerate(rows[0]) if i != pc and c.strip()), None)
+    out = [(r[pc], _label_of(r[lc].strip()) if lc is not None and lc < len(r) else None)
+           for r in rows if len(r) > pc]
+    return out
+
+
+def _find_list(obj, depth=0, name=None):
+    """Where @obj (a dataset, or a parser/reader object it holds) keeps its (image file, label)
+    list: (get, n, where) or None; @where names it (e.g. "MyDataset.parser.samples")."""
+    name = name or type(obj).__name__
+    try:
+        attrs = vars(obj)
+    except TypeError:
+        attrs = {}
+    order = [a for a in _LIST_ATTRS if hasattr(obj, a)] + \
+        [a for a in attrs if a not in _LIST_ATTRS]
+    for a in order:
+        try:
+            v = getattr(obj, a)
+        except Exception:
+            continue
+        if isinstance(v, (list, tuple)) or (a in _LIST_ATTRS and hasattr(v, "__getitem__")
+                                             and not isinstance(v, (str, bytes, dict))):
+            got = _pairs_of(v, obj)
+            if got:
+                return got[0], got[1], "%s.%s" % (name, a)
+    # a CSV (or TSV) file the dataset names
+    for a, v in attrs.items():
+        if isinstance(v, (str, os.PathLike)) and str(v).lower().endswith((".csv", ".tsv")) \
+                and os.path.isfile(v):
+            rows = _csv_pairs(v)
+            if rows:
+                return (lambda i: rows[i]), len(rows), "%s.%s (CSV %s)" % (name, a, v)
+    if depth < 2:   # a parser, reader or index object holding the list
+        hold = [a for a in _HOLDER_ATTRS if a in attrs] + \
+            [a for a in attrs if a not in _HOLDER_ATTRS]
+        for a in hold:
+            v = attrs.get(a)
+            if v is None or isinstance(v, (str, bytes, int, float, list, tuple, dict, set)) or \
+                    callable(v) and not hasattr(v, "__dict__") or not hasattr(v, "__dict__"):
+                continue
+            if type(v).__module__.split(".")[0] in ("torch", "torchvision", "numpy", "PIL"):
+                continue
+            got = _find_list(v, depth + 1, "%s.%s" % (name, a))
+            if got:
+                return got
+    return None
+
+
+def _resolve(path, owners):
+    """@path as a file that exists: as it is, or under a root directory named by one of the
+    @owners (dataset, parser); None when neither."""
+    if os.path.isabs(path) and os.path.exists(path):
+        return path
+    for o in owners:
+        for a in _ROOT_ATTRS:
+            r = getattr(o, a, None)
+            if isinstance(r, (str, os.PathLike)) and os.path.isdir(r):
+                c = os.path.join(r, path)
+                if os.path.exists(c):
+                    return os.path.abspath(c)
+    return os.path.abspath(path) if os.path.exists(path) else None
+
+
+def _file_list_facts(inner, unread):
+    """The dataset's (image file, label) list: an ImageFolder's samples, or a list found by
+    _find_list; a sample of its files (absolute) for the swap's measurement. None (the reason
+    in @unread) when there is none or its files are not found."""
+    found = _find_list(inner)
+    if found is None:
+        unread.append("file list: no (image file, label) list found in the %s (looked for "
+                      "samples, imgs, filenames, a list of pairs or dicts, labels/targets, a "
+                      "parser or reader object holding one, a CSV file it names)" %
+                      type(inner).__name__)
+        return None
+    get, n, where = found
+    owners = [inner] + [getattr(inner, a) for a in _HOLDER_ATTRS if hasattr(inner, a)]
+    step = max(1, -(-n // FILES_KEPT))
+    files, missing, labels = [], [], set()
+    for i in range(0, n, step):
+        p, lab = get(i)
+        r = _resolve(p, owners)
+        if r is None:
+            missing.append(p)
+            if len(missing) >= 3 and not files:
+                break
+            continue
+        files.append(r)
+        labels.add(lab)
+    if not files:
+        unread.append("file list: %s lists %d files, but they are not found (e.g. %r, relative "
+                      "to %s)" % (where, n, missing[0] if missing else "?", os.getcwd()))
+        return None
+    folder = hasattr(inner, "samples") and hasattr(inner, "root") and \
+        where == "%s.samples" % type(inner).__name__
+    root = str(inner.root) if folder else os.path.commonpath([os.path.dirname(f)
+                                                              for f in files])
+    _list_access[id(inner)] = (get, n, owners)
+    d = {"class": type(inner).__name__, "root": root, "from": where, "total": n,
+         "kind": "folder" if folder else "list", "files": files,
+         "classes": len(getattr(inner, "classes", []) or []) if folder else
+         len([x for x in labels if x is not None]),
+         "labels": "none" if labels == {None} else "known"}
+    if missing:
+        d["missing"] = len(missing)
+    return d
+
+
+_list_access = {}     # id(dataset) -> its list's accessor, taken by DLRecorder at once
+LIST_MAX = 20000000   # entries written to the record's file list (files-*.tsv)
+
+
+def _dataset_facts(ds):
+    """What the advice needs of a DataLoader's dataset: its class, its (image file, label)
+    list (an ImageFolder's, or one found in a dataset class of the script's: _find_list), its
+    transforms (names and their sizes, nested containers walked). A part that cannot be read
+    is named in "unread" and never drops the others."""
+    f = {"class": type(ds).__name__, "module": type(ds).__module__}
+    unread = []
+    try:
+        f["len"] = len(ds)
+    except Exception as e:
+        unread.append("len: %s: %s" % (type(e).__name__, e))
     inner = ds
-    while hasattr(inner, "dataset") and not hasattr(inner, "samples"):   # Subset, wrappers
+    for _ in range(8):     # Subset, wrappers
+        if hasattr(inner, "samples") or not hasattr(inner, "dataset"):
+            break
         inner = inner.dataset
-    if hasattr(inner, "samples") and hasattr(inner, "root"):     # DatasetFolder, ImageFolder
-        f["folder"] = {"class": type(inner).__name__, "root": str(inner.root),
-                       "classes": len(getattr(inner, "classes", []) or []),
-                       # spread over the classes (samples are in class order), at most 1000
-                       "files": [str(p) for p, _ in inner.samples[::max(
-                           1, -(-len(inner.samples) // 1000))]]}
-    tf = getattr(inner, "transform", None)
-    if tf is not None:
-        f["transforms"] = _transform_facts(tf)
+    if inner is not ds:
+        f["inner"] = type(inner).__name__
+    try:
+        folder = _file_list_facts(inner, unread)
+        if folder:
+            f["folder"] = folder
+    except Exception as e:
+        unread.append("file list: %s: %s" % (type(e).__name__, e))
+    try:
+        tf = getattr(inner, "transform", None)
+        if tf is None:
+            tf = getattr(inner, "transforms", None)
+            if tf is not None and type(tf).__name__ == "StandardTransform":
+                tf = getattr(tf, "transform", None)
+        if tf is not None:
+            f["transforms"] = _transform_facts(tf, unread)
+    except Exception as e:
+        unread.append("transforms: %s: %s" % (type(e).__name__, e))
+    if unread:
+        f["unread"] = unread
     return f
 
 
-def _transform_facts(tf):
+_TF_KEYS = ("size", "scale", "ratio", "p", "mean", "std", "interpolation", "antialias",
+            "brightness", "contrast", "saturation", "hue", "num_ops", "magnitude", "policy",
+            "degrees")
+
+
+def _transform_facts(tf, unread=None, depth=0, within=None):
+    """The leaf transforms of @tf in order, each {"name", its size-like fields, "within": the
+    wrapper (RandomApply, RandomChoice, ...) when not a plain sequence}; containers walked:
+    Compose, a preset object whose .transforms is a Compose or a list, nn.Sequential,
+    RandomApply/RandomChoice/RandomOrder. A part that cannot be read is a leaf named
+    {"name", "unreadable"}, and the walk goes on."""
+    unread = [] if unread is None else unread
     out = []
-    for t in getattr(tf, "transforms", [tf]):
-        d = {"name": type(t).__name__}
-        for k in ("size", "scale", "ratio", "p", "mean", "std"):
-            v = getattr(t, k, None)
-            if v is not None:
-                try:
-                    d[k] = [float(x) for x in v] if hasattr(v, "__iter__") else float(v)
-                except (TypeError, ValueError):
-                    d[k] = repr(v)
+    name = type(tf).__name__
+    try:
+        inner = None
+        if depth < 8:
+            inner = getattr(tf, "transforms", None)
+            if inner is None and type(tf).__module__.startswith("torch.nn") and \
+                    hasattr(tf, "children"):
+                inner = list(tf.children())
+            elif inner is None and name == "Sequential" and hasattr(tf, "children"):
+                inner = list(tf.children())
+        if inner is not None and not isinstance(inner, (str, bytes)):
+            wrap = within
+            if name not in ("Compose", "Sequential") and isinstance(inner, (list, tuple)) and \
+                    name.startswith("Random"):
+                wrap = name
+            if isinstance(inner, (list, tuple)):
+                for t in inner:
+                    out += _transform_facts(t, unread, depth + 1, wrap)
+            else:    # a preset holding a Compose (or another container)
+                out += _transform_facts(inner, unread, depth + 1, wrap)
+            if out or isinstance(inner, (list, tuple)):
+                return out
+        d = {"name": name}
+        if within:
+            d["within"] = within
+        for k in _TF_KEYS:
+            try:
+                v = getattr(tf, k, None)
+            except Exception:
+                continue
+            if v is None or callable(v) and not hasattr(v, "value"):
+                continue
+            try:
+                if hasattr(v, "value") and not isinstance(v, (int, float)):   # an Enum
+                    d[k] = str(getattr(v, "value"))
+                elif isinstance(v, (int, float, bool)):
+                    d[k] = float(v) if not isinstance(v, bool) else v
+                elif hasattr(v, "__iter__") and not isinstance(v, str):
+                    d[k] = [float(x) for x in v]
+                else:
+                    d[k] = repr(v)[:80]
+            except (TypeError, ValueError):
+                d[k] = repr(v)[:80]
         out.append(d)
+    except Exception as e:
+        unread.append("transform %s: %s: %s" % (name, type(e).__name__, e))
+        out.append({"name": name, "unreadable": "%s: %s" % (type(e).__name__, e)})
     return out
 
 
@@ -644,10 +914,15 @@ class DLRecorder(Recorder):
                  "batch_size": dl.batch_size, "drop_last": bool(dl.drop_last),
                  "sampler": type(getattr(dl, "sampler", None)).__name__,
                  "where": dl.__dict__.get("_loaderd_where")}
+        self._list = None          # (get, n, owners) of a list that is not an ImageFolder's
         try:
             facts["dataset"] = _dataset_facts(dl.dataset)
+            acc = [_list_access.pop(k) for k in list(_list_access)]
+            if facts["dataset"].get("folder", {}).get("kind") == "list" and acc:
+                self._list = acc[-1]
         except Exception as e:
-            facts["dataset"] = {"class": type(dl.dataset).__name__, "error": str(e)}
+            facts["dataset"] = {"class": type(dl.dataset).__name__,
+                                "unread": ["dataset: %s: %s" % (type(e).__name__, e)]}
         self.meta = {"job": "dataloader-%d" % self.index, "dataset": facts["dataset"].get(
                      "folder", {}).get("root") or facts["dataset"]["class"],
                      "batch": dl.batch_size, "crop": None, "device": None,
@@ -674,7 +949,34 @@ class DLRecorder(Recorder):
         except Exception:
             d["device"] = "cpu"
         d["dataparallel"] = _dataparallel_facts()
+        if self._list is not None and os.environ.get(ENV_DIR):
+            try:
+                name = self._write_list(os.environ[ENV_DIR])
+                d["dataloader"]["dataset"]["folder"]["tsv"] = name
+            except Exception as e:   # the advice then says the list was not written
+                d["dataloader"]["dataset"].setdefault("unread", []).append(
+                    "file list: not written: %s: %s" % (type(e).__name__, e))
+            self._list = None
         return d
+
+    def _write_list(self, d):
+        """The dataset's whole (image file, label) list as FILE<TAB>LABEL lines into @d (for
+        python -m loaderd.pack_list); returns the file's name."""
+        get, n, owners = self._list
+        name = "files-%d-%d.tsv" % (os.getpid(), self.index)
+        os.makedirs(d, exist_ok=True)
+        tmp = os.path.join(d, name + ".tmp")
+        p0 = get(0)[0]
+        r0 = _resolve(p0, owners) or os.path.abspath(p0)
+        base = r0[:len(r0) - len(p0)] if r0.endswith(p0) else ""   # the root found, once
+        with open(tmp, "w") as f:
+            for i in range(min(n, LIST_MAX)):
+                p, lab = get(i)
+                p = p if os.path.isabs(p) else os.path.join(base, p) if base else \
+                    os.path.abspath(p)
+                f.write("%s\t%s\n" % (p, "" if lab is None else lab))
+        os.replace(tmp, os.path.join(d, name))
+        return name
 
 
 def _cores():
@@ -684,21 +986,27 @@ def _cores():
         return os.cpu_count() or 1
 
 
+def _dp_note(m):
+    """nn.DataParallel module @m seen (made, or found alive at the patch): its static facts,
+    read now (on a host without GPUs DataParallel is a plain wrapper: its scatter, replicate,
+    apply and gather happen only on CUDA)."""
+    try:
+        if m in _dp_seen or len(_dp_facts) >= 16:
+            return
+        _dp_seen.add(m)
+        params = sum(p.numel() for p in m.module.parameters())
+        _dp_facts.append({"module": type(m.module).__name__, "params": params,
+                          "device_ids": list(getattr(m, "device_ids", None) or []),
+                          "output_device": getattr(m, "output_device", None),
+                          "dim": getattr(m, "dim", 0),
+                          "active": bool(getattr(m, "device_ids", None))})
+    except Exception:
+        pass
+
+
 def _dataparallel_facts():
-    """nn.DataParallel modules seen: the static facts (on a host without GPUs DataParallel
-    is a plain wrapper: its scatter, replicate, apply and gather happen only on CUDA)."""
-    out = []
-    for m in list(_dp_seen):
-        try:
-            params = sum(p.numel() for p in m.module.parameters())
-            out.append({"module": type(m.module).__name__, "params": params,
-                        "device_ids": list(getattr(m, "device_ids", None) or []),
-                        "output_device": getattr(m, "output_device", None),
-                        "dim": getattr(m, "dim", 0),
-                        "active": bool(getattr(m, "device_ids", None))})
-        except Exception:
-            pass
-    return out
+    """The nn.DataParallel modules seen during the run (alive or not)."""
+    return list(_dp_facts)
 
 
 def patch_dataloader(dl_module=None):
@@ -783,15 +1091,12 @@ def patch_dataloader(dl_module=None):
 
         def dp_init(self, *a, **kw):
             orig_dp(self, *a, **kw)
-            try:
-                _dp_seen.add(self)
-            except Exception:
-                pass
+            _dp_note(self)
         DataParallel.__init__ = dp_init
         import gc
         for o in gc.get_objects():
             if issubclass(type(o), DataParallel):
-                _dp_seen.add(o)
+                _dp_note(o)
     except Exception:
         pass
     try:
@@ -881,6 +1186,15 @@ def _wrap(module):
 
 if os.environ.get("LOADERD_PROFILE", "") not in ("", "0"):
     sys.meta_path.insert(0, _LoaderdDataLoaderFinder())
+    # a rank a launcher started (torchrun sets RANK): noted, so that loaderd.diagnose can tell
+    # a launcher that died before any rank from ranks that left no record
+    if os.environ.get("RANK") is not None and os.environ.get("LOADERD_PROFILE_DIR"):
+        try:
+            with open(os.path.join(os.environ["LOADERD_PROFILE_DIR"],
+                                   "started-%d.rank" % os.getpid()), "w") as _f:
+                _f.write(os.environ["RANK"])
+        except OSError:
+            pass
 '''
 
 
