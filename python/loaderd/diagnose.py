@@ -81,6 +81,66 @@ def keep_file_list(rep, recdir, out):
             folder.pop("tsv")
 
 
+DONE_BY_LOADERD = ("RandomResizedCrop", "RandomHorizontalFlip", "Resize", "CenterCrop",
+                   "ToTensor", "PILToTensor", "ConvertImageDtype", "Normalize")
+WHAT_IT_DOES = {   # a word on what the common ones do, for the advice
+    "ColorJitter": "colour jitter", "RandAugment": "random augmentation policy",
+    "TrivialAugmentWide": "random augmentation policy", "AutoAugment": "augmentation policy",
+    "AugMix": "augmentation mix", "RandomErasing": "random erasing on the tensor",
+    "GaussianBlur": "blur", "RandomGrayscale": "grayscale", "RandomRotation": "rotation",
+    "RandomAffine": "affine warp", "RandomPerspective": "perspective warp",
+    "RandomCrop": "random crop", "Pad": "padding", "Lambda": "a function of the script's"}
+
+
+def _fmt(v):
+    if isinstance(v, list):
+        return "(%s)" % ", ".join("%g" % x if isinstance(x, (int, float)) else str(x) for x in v)
+    return "%g" % v if isinstance(v, float) else str(v)
+
+
+def not_reproduced(f):
+    """Every part of a DataLoader's input pipeline (facts @f) that the swap to loaderd.Loader
+    (RandomResizedCrop with torchvision's default scale and ratio and bilinear interpolation,
+    a flip with p 0.5, Resize(crop / 0.875) + CenterCrop, ToTensor/Normalize) would not
+    reproduce, each named with its parameters: other transforms (ColorJitter, RandAugment,
+    TrivialAugmentWide, AutoAugment, RandomErasing, ...), other interpolation, scale, ratio or
+    p, a collate_fn of the script's (mixup, cutmix), a target_transform."""
+    ds = f.get("dataset") or {}
+    out = []
+    for t in ds.get("transforms") or []:
+        n = t["name"]
+        wrap = " (inside %s)" % t["within"] if t.get("within") else ""
+        interp = str(t.get("interpolation", "bilinear")).lower()
+        if n not in DONE_BY_LOADERD or t.get("within") or t.get("unreadable"):
+            args = ", ".join("%s=%s" % (k, _fmt(t[k])) for k in (
+                "brightness", "contrast", "saturation", "hue", "num_ops", "magnitude", "policy",
+                "p", "scale", "degrees", "size") if t.get(k) is not None)
+            what = WHAT_IT_DOES.get(n)
+            out.append("%s(%s)%s%s" % (n, args, wrap, ": " + what if what else ""))
+            continue
+        if n in ("RandomResizedCrop", "Resize") and interp not in ("bilinear", "2", "2.0"):
+            out.append("%s interpolation=%s (loaderd's resize is bilinear)" % (n, interp))
+        if n == "RandomResizedCrop":
+            sc, ra = t.get("scale"), t.get("ratio")
+            if sc and [round(x, 3) for x in sc] != [0.08, 1.0]:
+                out.append("RandomResizedCrop scale=%s (loaderd's: (0.08, 1))" % _fmt(sc))
+            if ra and [round(x, 3) for x in ra] != [0.75, 1.333]:
+                out.append("RandomResizedCrop ratio=%s (loaderd's: (3/4, 4/3))" % _fmt(ra))
+        if n == "RandomHorizontalFlip" and t.get("p") is not None and t["p"] != 0.5:
+            out.append("RandomHorizontalFlip p=%g (loaderd's: 0.5)" % t["p"])
+    if f.get("collate_fn"):
+        name = f["collate_fn"]
+        low = name.lower()
+        kind = "mixup/cutmix on the batch" if ("mix" in low or "cutmix" in low) else \
+            "batch-level work of the script's"
+        out.append("collate_fn %s: %s (loaderd.Loader yields (images, labels): apply it to "
+                   "each batch in the loop)" % (name, kind))
+    if ds.get("target_transform"):
+        out.append("target_transform %s (apply it to the labels in the loop)" %
+                   ds["target_transform"])
+    return out
+
+
 def swap_plan(rep):
     """Whether the training DataLoader maps onto a loaderd.Loader: an ImageFolder/DatasetFolder
     of JPEGs with RandomResizedCrop [+ flip] ("train") or Resize + CenterCrop ("eval"), then
@@ -104,13 +164,8 @@ def swap_plan(rep):
     if bad:
         return "transforms that could not be read: %s" % ", ".join(
             "%s (%s)" % (t["name"], t["unreadable"]) for t in bad)
-    names = [t["name"] for t in ds.get("transforms") or []]
-    tf = {t["name"]: t for t in ds.get("transforms") or []}
-    rest = [n for n in names if n not in ("RandomResizedCrop", "RandomHorizontalFlip", "Resize",
-                                          "CenterCrop", "ToTensor", "Normalize",
-                                          "ConvertImageDtype", "PILToTensor")]
-    if rest:
-        return "transforms loaderd does not do: %s" % ", ".join(rest)
+    tf = {t["name"]: t for t in ds.get("transforms") or [] if not t.get("within")}
+    lost = not_reproduced(f)
     if "RandomResizedCrop" in tf:
         mode, size = "train", tf["RandomResizedCrop"].get("size")
         if "RandomHorizontalFlip" not in tf:
@@ -124,6 +179,7 @@ def swap_plan(rep):
     if "Normalize" in tf:
         norm = (tf["Normalize"].get("mean"), tf["Normalize"].get("std"))
     return {"transforms": mode, "crop": crop, "normalize": norm, "files": files,
+            "not_reproduced": lost,
             "root": folder["root"], "classes": folder["classes"],
             "kind": folder.get("kind", "folder"), "from": folder.get("from"),
             "total": folder.get("total"), "tsv": folder.get("tsv")}
@@ -307,7 +363,12 @@ def swap_advice(rep, cmd_script, sample=SAMPLE_FILES, seconds=MEASURE_S):
                        predicted_samples_per_s=rate, predicted_step_ms=step,
                        transforms=plan["transforms"], crop=plan["crop"])
     rep["with_loaderd"] = rate
+    lost = plan.get("not_reproduced") or []
+    rep["swap"]["not_reproduced"] = lost
     lines = script_lines(cmd_script, plan, rep, rate) if cmd_script else []
+    if lines and lost:
+        lines.insert(1, "NOT reproduced by these lines (loaderd does not do them; apply them "
+                        "to the batch in the loop, or keep the DataLoader): " + "; ".join(lost))
     rep["swap"]["lines"] = lines
     a = ("loaderd: measured on %d of this dataset's JPEGs (a temporary .dpk, a private loaderd "
          "with %d worker%s on this host): %.2f ms of worker time per sample against this "
@@ -317,6 +378,9 @@ def swap_advice(rep, cmd_script, sample=SAMPLE_FILES, seconds=MEASURE_S):
          (meas["files"], workers, plural(workers), meas["fill_ms_per_sample"],
           m["load_ms_per_batch"], rep.get("batch") or 0, step, conv, rate,
           rate / rep["samples_per_s"] if rep["samples_per_s"] else 0))
+    if lost:
+        a += ("; the prediction is without what the swap would not reproduce: %s" %
+              "; ".join(lost))
     return [a]
 
 

@@ -825,6 +825,12 @@ def _dataset_facts(ds):
             f["transforms"] = _transform_facts(tf, unread)
     except Exception as e:
         unread.append("transforms: %s: %s" % (type(e).__name__, e))
+    try:
+        tt = getattr(inner, "target_transform", None)
+        if tt is not None:
+            f["target_transform"] = getattr(tt, "__qualname__", type(tt).__name__)
+    except Exception:
+        pass
     if unread:
         f["unread"] = unread
     return f
@@ -893,6 +899,30 @@ def _transform_facts(tf, unread=None, depth=0, within=None):
     return out
 
 
+def _dataloader_facts(dl):
+    """A DataLoader's knobs, its collate_fn when the script's own, and its dataset's facts."""
+    facts = {"num_workers": dl.num_workers, "pin_memory": bool(dl.pin_memory),
+             "persistent_workers": bool(getattr(dl, "persistent_workers", False)),
+             "prefetch_factor": getattr(dl, "prefetch_factor", None),
+             "batch_size": dl.batch_size, "drop_last": bool(dl.drop_last),
+             "sampler": type(getattr(dl, "sampler", None)).__name__,
+             "where": dl.__dict__.get("_loaderd_where")}
+    try:   # a collate_fn of the script's (mixup, cutmix, ...): the swap would drop it
+        fn = dl.collate_fn
+        mod = getattr(fn, "__module__", None) or type(fn).__module__
+        if not str(mod).startswith("torch.utils.data"):
+            facts["collate_fn"] = "%s.%s" % (mod, getattr(fn, "__qualname__",
+                                                           type(fn).__name__))
+    except Exception:
+        pass
+    try:
+        facts["dataset"] = _dataset_facts(dl.dataset)
+    except Exception as e:
+        facts["dataset"] = {"class": type(dl.dataset).__name__,
+                            "unread": ["dataset: %s: %s" % (type(e).__name__, e)]}
+    return facts
+
+
 class DLRecorder(Recorder):
     """The steps of one torch DataLoader (see above). Its facts are read when it is first
     iterated; its record is written when it is collected, or at exit."""
@@ -908,21 +938,11 @@ class DLRecorder(Recorder):
         self.train_steps = 0
         self.epoch_starts = []     # step_no of each loop's first step (worker start-up cost)
         self.t_first = _now()
-        facts = {"num_workers": dl.num_workers, "pin_memory": bool(dl.pin_memory),
-                 "persistent_workers": bool(getattr(dl, "persistent_workers", False)),
-                 "prefetch_factor": getattr(dl, "prefetch_factor", None),
-                 "batch_size": dl.batch_size, "drop_last": bool(dl.drop_last),
-                 "sampler": type(getattr(dl, "sampler", None)).__name__,
-                 "where": dl.__dict__.get("_loaderd_where")}
         self._list = None          # (get, n, owners) of a list that is not an ImageFolder's
-        try:
-            facts["dataset"] = _dataset_facts(dl.dataset)
-            acc = [_list_access.pop(k) for k in list(_list_access)]
-            if facts["dataset"].get("folder", {}).get("kind") == "list" and acc:
-                self._list = acc[-1]
-        except Exception as e:
-            facts["dataset"] = {"class": type(dl.dataset).__name__,
-                                "unread": ["dataset: %s: %s" % (type(e).__name__, e)]}
+        facts = _dataloader_facts(dl)
+        acc = [_list_access.pop(k) for k in list(_list_access)]
+        if facts["dataset"].get("folder", {}).get("kind") == "list" and acc:
+            self._list = acc[-1]
         self.meta = {"job": "dataloader-%d" % self.index, "dataset": facts["dataset"].get(
                      "folder", {}).get("root") or facts["dataset"]["class"],
                      "batch": dl.batch_size, "crop": None, "device": None,

@@ -118,6 +118,34 @@ def test_file_lists_found_in_the_scripts_dataset_classes(field, tree):
     assert "(a MemoryDataset) was not understood: file list: no (image file, label)" in why
 
 
+def test_every_transform_a_swap_drops_is_named(field, tree):
+    """The recipes' augmentations, other interpolation and a mixup collate_fn: each named;
+    the plain preset: nothing."""
+    extra = ["ColorJitter", "TrivialAugmentWide", "RandAugment", "AutoAugment",
+             "RandomErasing"]
+    tf = field.ClassificationPresetTrain(64, extra, "bicubic")
+    ds = field.ImageDataset(str(tree / "big"), tf)
+    dl = torch.utils.data.DataLoader(ds, batch_size=4, collate_fn=field.mixup_collate)
+    lost = D.not_reproduced(P._dataloader_facts(dl))
+    assert [x.split("(")[0].split(" ")[0] for x in lost] == \
+        ["RandomResizedCrop"] + extra + ["collate_fn"], lost
+    assert lost[0] == "RandomResizedCrop interpolation=bicubic (loaderd's resize is bilinear)"
+    assert lost[1].startswith("ColorJitter(brightness=(0.6, 1.4), contrast=(0.6, 1.4), "
+                              "saturation=(0.6, 1.4)")
+    assert "num_ops=2" in lost[3] and "magnitude=9" in lost[3]
+    assert "p=0.25" in lost[5] and "erasing" in lost[5]
+    assert "field_train.mixup_collate: mixup/cutmix on the batch" in lost[6]
+    import torchvision.transforms as T
+    tf.transforms = T.Compose([T.RandomResizedCrop(64, scale=(0.35, 1)),
+                               T.RandomHorizontalFlip(p=1.0), T.ToTensor()])
+    lost = D.not_reproduced(P._dataloader_facts(torch.utils.data.DataLoader(ds)))
+    assert lost == ["RandomResizedCrop scale=(0.35, 1) (loaderd's: (0.08, 1))",
+                    "RandomHorizontalFlip p=1 (loaderd's: 0.5)"]
+    plain = field.ClassificationPresetTrain(64)
+    dl = torch.utils.data.DataLoader(field.ImageDataset(str(tree / "big"), plain))
+    assert D.not_reproduced(P._dataloader_facts(dl)) == []
+
+
 def test_no_dangling_below():
     rep = {"verdict": "loader-limited", "thresholds": {"lost_min": 0.05}, "batch": 8,
            "ranks": 1, "dataloader": {"dataset": {"class": "MemoryDataset"}},
