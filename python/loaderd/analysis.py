@@ -201,7 +201,9 @@ def dataloader_model(rep, recs, cores=None):
         firsts = [waits[s] - usual for s in starts[1:] if s in waits]
         if firsts:
             startup = max(0.0, sum(firsts) / len(firsts) / 1e6)
+    cpus = [r["rest_cpu_ms"] for r in recs if r.get("rest_cpu_ms") is not None]
     return {"num_workers": w, "load_ms_per_batch": load, "rest_ms": rest, "step_ms": step,
+            "rest_cpu_ms": max(cpus) if cpus else None,
             "cores": cores, "ranks_per_host": per_host, "free_cores_per_rank": free,
             "startup_ms": startup, "load_is_bound": not limited and w > 0,
             "wait_ms": wait, "wait_median_ms": max(medians)}

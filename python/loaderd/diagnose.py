@@ -228,21 +228,25 @@ def measure_swap(rep, plan, workers, sample=SAMPLE_FILES, seconds=MEASURE_S):
         with LD.Loader(sock, dpk, batch, crop=tuple(plan["crop"]),
                        transforms=plan["transforms"], output="numpy", epochs=1000,
                        profile=False) as it:
-            st0, t0 = None, time.monotonic()
+            st0, t0, cpu0 = None, time.monotonic(), None
             while st0 is None or time.monotonic() - t0 < seconds:
                 for b in it:         # one epoch per loop
                     if st0 is None:  # the first batch: loaderd is warm from here
                         st0, t0 = it.stats(), time.monotonic()
+                        cpu0 = _proc_cpu_ms(proc.pid)   # its CPU: the budget's cost
                         continue
                     n += len(b[1])
                     if time.monotonic() - t0 >= seconds:
                         break
             st1, t1 = it.stats(), time.monotonic()
+            cpu1 = _proc_cpu_ms(proc.pid)
         fill = st1["fill_ns"] - st0["fill_ns"]
         done = st1["samples"] - st0["samples"]
         if done <= 0 or fill <= 0:
             raise RuntimeError("the private loaderd delivered nothing")
+        cpu = (cpu1 - cpu0) / done if cpu0 is not None and cpu1 is not None else None
         return {"files": len(pick), "workers": workers, "fill_ms_per_sample": fill / done / 1e6,
+                "cpu_ms_per_sample": cpu if cpu and cpu > 0 else None,
                 "drained_per_s": n / (t1 - t0) if t1 > t0 else 0.0, "batch": batch}
     finally:
         if proc is not None:
@@ -255,6 +259,16 @@ def measure_swap(rep, plan, workers, sample=SAMPLE_FILES, seconds=MEASURE_S):
         if log is not None:
             log.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _proc_cpu_ms(pid):
+    """The user + system CPU of process @pid so far (ms), or None."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * 1e3 / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def convert_ms(batch, crop):
@@ -286,15 +300,20 @@ def convert_ms(batch, crop):
 
 
 def predict_swap(rep, meas, conv_ms):
-    """Samples/s of the script with loaderd: per rank, a step takes the larger of the rest of
-    the step (model, allreduce) plus the batch's conversion, and the batch's worker time over
-    the rank's workers (free cores; none free: they share the rank's core, then the sum)."""
+    """Samples/s of the script with loaderd (meas["workers"] decode workers, by default all
+    the host's cores, sharing them with the ranks): the CPU budget of a step. A step takes at
+    least the rank's own work (the rest of the step, model and allreduce, plus the batch's
+    conversion), at least the batch's decode CPU over the workers, and at least the host's CPU
+    demand over its cores: the ranks' own CPU per step (measured outside the batch requests)
+    plus loaderd's CPU for their batches (measured: its process CPU per sample)."""
     m = rep["dataloader_model"]
     b = rep.get("batch") or meas["batch"]
-    per_rank_w = m["free_cores_per_rank"]
-    fill = b * meas["fill_ms_per_sample"]
+    f = meas.get("cpu_ms_per_sample") or meas["fill_ms_per_sample"]
+    cores = max(1, m.get("cores") or 1)
+    ranks = max(1, m.get("ranks_per_host") or 1)
     rest = m["rest_ms"] + conv_ms
-    step = max(rest, fill / per_rank_w) if per_rank_w >= 1 else rest + fill
+    own_cpu = (m["rest_cpu_ms"] if m.get("rest_cpu_ms") is not None else m["rest_ms"]) + conv_ms
+    step = max(rest, b * f / max(1, meas["workers"]), ranks * (own_cpu + b * f) / cores)
     return b * rep["ranks"] / (step * 1e-3), step
 
 
@@ -349,7 +368,9 @@ def swap_advice(rep, cmd_script, sample=SAMPLE_FILES, seconds=MEASURE_S):
         rep["swap"] = {"possible": False, "why": plan}
         return ["loaderd: the swap to loaderd.Loader was not measured: %s" % plan]
     m = rep["dataloader_model"]
-    workers = max(1, m["free_cores_per_rank"] * m["ranks_per_host"])
+    # the configuration predicted: loaderd as it starts by default, a worker per core of the
+    # host (self-sizing), the workers sharing the cores with the ranks
+    workers = max(1, m.get("cores") or os.cpu_count() or 1)
     try:
         meas = measure_swap(rep, plan, workers, sample, seconds)
     except (RuntimeError, OSError, ValueError) as e:
@@ -370,13 +391,21 @@ def swap_advice(rep, cmd_script, sample=SAMPLE_FILES, seconds=MEASURE_S):
         lines.insert(1, "NOT reproduced by these lines (loaderd does not do them; apply them "
                         "to the batch in the loop, or keep the DataLoader): " + "; ".join(lost))
     rep["swap"]["lines"] = lines
+    own = m.get("rest_cpu_ms")
+    cfg = "loaderd --workers %d (its default here: a worker per core, self-sizing)" % workers
+    rep["swap"]["config"] = cfg
     a = ("loaderd: measured on %d of this dataset's JPEGs (a temporary .dpk, a private loaderd "
-         "with %d worker%s on this host): %.2f ms of worker time per sample against this "
-         "loop's %.1f ms of loading per batch of %d in the DataLoader -> with loaderd.Loader "
-         "about %.1f ms per step (%.1f ms of it converting to normalised floats), %.0f "
-         "samples/s (%.2fx now)" %
-         (meas["files"], workers, plural(workers), meas["fill_ms_per_sample"],
-          m["load_ms_per_batch"], rep.get("batch") or 0, step, conv, rate,
+         "with %d worker%s on this host): %.2f ms of loaderd CPU per sample (%.2f ms of worker "
+         "time) against this loop's %.1f ms of loading per batch of %d in the DataLoader; the "
+         "script's own CPU %s per step, %d core%s for %d rank%s and loaderd -> with "
+         "loaderd.Loader and %s about %.1f ms per step (%.1f ms of it converting to normalised "
+         "floats), %.0f samples/s (%.2fx now)" %
+         (meas["files"], workers, plural(workers),
+          meas.get("cpu_ms_per_sample") or meas["fill_ms_per_sample"],
+          meas["fill_ms_per_sample"], m["load_ms_per_batch"], rep.get("batch") or 0,
+          "%.1f ms" % own if own is not None else "(not measured: its wall time)",
+          m.get("cores") or 1, plural(m.get("cores") or 1), m.get("ranks_per_host") or 1,
+          plural(m.get("ranks_per_host") or 1), cfg, step, conv, rate,
           rate / rep["samples_per_s"] if rep["samples_per_s"] else 0))
     if lost:
         a += ("; the prediction is without what the swap would not reproduce: %s" %

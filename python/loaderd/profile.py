@@ -937,6 +937,8 @@ class DLRecorder(Recorder):
         self.step_no = 0
         self.train_steps = 0
         self.epoch_starts = []     # step_no of each loop's first step (worker start-up cost)
+        self.rest_cpu_ns = 0       # this process's CPU outside the batch requests (the script's
+        self.rest_cpu_steps = 0    # own work per step: the swap's CPU budget), over these steps
         self.t_first = _now()
         self._list = None          # (get, n, owners) of a list that is not an ImageFolder's
         facts = _dataloader_facts(dl)
@@ -963,6 +965,8 @@ class DLRecorder(Recorder):
         d["train_steps"] = self.train_steps
         d["epoch_starts"] = self.epoch_starts
         d["cores"] = _cores()
+        if self.rest_cpu_steps:
+            d["rest_cpu_ms"] = self.rest_cpu_ns / self.rest_cpu_steps / 1e6
         try:
             import torch
             d["device"] = "cuda" if torch.cuda.is_initialized() else "cpu"
@@ -997,6 +1001,9 @@ class DLRecorder(Recorder):
                 f.write("%s\t%s\n" % (p, "" if lab is None else lab))
         os.replace(tmp, os.path.join(d, name))
         return name
+
+
+_cpu = time.process_time_ns     # this process's CPU, every thread
 
 
 def _cores():
@@ -1087,6 +1094,9 @@ def patch_dataloader(dl_module=None):
                 self._loaderd_pending = None
                 rec.train_steps += _backwards != p[3]
                 rec.end(p[0], p[1], p[2], p[4], None, t)
+                if p[0] > 0:    # the first step's rest has the set-up in it
+                    rec.rest_cpu_ns += _cpu() - p[5]
+                    rec.rest_cpu_steps += 1
             bw = rec.step_begin()
         except Exception as e:
             rec.disable(e)
@@ -1095,7 +1105,7 @@ def patch_dataloader(dl_module=None):
         try:
             t1 = _now()
             self._loaderd_pending = (rec.step_no, t, t1 - t, bw,
-                                     _batch_len(out, rec.meta["batch"]))
+                                     _batch_len(out, rec.meta["batch"]), _cpu())
             rec.step_no += 1
         except Exception as e:
             rec.disable(e)

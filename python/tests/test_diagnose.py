@@ -271,3 +271,28 @@ def test_swap_plan_maps_transforms_or_says_why():
     why = D.swap_plan(r)
     assert "(a TensorDataset) was not understood: no (image file, label) list" in why
     assert "not an ImageFolder" not in why
+
+
+def test_predict_swap_cpu_budget():
+    """The swap's step: the largest of the rank's own work, the batch's decode over the workers,
+    and the host's CPU demand (ranks' own CPU + loaderd's CPU for their batches) over its
+    cores; each term the binding one in turn."""
+    def rep(rest, cpu, cores=2, ranks=1):
+        return {"batch": 10, "ranks": ranks, "dataloader_model": {
+            "rest_ms": rest, "rest_cpu_ms": cpu, "cores": cores, "ranks_per_host": ranks}}
+    meas = {"batch": 10, "workers": 2, "fill_ms_per_sample": 9.0, "cpu_ms_per_sample": 4.0}
+    # CPU: (6 + 1 + 10 x 4) / 2 = 23.5 ms > rest 7, > decode 40 / 2 = 20
+    rate, step = D.predict_swap(rep(6.0, 6.0), meas, 1.0)
+    assert step == pytest.approx(23.5) and rate == pytest.approx(10 / 0.0235)
+    # the rank's own work binds (compute on a device: little CPU)
+    _, step = D.predict_swap(rep(60.0, 2.0), meas, 1.0)
+    assert step == pytest.approx(61.0)
+    # decode over one worker binds on a many-core host
+    _, step = D.predict_swap(rep(6.0, 6.0, cores=16), dict(meas, workers=1), 1.0)
+    assert step == pytest.approx(40.0)
+    # two ranks on the host share its cores: (2 x (6 + 1 + 40)) / 4
+    _, step = D.predict_swap(rep(6.0, 6.0, cores=4, ranks=2), dict(meas, workers=4), 1.0)
+    assert step == pytest.approx(23.5)
+    # no CPU measure: the wall times stand in (worker time per sample, the rest's wall time)
+    _, step = D.predict_swap(rep(6.0, None), dict(meas, cpu_ms_per_sample=None), 1.0)
+    assert step == pytest.approx((7 + 90) / 2)
