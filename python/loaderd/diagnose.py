@@ -305,15 +305,22 @@ def predict_swap(rep, meas, conv_ms):
     least the rank's own work (the rest of the step, model and allreduce, plus the batch's
     conversion), at least the batch's decode CPU over the workers, and at least the host's CPU
     demand over its cores: the ranks' own CPU per step (measured outside the batch requests)
-    plus loaderd's CPU for their batches (measured: its process CPU per sample)."""
+    plus loaderd's CPU for their batches (measured: its process CPU per sample), over the
+    cores as far as this host gives them now (a shared host gives a busy thread a share of a
+    core: loaderd's CPU over its workers' filling time in the measurement)."""
     m = rep["dataloader_model"]
     b = rep.get("batch") or meas["batch"]
     f = meas.get("cpu_ms_per_sample") or meas["fill_ms_per_sample"]
-    cores = max(1, m.get("cores") or 1)
+    # the share of a core a busy thread gets on this host now (loaderd's CPU over its workers'
+    # filling time in the measurement): other work on a shared host takes the rest
+    share = min(1.0, max(0.05, f / meas["fill_ms_per_sample"])) \
+        if meas.get("cpu_ms_per_sample") and meas.get("fill_ms_per_sample") else 1.0
+    cores = max(1, m.get("cores") or 1) * share
     ranks = max(1, m.get("ranks_per_host") or 1)
     rest = m["rest_ms"] + conv_ms
     own_cpu = (m["rest_cpu_ms"] if m.get("rest_cpu_ms") is not None else m["rest_ms"]) + conv_ms
-    step = max(rest, b * f / max(1, meas["workers"]), ranks * (own_cpu + b * f) / cores)
+    step = max(rest, b * f / (max(1, meas["workers"]) * share),
+               ranks * (own_cpu + b * f) / cores)
     return b * rep["ranks"] / (step * 1e-3), step
 
 
@@ -392,19 +399,24 @@ def swap_advice(rep, cmd_script, sample=SAMPLE_FILES, seconds=MEASURE_S):
                         "to the batch in the loop, or keep the DataLoader): " + "; ".join(lost))
     rep["swap"]["lines"] = lines
     own = m.get("rest_cpu_ms")
+    if meas.get("cpu_ms_per_sample") and meas.get("fill_ms_per_sample"):
+        rep["swap"]["core_share"] = min(1.0, meas["cpu_ms_per_sample"] /
+                                        meas["fill_ms_per_sample"])
     cfg = "loaderd --workers %d (its default here: a worker per core, self-sizing)" % workers
     rep["swap"]["config"] = cfg
     a = ("loaderd: measured on %d of this dataset's JPEGs (a temporary .dpk, a private loaderd "
          "with %d worker%s on this host): %.2f ms of loaderd CPU per sample (%.2f ms of worker "
          "time) against this loop's %.1f ms of loading per batch of %d in the DataLoader; the "
-         "script's own CPU %s per step, %d core%s for %d rank%s and loaderd -> with "
+         "script's own CPU %s per step, %d core%s (a busy thread gets %.0f%% of one now) for "
+         "%d rank%s and loaderd -> with "
          "loaderd.Loader and %s about %.1f ms per step (%.1f ms of it converting to normalised "
          "floats), %.0f samples/s (%.2fx now)" %
          (meas["files"], workers, plural(workers),
           meas.get("cpu_ms_per_sample") or meas["fill_ms_per_sample"],
           meas["fill_ms_per_sample"], m["load_ms_per_batch"], rep.get("batch") or 0,
           "%.1f ms" % own if own is not None else "(not measured: its wall time)",
-          m.get("cores") or 1, plural(m.get("cores") or 1), m.get("ranks_per_host") or 1,
+          m.get("cores") or 1, plural(m.get("cores") or 1),
+          100 * rep["swap"].get("core_share", 1.0), m.get("ranks_per_host") or 1,
           plural(m.get("ranks_per_host") or 1), cfg, step, conv, rate,
           rate / rep["samples_per_s"] if rep["samples_per_s"] else 0))
     if lost:

@@ -280,7 +280,7 @@ def test_predict_swap_cpu_budget():
     def rep(rest, cpu, cores=2, ranks=1):
         return {"batch": 10, "ranks": ranks, "dataloader_model": {
             "rest_ms": rest, "rest_cpu_ms": cpu, "cores": cores, "ranks_per_host": ranks}}
-    meas = {"batch": 10, "workers": 2, "fill_ms_per_sample": 9.0, "cpu_ms_per_sample": 4.0}
+    meas = {"batch": 10, "workers": 2, "fill_ms_per_sample": 4.0, "cpu_ms_per_sample": 4.0}
     # CPU: (6 + 1 + 10 x 4) / 2 = 23.5 ms > rest 7, > decode 40 / 2 = 20
     rate, step = D.predict_swap(rep(6.0, 6.0), meas, 1.0)
     assert step == pytest.approx(23.5) and rate == pytest.approx(10 / 0.0235)
@@ -294,5 +294,10 @@ def test_predict_swap_cpu_budget():
     _, step = D.predict_swap(rep(6.0, 6.0, cores=4, ranks=2), dict(meas, workers=4), 1.0)
     assert step == pytest.approx(23.5)
     # no CPU measure: the wall times stand in (worker time per sample, the rest's wall time)
-    _, step = D.predict_swap(rep(6.0, None), dict(meas, cpu_ms_per_sample=None), 1.0)
+    _, step = D.predict_swap(rep(6.0, None), dict(meas, fill_ms_per_sample=9.0,
+                                                  cpu_ms_per_sample=None), 1.0)
     assert step == pytest.approx((7 + 90) / 2)
+    # a shared host: loaderd's workers got half a core each (4 ms CPU in 8 ms of filling): the
+    # two cores count as one
+    _, step = D.predict_swap(rep(6.0, 6.0), dict(meas, fill_ms_per_sample=8.0), 1.0)
+    assert step == pytest.approx(47.0)

@@ -79,12 +79,13 @@ def main():
             rows.append((rep["samples_per_s"], z, got))
             m = rep["dataloader_model"]
             print("round %d: DataLoader(num_workers=%d) %.1f samples/s (verdict %s; the "
-                  "script's own CPU %s ms per step, %d cores); predicted with %s: %.1f (%d "
+                  "script's own CPU %s ms per step, %d cores, a busy thread got %.0f%% of one); "
+                  "predicted with %s: %.1f (%d "
                   "sampled files, %.2f ms of loaderd CPU per sample, convert %.1f ms per batch); "
                   "measured %.1f (verdict %s): error %+.1f%%" %
                   (r, a.num_workers, rep["samples_per_s"], rep["verdict"],
                    "%.2f" % m["rest_cpu_ms"] if m.get("rest_cpu_ms") is not None else "?",
-                   m["cores"], sw.get("config"), z, sw["files"],
+                   m["cores"], 100 * sw.get("core_share", 1.0), sw.get("config"), z, sw["files"],
                    sw.get("cpu_ms_per_sample") or sw["fill_ms_per_sample"], sw["convert_ms"],
                    got, rep2["verdict"], 100 * (got / z - 1)), flush=True)
         errs = [g / z - 1 for _, z, g in rows]
