@@ -301,3 +301,9 @@ def test_predict_swap_cpu_budget():
     # two cores count as one
     _, step = D.predict_swap(rep(6.0, 6.0), dict(meas, fill_ms_per_sample=8.0), 1.0)
     assert step == pytest.approx(47.0)
+    # a DataLoader with workers: its shared-memory hand-over (3 ms a batch) leaves the rank's
+    # own time and CPU after the swap: (6 - 3 + 1 + 40) / 2; at most half of them
+    _, step = D.predict_swap(rep(6.0, 6.0), dict(meas, handover_ms=3.0), 1.0)
+    assert step == pytest.approx(22.0)
+    _, step = D.predict_swap(rep(60.0, 2.0), dict(meas, handover_ms=50.0), 1.0)
+    assert step == pytest.approx(31.0)
