@@ -601,6 +601,26 @@ _PATH_KEYS = ("path", "file", "filename", "image", "img", "image_path", "img_pat
 _LABEL_KEYS = ("label", "target", "class", "class_id", "label_id", "y", "cls")
 
 
+def _attr(obj, name):
+    """@obj's attribute @name without running any code of the script's: the instance's own,
+    else a plain class attribute; a property or other descriptor is never called (it could load
+    a file or raise). None when absent."""
+    import inspect
+    try:
+        d = vars(obj)
+        if name in d:
+            return d[name]
+    except TypeError:
+        pass
+    try:
+        v = inspect.getattr_static(obj, name)
+    except AttributeError:
+        return None
+    if hasattr(type(v), "__get__") and not callable(v) or isinstance(v, property):
+        return None
+    return v
+
+
 def _is_image(x):
     return isinstance(x, (str, os.PathLike)) and str(x).lower().endswith(IMAGE_EXT)
 
@@ -693,13 +713,11 @@ def _find_list(obj, depth=0, name=None):
         attrs = vars(obj)
     except TypeError:
         attrs = {}
-    order = [a for a in _LIST_ATTRS if hasattr(obj, a)] + \
-        [a for a in attrs if a not in _LIST_ATTRS]
+    # the instance's own attributes only: a property could do anything (load a file, open a
+    # connection) and is never called
+    order = [a for a in _LIST_ATTRS if a in attrs] + [a for a in attrs if a not in _LIST_ATTRS]
     for a in order:
-        try:
-            v = getattr(obj, a)
-        except Exception:
-            continue
+        v = attrs[a]
         if isinstance(v, (list, tuple)) or (a in _LIST_ATTRS and hasattr(v, "__getitem__")
                                              and not isinstance(v, (str, bytes, dict))):
             got = _pairs_of(v, obj)
@@ -755,7 +773,7 @@ def _file_list_facts(inner, unread):
                       type(inner).__name__)
         return None
     get, n, where = found
-    owners = [inner] + [getattr(inner, a) for a in _HOLDER_ATTRS if hasattr(inner, a)]
+    owners = [inner] + [_attr(inner, a) for a in _HOLDER_ATTRS if _attr(inner, a) is not None]
     step = max(1, -(-n // FILES_KEPT))
     files, missing, labels = [], [], set()
     for i in range(0, n, step):
@@ -772,14 +790,14 @@ def _file_list_facts(inner, unread):
         unread.append("file list: %s lists %d files, but they are not found (e.g. %r, relative "
                       "to %s)" % (where, n, missing[0] if missing else "?", os.getcwd()))
         return None
-    folder = hasattr(inner, "samples") and hasattr(inner, "root") and \
+    folder = _attr(inner, "samples") is not None and _attr(inner, "root") is not None and \
         where == "%s.samples" % type(inner).__name__
     root = str(inner.root) if folder else os.path.commonpath([os.path.dirname(f)
                                                               for f in files])
     _list_access[id(inner)] = (get, n, owners)
     d = {"class": type(inner).__name__, "root": root, "from": where, "total": n,
          "kind": "folder" if folder else "list", "files": files,
-         "classes": len(getattr(inner, "classes", []) or []) if folder else
+         "classes": len(_attr(inner, "classes") or []) if folder else
          len([x for x in labels if x is not None]),
          "labels": "none" if labels == {None} else "known"}
     if missing:
@@ -804,9 +822,9 @@ def _dataset_facts(ds):
         unread.append("len: %s: %s" % (type(e).__name__, e))
     inner = ds
     for _ in range(8):     # Subset, wrappers
-        if hasattr(inner, "samples") or not hasattr(inner, "dataset"):
+        if _attr(inner, "samples") is not None or _attr(inner, "dataset") is None:
             break
-        inner = inner.dataset
+        inner = _attr(inner, "dataset")
     if inner is not ds:
         f["inner"] = type(inner).__name__
     try:
@@ -816,9 +834,9 @@ def _dataset_facts(ds):
     except Exception as e:
         unread.append("file list: %s: %s" % (type(e).__name__, e))
     try:
-        tf = getattr(inner, "transform", None)
+        tf = _attr(inner, "transform")
         if tf is None:
-            tf = getattr(inner, "transforms", None)
+            tf = _attr(inner, "transforms")
             if tf is not None and type(tf).__name__ == "StandardTransform":
                 tf = getattr(tf, "transform", None)
         if tf is not None:
@@ -826,7 +844,7 @@ def _dataset_facts(ds):
     except Exception as e:
         unread.append("transforms: %s: %s" % (type(e).__name__, e))
     try:
-        tt = getattr(inner, "target_transform", None)
+        tt = _attr(inner, "target_transform")
         if tt is not None:
             f["target_transform"] = getattr(tt, "__qualname__", type(tt).__name__)
     except Exception:

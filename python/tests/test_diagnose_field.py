@@ -109,6 +109,20 @@ def test_file_lists_found_in_the_scripts_dataset_classes(field, tree):
     f = P._dataset_facts(OnlyCsv())
     assert f["folder"]["from"].startswith("OnlyCsv.annotations (CSV ")
     assert f["folder"]["total"] == NFILES
+    class Lazy(torch.utils.data.Dataset):   # a property is never called
+        def __init__(self):
+            self.items = [(os.path.join(big, "n00000001", f), 1)
+                          for f in sorted(os.listdir(os.path.join(big, "n00000001")))]
+
+        def __len__(self):
+            return len(self.items)
+
+        @property
+        def samples(self):
+            raise RuntimeError("would load everything")
+    f = P._dataset_facts(Lazy())
+    assert f["folder"]["from"] == "Lazy.items" and f["folder"]["total"] == 9
+    assert "unread" not in f
     # nothing to find: said plainly, the rest of the facts kept
     f = P._dataset_facts(field.MemoryDataset(8, None))
     assert "folder" not in f and f["len"] == 8
