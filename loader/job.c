@@ -705,7 +705,9 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, const struct srv
 	if (ret < 0) {
 		snprintf(why, whylen, "dataset %s has %" PRIu64 " samples: too few for %u ranks%s",
 			 spec->dataset, n, spec->world,
-			 spec->tail == CTL_TAIL_DROP ? " with tail policy drop" : "");
+			 spec->tail == CTL_TAIL_DROP ? " with tail policy drop" :
+			 spec->tail == CTL_TAIL_DROP_LAST ? " of whole batches (tail policy drop_last)" :
+			 "");
 		goto fail;
 	}
 	info->steps_per_epoch = j->smp.steps;

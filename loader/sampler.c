@@ -38,7 +38,7 @@ int ldr_sampler_init(struct ldr_sampler *s, uint64_t n, uint32_t world, uint32_t
 		     enum ldr_sampling mode, enum ldr_tail tail, uint64_t seed, uint32_t block,
 		     uint32_t window)
 {
-	if (world == 0 || batch == 0 || mode > LDR_SAMPLE_BLOCK || tail > LDR_TAIL_MASK ||
+	if (world == 0 || batch == 0 || mode > LDR_SAMPLE_BLOCK || tail > LDR_TAIL_DROP_LAST ||
 	    n > (1ull << 62))
 		return -EINVAL;
 	s->n = n;
@@ -50,6 +50,8 @@ int ldr_sampler_init(struct ldr_sampler *s, uint64_t n, uint32_t world, uint32_t
 	s->block = block ? block : 64;
 	s->window = window ? window : 16;
 	s->per_rank = tail == LDR_TAIL_DROP ? n / world : (n + world - 1) / world;
+	if (tail == LDR_TAIL_DROP_LAST)   /* whole batches only */
+		s->per_rank -= s->per_rank % batch;
 	if (n == 0 || s->per_rank == 0)
 		return -ENODATA;
 	s->steps = (s->per_rank + batch - 1) / batch;

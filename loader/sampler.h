@@ -11,15 +11,18 @@
  *   pad   ceil(N / world) per rank; positions past N repeat the order from its start (flag
  *         RING_SAMPLE_REPEATED);
  *   mask  the same, but the repeats are flagged RING_SAMPLE_PADDING (weight 0);
- *   drop  floor(N / world) per rank: the tail is dropped.
- * Every rank has the same number of samples and of steps; the last step of an epoch may be short.
+ *   drop  floor(N / world) per rank: the tail is dropped (DistributedSampler(drop_last=True));
+ *   drop_last  as pad, then the rank's last short batch dropped: floor(ceil(N / world) / batch)
+ *         full steps, as DataLoader(drop_last=True) over a DistributedSampler.
+ * Every rank has the same number of samples and of steps; the last step of an epoch may be short
+ * (never with drop_last).
  * A position is (epoch, step): any step can be computed without the ones before it. */
 #ifndef LOADERD_SAMPLER_H
 #define LOADERD_SAMPLER_H
 #include <stdint.h>
 
 enum ldr_sampling { LDR_SAMPLE_SHUFFLE = 0, LDR_SAMPLE_SEQUENTIAL = 1, LDR_SAMPLE_BLOCK = 2 };
-enum ldr_tail { LDR_TAIL_PAD = 0, LDR_TAIL_DROP = 1, LDR_TAIL_MASK = 2 };
+enum ldr_tail { LDR_TAIL_PAD = 0, LDR_TAIL_DROP = 1, LDR_TAIL_MASK = 2, LDR_TAIL_DROP_LAST = 3 };
 
 struct ldr_sampler {
 	uint64_t n;              /* samples in the dataset */
@@ -33,7 +36,7 @@ struct ldr_sampler {
 };
 
 /* Set up @s. block/window of 0 take defaults (64 records, 16 blocks). Returns 0, or -EINVAL for a
- * bad argument, or -ENODATA when a rank would get no sample (N < world with tail drop, or N = 0). */
+ * bad argument, or -ENODATA when a rank would get no sample (N < world with tail drop, ceil(N / world) < batch with drop_last, or N = 0). */
 int ldr_sampler_init(struct ldr_sampler *s, uint64_t n, uint32_t world, uint32_t batch,
 		     enum ldr_sampling mode, enum ldr_tail tail, uint64_t seed, uint32_t block,
 		     uint32_t window);

@@ -207,7 +207,7 @@ int ctl_check_job_open(const struct ctl_job_open *j, char *why, size_t whylen)
 		return BAD("rank: %u is not below world size %u", j->rank, j->world);
 	if (j->sampling > CTL_SAMPLE_BLOCK)
 		return BAD("sampling: unknown mode %u", j->sampling);
-	if (j->tail > CTL_TAIL_MASK)
+	if (j->tail > CTL_TAIL_DROP_LAST)
 		return BAD("tail: unknown policy %u", j->tail);
 	if (j->on_bad > CTL_BAD_FAIL)
 		return BAD("on_bad: unknown policy %u", j->on_bad);

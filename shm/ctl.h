@@ -51,7 +51,7 @@ struct ctl_hdr {
 _Static_assert(sizeof(struct ctl_hdr) == 16, "ctl_hdr is on the wire");
 
 enum ctl_sampling { CTL_SAMPLE_SHUFFLE = 0, CTL_SAMPLE_SEQUENTIAL = 1, CTL_SAMPLE_BLOCK = 2 };
-enum ctl_tail { CTL_TAIL_PAD = 0, CTL_TAIL_DROP = 1, CTL_TAIL_MASK = 2 };
+enum ctl_tail { CTL_TAIL_PAD = 0, CTL_TAIL_DROP = 1, CTL_TAIL_MASK = 2, CTL_TAIL_DROP_LAST = 3 };
 enum ctl_bad { CTL_BAD_SUBSTITUTE = 0, CTL_BAD_FAIL = 1 };
 /* Where a rank starts. DEFAULT: a fresh job at start_epoch; a rank that re-attaches to a job the
  * daemon still holds, at its first unreleased step. AT: exactly (at_epoch, at_step), whatever the

@@ -101,7 +101,7 @@ int ldc_token_parse(const void *buf, size_t len, struct ldc_token *out, char *wh
 		return refuse(why, whylen, -EBADMSG, "resume token: batch: 0");
 	if (t.sampling > CTL_SAMPLE_BLOCK)
 		return refuse(why, whylen, -EBADMSG, "resume token: sampling: %u", t.sampling);
-	if (t.tail > CTL_TAIL_MASK)
+	if (t.tail > CTL_TAIL_DROP_LAST)
 		return refuse(why, whylen, -EBADMSG, "resume token: tail: %u", t.tail);
 	if (t.transforms & ~CTL_TF_ALL)
 		return refuse(why, whylen, -EBADMSG, "resume token: transforms: 0x%x", t.transforms);
@@ -112,7 +112,7 @@ int ldc_token_parse(const void *buf, size_t len, struct ldc_token *out, char *wh
 }
 
 static const char *const sampling_name[] = { "shuffle", "sequential", "block" };
-static const char *const tail_name[] = { "pad", "drop", "mask" };
+static const char *const tail_name[] = { "pad", "drop", "mask", "drop_last" };
 
 static void hex(const uint8_t *id, char *out)
 {
@@ -149,7 +149,7 @@ int ldc_token_match(const struct ldc_token *t, const struct ldc_token *job, char
 			      sampling_name[job->sampling % 3]);
 	if (t->tail != job->tail)
 		return refuse(why, whylen, -EINVAL, "resume token: tail: the token is for tail %s, "
-			      "this job's is %s", tail_name[t->tail % 3], tail_name[job->tail % 3]);
+			      "this job's is %s", tail_name[t->tail % 4], tail_name[job->tail % 4]);
 	if (t->transforms != job->transforms)
 		return refuse(why, whylen, -EINVAL, "resume token: transforms: the token is for 0x%x, "
 			      "this job's are 0x%x", t->transforms, job->transforms);

@@ -2,7 +2,8 @@
 # it_pip.sh - the Python package as a user installs it, with no LOADERD_LIB: `pip install ./python`
 # into a fresh virtual environment, a wheel from `pip wheel ./python`, and a wheel built from an
 # sdist away from the checkout (the C sources travel in it). Each is imported from another
-# directory and reads one epoch from a real loaderd. No network: --no-index --no-build-isolation,
+# directory and reads one epoch from a real loaderd; the installed package finds dpack and loaderd
+# for diagnose through $LOADERD_BIN_DIR, or its error says what to do. No network: --no-index --no-build-isolation,
 # with Debian's setuptools, wheel and numpy seen through --system-site-packages. Debian's
 # interpreter (LOADERD_PYTHON overrides): a pyenv python3 on PATH cannot see Debian's packages.
 # Skipped (exit 77) when that interpreter lacks venv, setuptools, wheel or numpy.
@@ -93,5 +94,18 @@ if [ -e "$BUILD/lib/libldc.so" ]; then
 		'import loaderd; loaderd.abi_check(); print(loaderd.lib()._name)' 2>&1)
 	check "LOADERD_LIB overrides the package's library" [ "$out" = "$lib" ]
 fi
+# ---- diagnose's programs from a pip-installed package: $LOADERD_BIN_DIR, else said what to do ----
+bindir=$(cd "$BUILD/bin" && pwd)
+out=$(cd "$T/elsewhere" && LOADERD_BIN_DIR=$bindir PATH=/nonexistent "$T/v1/bin/python" -c \
+	'from loaderd import _bins; print(_bins.find_bin("dpack"), _bins.find_bin("loaderd"))' 2>&1)
+check "installed: dpack and loaderd found through \$LOADERD_BIN_DIR" \
+	[ "$out" = "$bindir/dpack $bindir/loaderd" ]
+out=$(cd "$T/elsewhere" && env -u LOADERD_BIN_DIR PATH=/nonexistent "$T/v1/bin/python" -c \
+	'from loaderd import _bins; import sys
+b = [n for n in ("dpack", "loaderd") if not _bins.find_bin(n, ("/nonexistent",), ())]
+print(_bins.not_found(b) if b else "found")' 2>&1)
+check "installed, no programs anywhere: the error says to make install or set \$LOADERD_BIN_DIR" \
+	sh -c "echo \"\$1\" | grep -q 'not found: looked in .*make install.*LOADERD_BIN_DIR='" _ "$out"
+[ -n "$out" ] && echo "# $out"
 echo "$((n - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]

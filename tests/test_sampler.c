@@ -22,7 +22,7 @@
 
 /* Short names for the tables below. */
 enum { SHUF = LDR_SAMPLE_SHUFFLE, SEQ = LDR_SAMPLE_SEQUENTIAL, BLK = LDR_SAMPLE_BLOCK };
-enum { PAD = LDR_TAIL_PAD, DROP = LDR_TAIL_DROP, MASK = LDR_TAIL_MASK };
+enum { PAD = LDR_TAIL_PAD, DROP = LDR_TAIL_DROP, MASK = LDR_TAIL_MASK, DLAST = LDR_TAIL_DROP_LAST };
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -42,7 +42,7 @@ static const char *mode_name(int m)
 
 static const char *tail_name(int t)
 {
-	return t == PAD ? "pad" : t == DROP ? "drop" : "mask";
+	return t == PAD ? "pad" : t == DROP ? "drop" : t == MASK ? "mask" : "drop_last";
 }
 
 
@@ -98,7 +98,15 @@ static void test_sampler_init_errors(void **state)
 		assert_int_equal(init0(&s, 0, 0, 1, SHUF, t), -EINVAL);
 		assert_int_equal(init0(&s, 10, 2, 4, 3, t), -EINVAL);  /* no such mode */
 	}
-	assert_int_equal(init0(&s, 10, 2, 4, SHUF, 3), -EINVAL);  /* no such tail */
+	assert_int_equal(init0(&s, 10, 2, 4, SHUF, 4), -EINVAL);  /* no such tail */
+	/* drop_last: ceil(N / world) below one batch leaves no whole batch; exactly one is a step */
+	assert_int_equal(init0(&s, 10, 3, 5, SHUF, DLAST), -ENODATA);  /* 4 per rank < 5 */
+	assert_int_equal(init0(&s, 10, 3, 4, SHUF, DLAST), 0);
+	assert_int_equal(s.per_rank, 4);
+	assert_int_equal(s.steps, 1);
+	assert_int_equal(init0(&s, 15, 1, 16, SEQ, DLAST), -ENODATA);
+	assert_int_equal(init0(&s, 16, 1, 16, SEQ, DLAST), 0);
+	assert_int_equal(s.steps, 1);
 	/* the documented limit of the Feistel domain: N <= 2^62 */
 	assert_int_equal(init0(&s, (1ull << 62) + 1, 2, 4, SHUF, PAD), -EINVAL);
 	assert_int_equal(init0(&s, 1ull << 62, 2, 4, SHUF, PAD), 0);
@@ -131,6 +139,25 @@ static void test_sampler_init_defaults_and_counts(void **state)
 	init_ok(&s, 10, 4, 100, SHUF, MASK, 7, 0, 0);
 	assert_int_equal(s.per_rank, 3);
 	assert_int_equal(s.steps, 1);  /* batch > per rank: one short step */
+	/* one rank, 300 samples, batch 16: drop gives 19 steps (18 x 16 + 12: drop only drops
+	 * what does not divide among the ranks), drop_last 18 whole ones as
+	 * DataLoader(drop_last=True) */
+	init_ok(&s, 300, 1, 16, SHUF, DROP, 7, 0, 0);
+	assert_int_equal(s.steps, 19);
+	init_ok(&s, 300, 1, 16, SHUF, DLAST, 7, 0, 0);
+	assert_int_equal(s.per_rank, 288);
+	assert_int_equal(s.steps, 18);
+	assert_int_equal(ldr_sampler_count(&s, 17), 16);
+	/* 3 ranks: ceil(1000 / 3) = 334 padded, 5 whole batches of 64 */
+	init_ok(&s, 1000, 3, 64, BLK, DLAST, 7, 0, 0);
+	assert_int_equal(s.per_rank, 320);
+	assert_int_equal(s.steps, 5);
+	init_ok(&s, 320 * 3, 3, 64, BLK, DLAST, 7, 0, 0);   /* divides: nothing dropped */
+	assert_int_equal(s.per_rank, 320);
+	init_ok(&s, 320 * 3 - 1, 3, 64, BLK, DLAST, 7, 0, 0);   /* one short: padded, kept */
+	assert_int_equal(s.per_rank, 320);
+	init_ok(&s, 320 * 3 - 3, 3, 64, BLK, DLAST, 7, 0, 0);   /* 319 per rank: a batch goes */
+	assert_int_equal(s.per_rank, 256);
 }
 
 /* ---- the global order ---- */
@@ -604,6 +631,12 @@ static void test_sampler_distributed_worked_examples(void **state)
 	assert_int_equal(ldr_sampler_batch(&s, 0, 0, 3, ids, fl), 3);
 	assert_int_equal(ids[2], 1);
 	assert_int_equal(fl[2], RING_SAMPLE_PADDING);
+	/* drop_last: pad's samples, whole batches of 2 (the padded repeat of 0 and 1 kept) */
+	init_ok(&s, 10, 4, 2, SEQ, DLAST, 0, 0, 0);
+	assert_int_equal(s.steps, 1);
+	assert_int_equal(ldr_sampler_batch(&s, 0, 0, 2, ids, fl), 2);
+	assert_int_equal(ids[0], 2);
+	assert_int_equal(ids[1], 6);
 	/* drop: 2 each, 8 and 9 never delivered */
 	init_ok(&s, 10, 4, 8, SEQ, DROP, 0, 0, 0);
 	assert_int_equal(ldr_sampler_batch(&s, 0, 0, 3, ids, fl), 2);
@@ -623,6 +656,48 @@ static void test_sampler_distributed_worked_examples(void **state)
 		assert_int_equal(ids[0], 0);
 		assert_int_equal(fl[0], r == 0 ? 0 : RING_SAMPLE_PADDING);
 	}
+}
+
+/* drop_last is pad without each rank's short last batch: for every (rank, step) it keeps, the
+ * same samples and flags as pad (checked against torch's DistributedSampler above), always a
+ * whole batch; the steps are floor(ceil(N / world) / batch). */
+static void test_sampler_drop_last_is_pad_whole_batches(void **state)
+{
+	static const uint32_t worlds[] = { 1, 2, 3, 7 }, batches[] = { 1, 3, 4, 16 };
+	uint64_t a[16], b[16];
+	uint8_t fa[16], fb[16];
+
+	(void)state;
+	for (size_t i = 0; i < ARRAY_LEN(sizes); i++)
+		for (size_t w = 0; w < ARRAY_LEN(worlds); w++)
+			for (size_t k = 0; k < ARRAY_LEN(batches); k++) {
+				uint64_t n = sizes[i];
+				uint32_t world = worlds[w], batch = batches[k];
+				struct ldr_sampler p, d;
+				uint64_t want = (n + world - 1) / world / batch;
+				int ret = init0(&d, n, world, batch, SHUF, DLAST);
+
+				if (want == 0) {
+					assert_int_equal(ret, -ENODATA);
+					continue;
+				}
+				assert_int_equal(ret, 0);
+				init_ok(&p, n, world, batch, SHUF, PAD, 0, 0, 0);
+				assert_int_equal(d.steps, want);
+				assert_int_equal(d.per_rank, want * batch);
+				if (n > 1000)
+					continue;
+				for (uint32_t r = 0; r < world; r++)
+					for (uint64_t st = 0; st < d.steps; st++) {
+						uint32_t c = ldr_sampler_batch(&d, 2, st, r, a, fa);
+
+						assert_int_equal(c, batch);
+						assert_int_equal(ldr_sampler_batch(&p, 2, st, r, b, fb),
+								 batch);
+						assert_memory_equal(a, b, c * sizeof(a[0]));
+						assert_memory_equal(fa, fb, c);
+					}
+			}
 }
 
 /* ---- positions: resume without replay ---- */
@@ -744,6 +819,7 @@ int main(void)
 		cmocka_unit_test(test_sampler_distributed_semantics_many_triples),
 		cmocka_unit_test(test_sampler_distributed_semantics_seeded),
 		cmocka_unit_test(test_sampler_distributed_worked_examples),
+		cmocka_unit_test(test_sampler_drop_last_is_pad_whole_batches),
 		cmocka_unit_test(test_sampler_step_random_access_equals_walk),
 		cmocka_unit_test(test_sampler_substitute_next_positions),
 		cmocka_unit_test(test_sampler_mix_deterministic),

@@ -240,6 +240,8 @@ static void test_token_other_job_refused(void **state)
 							    "this job's is block");
 	j = good(), j.tail = CTL_TAIL_DROP, mismatch(&j, "tail: the token is for tail mask, this "
 						     "job's is drop");
+	j = good(), j.tail = CTL_TAIL_DROP_LAST, mismatch(&j, "tail: the token is for tail mask, "
+							  "this job's is drop_last");
 	j = good(), j.transforms = CTL_TF_CENTER_CROP, mismatch(&j, "transforms: the token is for 0x5");
 	j = good(), j.crop_w = 32, mismatch(&j, "crop: the token is for 64x64, this job's is 64x32");
 	j = good(), j.samples = 99999, mismatch(&j, "samples: the token is for 100000 samples");

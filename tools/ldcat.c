@@ -48,7 +48,8 @@ static void usage(FILE *f)
 "  --epochs E           epochs in the job, 0 = unbounded (default 1)\n"
 "  --start-epoch E      first epoch of a fresh job (default 0)\n"
 "  --sampling M         shuffle (default), sequential or block\n"
-"  --tail P             pad (default), drop or mask: what happens to the last partial round\n"
+"  --tail P             pad (default), drop, mask or drop_last (whole batches only): what\n"
+"                       happens to the last partial round\n"
 "  --on-bad P           substitute (default) or fail: what a bad record does\n"
 "  --slots N            ring depth (default: loaderd's)\n"
 "  --share-group G      let members of group G (name or gid) join this job as ranks (loaderd\n"
@@ -121,7 +122,7 @@ static const struct option long_opts[] = {
 };
 /* Index = the enum's value (ctl.h): shuffle 0, sequential 1, block 2; pad 0, ... */
 static const char *const samplings[] = { "shuffle", "sequential", "block", NULL };
-static const char *const tails[] = { "pad", "drop", "mask", NULL };
+static const char *const tails[] = { "pad", "drop", "mask", "drop_last", NULL };
 static const char *const bads[] = { "substitute", "fail", NULL };
 static const char *const tfs[] = { "none", "rrc", "center", NULL };
 static const uint32_t tf_bits[] = { 0, CTL_TF_RANDOM_RESIZED_CROP, CTL_TF_CENTER_CROP };

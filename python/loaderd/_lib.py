@@ -38,7 +38,7 @@ TF_NCHW = 0x08
 TF_ALL = 0x0F
 
 SAMPLING = {"shuffle": 0, "sequential": 1, "block": 2}
-TAIL = {"pad": 0, "drop": 1, "mask": 2}
+TAIL = {"pad": 0, "drop": 1, "mask": 2, "drop_last": 3}
 ON_BAD = {"substitute": 0, "fail": 1}
 
 JOB_NAME_MAX = 64   # bytes including the NUL

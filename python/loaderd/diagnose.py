@@ -24,9 +24,9 @@ command's, or 1 when it left no record. Standard library only here; the script n
 needs.
 """
 import argparse
+import collections
 import glob
 import json
-import math
 import os
 import shlex
 import shutil
@@ -34,29 +34,18 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
+from . import _bins
 from . import profile as P
-from . import report as R
 from . import timeline as TL
 
-BUSY_TARGET = 0.90    # advice: workers sized to be busy at most this share of the time
-COPY_MIN = 0.05       # exposed copy share that earns a remark
-GAP_MIN = 0.10        # time in no step worth a remark
-LATENCY_BOUND_MIBS = 200   # exposed allreduce slower than this per MiB: per-call cost
-BURST_SHARE = 0.25    # a DataLoader's median wait under this share of its mean: bursts
+from .analysis import (  # noqa: F401  (re-exported: the analysis of the records)
+    BUSY_TARGET, COPY_MIN, GAP_MIN, LATENCY_BOUND_MIBS, BURST_SHARE, warmup_for, plural,
+    per_rank, other_loops, runs_of, loader_side, analyse, dataloader_model, predict_step,
+    dataloader_advice, advise, dataparallel_advice, _rate_without_wait)
 
-
-def warmup_for(steps):
-    """The trainer's warm-up rule (tools/ldprobe.py): a tenth of the steps, 2 to 20."""
-    return max(2, min(20, steps // 10))
-
-
-def plural(n, one="", many="s"):
-    return one if n == 1 else many
-
-
-# ---- records -> runs -> report ----
 
 def load_records(d):
     recs = []
@@ -72,407 +61,84 @@ def load_records(d):
     return recs
 
 
-def _train_key(r):
-    """Which of a rank's loops is the training loop: one whose steps ran backward (a
-    DataLoader's "loop"; a Loader's record does not say), then the most steps."""
-    return (r.get("loop", "train") == "train", len(r["steps"]))
-
-
-def per_rank(records):
-    """One record per rank: its training loop (see _train_key), not an evaluation loop."""
-    by = {}
-    for r in records:
-        k = int(r.get("rank", 0))
-        if k not in by or _train_key(r) > _train_key(by[k]):
-            by[k] = r
-    return [by[k] for k in sorted(by)]
-
-
-def other_loops(records, chosen):
-    """The loops that are not the training loop (evaluation), summed over ranks per job:
-    reported apart, never in the verdict."""
-    ids = set(id(r) for r in chosen)
-    out = {}
-    for r in records:
-        if id(r) in ids:
-            continue
-        st = r["steps"]
-        o = out.setdefault(r.get("job") or "?", {"job": r.get("job"), "loop": r.get("loop",
-                           "other"), "ranks": 0, "steps": 0, "samples": 0, "data_ns": 0,
-                           "period_ns": 0})
-        o["ranks"] += 1
-        o["steps"] += len(st)
-        o["samples"] += sum(s[7] for s in st)
-        o["data_ns"] += sum(s[2] for s in st)
-        o["period_ns"] += sum(s[2] + s[3] + s[4] + s[5] + s[6] for s in st)
-    res = []
-    for o in out.values():
-        per = o.pop("period_ns")
-        o["data_share"] = o.pop("data_ns") / per if per else 0.0
-        o["step_ms"] = per / o["steps"] / 1e6 if o["steps"] else 0.0
-        res.append(o)
-    return sorted(res, key=lambda o: o["job"] or "")
-
-
-def runs_of(recs, warmup=None):
-    """The report's input: per rank the measured steps that every rank has (by step number),
-    warm-up left out. Returns (runs, steps in common, warm-up)."""
-    common = set.intersection(*(set(s[0] for s in r["steps"]) for r in recs))
-    order = sorted(common)
-    warm = warmup_for(len(order)) if warmup is None else max(0, int(warmup))
-    warm = max(0, min(warm, len(order) - 2))
-    keep = set(order[warm:])
-    runs = []
-    for r in recs:
-        st = [s for s in r["steps"] if s[0] in keep]
-        st.sort(key=lambda s: s[0])
-        steps = [(s[1], s[2], s[3], s[4], s[5], s[6]) for s in st]
-        wall = (st[-1][1] + sum(st[-1][2:7]) - st[0][1]) if st else 0
-        runs.append({"steps": steps, "samples": sum(s[7] for s in st), "wall_ns": wall,
-                     "buckets": [s[9] for s in st], "comm_busy": [s[8] for s in st]})
-    return runs, len(order), warm
-
-
-def loader_side(recs):
-    """loaderd's side over the ranks: fill time per sample, the workers' busy share for this
-    job, what its workers could deliver."""
-    ld = [r["loaderd"] for r in recs if r.get("loaderd")]
-    if not ld:
-        return None
-    fill = sum(x["fill_ns"] for x in ld)
-    samples = sum(x["samples"] for x in ld)
-    workers = max(x.get("workers", 0) for x in ld)
-    wall = max(x["wall_ns"] for x in ld) * 1e-9
-    per = fill * 1e-9 / samples if samples else 0.0
-    out = {"workers": workers, "samples": samples, "fill_s": fill * 1e-9,
-           "fill_ms_per_sample": per * 1e3,
-           "read_share": sum(x.get("io_ns", 0) for x in ld) / fill if fill else 0.0,
-           "decode_share": sum(x.get("decode_ns", 0) for x in ld) / fill if fill else 0.0,
-           "wall_s": wall,
-           "busy": fill * 1e-9 / (wall * workers) if wall > 0 and workers else None,
-           "capacity_per_s": workers / per if per > 0 and workers else None,
-           "per_worker_per_s": 1 / per if per > 0 else None,
-           "ranks_attached": max(x.get("ranks_attached", 0) for x in ld)}
-    return out
-
-
-def analyse(records, warmup=None, info=None, cores=None):
-    """The report of the ranks' @records: the trainer's figures and verdict, plus "loaderd"
-    (its side), "why" and "advice", and "timeline" input under "_ranks" (not in report.json)."""
-    recs = per_rank(records)
-    if not recs:
-        raise ValueError("no records")
-    runs, n_common, warm = runs_of(recs, warmup)
-    r0 = recs[0]
-    nb = sorted(runs[0]["buckets"])
-    inf = {"device": r0.get("device"), "backend": r0.get("backend"), "model": None,
-           "batch": r0.get("batch"), "crop": r0.get("crop"), "params": r0.get("params"),
-           "buckets": nb[len(nb) // 2] if nb and r0.get("ddp") else None,
-           "bucket_mb": r0.get("bucket_mb"), "steps": n_common, "warmup": warm}
-    inf.update(info or {})
-    rep = R.compute(runs, inf)
-    rep["source"] = "loaderd.diagnose"
-    rep["rank_ids"] = [int(r["rank"]) for r in recs]
-    world = max(int(r.get("world", 1)) for r in recs)
-    rep["world"] = world
-    if len(recs) < world:
-        rep["missing_ranks"] = sorted(set(range(world)) - set(rep["rank_ids"]))
-    rep["loaderd"] = loader_side(recs)
-    rep["input"] = r0.get("source", "loaderd.Loader")
-    if r0.get("dataloader"):
-        # the folder's file list (for the swap's sample) stays out of report.json: a count there
-        rep["dataloader"] = json.loads(json.dumps(r0["dataloader"]))
-        folder = rep["dataloader"].get("dataset", {}).get("folder")
-        if folder:
-            rep["_folder_files"] = folder.pop("files", [])
-            folder["files_listed"] = len(rep["_folder_files"])
-        rep["loop"] = r0.get("loop")
-    dp = [d for r in recs for d in (r.get("dataparallel") or [])]
-    if dp:
-        rep["dataparallel"] = dp[0]
-    rep["other_loops"] = other_loops(records, recs)
-    if rep.get("dataloader"):
-        rep["dataloader_model"] = dataloader_model(rep, recs, cores)
-    rep["why"], rep["advice"] = advise(rep, cores or os.cpu_count() or 1)
-    # the timeline's input: per rank, measured step k -> its start and phases in us
-    rep["_ranks"] = {i: {k: dict({"start": s[0] / 1e3},
-                                 **{p: s[1 + j] / 1e3 for j, p in enumerate(R.PHASES)})
-                         for k, s in enumerate(run["steps"])}
-                     for i, run in enumerate(runs)}
-    return rep
-
-
-# ---- advice ----
-
-def dataloader_model(rep, recs, cores=None):
-    """What a torch DataLoader's knobs would do, from the loop's own figures: the time one core
-    takes to load a batch (load_ms: the data wait itself with num_workers=0; with W workers that
-    keep the loop waiting, W x the step time), the rest of the step (compute, allreduce), the
-    cores free for workers per rank, and the workers' start-up at each epoch's first batch."""
-    f = rep["dataloader"]
-    w = int(f.get("num_workers") or 0)
-    # per step, the worst rank's wait; time in no step (evaluation between epochs) left out
-    warm = rep.get("warmup", 0)
-    waits, rests, medians = [], [], []
-    for r in recs:
-        st = sorted(r["steps"])[warm:] or r["steps"]
-        if w > 0:   # the workers' start-up at an epoch's first batch: persistent_workers below
-            starts = set(r.get("epoch_starts") or [])
-            st = [s for s in st if s[0] not in starts] or st
-        waits.append(sum(s[2] for s in st) / len(st) / 1e6)
-        rests.append(sum(s[3] + s[4] + s[5] + s[6] for s in st) / len(st) / 1e6)
-        medians.append(sorted(s[2] for s in st)[len(st) // 2] / 1e6)
-    wait, rest = max(waits), max(max(rests), 1e-3)
-    step = wait + rest
-    limited = rep["verdict"] == "loader-limited"
-    load = wait if w == 0 else (w * step if limited else w * rest)
-    cores = cores or max(int(r.get("cores") or 0) for r in recs) or os.cpu_count() or 1
-    hosts = {}
-    for r in recs:
-        hosts[r.get("host")] = hosts.get(r.get("host"), 0) + 1
-    per_host = max(hosts.values())
-    free = max(0, cores - per_host) // per_host
-    # start-up: an epoch's first wait beyond the loop's usual one
-    startup = None
-    starts = recs[0].get("epoch_starts") or []
-    if w > 0 and len(starts) > 1:
-        waits = {s[0]: s[2] for s in recs[0]["steps"]}
-        usual = sorted(waits.values())[len(waits) // 2] if waits else 0
-        firsts = [waits[s] - usual for s in starts[1:] if s in waits]
-        if firsts:
-            startup = max(0.0, sum(firsts) / len(firsts) / 1e6)
-    return {"num_workers": w, "load_ms_per_batch": load, "rest_ms": rest, "step_ms": step,
-            "cores": cores, "ranks_per_host": per_host, "free_cores_per_rank": free,
-            "startup_ms": startup, "load_is_bound": not limited and w > 0,
-            "wait_ms": wait, "wait_median_ms": max(medians)}
-
-
-def predict_step(m, workers):
-    """Step time (ms) with @workers DataLoader workers, each on a free core of its own (more
-    workers than free cores share them)."""
-    par = min(workers, m["free_cores_per_rank"])
-    if par <= 0:
-        return m["rest_ms"] + m["load_ms_per_batch"]
-    return max(m["rest_ms"], m["load_ms_per_batch"] / par)
-
-
-def dataloader_advice(rep):
-    m, f = rep["dataloader_model"], rep["dataloader"]
-    lost_min = rep["thresholds"]["lost_min"]
-    gb = (rep.get("batch") or 0) * rep["ranks"]
-    adv = []
-
-    def rate(ms):
-        return gb / (ms * 1e-3) if ms > 0 else 0.0
-    w, free, load, rest = m["num_workers"], m["free_cores_per_rank"], m["load_ms_per_batch"], \
-        m["rest_ms"]
-    now = m["step_ms"]
-    if rep["verdict"] == "loader-limited":
-        want = max(1, math.ceil(load / rest)) if rest > 0 else 1
-        k = min(want, free)
-        base = ("num_workers: %d now; one core loads a batch in %.1f ms, the rest of the step "
-                "takes %.1f ms; this host has %d cores for %d rank%s: %d free per rank" %
-                (w, load, rest, m["cores"], m["ranks_per_host"],
-                 plural(m["ranks_per_host"]), free))
-        if k > w:
-            p = predict_step(m, k)
-            adv.append(base + " -> DataLoader(num_workers=%d): about %.1f ms per step, %.0f "
-                       "samples/s (%.2fx)%s" % (k, p, rate(p), now / p if p else 0,
-                                                "" if k >= want else
-                                                "; %d workers would keep up, but the cores "
-                                                "are not there" % want))
-        else:
-            adv.append(base + ": more workers than free cores share them, no faster "
-                       "(about %.1f ms per step with %d): the loading itself has to get "
-                       "cheaper (below) or have cores of its own" %
-                       (predict_step(m, max(w, 1)), max(w, 1)))
-        if w > 0 and m["wait_median_ms"] < BURST_SHARE * m["wait_ms"]:
-            # most steps do not wait, a few wait long: the workers keep up on average and the
-            # queue is too shallow for the jitter
-            pf = f.get("prefetch_factor") or 2
-            p = rest + m["wait_median_ms"]
-            adv.append("prefetch_factor: the waits come in bursts (median %.1f ms, mean %.1f ms "
-                       "per step): the %d workers keep up on average, the queue (%d batches "
-                       "per worker) is too shallow for the jitter -> DataLoader(prefetch_factor="
-                       "%d): about %.1f ms per step, %.0f samples/s (%.2fx)" %
-                       (m["wait_median_ms"], m["wait_ms"], w, pf, pf * 2, p, rate(p),
-                        now / p if p else 0))
-    if w > 0 and not f.get("persistent_workers") and m.get("startup_ms") and \
-            m["startup_ms"] > lost_min * now:
-        adv.append("persistent_workers: the workers start again at every epoch, %.0f ms at its "
-                   "first batch -> DataLoader(persistent_workers=True) saves that per epoch" %
-                   m["startup_ms"])
-    if rep.get("device") == "cuda" and not f.get("pin_memory"):
-        adv.append("pin_memory: the batches are in pageable memory, so their copy to the GPU is "
-                   "synchronous -> DataLoader(pin_memory=True) and .to(device, "
-                   "non_blocking=True); (the copy is in compute here: not timed apart for a "
-                   "DataLoader)")
-    return adv
-
-def _rate_without_wait(rep):
-    """Samples/s were every step's data wait (the worst rank's) gone."""
-    step_s = rep["step_ms"] * 1e-3 * (1 - rep["causes"]["loader"])
-    gb = (rep.get("batch") or 0) * rep["ranks"]
-    return gb / step_s if step_s > 0 and gb else 0.0
-
-
-def advise(rep, cores):
-    v = rep["verdict"]
-    lost_min = rep["thresholds"]["lost_min"]
-    ld = rep.get("loaderd")
-    step_ms, A = rep["step_ms"], rep["samples_per_s"]
-    c = rep["causes"]
-    why, adv = [], []
-    if v == "loader-limited":
-        why.append("the ranks wait for batches %.0f%% of each step (worst rank per step: "
-                   "%.1f ms of %.1f ms)" % (100 * c["loader"], c["loader"] * step_ms, step_ms))
-        need = _rate_without_wait(rep)
-        if rep.get("dataloader_model"):
-            adv += dataloader_advice(rep)
-        elif ld and ld.get("per_worker_per_s"):
-            w, pw = ld["workers"], ld["per_worker_per_s"]
-            k = max(w + 1, math.ceil(need / (pw * BUSY_TARGET))) if need else w + 1
-            s = ("decode workers: loaderd's %d worker%s busy %.0f%% for this job, %.2f ms "
-                 "of worker time per sample (reading %.0f%%, decoding %.0f%%): %.0f samples/s "
-                 "per worker; without waiting this loop would take about %.0f samples/s -> "
-                 "loaderd --workers %d" %
-                 (w, plural(w, " was", "s were"), 100 * (ld["busy"] or 0),
-                  ld["fill_ms_per_sample"],
-                  100 * ld["read_share"], 100 * ld["decode_share"], pw, need, k))
-            if k + rep["ranks"] > cores and rep.get("device") in ("cpu", None):
-                s += ("; this host has %d cores for them and %d rank%s: the workers need cores "
-                      "of their own (another node, a GPU for compute), or a cheaper input" %
-                      (cores, rep["ranks"], plural(rep["ranks"])))
-            adv.append(s)
-            if ld["busy"] is not None and ld["busy"] < 0.6:
-                adv.append("loaderd's workers were idle %.0f%% of the time while the ranks "
-                           "waited: the ring is too shallow for the step's jitter (Loader "
-                           "slots=, loaderd --slots) or the workers serve other jobs too "
-                           "(loaderctl stats)" % (100 * (1 - ld["busy"])))
-        else:
-            adv.append("decode workers: add loaderd --workers (loaderd's counters were not "
-                       "read: an older loaderd, or the loop ended before its first batch)")
-        if not rep.get("dataloader_model"):
-            adv.append("cheaper input: a smaller crop= decodes at a coarser DCT scale; pack the "
-                       "images at a lower resolution (dpack) when they are much larger than "
-                       "the crop")
-    elif v == "communication-limited":
-        comm_ms = c["comm"] * step_ms
-        rest = step_ms - comm_ms
-        why.append("exposed allreduce %.0f%% of each step (%.1f ms of %.1f ms, the least "
-                   "exposed rank): gradients wait for the network after backward" %
-                   (100 * c["comm"], comm_ms, step_ms))
-        b = rep.get("batch") or 0
-        for k in (2, 4, 8, 16, 32):
-            if rest > 0 and comm_ms / (k * rest + comm_ms) <= lost_min:
-                adv.append("larger batch: the allreduce costs the same per step, so batch %d "
-                           "per rank (or %d accumulation steps with no_sync) brings it to about "
-                           "%.0f%%" % (b * k, k, 100 * comm_ms / (k * rest + comm_ms)))
-                break
-        else:
-            adv.append("larger batch: even 32x leaves the allreduce exposed: it has to get "
-                       "faster (network, backend)")
-        params, nbk, cap = rep.get("params"), rep.get("buckets"), rep.get("bucket_mb") or 25
-        if params and nbk and comm_ms > 0:
-            mb = params * 4 / 2**20
-            bw = mb / (comm_ms / 1e3)
-            if bw < LATENCY_BOUND_MIBS and nbk > 1:
-                adv.append("buckets: %.2f MiB of gradient in %d buckets, %.0f MiB/s exposed: "
-                           "the cost is per call, not volume: DistributedDataParallel("
-                           "bucket_cap_mb=%.3g) makes fewer, larger buckets" %
-                           (mb, nbk, bw, max(cap * 2, mb)))
-            elif nbk == 1:
-                adv.append("buckets: the whole gradient (%.2f MiB) is one bucket, so its "
-                           "allreduce starts only when backward ends: DistributedDataParallel("
-                           "bucket_cap_mb=%.3g) (about 4 buckets) overlaps it with backward" %
-                           (mb, max(mb / 4, 0.01)))
-            else:
-                adv.append("buckets: %d buckets (cap %g MiB): bucket_cap_mb=%.3g starts the "
-                           "allreduce earlier in backward" % (nbk, cap, cap / 2))
-    elif v == "straggler-limited":
-        st = rep["straggler"]
-        pr = {x["rank"]: x for x in rep["per_rank"]}
-        s, f = st["slow_rank"], st["fast_rank"]
-        why.append("rank %d computes %.2fx as long as rank %d (%.1f ms vs %.1f ms per step, the "
-                   "slowest in %.0f%% of the steps); the others wait for it in the allreduce" %
-                   (rep["rank_ids"][s], st["imbalance"], rep["rank_ids"][f],
-                    pr[s]["compute_ms"], pr[f]["compute_ms"], 100 * st["consistency"]))
-        est = A / (1 - c["straggler"]) if c["straggler"] < 1 else A
-        adv.append("straggler: rank %d's device (or host) is slower or shared (nvidia-smi, "
-                   "other processes, clocks); at the others' pace about %.0f samples/s "
-                   "(%.0f%% more)" % (rep["rank_ids"][s], est, 100 * (est / A - 1) if A else 0))
-    else:
-        why.append("compute takes %.0f%% of the step time; data wait, exposed copy, exposed "
-                   "allreduce and rank imbalance each cost less than %.0f%%" %
-                   (100 * rep["shares"]["compute"], 100 * lost_min))
-        if rep.get("dataloader_model"):
-            adv += dataloader_advice(rep)
-            adv.append("the loader keeps up: to go faster make compute faster or add ranks")
-        elif ld and ld.get("capacity_per_s"):
-            cap = ld["capacity_per_s"]
-            adv.append("headroom: loaderd's %d worker%s could deliver about %.0f samples/s "
-                       "(%.1fx this run's %.0f; busy %.0f%% now): %s" %
-                       (ld["workers"], plural(ld["workers"]), cap, cap / A if A else 0, A,
-                        100 * (ld["busy"] or 0),
-                        "a faster model or more ranks will make the loader the limit, add "
-                        "workers with them" if cap < 1.3 * A else
-                        "to go faster make compute faster (device, model, mixed precision) "
-                        "or add ranks"))
-        else:
-            adv.append("the loader keeps up: to go faster make compute faster or add ranks")
-    sh = rep["shares"]
-    if sh["copy"] >= COPY_MIN:
-        adv.append("copies: the compute stream waited %.0f%% of the step for the host-to-device "
-                   "copy: deepen the ring (slots=) so that copies start earlier" %
-                   (100 * sh["copy"]))
-    if sh["gap"] >= GAP_MIN:
-        adv.append("%.0f%% of the time is in no step: between the loops over the %s (epoch "
-                   "ends, evaluation, checkpoints)%s" %
-                   (100 * sh["gap"], "DataLoader" if rep.get("dataloader") else "Loader",
-                    "; the evaluation loops are reported apart above" if rep.get("other_loops")
-                    else ""))
-    dp = rep.get("dataparallel")
-    if dp:
-        adv.append(dataparallel_advice(rep, dp))
-    if rep.get("missing_ranks"):
-        adv.append("no record from rank%s %s: the report is of the others" %
-                   (plural(len(rep["missing_ranks"])),
-                    ", ".join(map(str, rep["missing_ranks"]))))
-    return why, adv
-
-
-def dataparallel_advice(rep, dp):
-    n = len(dp["device_ids"])
-    b = rep.get("batch") or 0
-    if not dp["active"]:
-        return ("nn.DataParallel(%s) (%d parameters) without GPUs here: a plain wrapper, "
-                "nothing scattered or replicated on this host. On N GPUs it scatters each batch "
-                "from device 0 (batch %d -> %s per device), copies the whole module to every "
-                "device each step, runs the replicas in threads of this one process and gathers "
-                "the outputs (and the loss) on device 0, which carries that extra load. "
-                "DistributedDataParallel instead: one process per GPU (torchrun "
-                "--nproc_per_node N train.py), torch.distributed.init_process_group('nccl'), "
-                "model = nn.parallel.DistributedDataParallel(model.to(rank), "
-                "device_ids=[rank]) in place of nn.DataParallel(model), and "
-                "DataLoader(..., sampler=DistributedSampler(dataset)) with the batch per "
-                "process; the gain needs the GPUs to measure (not measured here)" %
-                (dp["module"], dp["params"], b, "%d/N" % b if b else "batch/N"))
-    return ("nn.DataParallel(%s) over devices %s: batch %d -> %d per device; each step "
-            "scatters the inputs from device %s, replicates the module (%d parameters), "
-            "applies the replicas in threads and gathers the outputs on device %s. "
-            "DistributedDataParallel instead: torchrun --nproc_per_node %d, "
-            "init_process_group('nccl'), DistributedDataParallel(model.to(rank), "
-            "device_ids=[rank]), a DistributedSampler; the per-step split of scatter, "
-            "replicate, apply and gather is not measured by this version" %
-            (dp["module"], dp["device_ids"], b, b // max(n, 1), dp["device_ids"][0],
-             dp["params"], dp["output_device"], n))
-
-
 # ---- the swap to loaderd, measured on the user's own files ----
 
 JPEG_EXT = (".jpg", ".jpeg")
 SAMPLE_FILES = 256          # files of the dataset packed for the measurement
 MEASURE_S = 3.0             # drain the private loaderd this long (at least 2 epochs of it)
+
+
+def keep_file_list(rep, recdir, out):
+    """The training DataLoader's (image file, label) list, when its dataset is not an
+    ImageFolder (profile.py wrote it beside the records), as @out/files.tsv for pack_list."""
+    folder = ((rep.get("dataloader") or {}).get("dataset") or {}).get("folder") or {}
+    if folder.get("tsv"):
+        src = os.path.join(recdir, os.path.basename(folder["tsv"]))
+        if os.path.isfile(src):
+            os.replace(src, os.path.join(out, "files.tsv"))
+            folder["tsv"] = os.path.join(out, "files.tsv")
+        else:
+            folder.pop("tsv")
+
+
+DONE_BY_LOADERD = ("RandomResizedCrop", "RandomHorizontalFlip", "Resize", "CenterCrop",
+                   "ToTensor", "PILToTensor", "ConvertImageDtype", "Normalize")
+WHAT_IT_DOES = {   # a word on what the common ones do, for the advice
+    "ColorJitter": "colour jitter", "RandAugment": "random augmentation policy",
+    "TrivialAugmentWide": "random augmentation policy", "AutoAugment": "augmentation policy",
+    "AugMix": "augmentation mix", "RandomErasing": "random erasing on the tensor",
+    "GaussianBlur": "blur", "RandomGrayscale": "grayscale", "RandomRotation": "rotation",
+    "RandomAffine": "affine warp", "RandomPerspective": "perspective warp",
+    "RandomCrop": "random crop", "Pad": "padding", "Lambda": "a function of the script's"}
+
+
+def _fmt(v):
+    if isinstance(v, list):
+        return "(%s)" % ", ".join("%g" % x if isinstance(x, (int, float)) else str(x) for x in v)
+    return "%g" % v if isinstance(v, float) else str(v)
+
+
+def not_reproduced(f):
+    """Every part of a DataLoader's input pipeline (facts @f) that the swap to loaderd.Loader
+    (RandomResizedCrop with torchvision's default scale and ratio and bilinear interpolation,
+    a flip with p 0.5, Resize(crop / 0.875) + CenterCrop, ToTensor/Normalize) would not
+    reproduce, each named with its parameters: other transforms (ColorJitter, RandAugment,
+    TrivialAugmentWide, AutoAugment, RandomErasing, ...), other interpolation, scale, ratio or
+    p, a collate_fn of the script's (mixup, cutmix), a target_transform."""
+    ds = f.get("dataset") or {}
+    out = []
+    for t in ds.get("transforms") or []:
+        n = t["name"]
+        wrap = " (inside %s)" % t["within"] if t.get("within") else ""
+        interp = str(t.get("interpolation", "bilinear")).lower()
+        if n not in DONE_BY_LOADERD or t.get("within") or t.get("unreadable"):
+            args = ", ".join("%s=%s" % (k, _fmt(t[k])) for k in (
+                "brightness", "contrast", "saturation", "hue", "num_ops", "magnitude", "policy",
+                "p", "scale", "degrees", "size") if t.get(k) is not None)
+            what = WHAT_IT_DOES.get(n)
+            out.append("%s(%s)%s%s" % (n, args, wrap, ": " + what if what else ""))
+            continue
+        if n in ("RandomResizedCrop", "Resize") and interp not in ("bilinear", "2", "2.0"):
+            out.append("%s interpolation=%s (loaderd's resize is bilinear)" % (n, interp))
+        if n == "RandomResizedCrop":
+            sc, ra = t.get("scale"), t.get("ratio")
+            if sc and [round(x, 3) for x in sc] != [0.08, 1.0]:
+                out.append("RandomResizedCrop scale=%s (loaderd's: (0.08, 1))" % _fmt(sc))
+            if ra and [round(x, 3) for x in ra] != [0.75, 1.333]:
+                out.append("RandomResizedCrop ratio=%s (loaderd's: (3/4, 4/3))" % _fmt(ra))
+        if n == "RandomHorizontalFlip" and t.get("p") is not None and t["p"] != 0.5:
+            out.append("RandomHorizontalFlip p=%g (loaderd's: 0.5)" % t["p"])
+    if f.get("collate_fn"):
+        name = f["collate_fn"]
+        low = name.lower()
+        kind = "mixup/cutmix on the batch" if ("mix" in low or "cutmix" in low) else \
+            "batch-level work of the script's"
+        out.append("collate_fn %s: %s (loaderd.Loader yields (images, labels): apply it to "
+                   "each batch in the loop)" % (name, kind))
+    if ds.get("target_transform"):
+        out.append("target_transform %s (apply it to the labels in the loop)" %
+                   ds["target_transform"])
+    return out
 
 
 def swap_plan(rep):
@@ -484,18 +150,22 @@ def swap_plan(rep):
     ds = f.get("dataset") or {}
     folder = ds.get("folder")
     if not folder:
-        return "the dataset is a %s, not an ImageFolder/DatasetFolder" % ds.get("class")
+        why = [u for u in ds.get("unread") or [] if u.startswith(("file list", "dataset"))]
+        return "the dataset (a %s) was not understood: %s" % (
+            ds.get("inner") or ds.get("class"),
+            "; ".join(why) or "no (image file, label) list found in it")
     listed = rep.get("_folder_files") or []
     files = [x for x in listed if x.lower().endswith(JPEG_EXT)]
     if not files or len(files) < len(listed) * 0.9:
-        return "the ImageFolder's files are not JPEGs"
-    names = [t["name"] for t in ds.get("transforms") or []]
-    tf = {t["name"]: t for t in ds.get("transforms") or []}
-    rest = [n for n in names if n not in ("RandomResizedCrop", "RandomHorizontalFlip", "Resize",
-                                          "CenterCrop", "ToTensor", "Normalize",
-                                          "ConvertImageDtype", "PILToTensor")]
-    if rest:
-        return "transforms loaderd does not do: %s" % ", ".join(rest)
+        exts = sorted({os.path.splitext(x)[1].lower() or "(none)" for x in listed})[:6]
+        return "the %s's files (%s, found in %s) are not JPEGs: the measurement packs JPEGs "\
+            "only" % (folder.get("class"), ", ".join(exts), folder.get("from", "?"))
+    bad = [t for t in ds.get("transforms") or [] if t.get("unreadable")]
+    if bad:
+        return "transforms that could not be read: %s" % ", ".join(
+            "%s (%s)" % (t["name"], t["unreadable"]) for t in bad)
+    tf = {t["name"]: t for t in ds.get("transforms") or [] if not t.get("within")}
+    lost = not_reproduced(f)
     if "RandomResizedCrop" in tf:
         mode, size = "train", tf["RandomResizedCrop"].get("size")
         if "RandomHorizontalFlip" not in tf:
@@ -509,22 +179,16 @@ def swap_plan(rep):
     if "Normalize" in tf:
         norm = (tf["Normalize"].get("mean"), tf["Normalize"].get("std"))
     return {"transforms": mode, "crop": crop, "normalize": norm, "files": files,
-            "root": folder["root"], "classes": folder["classes"]}
+            "not_reproduced": lost,
+            "root": folder["root"], "classes": folder["classes"],
+            "kind": folder.get("kind", "folder"), "from": folder.get("from"),
+            "total": folder.get("total"), "tsv": folder.get("tsv")}
 
 
 def find_bin(name):
-    """A loaderd program: $LOADERD_BIN_DIR, then PATH, then this checkout's build/bin."""
-    d = os.environ.get("LOADERD_BIN_DIR")
-    cands = [os.path.join(d, name)] if d else []
-    w = shutil.which(name)
-    if w:
-        cands.append(w)
-    here = os.path.dirname(os.path.abspath(__file__))
-    cands.append(os.path.join(here, "..", "..", os.environ.get("BUILD", "build"), "bin", name))
-    for c in cands:
-        if os.access(c, os.X_OK):
-            return os.path.abspath(c)
-    return None
+    """A loaderd program (_bins.py: $LOADERD_BIN_DIR, PATH, make install, the service, the
+    checkout's build/bin), or None."""
+    return _bins.find_bin(name)
 
 
 def measure_swap(rep, plan, workers, sample=SAMPLE_FILES, seconds=MEASURE_S):
@@ -537,7 +201,8 @@ def measure_swap(rep, plan, workers, sample=SAMPLE_FILES, seconds=MEASURE_S):
     from . import loader as LD
     dpack, loaderd = find_bin("dpack"), find_bin("loaderd")
     if not dpack or not loaderd:
-        raise RuntimeError("dpack/loaderd not found ($LOADERD_BIN_DIR, PATH, build/bin)")
+        raise RuntimeError(_bins.not_found([n for n, b in (("dpack", dpack),
+                                                          ("loaderd", loaderd)) if not b]))
     files = plan["files"]
     step = max(1, len(files) // sample)
     pick = files[::step][:sample]
@@ -563,21 +228,25 @@ def measure_swap(rep, plan, workers, sample=SAMPLE_FILES, seconds=MEASURE_S):
         with LD.Loader(sock, dpk, batch, crop=tuple(plan["crop"]),
                        transforms=plan["transforms"], output="numpy", epochs=1000,
                        profile=False) as it:
-            st0, t0 = None, time.monotonic()
+            st0, t0, cpu0 = None, time.monotonic(), None
             while st0 is None or time.monotonic() - t0 < seconds:
                 for b in it:         # one epoch per loop
                     if st0 is None:  # the first batch: loaderd is warm from here
                         st0, t0 = it.stats(), time.monotonic()
+                        cpu0 = _proc_cpu_ms(proc.pid)   # its CPU: the budget's cost
                         continue
                     n += len(b[1])
                     if time.monotonic() - t0 >= seconds:
                         break
             st1, t1 = it.stats(), time.monotonic()
+            cpu1 = _proc_cpu_ms(proc.pid)
         fill = st1["fill_ns"] - st0["fill_ns"]
         done = st1["samples"] - st0["samples"]
         if done <= 0 or fill <= 0:
             raise RuntimeError("the private loaderd delivered nothing")
+        cpu = (cpu1 - cpu0) / done if cpu0 is not None and cpu1 is not None else None
         return {"files": len(pick), "workers": workers, "fill_ms_per_sample": fill / done / 1e6,
+                "cpu_ms_per_sample": cpu if cpu and cpu > 0 else None,
                 "drained_per_s": n / (t1 - t0) if t1 > t0 else 0.0, "batch": batch}
     finally:
         if proc is not None:
@@ -592,6 +261,36 @@ def measure_swap(rep, plan, workers, sample=SAMPLE_FILES, seconds=MEASURE_S):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _proc_cpu_ms(pid):
+    """The user + system CPU of process @pid so far (ms), or None."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * 1e3 / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def handover_ms(batch, crop, f32):
+    """The CPU a rank spends per batch on a DataLoader worker's shared-memory hand-over, outside
+    the batch request: the release of the mapping, timed here on a batch-sized shared tensor,
+    and the first touch of the mapped pages, taken as the same again. 0 without torch."""
+    try:
+        import torch
+    except ImportError:
+        return 0.0
+    best = None
+    for _ in range(5):
+        x = torch.empty((batch, 3, crop[0], crop[1]),
+                        dtype=torch.float32 if f32 else torch.uint8).share_memory_()
+        x.fill_(1)
+        t = time.process_time_ns()
+        del x
+        d = time.process_time_ns() - t
+        best = d if best is None else min(best, d)
+    return 2 * best / 1e6
+
+
 def convert_ms(batch, crop):
     """The Loader's uint8 NHWC batch to a normalised float NCHW one in this process (what the
     swapped script does per step, or Loader(normalize=) for it), per batch, in ms."""
@@ -601,11 +300,10 @@ def convert_ms(batch, crop):
         return 0.0
     # the Loader's own conversion (NCHW layout: loaderd writes the planes), on one thread,
     # in this thread's CPU time: the cost itself, not the host's load at this moment
-    from .loader import _parse_normalize, Loader
+    from ._normalize import _parse_normalize, normalized
     norm = _parse_normalize(((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)), None, crop, "NCHW",
                             torch)
-    lo = Loader.__new__(Loader)
-    lo._norm, lo._torch = norm, torch
+    consts = {}
     x = torch.randint(0, 255, (batch, 3, crop[0], crop[1]), dtype=torch.uint8)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -613,7 +311,7 @@ def convert_ms(batch, crop):
         best = None
         for _ in range(10):
             t = time.thread_time()
-            lo._normalized(x)
+            normalized(norm, torch, x, consts)
             d = time.thread_time() - t
             best = d if best is None else min(best, d)
     finally:
@@ -622,15 +320,29 @@ def convert_ms(batch, crop):
 
 
 def predict_swap(rep, meas, conv_ms):
-    """Samples/s of the script with loaderd: per rank, a step takes the larger of the rest of
-    the step (model, allreduce) plus the batch's conversion, and the batch's worker time over
-    the rank's workers (free cores; none free: they share the rank's core, then the sum)."""
+    """Samples/s of the script with loaderd (meas["workers"] decode workers, by default all
+    the host's cores, sharing them with the ranks): the CPU budget of a step. A step takes at
+    least the rank's own work (the rest of the step, model and allreduce, plus the batch's
+    conversion), at least the batch's decode CPU over the workers, and at least the host's CPU
+    demand over its cores: the ranks' own CPU per step (measured outside the batch requests)
+    plus loaderd's CPU for their batches (measured: its process CPU per sample), over the
+    cores as far as this host gives them now (a shared host gives a busy thread a share of a
+    core: loaderd's CPU over its workers' filling time in the measurement)."""
     m = rep["dataloader_model"]
     b = rep.get("batch") or meas["batch"]
-    per_rank_w = m["free_cores_per_rank"]
-    fill = b * meas["fill_ms_per_sample"]
-    rest = m["rest_ms"] + conv_ms
-    step = max(rest, fill / per_rank_w) if per_rank_w >= 1 else rest + fill
+    f = meas.get("cpu_ms_per_sample") or meas["fill_ms_per_sample"]
+    # the share of a core a busy thread gets on this host now (loaderd's CPU over its workers'
+    # filling time in the measurement): other work on a shared host takes the rest
+    share = min(1.0, max(0.05, f / meas["fill_ms_per_sample"])) \
+        if meas.get("cpu_ms_per_sample") and meas.get("fill_ms_per_sample") else 1.0
+    cores = max(1, m.get("cores") or 1) * share
+    ranks = max(1, m.get("ranks_per_host") or 1)
+    ho = meas.get("handover_ms") or 0.0    # a DataLoader worker's hand-over, gone
+    rest = max(0.5 * m["rest_ms"], m["rest_ms"] - ho) + conv_ms
+    own = m["rest_cpu_ms"] if m.get("rest_cpu_ms") is not None else m["rest_ms"]
+    own_cpu = max(0.5 * own, own - ho) + conv_ms
+    step = max(rest, b * f / (max(1, meas["workers"]) * share),
+               ranks * (own_cpu + b * f) / cores)
     return b * rep["ranks"] / (step * 1e-3), step
 
 
@@ -650,10 +362,12 @@ def script_lines(script, plan, rep, pred):
         norm = ", normalize=(%s, %s), dtype=torch.float32, layout=\"NCHW\"" % (
             [round(x, 3) for x in plan["normalize"][0]], [round(x, 3) for x in
                                                           plan["normalize"][1]])
+    if f.get("drop_last"):   # DataLoader(drop_last=True): whole batches only
+        norm += ", tail=\"drop_last\""
+    dpk = os.path.join(os.path.dirname(plan["root"].rstrip("/")) or ".",
+                       (os.path.basename(plan["root"].rstrip("/")) or "data") + ".dpk")
     new_dl = ("loaderd.Loader(None, %r, %d, crop=%s, transforms=%r%s, epochs=EPOCHS)" %
-              (os.path.join(os.path.dirname(plan["root"].rstrip("/")) or ".",
-                            os.path.basename(plan["root"].rstrip("/")) + ".dpk"),
-               f.get("batch_size") or 0, crop_s, plan["transforms"], norm))
+              (dpk, f.get("batch_size") or 0, crop_s, plan["transforms"], norm))
     where = f.get("where") or [None, 0]
     at = where[1] if where[0] and os.path.abspath(where[0]) == os.path.abspath(script) else 0
     for i, ln in enumerate(lines, 1):
@@ -665,8 +379,13 @@ def script_lines(script, plan, rep, pred):
         elif "set_epoch(" in s:
             out.append("%s:%d: %s" % (os.path.basename(script), i, s))
             out.append("  -> the Loader's set_epoch(epoch) (DistributedSampler goes)")
-    if out:
-        out.insert(0, "once: dpack pack %s %s.dpk" % (plan["root"], plan["root"].rstrip("/")))
+    if out and plan.get("kind") == "list":
+        out.insert(0, "once: python -m loaderd.pack_list %s %s (the %s files listed in %s, "
+                   "linked by label into a temporary tree and packed with dpack)" %
+                   (os.path.join(rep.get("_out") or ".", "files.tsv"), dpk,
+                    plan.get("total") or "?", plan.get("from")))
+    elif out:
+        out.insert(0, "once: dpack pack %s %s" % (plan["root"], dpk))
     return out
 
 
@@ -676,9 +395,11 @@ def swap_advice(rep, cmd_script, sample=SAMPLE_FILES, seconds=MEASURE_S):
     plan = swap_plan(rep)
     if isinstance(plan, str):
         rep["swap"] = {"possible": False, "why": plan}
-        return []
+        return ["loaderd: the swap to loaderd.Loader was not measured: %s" % plan]
     m = rep["dataloader_model"]
-    workers = max(1, m["free_cores_per_rank"] * m["ranks_per_host"])
+    # the configuration predicted: loaderd as it starts by default, a worker per core of the
+    # host (self-sizing), the workers sharing the cores with the ranks
+    workers = max(1, m.get("cores") or os.cpu_count() or 1)
     try:
         meas = measure_swap(rep, plan, workers, sample, seconds)
     except (RuntimeError, OSError, ValueError) as e:
@@ -687,21 +408,48 @@ def swap_advice(rep, cmd_script, sample=SAMPLE_FILES, seconds=MEASURE_S):
                 "measurement failed: %s" % e]
     conv = convert_ms(rep.get("batch") or meas["batch"], plan["crop"]) if plan["normalize"] \
         else 0.0
+    # a DataLoader with workers hands each batch over in shared memory: mapping and releasing
+    # it is CPU of the rank outside the batch request that the swap takes away
+    if m.get("num_workers"):
+        f32 = any(t["name"] in ("ToTensor", "ConvertImageDtype", "Normalize")
+                  for t in (rep["dataloader"].get("dataset") or {}).get("transforms") or [])
+        meas["handover_ms"] = handover_ms(rep.get("batch") or meas["batch"], plan["crop"], f32)
     rate, step = predict_swap(rep, meas, conv)
     rep["swap"] = dict(meas, possible=True, measured=True, convert_ms=conv,
                        predicted_samples_per_s=rate, predicted_step_ms=step,
                        transforms=plan["transforms"], crop=plan["crop"])
     rep["with_loaderd"] = rate
+    lost = plan.get("not_reproduced") or []
+    rep["swap"]["not_reproduced"] = lost
     lines = script_lines(cmd_script, plan, rep, rate) if cmd_script else []
+    if lines and lost:
+        lines.insert(1, "NOT reproduced by these lines (loaderd does not do them; apply them "
+                        "to the batch in the loop, or keep the DataLoader): " + "; ".join(lost))
     rep["swap"]["lines"] = lines
+    own = m.get("rest_cpu_ms")
+    if meas.get("cpu_ms_per_sample") and meas.get("fill_ms_per_sample"):
+        rep["swap"]["core_share"] = min(1.0, meas["cpu_ms_per_sample"] /
+                                        meas["fill_ms_per_sample"])
+    cfg = "loaderd --workers %d (its default here: a worker per core, self-sizing)" % workers
+    rep["swap"]["config"] = cfg
     a = ("loaderd: measured on %d of this dataset's JPEGs (a temporary .dpk, a private loaderd "
-         "with %d worker%s on this host): %.2f ms of worker time per sample against this "
-         "loop's %.1f ms of loading per batch of %d in the DataLoader -> with loaderd.Loader "
-         "about %.1f ms per step (%.1f ms of it converting to normalised floats), %.0f "
-         "samples/s (%.2fx now)" %
-         (meas["files"], workers, plural(workers), meas["fill_ms_per_sample"],
-          m["load_ms_per_batch"], rep.get("batch") or 0, step, conv, rate,
+         "with %d worker%s on this host): %.2f ms of loaderd CPU per sample (%.2f ms of worker "
+         "time) against this loop's %.1f ms of loading per batch of %d in the DataLoader; the "
+         "script's own CPU %s per step, %d core%s (a busy thread gets %.0f%% of one now) for "
+         "%d rank%s and loaderd -> with "
+         "loaderd.Loader and %s about %.1f ms per step (%.1f ms of it converting to normalised "
+         "floats), %.0f samples/s (%.2fx now)" %
+         (meas["files"], workers, plural(workers),
+          meas.get("cpu_ms_per_sample") or meas["fill_ms_per_sample"],
+          meas["fill_ms_per_sample"], m["load_ms_per_batch"], rep.get("batch") or 0,
+          "%.1f ms" % own if own is not None else "(not measured: its wall time)",
+          m.get("cores") or 1, plural(m.get("cores") or 1),
+          100 * rep["swap"].get("core_share", 1.0), m.get("ranks_per_host") or 1,
+          plural(m.get("ranks_per_host") or 1), cfg, step, conv, rate,
           rate / rep["samples_per_s"] if rep["samples_per_s"] else 0))
+    if lost:
+        a += ("; the prediction is without what the swap would not reproduce: %s" %
+              "; ".join(lost))
     return [a]
 
 
@@ -748,15 +496,30 @@ def render_text(rep, files=()):
         f = rep["dataloader"]
         ds = f.get("dataset") or {}
         out.append("  input: torch DataLoader over %s (%s samples), batch %s, num_workers=%d, "
-                   "pin_memory=%s, persistent_workers=%s, prefetch_factor=%s" %
+                   "pin_memory=%s, persistent_workers=%s, prefetch_factor=%s, drop_last=%s" %
                    (ds.get("class"), ds.get("len", "?"), f.get("batch_size"),
                     f.get("num_workers") or 0, f.get("pin_memory"),
-                    f.get("persistent_workers"), f.get("prefetch_factor")))
+                    f.get("persistent_workers"), f.get("prefetch_factor"),
+                    f.get("drop_last")))
+        fo = ds.get("folder")
+        if fo:
+            out.append("  files: %s (image file, label) pairs in %s%s" % (
+                fo.get("total", "?"), fo.get("from", fo.get("class")),
+                ", %d not found" % fo["missing"] if fo.get("missing") else ""))
+        tfs = ds.get("transforms")
+        if tfs:
+            out.append("  transforms: %s" % ", ".join(
+                t["name"] + ("(in %s)" % t["within"] if t.get("within") else "") +
+                (" [unreadable]" if t.get("unreadable") else "") for t in tfs))
+        for u in ds.get("unread") or []:
+            out.append("  not understood: %s" % u)
     if rep.get("dataparallel"):
         dp = rep["dataparallel"]
         out.append("  model: nn.DataParallel(%s), %d parameters, device_ids %s%s" %
                    (dp["module"], dp["params"], dp["device_ids"],
                     "" if dp["active"] else " (no GPU: a plain wrapper here)"))
+    for e in rep.get("profile_errors") or []:
+        out.append("  profiling stopped early (%s): the figures are of the steps before" % e)
     out.append("  accelerator utilisation (compute / wall, warm-up excluded) %.2f" % rep["au"])
     out += ["", "verdict: %s" % rep["verdict"]] + ["  " + x for x in rep["why"]] + ["advice:"]
     out += ["  - " + x for x in rep["advice"]]
@@ -812,6 +575,57 @@ def write_outputs(rep, out_dir):
 
 # ---- the command ----
 
+TAIL_LINES = 12        # the command's last stderr lines quoted when it fails early
+LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+
+
+def _tee(src, tail):
+    """The command's stderr to ours, line by line, its last lines kept in @tail."""
+    out = getattr(sys.stderr, "buffer", None)
+    for ln in iter(src.readline, b""):
+        tail.append(ln.decode("utf-8", "replace").rstrip("\n"))
+        try:
+            if out is not None:
+                out.write(ln)
+                out.flush()
+            else:
+                sys.stderr.write(ln.decode("utf-8", "replace"))
+        except (OSError, ValueError):
+            pass
+    src.close()
+
+
+def is_launcher(cmd):
+    return any(os.path.basename(c) in LAUNCHERS or c in LAUNCHERS for c in cmd[:4])
+
+
+def no_record_text(cmd, rc, recdir, tail):
+    """Why there is no report: a launcher that died before any rank started (no rank marker
+    from profile.py's sitecustomize), a command that failed, or one that never iterated a
+    loader; with the command's last lines when it failed."""
+    started = glob.glob(os.path.join(recdir, "started-*.rank"))
+    name = os.path.basename(cmd[0])
+    if is_launcher(cmd) and not started:
+        what = next((c for c in cmd if os.path.basename(c) in LAUNCHERS or c in LAUNCHERS),
+                    name)
+        head = ("loaderd.diagnose: the command (%s) exited with status %d before any rank "
+                "started: nothing of the training script ran" % (what, rc)) if rc else \
+            ("loaderd.diagnose: the command (%s) exited (status 0) before any rank started" %
+             what)
+    elif rc:
+        head = ("loaderd.diagnose: %s exited with status %d and left no record in %s%s" %
+                (name, rc, recdir, " (%d rank%s had started)" % (len(started), plural(
+                    len(started))) if started else ""))
+    else:
+        return ("loaderd.diagnose: %s left no record in %s: does it iterate a loaderd.Loader "
+                "or a torch.utils.data.DataLoader (and run at least two steps)?" %
+                (name, recdir))
+    lines = [x for x in tail if x.strip()]
+    if lines:
+        head += "; its last lines:\n" + "\n".join("  | " + x for x in lines)
+    return head
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if "--" in argv:
@@ -850,7 +664,9 @@ def main(argv=None):
     out = os.path.abspath(a.out)
     recdir = os.path.join(out, "records")
     os.makedirs(recdir, exist_ok=True)
-    for f in glob.glob(os.path.join(recdir, "rank-*.json")):
+    for f in glob.glob(os.path.join(recdir, "rank-*.json")) + \
+            glob.glob(os.path.join(recdir, "started-*.rank")) + \
+            glob.glob(os.path.join(recdir, "files-*.tsv")):
         os.unlink(f)
     # torch DataLoader loops: a sitecustomize of ours, first on the path (profile.py)
     site = P.write_sitecustomize(os.path.join(out, "site"))
@@ -859,26 +675,30 @@ def main(argv=None):
                PYTHONPATH=site + (os.pathsep + pp if pp else ""))
     print("loaderd.diagnose: running %s" % " ".join(shlex.quote(c) for c in cmd),
           file=sys.stderr, flush=True)
-    try:
-        proc = subprocess.Popen(cmd, env=env)
+    try:   # its stderr passes through us: its last lines for a command that fails early
+        proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
     except OSError as e:
         print("loaderd.diagnose: cannot run %s: %s" % (cmd[0], e), file=sys.stderr)
         return 127
+    tail = collections.deque(maxlen=TAIL_LINES)
+    tee = threading.Thread(target=_tee, args=(proc.stderr, tail), daemon=True)
+    tee.start()
     while True:
         try:
             rc = proc.wait()
             break
         except KeyboardInterrupt:   # the command got it too (same terminal); wait for it
             proc.send_signal(signal.SIGINT)
+    tee.join(5)
     recs = load_records(recdir)
     if not recs:
-        print("loaderd.diagnose: %s left no record in %s: does it iterate a loaderd.Loader "
-              "or a torch.utils.data.DataLoader (and run at least two steps)?" % (cmd[0], recdir),
-              file=sys.stderr)
+        print(no_record_text(cmd, rc, recdir, list(tail)), file=sys.stderr)
         return rc or 1
     try:
         script = [os.path.basename(c) for c in cmd if c.endswith(".py")]
         rep = analyse(recs, a.warmup, info={"model": script[0] if script else None})
+        rep["_out"] = out
+        keep_file_list(rep, recdir, out)
         if rep.get("dataloader_model") and rep["verdict"] == "loader-limited" and a.swap:
             scripts = [c for c in cmd if c.endswith(".py")]
             rep["advice"] += swap_advice(rep, scripts[0] if scripts else None, a.sample,

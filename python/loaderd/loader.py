@@ -22,6 +22,7 @@ import time
 import warnings
 
 from . import _lib as L
+from ._normalize import _parse_normalize, normalized
 from . import profile as P
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -151,54 +152,6 @@ def _parse_transforms(transforms, crop, layout) -> int:
     return bits
 
 
-_FLOAT_NAMES = ("float32", "float16", "bfloat16", "float64")
-
-
-def _parse_normalize(normalize, dtype, crop, layout, torch):
-    """(scale, shift, dtype, nchw) such that images * scale + shift is (x / 255 - mean) / std,
-    or None when neither normalize nor dtype is given. Raises ValueError naming the argument."""
-    if normalize is None and dtype is None:
-        return None
-    if not crop:
-        raise ValueError("normalize/dtype: needs crop= (3-channel images of one size)")
-    if dtype is None:
-        name = "float32"
-    elif isinstance(dtype, str):
-        name = dtype
-    else:   # numpy.float32 (a class), numpy.dtype("float16"), torch.bfloat16
-        name = getattr(dtype, "__name__", None) or str(dtype).replace("torch.", "")
-    if name not in _FLOAT_NAMES:
-        raise ValueError(f"dtype: {dtype!r} is not one of {', '.join(_FLOAT_NAMES)}")
-    if torch is not None:
-        dt = getattr(torch, name)
-    else:
-        import numpy as np
-        if name == "bfloat16":
-            raise ValueError("dtype: bfloat16 needs torch output")
-        dt = getattr(np, name)
-    if normalize is None:
-        mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
-    else:
-        try:
-            mean, std = normalize
-            mean = [float(v) for v in mean]
-            std = [float(v) for v in std]
-        except (TypeError, ValueError):
-            raise ValueError(f"normalize: {normalize!r} is not (mean, std), each 3 numbers "
-                             "(or 1)") from None
-        if len(mean) == 1:
-            mean = mean * 3
-        if len(std) == 1:
-            std = std * 3
-        if len(mean) != 3 or len(std) != 3:
-            raise ValueError(f"normalize: {normalize!r}: mean and std need 3 values (or 1)")
-        if not all(v > 0 for v in std):
-            raise ValueError(f"normalize: std {std} must be positive")
-    scale = [1.0 / (255.0 * v) for v in std]
-    shift = [-m / v for m, v in zip(mean, std)]
-    return scale, shift, dt, layout.upper() == "NCHW"
-
-
 def _pick(table, what, value) -> int:
     if value not in table:
         raise ValueError(f"{what}: {value!r} is not one of {sorted(table)}")
@@ -268,7 +221,10 @@ class Loader:
       epochs        total epochs of the run (the last one is epochs - 1); None: unbounded.
       sampling      "shuffle" (default), "sequential" or "block".
       tail          "pad" (DistributedSampler default: repeats, flagged REPEATED), "mask"
-                    (repeats flagged PADDING, weight 0) or "drop" (drop_last=True).
+                    (repeats flagged PADDING, weight 0), "drop" (DistributedSampler(
+                    drop_last=True): floor(N / world) per rank, the last batch may be short)
+                    or "drop_last" (DataLoader(drop_last=True): as "pad", then whole batches
+                    only: floor(ceil(N / world) / batch_size) steps per epoch).
       on_bad        "substitute" (default: a bad record is replaced, flagged SUBSTITUTED) or
                     "fail".
       slots         ring depth (batches loaderd may prepare ahead); 0: the daemon's default.
@@ -986,23 +942,8 @@ class Loader:
 
     def _normalized(self, x):
         """uint8 images @x as (x / 255 - mean) / std in the normalize dtype (a new array)."""
-        scale, shift, dt, nchw = self._norm
-        if self._torch is not None:
-            torch = self._torch
-            key = (x.device, dt)
-            c = self._norm_consts.get(key) if hasattr(self, "_norm_consts") else None
-            if c is None:
-                shape = (1, 3, 1, 1) if nchw else (1, 1, 1, 3)
-                c = (torch.tensor(scale, dtype=torch.float32, device=x.device).view(shape),
-                     torch.tensor(shift, dtype=torch.float32, device=x.device).view(shape))
-                self.__dict__.setdefault("_norm_consts", {})[key] = c
-            y = torch.addcmul(c[1], x.to(torch.float32), c[0])
-            return y if dt == torch.float32 else y.to(dt)
-        import numpy as np
-        shape = (1, 3, 1, 1) if nchw else (1, 1, 1, 3)
-        y = x.astype(np.float32) * np.asarray(scale, np.float32).reshape(shape)
-        y += np.asarray(shift, np.float32).reshape(shape)
-        return y if dt == np.float32 else y.astype(dt)
+        consts = self.__dict__.setdefault("_norm_consts", {})
+        return normalized(self._norm, self._torch, x, consts)
 
     def device_type(self) -> str:
         """Where batches end up: the device= type, else "cuda" when the ring is pinned (the
@@ -1018,5 +959,5 @@ class Loader:
         if self._prof is None:
             raise ValueError("this Loader does not profile: Loader(..., profile=True) or "
                              "LOADERD_PROFILE=1")
-        from . import diagnose
-        return diagnose.analyse(P.gather(self), warmup=warmup)
+        from . import analysis
+        return analysis.analyse(P.gather(self), warmup=warmup)

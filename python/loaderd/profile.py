@@ -74,8 +74,11 @@ def _timed(hook):
         fut = hook(state, bucket)
 
         def done(f):
-            with _comm_lock:
-                _comm.append((t0, _now(), nbytes))
+            try:
+                with _comm_lock:
+                    _comm.append((t0, _now(), nbytes))
+            except Exception:
+                pass
             return f.value()
         return fut.then(done)
     timed_hook.__name__ = getattr(hook, "__name__", "hook")
@@ -172,7 +175,10 @@ def install_ddp_patch():
 
     def __init__(self, *a, **kw):
         orig_init(self, *a, **kw)
-        _note(self)
+        try:
+            _note(self)
+        except Exception:
+            pass
 
     def register_comm_hook(self, state, hook):
         _orig_register(self, state, _timed(hook))
@@ -213,9 +219,27 @@ def _hook_pending():
 
 # ---- one Loader's steps ----
 
+def _guarded(fn):
+    """A hook body run inside the script's own loop: any exception it raises disables that
+    loader's profiling (one warning, Recorder.disable) instead of reaching the script."""
+    def g(self, *a, **kw):
+        if self.off:
+            return None
+        try:
+            return fn(self, *a, **kw)
+        except Exception as e:
+            self.disable(e)
+            return None
+    g.__name__ = fn.__name__
+    g.__doc__ = fn.__doc__
+    return g
+
+
 class Recorder:
     """The steps of one Loader: [step, start_ns, data_ns, copy_ns, compute_ns, comm_ns, opt_ns,
     samples, comm_busy_ns, buckets] each; see the top of the file."""
+
+    off = None     # why profiling stopped (a hook failed: disable()), else None
 
     def __init__(self, loader):
         self.loader = weakref.ref(loader) if loader is not None else (lambda: None)
@@ -254,7 +278,23 @@ class Recorder:
         except Exception as e:
             print("loaderd.profile: cannot write the record: %s" % e, file=sys.stderr)
 
+    def disable(self, e):
+        """A hook failed with @e: no more steps of this loader are timed (the script goes on
+        exactly as without diagnose); said once. The steps timed before stay in the record,
+        which says why it ends."""
+        if self.off:
+            return
+        self.off = "%s: %s" % (type(e).__name__, e)
+        self.pending_copy = []
+        try:
+            job = self.meta.get("job") or "a Loader"
+        except Exception:
+            job = "a loader"
+        print("loaderd.profile: profiling of %s stopped after %d steps (%s); the script runs on "
+              "unprofiled" % (job, len(self.steps), self.off), file=sys.stderr)
+
     # called by the Loader
+    @_guarded
     def first_batch(self, loader):
         self.t_first = _now()
         self.st0 = _stats(loader)
@@ -267,12 +307,14 @@ class Recorder:
                      "crop": loader.crop[0] if loader.crop else None,
                      "device": self.device, "socket": loader.socket}
 
+    @_guarded
     def begin(self):
         """A batch is requested."""
         if _ddp:
             _hook_pending()
         return _now()
 
+    @_guarded
     def end(self, step, t_req, wait_ns, samples, copy_events, t_end):
         """The batch of @step, requested at @t_req, is done with (the next request, or the end
         of the loop) at @t_end."""
@@ -329,10 +371,19 @@ class Recorder:
 
     def finish(self, loader, final=True):
         """The Loader detaches (or is gone: @loader None): loaderd's counters, then the record
-        (once)."""
+        (once). Never raises into the script: a failure is said and the record is lost."""
+        try:
+            self._finish(loader)
+        except Exception as e:
+            print("loaderd.profile: cannot write the record: %s: %s" % (type(e).__name__, e),
+                  file=sys.stderr)
+        if final:
+            _live.discard(self)
+
+    def _finish(self, loader):
         if self.pending_copy:
             self._read_copies(True)
-        if loader is not None and self.st0 is not None:
+        if loader is not None and self.st0 is not None and not self.off:
             st = _stats(loader)
             if st is not None:
                 self.st1, self.t_last = st, _now()
@@ -343,8 +394,6 @@ class Recorder:
                 write_record(os.environ[ENV_DIR], self.record())
             except OSError as e:
                 print("loaderd.profile: cannot write the record: %s" % e, file=sys.stderr)
-        if final:
-            _live.discard(self)
 
     def record(self):
         """This rank's record (JSON-able)."""
@@ -355,7 +404,7 @@ class Recorder:
         params, cap = _model
         d = {"version": RECORD_VERSION, "rank": rank, "world": world, "pid": os.getpid(),
              "host": socket.gethostname(), "backend": backend,
-             "steps": self.steps, "steps_dropped": self.dropped,
+             "steps": self.steps, "steps_dropped": self.dropped, "profile_error": self.off,
              "fields": ["step", "start_ns", "data_ns", "copy_ns", "compute_ns", "comm_ns",
                         "opt_ns", "samples", "comm_busy_ns", "buckets"],
              "params": params, "bucket_mb": cap, "ddp": bool(_ddp)}
@@ -507,10 +556,22 @@ def gather(loader):
 _backwards = 0           # calls of torch.autograd.backward so far (Tensor.backward goes there)
 _dl_count = 0
 _dl_patched = False
-_dp_seen = weakref.WeakSet()     # nn.DataParallel modules
+_dp_seen = weakref.WeakSet()     # nn.DataParallel modules noted (not noted twice)
+_dp_facts = []                   # their facts, read when each was seen: a model made before
+                                 # the DataLoader inside main() is freed before the record
 
 
 def _batch_len(b, default):
+    """The samples in batch @b: the first dimension of its first tensor (nested lists, tuples
+    and dicts looked into), else @default. Never raises: a nested tensor has no .shape, a
+    string, None or an object of the script's may be anything."""
+    try:
+        return _batch_len1(b, default)
+    except Exception:
+        return default or 0
+
+
+def _batch_len1(b, default):
     for _ in range(4):
         if isinstance(b, (list, tuple)) and b:
             b = b[0]
@@ -518,48 +579,366 @@ def _batch_len(b, default):
             b = next(iter(b.values()))
         else:
             break
+    if getattr(b, "is_nested", False) is True:   # torch.nested: .shape raises, size(0) works
+        return int(b.size(0))
     shape = getattr(b, "shape", None)
     if shape is not None and len(shape):
         return int(shape[0])
     return default or 0
 
 
-def _dataset_facts(ds):
-    """What the advice needs of a DataLoader's dataset: its class, an ImageFolder's root, files
-    and transforms (names and their sizes)."""
-    f = {"class": type(ds).__name__, "module": type(ds).__module__}
+IMAGE_EXT = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".ppm", ".pgm", ".pnm", ".tif", ".tiff")
+FILES_KEPT = 1000       # files of the dataset's list kept in the record (spread over it)
+# where datasets keep their (image file, label) list, and their parser/reader objects
+_LIST_ATTRS = ("samples", "imgs", "filenames", "image_files", "img_files", "files", "file_list",
+               "img_list", "image_paths", "img_paths", "paths", "items", "entries", "data")
+_LABEL_ATTRS = ("targets", "labels", "label_list", "target_list")
+_HOLDER_ATTRS = ("parser", "reader", "_parser", "_reader", "source", "index")
+_ROOT_ATTRS = ("root", "img_dir", "image_dir", "images_dir", "data_dir", "img_root",
+               "image_root", "data_root", "directory", "prefix", "base_dir")
+_PATH_KEYS = ("path", "file", "filename", "image", "img", "image_path", "img_path", "file_name",
+              "filepath")
+_LABEL_KEYS = ("label", "target", "class", "class_id", "label_id", "y", "cls")
+
+
+def _attr(obj, name):
+    """@obj's attribute @name without running any code of the script's: the instance's own,
+    else a plain class attribute; a property or other descriptor is never called (it could load
+    a file or raise). None when absent."""
+    import inspect
     try:
-        f["len"] = len(ds)
+        d = vars(obj)
+        if name in d:
+            return d[name]
+    except TypeError:
+        pass
+    try:
+        v = inspect.getattr_static(obj, name)
+    except AttributeError:
+        return None
+    if hasattr(type(v), "__get__") and not callable(v) or isinstance(v, property):
+        return None
+    return v
+
+
+def _is_image(x):
+    return isinstance(x, (str, os.PathLike)) and str(x).lower().endswith(IMAGE_EXT)
+
+
+def _label_of(x):
+    """An int label, or a str class name, or None."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return x
+    if isinstance(x, str):
+        try:
+            return int(x)
+        except ValueError:
+            return x
+    try:   # numpy and torch scalars
+        if hasattr(x, "item") and float(x.item()) == int(x.item()):
+            return int(x.item())
     except Exception:
         pass
+    return None
+
+
+def _pairs_of(v, owner):
+    """(file, label) accessor of a sequence @v of the dataset @owner: a function i -> (file,
+    label) and the length, or None. Pairs (file, label, ...), dicts with a path and a label key,
+    or file names with a parallel label list on @owner (labels None without one)."""
+    try:
+        n = len(v)
+        if n == 0 or isinstance(v, (str, bytes, dict)):
+            return None
+        first = v[0]
+    except Exception:
+        return None
+    if isinstance(first, (tuple, list)) and len(first) >= 2 and _is_image(first[0]) and \
+            _label_of(first[1]) is not None:
+        return (lambda i: (str(v[i][0]), _label_of(v[i][1]))), n
+    if isinstance(first, dict):
+        pk = next((k for k in _PATH_KEYS if _is_image(first.get(k))), None)
+        lk = next((k for k in _LABEL_KEYS if _label_of(first.get(k)) is not None), None)
+        if pk:
+            return (lambda i: (str(v[i][pk]), _label_of(v[i][lk]) if lk else None)), n
+    if _is_image(first):
+        for a in _LABEL_ATTRS:
+            lab = getattr(owner, a, None)
+            try:
+                if lab is not None and len(lab) == n and _label_of(lab[0]) is not None:
+                    return (lambda i: (str(v[i]), _label_of(lab[i]))), n
+            except Exception:
+                continue
+        return (lambda i: (str(v[i]), None)), n
+    return None
+
+
+def _csv_pairs(path):
+    """(file, label) rows of a CSV/TSV file: the column of image file names, the label column
+    (by header name, else the first other column of labels). Returns (rows, how) or None."""
+    import csv
+    with open(path, newline="") as f:
+        head = f.read(4096)
+        f.seek(0)
+        delim = "\t" if head.count("\t") > head.count(",") else ","
+        rows = list(csv.reader(f, delimiter=delim))
+    if not rows:
+        return None
+    header = None
+    if not any(_is_image(c) for c in rows[0]):
+        header, rows = [c.strip().lower() for c in rows[0]], rows[1:]
+    if not rows:
+        return None
+    pc = next((i for i, c in enumerate(rows[0]) if _is_image(c)), None)
+    if pc is None:
+        return None
+    lc = None
+    if header:
+        lc = next((header.index(k) for k in _LABEL_KEYS if k in header and
+                   header.index(k) != pc), None)
+    if lc is None:
+        lc = next((i for i, c in enumerate(rows[0]) if i != pc and c.strip()), None)
+    out = [(r[pc], _label_of(r[lc].strip()) if lc is not None and lc < len(r) else None)
+           for r in rows if len(r) > pc]
+    return out
+
+
+def _find_list(obj, depth=0, name=None):
+    """Where @obj (a dataset, or a parser/reader object it holds) keeps its (image file, label)
+    list: (get, n, where) or None; @where names it (e.g. "MyDataset.parser.samples")."""
+    name = name or type(obj).__name__
+    try:
+        attrs = vars(obj)
+    except TypeError:
+        attrs = {}
+    # the instance's own attributes only: a property could do anything (load a file, open a
+    # connection) and is never called
+    order = [a for a in _LIST_ATTRS if a in attrs] + [a for a in attrs if a not in _LIST_ATTRS]
+    for a in order:
+        v = attrs[a]
+        if isinstance(v, (list, tuple)) or (a in _LIST_ATTRS and hasattr(v, "__getitem__")
+                                             and not isinstance(v, (str, bytes, dict))):
+            got = _pairs_of(v, obj)
+            if got:
+                return got[0], got[1], "%s.%s" % (name, a)
+    # a CSV (or TSV) file the dataset names
+    for a, v in attrs.items():
+        if isinstance(v, (str, os.PathLike)) and str(v).lower().endswith((".csv", ".tsv")) \
+                and os.path.isfile(v):
+            rows = _csv_pairs(v)
+            if rows:
+                return (lambda i: rows[i]), len(rows), "%s.%s (CSV %s)" % (name, a, v)
+    if depth < 2:   # a parser, reader or index object holding the list
+        hold = [a for a in _HOLDER_ATTRS if a in attrs] + \
+            [a for a in attrs if a not in _HOLDER_ATTRS]
+        for a in hold:
+            v = attrs.get(a)
+            if v is None or isinstance(v, (str, bytes, int, float, list, tuple, dict, set)) or \
+                    callable(v) and not hasattr(v, "__dict__") or not hasattr(v, "__dict__"):
+                continue
+            if type(v).__module__.split(".")[0] in ("torch", "torchvision", "numpy", "PIL"):
+                continue
+            got = _find_list(v, depth + 1, "%s.%s" % (name, a))
+            if got:
+                return got
+    return None
+
+
+def _resolve(path, owners):
+    """@path as a file that exists: as it is, or under a root directory named by one of the
+    @owners (dataset, parser); None when neither."""
+    if os.path.isabs(path) and os.path.exists(path):
+        return path
+    for o in owners:
+        for a in _ROOT_ATTRS:
+            r = getattr(o, a, None)
+            if isinstance(r, (str, os.PathLike)) and os.path.isdir(r):
+                c = os.path.join(r, path)
+                if os.path.exists(c):
+                    return os.path.abspath(c)
+    return os.path.abspath(path) if os.path.exists(path) else None
+
+
+def _file_list_facts(inner, unread):
+    """The dataset's (image file, label) list: an ImageFolder's samples, or a list found by
+    _find_list; a sample of its files (absolute) for the swap's measurement. None (the reason
+    in @unread) when there is none or its files are not found."""
+    found = _find_list(inner)
+    if found is None:
+        unread.append("file list: no (image file, label) list found in the %s (looked for "
+                      "samples, imgs, filenames, a list of pairs or dicts, labels/targets, a "
+                      "parser or reader object holding one, a CSV file it names)" %
+                      type(inner).__name__)
+        return None
+    get, n, where = found
+    owners = [inner] + [_attr(inner, a) for a in _HOLDER_ATTRS if _attr(inner, a) is not None]
+    step = max(1, -(-n // FILES_KEPT))
+    files, missing, labels = [], [], set()
+    for i in range(0, n, step):
+        p, lab = get(i)
+        r = _resolve(p, owners)
+        if r is None:
+            missing.append(p)
+            if len(missing) >= 3 and not files:
+                break
+            continue
+        files.append(r)
+        labels.add(lab)
+    if not files:
+        unread.append("file list: %s lists %d files, but they are not found (e.g. %r, relative "
+                      "to %s)" % (where, n, missing[0] if missing else "?", os.getcwd()))
+        return None
+    folder = _attr(inner, "samples") is not None and _attr(inner, "root") is not None and \
+        where == "%s.samples" % type(inner).__name__
+    root = str(inner.root) if folder else os.path.commonpath([os.path.dirname(f)
+                                                              for f in files])
+    _list_access[id(inner)] = (get, n, owners)
+    d = {"class": type(inner).__name__, "root": root, "from": where, "total": n,
+         "kind": "folder" if folder else "list", "files": files,
+         "classes": len(_attr(inner, "classes") or []) if folder else
+         len([x for x in labels if x is not None]),
+         "labels": "none" if labels == {None} else "known"}
+    if missing:
+        d["missing"] = len(missing)
+    return d
+
+
+_list_access = {}     # id(dataset) -> its list's accessor, taken by DLRecorder at once
+LIST_MAX = 20000000   # entries written to the record's file list (files-*.tsv)
+
+
+def _dataset_facts(ds):
+    """What the advice needs of a DataLoader's dataset: its class, its (image file, label)
+    list (an ImageFolder's, or one found in a dataset class of the script's: _find_list), its
+    transforms (names and their sizes, nested containers walked). A part that cannot be read
+    is named in "unread" and never drops the others."""
+    f = {"class": type(ds).__name__, "module": type(ds).__module__}
+    unread = []
+    try:
+        f["len"] = len(ds)
+    except Exception as e:
+        unread.append("len: %s: %s" % (type(e).__name__, e))
     inner = ds
-    while hasattr(inner, "dataset") and not hasattr(inner, "samples"):   # Subset, wrappers
-        inner = inner.dataset
-    if hasattr(inner, "samples") and hasattr(inner, "root"):     # DatasetFolder, ImageFolder
-        f["folder"] = {"class": type(inner).__name__, "root": str(inner.root),
-                       "classes": len(getattr(inner, "classes", []) or []),
-                       # spread over the classes (samples are in class order), at most 1000
-                       "files": [str(p) for p, _ in inner.samples[::max(
-                           1, -(-len(inner.samples) // 1000))]]}
-    tf = getattr(inner, "transform", None)
-    if tf is not None:
-        f["transforms"] = _transform_facts(tf)
+    for _ in range(8):     # Subset, wrappers
+        if _attr(inner, "samples") is not None or _attr(inner, "dataset") is None:
+            break
+        inner = _attr(inner, "dataset")
+    if inner is not ds:
+        f["inner"] = type(inner).__name__
+    try:
+        folder = _file_list_facts(inner, unread)
+        if folder:
+            f["folder"] = folder
+    except Exception as e:
+        unread.append("file list: %s: %s" % (type(e).__name__, e))
+    try:
+        tf = _attr(inner, "transform")
+        if tf is None:
+            tf = _attr(inner, "transforms")
+            if tf is not None and type(tf).__name__ == "StandardTransform":
+                tf = getattr(tf, "transform", None)
+        if tf is not None:
+            f["transforms"] = _transform_facts(tf, unread)
+    except Exception as e:
+        unread.append("transforms: %s: %s" % (type(e).__name__, e))
+    try:
+        tt = _attr(inner, "target_transform")
+        if tt is not None:
+            f["target_transform"] = getattr(tt, "__qualname__", type(tt).__name__)
+    except Exception:
+        pass
+    if unread:
+        f["unread"] = unread
     return f
 
 
-def _transform_facts(tf):
+_TF_KEYS = ("size", "scale", "ratio", "p", "mean", "std", "interpolation", "antialias",
+            "brightness", "contrast", "saturation", "hue", "num_ops", "magnitude", "policy",
+            "degrees")
+
+
+def _transform_facts(tf, unread=None, depth=0, within=None):
+    """The leaf transforms of @tf in order, each {"name", its size-like fields, "within": the
+    wrapper (RandomApply, RandomChoice, ...) when not a plain sequence}; containers walked:
+    Compose, a preset object whose .transforms is a Compose or a list, nn.Sequential,
+    RandomApply/RandomChoice/RandomOrder. A part that cannot be read is a leaf named
+    {"name", "unreadable"}, and the walk goes on."""
+    unread = [] if unread is None else unread
     out = []
-    for t in getattr(tf, "transforms", [tf]):
-        d = {"name": type(t).__name__}
-        for k in ("size", "scale", "ratio", "p", "mean", "std"):
-            v = getattr(t, k, None)
-            if v is not None:
-                try:
-                    d[k] = [float(x) for x in v] if hasattr(v, "__iter__") else float(v)
-                except (TypeError, ValueError):
-                    d[k] = repr(v)
+    name = type(tf).__name__
+    try:
+        inner = None
+        if depth < 8:
+            inner = getattr(tf, "transforms", None)
+            if inner is None and type(tf).__module__.startswith("torch.nn") and \
+                    hasattr(tf, "children"):
+                inner = list(tf.children())
+            elif inner is None and name == "Sequential" and hasattr(tf, "children"):
+                inner = list(tf.children())
+        if inner is not None and not isinstance(inner, (str, bytes)):
+            wrap = within
+            if name not in ("Compose", "Sequential") and isinstance(inner, (list, tuple)) and \
+                    name.startswith("Random"):
+                wrap = name
+            if isinstance(inner, (list, tuple)):
+                for t in inner:
+                    out += _transform_facts(t, unread, depth + 1, wrap)
+            else:    # a preset holding a Compose (or another container)
+                out += _transform_facts(inner, unread, depth + 1, wrap)
+            if out or isinstance(inner, (list, tuple)):
+                return out
+        d = {"name": name}
+        if within:
+            d["within"] = within
+        for k in _TF_KEYS:
+            try:
+                v = getattr(tf, k, None)
+            except Exception:
+                continue
+            if v is None or callable(v) and not hasattr(v, "value"):
+                continue
+            try:
+                if hasattr(v, "value") and not isinstance(v, (int, float)):   # an Enum
+                    d[k] = str(getattr(v, "value"))
+                elif isinstance(v, (int, float, bool)):
+                    d[k] = float(v) if not isinstance(v, bool) else v
+                elif hasattr(v, "__iter__") and not isinstance(v, str):
+                    d[k] = [float(x) for x in v]
+                else:
+                    d[k] = repr(v)[:80]
+            except (TypeError, ValueError):
+                d[k] = repr(v)[:80]
         out.append(d)
+    except Exception as e:
+        unread.append("transform %s: %s: %s" % (name, type(e).__name__, e))
+        out.append({"name": name, "unreadable": "%s: %s" % (type(e).__name__, e)})
     return out
+
+
+def _dataloader_facts(dl):
+    """A DataLoader's knobs, its collate_fn when the script's own, and its dataset's facts."""
+    facts = {"num_workers": dl.num_workers, "pin_memory": bool(dl.pin_memory),
+             "persistent_workers": bool(getattr(dl, "persistent_workers", False)),
+             "prefetch_factor": getattr(dl, "prefetch_factor", None),
+             "batch_size": dl.batch_size, "drop_last": bool(dl.drop_last),
+             "sampler": type(getattr(dl, "sampler", None)).__name__,
+             "where": dl.__dict__.get("_loaderd_where")}
+    try:   # a collate_fn of the script's (mixup, cutmix, ...): the swap would drop it
+        fn = dl.collate_fn
+        mod = getattr(fn, "__module__", None) or type(fn).__module__
+        if not str(mod).startswith("torch.utils.data"):
+            facts["collate_fn"] = "%s.%s" % (mod, getattr(fn, "__qualname__",
+                                                           type(fn).__name__))
+    except Exception:
+        pass
+    try:
+        facts["dataset"] = _dataset_facts(dl.dataset)
+    except Exception as e:
+        facts["dataset"] = {"class": type(dl.dataset).__name__,
+                            "unread": ["dataset: %s: %s" % (type(e).__name__, e)]}
+    return facts
 
 
 class DLRecorder(Recorder):
@@ -576,22 +955,20 @@ class DLRecorder(Recorder):
         self.step_no = 0
         self.train_steps = 0
         self.epoch_starts = []     # step_no of each loop's first step (worker start-up cost)
+        self.rest_cpu_ns = 0       # this process's CPU outside the batch requests (the script's
+        self.rest_cpu_steps = 0    # own work per step: the swap's CPU budget), over these steps
         self.t_first = _now()
-        facts = {"num_workers": dl.num_workers, "pin_memory": bool(dl.pin_memory),
-                 "persistent_workers": bool(getattr(dl, "persistent_workers", False)),
-                 "prefetch_factor": getattr(dl, "prefetch_factor", None),
-                 "batch_size": dl.batch_size, "drop_last": bool(dl.drop_last),
-                 "sampler": type(getattr(dl, "sampler", None)).__name__,
-                 "where": dl.__dict__.get("_loaderd_where")}
-        try:
-            facts["dataset"] = _dataset_facts(dl.dataset)
-        except Exception as e:
-            facts["dataset"] = {"class": type(dl.dataset).__name__, "error": str(e)}
+        self._list = None          # (get, n, owners) of a list that is not an ImageFolder's
+        facts = _dataloader_facts(dl)
+        acc = [_list_access.pop(k) for k in list(_list_access)]
+        if facts["dataset"].get("folder", {}).get("kind") == "list" and acc:
+            self._list = acc[-1]
         self.meta = {"job": "dataloader-%d" % self.index, "dataset": facts["dataset"].get(
                      "folder", {}).get("root") or facts["dataset"]["class"],
                      "batch": dl.batch_size, "crop": None, "device": None,
                      "source": "torch.utils.data.DataLoader", "dataloader": facts}
 
+    @_guarded
     def step_begin(self):
         if self.step_no == 0:     # torch.distributed is up by the first batch
             self.where = _dist_rank_world(None)
@@ -606,13 +983,45 @@ class DLRecorder(Recorder):
         d["train_steps"] = self.train_steps
         d["epoch_starts"] = self.epoch_starts
         d["cores"] = _cores()
+        if self.rest_cpu_steps:
+            d["rest_cpu_ms"] = self.rest_cpu_ns / self.rest_cpu_steps / 1e6
         try:
             import torch
             d["device"] = "cuda" if torch.cuda.is_initialized() else "cpu"
         except Exception:
             d["device"] = "cpu"
         d["dataparallel"] = _dataparallel_facts()
+        if self._list is not None and os.environ.get(ENV_DIR):
+            try:
+                name = self._write_list(os.environ[ENV_DIR])
+                d["dataloader"]["dataset"]["folder"]["tsv"] = name
+            except Exception as e:   # the advice then says the list was not written
+                d["dataloader"]["dataset"].setdefault("unread", []).append(
+                    "file list: not written: %s: %s" % (type(e).__name__, e))
+            self._list = None
         return d
+
+    def _write_list(self, d):
+        """The dataset's whole (image file, label) list as FILE<TAB>LABEL lines into @d (for
+        python -m loaderd.pack_list); returns the file's name."""
+        get, n, owners = self._list
+        name = "files-%d-%d.tsv" % (os.getpid(), self.index)
+        os.makedirs(d, exist_ok=True)
+        tmp = os.path.join(d, name + ".tmp")
+        p0 = get(0)[0]
+        r0 = _resolve(p0, owners) or os.path.abspath(p0)
+        base = r0[:len(r0) - len(p0)] if r0.endswith(p0) else ""   # the root found, once
+        with open(tmp, "w") as f:
+            for i in range(min(n, LIST_MAX)):
+                p, lab = get(i)
+                p = p if os.path.isabs(p) else os.path.join(base, p) if base else \
+                    os.path.abspath(p)
+                f.write("%s\t%s\n" % (p, "" if lab is None else lab))
+        os.replace(tmp, os.path.join(d, name))
+        return name
+
+
+_cpu = time.process_time_ns     # this process's CPU, every thread
 
 
 def _cores():
@@ -622,21 +1031,27 @@ def _cores():
         return os.cpu_count() or 1
 
 
+def _dp_note(m):
+    """nn.DataParallel module @m seen (made, or found alive at the patch): its static facts,
+    read now (on a host without GPUs DataParallel is a plain wrapper: its scatter, replicate,
+    apply and gather happen only on CUDA)."""
+    try:
+        if m in _dp_seen or len(_dp_facts) >= 16:
+            return
+        _dp_seen.add(m)
+        params = sum(p.numel() for p in m.module.parameters())
+        _dp_facts.append({"module": type(m.module).__name__, "params": params,
+                          "device_ids": list(getattr(m, "device_ids", None) or []),
+                          "output_device": getattr(m, "output_device", None),
+                          "dim": getattr(m, "dim", 0),
+                          "active": bool(getattr(m, "device_ids", None))})
+    except Exception:
+        pass
+
+
 def _dataparallel_facts():
-    """nn.DataParallel modules seen: the static facts (on a host without GPUs DataParallel
-    is a plain wrapper: its scatter, replicate, apply and gather happen only on CUDA)."""
-    out = []
-    for m in list(_dp_seen):
-        try:
-            params = sum(p.numel() for p in m.module.parameters())
-            out.append({"module": type(m.module).__name__, "params": params,
-                        "device_ids": list(getattr(m, "device_ids", None) or []),
-                        "output_device": getattr(m, "output_device", None),
-                        "dim": getattr(m, "dim", 0),
-                        "active": bool(getattr(m, "device_ids", None))})
-        except Exception:
-            pass
-    return out
+    """The nn.DataParallel modules seen during the run (alive or not)."""
+    return list(_dp_facts)
 
 
 def patch_dataloader(dl_module=None):
@@ -664,30 +1079,54 @@ def patch_dataloader(dl_module=None):
 
     def __iter__(self):
         it = orig_iter(self)
-        rec = recs.get(self)
-        if rec is None:
-            rec = recs[self] = DLRecorder(self)
-        it._loaderd_rec = rec
-        if len(rec.epoch_starts) < 10000:
-            rec.epoch_starts.append(rec.step_no)
-        it._loaderd_pending = None      # a loop left by break: its last step has no end
+        try:
+            rec = recs.get(self)
+            if rec is None:
+                try:
+                    rec = recs[self] = DLRecorder(self)
+                except Exception as e:   # said once; this DataLoader is never profiled
+                    recs[self] = False
+                    print("loaderd.profile: cannot profile this DataLoader (%s: %s); the script "
+                          "runs on unprofiled" % (type(e).__name__, e), file=sys.stderr)
+            if rec and not rec.off:
+                it._loaderd_rec = rec
+                if len(rec.epoch_starts) < 10000:
+                    rec.epoch_starts.append(rec.step_no)
+                it._loaderd_pending = None      # a loop left by break: its last step has no end
+        except Exception as e:
+            if rec:
+                rec.disable(e)
         return it
 
     def __next__(self):
+        # Every hook body is guarded: an exception of ours (an odd batch, a broken attribute)
+        # disables this DataLoader's profiling (one warning) and never reaches the script; what
+        # the script gets is orig_next's batch, or orig_next's own exception, as without us.
         rec = self.__dict__.get("_loaderd_rec")
-        if rec is None:
+        if rec is None or rec.off:
             return orig_next(self)
-        t = _now()
-        p = self._loaderd_pending
-        if p is not None:
-            self._loaderd_pending = None
-            rec.train_steps += _backwards != p[3]
-            rec.end(p[0], p[1], p[2], p[4], None, t)
-        bw = rec.step_begin()
+        try:
+            t = _now()
+            p = self._loaderd_pending
+            if p is not None:
+                self._loaderd_pending = None
+                rec.train_steps += _backwards != p[3]
+                rec.end(p[0], p[1], p[2], p[4], None, t)
+                if p[0] > 0:    # the first step's rest has the set-up in it
+                    rec.rest_cpu_ns += _cpu() - p[5]
+                    rec.rest_cpu_steps += 1
+            bw = rec.step_begin()
+        except Exception as e:
+            rec.disable(e)
+            return orig_next(self)
         out = orig_next(self)     # StopIteration: the loop's last step ended above
-        t1 = _now()
-        self._loaderd_pending = (rec.step_no, t, t1 - t, bw, _batch_len(out, rec.meta["batch"]))
-        rec.step_no += 1
+        try:
+            t1 = _now()
+            self._loaderd_pending = (rec.step_no, t, t1 - t, bw,
+                                     _batch_len(out, rec.meta["batch"]), _cpu())
+            rec.step_no += 1
+        except Exception as e:
+            rec.disable(e)
         return out
 
     if orig_iter is not None:
@@ -700,12 +1139,12 @@ def patch_dataloader(dl_module=None):
 
         def dp_init(self, *a, **kw):
             orig_dp(self, *a, **kw)
-            _dp_seen.add(self)
+            _dp_note(self)
         DataParallel.__init__ = dp_init
         import gc
         for o in gc.get_objects():
             if issubclass(type(o), DataParallel):
-                _dp_seen.add(o)
+                _dp_note(o)
     except Exception:
         pass
     try:
@@ -769,8 +1208,11 @@ def _wrap(module):
 
     def __init__(self, *a, **kw):
         # where the script makes it: the line the advice rewrites
-        f = sys._getframe(1)
-        self.__dict__["_loaderd_where"] = (f.f_code.co_filename, f.f_lineno)
+        try:
+            f = sys._getframe(1)
+            self.__dict__["_loaderd_where"] = (f.f_code.co_filename, f.f_lineno)
+        except Exception:
+            pass
         orig_init(self, *a, **kw)
     DL.__init__ = __init__
 
@@ -792,6 +1234,15 @@ def _wrap(module):
 
 if os.environ.get("LOADERD_PROFILE", "") not in ("", "0"):
     sys.meta_path.insert(0, _LoaderdDataLoaderFinder())
+    # a rank a launcher started (torchrun sets RANK): noted, so that loaderd.diagnose can tell
+    # a launcher that died before any rank from ranks that left no record
+    if os.environ.get("RANK") is not None and os.environ.get("LOADERD_PROFILE_DIR"):
+        try:
+            with open(os.path.join(os.environ["LOADERD_PROFILE_DIR"],
+                                   "started-%d.rank" % os.getpid()), "w") as _f:
+                _f.write(os.environ["RANK"])
+        except OSError:
+            pass
 '''
 
 

@@ -262,9 +262,48 @@ def test_swap_plan_maps_transforms_or_says_why():
     assert (p["transforms"], p["normalize"]) == ("eval", None)
     p = D.swap_plan(rep_of(["RandomResizedCrop", "ToTensor"]))
     assert p["transforms"] == ["random_resized_crop"]
-    assert "ColorJitter" in D.swap_plan(rep_of(["RandomResizedCrop", "ColorJitter"]))
+    p = D.swap_plan(rep_of(["RandomResizedCrop", "ColorJitter"]))
+    assert [x.split("(")[0] for x in p["not_reproduced"]] == ["ColorJitter"]
     assert "not JPEGs" in D.swap_plan(rep_of(["RandomResizedCrop"], files=("a/x.png",)))
     assert "not fixed" in D.swap_plan(rep_of(["Resize", "ToTensor"]))
     r = rep_of(["RandomResizedCrop"])
     r["dataloader"]["dataset"] = {"class": "TensorDataset"}
-    assert "TensorDataset, not an ImageFolder" in D.swap_plan(r)
+    why = D.swap_plan(r)
+    assert "(a TensorDataset) was not understood: no (image file, label) list" in why
+    assert "not an ImageFolder" not in why
+
+
+def test_predict_swap_cpu_budget():
+    """The swap's step: the largest of the rank's own work, the batch's decode over the workers,
+    and the host's CPU demand (ranks' own CPU + loaderd's CPU for their batches) over its
+    cores; each term the binding one in turn."""
+    def rep(rest, cpu, cores=2, ranks=1):
+        return {"batch": 10, "ranks": ranks, "dataloader_model": {
+            "rest_ms": rest, "rest_cpu_ms": cpu, "cores": cores, "ranks_per_host": ranks}}
+    meas = {"batch": 10, "workers": 2, "fill_ms_per_sample": 4.0, "cpu_ms_per_sample": 4.0}
+    # CPU: (6 + 1 + 10 x 4) / 2 = 23.5 ms > rest 7, > decode 40 / 2 = 20
+    rate, step = D.predict_swap(rep(6.0, 6.0), meas, 1.0)
+    assert step == pytest.approx(23.5) and rate == pytest.approx(10 / 0.0235)
+    # the rank's own work binds (compute on a device: little CPU)
+    _, step = D.predict_swap(rep(60.0, 2.0), meas, 1.0)
+    assert step == pytest.approx(61.0)
+    # decode over one worker binds on a many-core host
+    _, step = D.predict_swap(rep(6.0, 6.0, cores=16), dict(meas, workers=1), 1.0)
+    assert step == pytest.approx(40.0)
+    # two ranks on the host share its cores: (2 x (6 + 1 + 40)) / 4
+    _, step = D.predict_swap(rep(6.0, 6.0, cores=4, ranks=2), dict(meas, workers=4), 1.0)
+    assert step == pytest.approx(23.5)
+    # no CPU measure: the wall times stand in (worker time per sample, the rest's wall time)
+    _, step = D.predict_swap(rep(6.0, None), dict(meas, fill_ms_per_sample=9.0,
+                                                  cpu_ms_per_sample=None), 1.0)
+    assert step == pytest.approx((7 + 90) / 2)
+    # a shared host: loaderd's workers got half a core each (4 ms CPU in 8 ms of filling): the
+    # two cores count as one
+    _, step = D.predict_swap(rep(6.0, 6.0), dict(meas, fill_ms_per_sample=8.0), 1.0)
+    assert step == pytest.approx(47.0)
+    # a DataLoader with workers: its shared-memory hand-over (3 ms a batch) leaves the rank's
+    # own time and CPU after the swap: (6 - 3 + 1 + 40) / 2; at most half of them
+    _, step = D.predict_swap(rep(6.0, 6.0), dict(meas, handover_ms=3.0), 1.0)
+    assert step == pytest.approx(22.0)
+    _, step = D.predict_swap(rep(60.0, 2.0), dict(meas, handover_ms=50.0), 1.0)
+    assert step == pytest.approx(31.0)

@@ -394,3 +394,38 @@ def test_share_group_and_owner_reach_loaderd(daemon, bins, imagefolder):
         loader(daemon, imagefolder, share_group="no-such-group-xyz").open()
     with pytest.raises(ValueError, match="not both"):
         loader(daemon, imagefolder, share_group="0", owner="0")
+
+
+def test_tail_drop_last_matches_dataloader_drop_last(daemon, imagefolder):
+    """tail="drop_last" is DataLoader(drop_last=True): whole batches only, floor(48 / 5) = 9
+    steps with one rank; tail="drop" (DistributedSampler(drop_last=True): it drops what does not
+    divide among the ranks) keeps the short last batch, 10 steps."""
+    want = 48 // BATCH
+    try:
+        import torch.utils.data as tud
+        assert len(tud.DataLoader(list(range(48)), batch_size=BATCH, drop_last=True)) == want
+    except ImportError:
+        pass
+    with loader(daemon, imagefolder, job="tail-drop", tail="drop", epochs=1) as it:
+        assert [b.count for b in steps(it)] == [BATCH] * want + [48 % BATCH]
+    with loader(daemon, imagefolder, job="tail-drop-last", tail="drop_last", epochs=2) as it:
+        for epoch in range(2):
+            got = steps(it)
+            assert [b.count for b in got] == [BATCH] * want, epoch
+            ids = np.concatenate([b.ids for b in got])
+            assert len(set(ids.tolist())) == want * BATCH     # no sample twice in an epoch
+            assert all(b.epoch == epoch for b in got)
+    # two ranks: ceil(48 / 2) = 24 each (DistributedSampler's default), 4 whole batches of 5
+    its = [loader(daemon, imagefolder, job="tail-drop-last-2", tail="drop_last", rank=r,
+                  world_size=2, epochs=1) for r in range(2)]
+    try:
+        for it in its:
+            assert [b.count for b in steps(it)] == [BATCH] * 4
+    finally:
+        for it in its:
+            it.close()
+    # a batch larger than a rank's share: no whole batch, said so
+    with pytest.raises(loaderd.LoaderdError, match="drop_last"):
+        with loader(daemon, imagefolder, job="tail-drop-last-big", tail="drop_last",
+                    batch_size=49, epochs=1) as it:
+            steps(it)

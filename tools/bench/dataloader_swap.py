@@ -2,18 +2,20 @@
 """dataloader_swap.py - does loaderd.diagnose's prediction for the swap to loaderd hold? Not a
 test: a benchmark whose figures go into docs/BENCHMARKS.md.
 
-    /usr/bin/python3 tools/bench/dataloader_swap.py [--per-class 64] [--epochs 3] [--rounds 2]
+    /usr/bin/python3 tools/bench/dataloader_swap.py [--per-class 64] [--epochs 3] [--rounds 5]
+        [--num-workers 0]
 
 It makes an ImageFolder of JPEGs (dsgen imagefolder, 4 classes, 500-800 px sides, as photos
 are), runs python/tests/scripts/train_dataloader.py on it under loaderd.diagnose (a
-torch DataLoader, num_workers=0, RandomResizedCrop 224 + flip + ToTensor + Normalize, a model
+torch DataLoader, num_workers=0 (--num-workers), RandomResizedCrop 224 + flip + ToTensor + Normalize, a model
 that is little more than a pooling: loader-limited), and reads the prediction (with_loaderd: the
-samples/s of the script after the swap, from loaderd measured on a sample of these files). It
-then packs the whole tree (dpack), starts a loaderd with the workers the prediction assumed, and
+samples/s of the script after the swap, from loaderd measured on a sample of these files, for
+the loaderd configuration the report names: a worker per core). It then packs the whole tree
+(dpack), starts a loaderd with the workers the prediction assumed, and
 runs the same script swapped (--loaderd: loaderd.Loader(..., normalize=) in place of the
 DataLoader, as diagnose prints it) under loaderd.diagnose again: its samples/s against the
-prediction. Rounds alternate both runs (the host's load drifts). Needs the build and torch,
-torchvision.
+prediction, and the error of each pair (measured / predicted - 1). Rounds alternate both runs
+(the host's load drifts). Needs the build and torch, torchvision.
 """
 import argparse
 import json
@@ -47,7 +49,8 @@ def main():
     ap.add_argument("--per-class", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--num-workers", type=int, default=0)
     a = ap.parse_args()
     from loaderd import daemon
     tmp = Path(tempfile.mkdtemp(prefix="dlswap."))
@@ -59,9 +62,10 @@ def main():
         subprocess.run([BIN / "dpack", "pack", tmp / "tree", tmp / "tree.dpk"], check=True,
                        stdout=subprocess.DEVNULL)
         common = [tmp / "tree", "--epochs", a.epochs, "--batch", a.batch, "--model", "tiny"]
+        stock = common + ["--workers", a.num_workers]
         rows = []
         for r in range(a.rounds):
-            rep, last = diagnose(tmp / ("dl%d" % r), common)
+            rep, last = diagnose(tmp / ("dl%d" % r), stock)
             sw = rep.get("swap") or {}
             if not sw.get("measured"):
                 raise SystemExit("no prediction: %s" % sw)
@@ -73,16 +77,24 @@ def main():
                                                                  "--dpk", tmp / "tree.dpk"])
             z, got = rep["with_loaderd"], rep2["samples_per_s"]
             rows.append((rep["samples_per_s"], z, got))
-            print("round %d: DataLoader %.1f samples/s (verdict %s); predicted with loaderd "
-                  "%.1f (%d sampled files, %.2f ms per sample, %d worker%s, convert %.1f ms per "
-                  "batch); measured with loaderd %.1f (verdict %s): measured/predicted %.3f" %
-                  (r, rep["samples_per_s"], rep["verdict"], z, sw["files"],
-                   sw["fill_ms_per_sample"], sw["workers"], "" if sw["workers"] == 1 else "s",
-                   sw["convert_ms"], got, rep2["verdict"], got / z), flush=True)
-        print("dataloader_swap: rounds=%d predicted=%s measured=%s ratio=%s" % (
-            len(rows), ",".join("%.1f" % z for _, z, _ in rows),
-            ",".join("%.1f" % g for _, _, g in rows),
-            ",".join("%.3f" % (g / z) for _, z, g in rows)))
+            m = rep["dataloader_model"]
+            print("round %d: DataLoader(num_workers=%d) %.1f samples/s (verdict %s; the "
+                  "script's own CPU %s ms per step, %d cores, a busy thread got %.0f%% of one); "
+                  "predicted with %s: %.1f (%d "
+                  "sampled files, %.2f ms of loaderd CPU per sample, convert %.1f ms per batch); "
+                  "measured %.1f (verdict %s): error %+.1f%%" %
+                  (r, a.num_workers, rep["samples_per_s"], rep["verdict"],
+                   "%.2f" % m["rest_cpu_ms"] if m.get("rest_cpu_ms") is not None else "?",
+                   m["cores"], 100 * sw.get("core_share", 1.0), sw.get("config"), z, sw["files"],
+                   sw.get("cpu_ms_per_sample") or sw["fill_ms_per_sample"], sw["convert_ms"],
+                   got, rep2["verdict"], 100 * (got / z - 1)), flush=True)
+        errs = [g / z - 1 for _, z, g in rows]
+        print("dataloader_swap: num_workers=%d rounds=%d predicted=%s measured=%s error=%s "
+              "within_20pct=%d/%d" % (
+                  a.num_workers, len(rows), ",".join("%.1f" % z for _, z, _ in rows),
+                  ",".join("%.1f" % g for _, _, g in rows),
+                  ",".join("%+.1f%%" % (100 * e) for e in errs),
+                  sum(abs(e) <= 0.2 for e in errs), len(errs)))
     finally:
         if ld is not None:
             ld.terminate()
