@@ -5,6 +5,7 @@ BUILD=${BUILD:-build}
 export BUILD
 pass=0 fail=0 skip=0 failed=""
 for t in "$@"; do
+	t0=$(date +%s)
 	case "$t" in
 	fuzz:*)
 		name=${t#fuzz:}
@@ -18,10 +19,11 @@ for t in "$@"; do
 		"$t" ;;
 	esac
 	rc=$?
+	secs=$(($(date +%s) - t0))
 	case $rc in
-	0) pass=$((pass + 1)); echo "PASS: $label" ;;
-	77) skip=$((skip + 1)); echo "SKIP: $label" ;;
-	*) fail=$((fail + 1)); failed="$failed $label"; echo "FAIL: $label (exit $rc)" ;;
+	0) pass=$((pass + 1)); echo "PASS: $label (${secs}s)" ;;
+	77) skip=$((skip + 1)); echo "SKIP: $label (${secs}s)" ;;
+	*) fail=$((fail + 1)); failed="$failed $label"; echo "FAIL: $label (exit $rc, ${secs}s)" ;;
 	esac
 done
 [ -n "$failed" ] && echo "failed:$failed"
