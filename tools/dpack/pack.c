@@ -55,6 +55,7 @@ struct slot {
 	enum slot_status status;
 	int err;                 /* SLOT_FATAL: -errno */
 	uint8_t *buf;            /* owned; the record's stored bytes */
+	uint8_t *fbuf[DPK_AUX_FIELDS_MAX]; /* owned; its aux fields' bytes (--field) */
 	uint64_t held;           /* bytes buf holds, counted in pk.held while done */
 	uint64_t in_len;         /* the source's bytes (before a rewrite) */
 	struct dpk_record rec;
@@ -68,6 +69,8 @@ struct pack {
 	int keep;                /* --keep-jpeg: files are stored as they are, not repacked */
 	struct cdc_repack_opts repack; /* jpeg+idx (--index-width) or jpeg+rst (--restart-width) */
 	uint64_t max_pixels;     /* --max-pixels: larger images are skipped, read no further */
+	struct dpack_field_spec fields[DPK_AUX_FIELDS_MAX];  /* --field, src.nfields of them */
+	const char *field_names[DPK_AUX_FIELDS_MAX];
 
 	pthread_mutex_t lock;
 	pthread_cond_t cv_done;  /* a slot became done (workers -> writer) */
@@ -120,6 +123,217 @@ static int read_all(int fd, uint8_t *buf, uint64_t len, uint64_t off)
 	return 0;
 }
 
+/* The value of top-level key @key of the JSON object @j (@n bytes) into *@out (malloc), *@olen:
+ * a string's content unescaped (\uXXXX and surrogate pairs to UTF-8; bytes that are not UTF-8
+ * kept as they are), any other value its text. 1 found, 0 not there, -EBADMSG not a JSON object
+ * this reader can walk, -ENOMEM. */
+static int json_skip(const uint8_t *j, size_t n, size_t *p);
+static int json_ws(const uint8_t *j, size_t n, size_t *p)
+{
+	while (*p < n && (j[*p] == ' ' || j[*p] == '\t' || j[*p] == '\n' || j[*p] == '\r'))
+		(*p)++;
+	return *p < n;
+}
+/* A string at j[*p] == '"': its end past the closing quote into *p; unescaped into @out when
+ * not NULL (room: the string's length). Returns the unescaped length or -EBADMSG. */
+static ssize_t json_str(const uint8_t *j, size_t n, size_t *p, uint8_t *out)
+{
+	size_t q = *p + 1, o = 0;
+
+	while (q < n && j[q] != '"') {
+		uint8_t c = j[q++];
+		if (c != '\\') {
+			if (out)
+				out[o] = c;
+			o++;
+			continue;
+		}
+		if (q >= n)
+			return -EBADMSG;
+		c = j[q++];
+		const char *esc = strchr("\"\\/bfnrt", c);
+		if (esc && c) {
+			if (out)
+				out[o] = (uint8_t)"\"\\/\b\f\n\r\t"[esc - "\"\\/bfnrt"];
+			o++;
+			continue;
+		}
+		if (c != 'u' || q + 4 > n)
+			return -EBADMSG;
+		unsigned cp = 0;
+		for (int k = 0; k < 4; k++) {
+			int h = j[q + k];
+			int v = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 :
+				h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+			if (v < 0)
+				return -EBADMSG;
+			cp = cp * 16 + (unsigned)v;
+		}
+		q += 4;
+		if (cp >= 0xd800 && cp < 0xdc00 && q + 6 <= n && j[q] == '\\' && j[q + 1] == 'u') {
+			unsigned lo = 0;
+			int ok = 1;
+			for (int k = 0; k < 4; k++) {
+				int h = j[q + 2 + k];
+				int v = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 :
+					h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+				ok &= v >= 0;
+				lo = lo * 16 + (unsigned)(v < 0 ? 0 : v);
+			}
+			if (ok && lo >= 0xdc00 && lo < 0xe000) {
+				cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+				q += 6;
+			}
+		}
+		uint8_t u[4];
+		int k = cp < 0x80 ? (u[0] = (uint8_t)cp, 1) :
+			cp < 0x800 ? (u[0] = (uint8_t)(0xc0 | cp >> 6), u[1] = (uint8_t)(0x80 | (cp & 0x3f)), 2) :
+			cp < 0x10000 ? (u[0] = (uint8_t)(0xe0 | cp >> 12), u[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3f)),
+					u[2] = (uint8_t)(0x80 | (cp & 0x3f)), 3) :
+			(u[0] = (uint8_t)(0xf0 | cp >> 18), u[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3f)),
+			 u[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3f)), u[3] = (uint8_t)(0x80 | (cp & 0x3f)), 4);
+		if (out)  /* at most as long as the escape it replaces (6 or 12 bytes) */
+			memcpy(out + o, u, (size_t)k);
+		o += (size_t)k;
+	}
+	if (q >= n)
+		return -EBADMSG;
+	*p = q + 1;
+	return (ssize_t)o;
+}
+/* Past one value at j[*p] (depth-bounded: no recursion on a nesting the file chose). */
+static int json_skip(const uint8_t *j, size_t n, size_t *p)
+{
+	unsigned depth = 0;
+
+	do {
+		if (!json_ws(j, n, p))
+			return -EBADMSG;
+		uint8_t c = j[*p];
+		if (c == '"') {
+			if (json_str(j, n, p, NULL) < 0)
+				return -EBADMSG;
+		} else if (c == '{' || c == '[') {
+			depth++;
+			(*p)++;
+		} else if (c == '}' || c == ']') {
+			if (!depth)
+				return -EBADMSG;
+			depth--;
+			(*p)++;
+		} else {  /* a number, true, false, null; or , and : inside a container */
+			(*p)++;
+			while (*p < n && !strchr(",:}] \t\r\n\"{[", j[*p]))
+				(*p)++;
+		}
+	} while (depth);
+	return 0;
+}
+static int json_field(const uint8_t *j, size_t n, const char *key, uint8_t **out, uint32_t *olen)
+{
+	size_t p = 0, kl = strlen(key);
+
+	if (!json_ws(j, n, &p) || j[p++] != '{')
+		return -EBADMSG;
+	for (;;) {
+		if (!json_ws(j, n, &p))
+			return -EBADMSG;
+		if (j[p] == '}')
+			return 0;
+		if (j[p] != '"')
+			return -EBADMSG;
+		size_t k0 = p + 1;
+		if (json_str(j, n, &p, NULL) < 0)
+			return -EBADMSG;
+		int match = p - 1 - k0 == kl && !memcmp(j + k0, key, kl);
+		if (!json_ws(j, n, &p) || j[p++] != ':' || !json_ws(j, n, &p))
+			return -EBADMSG;
+		size_t v0 = p;
+		if (match) {
+			if (j[p] == '"') {
+				ssize_t l = json_str(j, n, &p, NULL);
+				size_t q = v0;
+				if (l < 0 || !(*out = malloc((size_t)l + 1)))
+					return l < 0 ? -EBADMSG : -ENOMEM;
+				json_str(j, n, &q, *out);
+				*olen = (uint32_t)l;
+				return 1;
+			}
+			if (json_skip(j, n, &p) < 0)
+				return -EBADMSG;
+			if (!(*out = malloc(p - v0 + 1)))
+				return -ENOMEM;
+			memcpy(*out, j + v0, p - v0);
+			*olen = (uint32_t)(p - v0);
+			return 1;
+		}
+		if (json_skip(j, n, &p) < 0 || !json_ws(j, n, &p))
+			return -EBADMSG;
+		if (j[p] == ',')
+			p++;
+	}
+}
+
+/* Sample @i's --field members from @fd (its shard) into s->fbuf and the record's aux. 0, or a
+ * SLOT_SKIP with s->why naming the field (above DPK_AUX_FIELD_MAX, a JSON key not there or
+ * unreadable), or -errno. */
+static int read_fields(struct pack *pk, uint64_t i, struct slot *s, int fd)
+{
+	const struct dpack_item *it = &pk->src.items[i];
+
+	for (uint32_t k = 0; k < pk->src.nfields; k++) {
+		const struct dpack_field_spec *f = &pk->src.fields[k];
+		uint64_t size = it->f ? it->f[k].size : UINT64_MAX;
+		if (size == UINT64_MAX)
+			continue;  /* no member: an empty field (--missing empty) */
+		uint64_t cap = f->json_key ? (uint64_t)DPK_AUX_RECORD_MAX : DPK_AUX_FIELD_MAX;
+		if (size > cap) {
+			snprintf(s->why, sizeof(s->why), "field %s (%s): %llu bytes, above the bound of "
+				 "%u (DPK_AUX_FIELD_MAX)", f->name, f->ext, (unsigned long long)size,
+				 DPK_AUX_FIELD_MAX);
+			return 1;
+		}
+		uint8_t *b = malloc(size ? size : 1);
+		if (!b)
+			return -ENOMEM;
+		int ret = read_all(fd, b, size, it->f[k].off);
+		if (ret < 0) {
+			free(b);
+			return ret;
+		}
+		if (f->json_key) {
+			uint8_t *v = NULL;
+			uint32_t vl = 0;
+			ret = json_field(b, (size_t)size, f->json_key, &v, &vl);
+			free(b);
+			if (ret == -ENOMEM)
+				return ret;
+			if (ret <= 0) {
+				if (ret == 0 && pk->src.missing_empty)
+					continue;
+				snprintf(s->why, sizeof(s->why), "field %s: %s%s", f->name, ret == 0 ?
+					 "no key " : "not a JSON object (looking for ", f->json_key);
+				if (ret < 0)
+					strncat(s->why, ")", sizeof(s->why) - strlen(s->why) - 1);
+				return 1;
+			}
+			b = v;
+			size = vl;
+			if (size > DPK_AUX_FIELD_MAX) {
+				free(b);
+				snprintf(s->why, sizeof(s->why), "field %s (%s:%s): %llu bytes, above the "
+					 "bound of %u (DPK_AUX_FIELD_MAX)", f->name, f->ext, f->json_key,
+					 (unsigned long long)size, DPK_AUX_FIELD_MAX);
+				return 1;
+			}
+		}
+		s->fbuf[k] = b;
+		s->rec.aux[k] = b;
+		s->rec.aux_len[k] = (uint32_t)size;
+	}
+	return 0;
+}
+
 static void process(struct pack *pk, uint64_t i, struct slot *s, ZSTD_CCtx *cctx)
 {
 	struct dpk_record *r = &s->rec;
@@ -129,10 +343,17 @@ static void process(struct pack *pk, uint64_t i, struct slot *s, ZSTD_CCtx *cctx
 	memset(r, 0, sizeof(*r));
 	s->status = SLOT_OK;
 	s->buf = NULL;
+	memset(s->fbuf, 0, sizeof(s->fbuf));
 	s->in_len = 0;
 	ret = pk->in->locate(&pk->src, i, &fd, &off, &len);
 	if (ret < 0)
 		goto fatal;
+	if (pk->src.nfields && (ret = read_fields(pk, i, s, fd)) != 0) {
+		if (ret < 0)
+			goto fatal;
+		s->status = SLOT_SKIP;
+		goto out;
+	}
 	if (len > DPK_RECORD_MAX) {
 		s->status = SLOT_SKIP;
 		snprintf(s->why, sizeof(s->why), "%llu bytes is larger than a record may be",
@@ -326,6 +547,17 @@ static const char pack_usage[] =
 	"                           between records as they come (a record larger alone has its\n"
 	"                           own); samples in the same order as one .dpk. Loaderd and every\n"
 	"                           tool open OUT as one dataset; 'dpack append' adds shards\n"
+	"  --field NAME=EXT[:KEY]   WebDataset: member KEY.EXT of each sample becomes the record's aux\n"
+	"                           field NAME (docs/FORMAT.md), its bytes as they are (UTF-8 or\n"
+	"                           not; at most 65536); with :KEY, EXT a JSON object and the field\n"
+	"                           the value of its top-level KEY (a string unescaped, else its\n"
+	"                           text). Repeat for up to 8 fields, e.g. --field txt=txt --field\n"
+	"                           json=json --field url=json:url. A member a field takes is no\n"
+	"                           label (.txt as a caption, not a class name)\n"
+	"  --missing skip|empty     a sample without a field's member (or JSON key): skipped with\n"
+	"                           a warning naming it (default), or kept with the field empty\n"
+	"  --no-labels              samples need no label member; the dataset has no labels\n"
+	"                           (image-text pairs)\n"
 	"  -h, --help               this text\n"
 	"\n"
 	"OUT is written to OUT.tmp.PID, synced and renamed: an interrupted run leaves no OUT.\n";
@@ -366,6 +598,48 @@ static int parse_compress(const char *arg, int *level)
 	return 0;
 }
 
+/* --field NAME=EXT[:KEY] into pk->fields. 0, or -EINVAL (logged). */
+static int parse_field(char *arg, struct pack *pk)
+{
+	char *eq = strchr(arg, '=');
+	uint32_t n = pk->src.nfields;
+
+	if (n == DPK_AUX_FIELDS_MAX) {
+		LOG_ERROR("--field: at most %u fields", DPK_AUX_FIELDS_MAX);
+		return -EINVAL;
+	}
+	if (!eq || eq == arg || (size_t)(eq - arg) > DPK_AUX_NAME_MAX ||
+	    strspn(arg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
+	    (size_t)(eq - arg)) {
+		LOG_ERROR("--field '%s': not NAME=EXT or NAME=EXT:KEY (NAME: 1..%u of A-Z a-z 0-9 _ . -)",
+			  arg, DPK_AUX_NAME_MAX);
+		return -EINVAL;
+	}
+	*eq = '\0';
+	char *ext = eq + 1, *colon = strchr(ext, ':');
+	if (colon)
+		*colon = '\0';
+	if (*ext == '.')
+		ext++;
+	if (!*ext || strlen(ext) + 2 > sizeof(pk->fields[n].ext) || strchr(ext, '/') ||
+	    (colon && !colon[1])) {
+		LOG_ERROR("--field %s: a member extension (and a JSON key after ':') is needed", arg);
+		return -EINVAL;
+	}
+	for (uint32_t k = 0; k < n; k++)
+		if (!strcmp(pk->fields[k].name, arg)) {
+			LOG_ERROR("--field %s: named twice", arg);
+			return -EINVAL;
+		}
+	pk->fields[n].name = arg;
+	snprintf(pk->fields[n].ext, sizeof(pk->fields[n].ext), ".%s", ext);
+	pk->fields[n].json_key = colon ? colon + 1 : NULL;
+	pk->field_names[n] = arg;
+	pk->src.fields = pk->fields;
+	pk->src.nfields = n + 1;
+	return 0;
+}
+
 /* Fill *pk's options and source paths and *a from the command line. Returns -1 to go on, or the
  * exit status to end with (0 after --help, 2 for bad usage; the message is printed). */
 static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *a)
@@ -381,6 +655,9 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 		{ "max-pixels", required_argument, NULL, 'P' },
 		{ "classes", required_argument, NULL, 'C' },
 		{ "shard-size", required_argument, NULL, 'S' },
+		{ "field", required_argument, NULL, 'f' },
+		{ "missing", required_argument, NULL, 'M' },
+		{ "no-labels", no_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -442,6 +719,20 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 					  "K, M, G, T)", optarg, DPK_HEADER_SIZE);
 				return 2;
 			}
+			break;
+		case 'f':
+			if (parse_field(optarg, pk) < 0)
+				return 2;
+			break;
+		case 'M':
+			if (strcmp(optarg, "skip") && strcmp(optarg, "empty")) {
+				LOG_ERROR("--missing: '%s' is not skip or empty", optarg);
+				return 2;
+			}
+			pk->src.missing_empty = !strcmp(optarg, "empty");
+			break;
+		case 'L':
+			pk->src.no_labels = 1;
 			break;
 		case 'h':
 			fputs(pack_usage, stdout);
@@ -554,6 +845,10 @@ static int write_items(struct pack *pk, struct dpack_out *w, const char *out, do
 		uint64_t freed = s->held;
 		free(s->buf);
 		s->buf = NULL;
+		for (uint32_t k = 0; k < DPK_AUX_FIELDS_MAX; k++) {
+			free(s->fbuf[k]);
+			s->fbuf[k] = NULL;
+		}
 		pthread_mutex_lock(&pk->lock);
 		s->done = 0;
 		pk->held -= freed;
@@ -709,8 +1004,10 @@ static void src_fini(struct pack *pk)
 		pk->in->fini(&pk->src);
 	if (pk->src.fd >= 0)
 		close(pk->src.fd);
-	for (uint64_t i = 0; pk->src.items && i < pk->src.n; i++)
+	for (uint64_t i = 0; pk->src.items && i < pk->src.n; i++) {
 		free(pk->src.items[i].name);
+		free(pk->src.items[i].f);
+	}
 	free(pk->src.items);
 	for (uint32_t k = 0; k < pk->src.nclasses; k++)
 		free(pk->src.classes[k]);
@@ -754,6 +1051,13 @@ int dpack_pack_main(int argc, char **argv)
 		ret = dpack_out_set_classes(w, (const char *const *)pk.src.classes, pk.src.nclasses);
 		if (ret < 0) {
 			LOG_ERROR("class names: %s", strerror(-ret));
+			goto out;
+		}
+	}
+	if (pk.src.nfields || pk.src.no_labels) {
+		ret = dpack_out_set_aux(w, pk.field_names, pk.src.nfields, pk.src.no_labels);
+		if (ret < 0) {
+			LOG_ERROR("--field names: %s", strerror(-ret));
 			goto out;
 		}
 	}
