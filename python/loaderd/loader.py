@@ -63,7 +63,7 @@ class Batch:
     (``copy()`` makes an owned copy). Unpacks as ``images, labels``."""
 
     __slots__ = ("images", "labels", "ids", "flags", "step", "epoch", "step_in_epoch", "count",
-                 "last", "global_count", "global_offset", "_weights", "_torch")
+                 "last", "global_count", "global_offset", "_weights", "_torch", "fields")
 
     def __init__(self, images, labels, ids, flags, step, epoch, step_in_epoch, count, last,
                  is_torch):
@@ -73,6 +73,7 @@ class Batch:
         # the global step's samples (all ranks) and this batch's place in them; with
         # balance=True count varies by rank, global_count does not (loaderd.ddp weighs by it)
         self.global_count, self.global_offset = count, 0
+        self.fields = None   # the aux fields asked for (fields=): {name: [value per sample]}
         self._weights = None
         self._torch = is_torch
 
@@ -306,6 +307,12 @@ class Loader:
                     On the CPU the result is new memory and the slot goes back at once; with
                     device= on CUDA the uint8 batch is copied and converted there, on the
                     copy stream.
+      fields        aux fields of a dataset packed with them (dpack pack --field), delivered
+                    per sample in batch order beside the images: a name ("txt": the Loader
+                    yields (images, texts), a list) or a list of names (yields (images,
+                    {name: list})); each value a str when its bytes are UTF-8, else bytes
+                    (fields_bytes=True: always bytes). Batch.fields holds them with
+                    return_meta. None: not delivered (images, labels as usual).
       dtype         the images' type with normalize (float32, float16, bfloat16, float64, as
                     torch or numpy types or their names); alone, x / 255 in that type
                     (ToTensor). None: uint8 as stored.
@@ -317,7 +324,8 @@ class Loader:
                  weight=1, share_group=None, owner=None, balance=False, return_meta=False,
                  copy=False, output=None,
                  pin_memory=None, timeout=None,
-                 device=None, profile=None, normalize=None, dtype=None):
+                 device=None, profile=None, normalize=None, dtype=None, fields=None,
+                 fields_bytes=False):
         self.socket = os.fspath(socket) if socket is not None else default_socket()
         self.dataset = os.path.abspath(os.fspath(dataset))
         if len(self.dataset.encode()) >= L.PATH_MAX:
@@ -362,6 +370,10 @@ class Loader:
         self.balance = bool(balance)
         self._t_yield = None          # perf_counter_ns when the last batch was handed out
         self.return_meta = bool(return_meta)
+        self.fields = fields
+        self._field_names = [fields] if isinstance(fields, str) else \
+            (list(fields) if fields is not None else None)
+        self.fields_bytes = bool(fields_bytes)
         self.copy = bool(copy)
         self.timeout = timeout
 
@@ -909,15 +921,19 @@ class Loader:
         out = Batch(images[:n], labels[:n], ids[:n], flags[:n], b.step, b.epoch,
                     b.step_in_epoch, n, bool(b.flags & L.SLOT_LAST), self._torch is not None)
         out.global_count, out.global_offset = b.global_count, b.global_offset
+        if self._field_names is not None:
+            out.fields = self._fields_of(b)
         if self.device is not None and self.device.type != "cpu":
             self._to_device(out)
         elif self._norm is not None:
             # new memory for the images, copies of the rest: the slot goes back now
             g = out.global_count, out.global_offset
+            fl = out.fields
             out = Batch(self._normalized(out.images), *[x.clone() if self._torch else x.copy()
                         for x in (out.labels, out.ids, out.flags)], out.step, out.epoch,
                         out.step_in_epoch, out.count, out.last, self._torch)
             out.global_count, out.global_offset = g
+            out.fields = fl
             self._held.pop()
             self._release_step(b.step)
         elif self.copy:
@@ -926,7 +942,42 @@ class Loader:
             self._release_step(b.step)
         self.last_batch = out
         self._t_yield = time.perf_counter_ns()
-        return out if self.return_meta else (out.images, out.labels)
+        if self.return_meta:
+            return out
+        if self._field_names is not None:
+            f = out.fields
+            return out.images, (f[self.fields] if isinstance(self.fields, str) else f)
+        return out.images, out.labels
+
+    def _fields_of(self, b):
+        """The batch's aux fields asked for, per sample in batch order: read from the slot (the
+        offsets and lengths are the C client's checked copies) into Python objects."""
+        lib, ptr = self._conn.lib, self._conn.ptr
+        nf = b.aux_fields
+        if not hasattr(self, "_aux_index"):
+            names = [lib.ldc_aux_name(ptr, k).decode() for k in range(nf)]
+            missing = [n for n in self._field_names if n not in names]
+            if missing:
+                raise LoaderdError(_errno.EINVAL, f"dataset {self.dataset} has no aux field "
+                                   f"{', '.join(missing)} (it has: {', '.join(names) or 'none'})")
+            self._aux_index = [names.index(n) for n in self._field_names]
+        base = b.aux - self._base
+        rv = self._ring_view
+        out = {}
+        for name, k in zip(self._field_names, self._aux_index):
+            vals = []
+            for j in range(b.count):
+                o, n = b.field_off[j * nf + k], b.field_len[j * nf + k]
+                v = rv[base + o:base + o + n]
+                v = v.numpy().tobytes() if self._torch is not None else v.tobytes()
+                if not self.fields_bytes:
+                    try:
+                        v = v.decode("utf-8")
+                    except UnicodeDecodeError:
+                        pass
+                vals.append(v)
+            out[name] = vals
+        return out
 
     def report_compute(self, seconds=None):
         """balance=True: tell loaderd how long this rank computed on the batch yielded last
