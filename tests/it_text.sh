@@ -1,0 +1,109 @@
+#!/bin/sh
+# it_text.sh - image + caption + json shards end to end (tests/wds_text.py): dpack pack --field
+# keeps every caption byte for byte (non-UTF-8, empty, 65536 bytes) and refuses one of 65537, a
+# missing .txt and a duplicated key by name (--missing empty keeps the sample with an empty
+# field); inspect and verify show the fields; ldcat --fields over 2 ranks prints each sample's
+# caption and url, the two ranks covering the dataset once; a blob whose checksum fails is
+# reported by verify and served as a substitute (flagged), never as garbage; a hand-edited aux
+# entry refuses the job naming the sample, and loaderd goes on serving.
+set -u
+BIN=${BUILD:-build}/bin
+. "$(dirname "$0")/lib.sh"
+need_bins loaderd dsgen dpack ldcat
+T=$(mktemp -d /tmp/it_text.XXXXXX)
+LPID=""
+trap 'stop_loaderd; rm -rf "$T"' EXIT
+n=0 fails=0
+PY=/usr/bin/python3
+
+"$BIN/dsgen" imagefolder "$T/tree" --classes 2 --per-class 8 --min-side 40 --max-side 90 >/dev/null
+$PY "$(dirname "$0")/wds_text.py" "$T/tree" "$T" || exit 1
+F="--no-labels --field txt=txt --field json=json --field url=json:url"
+"$BIN/dpack" pack $F "$T/shard-{000..001}.tar" "$T/t.dpk" >"$T/pack.out" 2>"$T/pack.err"
+check "dpack pack --field succeeds" [ $? -eq 0 ]
+check "65537-byte caption refused by name" grep -q "s0_003: field txt (.txt): 65537 bytes, above the bound of 65536" "$T/pack.err"
+check "missing .txt named" grep -q "s1_001: no .txt member (field txt" "$T/pack.err"
+check "duplicated key named" grep -q "key s0_004 in .*shard-000.tar and again in .*shard-001.tar" "$T/pack.err"
+"$BIN/dpack" pack --missing empty $F "$T/shard-{000..001}.tar" "$T/e.dpk" 2>"$T/e.err"
+check "--missing empty keeps the sample without .txt" [ "$(grep -c 's1_001' "$T/e.err")" -eq 0 ]
+"$BIN/dpack" inspect --json "$T/t.dpk" >"$T/insp.json"
+check "inspect lists the aux fields" $PY -c "
+import json, sys; d = json.load(open('$T/insp.json'))
+sys.exit(not (d['aux_fields'] == ['txt', 'json', 'url'] and d['labels_present'] is False and d['version'] == 2))"
+check "verify passes" "$BIN/dpack" verify "$T/t.dpk"
+
+SOCK="$T/s.sock"
+serve_loaderd "$SOCK" "$T/ld.log"
+for r in 0 1; do
+	"$BIN/ldcat" --socket "$SOCK" --dataset "$T/t.dpk" --job two --world 2 --rank $r --batch 3 \
+		--crop 32 --fields >"$T/r$r.out" 2>"$T/r$r.err" &
+	eval "p$r=\$!"
+done
+wait "$p0"; r0=$?
+wait "$p1"; r1=$?
+check "two ranks with --fields" [ "$r0" -eq 0 ] && [ "$r1" -eq 0 ]
+# every caption byte-exact with its sample: the key comes from the url, the caption must be
+# that key's (escaped as ldcat escapes it)
+check "each caption is its sample's, ranks cover the dataset once" $PY - "$T" <<'PYEOF'
+import json, re, sys
+T = sys.argv[1]
+keep = json.load(open(T + "/expect.json"))["keep"]
+keys = list(keep)
+def esc(b):
+    return "".join(chr(c) if 32 < c < 127 and c not in (92, 61) else "\\x%02x" % c for c in b)
+seen = []
+for r in (0, 1):
+    for line in open("%s/r%d.out" % (T, r)):
+        step, sid, label, flags, *f = line.split(" ")
+        f = dict(x.split("=", 1) for x in f)
+        sid = int(sid)
+        if int(flags) & 6:      # tail padding repeats a sample
+            continue
+        seen.append(sid)
+        want = keep[keys[sid]].encode("latin-1")
+        assert f["txt"].rstrip("\n") == esc(want), (sid, keys[sid])
+        assert f["url"].rstrip("\n") == esc(("http://e/" + keys[sid]).encode()), sid
+assert sorted(seen) == list(range(len(keys))), seen
+PYEOF
+
+# a blob's byte flipped: verify names it; loaderd substitutes it
+cp "$T/t.dpk" "$T/bad.dpk"
+$PY - "$T/bad.dpk" <<'PYEOF'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+count, = struct.unpack_from("<Q", b, 16)
+ao, asz = struct.unpack_from("<QQ", b, 112)
+ents = ao + asz - 24 * count
+off, = struct.unpack_from("<Q", b, ents + 24 * 2)
+b[off + 9] ^= 1
+open(sys.argv[1], "wb").write(b)
+PYEOF
+"$BIN/dpack" verify "$T/bad.dpk" >"$T/v.out"
+check "verify names the bad aux fields" grep -q "bad sample 2: aux fields checksum mismatch" "$T/v.out"
+"$BIN/ldcat" --socket "$SOCK" --dataset "$T/bad.dpk" --job bad --batch 5 --crop 32 --fields \
+	--sampling sequential >"$T/bad.out" 2>"$T/bad.err"
+check "bad aux fields: the sample substituted" awk '$2 == 3 && $4 == 1 { f = 1 } END { exit !f }' "$T/bad.out"
+check "bad aux fields: sample 2 never delivered" awk '$2 == 2 { exit 1 }' "$T/bad.out"
+check "loaderd logged the bad sample" grep -q "sample 2 is bad (sample 2: aux fields checksum mismatch)" "$T/ld.log"
+
+# an aux entry's offset edited (and the section's checksum made right): the job is refused or
+# the sample substituted, named; loaderd lives on
+cp "$T/t.dpk" "$T/off.dpk"
+$PY - "$T/off.dpk" <<'PYEOF'
+import struct, sys, subprocess
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+count, = struct.unpack_from("<Q", b, 16)
+ao, asz = struct.unpack_from("<QQ", b, 112)
+ents = ao + asz - 24 * count
+off, = struct.unpack_from("<Q", b, ents + 24 * 4)
+struct.pack_into("<Q", b, ents + 24 * 4, off + 1)
+open(p, "wb").write(b)
+PYEOF
+"$BIN/ldcat" --socket "$SOCK" --dataset "$T/off.dpk" --job off --batch 5 --crop 32 --fields \
+	--sampling sequential >"$T/off.out" 2>"$T/off.err"
+check "edited aux offset: named" grep -q "sample 4: aux fields at .*not right after the record" "$T/ld.log"
+check "edited aux offset: sample 4 never delivered" awk '$2 == 4 { exit 1 }' "$T/off.out"
+check "loaderd still serves" "$BIN/ldcat" --socket "$SOCK" --dataset "$T/t.dpk" --job after --batch 4 --crop 32 --steps 1
+echo "1..$n"
+[ "$fails" -eq 0 ]
