@@ -86,3 +86,38 @@ def test_text_yields_texts(daemon, textset):
         with loaderd.Loader(daemon.sock, path, 4, crop=32, output="numpy", job="textn",
                             epochs=1, fields="nope") as it:
             next(iter(it))
+
+
+def test_text_tokenize_off_thread_and_resume(daemon, textset):
+    """tokenize=: run on the tokenizer's thread, one batch ahead, in batch order; the position
+    (state_dict) is the batch after the one yielded, not the one taken ahead."""
+    import threading
+    path, keys, caps = textset
+    main = threading.get_ident()
+    threads = set()
+
+    def tok(texts):
+        threads.add(threading.get_ident())
+        return [len(t) for t in texts]
+
+    def run(job, n=None, sd=None):
+        with loaderd.Loader(daemon.sock, path, 3, crop=32, output="numpy", job=job, epochs=1,
+                            seed=3, return_meta=True, fields="txt", fields_bytes=True,
+                            tokenize=tok) as it:
+            if sd is not None:
+                it.load_state_dict(sd)
+            got = []
+            for b in it:
+                assert b.tokens == [len(t) for t in b.fields["txt"]]
+                got += [(int(b.ids[j]), b.tokens[j]) for j in range(b.count)]
+                if n is not None and len(got) >= n:
+                    return got, it.state_dict()
+            return got, None
+
+    full, _ = run("tokf")
+    assert [ln for _, ln in full] == [len(caps[i]) for i, _ in full]
+    assert threads and main not in threads
+    head, sd = run("tokh", n=3)
+    assert sd["step_in_epoch"] == 1
+    tail, _ = run("tokt", sd=dict(sd, job=None))
+    assert head + tail == full
