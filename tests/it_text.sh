@@ -105,5 +105,36 @@ PYEOF
 check "edited aux offset: named" grep -q "sample 4: aux fields at .*not right after the record" "$T/ld.log"
 check "edited aux offset: sample 4 never delivered" awk '$2 == 4 { exit 1 }' "$T/off.out"
 check "loaderd still serves" "$BIN/ldcat" --socket "$SOCK" --dataset "$T/t.dpk" --job after --batch 4 --crop 32 --steps 1
+# an ImageFolder tree with side files: cls/x.txt beside cls/x.JPEG (one not UTF-8, some absent)
+cp -r "$T/tree" "$T/side"
+$PY - "$T/side" <<'PYEOF'
+import os, sys
+imgs = sorted(os.path.join(d, f) for d, _, fs in os.walk(sys.argv[1]) for f in fs)
+for i, p in enumerate(imgs[:-3]):
+    open(p.rsplit(".", 1)[0] + ".txt", "wb").write(b"\xff side" if i == 1 else ("side %d" % i).encode())
+PYEOF
+"$BIN/dpack" pack --field txt=txt "$T/side" "$T/side.dpk" 2>"$T/side.err" >/dev/null
+check "tree: samples without a side file skipped by name" [ "$(grep -c 'no .*\.txt (field txt' "$T/side.err")" -eq 3 ]
+"$BIN/dpack" pack --missing empty --field txt=txt "$T/side" "$T/side2.dpk" 2>/dev/null >/dev/null
+"$BIN/ldcat" --socket "$SOCK" --dataset "$T/side2.dpk" --job side --batch 4 --crop 32 --fields \
+	--sampling sequential >"$T/side.out" 2>/dev/null
+check "tree: each side file with its image and its folder's label" $PY - "$T" <<'PYEOF'
+import os, sys
+T = sys.argv[1]
+imgs = sorted(os.path.join(d, f) for d, _, fs in os.walk(T + "/side") for f in fs if f.endswith(".JPEG"))
+classes = sorted(os.listdir(T + "/side"))
+def esc(b):
+    return "".join(chr(c) if 32 < c < 127 and c not in (92, 61) else "\\x%02x" % c for c in b)
+got = 0
+for line in open(T + "/side.out"):
+    step, sid, label, flags, txt = line.rstrip("\n").split(" ")
+    p = imgs[int(sid)]
+    side = p.rsplit(".", 1)[0] + ".txt"
+    want = open(side, "rb").read() if os.path.exists(side) else b""
+    assert txt == "txt=" + esc(want), (sid, txt, want)
+    assert int(label) == classes.index(os.path.basename(os.path.dirname(p)))
+    got += 1
+assert got == len(imgs), got
+PYEOF
 echo "1..$n"
 [ "$fails" -eq 0 ]

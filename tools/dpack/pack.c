@@ -277,26 +277,66 @@ static int json_field(const uint8_t *j, size_t n, const char *key, uint8_t **out
 /* Sample @i's --field members from @fd (its shard) into s->fbuf and the record's aux. 0, or a
  * SLOT_SKIP with s->why naming the field (above DPK_AUX_FIELD_MAX, a JSON key not there or
  * unreadable), or -errno. */
+/* An ImageFolder tree's side file of @image for @ext: the image's path with its extension
+ * replaced ("cls/x.jpg" -> "cls/x.txt"), opened into *fd with its size in *size. 0, 1 when there
+ * is none (or it is not a regular file), or -errno. */
+static int side_file(const char *image, const char *ext, char *path, size_t len, int *fd,
+		     uint64_t *size)
+{
+	const char *slash = strrchr(image, '/'), *dot = strrchr(slash ? slash + 1 : image, '.');
+	size_t stem = dot ? (size_t)(dot - image) : strlen(image);
+	struct stat st;
+
+	if (snprintf(path, len, "%.*s%s", (int)stem, image, ext) >= (int)len)
+		return -ENAMETOOLONG;
+	*fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (*fd < 0)
+		return errno == ENOENT || errno == ENOTDIR ? 1 : -errno;
+	if (fstat(*fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(*fd);
+		*fd = -1;
+		return 1;
+	}
+	*size = (uint64_t)st.st_size;
+	return 0;
+}
+
 static int read_fields(struct pack *pk, uint64_t i, struct slot *s, int fd)
 {
 	const struct dpack_item *it = &pk->src.items[i];
+	char side[PATH_MAX];
 
 	for (uint32_t k = 0; k < pk->src.nfields; k++) {
 		const struct dpack_field_spec *f = &pk->src.fields[k];
-		uint64_t size = it->f ? it->f[k].size : UINT64_MAX;
+		uint64_t size = it->f ? it->f[k].size : UINT64_MAX, off = it->f ? it->f[k].off : 0;
+		int sfd = -1;
+		if (!it->f) {  /* a tree: the side file */
+			int ret = side_file(it->name, f->ext, side, sizeof(side), &sfd, &size);
+			if (ret < 0)
+				return ret;
+			if (ret > 0 && !pk->src.missing_empty) {
+				snprintf(s->why, sizeof(s->why), "no %.120s (field %s; --missing empty keeps "
+					 "such samples with the field empty)", side, f->name);
+				return 1;
+			}
+			if (ret > 0)
+				continue;
+		}
 		if (size == UINT64_MAX)
 			continue;  /* no member: an empty field (--missing empty) */
 		uint64_t cap = f->json_key ? (uint64_t)DPK_AUX_RECORD_MAX : DPK_AUX_FIELD_MAX;
 		if (size > cap) {
+			if (sfd >= 0)
+				close(sfd);
 			snprintf(s->why, sizeof(s->why), "field %s (%s): %llu bytes, above the bound of "
 				 "%u (DPK_AUX_FIELD_MAX)", f->name, f->ext, (unsigned long long)size,
 				 DPK_AUX_FIELD_MAX);
 			return 1;
 		}
-		uint8_t *b = malloc(size ? size : 1);
-		if (!b)
-			return -ENOMEM;
-		int ret = read_all(fd, b, size, it->f[k].off);
+		uint8_t *b = size <= cap ? malloc(size ? size : 1) : NULL;
+		int ret = !b ? -ENOMEM : read_all(sfd >= 0 ? sfd : fd, b, size, off);
+		if (sfd >= 0)
+			close(sfd);
 		if (ret < 0) {
 			free(b);
 			return ret;
@@ -553,7 +593,9 @@ static const char pack_usage[] =
 	"                           the value of its top-level KEY (a string unescaped, else its\n"
 	"                           text). Repeat for up to 8 fields, e.g. --field txt=txt --field\n"
 	"                           json=json --field url=json:url. A member a field takes is no\n"
-	"                           label (.txt as a caption, not a class name)\n"
+	"                           label (.txt as a caption, not a class name). An ImageFolder\n"
+	"                           tree: the side file beside each image, e.g. cls/x.txt for\n"
+	"                           cls/x.jpg (its label is still its folder's, unless --no-labels)\n"
 	"  --missing skip|empty     a sample without a field's member (or JSON key): skipped with\n"
 	"                           a warning naming it (default), or kept with the field empty\n"
 	"  --no-labels              samples need no label member; the dataset has no labels\n"
@@ -791,6 +833,11 @@ static int detect_input(struct pack *pk)
 	}
 	if (pk->src.labels && !pk->in->need_labels) {
 		fputs(pack_usage, stderr);
+		return 2;
+	}
+	if (pk->src.nfields && pk->in->tensor) {
+		LOG_ERROR("--field: %s is %s; fields come from WebDataset shards' members and "
+			  "ImageFolder trees' side files", pk->src.path, pk->in->what);
 		return 2;
 	}
 	if (pk->zstd_level && !pk->in->tensor)
