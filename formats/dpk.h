@@ -273,6 +273,9 @@ int dpk_fd(const struct dpk *d);
 /* The fd of the file that holds entry @e (loaded from @d): dpk_fd for one file, its shard's for a
  * set; -1 for an entry of no shard of @d. */
 int dpk_entry_fd(const struct dpk *d, const struct dpk_entry *e);
+/* 1 when @a and @b have the same aux field names in the same order and both or neither have
+ * labels, else 0. */
+int dpk_same_aux(const struct dpk *a, const struct dpk *b);
 /* 1 when @a and @b have the same class names in the same order, else 0. */
 int dpk_same_classes(const struct dpk *a, const struct dpk *b);
 /* A set: open an O_DIRECT descriptor for every shard (through /proc/self/fd: the files opened,

@@ -123,7 +123,6 @@ int dpk__copy_index(struct dpk *d, unsigned flags, char *err, size_t errlen);
 /* dpk_aux.c */
 int dpk__load_aux_names(struct dpk *d, char *err, size_t errlen);
 int dpk__copy_aux(struct dpk *d, unsigned flags, char *err, size_t errlen);
-int dpk_same_aux(const struct dpk *a, const struct dpk *b);
 /* dpk_guard.c */
 int dpk__map_index(struct dpk *d);
 int dpk__map_data(struct dpk *d);

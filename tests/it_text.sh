@@ -5,7 +5,9 @@
 # field); inspect and verify show the fields; ldcat --fields over 2 ranks prints each sample's
 # caption and url, the two ranks covering the dataset once; a blob whose checksum fails is
 # reported by verify and served as a substitute (flagged), never as garbage; a hand-edited aux
-# entry refuses the job naming the sample, and loaderd goes on serving.
+# entry refuses the job naming the sample, and loaderd goes on serving. A set of shards with
+# aux fields delivers the one file's captions; a shard without them cannot be appended. An
+# ImageFolder tree's side files (cls/x.txt) become the field, with the folder's label.
 set -u
 BIN=${BUILD:-build}/bin
 . "$(dirname "$0")/lib.sh"
@@ -105,6 +107,19 @@ PYEOF
 check "edited aux offset: named" grep -q "sample 4: aux fields at .*not right after the record" "$T/ld.log"
 check "edited aux offset: sample 4 never delivered" awk '$2 == 4 { exit 1 }' "$T/off.out"
 check "loaderd still serves" "$BIN/ldcat" --socket "$SOCK" --dataset "$T/t.dpk" --job after --batch 4 --crop 32 --steps 1
+# a set of shards with aux fields: the same samples and captions as one file; a shard without
+# them cannot join it
+"$BIN/dpack" pack --shard-size 40K $F "$T/shard-{000..001}.tar" "$T/set.dpks" 2>/dev/null >/dev/null
+check "a set of several shards" [ "$(grep -c '\.dpk$' "$T/set.dpks")" -ge 2 ]
+"$BIN/ldcat" --socket "$SOCK" --dataset "$T/set.dpks" --job set --batch 3 --crop 32 --fields \
+	--sampling sequential >"$T/set.out" 2>/dev/null
+"$BIN/ldcat" --socket "$SOCK" --dataset "$T/t.dpk" --job one --batch 3 --crop 32 --fields \
+	--sampling sequential >"$T/one.out" 2>/dev/null
+check "the set delivers the file's captions" cmp -s "$T/set.out" "$T/one.out"
+"$BIN/dpack" pack --no-labels "$T/shard-001.tar" "$T/plain.dpk" 2>/dev/null >/dev/null
+"$BIN/dpack" append "$T/set.dpks" "$T/plain.dpk" 2>"$T/app.err" >/dev/null
+check "a shard without the aux fields refused by append" grep -q "aux fields or labels differ" "$T/app.err"
+
 # an ImageFolder tree with side files: cls/x.txt beside cls/x.JPEG (one not UTF-8, some absent)
 cp -r "$T/tree" "$T/side"
 $PY - "$T/side" <<'PYEOF'

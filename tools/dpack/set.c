@@ -280,6 +280,12 @@ static int compatible(const char *set, const struct dpk *s0, const char *shard, 
 			  set, dpk_class_count(s0));
 		return -EINVAL;
 	}
+	if (!dpk_same_aux(s0, s)) {
+		LOG_ERROR("%s: its aux fields or labels differ from those of set %s (%u fields there, "
+			  "%s)", shard, set, dpk_aux_fields(s0), dpk_has_labels(s0) ? "labelled" :
+			  "no labels");
+		return -EINVAL;
+	}
 	if (dpk_entry_load(s0, 0, &e0, NULL, 0) < 0 || dpk_entry_load(s, 0, &e, NULL, 0) < 0)
 		return -EBADMSG;
 	int image0 = !!(dpk_kind_info(e0.kind)->flags & DPK_KF_IMAGE);
