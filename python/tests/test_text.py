@@ -66,6 +66,10 @@ def test_text_two_ranks_and_resume(daemon, textset):
         rows, _ = epoch(daemon, path, "text2", 2, rank)
         check(rows, keys, caps)
         seen += [r[0] for r in rows]
+        # each rank resumed after its first step: the rest of its epoch, captions included
+        head, sd = epoch(daemon, path, "text2h", 2, rank, n=3)
+        tail, _ = epoch(daemon, path, "text2t", 2, rank, sd=dict(sd, job=None))
+        assert head + tail == rows
     assert set(seen) == set(range(len(keys)))
     # resume: the rest of rank 0's epoch after 1 step equals the uninterrupted run's
     full, _ = epoch(daemon, path, "textf", 1, 0)
