@@ -99,6 +99,7 @@ class Batch:
                   self.epoch, self.step_in_epoch, self.count, self.last, self._torch)
         b._weights = self._weights
         b.global_count, b.global_offset = self.global_count, self.global_offset
+        b.fields, b.tokens = self.fields, self.tokens   # Python objects of their own already
         return b
 
     def __iter__(self):

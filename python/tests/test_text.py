@@ -86,6 +86,12 @@ def test_text_yields_texts(daemon, textset):
         images, texts = next(iter(it))
         assert images.shape == (4, 32, 32, 3) and len(texts) == 4
         assert all(isinstance(t, (str, bytes)) for t in texts)
+    # copy=True: the fields come with the copy
+    with loaderd.Loader(daemon.sock, path, 4, crop=32, output="numpy", job="textc", epochs=1,
+                        seed=1, fields="txt", copy=True, sampling="sequential") as it:
+        images, texts = next(iter(it))
+        assert len(texts) == 4   # sequential: samples 0..3, their captions as str or bytes
+        assert texts[0] == "" and isinstance(texts[1], bytes) and texts[1] == caps[1]
     with pytest.raises(loaderd.LoaderdError, match="no aux field nope"):
         with loaderd.Loader(daemon.sock, path, 4, crop=32, output="numpy", job="textn",
                             epochs=1, fields="nope") as it:
