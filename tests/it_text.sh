@@ -7,14 +7,15 @@
 # reported by verify and served as a substitute (flagged), never as garbage; a hand-edited aux
 # entry refuses the job naming the sample, and loaderd goes on serving. A set of shards with
 # aux fields delivers the one file's captions; a shard without them cannot be appended. An
-# ImageFolder tree's side files (cls/x.txt) become the field, with the folder's label.
+# ImageFolder tree's side files (cls/x.txt) become the field, with the folder's label. The C
+# trainer logs the fields with its samples and refuses a dataset without labels.
 set -u
 BIN=${BUILD:-build}/bin
 . "$(dirname "$0")/lib.sh"
-need_bins loaderd dsgen dpack ldcat
+need_bins loaderd dsgen dpack ldcat trainer
 T=$(mktemp -d /tmp/it_text.XXXXXX)
 LPID=""
-trap 'stop_loaderd; rm -rf "$T"' EXIT
+trap 'stop_loaderd; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
 n=0 fails=0
 PY=/usr/bin/python3
 
@@ -151,5 +152,26 @@ for line in open(T + "/side.out"):
     got += 1
 assert got == len(imgs), got
 PYEOF
+# the C trainer logs the fields with its samples (--log-samples, as ldcat --fields), and refuses a
+# dataset without labels by name (its models are classifiers)
+timeout 120 "$BIN/trainer" --socket "$SOCK" --dataset "$T/side2.dpk" --device host --crop 32 \
+	--batch 4 --steps 4 --log-every 0 --log-samples "$T/trn" >"$T/trn.out" 2>&1
+check "trainer --log-samples: the fields as ldcat prints them" $PY - "$T" <<'PYEOF'
+import sys
+T = sys.argv[1]
+want = {}
+for line in open(T + "/side.out"):     # ldcat --fields, sequential: id -> label and fields
+    w = line.split(" ")
+    want[w[1]] = (w[2], w[4:])
+n = 0
+for line in open(T + "/trn.0"):
+    w = line.split(" ")
+    assert (w[2], w[4:]) == want[w[1]], (line, want[w[1]])
+    n += 1
+assert n >= 16, n   # 4 steps of 4, and what the prefetch took ahead
+PYEOF
+timeout 60 "$BIN/trainer" --socket "$SOCK" --dataset "$T/t.dpk" --device host --crop 32 \
+	--batch 4 --steps 1 --log-every 0 >"$T/trn2.out" 2>&1
+check "trainer: a dataset without labels refused by name" grep -q "has no labels (dpack pack --no-labels)" "$T/trn2.out"
 echo "1..$n"
 [ "$fails" -eq 0 ]

@@ -3,6 +3,7 @@
  * ring's, so what is printed is exactly what a trainer of that rank would have been given. */
 #include "common/args.h"
 #include "common/clk.h"
+#include "common/fieldesc.h"
 #include "common/log.h"
 #include "shm/ldc.h"
 
@@ -311,17 +312,9 @@ static size_t put_line(char *p, uint64_t step, uint64_t id, int64_t label, unsig
 /* " NAME=BYTES" for each aux field of sample @j of @b, escaped (see --fields). */
 static void put_fields(struct ldc *cl, const struct ldc_batch *b, uint32_t j)
 {
-	for (uint32_t k = 0; k < b->aux_fields; k++) {
-		const uint8_t *p = b->aux + b->field_off[j * b->aux_fields + k];
-		uint32_t n = b->field_len[j * b->aux_fields + k];
-		printf(" %s=", ldc_aux_name(cl, k));
-		for (uint32_t i = 0; i < n; i++) {
-			if (p[i] > ' ' && p[i] < 0x7f && p[i] != '\\' && p[i] != '=')
-				putchar(p[i]);
-			else
-				printf("\\x%02x", p[i]);
-		}
-	}
+	for (uint32_t k = 0; k < b->aux_fields; k++)
+		fieldesc_put(stdout, ldc_aux_name(cl, k), b->aux + b->field_off[j * b->aux_fields + k],
+			     b->field_len[j * b->aux_fields + k]);
 }
 
 static int print_batches(struct ldc *cl, const struct args *a)
