@@ -44,7 +44,7 @@ for r in 0 1; do
 done
 wait "$p0"; r0=$?
 wait "$p1"; r1=$?
-check "two ranks with --fields" [ "$r0" -eq 0 ] && [ "$r1" -eq 0 ]
+check "two ranks with --fields" [ "$r0" -eq 0 -a "$r1" -eq 0 ]
 # every caption byte-exact with its sample: the key comes from the url, the caption must be
 # that key's (escaped as ldcat escapes it)
 check "each caption is its sample's, ranks cover the dataset once" $PY - "$T" <<'PYEOF'
@@ -87,6 +87,10 @@ check "verify names the bad aux fields" grep -q "bad sample 2: aux fields checks
 	--sampling sequential >"$T/bad.out" 2>"$T/bad.err"
 check "bad aux fields: the sample substituted" awk '$2 == 3 && $4 == 1 { f = 1 } END { exit !f }' "$T/bad.out"
 check "bad aux fields: sample 2 never delivered" awk '$2 == 2 { exit 1 }' "$T/bad.out"
+# the substitute carries its own fields: sample 3's, as the intact file delivers them
+sub_f=$(awk '$2 == 3 && $4 == 1 { $1 = $3 = $4 = ""; print; exit }' "$T/bad.out")
+one_f=$(cat "$T/r0.out" "$T/r1.out" | awk '$2 == 3 { $1 = $3 = $4 = ""; print; exit }')
+check "bad aux fields: the substitute carries its own fields" [ -n "$sub_f" -a "$sub_f" = "$one_f" ]
 check "loaderd logged the bad sample" grep -q "sample 2 is bad (sample 2: aux fields checksum mismatch)" "$T/ld.log"
 
 # an aux entry's offset edited (and the section's checksum made right): the job is refused or
