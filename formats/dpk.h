@@ -14,7 +14,10 @@ extern "C" {
 #endif
 
 #define DPK_MAGIC "DPKv\r\n\x1a\n"  /* 8 bytes; the CR LF / ^Z catch text-mode mangling, as PNG */
-#define DPK_VERSION 1u
+#define DPK_VERSION 2u           /* the newest this build reads and writes; a file without
+				  * features (below) is written as version 1, which every reader
+				  * since the first reads */
+#define DPK_VERSION_MIN 1u
 #define DPK_INDEX_ALIGN 64u          /* index_offset is a multiple of this */
 #define DPK_HEADER_SIZE 4096u        /* records start here: 4 KiB aligned for O_DIRECT */
 #define DPK_NDIM_MAX 4
@@ -22,6 +25,17 @@ extern "C" {
 #define DPK_RECORD_MAX (1ull << 34)  /* 16 GiB: larger stored or decoded records are corrupt */
 #define DPK_DIM_MAX (1u << 20)       /* no dimension of a tensor or image exceeds this */
 #define DPK_IDENTITY_SIZE 16u        /* bytes of dpk_identity() */
+
+/* Version 2's features (dpk_header.features): a reader refuses a bit it does not know, by name. */
+#define DPK_FEAT_AUX 0x1u            /* per-record auxiliary fields (a caption, metadata bytes) */
+#define DPK_FEAT_NO_LABELS 0x2u      /* the dataset has no labels: every entry's label is -1 */
+#define DPK_FEATURES_KNOWN 0x3u
+/* Auxiliary fields (docs/FORMAT.md, "Auxiliary fields"): each record has the same named fields,
+ * each any bytes (UTF-8 or not), stored as one blob right after the record's own bytes. */
+#define DPK_AUX_FIELDS_MAX 8u        /* fields a dataset may name */
+#define DPK_AUX_NAME_MAX 64u         /* bytes of a field's name: [A-Za-z0-9_.-], 1..64 */
+#define DPK_AUX_FIELD_MAX 65536u     /* bytes of one field of one record (a caption: 64 KiB) */
+#define DPK_AUX_RECORD_MAX 262144u   /* bytes of one record's blob: 4 x fields + their bytes */
 
 enum dpk_kind {
 	DPK_KIND_JPEG = 1,      /* JPEG file stored as is; shape = H, W, C from its SOF */
@@ -81,14 +95,33 @@ struct dpk_header {
 	uint32_t class_count;    /* 0 when the source had no class names (labels still valid) */
 	uint32_t kinds;          /* bit (1 << kind) for every kind present */
 	uint32_t entry_size;     /* sizeof(struct dpk_entry) */
-	uint32_t reserved0;
-	uint64_t reserved[4];    /* zero */
+	uint32_t features;       /* version 2: DPK_FEAT_*; version 1: 0 */
+	uint64_t aux_offset;     /* DPK_FEAT_AUX: the aux section (= index_offset + index_size) */
+	uint64_t aux_size;       /* its bytes: the field names (padded to 8), then count x struct
+				  * dpk_aux_entry; aux_offset + aux_size = file_size */
+	uint64_t aux_xxh3;       /* XXH3-64 of the aux section */
+	uint32_t aux_fields;     /* 1..DPK_AUX_FIELDS_MAX with DPK_FEAT_AUX, else 0 */
+	uint32_t aux_max;        /* the largest aux blob of any record, 4 x aux_fields ..
+				  * DPK_AUX_RECORD_MAX (what a ring slot reserves a sample) */
 	uint64_t header_xxh3;
 };
 _Static_assert(sizeof(struct dpk_header) == 152, "dpk_header is on disk");
 _Static_assert(offsetof(struct dpk_header, count) == 16, "dpk_header is on disk");
 _Static_assert(offsetof(struct dpk_header, class_count) == 96, "dpk_header is on disk");
 _Static_assert(offsetof(struct dpk_header, header_xxh3) == 144, "dpk_header is on disk");
+_Static_assert(offsetof(struct dpk_header, features) == 108, "dpk_header is on disk");
+_Static_assert(offsetof(struct dpk_header, aux_offset) == 112, "dpk_header is on disk");
+_Static_assert(offsetof(struct dpk_header, aux_fields) == 136, "dpk_header is on disk");
+
+/* On disk, in the aux section after the field names: one per sample, in sample order. A record's
+ * blob: u32 length of each field in field order, then the fields' bytes back to back. */
+struct dpk_aux_entry {
+	uint64_t offset;         /* absolute file offset of the blob: the end of its record */
+	uint64_t xxh3;           /* XXH3-64 (seed 0) of the blob */
+	uint32_t length;         /* 4 x aux_fields .. aux_max */
+	uint32_t reserved;       /* zero */
+};
+_Static_assert(sizeof(struct dpk_aux_entry) == 24, "dpk_aux_entry is on disk");
 
 /* On disk: one per sample, in sample order; records appear in the file in the same order. */
 struct dpk_entry {
@@ -174,6 +207,27 @@ void dpk_identity(const struct dpk *d, uint8_t out[DPK_IDENTITY_SIZE]);
 uint32_t dpk_class_count(const struct dpk *d);
 /* NUL-terminated name of class @i, or NULL when out of range. Lives until dpk_close. */
 const char *dpk_class_name(const struct dpk *d, uint32_t i);
+/* Auxiliary fields: how many (0: none), field @k's name (NULL past the last; lives until
+ * dpk_close), the largest blob of any record (0: none). */
+uint32_t dpk_aux_fields(const struct dpk *d);
+const char *dpk_aux_name(const struct dpk *d, uint32_t k);
+uint32_t dpk_aux_max(const struct dpk *d);
+/* 0 when the dataset has no labels (DPK_FEAT_NO_LABELS: every label is -1), else 1. */
+int dpk_has_labels(const struct dpk *d);
+/* Sample @i's aux blob, for entry @e loaded from @d for @i (dpk_entry_load), read with pread into
+ * @buf (@cap bytes, at least dpk_aux_max) and checked: its aux entry (right after the record,
+ * inside the data section, length 4 x fields .. aux_max, reserved zero), its checksum, and that
+ * its field lengths (each at most DPK_AUX_FIELD_MAX) add up to its length. Returns the blob's
+ * length; 0 when the dataset has no aux fields; -EBADMSG with a message naming the sample and
+ * what is wrong in @err; -ENOSPC (@cap too small), -ERANGE (@i past the count), or a read's
+ * -errno. Thread-safe. */
+ssize_t dpk_aux_read(const struct dpk *d, uint64_t i, const struct dpk_entry *e, void *buf,
+		     size_t cap, char *err, size_t errlen);
+/* Field @k of a blob dpk_aux_read checked (@len bytes, @nfields fields): *@p, *@n. 0, or
+ * -EBADMSG when the blob does not hold @nfields fields that add up to @len, -ERANGE for @k. */
+int dpk_aux_field(const void *blob, size_t len, uint32_t nfields, uint32_t k, const uint8_t **p,
+		  uint32_t *n);
+
 /* Index entry @i (validated at open), or NULL when i >= count or the index is mapped
  * (DPK_OPEN_MAP: use dpk_entry_load). Lives until dpk_close. */
 const struct dpk_entry *dpk_entry_get(const struct dpk *d, uint64_t i);
@@ -219,6 +273,9 @@ int dpk_fd(const struct dpk *d);
 /* The fd of the file that holds entry @e (loaded from @d): dpk_fd for one file, its shard's for a
  * set; -1 for an entry of no shard of @d. */
 int dpk_entry_fd(const struct dpk *d, const struct dpk_entry *e);
+/* 1 when @a and @b have the same aux field names in the same order and both or neither have
+ * labels, else 0. */
+int dpk_same_aux(const struct dpk *a, const struct dpk *b);
 /* 1 when @a and @b have the same class names in the same order, else 0. */
 int dpk_same_classes(const struct dpk *a, const struct dpk *b);
 /* A set: open an O_DIRECT descriptor for every shard (through /proc/self/fd: the files opened,
@@ -273,7 +330,13 @@ struct dpk_record {
 	uint8_t flags;
 	uint64_t xxh3;     /* when has_xxh3, trusted as the checksum of data (saves a pass) */
 	int has_xxh3;
+	/* With dpk_writer_set_aux: field k's bytes are aux[k] (aux_len[k] bytes, NULL when 0) */
+	const void *aux[DPK_AUX_FIELDS_MAX];
+	uint32_t aux_len[DPK_AUX_FIELDS_MAX];
 };
+/* The bytes a record of @nfields fields of @lens adds to the data section (its blob), or 0 when
+ * nfields is 0: what dpk_writer_expect's @data_size counts beside the records' lengths. */
+uint64_t dpk_aux_blob_size(uint32_t nfields, const uint32_t *lens);
 
 #define DPK_WRITE_NO_SYNC 0x1u  /* skip writeback and fsync: the rename stays atomic for other
 				 * processes, but a crash soon after may lose the file's data */
@@ -284,6 +347,12 @@ int dpk_writer_create(const char *path, unsigned flags, struct dpk_writer **out)
 /* Set the class names (copied). Call before finish (and before dpk_writer_expect). Returns 0,
  * -EINVAL (name too long, or after dpk_writer_expect) or -ENOMEM. */
 int dpk_writer_set_classes(struct dpk_writer *w, const char *const *names, uint32_t n);
+/* Give every record the aux fields @names[0, n) (1..DPK_AUX_FIELDS_MAX, each 1..DPK_AUX_NAME_MAX
+ * bytes of [A-Za-z0-9_.-], no two the same; copied), and/or (@no_labels) no label: the file is
+ * version 2 with DPK_FEAT_AUX / DPK_FEAT_NO_LABELS. Before the first add. 0, -EINVAL (a bad name,
+ * too many, after an add) or -ENOMEM. A record's fields are then each at most DPK_AUX_FIELD_MAX
+ * bytes (dpk_writer_add: -EMSGSIZE past it). */
+int dpk_writer_set_aux(struct dpk_writer *w, const char *const *names, uint32_t n, int no_labels);
 /* Say that exactly @count records of @data_size bytes in all will be added (before the first):
  * the index's place is then known, and its entries go straight there as they are made, not
  * through a spill file copied in at finish (one write of the index instead of three passes).

@@ -5,6 +5,7 @@
  *   dpk_index.c  the index: the kind table and shapes, each entry's checks, the index copied and
  *                checked whole, an entry loaded (from the copy, the mapping or the file) and
  *                checked at use, records copied from a mapping and checked
+ *   dpk_aux.c    the aux fields (version 2): names, entries, a record's blob read and checked
  *   dpk_guard.c  the SIGBUS guard of mapped files (per-owner slots) and the mappings it guards
  *   dpk_write.c  the writer: records streamed to a temporary file, the index spilled past a
  *                bound, classes, index and header last, fsync and rename
@@ -73,6 +74,11 @@ struct dpk {
 					 * set by the SIGBUS guard, read by dpk_entry_load */
 	char *class_blob;               /* class names, each NUL-terminated */
 	const char **class_names;       /* class_count pointers into class_blob */
+	char *aux_blob;                 /* aux field names, each NUL-terminated (DPK_FEAT_AUX) */
+	const char *aux_names[DPK_AUX_FIELDS_MAX];
+	uint64_t aux_at;                /* file offset of aux entry 0 (after the names) */
+	struct dpk_aux_entry *aux;      /* the aux entries, copied and checked with the index when
+					 * it is copied; else NULL and each is read at use */
 	uint8_t identity[DPK_IDENTITY_SIZE]; /* XXH3-128 of the index, seeded by the class table's
 					      * checksum: computed once here (dpk_identity) */
 	/* A set of shards (dpk_open on a manifest, formats/dpkset.h): fd is the manifest's, hdr
@@ -114,6 +120,9 @@ static inline int add_overflows(uint64_t a, uint64_t b, uint64_t *sum)
 int dpk__shape_check(unsigned kind, unsigned ndim, const uint32_t *shape, unsigned subsamp,
 		     uint64_t *raw_size, const char **why);
 int dpk__copy_index(struct dpk *d, unsigned flags, char *err, size_t errlen);
+/* dpk_aux.c */
+int dpk__load_aux_names(struct dpk *d, char *err, size_t errlen);
+int dpk__copy_aux(struct dpk *d, unsigned flags, char *err, size_t errlen);
 /* dpk_guard.c */
 int dpk__map_index(struct dpk *d);
 int dpk__map_data(struct dpk *d);

@@ -115,6 +115,9 @@ static int entry_check(const struct dpk_header *h, uint64_t i, const struct dpk_
 	if ((dpk_kind_info(e->kind)->flags & DPK_KF_STORED_RAW) && e->length != e->raw_size)
 		return err_set(err, errlen, -EBADMSG, "sample %llu: raw record of %llu bytes for shape of %llu",
 			    id, (unsigned long long)e->length, (unsigned long long)e->raw_size);
+	if ((h->features & DPK_FEAT_NO_LABELS) && e->label != -1)
+		return err_set(err, errlen, -EBADMSG, "sample %llu: label %lld in a dataset without "
+			       "labels (must be -1)", id, (long long)e->label);
 	if (h->class_count && (e->label < 0 || e->label >= (int64_t)h->class_count))
 		return err_set(err, errlen, -EBADMSG, "sample %llu: label %lld outside %u classes",
 			    id, (long long)e->label, h->class_count);

@@ -10,9 +10,9 @@ static int check_header(const struct dpk_header *h, uint64_t st_size, char *err,
 
 	if (memcmp(h->magic, DPK_MAGIC, 8) != 0)
 		return err_set(err, errlen, -EBADMSG, "not a dpk file (bad magic)");
-	if (h->version != DPK_VERSION)
-		return err_set(err, errlen, -EPROTO, "format version %u; this build reads version %u",
-			    h->version, DPK_VERSION);
+	if (h->version < DPK_VERSION_MIN || h->version > DPK_VERSION)
+		return err_set(err, errlen, -EPROTO, "format version %u; this build reads versions "
+			       "%u to %u", h->version, DPK_VERSION_MIN, DPK_VERSION);
 	if (XXH3_64bits(h, offsetof(struct dpk_header, header_xxh3)) != h->header_xxh3)
 		return err_set(err, errlen, -EBADMSG, "header checksum mismatch");
 	if (h->header_size != DPK_HEADER_SIZE || h->entry_size != sizeof(struct dpk_entry) ||
@@ -25,9 +25,32 @@ static int check_header(const struct dpk_header *h, uint64_t st_size, char *err,
 	    h->index_size != h->count * sizeof(struct dpk_entry))
 		return err_set(err, errlen, -EBADMSG, "header: index size does not match %llu samples",
 			    (unsigned long long)h->count);
+	/* version 1 had these bytes reserved (zero); version 2 names what it adds by a bit each */
+	if (h->version == 1 && (h->features || h->aux_offset || h->aux_size || h->aux_xxh3 ||
+				h->aux_fields || h->aux_max))
+		return err_set(err, errlen, -EBADMSG, "header: reserved fields are not zero");
+	if (h->features & ~DPK_FEATURES_KNOWN)
+		return err_set(err, errlen, -EPROTO, "header: unknown features 0x%x (this build knows "
+			       "0x1 aux fields, 0x2 no labels)", h->features & ~DPK_FEATURES_KNOWN);
+	int aux = !!(h->features & DPK_FEAT_AUX);
+	if (!aux && (h->aux_offset || h->aux_size || h->aux_xxh3 || h->aux_fields || h->aux_max))
+		return err_set(err, errlen, -EBADMSG, "header: aux section fields without the aux "
+			       "feature");
+	if (aux && (h->aux_fields < 1 || h->aux_fields > DPK_AUX_FIELDS_MAX))
+		return err_set(err, errlen, -EBADMSG, "header: %u aux fields (1..%u)", h->aux_fields,
+			       DPK_AUX_FIELDS_MAX);
+	if (aux && (h->aux_max < 4 * h->aux_fields || h->aux_max > DPK_AUX_RECORD_MAX))
+		return err_set(err, errlen, -EBADMSG, "header: aux_max %u outside %u..%u (the bound "
+			       "of a record's aux fields)", h->aux_max, 4 * h->aux_fields,
+			       DPK_AUX_RECORD_MAX);
+	if ((h->features & DPK_FEAT_NO_LABELS) && h->class_count)
+		return err_set(err, errlen, -EBADMSG, "header: %u classes in a dataset without labels",
+			       h->class_count);
 	if (add_overflows(h->data_offset, h->data_size, &end) || end != h->classes_offset ||
 	    add_overflows(h->classes_offset, h->classes_size, &end) || end != h->index_offset ||
-	    add_overflows(h->index_offset, h->index_size, &end) || end != h->file_size)
+	    add_overflows(h->index_offset, h->index_size, &end) ||
+	    end != (aux ? h->aux_offset : h->file_size) ||
+	    (aux && (add_overflows(h->aux_offset, h->aux_size, &end) || end != h->file_size)))
 		return err_set(err, errlen, -EBADMSG, "header: sections do not tile the file");
 	if (h->index_offset % DPK_INDEX_ALIGN)
 		return err_set(err, errlen, -EBADMSG, "header: index offset %llu is not %u-byte aligned",
@@ -37,8 +60,6 @@ static int check_header(const struct dpk_header *h, uint64_t st_size, char *err,
 			    (unsigned long long)h->classes_size, h->class_count);
 	if (h->kinds & ~(uint32_t)((1u << (DPK_KIND_MAX + 1)) - 2))
 		return err_set(err, errlen, -EBADMSG, "header: unknown record kinds 0x%x", h->kinds);
-	if (h->reserved0 || h->reserved[0] || h->reserved[1] || h->reserved[2] || h->reserved[3])
-		return err_set(err, errlen, -EBADMSG, "header: reserved fields are not zero");
 	return 0;
 }
 
@@ -145,6 +166,10 @@ static int shard_from_fd(struct dpk *d, uint32_t k, int fd, int own, unsigned fl
 	if (!dpk_same_classes(d->shards[0], d->shards[k]))
 		return err_set(err, errlen, -EBADMSG, "%s line %u: shard %s has other class names "
 			       "than shard %s", name, sh->line, sh->path, d->set->shards[0].path);
+	if (!dpk_same_aux(d->shards[0], d->shards[k]))
+		return err_set(err, errlen, -EBADMSG, "%s line %u: shard %s has other aux fields or "
+			       "labels than shard %s", name, sh->line, sh->path,
+			       d->set->shards[0].path);
 	return 0;
 }
 
@@ -242,6 +267,8 @@ static int set_open(struct dpk *d, const struct stat *mst, const int *fds, uint3
 		h->index_size += s->index_size;
 		h->file_size += s->file_size;
 		h->kinds |= s->kinds;
+		if (s->aux_max > h->aux_max)
+			h->aux_max = s->aux_max;
 	}
 	dpkset_identity(d->set, d->identity);
 	return 0;
@@ -317,6 +344,8 @@ static int open_fd(int fd, const int *fds, uint32_t nfds, unsigned flags, struct
 	if (ret < 0)
 		goto fail;
 	ret = load_classes(d, err, errlen);
+	if (ret == 0)
+		ret = dpk__load_aux_names(d, err, errlen);
 	if (ret < 0)
 		goto fail;
 	/* Mapped: nothing walks the index here (open costs the same at any count); each entry is
@@ -338,6 +367,8 @@ static int open_fd(int fd, const int *fds, uint32_t nfds, unsigned flags, struct
 	}
 	else if (!(flags & DPK_OPEN_MAP) || !d->hdr.count || dpk__map_index(d) < 0)
 		ret = dpk__copy_index(d, flags, err, errlen);
+	if (ret == 0 && d->index)  /* copied and checked whole: so are the aux entries */
+		ret = dpk__copy_aux(d, flags, err, errlen);
 	if (ret < 0)
 		goto fail;
 	if (flags & DPK_OPEN_MAP_DATA)
@@ -346,8 +377,12 @@ static int open_fd(int fd, const int *fds, uint32_t nfds, unsigned flags, struct
 	 * itself): their digest names the content (every record's checksum, offset, label and
 	 * shape; not the path) for resume tokens, at the same cost whatever the count. Little-endian
 	 * bytes, high half first. */
-	uint64_t key[4] = { d->hdr.index_xxh3, d->hdr.classes_xxh3, d->hdr.count, d->hdr.data_size };
-	XXH128_hash_t id = XXH3_128bits_withSeed(key, sizeof(key), d->hdr.classes_xxh3 ^ d->hdr.count);
+	/* Version 2 adds the aux section's checksum (every blob's checksum and place, the field
+	 * names) and the features; a version 1 file keeps the identity it always had. */
+	uint64_t key[6] = { d->hdr.index_xxh3, d->hdr.classes_xxh3, d->hdr.count, d->hdr.data_size,
+			    d->hdr.aux_xxh3, d->hdr.features };
+	size_t keylen = d->hdr.version == 1 ? 4 * sizeof(key[0]) : sizeof(key);
+	XXH128_hash_t id = XXH3_128bits_withSeed(key, keylen, d->hdr.classes_xxh3 ^ d->hdr.count);
 	for (int i = 0; i < 8; i++) {
 		d->identity[i] = (uint8_t)(id.high64 >> (8 * i));
 		d->identity[8 + i] = (uint8_t)(id.low64 >> (8 * i));
@@ -429,6 +464,8 @@ void dpk_close(struct dpk *d)
 		close(d->fd);
 	free(d->class_names);
 	free(d->class_blob);
+	free(d->aux);
+	free(d->aux_blob);
 	free(d);
 }
 

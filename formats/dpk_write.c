@@ -37,6 +37,16 @@ struct dpk_writer {
 	uint64_t classes_size;
 	uint32_t class_count;
 	uint32_t kinds;
+	/* Aux fields (dpk_writer_set_aux): the names encoded as on disk, with their padding; the
+	 * entries in memory (24 bytes a sample, not spilled) */
+	uint32_t features;      /* DPK_FEAT_* */
+	uint32_t aux_fields;
+	uint8_t *aux_names;
+	uint64_t aux_names_size;
+	struct dpk_aux_entry *aux;
+	uint64_t aux_cap;
+	uint32_t aux_max;
+	uint8_t *aux_buf;       /* one record's blob, DPK_AUX_RECORD_MAX bytes */
 };
 
 /* Start writeback of what has been written so far without waiting for it, so that the fsync in
@@ -261,16 +271,82 @@ int dpk_writer_set_classes(struct dpk_writer *w, const char *const *names, uint3
 	return 0;
 }
 
+int dpk_writer_set_aux(struct dpk_writer *w, const char *const *names, uint32_t n, int no_labels)
+{
+	uint64_t size = 0;
+
+	if (w->failed || w->finished || w->count || n > DPK_AUX_FIELDS_MAX)
+		return -EINVAL;
+	for (uint32_t k = 0; k < n; k++) {
+		size_t len = strlen(names[k]);
+		if (len < 1 || len > DPK_AUX_NAME_MAX ||
+		    strspn(names[k], "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				     "0123456789_.-") != len)
+			return -EINVAL;
+		for (uint32_t j = 0; j < k; j++)
+			if (!strcmp(names[j], names[k]))
+				return -EINVAL;
+		size += 4 + len;
+	}
+	size = (size + 7) & ~7ull;
+	uint8_t *t = calloc(1, size ? size : 1);
+	uint8_t *buf = n ? malloc(DPK_AUX_RECORD_MAX) : NULL;
+	if (!t || (n && !buf)) {
+		free(t);
+		free(buf);
+		return -ENOMEM;
+	}
+	uint64_t pos = 0;
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t len = (uint32_t)strlen(names[k]);
+		memcpy(t + pos, &len, 4);
+		memcpy(t + pos + 4, names[k], len);
+		pos += 4 + len;
+	}
+	free(w->aux_names);
+	free(w->aux_buf);
+	w->aux_names = t;
+	w->aux_names_size = size;
+	w->aux_buf = buf;
+	w->aux_fields = n;
+	w->features = (n ? DPK_FEAT_AUX : 0) | (no_labels ? DPK_FEAT_NO_LABELS : 0);
+	return 0;
+}
+
+/* Encode @r's aux fields into w->aux_buf: its length, or -EMSGSIZE (a field or the whole past
+ * its bound). */
+static int64_t aux_encode(struct dpk_writer *w, const struct dpk_record *r)
+{
+	uint64_t n = 4ull * w->aux_fields;
+
+	for (uint32_t k = 0; k < w->aux_fields; k++)
+		if (r->aux_len[k] > DPK_AUX_FIELD_MAX)
+			return -EMSGSIZE;
+	if (dpk_aux_blob_size(w->aux_fields, r->aux_len) > DPK_AUX_RECORD_MAX)
+		return -EMSGSIZE;
+	for (uint32_t k = 0; k < w->aux_fields; k++) {
+		memcpy(w->aux_buf + 4 * k, &r->aux_len[k], 4);
+		if (r->aux_len[k])
+			memcpy(w->aux_buf + n, r->aux[k], r->aux_len[k]);
+		n += r->aux_len[k];
+	}
+	return (int64_t)n;
+}
+
 int dpk_writer_add(struct dpk_writer *w, const struct dpk_record *r)
 {
 	const char *why;
 	uint64_t raw_size;
+	int64_t alen = 0;
 	int ret;
 
 	if (w->failed || w->finished)
 		return -EINVAL;
+	if (w->aux_fields && (alen = aux_encode(w, r)) < 0)
+		return (int)alen;
 	if (w->index_at && (w->count == w->expect_count ||
-			    r->length > w->expect_data - (w->pos - DPK_HEADER_SIZE)))
+			    r->length > w->expect_data - (w->pos - DPK_HEADER_SIZE) ||
+			    (uint64_t)alen > w->expect_data - (w->pos - DPK_HEADER_SIZE) - r->length))
 		return -EINVAL;  /* more than dpk_writer_expect said */
 	if (dpk__shape_check(r->kind, r->ndim, r->shape, r->subsamp, &raw_size, &why) < 0 ||
 	    r->length == 0 || r->length > DPK_RECORD_MAX ||
@@ -292,11 +368,22 @@ int dpk_writer_add(struct dpk_writer *w, const struct dpk_record *r)
 		w->index = t;
 		w->cap = cap;
 	}
+	if (w->aux_fields && w->count == w->aux_cap) {
+		uint64_t cap = w->aux_cap ? w->aux_cap * 2 : 1024;
+		struct dpk_aux_entry *t = NULL;
+
+		if (cap <= SIZE_MAX / sizeof(*t))
+			t = realloc(w->aux, cap * sizeof(*t));
+		if (!t)
+			return -ENOMEM;
+		w->aux = t;
+		w->aux_cap = cap;
+	}
 	struct dpk_entry *e = &w->index[w->count - w->spilled];
 	memset(e, 0, sizeof(*e));
 	e->offset = w->pos;
 	e->length = r->length;
-	e->label = r->label;
+	e->label = (w->features & DPK_FEAT_NO_LABELS) ? -1 : r->label;
 	e->xxh3 = r->has_xxh3 ? r->xxh3 : XXH3_64bits(r->data, r->length);
 	e->raw_size = raw_size;
 	memcpy(e->shape, r->shape, sizeof(e->shape));
@@ -305,6 +392,16 @@ int dpk_writer_add(struct dpk_writer *w, const struct dpk_record *r)
 	e->subsamp = r->subsamp;
 	e->flags = r->flags;
 	ret = wappend(w, r->data, r->length);
+	if (ret == 0 && w->aux_fields) {  /* the blob right after its record */
+		struct dpk_aux_entry *a = &w->aux[w->count];
+		memset(a, 0, sizeof(*a));
+		a->offset = w->pos;
+		a->length = (uint32_t)alen;
+		a->xxh3 = XXH3_64bits(w->aux_buf, (size_t)alen);
+		if ((uint32_t)alen > w->aux_max)
+			w->aux_max = (uint32_t)alen;
+		ret = wappend(w, w->aux_buf, (uint64_t)alen);
+	}
 	if (ret < 0) {
 		w->failed = 1;
 		return ret;
@@ -349,7 +446,8 @@ int dpk_writer_finish(struct dpk_writer *w)
 	}
 	memset(&h, 0, sizeof(h));
 	memcpy(h.magic, DPK_MAGIC, 8);
-	h.version = DPK_VERSION;
+	h.version = w->features ? 2 : 1;  /* a file without features stays readable everywhere */
+	h.features = w->features;
 	h.header_size = DPK_HEADER_SIZE;
 	h.entry_size = sizeof(struct dpk_entry);
 	h.count = w->count;
@@ -369,6 +467,22 @@ int dpk_writer_finish(struct dpk_writer *w)
 		h.index_xxh3 = XXH3_64bits(w->index, mem);
 	}
 	h.file_size = h.index_offset + h.index_size;
+	uint64_t aux_entries = w->aux_fields ? w->count * sizeof(struct dpk_aux_entry) : 0;
+	if (w->aux_fields) {
+		XXH3_state_t *st = XXH3_createState();
+		if (!st)
+			return -ENOMEM;
+		XXH3_64bits_reset(st);
+		XXH3_64bits_update(st, w->aux_names, w->aux_names_size);
+		XXH3_64bits_update(st, w->aux, aux_entries);
+		h.aux_xxh3 = XXH3_64bits_digest(st);
+		XXH3_freeState(st);
+		h.aux_offset = h.file_size;
+		h.aux_size = w->aux_names_size + aux_entries;
+		h.aux_fields = w->aux_fields;
+		h.aux_max = w->aux_max ? w->aux_max : 4 * w->aux_fields;
+		h.file_size += h.aux_size;
+	}
 	h.kinds = w->kinds;
 	h.header_xxh3 = XXH3_64bits(&h, offsetof(struct dpk_header, header_xxh3));
 
@@ -384,6 +498,10 @@ int dpk_writer_finish(struct dpk_writer *w)
 	}
 	if (ret == 0)
 		ret = wappend(w, w->index, mem);
+	if (ret == 0 && w->aux_fields)
+		ret = wappend(w, w->aux_names, w->aux_names_size);
+	if (ret == 0 && w->aux_fields)
+		ret = wappend(w, w->aux, aux_entries);
 	if (ret == 0)
 		ret = wflush(w);
 	if (ret == 0) {
@@ -411,5 +529,8 @@ void dpk_writer_destroy(struct dpk_writer *w)
 		close(w->spill_fd);
 	XXH3_freeState(w->ixh);
 	free(w->classes);
+	free(w->aux_names);
+	free(w->aux);
+	free(w->aux_buf);
 	free(w);
 }

@@ -142,6 +142,8 @@ struct worker {
 	uint32_t pf_asked;         /* of pf_ids */
 	unsigned pf_half;
 	unsigned half;             /* the reader half the current records are in */
+	uint8_t *aux;              /* a record's aux blob, checked here before it is copied into
+				    * the slot (RING_AUX_STRIDE_MAX bytes, made at first use) */
 };
 
 /* ---- job open ---- */
@@ -637,6 +639,37 @@ static int job_shape(struct job *j, struct ring_desc *rd, char *why, size_t whyl
 		rd->layout = e0.ndim == 3 && e0.shape[2] <= 4 ? RING_LAYOUT_NHWC : RING_LAYOUT_RAW;
 	}
 	rd->sample_bytes = j->sample_bytes;
+	/* Aux fields: each sample's blob, checked, goes to its place in the slot's aux area, whose
+	 * stride is the dataset's largest blob (the header's aux_max, bounded by the format) */
+	if ((rd->aux_fields = dpk_aux_fields(j->d))) {
+		rd->aux_stride = (dpk_aux_max(j->d) + 7) & ~7u;
+		for (uint32_t k = 0; k < rd->aux_fields; k++)
+			snprintf(rd->aux_names[k], sizeof(rd->aux_names[k]), "%s",
+				 dpk_aux_name(j->d, k));
+	}
+	return 0;
+}
+
+/* Sample @id's aux blob (entry @e) read, checked and copied to entry @i of the slot's aux area:
+ * 0, or -EBADMSG (a bad blob: a bad sample) with @why, or -ENOMEM. Nothing to do without aux. */
+static int aux_fill(struct job *j, struct worker *w, struct ring_slot *slot, uint32_t i,
+		    uint64_t id, const struct dpk_entry *e, char *why, size_t whylen)
+{
+	uint32_t stride = (dpk_aux_max(j->d) + 7) & ~7u;
+
+	if (!slot->aux)
+		return 0;
+	if (!w->aux && !(w->aux = malloc(RING_AUX_STRIDE_MAX)))
+		return -ENOMEM;
+	ssize_t n = dpk_aux_read(j->d, id, e, w->aux, RING_AUX_STRIDE_MAX, why, whylen);
+	if (n < 0)
+		return n == -ENOMEM ? -ENOMEM : -EBADMSG;
+	if ((uint64_t)n > stride) {  /* the entry was checked against aux_max: cannot be */
+		snprintf(why, whylen, "aux fields of %zd bytes above the ring's %u", n, stride);
+		return -EBADMSG;
+	}
+	memcpy(slot->aux + (size_t)i * stride, w->aux, (size_t)n);
+	slot->aux_len[i] = (uint32_t)n;  /* shared memory: written, never read back */
 	return 0;
 }
 
@@ -774,6 +807,7 @@ static void worker_fini(void *ctx, void *p)
 	ldr_reader_destroy(w->rd);
 	cdc_decoder_destroy(w->dec);
 	free(w->sub);
+	free(w->aux);
 	free(w);
 }
 
@@ -835,7 +869,7 @@ static int decode_one(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 /* Replace the bad sample at position @pos with the next good one of the order; 0 with *id and
  * *label set. */
 static int substitute(struct job *j, struct worker *w, uint64_t epoch, uint64_t pos, uint64_t *id,
-		      int64_t *label, uint8_t *dst, struct srv_fill *f)
+		      int64_t *label, uint8_t *dst, struct srv_fill *f, uint32_t slot_i)
 {
 	char why[CTL_TEXT_MAX];
 
@@ -865,7 +899,8 @@ static int substitute(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 			n = dpk_read_entry(j->d, e, w->sub, w->sub_cap);
 			f->phase_ns[LDR_PHASE_IO] += clk_now_ns() - t0;
 		}
-		if (n >= 0 && decode_one(j, w, epoch, sid, e, w->sub, dst, why, sizeof(why)) == 0) {
+		if (n >= 0 && decode_one(j, w, epoch, sid, e, w->sub, dst, why, sizeof(why)) == 0 &&
+		    aux_fill(j, w, f->slot, slot_i, sid, e, why, sizeof(why)) == 0) {
 			*id = sid;
 			*label = e->label;
 			return 0;
@@ -957,7 +992,7 @@ static int replace_bad(struct job *j, struct worker *w, struct srv_fill *f, uint
 					(uint64_t)st->global_offset + i) % j->smp.n;
 	uint64_t sid;
 	int64_t label;
-	if (substitute(j, w, st->epoch, pos, &sid, &label, dst, f) < 0) {
+	if (substitute(j, w, st->epoch, pos, &sid, &label, dst, f, i) < 0) {
 		snprintf(f->why, sizeof(f->why), "sample %" PRIu64 ": %s, and no good substitute in "
 			 "the next %d", id, why, SUBSTITUTE_TRIES);
 		return -EBADMSG;
@@ -1053,9 +1088,14 @@ static int fill_task(struct worker *w, struct srv_fill *f)
 				;  /* the entry failed its check: why says how */
 			else if (ret < 0)
 				snprintf(why, sizeof(why), "read: %.100s", strerror(-ret));
-			else
+			else if ((ret = aux_fill(j, w, f->slot, i, st->ids[i], e, why,
+						 sizeof(why))) == -ENOMEM) {
+				snprintf(f->why, sizeof(f->why), "out of memory for aux fields");
+				return ret;
+			} else if (ret == 0) {
 				ret = decode_one(j, w, st->epoch, st->ids[i], e, w->bufs[q], dst, why,
 						 sizeof(why));
+			}
 			st->labels[i] = e->label;
 			if (ret < 0 && (ret = replace_bad(j, w, f, i, dst, why)) < 0)
 				return ret;

@@ -47,6 +47,9 @@ struct ldc {
 	int balance;            /* the job balances shares: a slot holds up to CTL_BALANCE_CAP */
 	double report;          /* ldc_report's latest, ns per sample; 0: none. Left in the slot
 				 * of every step released from then on (ring_cons_report) */
+	uint32_t *field_off;    /* the batch's aux offsets and lengths, checked copies (batch x
+				 * aux_fields each, made at open) */
+	uint32_t *field_len;
 	char err[CTL_TEXT_MAX + 128];
 };
 
@@ -690,6 +693,16 @@ int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 		return ret;
 	}
 	c->bell = fds[1];
+	free(c->field_off);
+	free(c->field_len);
+	c->field_off = c->field_len = NULL;
+	if (h->aux_fields) {
+		size_t nfo = (size_t)h->batch * h->aux_fields;
+		c->field_off = malloc(nfo * sizeof(uint32_t));
+		c->field_len = malloc(nfo * sizeof(uint32_t));
+		if (!c->field_off || !c->field_len)
+			return set_err(c, -ENOMEM, "no memory for %zu aux field offsets", nfo);
+	}
 	want.samples = ok.samples;
 	want.steps_per_epoch = ok.steps_per_epoch;
 	memcpy(want.dataset, ok.dataset_id, sizeof(want.dataset));
@@ -769,6 +782,55 @@ static int read_slot(struct ldc *c, const struct ring_slot *s, struct ring_slot_
 		       sh->count, h->batch, ULL(spe));
 }
 
+/* The aux lengths of a slot's @count samples, read once each from shared memory into c's private
+ * arrays and checked: a sample's blob inside its stride and at least its field lengths, each
+ * field at most RING_AUX_FIELD_MAX (the format's), the fields adding up to the blob. -EBADMSG
+ * naming the sample and field (the connection is done, as for a bad slot header). */
+#define RING_AUX_FIELD_MAX 65536u
+static int read_aux(struct ldc *c, const struct ring_hdr *h, const struct ring_slot *s,
+		    uint32_t count)
+{
+	uint32_t nf = h->aux_fields;
+
+	for (uint32_t j = 0; j < count; j++) {
+		uint32_t len = ((volatile const uint32_t *)s->aux_len)[j];
+		const volatile uint8_t *blob = s->aux + (size_t)j * h->aux_stride;
+		uint64_t at = 4ull * nf;
+		if (len > h->aux_stride || len < 4 * nf) {
+			c->gone = 1;
+			return set_err(c, -EBADMSG, "step %llu: loaderd sent a bad slot: aux_len[%u] %u "
+				       "outside %u..%u", (unsigned long long)s->step, j, len, 4 * nf,
+				       h->aux_stride);
+		}
+		for (uint32_t k = 0; k < nf; k++) {
+			uint32_t l = (uint32_t)blob[4 * k] | (uint32_t)blob[4 * k + 1] << 8 |
+				     (uint32_t)blob[4 * k + 2] << 16 | (uint32_t)blob[4 * k + 3] << 24;
+			if (l > RING_AUX_FIELD_MAX || l > len - at) {
+				c->gone = 1;
+				return set_err(c, -EBADMSG, "step %llu: loaderd sent a bad slot: sample "
+					       "%u's aux field %s of %u bytes runs past its %u", 
+					       (unsigned long long)s->step, j, ring_aux_name(c->ring, k),
+					       l, len);
+			}
+			c->field_off[(size_t)j * nf + k] = (uint32_t)((size_t)j * h->aux_stride + at);
+			c->field_len[(size_t)j * nf + k] = l;
+			at += l;
+		}
+		if (at != len) {
+			c->gone = 1;
+			return set_err(c, -EBADMSG, "step %llu: loaderd sent a bad slot: sample %u's aux "
+				       "fields add up to %llu of its %u bytes", (unsigned long long)s->step,
+				       j, (unsigned long long)at, len);
+		}
+	}
+	return 0;
+}
+
+const char *ldc_aux_name(const struct ldc *c, uint32_t k)
+{
+	return c->ring ? ring_aux_name(c->ring, k) : NULL;
+}
+
 int ldc_acquire(struct ldc *c, int timeout_ms, struct ldc_batch *b)
 {
 	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
@@ -821,6 +883,13 @@ int ldc_acquire(struct ldc *c, int timeout_ms, struct ldc_batch *b)
 	b->sample_bytes = h->sample_bytes;
 	b->global_count = sh.global_count;
 	b->global_offset = sh.global_offset;
+	b->aux_fields = h->aux_fields;
+	b->aux_stride = h->aux_stride;
+	b->aux = s.aux;
+	b->field_off = c->field_off;
+	b->field_len = c->field_len;
+	if (h->aux_fields && (ret = read_aux(c, h, &s, sh.count)) < 0)
+		return ret;
 	return 0;
 }
 
@@ -991,6 +1060,8 @@ void ldc_close(struct ldc *c)
 		close(c->bell);
 	if (c->fd >= 0)
 		close(c->fd);
+	free(c->field_off);
+	free(c->field_len);
 	free(c);
 }
 

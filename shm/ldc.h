@@ -94,6 +94,15 @@ struct ldc_batch {
 	 * this batch's place in them, [global_offset, global_offset + count). Weigh this rank's
 	 * gradient by count / global_count for the update of an even split (python loaderd.ddp). */
 	uint32_t global_count, global_offset;
+	/* Aux fields (a caption, metadata; docs/RING.md "Aux fields"), 0 when the dataset has none:
+	 * field k of sample j is field_len[j * aux_fields + k] bytes at aux +
+	 * field_off[j * aux_fields + k], in the shared ring (zero-copy, like data). The offsets and
+	 * lengths are this client's private copies, read once from the slot and checked (each
+	 * sample's inside its own aux_stride bytes, each field at most 65536, adding up). Names:
+	 * ldc_aux_name. */
+	uint32_t aux_fields, aux_stride;
+	const uint8_t *aux;
+	const uint32_t *field_off, *field_len;
 };
 
 /* The socket loaderd listens on when not told otherwise: $XDG_RUNTIME_DIR/loaderd.sock, else
@@ -166,6 +175,8 @@ int ldc_admin(const char *socket_path, uint32_t op, uint32_t flags, const char *
 
 /* Queries. */
 const char *ldc_error(const struct ldc *c);  /* the last failure, in words; "" if none */
+/* The open job's aux field @k's name, or NULL (none, or past the last). */
+const char *ldc_aux_name(const struct ldc *c, uint32_t k);
 void *ldc_ring_base(const struct ldc *c);   /* the whole mapping, e.g. for cudaHostRegister */
 size_t ldc_ring_size(const struct ldc *c);
 

@@ -43,6 +43,7 @@
 
 struct ring {
 	struct ring_hdr h;  /* private copy: the producer never reads the shared one back */
+	char aux_names[RING_AUX_FIELDS_MAX][RING_AUX_NAME_MAX + 1];  /* private, checked */
 	uint8_t *base;
 	size_t size;
 	int fd;
@@ -65,7 +66,18 @@ static int compute_layout(struct ring_hdr *h)
 	uint64_t flags_off = sizeof(struct ring_slot_hdr);
 	uint64_t labels_off = align_up(flags_off + h->batch, 8);
 	uint64_t ids_off = labels_off + 8ull * h->batch;
-	uint64_t payload_off = align_up(ids_off + 8ull * h->batch, RING_PAYLOAD_ALIGN);
+	uint64_t aux_off = 0, aux_end = ids_off + 8ull * h->batch;
+	if (h->aux_fields > RING_AUX_FIELDS_MAX || (!h->aux_fields && h->aux_stride) ||
+	    (h->aux_fields && (h->aux_stride < 4 * h->aux_fields || h->aux_stride % 8 ||
+			       h->aux_stride > RING_AUX_STRIDE_MAX)))
+		return -EINVAL;
+	if (h->aux_fields) {
+		aux_off = align_up(aux_end, 8);
+		aux_end = aux_off + align_up(4ull * h->batch, 8) + (uint64_t)h->aux_stride * h->batch;
+	}
+	uint64_t payload_off = align_up(aux_end, RING_PAYLOAD_ALIGN);
+	if (payload_off > UINT32_MAX)
+		return -E2BIG;
 	if (h->sample_bytes > (RING_SLOT_SIZE_MAX - payload_off) / h->batch)
 		return -E2BIG;
 	uint64_t slot_size = align_up(payload_off + h->sample_bytes * h->batch, 4096);
@@ -80,6 +92,7 @@ static int compute_layout(struct ring_hdr *h)
 	h->labels_off = (uint32_t)labels_off;
 	h->ids_off = (uint32_t)ids_off;
 	h->payload_off = (uint32_t)payload_off;
+	h->aux_off = (uint32_t)aux_off;
 	h->total_size = align_up(slots_offset + slot_size * h->slots, page);
 	return 0;
 }
@@ -166,6 +179,33 @@ fail:
 	return ret;
 }
 
+static int aux_name_ok(const char *s, size_t n)
+{
+	if (n < 1 || n > RING_AUX_NAME_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '_' || c == '.' || c == '-'))
+			return 0;
+	}
+	return 1;
+}
+
+/* The names' bytes in the header page: for each field, its length (u8) and its bytes. */
+static size_t aux_names_put(uint8_t *page, const char names[][RING_AUX_NAME_MAX + 1], uint32_t n)
+{
+	size_t at = RING_AUX_NAMES_AT;
+
+	for (uint32_t k = 0; k < n; k++) {
+		size_t l = strlen(names[k]);
+		page[at] = (uint8_t)l;
+		memcpy(page + at + 1, names[k], l);
+		at += 1 + l;
+	}
+	return at;
+}
+
 /* The header for @d with normal pages, validated. */
 static int header_from_desc(const struct ring_desc *d, struct ring_hdr *h)
 {
@@ -187,7 +227,12 @@ static int header_from_desc(const struct ring_desc *d, struct ring_hdr *h)
 	h->first_step = d->first_step;
 	h->steps_total = d->steps_total;
 	h->steps_per_epoch = d->steps_per_epoch;
+	h->aux_fields = d->aux_fields;
+	h->aux_stride = d->aux_stride;
 	ret = check_shape(h);
+	for (uint32_t k = 0; ret == 0 && k < d->aux_fields && k < RING_AUX_FIELDS_MAX; k++)
+		if (!aux_name_ok(d->aux_names[k], strnlen(d->aux_names[k], RING_AUX_NAME_MAX + 1)))
+			ret = -EINVAL;
 	if (ret == 0 && (d->world == 0 || d->rank >= d->world))
 		ret = -EINVAL;
 	if (ret == 0 && d->steps_total && d->first_step > d->steps_total)
@@ -224,6 +269,9 @@ int ring_create(const struct ring_desc *d, unsigned flags, struct ring **out)
 		goto fail;
 	/* The memfd reads as zeros: every state word starts as (lap 0, FREE). */
 	memcpy(r->base, &r->h, sizeof(r->h));
+	for (uint32_t k = 0; k < r->h.aux_fields; k++)
+		memcpy(r->aux_names[k], d->aux_names[k], RING_AUX_NAME_MAX + 1);
+	aux_names_put(r->base, d->aux_names, r->h.aux_fields);
 	*out = r;
 	return 0;
 fail:
@@ -258,12 +306,30 @@ int ring_attach(int fd, struct ring **out)
 	if (h.huge > 1 || check_shape(&h) < 0 || compute_layout(&want) < 0 ||
 	    memcmp(&want, &h, sizeof(h)) || h.total_size != (uint64_t)st.st_size ||
 	    h.world == 0 || h.rank >= h.world || (h.steps_total && h.first_step > h.steps_total) ||
-	    h.reserved0 || h.reserved[0] || h.reserved[1] || h.reserved[2] || h.reserved[3])
+	    h.reserved0 || h.reserved1 || h.reserved[0] || h.reserved[1])
 		return -EBADMSG;
+	/* the rest of the header page: the aux names, each checked, then zeros */
+	uint8_t page[RING_HEADER_SIZE];
+	char names[RING_AUX_FIELDS_MAX][RING_AUX_NAME_MAX + 1];
+	size_t at = RING_AUX_NAMES_AT;
+	if (pread(fd, page, sizeof(page), 0) != (ssize_t)sizeof(page))
+		return -EBADMSG;
+	memset(names, 0, sizeof(names));
+	for (uint32_t k = 0; k < h.aux_fields; k++) {
+		size_t l = page[at];
+		if (!aux_name_ok((const char *)page + at + 1, l))
+			return -EBADMSG;
+		memcpy(names[k], page + at + 1, l);
+		at += 1 + l;
+	}
+	for (size_t k = sizeof(h); k < sizeof(page); k++)
+		if ((k < RING_AUX_NAMES_AT || k >= at) && page[k])
+			return -EBADMSG;
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
 	r->h = h;
+	memcpy(r->aux_names, names, sizeof(names));
 	r->fd = fd;
 	ret = map_fd(r, h.total_size, 1);
 	if (ret < 0) {
@@ -405,6 +471,13 @@ static void slot_view(const struct ring *r, uint64_t step, struct ring_slot *out
 	out->labels = (int64_t *)(void *)(s + r->h.labels_off);
 	out->ids = (uint64_t *)(void *)(s + r->h.ids_off);
 	out->payload = s + r->h.payload_off;
+	out->aux_len = r->h.aux_fields ? (uint32_t *)(void *)(s + r->h.aux_off) : NULL;
+	out->aux = r->h.aux_fields ? s + r->h.aux_off + align_up(4ull * r->h.batch, 8) : NULL;
+}
+
+const char *ring_aux_name(const struct ring *r, uint32_t k)
+{
+	return k < r->h.aux_fields ? r->aux_names[k] : NULL;
 }
 
 int ring_prod_begin(struct ring *r, uint64_t step, struct ring_slot *out)

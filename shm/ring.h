@@ -28,6 +28,12 @@ extern "C" {
 #define RING_TOTAL_SIZE_MAX (1ull << 37)   /* 128 GiB per ring */
 #define RING_PAYLOAD_ALIGN 4096u           /* payload start in a slot: GPU DMA friendly */
 #define RING_LAP_MASK 0x3fffffffu
+/* Aux fields (a caption, metadata: docs/RING.md "Aux fields"): per sample a blob of at most
+ * aux_stride bytes, laid out as on disk (u32 length of each field, then the bytes). */
+#define RING_AUX_FIELDS_MAX 8u
+#define RING_AUX_NAME_MAX 64u
+#define RING_AUX_STRIDE_MAX 262144u        /* = DPK_AUX_RECORD_MAX */
+#define RING_AUX_NAMES_AT 512u             /* the names in the header page: u8 length, bytes */
 
 enum ring_state { RING_FREE = 0, RING_FILLING = 1, RING_READY = 2, RING_HELD = 3 };
 enum ring_dtype { RING_DTYPE_U8 = 1 };
@@ -70,9 +76,15 @@ struct ring_hdr {
 	uint64_t first_step;      /* the ring's step 0: slot of step s is (s - first_step) % slots */
 	uint64_t steps_total;     /* steps in the job (all epochs); 0 = unbounded */
 	uint64_t steps_per_epoch; /* 0 = unknown */
-	uint64_t reserved[4];
+	uint32_t aux_off;         /* u32 aux_len[batch], then batch x aux_stride bytes at
+				   * aux_off + align8(4 x batch): sample j's blob at j x aux_stride */
+	uint32_t aux_fields;      /* 0..RING_AUX_FIELDS_MAX; 0: no aux area (aux_off 0) */
+	uint32_t aux_stride;      /* bytes a sample's blob may take, a multiple of 8, <= STRIDE_MAX */
+	uint32_t reserved1;
+	uint64_t reserved[2];
 };
 _Static_assert(sizeof(struct ring_hdr) == 176, "ring_hdr is shared memory");
+_Static_assert(offsetof(struct ring_hdr, aux_off) == 144, "ring_hdr is shared memory");
 _Static_assert(offsetof(struct ring_hdr, slot_size) == 40, "ring_hdr is shared memory");
 _Static_assert(offsetof(struct ring_hdr, flags_off) == 84, "ring_hdr is shared memory");
 _Static_assert(offsetof(struct ring_hdr, job_id) == 112, "ring_hdr is shared memory");
@@ -112,6 +124,8 @@ struct ring_desc {
 	uint8_t ndim, dtype, layout;
 	uint32_t rank, world;
 	uint64_t job_id, first_step, steps_total, steps_per_epoch;
+	uint32_t aux_fields, aux_stride;   /* 0, 0: no aux area */
+	char aux_names[RING_AUX_FIELDS_MAX][RING_AUX_NAME_MAX + 1];
 };
 
 /* A view of one slot, valid while the caller owns it. */
@@ -123,6 +137,8 @@ struct ring_slot {
 	int64_t *labels;
 	uint64_t *ids;
 	void *payload;                /* batch * sample_bytes, 4 KiB aligned */
+	uint32_t *aux_len;            /* batch entries, or NULL (no aux area) */
+	uint8_t *aux;                 /* batch x aux_stride bytes, or NULL */
 };
 
 struct ring;
@@ -188,6 +204,8 @@ int ring_cons_release(struct ring *r, uint64_t step);
 /* Queries. */
 const struct ring_hdr *ring_header(const struct ring *r);  /* the private copy, validated */
 int ring_fd(const struct ring *r);
+/* Aux field @k's name (checked at attach: 1..64 bytes of [A-Za-z0-9_.-]), or NULL past the last. */
+const char *ring_aux_name(const struct ring *r, uint32_t k);
 void *ring_base(const struct ring *r);      /* the mapping, ring_header()->total_size bytes */
 /* The state word of @step's slot as (lap, state), for stats and tests. */
 uint32_t ring_word(const struct ring *r, uint64_t step);

@@ -3,7 +3,10 @@
  * (and a JPEG one probed) without touching memory outside its buffers. A mapped open
  * (DPK_OPEN_MAP, and DPK_OPEN_READ_INDEX the same way) checks each entry at load: every entry it passes lies inside the file, and where
  * the whole-index check passes the file, the mapped loads pass every entry and give the same
- * bytes. Decoding a record is the daemon's (codec/decode.c), not the reader's. */
+ * bytes. Decoding a record is the daemon's (codec/decode.c), not the reader's. Aux fields
+ * (version 2): every blob dpk_aux_read passes, copied or mapped, is at most aux_max, lies in
+ * the buffer, and splits into fields that add up (dpk_aux_field); where the whole open passed,
+ * the mapped read gives the same bytes. */
 #include "formats/dpk.h"
 #include "codec/jpeg_probe.h"
 
@@ -14,6 +17,34 @@
 #include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static uint8_t aux_a[DPK_AUX_RECORD_MAX], aux_b[DPK_AUX_RECORD_MAX];
+
+/* Sample @i's aux blob from @d into @buf: its length (checked as above), or < 0. */
+static ssize_t aux_checked(const struct dpk *d, uint64_t i, const struct dpk_entry *e,
+			   uint8_t *buf)
+{
+	char err[256];
+	ssize_t n = dpk_aux_read(d, i, e, buf, DPK_AUX_RECORD_MAX, err, sizeof(err));
+
+	if (n > 0) {
+		uint32_t nf = dpk_aux_fields(d);
+		uint64_t sum = 4ull * nf;
+		if (!nf || (uint64_t)n > dpk_aux_max(d))
+			abort();
+		for (uint32_t k = 0; k < nf; k++) {
+			const uint8_t *p;
+			uint32_t l;
+			if (dpk_aux_field(buf, (size_t)n, nf, k, &p, &l) != 0 || p < buf ||
+			    p + l > buf + n || l > DPK_AUX_FIELD_MAX || !dpk_aux_name(d, k))
+				abort();
+			sum += l;
+		}
+		if (sum != (uint64_t)n)
+			abort();
+	}
+	return n;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -44,6 +75,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				if (whole == 0 &&
 				    (ret != 0 || memcmp(&e, dpk_entry_get(d, i), sizeof(e))))
 					abort();
+				if (ret == 0 && i < 64) {
+					ssize_t n = aux_checked(m, i, &e, aux_b);
+					if (whole == 0 && n > 0) {
+						ssize_t w = aux_checked(d, i, &e, aux_a);
+						if (w != n || memcmp(aux_a, aux_b, (size_t)n))
+							abort();
+					}
+				}
 			}
 			dpk_close(m);
 		} else if (whole == 0) {

@@ -1,16 +1,19 @@
 /* fuzz_inputs.c - libFuzzer target for the input-format readers that parse untrusted shards:
- * every input goes through tarx (to the end of the archive) and npy (header, then a few
- * element reads when it is a 1-D integer array). Both read through an fd, so the input is put
+ * every input goes through tarx (to the end of the archive), npy (header, then a few
+ * element reads when it is a 1-D integer array) and jsonf (a WebDataset sample's .json, for
+ * dpack --field NAME=json:KEY: a value found is never longer than the input). Both read through an fd, so the input is put
  * in a memfd. Besides crashes and sanitizer reports, the readers' promises are checked:
  * members lie inside the archive, npy data ends exactly at the end of the file. */
 #include <assert.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "formats/jsonf.h"
 #include "formats/npy.h"
 #include "formats/tarx.h"
 
@@ -104,5 +107,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	run_tarx(fd, size);
 	run_npy(fd, size);
 	close(fd);
+	uint8_t *v = NULL;
+	uint32_t n;
+	if (jsonf_get(data, size, "caption", &v, &n) == 1 && n > size)
+		abort();
+	free(v);
 	return 0;
 }

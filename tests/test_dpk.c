@@ -855,13 +855,13 @@ static void test_dpk_version_is_eproto(void **state)
 	(void)state;
 	write_dataset(3);
 	struct dpk_header h = read_header();
-	h.version = 2;
+	h.version = 3;
 	h.header_xxh3 = XXH3_64bits(&h, offsetof(struct dpk_header, header_xxh3));
 	int fd = open(path, O_RDWR);
 	assert_int_equal(pwrite(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
 	close(fd);
 	assert_int_equal(open_err(0, err, sizeof(err)), -EPROTO);
-	assert_non_null(strstr(err, "version 2"));
+	assert_non_null(strstr(err, "version 3"));
 }
 
 static void test_dpk_count_overflow_rejected(void **state)

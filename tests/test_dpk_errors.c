@@ -129,8 +129,9 @@ static void e_classes_size_short(struct image *im)
 }
 static void e_kinds_unknown(struct image *im) { im->h->kinds |= 1u << (DPK_KIND_MAX + 1); }
 static void e_kinds_bit0(struct image *im) { im->h->kinds |= 1u; }
-static void e_reserved0(struct image *im) { im->h->reserved0 = 1; }
-static void e_reserved3(struct image *im) { im->h->reserved[3] = 1; }
+/* version 1: the bytes version 2 gives to features and the aux section are reserved */
+static void e_reserved0(struct image *im) { im->h->features = 1; }
+static void e_reserved3(struct image *im) { im->h->aux_max = 1; }
 static void e_kinds_mismatch(struct image *im) { im->h->kinds |= 1u << DPK_KIND_JPEG; }
 static void e_version(struct image *im) { im->h->version = DPK_VERSION + 1; }
 
@@ -201,7 +202,7 @@ static const struct row {
 	{ "reserved[3]", e_reserved3, -EBADMSG, "reserved fields are not zero" },
 	{ "kinds: one no record has", e_kinds_mismatch, -EBADMSG,
 	  "header kinds 0x6 but index has 0x4" },
-	{ "version", e_version, -EPROTO, "format version 2; this build reads version 1" },
+	{ "version", e_version, -EPROTO, "format version 3; this build reads versions 1 to 2" },
 	{ "class name runs past the table", e_class_len_past_table, -EBADMSG,
 	  "class 1: bad name length" },
 	{ "class name holds a NUL", e_class_len_nul, -EBADMSG, "class 1: bad name length 2" },

@@ -370,6 +370,82 @@ static void test_ldc_acquire_checks_the_slot_header(void **state)
 	}
 }
 
+/* ---- the aux area (docs/RING.md "Aux fields") ---- */
+
+/* Sample j's blob: 2 fields, "txt" of @l0 bytes and "json" of @l1, the blob @len bytes long. */
+static void put_blob(const struct fake *f, struct ring_slot *s, uint32_t j, uint32_t l0,
+		     uint32_t l1, uint32_t len)
+{
+	uint8_t *b = s->aux + (size_t)j * f->d.aux_stride;
+	memcpy(b, &l0, 4);
+	memcpy(b + 4, &l1, 4);
+	memset(b + 8, 'a' + (int)j, f->d.aux_stride - 8);
+	s->aux_len[j] = len;
+}
+
+struct aux_case {
+	const char *what;
+	uint32_t l0, l1, len;   /* sample 2's */
+	const char *needle;
+};
+
+#define STRIDE 65552u  /* 8 + 65536 + 8: a field at its bound fits */
+static const struct aux_case aux_cases[] = {
+	{ "empty fields", 0, 0, 8, NULL },
+	{ "a field at 65536", 65536, 0, 8 + 65536, NULL },
+	{ "blob = stride", 65536, 8, STRIDE, NULL },
+	{ "blob = stride + 1", 65536, 9, STRIDE + 1, "aux_len[2] 65553 outside 8..65552" },
+	{ "blob under the lengths", 0, 0, 7, "aux_len[2] 7 outside" },
+	{ "a field at 65537", 65537, 0, 8 + 65537, "aux field txt of 65537 bytes" },
+	{ "a field past the blob", 5, 0, 12, "aux field txt of 5 bytes runs past its 12" },
+	{ "fields short of the blob", 3, 0, 12, "add up to 11 of its 12 bytes" },
+	{ "lengths that wrap", UINT32_MAX, 2, 9, "aux field txt of 4294967295" },
+};
+
+static void test_ldc_acquire_checks_the_aux_area(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(aux_cases) / sizeof(aux_cases[0]); i++) {
+		const struct aux_case *k = &aux_cases[i];
+		struct fake f;
+		struct ring_slot s;
+		struct ldc_batch b;
+
+		fake_init(&f);
+		f.d.aux_fields = 2;
+		f.d.aux_stride = STRIDE;
+		strcpy(f.d.aux_names[0], "txt");
+		strcpy(f.d.aux_names[1], "json");
+		assert_int_equal(fake_open(&f), 0);
+		assert_string_equal(ldc_aux_name(f.c, 1), "json");
+		assert_null(ldc_aux_name(f.c, 2));
+		assert_int_equal(ring_prod_begin(f.ring, FIRST, &s), 0);
+		s.hdr->epoch = FIRST / SPE;
+		s.hdr->step_in_epoch = FIRST % SPE;
+		split_even(&s, BATCH);
+		for (uint32_t j = 0; j < BATCH; j++)
+			put_blob(&f, &s, j, j, 1, 9 + j);
+		ring_prod_publish(f.ring, &s, BATCH, 0);
+		put_blob(&f, &s, 2, k->l0, k->l1, k->len);  /* after the publish, as a hostile server */
+		expect(&f, k->what, ldc_acquire(f.c, 1000, &b), k->needle);
+		if (!k->needle) {
+			assert_int_equal(b.aux_fields, 2);
+			for (uint32_t j = 0; j < BATCH; j++) {
+				uint32_t l0 = j == 2 ? k->l0 : j, l1 = j == 2 ? k->l1 : 1;
+				assert_int_equal(b.field_len[2 * j], l0);
+				assert_int_equal(b.field_len[2 * j + 1], l1);
+				assert_int_equal(b.field_off[2 * j], j * STRIDE + 8);
+				assert_int_equal(b.field_off[2 * j + 1], j * STRIDE + 8 + l0);
+				if (l0)
+					assert_int_equal(b.aux[b.field_off[2 * j]], 'a' + j);
+			}
+		} else {
+			assert_int_equal(ldc_acquire(f.c, 0, &b), -EPIPE);
+		}
+		fake_close(&f);
+	}
+}
+
 /* ---- the stats reply ---- */
 
 enum stats_field { T_SLOTS, T_OCCUPANCY, T_RANKS, T_JOB_ID, T_RESERVED };
@@ -568,6 +644,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ldc_open_checks_every_field_of_the_reply),
 		cmocka_unit_test(test_ldc_acquire_checks_the_slot_header),
+		cmocka_unit_test(test_ldc_acquire_checks_the_aux_area),
 		cmocka_unit_test(test_ldc_stats_checks_the_reply),
 		cmocka_unit_test(test_ldc_split_weights_checks_the_reply),
 		cmocka_unit_test(test_ldc_detach_keeps_the_held_batch_until_close),

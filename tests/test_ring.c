@@ -684,6 +684,74 @@ static void test_ring_attach_dup_sees_same_header(void **state)
 	assert_int_equal(errno, EBADF);
 }
 
+/* Aux fields (docs/RING.md "Aux fields"): the area's place in a slot, the names in the header
+ * page; ring_create refuses a bad count, stride or name; ring_attach a name or a byte after the
+ * names edited in the memfd, and a stride off its bound. */
+static void test_ring_aux_area_and_names(void **state)
+{
+	struct ring_desc d = desc_make(2, 3, 4, 0, 100);
+	struct ring_slot s;
+	uint64_t plain, with;
+	int fd;
+
+	(void)state;
+	assert_int_equal(ring_size(&d, &plain), 0);
+	d.aux_fields = 2;
+	d.aux_stride = 16;
+	strcpy(d.aux_names[0], "txt");
+	strcpy(d.aux_names[1], "j.s-o_N");
+	assert_int_equal(ring_size(&d, &with), 0);
+	assert_true(with >= plain);
+	pair_open(&d);
+	const struct ring_hdr *h = ring_header(g_cons);
+	assert_int_equal(h->aux_fields, 2);
+	assert_int_equal(h->aux_stride, 16);
+	assert_int_equal(h->aux_off, 64 + 8 + 3 * 8 + 3 * 8);   /* after ids, 8-aligned */
+	assert_true(h->payload_off >= h->aux_off + 16 + 3 * 16);
+	assert_string_equal(ring_aux_name(g_cons, 1), "j.s-o_N");
+	assert_null(ring_aux_name(g_cons, 2));
+	assert_int_equal(ring_prod_begin(g_prod, 0, &s), 0);
+	assert_ptr_equal(s.aux, (uint8_t *)s.aux_len + 16);       /* align8(4 x 3) */
+	assert_ptr_equal(s.aux + 3 * 16, (uint8_t *)s.aux + 48);
+	assert_true((uint8_t *)s.payload >= s.aux + 48);
+	/* edits of the header page: a name's byte, its length, a byte after the names */
+	uint8_t *page = ring_base(g_prod);
+	page[RING_AUX_NAMES_AT + 1] = ' ';
+	fd = dup(ring_fd(g_prod));
+	assert_int_equal(attach_and_drop(fd), -EBADMSG);
+	page[RING_AUX_NAMES_AT + 1] = 't';
+	page[RING_AUX_NAMES_AT] = 0;
+	fd = dup(ring_fd(g_prod));
+	assert_int_equal(attach_and_drop(fd), -EBADMSG);
+	page[RING_AUX_NAMES_AT] = 3;
+	page[RING_AUX_NAMES_AT + 4 + 8] = 1;  /* past "txt" and "j.s-o_N" */
+	fd = dup(ring_fd(g_prod));
+	assert_int_equal(attach_and_drop(fd), -EBADMSG);
+	page[RING_AUX_NAMES_AT + 4 + 8] = 0;
+	fd = dup(ring_fd(g_prod));
+	assert_int_equal(attach_and_drop(fd), 0);
+	/* descs refused: 9 fields, a stride under 4 x fields, not a multiple of 8, past the bound,
+	 * a stride without fields, a name with a space or empty */
+	struct ring *r;
+	struct ring_desc b = d;
+	b.aux_fields = RING_AUX_FIELDS_MAX + 1;
+	assert_int_equal(ring_create(&b, RING_CREATE_NO_HUGE, &r), -EINVAL);
+	b = d, b.aux_stride = 0;
+	assert_int_equal(ring_create(&b, RING_CREATE_NO_HUGE, &r), -EINVAL);
+	b = d, b.aux_stride = 12;
+	assert_int_equal(ring_create(&b, RING_CREATE_NO_HUGE, &r), -EINVAL);
+	b = d, b.aux_stride = RING_AUX_STRIDE_MAX + 8;
+	assert_int_equal(ring_create(&b, RING_CREATE_NO_HUGE, &r), -EINVAL);
+	b = d, b.aux_stride = RING_AUX_STRIDE_MAX;  /* at the bound */
+	assert_int_equal(ring_size(&b, &with), 0);
+	b = d, b.aux_fields = 0;
+	assert_int_equal(ring_create(&b, RING_CREATE_NO_HUGE, &r), -EINVAL);
+	b = d, strcpy(b.aux_names[1], "a b");
+	assert_int_equal(ring_create(&b, RING_CREATE_NO_HUGE, &r), -EINVAL);
+	b = d, b.aux_names[0][0] = '\0';
+	assert_int_equal(ring_create(&b, RING_CREATE_NO_HUGE, &r), -EINVAL);
+}
+
 /* Descs that must be refused with -EINVAL by ring_create and ring_size, before any memfd. */
 static const char *bad_desc(struct ring_desc *d, int k)
 {
@@ -2335,6 +2403,7 @@ int main(void)
 		T(test_ring_create_huge_layout_with_fake_hugetlb),
 		T(test_ring_create_huge_failure_falls_back),
 		T(test_ring_create_errors_propagate_without_leaks),
+		T(test_ring_aux_area_and_names),
 		T(test_ring_attach_dup_sees_same_header),
 		T(test_ring_create_invalid_desc_einval),
 		T(test_ring_create_valid_edge_descs),

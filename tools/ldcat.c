@@ -3,6 +3,7 @@
  * ring's, so what is printed is exactly what a trainer of that rank would have been given. */
 #include "common/args.h"
 #include "common/clk.h"
+#include "common/fieldesc.h"
 #include "common/log.h"
 #include "shm/ldc.h"
 
@@ -32,6 +33,9 @@ static void usage(FILE *f)
 "with the same options but --rank.\n"
 "\n"
 "options:\n"
+"  --fields             after FLAGS, each aux field of the sample (a caption, metadata:\n"
+"                       dpack pack --field) as NAME=BYTES, printable ASCII as it is but for\n"
+"                       backslash, '=' and space, any other byte as \\xNN\n"
 "  --socket PATH        loaderd's socket (default: $XDG_RUNTIME_DIR/loaderd.sock, else\n"
 "                       /tmp/loaderd-UID.sock, as loaderd)\n"
 "  --dataset D.dpk      packed dataset (or a set's manifest: docs/FORMAT.md), as loaderd sees\n"
@@ -88,7 +92,7 @@ static int pick(const char *s, const char *const *names, uint32_t *out)
 enum { O_SOCKET = 256, O_DATASET, O_JOB, O_RANK, O_WORLD, O_BATCH, O_CROP, O_TF, O_FLIP,
        O_NCHW, O_SEED, O_EPOCHS, O_START, O_SAMPLING, O_TAIL, O_BAD, O_SLOTS, O_STEPS,
        O_TIMEOUT, O_SHARE, O_OWNER, O_RATE, O_WEIGHT, O_JSON, O_SECONDS, O_BALANCE,
-       O_REPORT };
+       O_REPORT, O_FIELDS };
 static const struct option long_opts[] = {
 	{ "socket", required_argument, NULL, O_SOCKET },
 	{ "dataset", required_argument, NULL, O_DATASET },
@@ -117,6 +121,7 @@ static const struct option long_opts[] = {
 	{ "seconds", required_argument, NULL, O_SECONDS },
 	{ "balance", no_argument, NULL, O_BALANCE },
 	{ "report-ns", required_argument, NULL, O_REPORT },
+	{ "fields", no_argument, NULL, O_FIELDS },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -138,6 +143,7 @@ struct args {
 	double seconds;                                       /* stop after this long; 0: no limit */
 	int json;                                             /* summary as JSON */
 	double report_ns;                                     /* --report-ns, 0: none */
+	int fields;                                           /* --fields */
 };
 
 /* Fill *a from the defaults and the command line. Returns -1 to go on, or the exit status to end
@@ -205,6 +211,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 			job->weight = (uint32_t)v;
 			break;
 		case O_JSON: a->json = 1; break;
+		case O_FIELDS: a->fields = 1; break;
 		case O_SECONDS: bad = arg_double(optarg, 0.001, 1e9, &a->seconds); break;
 		case O_BALANCE: job->balance = 1; break;
 		case O_REPORT:
@@ -303,6 +310,14 @@ static size_t put_line(char *p, uint64_t step, uint64_t id, int64_t label, unsig
 	return n;
 }
 
+/* " NAME=BYTES" for each aux field of sample @j of @b, escaped (see --fields). */
+static void put_fields(struct ldc *cl, const struct ldc_batch *b, uint32_t j)
+{
+	for (uint32_t k = 0; k < b->aux_fields; k++)
+		fieldesc_put(stdout, ldc_aux_name(cl, k), b->aux + b->field_off[j * b->aux_fields + k],
+			     b->field_len[j * b->aux_fields + k]);
+}
+
 static int print_batches(struct ldc *cl, const struct args *a)
 {
 	static char obuf[1 << 16];
@@ -344,6 +359,12 @@ static int print_batches(struct ldc *cl, const struct args *a)
 				len = 0;
 			}
 			len += put_line(lines + len, b.step, b.ids[i], b.labels[i], fl);
+			if (a->fields && b.aux_fields) {  /* the line's newline after the fields */
+				fwrite(lines, 1, len - 1, stdout);
+				len = 0;
+				put_fields(cl, &b, i);
+				putchar('\n');
+			}
 			substituted += !!(fl & RING_SAMPLE_SUBSTITUTED);
 			padding += !!(fl & (RING_SAMPLE_PADDING | RING_SAMPLE_REPEATED));
 		}

@@ -4,6 +4,7 @@
 #include "trainer/data.h"
 
 #include "common/clk.h"
+#include "common/fieldesc.h"
 #include "common/log.h"
 #include "formats/dpk.h"
 #include "trainer/fatal.h"
@@ -21,9 +22,10 @@
 #define REPORTS_BACK (CTL_SPLIT_EVERY + TRN_PREFETCH_MAX + 2)
 #define WEIGHTS_MAX 65536   /* host weight staging per buffer: --batch is at most this */
 
-/* Classes as the model needs them: the class table, else (WebDataset, npy) the largest label + 1;
- * at least 2. */
-static int dataset_classes(const char *path)
+/* Classes as the model needs them: @want (--classes), else the class table, else (WebDataset,
+ * npy) the largest label + 1; at least 2. A dataset without labels (image-text pairs) is refused:
+ * the models here are classifiers. */
+static int dataset_classes(const char *path, int want)
 {
 	struct dpk *dp;
 	char err[512];
@@ -31,8 +33,11 @@ static int dataset_classes(const char *path)
 
 	if (dpk_open(path, DPK_OPEN_NO_INDEX_CHECK, &dp, err, sizeof(err)) < 0)
 		trn_die("dataset %s: %s", path, err);
-	classes = (int)dpk_class_count(dp);
-	if (classes < 2) {
+	if (!dpk_has_labels(dp))
+		trn_die("dataset %s has no labels (dpack pack --no-labels): the trainer's models are "
+			"classifiers", path);
+	classes = want ? want : (int)dpk_class_count(dp);
+	if (classes < 2 && !want) {
 		int64_t mx = 0;
 		struct dpk_entry e;  /* loaded: a set of shards has no whole index (formats/dpk.h) */
 		for (uint64_t i = 0; i < dpk_count(dp); i++)
@@ -151,8 +156,10 @@ void trn_data_open(struct trn_data *d, const struct trn_opts *o, struct trn_dev 
 	*d = (struct trn_data){ .dev = dev, .depth = o->prefetch + 1, .synthetic = o->synthetic,
 				.batch = o->balance ? (int)CTL_BALANCE_CAP((uint32_t)o->batch) : o->batch,
 				.balance = o->balance, .classes = o->classes };
-	if (!d->classes)
-		d->classes = o->dataset ? dataset_classes(o->dataset) : 10;
+	if (o->dataset)
+		d->classes = dataset_classes(o->dataset, d->classes);
+	else if (!d->classes)
+		d->classes = 10;
 	/* --steps counts optimizer steps: each is accum micro-steps; --epochs counts ring steps. */
 	d->micro_total = (uint64_t)o->steps * (uint64_t)o->accum;
 	if (o->synthetic) {
@@ -202,9 +209,16 @@ static int issue_next(struct trn_data *d, uint64_t *wait_ns, uint64_t *copy_ns)
 		trn_die("loaderd: %s", ldc_error(d->c));
 	f->held = 1;
 	f->count = (int)f->b.count;
-	for (uint32_t i = 0; d->slog && i < f->b.count; i++)
-		fprintf(d->slog, "%" PRIu64 " %" PRIu64 " %" PRId64 " %u\n", f->b.step, f->b.ids[i],
-			f->b.labels[i], (unsigned)f->b.sample_flags[i]);
+	for (uint32_t i = 0; d->slog && i < f->b.count; i++) {
+		const struct ldc_batch *b = &f->b;
+		fprintf(d->slog, "%" PRIu64 " %" PRIu64 " %" PRId64 " %u", b->step, b->ids[i],
+			b->labels[i], (unsigned)b->sample_flags[i]);
+		for (uint32_t a = 0; a < b->aux_fields; a++)  /* a caption, metadata: as ldcat */
+			fieldesc_put(d->slog, ldc_aux_name(d->c, a),
+				     b->aux + b->field_off[i * b->aux_fields + a],
+				     b->field_len[i * b->aux_fields + a]);
+		putc('\n', d->slog);
+	}
 	f->ev = k + 1;  /* event 0 belongs to the DDP core */
 	f->valid = 0;
 	f->step = f->b.step;

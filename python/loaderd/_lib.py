@@ -129,7 +129,11 @@ class ring_hdr(ctypes.Structure):
         ("first_step", c_u64),
         ("steps_total", c_u64),
         ("steps_per_epoch", c_u64),
-        ("reserved", c_u64 * 4),
+        ("aux_off", c_u32),
+        ("aux_fields", c_u32),
+        ("aux_stride", c_u32),
+        ("reserved1", c_u32),
+        ("reserved", c_u64 * 2),
     ]
 
 
@@ -174,6 +178,11 @@ class ldc_batch(ctypes.Structure):
         ("sample_bytes", c_u64),
         ("global_count", c_u32),
         ("global_offset", c_u32),
+        ("aux_fields", c_u32),
+        ("aux_stride", c_u32),
+        ("aux", ctypes.c_void_p),
+        ("field_off", ctypes.POINTER(c_u32)),
+        ("field_len", ctypes.POINTER(c_u32)),
     ]
 
 
@@ -211,11 +220,13 @@ ABI = {
                     "token_len": 112, "share_group": 120, "owner": 128, "balance": 136}),
     ldc_info: (64, {"samples": 32, "ring": 40, "dataset_id": 48}),
     ldc_token: (TOKEN_SIZE, {"dataset": 32, "world": 64, "check": 96}),
-    ldc_batch: (80, {"count": 24, "flags": 28, "sample_flags": 32, "labels": 40, "ids": 48,
-                     "data": 56, "sample_bytes": 64, "global_count": 72, "global_offset": 76}),
+    ldc_batch: (112, {"count": 24, "flags": 28, "sample_flags": 32, "labels": 40, "ids": 48,
+                      "data": 56, "sample_bytes": 64, "global_count": 72, "global_offset": 76,
+                      "aux_fields": 80, "aux": 88, "field_off": 96, "field_len": 104}),
     ring_hdr: (176, {"total_size": 16, "slot_size": 40, "sample_bytes": 56, "shape": 64,
                      "ndim": 80, "flags_off": 84, "payload_off": 96, "job_id": 112,
-                     "first_step": 120, "steps_per_epoch": 136}),
+                     "first_step": 120, "steps_per_epoch": 136, "aux_off": 144,
+                     "aux_stride": 152}),
     ring_slot_hdr: (64, {"count": 24, "fill_ns": 32, "latency_ns": 40, "global_count": 48,
                          "global_offset": 52, "cons_report": 56}),
     ctl_stats: (112, {"phase_ns": 48, "attaches": 64, "occupancy": 76, "workers": 80,
@@ -279,6 +290,7 @@ def _declare(lib):
         "ldc_detach": (V, [P]),
         "ldc_close": (V, [P]),
         "ldc_error": (ctypes.c_char_p, [P]),
+        "ldc_aux_name": (ctypes.c_char_p, [P, ctypes.c_uint32]),
         "ldc_ring_base": (P, [P]),
         "ldc_ring_size": (S, [P]),
         "ldc_token": (I, [P, ctypes.c_uint64, P, S]),

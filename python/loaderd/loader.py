@@ -64,7 +64,8 @@ class Batch:
     (``copy()`` makes an owned copy). Unpacks as ``images, labels``."""
 
     __slots__ = ("images", "labels", "ids", "flags", "step", "epoch", "step_in_epoch", "count",
-                 "last", "global_count", "global_offset", "_weights", "_torch")
+                 "last", "global_count", "global_offset", "_weights", "_torch", "fields",
+                 "tokens")
 
     def __init__(self, images, labels, ids, flags, step, epoch, step_in_epoch, count, last,
                  is_torch):
@@ -74,6 +75,8 @@ class Batch:
         # the global step's samples (all ranks) and this batch's place in them; with
         # balance=True count varies by rank, global_count does not (loaderd.ddp weighs by it)
         self.global_count, self.global_offset = count, 0
+        self.fields = None   # the aux fields asked for (fields=): {name: [value per sample]}
+        self.tokens = None   # what tokenize= made of them
         self._weights = None
         self._torch = is_torch
 
@@ -97,6 +100,7 @@ class Batch:
                   self.epoch, self.step_in_epoch, self.count, self.last, self._torch)
         b._weights = self._weights
         b.global_count, b.global_offset = self.global_count, self.global_offset
+        b.fields, b.tokens = self.fields, self.tokens   # Python objects of their own already
         return b
 
     def __iter__(self):
@@ -262,6 +266,16 @@ class Loader:
                     On the CPU the result is new memory and the slot goes back at once; with
                     device= on CUDA the uint8 batch is copied and converted there, on the
                     copy stream.
+      fields        aux fields of a dataset packed with them (dpack pack --field), delivered
+                    per sample in batch order beside the images: a name ("txt": the Loader
+                    yields (images, texts), a list) or a list of names (yields (images,
+                    {name: list})); each value a str when its bytes are UTF-8, else bytes
+                    (fields_bytes=True: always bytes). Batch.fields holds them with
+                    return_meta. None: not delivered (images, labels as usual).
+      tokenize      with fields=: a callable run on each batch's fields (the list, or the
+                    dict) on a background thread, one batch ahead of the training thread
+                    (which holds one more slot for it); the Loader yields (images, its result)
+                    and Batch.tokens. Its exceptions are raised where the batch is yielded.
       dtype         the images' type with normalize (float32, float16, bfloat16, float64, as
                     torch or numpy types or their names); alone, x / 255 in that type
                     (ToTensor). None: uint8 as stored.
@@ -273,7 +287,8 @@ class Loader:
                  weight=1, share_group=None, owner=None, balance=False, return_meta=False,
                  copy=False, output=None,
                  pin_memory=None, timeout=None,
-                 device=None, profile=None, normalize=None, dtype=None):
+                 device=None, profile=None, normalize=None, dtype=None, fields=None,
+                 fields_bytes=False, tokenize=None):
         self.socket = os.fspath(socket) if socket is not None else default_socket()
         self.dataset = os.path.abspath(os.fspath(dataset))
         if len(self.dataset.encode()) >= L.PATH_MAX:
@@ -318,6 +333,14 @@ class Loader:
         self.balance = bool(balance)
         self._t_yield = None          # perf_counter_ns when the last batch was handed out
         self.return_meta = bool(return_meta)
+        self.fields = fields
+        self._field_names = [fields] if isinstance(fields, str) else \
+            (list(fields) if fields is not None else None)
+        self.fields_bytes = bool(fields_bytes)
+        if tokenize is not None and (fields is None or not callable(tokenize)):
+            raise ValueError("tokenize= needs fields= and a callable")
+        self.tokenize = tokenize
+        self._tok_pool = None   # its thread, made at the first batch
         self.copy = bool(copy)
         self.timeout = timeout
 
@@ -388,6 +411,9 @@ class Loader:
             self._prof.finish(self if self._conn is not None else None)
         self._disconnect()
         self._closed = True
+        if getattr(self, "_tok_pool", None) is not None:
+            self._tok_pool.shutdown(wait=True)
+            self._tok_pool = None
 
     def open(self):
         """Attach now (otherwise the first iteration or len() does). Returns self."""
@@ -399,8 +425,8 @@ class Loader:
     @property
     def position(self):
         """(epoch, step_in_epoch) of the next batch this Loader will yield."""
-        if self._conn is not None:
-            return divmod(self._next, self._spe)
+        if self._conn is not None:   # a batch taken ahead for tokenize= is not consumed
+            return divmod(self._next - (self._ahead is not None), self._spe)
         return self._pos
 
     @property
@@ -520,6 +546,12 @@ class Loader:
         if self._steps_total:
             end = min(end, self._steps_total)
         prof = self._prof
+        while self.tokenize is not None and self._conn is not None and \
+                (self._next < end or self._ahead is not None):
+            out = self._take_tokenized(end)
+            if out is None:
+                return
+            yield out
         while self._conn is not None and self._next < end:
             if prof is None:
                 out = self._take()
@@ -572,6 +604,7 @@ class Loader:
         self._next = 0
         self._steps_total = 0
         self._held = collections.deque()   # [step, cuda event or None], oldest first
+        self._ahead = None          # tokenize=: (Batch, future) taken, not yet yielded
         self._views = {}
         self._ring_buf = None       # holds the connection: see _Conn
         self._ring_view = None
@@ -753,7 +786,7 @@ class Loader:
         conn = self._conn
         if conn is None:
             return
-        self._pos = divmod(self._next, self._spe)
+        self._pos = divmod(self._next - (self._ahead is not None), self._spe)
         self._conn = None
         self.last_batch = None
         self._reset_conn_state()
@@ -795,7 +828,7 @@ class Loader:
         if rc < 0:
             raise LoaderdError(-rc, self._conn.error())
 
-    def _retire(self):
+    def _retire(self, keep=0):
         """The batch yielded last is done with: release it, and those before it. With the ring
         pinned, a release waits for the GPU work queued so far on the current stream (it may
         still be copying from the slot: .to('cuda', non_blocking=True)); up to slots/2 batches
@@ -803,12 +836,14 @@ class Loader:
         held = self._held
         if not held:
             return
-        if self._track_cuda and held[-1][1] is None:
+        if len(held) <= keep:
+            return
+        if self._track_cuda and held[-1 - keep][1] is None:
             ev = self._torch.cuda.Event()
             ev.record()
-            held[-1][1] = ev
+            held[-1 - keep][1] = ev
         limit = max(1, self._hdr.slots // 2) if self._track_cuda else 0
-        while held:
+        while len(held) > keep:
             step, ev = held[0]
             if ev is not None and not ev.query():
                 if len(held) <= limit:
@@ -842,10 +877,37 @@ class Loader:
             v = self._views[data] = (images, labels, ids, flags)
         return v
 
-    def _take(self):
+    def _take_tokenized(self, end):
+        """tokenize=: the batch taken ahead (or one taken now), its tokens waited for; the next
+        batch of the epoch taken now and its fields handed to the tokenizer's thread, so that
+        they are tokenized while this one trains. The slot of the one ahead stays held."""
+        if self._tok_pool is None:
+            import concurrent.futures
+            self._tok_pool = concurrent.futures.ThreadPoolExecutor(1, "loaderd-tokenize")
+        ask = (lambda b: self._tok_pool.submit(
+            self.tokenize, b.fields[self.fields] if isinstance(self.fields, str) else b.fields))
+        if self._ahead is None:
+            b = self._take(meta=True)
+            if b is None:
+                return None
+            cur = (b, ask(b))
+        else:
+            cur, self._ahead = self._ahead, None
+            self._retire(keep=1)   # what was yielded before; not this one
+        if self._next < end:
+            nb = self._take(meta=True, retire=False)
+            if nb is not None:
+                self._ahead = (nb, ask(nb))
+        b, fut = cur
+        b.tokens = fut.result()
+        self.last_batch = b
+        return b if self.return_meta else (b.images, b.tokens)
+
+    def _take(self, meta=False, retire=True):
         if self.last_batch is not None:
             self.last_batch = None
-        self._retire()
+        if retire:
+            self._retire()
         b = L.ldc_batch()
         if self._prof is None:
             if not self._acquire(b):
@@ -865,15 +927,19 @@ class Loader:
         out = Batch(images[:n], labels[:n], ids[:n], flags[:n], b.step, b.epoch,
                     b.step_in_epoch, n, bool(b.flags & L.SLOT_LAST), self._torch is not None)
         out.global_count, out.global_offset = b.global_count, b.global_offset
+        if self._field_names is not None:
+            out.fields = self._fields_of(b)
         if self.device is not None and self.device.type != "cpu":
             self._to_device(out)
         elif self._norm is not None:
             # new memory for the images, copies of the rest: the slot goes back now
             g = out.global_count, out.global_offset
+            fl = out.fields
             out = Batch(self._normalized(out.images), *[x.clone() if self._torch else x.copy()
                         for x in (out.labels, out.ids, out.flags)], out.step, out.epoch,
                         out.step_in_epoch, out.count, out.last, self._torch)
             out.global_count, out.global_offset = g
+            out.fields = fl
             self._held.pop()
             self._release_step(b.step)
         elif self.copy:
@@ -882,7 +948,42 @@ class Loader:
             self._release_step(b.step)
         self.last_batch = out
         self._t_yield = time.perf_counter_ns()
-        return out if self.return_meta else (out.images, out.labels)
+        if self.return_meta or meta:
+            return out
+        if self._field_names is not None:
+            f = out.fields
+            return out.images, (f[self.fields] if isinstance(self.fields, str) else f)
+        return out.images, out.labels
+
+    def _fields_of(self, b):
+        """The batch's aux fields asked for, per sample in batch order: read from the slot (the
+        offsets and lengths are the C client's checked copies) into Python objects."""
+        lib, ptr = self._conn.lib, self._conn.ptr
+        nf = b.aux_fields
+        if not hasattr(self, "_aux_index"):
+            names = [lib.ldc_aux_name(ptr, k).decode() for k in range(nf)]
+            missing = [n for n in self._field_names if n not in names]
+            if missing:
+                raise LoaderdError(_errno.EINVAL, f"dataset {self.dataset} has no aux field "
+                                   f"{', '.join(missing)} (it has: {', '.join(names) or 'none'})")
+            self._aux_index = [names.index(n) for n in self._field_names]
+        base = b.aux - self._base
+        rv = self._ring_view
+        out = {}
+        for name, k in zip(self._field_names, self._aux_index):
+            vals = []
+            for j in range(b.count):
+                o, n = b.field_off[j * nf + k], b.field_len[j * nf + k]
+                v = rv[base + o:base + o + n]
+                v = v.numpy().tobytes() if self._torch is not None else v.tobytes()
+                if not self.fields_bytes:
+                    try:
+                        v = v.decode("utf-8")
+                    except UnicodeDecodeError:
+                        pass
+                vals.append(v)
+            out[name] = vals
+        return out
 
     def report_compute(self, seconds=None):
         """balance=True: tell loaderd how long this rank computed on the batch yielded last

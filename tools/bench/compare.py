@@ -200,7 +200,8 @@ def svg_chart(rows):
 # marker carry these headings).
 CONTENTS = """What a user asks, in order: [how fast against PyTorch's DataLoader, DALI and
 FFCV](#how-fast-against-pytorchs-dataloader-dali-and-ffcv) (on generated images, on photographs,
-on your own DataLoader script); [what a record kind costs](#what-a-record-kind-costs); [small
+on your own DataLoader script); [image-text pairs](#image-text-pairs) (against webdataset);
+[what a record kind costs](#what-a-record-kind-costs); [small
 records](#small-records); [huge datasets](#huge-datasets); [packing
 time](#packing-time-dpack-against-tar-and-cp); [ranks of different
 speeds](#ranks-of-different-speeds); [decode workers and

@@ -49,12 +49,36 @@ static void add_bad(struct verify *v, uint64_t id)
 	pthread_mutex_unlock(&v->lock);
 }
 
+#define BAD_AUX (1ull << 63)    /* a bad id's mark: its aux fields, not its record, are bad */
+
+/* Records [@a, @b)'s aux fields read and checked (dpk_aux_read): a bad one is added, marked. */
+static int verify_aux(struct verify *v, uint64_t a, uint64_t b, uint8_t *abuf)
+{
+	for (uint64_t i = a; i < b && abuf; i++) {
+		ssize_t r = dpk_aux_read(v->d, i, dpk_entry_get(v->d, i), abuf, DPK_AUX_RECORD_MAX,
+					 NULL, 0);
+		if (r == -EBADMSG) {
+			add_bad(v, i | BAD_AUX);
+		} else if (r < 0) {
+			pthread_mutex_lock(&v->lock);
+			v->io_err = (int)r;
+			pthread_mutex_unlock(&v->lock);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 static void *verify_worker(void *arg)
 {
 	struct verify *v = arg;
 	uint64_t n = dpk_count(v->d);
 	uint8_t *buf = NULL;
 	size_t cap = 0;
+	uint8_t *abuf = dpk_aux_fields(v->d) ? malloc(DPK_AUX_RECORD_MAX) : NULL;
+
+	if (dpk_aux_fields(v->d) && !abuf)
+		abort();
 
 	for (;;) {
 		pthread_mutex_lock(&v->lock);
@@ -89,6 +113,8 @@ static void *verify_worker(void *arg)
 				if (dpk_record_check(e, buf + (e->offset - ea->offset)) < 0)
 					add_bad(v, i);
 			}
+			if (verify_aux(v, a, b, abuf) < 0)
+				break;
 			continue;
 		}
 		for (uint64_t i = a; i < b; i++) {
@@ -110,8 +136,11 @@ static void *verify_worker(void *arg)
 				break;
 			}
 		}
+		if (verify_aux(v, a, b, abuf) < 0)
+			break;
 	}
 	free(buf);
+	free(abuf);
 	return NULL;
 }
 
@@ -192,6 +221,19 @@ int dpack_verify_main(int argc, char **argv)
 		if (v.nbad)
 			qsort(v.bad, v.nbad, sizeof(uint64_t), cmp_u64);
 		for (uint64_t i = 0; i < v.nbad; i++) {
+			if (v.bad[i] & BAD_AUX) {  /* read again for the reason, in words */
+				static uint8_t abuf[DPK_AUX_RECORD_MAX];
+				uint64_t id = v.bad[i] & ~BAD_AUX;
+				char why[256] = "";
+				dpk_aux_read(v.d, id, dpk_entry_get(v.d, id), abuf, sizeof(abuf), why,
+					     sizeof(why));
+				/* why names the sample in the shard: "sample N: reason" */
+				const char *r = strchr(why, ':');
+				printf("bad sample %llu: %s%s%s\n",
+				       (unsigned long long)(dpk_shard_first(d, k) + id), r ? r + 2 : why,
+				       sp ? " of shard " : "", sp ? sp : "");
+				continue;
+			}
 			const struct dpk_entry *e = dpk_entry_get(v.d, v.bad[i]);
 			printf("bad sample %llu: checksum mismatch (%s, %llu bytes at offset %llu%s%s)\n",
 			       (unsigned long long)(dpk_shard_first(d, k) + v.bad[i]),
@@ -335,6 +377,12 @@ static void print_json(const char *path, const struct dpk *d, const struct stats
 		}
 		printf("\n  ],\n");
 	}
+	printf("  \"labels_present\": %s,\n  \"aux_fields\": [", dpk_has_labels(d) ? "true" : "false");
+	for (uint32_t k = 0; k < dpk_aux_fields(d); k++) {
+		printf("%s", k ? ", " : "");
+		json_str(dpk_aux_name(d, k));
+	}
+	printf("],\n  \"aux_max\": %u,\n", dpk_aux_max(d));
 	printf("  \"classes\": [");
 	for (uint32_t c = 0; c < h->class_count; c++) {
 		printf("%s\n    {\"index\": %u, \"name\": ", c ? "," : "", c);
@@ -435,8 +483,17 @@ static void print_text(const char *path, const struct dpk *d, const struct stats
 	for (unsigned k = 1; k <= DPK_KIND_MAX; k++)
 		if (s->kinds[k])
 			printf(" %s %llu", dpk_kind_name(k), (unsigned long long)s->kinds[k]);
-	printf("\nlabels       %lld..%lld\n", n ? (long long)s->label_min : 0,
-	       n ? (long long)s->label_max : 0);
+	if (dpk_has_labels(d))
+		printf("\nlabels       %lld..%lld\n", n ? (long long)s->label_min : 0,
+		       n ? (long long)s->label_max : 0);
+	else
+		printf("\nlabels       none\n");
+	if (dpk_aux_fields(d)) {
+		printf("aux fields  ");
+		for (uint32_t k = 0; k < dpk_aux_fields(d); k++)
+			printf(" %s", dpk_aux_name(d, k));
+		printf(" (largest blob %u bytes)\n", dpk_aux_max(d));
+	}
 	printf("classes      %u\n", h->class_count);
 	for (uint32_t k = 0; k < h->class_count; k++) {
 		if (k == 20 && h->class_count > 24) {

@@ -18,6 +18,8 @@ struct dpk_record;
 struct dpack_out;
 int dpack_out_create(const char *path, uint64_t shard_size, unsigned flags, struct dpack_out **out);
 int dpack_out_set_classes(struct dpack_out *o, const char *const *names, uint32_t n);
+/* dpk_writer_set_aux for the file or every shard; @names must outlive @o. */
+int dpack_out_set_aux(struct dpack_out *o, const char *const *names, uint32_t n, int no_labels);
 /* @count records of @data bytes in all will come (dpk_writer_expect): one .dpk then writes its
  * index in place; a set's shards cannot know their share, so it is a no-op there. */
 int dpack_out_expect(struct dpack_out *o, uint64_t count, uint64_t data);

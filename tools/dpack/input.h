@@ -12,8 +12,24 @@
 
 #include "formats/dpk.h"
 
+/* Where one aux field of a sample is (tar: a member of the sample's shard). */
+struct dpack_fref {
+	uint64_t off;      /* member data offset */
+	uint64_t size;     /* member size; UINT64_MAX: the sample has no such member */
+};
+
+/* --field NAME=EXT[:KEY]: member KEY.EXT of a sample becomes aux field NAME (whole, or with :KEY
+ * the value of the JSON object's top-level KEY: a string unescaped to its UTF-8 bytes, any other
+ * value its text). */
+struct dpack_field_spec {
+	const char *name;
+	char ext[32];      /* with the dot, e.g. ".txt" */
+	const char *json_key;  /* NULL: the member whole */
+};
+
 struct dpack_item {
 	char *name;        /* path (folder) or member/key name (tar), for messages; owned */
+	struct dpack_fref *f;  /* nfields refs (tar with --field), or NULL; owned */
 	uint64_t offset;   /* tar: member data offset */
 	uint64_t size;     /* tar: member size */
 	int64_t label;
@@ -28,6 +44,11 @@ struct dpack_src {
 	const char *classes_file;   /* --classes FILE: class names, one a line (tar), or NULL */
 	const char *labels;         /* the LABELS operand, or NULL */
 	int strict;                 /* --strict: a bad sample stops the listing */
+	const struct dpack_field_spec *fields;  /* --field, nfields of them (tar only) */
+	uint32_t nfields;
+	int missing_empty;          /* --missing empty: a sample without a field's member keeps an
+				     * empty field (else it is skipped, with a warning) */
+	int no_labels;              /* --no-labels: samples need no label member; labels are -1 */
 	int fd;                     /* the source opened as one file (tar, npy), or -1; pack.c closes it */
 	struct dpack_item *items;   /* n items, or NULL (tensor formats); pack.c frees them */
 	uint64_t n;                 /* samples */

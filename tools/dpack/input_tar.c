@@ -93,6 +93,7 @@ struct wds_group {
 	uint64_t img_off, img_size;
 	int64_t label;
 	char *name;          /* a .txt label's class name (malloc), or NULL */
+	struct dpack_fref f[DPK_AUX_FIELDS_MAX];  /* --field members found */
 	char bad[160];
 };
 
@@ -117,6 +118,7 @@ struct shard_list {
 	struct tarx t;       /* big (name buffers): here, not on a thread's stack */
 	struct tarx_member m;
 	struct wds_group g;
+	const struct dpack_src *src;  /* --field, --missing, --no-labels */
 };
 
 static int wds_flush(struct shard_list *sl, struct wds_group *g)
@@ -125,8 +127,20 @@ static int wds_flush(struct shard_list *sl, struct wds_group *g)
 
 	if (!g->key_len)
 		return 0;
+	const struct dpack_src *src = sl->src;
 	if (!g->has_img && !g->has_cls)
 		goto out;  /* a key with neither, e.g. only .json: not a sample for us */
+	if (src->no_labels) {
+		g->has_cls = 1;
+		g->label = -1;
+		free(g->name);
+		g->name = NULL;
+	}
+	for (uint32_t k = 0; !g->bad[0] && !src->missing_empty && k < src->nfields; k++)
+		if (g->f[k].size == UINT64_MAX)
+			snprintf(g->bad, sizeof(g->bad), "no %s member (field %s; --missing empty "
+				 "keeps such samples with the field empty)", src->fields[k].ext,
+				 src->fields[k].name);
 	if (!g->bad[0] && !g->has_img) {
 		char exts[128];
 		image_exts(exts, sizeof(exts));
@@ -160,9 +174,19 @@ static int wds_flush(struct shard_list *sl, struct wds_group *g)
 	it->size = g->img_size;
 	it->label = g->label;
 	it->shard = sl->shard;
+	it->f = NULL;
 	if (!it->name)
 		ret = -ENOMEM;
+	if (src->nfields && ret == 0) {
+		it->f = malloc(src->nfields * sizeof(*it->f));
+		if (!it->f)
+			ret = -ENOMEM;
+		else
+			memcpy(it->f, g->f, src->nfields * sizeof(*it->f));
+	}
 out:
+	for (uint32_t k = 0; k < DPK_AUX_FIELDS_MAX; k++)
+		g->f[k].size = UINT64_MAX;
 	free(g->name);
 	g->name = NULL;
 	g->key_len = 0;
@@ -218,9 +242,12 @@ static int list_shard(struct shard_list *sl, int fd, const char *path)
 	if (fstat(fd, &st) < 0)
 		return sl->ret = -errno;
 	tarx_init(t, fd, (uint64_t)st.st_size);
+	for (uint32_t k = 0; k < DPK_AUX_FIELDS_MAX; k++)
+		g->f[k].size = UINT64_MAX;
 	while ((ret = tarx_next(t, mb)) == 1) {
 		size_t kl = wds_key_len(mb->name);
 		const char *ext = mb->name + kl;
+		int field = 0;
 
 		if (g->key_len != kl || memcmp(g->key, mb->name, kl) != 0) {
 			ret = wds_flush(sl, g);
@@ -230,6 +257,19 @@ static int list_shard(struct shard_list *sl, int fd, const char *path)
 			g->key[kl] = '\0';
 			g->key_len = kl;
 		}
+		/* a member a --field names is that field, never a label */
+		for (uint32_t k = 0; k < sl->src->nfields; k++) {
+			if (strcasecmp(ext, sl->src->fields[k].ext))
+				continue;
+			if (g->f[k].size != UINT64_MAX)
+				snprintf(g->bad, sizeof(g->bad), "more than one %s member (field %s)",
+					 ext, sl->src->fields[k].name);
+			g->f[k].off = mb->offset;
+			g->f[k].size = mb->size;
+			field = 1;
+		}
+		if (field)
+			continue;
 		if (is_image(ext) && !strchr(ext + 1, '.')) {
 			if (g->has_img)
 				snprintf(g->bad, sizeof(g->bad), "more than one image member");
@@ -296,6 +336,7 @@ static int list_shard(struct shard_list *sl, int fd, const char *path)
 /* The listing threads take shards in turn (an atomic counter) and list each into its own
  * shard_list: the output is joined in shard order, so it does not depend on the threads. */
 struct lister {
+	const struct dpack_src *src;
 	struct shard_list **lists;
 	struct tar_priv *tp;
 	int strict;
@@ -311,6 +352,7 @@ static void *lister_run(void *arg)
 		struct shard_list *sl = l->lists[k];  /* made before the threads started */
 		sl->shard = (uint32_t)k;
 		sl->strict = l->strict;
+		sl->src = l->src;
 		list_shard(sl, l->tp->fds[k], l->tp->paths[k]);
 	}
 	return NULL;
@@ -322,6 +364,7 @@ static void shard_list_free(struct shard_list *sl)
 		return;
 	for (uint64_t i = 0; i < sl->n; i++) {
 		free(sl->items[i].name);
+		free(sl->items[i].f);
 		free(sl->names[i]);
 	}
 	free(sl->items);
@@ -334,7 +377,7 @@ static void shard_list_free(struct shard_list *sl)
 static int list_shards(struct dpack_src *src, struct tar_priv *tp)
 {
 	struct shard_list **lists = calloc(tp->nshards, sizeof(*lists));
-	struct lister l = { .lists = lists, .tp = tp, .strict = src->strict };
+	struct lister l = { .lists = lists, .tp = tp, .src = src, .strict = src->strict };
 	pthread_t th[8];
 	size_t nth = tp->nshards < 8 ? tp->nshards : 8, started = 0;
 	uint64_t total = 0;
@@ -621,6 +664,7 @@ static int drop_duplicate_keys(struct dpack_src *src, struct tar_priv *tp)
 	for (uint64_t i = 0; i < src->n; i++) {
 		if (items[i].size == UINT64_MAX) {
 			free(items[i].name);
+			free(items[i].f);
 			free(tp->names[i]);
 			continue;
 		}

@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "formats/dpk.h"
+#include "formats/jsonf.h"
 #include "codec/jpeg_build.h"
 #include "codec/kind_pack.h"
 #include "tools/dpack/dpack.h"
@@ -55,6 +56,7 @@ struct slot {
 	enum slot_status status;
 	int err;                 /* SLOT_FATAL: -errno */
 	uint8_t *buf;            /* owned; the record's stored bytes */
+	uint8_t *fbuf[DPK_AUX_FIELDS_MAX]; /* owned; its aux fields' bytes (--field) */
 	uint64_t held;           /* bytes buf holds, counted in pk.held while done */
 	uint64_t in_len;         /* the source's bytes (before a rewrite) */
 	struct dpk_record rec;
@@ -68,6 +70,8 @@ struct pack {
 	int keep;                /* --keep-jpeg: files are stored as they are, not repacked */
 	struct cdc_repack_opts repack; /* jpeg+idx (--index-width) or jpeg+rst (--restart-width) */
 	uint64_t max_pixels;     /* --max-pixels: larger images are skipped, read no further */
+	struct dpack_field_spec fields[DPK_AUX_FIELDS_MAX];  /* --field, src.nfields of them */
+	const char *field_names[DPK_AUX_FIELDS_MAX];
 
 	pthread_mutex_t lock;
 	pthread_cond_t cv_done;  /* a slot became done (workers -> writer) */
@@ -120,6 +124,106 @@ static int read_all(int fd, uint8_t *buf, uint64_t len, uint64_t off)
 	return 0;
 }
 
+/* Sample @i's --field members from @fd (its shard) into s->fbuf and the record's aux. 0, or a
+ * SLOT_SKIP with s->why naming the field (above DPK_AUX_FIELD_MAX, a JSON key not there or
+ * unreadable), or -errno. */
+/* An ImageFolder tree's side file of @image for @ext: the image's path with its extension
+ * replaced ("cls/x.jpg" -> "cls/x.txt"), opened into *fd with its size in *size. 0, 1 when there
+ * is none (or it is not a regular file), or -errno. */
+static int side_file(const char *image, const char *ext, char *path, size_t len, int *fd,
+		     uint64_t *size)
+{
+	const char *slash = strrchr(image, '/'), *dot = strrchr(slash ? slash + 1 : image, '.');
+	size_t stem = dot ? (size_t)(dot - image) : strlen(image);
+	struct stat st;
+
+	if (snprintf(path, len, "%.*s%s", (int)stem, image, ext) >= (int)len)
+		return -ENAMETOOLONG;
+	*fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (*fd < 0)
+		return errno == ENOENT || errno == ENOTDIR ? 1 : -errno;
+	if (fstat(*fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(*fd);
+		*fd = -1;
+		return 1;
+	}
+	*size = (uint64_t)st.st_size;
+	return 0;
+}
+
+static int read_fields(struct pack *pk, uint64_t i, struct slot *s, int fd)
+{
+	const struct dpack_item *it = &pk->src.items[i];
+	char side[PATH_MAX];
+
+	for (uint32_t k = 0; k < pk->src.nfields; k++) {
+		const struct dpack_field_spec *f = &pk->src.fields[k];
+		uint64_t size = it->f ? it->f[k].size : UINT64_MAX, off = it->f ? it->f[k].off : 0;
+		int sfd = -1;
+		if (!it->f) {  /* a tree: the side file */
+			int ret = side_file(it->name, f->ext, side, sizeof(side), &sfd, &size);
+			if (ret < 0)
+				return ret;
+			if (ret > 0 && !pk->src.missing_empty) {
+				snprintf(s->why, sizeof(s->why), "no %.120s (field %s; --missing empty keeps "
+					 "such samples with the field empty)", side, f->name);
+				return 1;
+			}
+			if (ret > 0)
+				continue;
+		}
+		if (size == UINT64_MAX)
+			continue;  /* no member: an empty field (--missing empty) */
+		uint64_t cap = f->json_key ? (uint64_t)DPK_AUX_RECORD_MAX : DPK_AUX_FIELD_MAX;
+		if (size > cap) {
+			if (sfd >= 0)
+				close(sfd);
+			snprintf(s->why, sizeof(s->why), "field %s (%s): %llu bytes, above the bound of "
+				 "%u (DPK_AUX_FIELD_MAX)", f->name, f->ext, (unsigned long long)size,
+				 DPK_AUX_FIELD_MAX);
+			return 1;
+		}
+		uint8_t *b = size <= cap ? malloc(size ? size : 1) : NULL;
+		int ret = !b ? -ENOMEM : read_all(sfd >= 0 ? sfd : fd, b, size, off);
+		if (sfd >= 0)
+			close(sfd);
+		if (ret < 0) {
+			free(b);
+			return ret;
+		}
+		if (f->json_key) {
+			uint8_t *v = NULL;
+			uint32_t vl = 0;
+			ret = jsonf_get(b, (size_t)size, f->json_key, &v, &vl);
+			free(b);
+			if (ret == -ENOMEM)
+				return ret;
+			if (ret <= 0) {
+				if (ret == 0 && pk->src.missing_empty)
+					continue;
+				snprintf(s->why, sizeof(s->why), "field %s: %s%s", f->name, ret == 0 ?
+					 "no key " : "not a JSON object (looking for ", f->json_key);
+				if (ret < 0)
+					strncat(s->why, ")", sizeof(s->why) - strlen(s->why) - 1);
+				return 1;
+			}
+			b = v;
+			size = vl;
+			if (size > DPK_AUX_FIELD_MAX) {
+				free(b);
+				snprintf(s->why, sizeof(s->why), "field %s (%s:%s): %llu bytes, above the "
+					 "bound of %u (DPK_AUX_FIELD_MAX)", f->name, f->ext, f->json_key,
+					 (unsigned long long)size, DPK_AUX_FIELD_MAX);
+				return 1;
+			}
+		}
+		s->fbuf[k] = b;
+		s->rec.aux[k] = b;
+		s->rec.aux_len[k] = (uint32_t)size;
+	}
+	return 0;
+}
+
 static void process(struct pack *pk, uint64_t i, struct slot *s, ZSTD_CCtx *cctx)
 {
 	struct dpk_record *r = &s->rec;
@@ -129,10 +233,17 @@ static void process(struct pack *pk, uint64_t i, struct slot *s, ZSTD_CCtx *cctx
 	memset(r, 0, sizeof(*r));
 	s->status = SLOT_OK;
 	s->buf = NULL;
+	memset(s->fbuf, 0, sizeof(s->fbuf));
 	s->in_len = 0;
 	ret = pk->in->locate(&pk->src, i, &fd, &off, &len);
 	if (ret < 0)
 		goto fatal;
+	if (pk->src.nfields && (ret = read_fields(pk, i, s, fd)) != 0) {
+		if (ret < 0)
+			goto fatal;
+		s->status = SLOT_SKIP;
+		goto out;
+	}
 	if (len > DPK_RECORD_MAX) {
 		s->status = SLOT_SKIP;
 		snprintf(s->why, sizeof(s->why), "%llu bytes is larger than a record may be",
@@ -326,6 +437,19 @@ static const char pack_usage[] =
 	"                           between records as they come (a record larger alone has its\n"
 	"                           own); samples in the same order as one .dpk. Loaderd and every\n"
 	"                           tool open OUT as one dataset; 'dpack append' adds shards\n"
+	"  --field NAME=EXT[:KEY]   WebDataset: member KEY.EXT of each sample becomes the record's aux\n"
+	"                           field NAME (docs/FORMAT.md), its bytes as they are (UTF-8 or\n"
+	"                           not; at most 65536); with :KEY, EXT a JSON object and the field\n"
+	"                           the value of its top-level KEY (a string unescaped, else its\n"
+	"                           text). Repeat for up to 8 fields, e.g. --field txt=txt --field\n"
+	"                           json=json --field url=json:url. A member a field takes is no\n"
+	"                           label (.txt as a caption, not a class name). An ImageFolder\n"
+	"                           tree: the side file beside each image, e.g. cls/x.txt for\n"
+	"                           cls/x.jpg (its label is still its folder's, unless --no-labels)\n"
+	"  --missing skip|empty     a sample without a field's member (or JSON key): skipped with\n"
+	"                           a warning naming it (default), or kept with the field empty\n"
+	"  --no-labels              samples need no label member; the dataset has no labels\n"
+	"                           (image-text pairs)\n"
 	"  -h, --help               this text\n"
 	"\n"
 	"OUT is written to OUT.tmp.PID, synced and renamed: an interrupted run leaves no OUT.\n";
@@ -366,6 +490,48 @@ static int parse_compress(const char *arg, int *level)
 	return 0;
 }
 
+/* --field NAME=EXT[:KEY] into pk->fields. 0, or -EINVAL (logged). */
+static int parse_field(char *arg, struct pack *pk)
+{
+	char *eq = strchr(arg, '=');
+	uint32_t n = pk->src.nfields;
+
+	if (n == DPK_AUX_FIELDS_MAX) {
+		LOG_ERROR("--field: at most %u fields", DPK_AUX_FIELDS_MAX);
+		return -EINVAL;
+	}
+	if (!eq || eq == arg || (size_t)(eq - arg) > DPK_AUX_NAME_MAX ||
+	    strspn(arg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
+	    (size_t)(eq - arg)) {
+		LOG_ERROR("--field '%s': not NAME=EXT or NAME=EXT:KEY (NAME: 1..%u of A-Z a-z 0-9 _ . -)",
+			  arg, DPK_AUX_NAME_MAX);
+		return -EINVAL;
+	}
+	*eq = '\0';
+	char *ext = eq + 1, *colon = strchr(ext, ':');
+	if (colon)
+		*colon = '\0';
+	if (*ext == '.')
+		ext++;
+	if (!*ext || strlen(ext) + 2 > sizeof(pk->fields[n].ext) || strchr(ext, '/') ||
+	    (colon && !colon[1])) {
+		LOG_ERROR("--field %s: a member extension (and a JSON key after ':') is needed", arg);
+		return -EINVAL;
+	}
+	for (uint32_t k = 0; k < n; k++)
+		if (!strcmp(pk->fields[k].name, arg)) {
+			LOG_ERROR("--field %s: named twice", arg);
+			return -EINVAL;
+		}
+	pk->fields[n].name = arg;
+	snprintf(pk->fields[n].ext, sizeof(pk->fields[n].ext), ".%s", ext);
+	pk->fields[n].json_key = colon ? colon + 1 : NULL;
+	pk->field_names[n] = arg;
+	pk->src.fields = pk->fields;
+	pk->src.nfields = n + 1;
+	return 0;
+}
+
 /* Fill *pk's options and source paths and *a from the command line. Returns -1 to go on, or the
  * exit status to end with (0 after --help, 2 for bad usage; the message is printed). */
 static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *a)
@@ -381,6 +547,9 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 		{ "max-pixels", required_argument, NULL, 'P' },
 		{ "classes", required_argument, NULL, 'C' },
 		{ "shard-size", required_argument, NULL, 'S' },
+		{ "field", required_argument, NULL, 'f' },
+		{ "missing", required_argument, NULL, 'M' },
+		{ "no-labels", no_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -443,6 +612,20 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 				return 2;
 			}
 			break;
+		case 'f':
+			if (parse_field(optarg, pk) < 0)
+				return 2;
+			break;
+		case 'M':
+			if (strcmp(optarg, "skip") && strcmp(optarg, "empty")) {
+				LOG_ERROR("--missing: '%s' is not skip or empty", optarg);
+				return 2;
+			}
+			pk->src.missing_empty = !strcmp(optarg, "empty");
+			break;
+		case 'L':
+			pk->src.no_labels = 1;
+			break;
 		case 'h':
 			fputs(pack_usage, stdout);
 			return 0;
@@ -502,6 +685,11 @@ static int detect_input(struct pack *pk)
 		fputs(pack_usage, stderr);
 		return 2;
 	}
+	if (pk->src.nfields && pk->in->tensor) {
+		LOG_ERROR("--field: %s is %s; fields come from WebDataset shards' members and "
+			  "ImageFolder trees' side files", pk->src.path, pk->in->what);
+		return 2;
+	}
 	if (pk->zstd_level && !pk->in->tensor)
 		LOG_WARN("--compress applies to raw tensors; JPEGs are not compressed further");
 	return -1;
@@ -554,6 +742,10 @@ static int write_items(struct pack *pk, struct dpack_out *w, const char *out, do
 		uint64_t freed = s->held;
 		free(s->buf);
 		s->buf = NULL;
+		for (uint32_t k = 0; k < DPK_AUX_FIELDS_MAX; k++) {
+			free(s->fbuf[k]);
+			s->fbuf[k] = NULL;
+		}
 		pthread_mutex_lock(&pk->lock);
 		s->done = 0;
 		pk->held -= freed;
@@ -709,8 +901,10 @@ static void src_fini(struct pack *pk)
 		pk->in->fini(&pk->src);
 	if (pk->src.fd >= 0)
 		close(pk->src.fd);
-	for (uint64_t i = 0; pk->src.items && i < pk->src.n; i++)
+	for (uint64_t i = 0; pk->src.items && i < pk->src.n; i++) {
 		free(pk->src.items[i].name);
+		free(pk->src.items[i].f);
+	}
 	free(pk->src.items);
 	for (uint32_t k = 0; k < pk->src.nclasses; k++)
 		free(pk->src.classes[k]);
@@ -754,6 +948,13 @@ int dpack_pack_main(int argc, char **argv)
 		ret = dpack_out_set_classes(w, (const char *const *)pk.src.classes, pk.src.nclasses);
 		if (ret < 0) {
 			LOG_ERROR("class names: %s", strerror(-ret));
+			goto out;
+		}
+	}
+	if (pk.src.nfields || pk.src.no_labels) {
+		ret = dpack_out_set_aux(w, pk.field_names, pk.src.nfields, pk.src.no_labels);
+		if (ret < 0) {
+			LOG_ERROR("--field names: %s", strerror(-ret));
 			goto out;
 		}
 	}

@@ -53,6 +53,9 @@ struct dpack_out {
 	uint64_t count;             /* records added in all */
 	const char **names;         /* class names (copied), for every shard */
 	uint32_t nc;
+	const char *const *aux;     /* dpack_out_set_aux's (borrowed: they outlive the output) */
+	uint32_t naux;
+	int no_labels;
 	struct dpkset_manifest *m;  /* the shards finished */
 	uint32_t big;               /* records larger than shard_size alone */
 	int finished;
@@ -101,6 +104,16 @@ int dpack_out_set_classes(struct dpack_out *o, const char *const *names, uint32_
 	return 0;
 }
 
+int dpack_out_set_aux(struct dpack_out *o, const char *const *names, uint32_t n, int no_labels)
+{
+	if (!o->shard_size)
+		return dpk_writer_set_aux(o->w, names, n, no_labels);
+	o->aux = names;
+	o->naux = n;
+	o->no_labels = no_labels;
+	return 0;
+}
+
 /* The current shard finished and added to the manifest. */
 static int shard_end(struct dpack_out *o)
 {
@@ -135,7 +148,9 @@ static int shard_begin(struct dpack_out *o)
 	snprintf(o->file, sizeof(o->file), "%s-%05u.dpk", o->stem, o->nshard++);
 	o->cnt = o->data = 0;
 	if ((ret = dpk_writer_create(o->file, o->flags, &o->w)) < 0 ||
-	    (o->nc && (ret = dpk_writer_set_classes(o->w, o->names, o->nc)) < 0)) {
+	    (o->nc && (ret = dpk_writer_set_classes(o->w, o->names, o->nc)) < 0) ||
+	    ((o->naux || o->no_labels) &&
+	     (ret = dpk_writer_set_aux(o->w, o->aux, o->naux, o->no_labels)) < 0)) {
 		LOG_ERROR("%s: %s", o->file, strerror(-ret));
 		return ret;
 	}
@@ -152,9 +167,12 @@ int dpack_out_add(struct dpack_out *o, const struct dpk_record *r)
 {
 	int ret;
 
+	/* a record's bytes with its aux blob (the aux section's 24 bytes a sample are not counted:
+	 * a shard may pass SIZE by them) */
+	uint64_t len = r->length + dpk_aux_blob_size(o->naux, r->aux_len);
 	if (o->shard_size) {
 		if (o->w && o->cnt &&
-		    shard_bytes(o->cnt + 1, o->data + r->length, o->classes) > o->shard_size &&
+		    shard_bytes(o->cnt + 1, o->data + len, o->classes) > o->shard_size &&
 		    (ret = shard_end(o)) < 0)
 			return ret;
 		if (!o->w && (ret = shard_begin(o)) < 0)
@@ -163,7 +181,7 @@ int dpack_out_add(struct dpack_out *o, const struct dpk_record *r)
 	if ((ret = dpk_writer_add(o->w, r)) < 0)
 		return ret;
 	o->cnt++;
-	o->data += r->length;
+	o->data += len;
 	o->count++;
 	o->big += o->shard_size && o->cnt == 1 && shard_bytes(1, r->length, o->classes) > o->shard_size;
 	return 0;
@@ -260,6 +278,12 @@ static int compatible(const char *set, const struct dpk *s0, const char *shard, 
 	if (!dpk_same_classes(s0, s)) {
 		LOG_ERROR("%s: its class names differ from those of set %s (%u classes there)", shard,
 			  set, dpk_class_count(s0));
+		return -EINVAL;
+	}
+	if (!dpk_same_aux(s0, s)) {
+		LOG_ERROR("%s: its aux fields or labels differ from those of set %s (%u fields there, "
+			  "%s)", shard, set, dpk_aux_fields(s0), dpk_has_labels(s0) ? "labelled" :
+			  "no labels");
 		return -EINVAL;
 	}
 	if (dpk_entry_load(s0, 0, &e0, NULL, 0) < 0 || dpk_entry_load(s, 0, &e, NULL, 0) < 0)
