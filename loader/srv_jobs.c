@@ -23,6 +23,7 @@
 #include "loader/srv_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -580,6 +581,22 @@ int srv_open_drain(struct srv *s, int ms)
 	return 0;
 }
 
+/* Why @fd cannot be read through, or NULL when it can. An O_PATH descriptor needs only search
+ * rights on the folders above the file (not read rights on it), and fstat answers through it: it
+ * is refused before anything of the file is looked at or said. */
+static const char *unreadable(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0)
+		return "not open";
+	if (fl & O_PATH)
+		return "O_PATH";
+	if ((fl & O_ACCMODE) == O_WRONLY)
+		return "write-only";
+	return NULL;
+}
+
 void srv_on_shard_fds(struct srv *s, struct conn *c, const void *buf, size_t n, int *fds,
 		      int nfds)
 {
@@ -614,8 +631,14 @@ void srv_on_shard_fds(struct srv *s, struct conn *c, const void *buf, size_t n, 
 	}
 	for (int i = 0; i < nfds; i++) {
 		struct stat st;
+		const char *no = unreadable(fds[i]);
 		/* The client opened each with its own rights; only a regular file is kept. Nothing
 		 * of the file is said back but its place in the set. */
+		if (no) {
+			srv_conn_fail(s, c, EBADF, "shard %u of the set was not opened for reading (%s)",
+				      b.first + (uint32_t)i, no);
+			return;
+		}
 		if (fstat(fds[i], &st) < 0 || !S_ISREG(st.st_mode)) {
 			srv_conn_fail(s, c, EINVAL, "shard %u of the set is not a regular file",
 				      b.first + (uint32_t)i);
@@ -663,8 +686,14 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 			      c->shards_total);
 		goto close_fd;
 	}
-	/* The client opened the dataset with its own rights; a FIFO, a device or a directory is
-	 * refused here, before anything reads from it. */
+	/* The client opened the dataset with its own rights; a descriptor that cannot read, a FIFO,
+	 * a device or a directory is refused here, before anything reads from it. */
+	const char *no = fd >= 0 ? unreadable(fd) : NULL;
+	if (no) {
+		srv_conn_fail(s, c, EBADF, "job %s: dataset %s was not opened for reading (%s)",
+			      spec->job, spec->dataset, no);
+		goto close_fd;
+	}
 	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
 		srv_conn_fail(s, c, EINVAL, "job %s: dataset %s is not a regular file", spec->job,
 			      spec->dataset);

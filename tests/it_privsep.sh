@@ -19,7 +19,10 @@ GROUP=$(getent group 65534 | cut -d: -f1)
 [ -n "$GROUP" ] || { echo "# skip: no group 65534"; exit 77; }
 T=$(mktemp -d /tmp/it_privsep.XXXXXX)
 SWAP=""
-trap 'stop_pid "$SWAP"; stop_loaderd; rm -rf "$T"' EXIT
+# loaderd runs under strace, which only detaches when stopped: loaderd itself ($LD, from its
+# READY line) is stopped first, then strace ($LPID) ends with it
+LD=""
+trap 'stop_pid "$SWAP"; stop_pid "$LD"; stop_loaderd; rm -rf "$T"' EXIT
 trap 'exit 130' INT TERM HUP
 chmod 0711 "$T"
 SVC="setpriv --reuid=64010 --regid=65534 --clear-groups --inh-caps=-all"
@@ -73,6 +76,7 @@ EOF
 chmod 0755 "$T/ld.sh"
 LOADERD="$T/ld.sh" start_loaderd "$T/loaderd.log" --socket "$T/run/s.sock" --workers 2 \
 	--group "$GROUP" || { echo "0 passed, 1 failed"; exit 1; }
+LD=${_sl_line##*pid=}
 check "loaderd runs as uid 64010" \
 	sh -c "ps -o uid= -p \$(pgrep -u 64010 -x loaderd | head -1) | grep -qw 64010"
 check "... with no capability" \
@@ -147,6 +151,9 @@ check "the swapped symlink: B served its own file or refused by the kernel, noth
 # loaderd serves on, and opened nothing a client named
 cat_as "$A" after "$T/a/set.dpks"
 check "loaderd serves A after all of it" [ $? -eq 0 -a "$(wc -l <"$T/after.out")" -eq 18 ]
+stop_pid "$LD"
+check "loaderd itself stopped (not left running when strace detaches)" sh -c "! kill -0 $LD 2>/dev/null"
+LD=""
 stop_loaderd
 check "the trace was written" [ -s "$T/run/trace" ]
 check "loaderd opened no path under the users' folders" \

@@ -361,6 +361,26 @@ static void test_hostile_dataset_not_a_dpk_refused(void **state)
 	close(e);
 	raw_open("nofd", ds, -1, text, sizeof(text));
 	assert_non_null(strstr(text, "the client did not pass it open"));
+	/* A descriptor that cannot read: O_PATH (search rights on the folders are enough to make
+	 * one of a file the client may not read) and write-only. Refused for what it is, before
+	 * anything looks at the file (not "shorter than a header", which would be its size). */
+	int op = open("/etc/passwd", O_PATH | O_CLOEXEC);
+	assert_true(op >= 0);
+	raw_open("opath", "/etc/passwd", op, text, sizeof(text));
+	if (!strstr(text, "dataset /etc/passwd was not opened for reading (O_PATH)"))
+		fail_msg("an O_PATH descriptor: \"%s\"", text);
+	close(op);
+	int wo = open(path, O_WRONLY | O_CLOEXEC);
+	assert_true(wo >= 0);
+	raw_open("wronly", path, wo, text, sizeof(text));
+	if (!strstr(text, "was not opened for reading (write-only)"))
+		fail_msg("a write-only descriptor: \"%s\"", text);
+	close(wo);
+	int rw = open(path, O_RDWR | O_CLOEXEC);  /* read-write reads: past this check */
+	assert_true(rw >= 0);
+	raw_open("rdwr", path, rw, text, sizeof(text));
+	assert_non_null(strstr(text, "shorter than a header"));
+	close(rw);
 
 	/* Through the client API: a FIFO is refused by the client itself, without blocking. */
 	struct ldc *c;

@@ -332,6 +332,28 @@ static void test_sets_bad_batches_refused(void **state)
 	if (!strstr(text, "shard 1 of the set is not a regular file"))
 		fail_msg("a terminal: \"%s\"", text);
 	close(fd);
+	/* descriptors that cannot read: O_PATH (of a file the client need not be able to read)
+	 * and write-only, refused at the batch for what they are */
+	int op = open("/etc/passwd", O_PATH | O_CLOEXEC);
+	char spath[192];
+	snprintf(spath, sizeof(spath), "%s/s2.dpk", dir);
+	int wo = open(spath, O_WRONLY | O_CLOEXEC);
+	assert_true(op >= 0 && wo >= 0);
+	odd[1] = op;
+	fd = raw_conn();
+	batch(fd, 0, 3, 3, odd, 3, text, sizeof(text));
+	if (!strstr(text, "shard 1 of the set was not opened for reading (O_PATH)"))
+		fail_msg("an O_PATH shard: \"%s\"", text);
+	close(fd);
+	odd[1] = fds[1];
+	odd[2] = wo;
+	fd = raw_conn();
+	batch(fd, 0, 3, 3, odd, 3, text, sizeof(text));
+	if (!strstr(text, "shard 2 of the set was not opened for reading (write-only)"))
+		fail_msg("a write-only shard: \"%s\"", text);
+	close(fd);
+	close(op);
+	close(wo);
 	close(ev);
 	close(pty);
 	/* one more batch after the set came whole */
