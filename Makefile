@@ -38,7 +38,7 @@ endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null))
 NVCC := $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc)
 
-SYSLIBS := -luring -lturbojpeg -ljpeg -lpng16 -lwebp -ltiff -lzstd -lxxhash -lm
+SYSLIBS := -luring -lturbojpeg -ljpeg -lpng16 -lwebp -ltiff -lzstd -lxxhash -ljson-c -lm
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 LIBS :=

@@ -25,6 +25,12 @@ static int copy_out(const char *s, size_t len, uint8_t **out, uint32_t *olen)
 
 int jsonf_get(const uint8_t *j, size_t n, const char *key, uint8_t **out, uint32_t *olen)
 {
+	return jsonf_get_ex(j, n, key, out, olen, NULL);
+}
+
+int jsonf_get_ex(const uint8_t *j, size_t n, const char *key, uint8_t **out, uint32_t *olen,
+		 int *is_string)
+{
 	struct json_tokener *tok;
 	struct json_object *root, *val;
 	int ret;
@@ -52,10 +58,14 @@ int jsonf_get(const uint8_t *j, size_t n, const char *key, uint8_t **out, uint32
 	if (!json_object_object_get_ex(root, key, &val)) {
 		ret = 0;
 	} else if (json_object_is_type(val, json_type_string)) {
+		if (is_string)
+			*is_string = 1;
 		ret = copy_out(json_object_get_string(val), (size_t)json_object_get_string_len(val),
 			       out, olen);
 	} else {
 		size_t len;
+		if (is_string)
+			*is_string = 0;
 		const char *s = json_object_to_json_string_length(val, JSON_C_TO_STRING_PLAIN |
 								  JSON_C_TO_STRING_NOSLASHESCAPE,
 								  &len);

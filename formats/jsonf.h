@@ -13,5 +13,8 @@
  * (malformed, another type, text after it, nested deeper than 64), -ENOMEM. Of two members of one
  * name, the last wins (json-c's objects keep one). */
 int jsonf_get(const uint8_t *j, size_t n, const char *key, uint8_t **out, uint32_t *olen);
+/* The same, and whether the value was a JSON string (*@is_string 1) or another value (0). */
+int jsonf_get_ex(const uint8_t *j, size_t n, const char *key, uint8_t **out, uint32_t *olen,
+		 int *is_string);
 
 #endif

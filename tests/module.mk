@@ -73,7 +73,7 @@ build/fuzz/%: tests/%.c $(FUZZ_LIBSRC) | $(DEPS_STAMP)
 	$(if $(Q),@echo "  FUZZ    $@")
 	$(Q)$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
 		-fno-sanitize-recover=all \
-		-o $@ $< $(FUZZ_LIBSRC) $(FUZZ_EXTRA) -lxxhash -lzstd -lm -pthread
+		-o $@ $< $(FUZZ_LIBSRC) $(FUZZ_EXTRA) -lxxhash -lzstd -ljson-c -lm -pthread
 fuzz: $(FUZZ_BINS)
 
 # GPU tests (`make test-gpu`; not in TESTS, so `make test` never runs them): tests/gpu_NAME.c is

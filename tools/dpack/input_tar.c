@@ -10,6 +10,7 @@
  * parallel by pack.c's workers. Members are read in place (shard, offset and size). */
 #include "common/log.h"
 #include "formats/tarx.h"
+#include "formats/jsonf.h"
 #include "codec/kind_pack.h"
 #include "tools/dpack/input.h"
 
@@ -195,36 +196,41 @@ out:
 	return ret;
 }
 
-/* The "label" member of a JSON object @s (NUL-terminated): an integer into *label, or a string
- * into *name (malloc). Returns 1 found, 0 not there (or another type), -ENOMEM. A deliberately
- * small reader: the first "label" key at any depth, no escapes in the name. */
+/* The top-level "label" member of a JSON object @s (NUL-terminated; formats/jsonf.c, json-c):
+ * an integer into *label, or a string into *name (malloc). Returns 1 found, 0 not there (or
+ * another type, or not a JSON object), -ENOMEM. */
 static int json_label(const char *s, int64_t *label, char **name)
 {
-	const char *p = strstr(s, "\"label\"");
+	uint8_t *v = NULL;
+	uint32_t n = 0;
+	int str = 0;
+	int ret = jsonf_get_ex((const uint8_t *)s, strlen(s), "label", &v, &n, &str);
 
-	if (!p)
-		return 0;
-	p += 7;
-	while (isspace((unsigned char)*p))
-		p++;
-	if (*p++ != ':')
-		return 0;
-	while (isspace((unsigned char)*p))
-		p++;
-	if (*p == '"') {
-		const char *e = strchr(p + 1, '"');
-		if (!e || memchr(p + 1, '\\', (size_t)(e - p - 1)) || e - p - 1 > DPK_CLASS_NAME_MAX)
+	if (ret <= 0)
+		return ret == -ENOMEM ? ret : 0;
+	if (str) {
+		if (n == 0 || n > DPK_CLASS_NAME_MAX || memchr(v, 0, n)) {
+			free(v);
 			return 0;
+		}
 		free(*name);
-		*name = strndup(p + 1, (size_t)(e - p - 1));
+		*name = strndup((const char *)v, n);
+		free(v);
 		return *name ? 1 : -ENOMEM;
 	}
-	char *end;
-	errno = 0;
-	long long v = strtoll(p, &end, 10);
-	if (errno || end == p || (*end && !isspace((unsigned char)*end) && *end != ',' && *end != '}'))
+	char buf[32], *end;
+	if (n >= sizeof(buf)) {
+		free(v);
 		return 0;
-	*label = v;
+	}
+	memcpy(buf, v, n);
+	buf[n] = '\0';
+	free(v);
+	errno = 0;
+	long long x = strtoll(buf, &end, 10);
+	if (errno || end == buf || *end)
+		return 0;
+	*label = x;
 	return 1;
 }
 
