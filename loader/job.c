@@ -279,12 +279,13 @@ static int set_resident(const struct dpk *d, const struct ldr_config *cfg, int *
 }
 
 /* The dataset of @fd (ours: closed on failure, kept by the dset otherwise) and, for a manifest, its
- * shards @shards[0, nshards) (borrowed: the dset keeps dups), for @uid: an open one of the same
+ * shards @shards[0, nshards) (taken over: each entry set to -1; no copies, so that what the open
+ * holds stays within what the server reserved for the set), for @uid: an open one of the same
  * uid on the same file with the same identity (*created = 0), or a new one (*created = 1).
  * Datasets are never shared across uids: each holds the descriptions its own client passed. The
  * open (a set's every shard) runs without dset_mu, which is taken for the list only, so that one
  * client's large set delays nobody else. 0 or -errno with @err. */
-static int dset_get(int fd, const int *shards, uint32_t nshards, uid_t uid,
+static int dset_get(int fd, int *shards, uint32_t nshards, uid_t uid,
 		    const struct ldr_config *cfg, const char *name, struct dset **out, int *created,
 		    char *err, size_t errlen)
 {
@@ -304,12 +305,10 @@ static int dset_get(int fd, const int *shards, uint32_t nshards, uid_t uid,
 		close(fd);
 		return -ENOMEM;
 	}
-	for (; nsfd < nshards; nsfd++)
-		if ((sfd[nsfd] = fcntl(shards[nsfd], F_DUPFD_CLOEXEC, 0)) < 0) {
-			ret = -errno;
-			snprintf(err, errlen, "keeping shard %u: %s", nsfd, strerror(-ret));
-			goto fail;
-		}
+	for (; nsfd < nshards; nsfd++) {
+		sfd[nsfd] = shards[nsfd];
+		shards[nsfd] = -1;
+	}
 	/* Before anything reads it: the header's read-ahead would bring a small file in whole. The
 	 * records and the index, which is the file past its header. */
 	int res = (uint64_t)st.st_size > DPK_HEADER_SIZE ?

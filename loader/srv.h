@@ -97,11 +97,13 @@ struct srv_fill {
 };
 
 /* A job's dataset as its client passed it: every descriptor opened by the client with its own
- * rights (SCM_RIGHTS) and checked by the server to be a regular file; all borrowed: dup what is
- * kept. */
+ * rights (SCM_RIGHTS) and checked by the server to be a regular file opened for reading; fd is
+ * borrowed (dup it to keep it), shards may be taken over. */
 struct srv_dataset {
 	int fd;                    /* the .dpk or the manifest; -1 when the client sent none */
-	const int *shards;         /* a manifest's shards, in its order (CTL_SHARD_FDS) */
+	int *shards;               /* a manifest's shards, in its order (CTL_SHARD_FDS); job_open
+				    * may take one over (it then sets its entry to -1), and the
+				    * server closes the others after it */
 	uint32_t nshards;          /* 0 when none came */
 	uid_t uid;                 /* the client's: what a job holds is never shared across uids */
 };

@@ -72,7 +72,8 @@ void srv_conn_drop_shards(struct srv *s, struct conn *c)
 {
 	for (uint32_t i = 0; i < c->shards_got; i++)
 		close(c->shard_fds[i]);
-	srv_fds_add(s, c->uid, -(int64_t)c->shards_got);
+	srv_fds_add(s, c->uid, -(int64_t)c->shards_charge);
+	c->shards_charge = 0;
 	free(c->shard_fds);
 	c->shard_fds = NULL;
 	c->shards_got = c->shards_total = 0;

@@ -89,8 +89,10 @@ struct conn {
 	char *out;               /* an answer being sent (srv_conn_send_text), NULL when none */
 	void *seed;              /* a CTL_SPLIT_SEED body (checked), for its job open; malloc'd */
 	int *shard_fds;          /* CTL_SHARD_FDS received for its job open: shards_got of
-				  * shards_total (malloc'd; counted in its uid's fds) */
+				  * shards_total (malloc'd) */
 	uint32_t shards_got, shards_total;
+	uint64_t shards_charge;  /* descriptors reserved in its uid's fds for the set from its
+				  * first batch: what the job will hold, 2 x total + 2 */
 	size_t seed_len;
 	size_t out_len, out_off; /* its bytes, and how many are sent */
 	struct conn *next;
@@ -104,6 +106,7 @@ struct open_req {
 	struct job *job;
 	struct ctl_job_open spec;
 	int fd;                  /* the client's dataset fd, or -1; closed when the req is freed */
+	uint64_t shards_charge;  /* the conn's reservation for them, in the uid's fds until then */
 	int *shard_fds;          /* a set's shards the client opened (nshards), closed likewise;
 				  * counted in the uid's fds until then */
 	uint32_t nshards;

@@ -117,8 +117,10 @@ static const char *spec_diff(const struct ctl_job_open *a, const struct ctl_job_
 static void req_drop_shards(struct srv *s, struct open_req *r)
 {
 	for (uint32_t i = 0; i < r->nshards; i++)
-		close(r->shard_fds[i]);
-	srv_fds_add(s, r->uid, -(int64_t)r->nshards);
+		if (r->shard_fds[i] >= 0)  /* job_open takes those it keeps */
+			close(r->shard_fds[i]);
+	srv_fds_add(s, r->uid, -(int64_t)r->shards_charge);
+	r->shards_charge = 0;
 	free(r->shard_fds);
 	r->shard_fds = NULL;
 	r->nshards = 0;
@@ -618,7 +620,8 @@ void srv_on_shard_fds(struct srv *s, struct conn *c, const void *buf, size_t n, 
 		 * per file): a set too large is refused before any of it is kept. */
 		char what[96];
 		snprintf(what, sizeof(what), "a set of %u shards", b.total);
-		if (srv_fds_check(s, c->uid, 2 * (uint64_t)b.total + 2, what, why, sizeof(why)) < 0) {
+		uint64_t need = 2 * (uint64_t)b.total + 2;
+		if (srv_fds_check(s, c->uid, need, what, why, sizeof(why)) < 0) {
 			srv_conn_fail(s, c, EMFILE, "%s", why);
 			return;
 		}
@@ -628,6 +631,10 @@ void srv_on_shard_fds(struct srv *s, struct conn *c, const void *buf, size_t n, 
 			return;
 		}
 		c->shards_total = b.total;
+		/* reserved now, whole: while the job opens, its dataset takes these descriptors
+		 * over and adds their O_DIRECT twins, all within the reservation */
+		srv_fds_add(s, c->uid, (int64_t)need);
+		c->shards_charge = need;
 	}
 	for (int i = 0; i < nfds; i++) {
 		struct stat st;
@@ -645,7 +652,6 @@ void srv_on_shard_fds(struct srv *s, struct conn *c, const void *buf, size_t n, 
 			return;  /* the caller closes fds[i..]; those kept go with the conn */
 		}
 		c->shard_fds[c->shards_got++] = fds[i];
-		srv_fds_add(s, c->uid, 1);
 		fds[i] = -1;
 	}
 	if (ctl_send(c->fd, CTL_SHARD_ACK, &b, sizeof(b), NULL, 0) < 0)
@@ -768,8 +774,10 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 	if (c->shards_got && c->shards_got == c->shards_total && !j) {
 		r->shard_fds = c->shard_fds;
 		r->nshards = c->shards_got;
+		r->shards_charge = c->shards_charge;
 		c->shard_fds = NULL;
 		c->shards_got = c->shards_total = 0;
+		c->shards_charge = 0;
 	} else {
 		srv_conn_drop_shards(s, c);
 	}

@@ -1,10 +1,9 @@
 #!/bin/sh
 # fd_peak.sh - how far past --max-fds / --max-fds-per-uid loaderd's descriptors go while sets of
 # shards open (a measurement, not in make test: the peak is a race). Four real uids each hold as
-# many 64-shard sets as --max-fds-per-uid lets them send (counted: one descriptor per shard
-# received, 2 per shard + 2 checked), then open every job at once. While a job opens, loaderd
-# holds the client's descriptors (counted), its dups of them and their O_DIRECT twins (counted
-# only once the open is done): about 3 per shard against the 1 counted. Prints loaderd's peak
+# many 64-shard sets as --max-fds-per-uid lets them send (reserved whole at a set's first batch:
+# 2 per shard + 2), then open every job at once. While a job opens, its dataset takes the client's
+# descriptors over and adds their O_DIRECT twins, within the reservation. Prints loaderd's peak
 # descriptors above its idle count and exits 1 when it passes --max-fds. Needs root and setpriv.
 # Usage: BUILD=build sh tests/hostile/fd_peak.sh
 set -u
