@@ -1,0 +1,185 @@
+/* ldaug.c - loaderd's per-sample augmentations (codec/augment.h) on raw images, outside the daemon:
+ * for comparing them with torchvision (python/tests/test_augment.py) and for timing them
+ * (tools/bench/augment_cost.py). Images are raw uint8 RGB, HxWx3, row-major.
+ *
+ *   ldaug op NAME MAGNITUDE H W [chw]     one op (torchvision's name, e.g. ShearX, or Hue,
+ *                                         Saturation, Erase) on stdin, the result on stdout
+ *   ldaug mags SPACE NBINS H W            the magnitude bins of every op of SPACE (rand, wide,
+ *                                         auto), one JSON line on stdout
+ *
+ * Every mode ends on one JSON line on stderr. */
+#include "codec/augment.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define EXIT_USAGE 2
+#define SIDE_MAX 8192u
+
+static void usage(void)
+{
+	fprintf(stderr,
+"usage: ldaug op NAME MAGNITUDE H W [chw]   one op on a raw HxWx3 image from stdin, to stdout\n"
+"  NAME: a RandAugment op (Identity ShearX ShearY TranslateX TranslateY Rotate Brightness Color\n"
+"  Contrast Sharpness Posterize Solarize AutoContrast Equalize Invert, magnitude as torchvision's\n"
+"  _apply_op takes it), or Hue (adjust_hue's factor), Saturation, Erase (MAGNITUDE i,j,h,w,v)\n"
+"       ldaug mags SPACE NBINS H W           the magnitude bins of SPACE (rand, wide, auto)\n");
+}
+
+static int read_all(int fd, uint8_t *p, size_t n)
+{
+	while (n) {
+		ssize_t r = read(fd, p, n);
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		p += r, n -= (size_t)r;
+	}
+	return 0;
+}
+
+static int parse_side(const char *s, uint32_t *out)
+{
+	char *end;
+	unsigned long v = strtoul(s, &end, 10);
+
+	if (*s < '0' || *s > '9' || *end || v < 1 || v > SIDE_MAX)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/* The image from stdin into @px in the layout of @im (HWC or CHW). */
+static int load(const struct cdc_img *im, int chw)
+{
+	size_t n = (size_t)im->h * im->w * 3;
+	uint8_t *tmp = malloc(n);
+	int ret = tmp ? read_all(0, tmp, n) : -ENOMEM;
+
+	if (ret == 0 && chw) {
+		for (size_t i = 0; i < (size_t)im->h * im->w; i++)
+			for (int c = 0; c < 3; c++)
+				im->px[c * im->cs + i] = tmp[i * 3 + c];
+	} else if (ret == 0) {
+		memcpy(im->px, tmp, n);
+	}
+	free(tmp);
+	return ret;
+}
+
+static int store(const struct cdc_img *im, int chw)
+{
+	size_t n = (size_t)im->h * im->w * 3;
+	uint8_t *tmp = malloc(n);
+
+	if (!tmp)
+		return -ENOMEM;
+	for (size_t i = 0; i < (size_t)im->h * im->w; i++)
+		for (int c = 0; c < 3; c++)
+			tmp[i * 3 + c] = chw ? im->px[c * im->cs + i] : im->px[i * 3 + c];
+	size_t w = fwrite(tmp, 1, n, stdout);
+	free(tmp);
+	return w == n && fflush(stdout) == 0 ? 0 : -EIO;
+}
+
+static int op_main(int argc, char **argv)
+{
+	struct cdc_img im;
+	uint32_t h, w;
+	int chw = argc > 6 && !strcmp(argv[6], "chw");
+
+	if (argc < 6 || parse_side(argv[4], &h) < 0 || parse_side(argv[5], &w) < 0) {
+		usage();
+		return EXIT_USAGE;
+	}
+	const char *name = argv[2];
+	double mag = strtod(argv[3], NULL);
+	uint8_t *px = malloc((size_t)h * w * 3), *scratch = malloc((size_t)h * w * 3);
+	if (!px || !scratch) {
+		fprintf(stderr, "ldaug: out of memory\n");
+		return 1;
+	}
+	if (chw)
+		cdc_img_chw(&im, px, h, w);
+	else
+		cdc_img_hwc(&im, px, h, w);
+	if (load(&im, chw) < 0) {
+		fprintf(stderr, "ldaug: stdin: fewer than %u x %u x 3 bytes\n", h, w);
+		return 1;
+	}
+	int known = 1;
+	if (!strcmp(name, "Hue")) {
+		cdc_aug_hue(&im, mag);
+	} else if (!strcmp(name, "Saturation")) {
+		cdc_aug_saturation(&im, mag);
+	} else if (!strcmp(name, "Erase")) {
+		unsigned i, j, eh, ew, v;
+		if (sscanf(argv[3], "%u,%u,%u,%u,%u", &i, &j, &eh, &ew, &v) != 5 || v > 255 ||
+		    i > h || j > w || eh > h - i || ew > w - j) {
+			fprintf(stderr, "ldaug: Erase wants i,j,h,w,v inside the image\n");
+			return EXIT_USAGE;
+		}
+		uint8_t rgb[3] = { (uint8_t)v, (uint8_t)v, (uint8_t)v };
+		cdc_aug_erase(&im, i, j, eh, ew, rgb);
+	} else {
+		int op;
+		for (op = 0; op < CDC_OPS && strcmp(cdc_aug_op_names[op], name); op++)
+			;
+		if (op == CDC_OPS)
+			known = 0;
+		else
+			cdc_aug_apply_op(&im, (enum cdc_aug_op)op, mag, scratch);
+	}
+	if (!known) {
+		fprintf(stderr, "ldaug: unknown op %s\n", name);
+		usage();
+		return EXIT_USAGE;
+	}
+	if (store(&im, chw) < 0) {
+		fprintf(stderr, "ldaug: stdout: write failed\n");
+		return 1;
+	}
+	fprintf(stderr, "{\"op\": \"%s\", \"magnitude\": %.17g, \"h\": %u, \"w\": %u}\n", name, mag,
+		h, w);
+	free(px);
+	free(scratch);
+	return 0;
+}
+
+static int mags_main(int argc, char **argv)
+{
+	static const char *spaces[] = { "rand", "wide", "auto" };
+	uint32_t h, w, nbins;
+	int sp;
+
+	for (sp = 0; sp < 3 && argc > 2 && strcmp(argv[2], spaces[sp]); sp++)
+		;
+	if (argc < 6 || sp == 3 || parse_side(argv[3], &nbins) < 0 || nbins > CDC_BINS_MAX ||
+	    nbins < 2 || parse_side(argv[4], &h) < 0 || parse_side(argv[5], &w) < 0) {
+		usage();
+		return EXIT_USAGE;
+	}
+	printf("{");
+	for (int op = 0; op < CDC_OPS; op++) {
+		printf("%s\"%s\": [", op ? ", " : "", cdc_aug_op_names[op]);
+		for (uint32_t b = 0; b < nbins; b++)
+			printf("%s%.17g", b ? ", " : "",
+			       cdc_aug_magnitude((enum cdc_aug_space)sp, (enum cdc_aug_op)op, b, nbins,
+						 h, w));
+		printf("]");
+	}
+	printf("}\n");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 2 && !strcmp(argv[1], "mags"))
+		return mags_main(argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "op"))
+		return op_main(argc, argv);
+	usage();
+	return EXIT_USAGE;
+}
