@@ -4,11 +4,16 @@
  *
  *   ldaug op NAME MAGNITUDE H W [chw]     one op (torchvision's name, e.g. ShearX, or Hue,
  *                                         Saturation, Erase) on stdin, the result on stdout
+ *   ldaug resize FILTER AA OH OW H W [X Y CW CH]
+ *                                         the crop (X, Y, CW, CH; default the whole image)
+ *                                         resized to OH x OW (FILTER bilinear or bicubic, AA 0
+ *                                         or 1) as torchvision's F.resized_crop
  *   ldaug mags SPACE NBINS H W            the magnitude bins of every op of SPACE (rand, wide,
  *                                         auto), one JSON line on stdout
  *
  * Every mode ends on one JSON line on stderr. */
 #include "codec/augment.h"
+#include "codec/resize_filter.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -26,7 +31,8 @@ static void usage(void)
 "  NAME: a RandAugment op (Identity ShearX ShearY TranslateX TranslateY Rotate Brightness Color\n"
 "  Contrast Sharpness Posterize Solarize AutoContrast Equalize Invert, magnitude as torchvision's\n"
 "  _apply_op takes it), or Hue (adjust_hue's factor), Saturation, Erase (MAGNITUDE i,j,h,w,v)\n"
-"       ldaug mags SPACE NBINS H W           the magnitude bins of SPACE (rand, wide, auto)\n");
+"       ldaug mags SPACE NBINS H W           the magnitude bins of SPACE (rand, wide, auto)\n"
+"       ldaug resize FILTER AA OH OW H W [X Y CW CH]   a crop resized (bilinear|bicubic, AA 0|1)\n");
 }
 
 static int read_all(int fd, uint8_t *p, size_t n)
@@ -174,8 +180,54 @@ static int mags_main(int argc, char **argv)
 	return 0;
 }
 
+static int resize_main(int argc, char **argv)
+{
+	struct cdc_resize r = { 0 };
+	struct cdc_img im;
+	uint32_t h, w;
+	double x = 0, y = 0, cw, ch;
+
+	if (argc < 8 || (strcmp(argv[2], "bilinear") && strcmp(argv[2], "bicubic")) ||
+	    parse_side(argv[4], &r.out_h) < 0 || parse_side(argv[5], &r.out_w) < 0 ||
+	    parse_side(argv[6], &h) < 0 || parse_side(argv[7], &w) < 0) {
+		usage();
+		return EXIT_USAGE;
+	}
+	r.filter = strcmp(argv[2], "bicubic") ? CDC_FILTER_BILINEAR : CDC_FILTER_BICUBIC;
+	r.antialias = !strcmp(argv[3], "1");
+	cw = w, ch = h;
+	if (argc >= 12) {
+		x = strtod(argv[8], NULL), y = strtod(argv[9], NULL);
+		cw = strtod(argv[10], NULL), ch = strtod(argv[11], NULL);
+		if (!(x >= 0 && y >= 0 && cw >= 1 && ch >= 1 && x + cw <= w && y + ch <= h)) {
+			fprintf(stderr, "ldaug: the crop is not inside the image\n");
+			return EXIT_USAGE;
+		}
+	}
+	uint8_t *px = malloc((size_t)h * w * 3), *out = malloc((size_t)r.out_h * r.out_w * 3);
+	void *work = aligned_alloc(16, (cdc_resize_filter_need(&r, cw, ch) + 15) / 16 * 16);
+	if (!px || !out || !work) {
+		fprintf(stderr, "ldaug: out of memory\n");
+		return 1;
+	}
+	cdc_img_hwc(&im, px, h, w);
+	if (load(&im, 0) < 0) {
+		fprintf(stderr, "ldaug: stdin: fewer than %u x %u x 3 bytes\n", h, w);
+		return 1;
+	}
+	cdc_resize_filter(px, w, h, (size_t)w * 3, x, y, cw, ch, &r, out, work);
+	cdc_img_hwc(&im, out, r.out_h, r.out_w);
+	if (store(&im, 0) < 0)
+		return 1;
+	fprintf(stderr, "{\"resize\": \"%s\", \"antialias\": %d}\n", argv[2], r.antialias);
+	free(px), free(out), free(work);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc >= 2 && !strcmp(argv[1], "resize"))
+		return resize_main(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "mags"))
 		return mags_main(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "op"))

@@ -138,3 +138,27 @@ def test_magnitude_bins_match_torchvision(ldaug, space, bins, cls):
                 for sign in (1.0, -1.0):
                     mine = ours(LDAUG, a, op, sign * g)
                     assert np.array_equal(mine, theirs(a, op, sign * m)), (op, b, g, m)
+
+
+@pytest.mark.parametrize("interp", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("antialias", [0, 1])
+def test_resize_within_one_of_torchvision(ldaug, interp, antialias):
+    """RandomResizedCrop's resize: the crop (x, y, w, h) to the output, as F.resized_crop with
+    antialias: shrinks (the common case), an enlargement, odd sizes, a crop at the edge."""
+    from torchvision.transforms import InterpolationMode as IM
+    a = photo(300, 400, seed=5)
+    t = torch.from_numpy(a.copy()).permute(2, 0, 1).contiguous()
+    mode = IM.BILINEAR if interp == "bilinear" else IM.BICUBIC
+    for (x, y, cw, ch, oh, ow) in [(0, 0, 400, 300, 224, 224), (13, 7, 250, 190, 224, 224),
+                                   (5, 5, 100, 80, 224, 224), (0, 0, 400, 300, 37, 500),
+                                   (100, 50, 41, 33, 224, 160), (250, 200, 150, 100, 7, 9)]:
+        r = subprocess.run([str(ldaug), "resize", interp, str(antialias), str(oh), str(ow), "300",
+                            "400", str(x), str(y), str(cw), str(ch)], input=a.tobytes(),
+                           capture_output=True, check=True)
+        got = np.frombuffer(r.stdout, np.uint8).reshape(oh, ow, 3).astype(int)
+        want = F.resized_crop(t, y, x, ch, cw, [oh, ow], interpolation=mode,
+                              antialias=bool(antialias)).permute(1, 2, 0).numpy().astype(int)
+        diff = np.abs(got - want)
+        assert diff.max() <= 1, f"crop {(x, y, cw, ch)} to {oh}x{ow}: off by {diff.max()}"
+        # differences of 1 are float rounding at a half, rare
+        assert (diff > 0).mean() < 0.002, f"crop {(x, y, cw, ch)}: {(diff > 0).sum()} differ"
