@@ -8,17 +8,25 @@
  *                                         the crop (X, Y, CW, CH; default the whole image)
  *                                         resized to OH x OW (FILTER bilinear or bicubic, AA 0
  *                                         or 1) as torchvision's F.resized_crop
+ *   ldaug spec SPEC                       the CTL_AUGMENT body of SPEC (ldcat --augment), hex
+ *   ldaug run SPEC KEY H W [chw]          a job's per-sample ops (SPEC) on one image, drawn
+ *                                         from KEY, stdin to stdout
+ *   ldaug bench SPEC N H W [REPEAT]       the per-sample ops on N images from stdin, REPEAT
+ *                                         times each (keys 0, 1, ...): CPU-seconds per 1,000
  *   ldaug mags SPACE NBINS H W            the magnitude bins of every op of SPACE (rand, wide,
  *                                         auto), one JSON line on stdout
  *
  * Every mode ends on one JSON line on stderr. */
 #include "codec/augment.h"
 #include "codec/resize_filter.h"
+#include "loader/job_aug.h"
+#include "shm/ctl.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXIT_USAGE 2
@@ -32,7 +40,10 @@ static void usage(void)
 "  Contrast Sharpness Posterize Solarize AutoContrast Equalize Invert, magnitude as torchvision's\n"
 "  _apply_op takes it), or Hue (adjust_hue's factor), Saturation, Erase (MAGNITUDE i,j,h,w,v)\n"
 "       ldaug mags SPACE NBINS H W           the magnitude bins of SPACE (rand, wide, auto)\n"
-"       ldaug resize FILTER AA OH OW H W [X Y CW CH]   a crop resized (bilinear|bicubic, AA 0|1)\n");
+"       ldaug resize FILTER AA OH OW H W [X Y CW CH]   a crop resized (bilinear|bicubic, AA 0|1)\n"
+"       ldaug spec SPEC                       the CTL_AUGMENT body of SPEC, in hex\n"
+"       ldaug run SPEC KEY H W [chw]          a job's per-sample ops on one image\n"
+"       ldaug bench SPEC N H W [REPEAT]       their cost on N images: CPU-s per 1,000\n");
 }
 
 static int read_all(int fd, uint8_t *p, size_t n)
@@ -224,8 +235,132 @@ static int resize_main(int argc, char **argv)
 	return 0;
 }
 
+/* SPEC as a job's augmentations (what loaderd makes of a CTL_AUGMENT). 0, or EXIT_USAGE. */
+static int job_spec(const char *spec, struct ctl_augment *w, struct ldr_aug *a)
+{
+	char why[CTL_TEXT_MAX];
+
+	if (ctl_augment_parse(spec, w, why, sizeof(why)) < 0 ||
+	    ldr_aug_init(a, w, 1, why, sizeof(why)) < 0) {
+		fprintf(stderr, "ldaug: %s\n", why);
+		return EXIT_USAGE;
+	}
+	return 0;
+}
+
+static int spec_main(int argc, char **argv)
+{
+	struct ctl_augment w;
+	struct ldr_aug a;
+
+	if (argc < 3) {
+		usage();
+		return EXIT_USAGE;
+	}
+	if (job_spec(argv[2], &w, &a))
+		return EXIT_USAGE;
+	for (size_t i = 0; i < sizeof(w); i++)
+		printf("%02x", ((const uint8_t *)&w)[i]);
+	printf("\n");
+	fprintf(stderr, "{\"digest\": %u}\n", ctl_augment_digest(&w));
+	return 0;
+}
+
+static int run_main(int argc, char **argv)
+{
+	struct ctl_augment w;
+	struct ldr_aug a;
+	struct cdc_img im;
+	struct cdc_out o = { 0 };
+	uint32_t h, w_;
+	int chw = argc > 6 && !strcmp(argv[6], "chw");
+
+	if (argc < 6 || parse_side(argv[4], &h) < 0 || parse_side(argv[5], &w_) < 0) {
+		usage();
+		return EXIT_USAGE;
+	}
+	if (job_spec(argv[2], &w, &a))
+		return EXIT_USAGE;
+	uint64_t key = strtoull(argv[3], NULL, 0);
+	uint8_t *px = malloc((size_t)h * w_ * 3), *scratch = NULL;
+	size_t cap = 0;
+	if (!px)
+		return 1;
+	o.h = h, o.w = w_, o.nchw = chw;
+	if (chw)
+		cdc_img_chw(&im, px, h, w_);
+	else
+		cdc_img_hwc(&im, px, h, w_);
+	if (load(&im, chw) < 0) {
+		fprintf(stderr, "ldaug: stdin: fewer than %u x %u x 3 bytes\n", h, w_);
+		return 1;
+	}
+	if (ldr_aug_pixels(&a, key, &o, px, &scratch, &cap) < 0 || store(&im, chw) < 0)
+		return 1;
+	fprintf(stderr, "{\"run\": \"%s\", \"key\": %llu}\n", argv[2], (unsigned long long)key);
+	free(px);
+	free(scratch);
+	return 0;
+}
+
+static double cpu_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int bench_main(int argc, char **argv)
+{
+	struct ctl_augment w;
+	struct ldr_aug a;
+	struct cdc_out o = { 0 };
+	uint32_t n, h, w_, rep = 1;
+
+	if (argc < 6 || parse_side(argv[3], &n) < 0 || parse_side(argv[4], &h) < 0 ||
+	    parse_side(argv[5], &w_) < 0 || (argc > 6 && parse_side(argv[6], &rep) < 0)) {
+		usage();
+		return EXIT_USAGE;
+	}
+	if (job_spec(argv[2], &w, &a))
+		return EXIT_USAGE;
+	size_t one = (size_t)h * w_ * 3;
+	uint8_t *all = malloc(one * n), *px = malloc(one), *scratch = NULL;
+	size_t cap = 0;
+	if (!all || !px || read_all(0, all, one * n) < 0) {
+		fprintf(stderr, "ldaug: stdin: fewer than %u images of %u x %u x 3 bytes\n", n, h, w_);
+		return 1;
+	}
+	o.h = h, o.w = w_;
+	uint64_t sum = 0;
+	double copy = 0, t0 = cpu_s();
+	for (uint32_t r = 0; r < rep; r++)
+		for (uint32_t i = 0; i < n; i++) {
+			double c0 = cpu_s();
+			memcpy(px, all + one * i, one);  /* the decode's output, fresh each time */
+			copy += cpu_s() - c0;
+			if (ldr_aug_pixels(&a, (uint64_t)r * n + i, &o, px, &scratch, &cap) < 0)
+				return 1;
+			sum += px[(i * 7919) % one];
+		}
+	double t = cpu_s() - t0 - copy;
+	printf("{\"spec\": \"%s\", \"samples\": %llu, \"h\": %u, \"w\": %u, "
+	       "\"cpu_s_per_1000\": %.4f, \"check\": %llu}\n", argv[2],
+	       (unsigned long long)n * rep, h, w_, t / ((double)n * rep) * 1000.0,
+	       (unsigned long long)sum);
+	free(all), free(px), free(scratch);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc >= 2 && !strcmp(argv[1], "spec"))
+		return spec_main(argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "run"))
+		return run_main(argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "bench"))
+		return bench_main(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "resize"))
 		return resize_main(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "mags"))
