@@ -348,3 +348,24 @@ def translate(transform, *, antialias: bool = True) -> tuple[str, list[str], lis
                 items.append("antialias")
             handled.append("RandomResizedCrop: crop=SIZE, transforms='train'")
     return ",".join(items), handled, refused
+
+
+def unreproduced(transform) -> list[str]:
+    """For diagnose: a sentence for every transform of @transform (nested containers walked) that
+    a swap to loaderd.Loader would not reproduce, by name; [] when the swap keeps them all. A
+    part that cannot be read is named too, never a reason to drop the rest."""
+    out = []
+    try:
+        leaves = list(_walk(transform))
+    except Exception as e:  # a container whose .transforms is not what it says
+        return [f"{_name(transform)}: its transforms could not be read ({e})"]
+    for t in leaves:
+        try:
+            verdict, why = describe(t)
+        except Exception as e:
+            verdict, why = "not reproduced", f"{_name(t)}: could not be read ({e})"
+        if verdict == "not reproduced":
+            out.append(why)
+    _spec, _handled, refused = translate(leaves)
+    out += [r for r in refused if r not in out]
+    return out

@@ -79,3 +79,24 @@ def test_translate_colorjitter_ranges_and_erasing_fill():
     assert refused == []
     assert spec == "brightness=0.5:2,hue=0.2,erase=0.5:0.02:0.33:0.3:3.3,erase_value=26:51:76"
     assert AM.parse(spec).jitter == 0b1001
+
+
+def test_unreproduced_names_what_a_swap_loses():
+    T = pytest.importorskip("torchvision.transforms")
+
+    class Preset:  # torchvision's reference presets: an object whose .transforms is a Compose
+        def __init__(self, inner):
+            self.transforms = T.Compose(inner)
+
+    assert AM.unreproduced(Preset([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+                                   T.TrivialAugmentWide(), T.PILToTensor(),
+                                   T.RandomErasing()])) == []
+    lost = AM.unreproduced(Preset([T.RandomResizedCrop(224), T.GaussianBlur(3),
+                                   T.Compose([T.RandomGrayscale(), T.ColorJitter(0.4)]),
+                                   T.RandAugment(fill=7)]))
+    assert [s.split(":")[0].split(" ")[0] for s in lost] == ["GaussianBlur", "RandomGrayscale",
+                                                             "RandAugment"]
+
+    class Broken:
+        transforms = property(lambda self: (_ for _ in ()).throw(RuntimeError("no")))
+    assert AM.unreproduced(Broken()) == ["Broken: its transforms could not be read (no)"]
