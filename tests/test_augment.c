@@ -422,6 +422,63 @@ static void test_augment_run_reaches_every_op_and_erase(void **state)
 	assert_true(distinct >= 20);  /* the rectangle is placed anywhere it fits */
 }
 
+/* ColorJitter as the pipeline runs it (brightness and contrast folded into one table, applied
+ * inside the saturation pass through a 256 x 256 table) equals the four ops applied one after
+ * the other in the drawn order: the draws are repeated here from their documented recipe
+ * (splitmix64 from mix3(key, "AUGM", 0); an order by Fisher-Yates, then the four factors). */
+static void test_augment_jitter_fused_equals_sequential(void **state)
+{
+	enum { JH = 160, JW = 150, JN = JH * JW * 3 };  /* a scratch of 64 KiB or more: fused */
+	static uint8_t src[JN], got[JN], want[JN], sc[JN];
+	struct cdc_aug a;
+	struct cdc_img im;
+	uint64_t x = test_xorshift_init(test_seed("jitter", "TEST_AUGMENT_SEED"));
+
+	(void)state;
+	memset(&a, 0, sizeof(a));
+	for (int i = 0; i < 4; i++)
+		a.jitter_on[i] = 1, a.jitter_lo[i] = 0.5, a.jitter_hi[i] = 1.6;
+	a.jitter_lo[3] = -0.2, a.jitter_hi[3] = 0.2;
+	for (int i = 0; i < JN; i++)
+		src[i] = (uint8_t)test_xorshift(&x);
+	for (uint64_t key = 0; key < 48; key++) {
+		a.jitter_on[3] = key % 3 == 0;  /* with and without hue */
+		a.jitter_on[1] = key % 5 != 1;
+		memcpy(got, src, JN);
+		cdc_img_hwc(&im, got, JH, JW);
+		cdc_aug_run(&a, &im, key, sc);
+		uint64_t st = mix3(key, 0x4155474dull, 0);
+		unsigned order[4] = {0, 1, 2, 3};
+		for (unsigned i = 3; i > 0; i--) {
+			unsigned k = (unsigned)(((mix_next(&st) >> 32) * (uint64_t)(i + 1)) >> 32);
+			unsigned t = order[i];
+			order[i] = order[k], order[k] = t;
+		}
+		double f[4];
+		for (int i = 0; i < 4; i++)
+			f[i] = a.jitter_on[i] ? a.jitter_lo[i] + (a.jitter_hi[i] - a.jitter_lo[i]) *
+				((double)(mix_next(&st) >> 11) * 0x1.0p-53) : 0.0;
+		memcpy(want, src, JN);
+		cdc_img_hwc(&im, want, JH, JW);
+		for (int i = 0; i < 4; i++) {
+			unsigned k = order[i];
+			if (!a.jitter_on[k])
+				continue;
+			if (k == 0)
+				cdc_aug_brightness(&im, f[k]);
+			else if (k == 1)
+				cdc_aug_contrast(&im, f[k]);
+			else if (k == 2)
+				cdc_aug_saturation(&im, f[k]);
+			else
+				cdc_aug_hue(&im, f[k]);
+		}
+		if (memcmp(got, want, JN))
+			fail_msg("key %llu: the fused ColorJitter differs from the ops in turn",
+				 (unsigned long long)key);
+	}
+}
+
 static void test_augment_check_bounds(void **state)
 {
 	struct cdc_aug a;
@@ -516,6 +573,7 @@ int main(void)
 		cmocka_unit_test(test_augment_magnitudes_are_torchvisions_bins),
 		cmocka_unit_test(test_augment_run_is_a_function_of_the_key),
 		cmocka_unit_test(test_augment_run_reaches_every_op_and_erase),
+		cmocka_unit_test(test_augment_jitter_fused_equals_sequential),
 		cmocka_unit_test(test_augment_check_bounds),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -13,6 +13,8 @@
  *                                         from KEY, stdin to stdout
  *   ldaug bench SPEC N H W [REPEAT]       the per-sample ops on N images from stdin, REPEAT
  *                                         times each (keys 0, 1, ...): CPU-seconds per 1,000
+ *   ldaug bench-op NAME MAGNITUDE N H W [REPEAT]
+ *                                         one op (as `op`) on N images: CPU-s per 1,000
  *   ldaug mags SPACE NBINS H W            the magnitude bins of every op of SPACE (rand, wide,
  *                                         auto), one JSON line on stdout
  *
@@ -43,7 +45,8 @@ static void usage(void)
 "       ldaug resize FILTER AA OH OW H W [X Y CW CH]   a crop resized (bilinear|bicubic, AA 0|1)\n"
 "       ldaug spec SPEC                       the CTL_AUGMENT body of SPEC, in hex\n"
 "       ldaug run SPEC KEY H W [chw]          a job's per-sample ops on one image\n"
-"       ldaug bench SPEC N H W [REPEAT]       their cost on N images: CPU-s per 1,000\n");
+"       ldaug bench SPEC N H W [REPEAT]       their cost on N images: CPU-s per 1,000\n"
+"       ldaug bench-op NAME MAGNITUDE N H W [REPEAT]   one op's cost on N images\n");
 }
 
 static int read_all(int fd, uint8_t *p, size_t n)
@@ -353,8 +356,53 @@ static int bench_main(int argc, char **argv)
 	return 0;
 }
 
+static int bench_op_main(int argc, char **argv)
+{
+	struct cdc_img im;
+	uint32_t n, h, w, rep = 1;
+	int op;
+
+	if (argc < 7 || parse_side(argv[4], &n) < 0 || parse_side(argv[5], &h) < 0 ||
+	    parse_side(argv[6], &w) < 0 || (argc > 7 && parse_side(argv[7], &rep) < 0)) {
+		usage();
+		return EXIT_USAGE;
+	}
+	for (op = 0; op < CDC_OPS && strcmp(cdc_aug_op_names[op], argv[2]); op++)
+		;
+	if (op == CDC_OPS) {
+		fprintf(stderr, "ldaug: unknown op %s\n", argv[2]);
+		return EXIT_USAGE;
+	}
+	double mag = strtod(argv[3], NULL);
+	size_t one = (size_t)h * w * 3;
+	uint8_t *all = malloc(one * n), *px = malloc(one), *scratch = malloc(one);
+	if (!all || !px || !scratch || read_all(0, all, one * n) < 0) {
+		fprintf(stderr, "ldaug: stdin: fewer than %u images of %u x %u x 3 bytes\n", n, h, w);
+		return 1;
+	}
+	cdc_img_hwc(&im, px, h, w);
+	uint64_t sum = 0;
+	double copy = 0, t0 = cpu_s();
+	for (uint32_t r = 0; r < rep; r++)
+		for (uint32_t i = 0; i < n; i++) {
+			double c0 = cpu_s();
+			memcpy(px, all + one * i, one);
+			copy += cpu_s() - c0;
+			cdc_aug_apply_op(&im, (enum cdc_aug_op)op, mag, scratch);
+			sum += px[(i * 7919) % one];
+		}
+	double t = cpu_s() - t0 - copy;
+	printf("{\"op\": \"%s\", \"magnitude\": %g, \"samples\": %llu, \"cpu_s_per_1000\": "
+	       "%.4f, \"check\": %llu}\n", argv[2], mag, (unsigned long long)n * rep,
+	       t / ((double)n * rep) * 1000.0, (unsigned long long)sum);
+	free(all), free(px), free(scratch);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc >= 2 && !strcmp(argv[1], "bench-op"))
+		return bench_op_main(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "spec"))
 		return spec_main(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "run"))
