@@ -65,6 +65,25 @@ INLINE float gray(float r, float g, float b)
 	return (float)(int)(0.2989f * r + 0.587f * g + 0.114f * b);
 }
 
+/* rgb_to_grayscale's three products of every value, computed once: the same floats as
+ * gray()'s, so the same sums. */
+struct gray_tab {
+	float r[256], g[256], b[256];
+};
+
+static void gray_tab_init(struct gray_tab *t)
+{
+	for (unsigned v = 0; v < 256; v++) {
+		t->r[v] = 0.2989f * (float)v;
+		t->g[v] = 0.587f * (float)v;
+		t->b[v] = 0.114f * (float)v;
+	}
+}
+
+/* The sum of the gray of every pixel, its values mapped by @lut first (defined below). */
+INLINE uint64_t gray_sum_lut_x(const struct cdc_img *im, size_t XS, const uint8_t *lut,
+			       const struct gray_tab *t);
+
 /* Round half to even (grid_sample's nearest, torch.round) for |x| < 2^22: adding and taking
  * away 1.5 x 2^23 leaves the float's integer part rounded in the default mode (nearbyintf is a
  * library call on x86-64's baseline). */
@@ -120,25 +139,24 @@ void cdc_aug_brightness(const struct cdc_img *im, double factor)
 	blend_all(im, (float)factor, (float)(1.0 - factor), 0.0f);
 }
 
-INLINE uint64_t gray_sum_x(const struct cdc_img *im, size_t XS, int unused)
-{
-	const uint8_t *p0 = im->px, *p1 = im->px + im->cs, *p2 = im->px + 2 * im->cs;
-	size_t n = npix(im);
-	uint64_t sum = 0;
-
-	(void)unused;
-	for (size_t i = 0; i < n; i++)
-		sum += (uint32_t)(int)gray(p0[i * XS], p1[i * XS], p2[i * XS]);
-	return sum;
-}
-
 void cdc_aug_contrast(const struct cdc_img *im, double factor)
 {
 	uint64_t n = npix(im);
 
 	if (!n)
 		return;
-	uint64_t sum = EACH_LAYOUT(gray_sum_x, im, 0);
+	static const uint8_t id[256] = {
+#define ID4(k) (k), (k) + 1, (k) + 2, (k) + 3
+#define ID16(k) ID4(k), ID4((k) + 4), ID4((k) + 8), ID4((k) + 12)
+#define ID64(k) ID16(k), ID16((k) + 16), ID16((k) + 32), ID16((k) + 48)
+		ID64(0), ID64(64), ID64(128), ID64(192)
+#undef ID64
+#undef ID16
+#undef ID4
+	};
+	struct gray_tab gt;
+	gray_tab_init(&gt);
+	uint64_t sum = EACH_LAYOUT(gray_sum_lut_x, im, id, &gt);
 	/* torch.mean in float32: the sum (exact below 2^24) divided by the count */
 	float mean = (float)sum / (float)n;
 
@@ -629,26 +647,17 @@ static double normal(uint64_t *s)  /* Box-Muller */
  * each value alone, so a run of them is one table, composed as they come (contrast's mean is
  * taken over the pixels as the pending table makes them), and applied on the way into the next
  * saturation pass, or at the end. The same values as applying each in turn; fewer passes. */
-INLINE uint64_t gray_sum_lut_x(const struct cdc_img *im, size_t XS, const uint8_t *lut)
-{
-	const uint8_t *p0 = im->px, *p1 = im->px + im->cs, *p2 = im->px + 2 * im->cs;
-	size_t n = npix(im);
-	uint64_t sum = 0;
-
-	for (size_t i = 0; i < n; i++)
-		sum += (uint32_t)(int)gray(lut[p0[i * XS]], lut[p1[i * XS]], lut[p2[i * XS]]);
-	return sum;
-}
 
 INLINE void saturation_lut_x(const struct cdc_img *im, size_t XS, const uint8_t *lut,
-			     const uint8_t *sat)
+			     const uint8_t *sat, const float *const *gt)
 {
 	uint8_t *p0 = im->px, *p1 = im->px + im->cs, *p2 = im->px + 2 * im->cs;
 	size_t n = npix(im);
+	const float *gr = gt[0], *gg = gt[1], *gb = gt[2];
 
 	for (size_t i = 0; i < n; i++) {
 		unsigned a = lut[p0[i * XS]], b = lut[p1[i * XS]], c = lut[p2[i * XS]];
-		const uint8_t *row = sat + ((unsigned)(int)gray(a, b, c) << 8);
+		const uint8_t *row = sat + ((unsigned)(int)((gr[a] + gg[b]) + gb[c]) << 8);
 		p0[i * XS] = row[a];
 		p1[i * XS] = row[b];
 		p2[i * XS] = row[c];
@@ -676,7 +685,23 @@ static void saturation_table(const struct cdc_img *im, float r, float r1, const 
 			row[v] = (uint8_t)(int)x;
 		}
 	}
-	EACH_LAYOUT(saturation_lut_x, im, lut, sat);
+	struct gray_tab t;
+	gray_tab_init(&t);
+	const float *gt[3] = { t.r, t.g, t.b };
+	EACH_LAYOUT(saturation_lut_x, im, lut, sat, gt);
+}
+
+INLINE uint64_t gray_sum_lut_x(const struct cdc_img *im, size_t XS, const uint8_t *lut,
+			       const struct gray_tab *t)
+{
+	const uint8_t *p0 = im->px, *p1 = im->px + im->cs, *p2 = im->px + 2 * im->cs;
+	size_t n = npix(im);
+	uint64_t sum = 0;
+
+	for (size_t i = 0; i < n; i++)
+		sum += (uint32_t)(int)((t->r[lut[p0[i * XS]]] + t->g[lut[p1[i * XS]]]) +
+				       t->b[lut[p2[i * XS]]]);
+	return sum;
 }
 
 static void jitter(const struct cdc_aug *a, const struct cdc_img *im, uint64_t *s,
@@ -707,7 +732,9 @@ static void jitter(const struct cdc_aug *a, const struct cdc_img *im, uint64_t *
 				uint64_t n = npix(im);
 				if (!n)
 					continue;
-				uint64_t sum = EACH_LAYOUT(gray_sum_lut_x, im, lut);
+				struct gray_tab gt;
+				gray_tab_init(&gt);
+				uint64_t sum = EACH_LAYOUT(gray_sum_lut_x, im, lut, &gt);
 				other = (float)sum / (float)n;  /* torch.mean, as cdc_aug_contrast */
 			}
 			for (unsigned v = 0; v < 256; v++)

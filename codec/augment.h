@@ -11,8 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* An image of 3 channels: channel c of pixel (y, x) is px[y * ys + x * xs + c * cs]. NHWC:
- * xs 3, cs 1, ys 3w; NCHW: xs 1, cs h * w, ys w. */
+/* An image of 3 channels, contiguous (a decoded sample): channel c of pixel (y, x) is
+ * px[y * ys + x * xs + c * cs]; NHWC: xs 3, cs 1, ys 3w; NCHW: xs 1, cs h * w, ys w (made by
+ * cdc_img_hwc, cdc_img_chw: the ops take no other layout). */
 struct cdc_img {
 	uint8_t *px;
 	uint32_t h, w;
