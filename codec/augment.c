@@ -796,6 +796,16 @@ static const struct {
 	{{CDC_OP_EQUALIZE, 8, -1}, {CDC_OP_EQUALIZE, 6, -1}},
 };
 
+int cdc_aug_imagenet_policy(unsigned i, unsigned k, enum cdc_aug_op *op, double *p, int *bin)
+{
+	if (i >= 25 || k >= 2)
+		return -1;
+	*op = (enum cdc_aug_op)imagenet[i][k].op;
+	*p = imagenet[i][k].p10 / 10.0;
+	*bin = imagenet[i][k].bin;
+	return 0;
+}
+
 static int is_signed(enum cdc_aug_op op)
 {
 	return op >= CDC_OP_SHEAR_X && op <= CDC_OP_SHARPNESS;

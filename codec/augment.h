@@ -61,6 +61,10 @@ enum cdc_aug_space { CDC_SPACE_RAND, CDC_SPACE_WIDE, CDC_SPACE_AUTO };
 double cdc_aug_magnitude(enum cdc_aug_space space, enum cdc_aug_op op, unsigned bin,
 			 unsigned nbins, uint32_t h, uint32_t w);
 
+/* Op @k (0, 1) of sub-policy @i (0..24) of AutoAugment's ImageNet policy: its op, probability
+ * and magnitude bin (-1: none). 0, or -1 past the table. */
+int cdc_aug_imagenet_policy(unsigned i, unsigned k, enum cdc_aug_op *op, double *p, int *bin);
+
 /* ---- the per-sample pipeline ---- */
 enum cdc_auto { CDC_AUTO_NONE = 0, CDC_AUTO_RAND = 1, CDC_AUTO_WIDE = 2, CDC_AUTO_IMAGENET = 3 };
 enum cdc_erase_fill { CDC_ERASE_CONST = 0, CDC_ERASE_RANDOM = 1 };

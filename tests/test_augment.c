@@ -479,6 +479,93 @@ static void test_augment_jitter_fused_equals_sequential(void **state)
 	}
 }
 
+/* Is @out one of the results of applying ops @ops[0..n) (each: an op of 14 or the ImageNet
+ * policy's, with a magnitude of either sign) to @src? Tries every op and sign at each step. */
+static int one_of(const uint8_t *src, const uint8_t *out, int steps, enum cdc_aug_space sp,
+		  unsigned bin, unsigned bins, int may_skip)
+{
+	uint8_t a[N], b[N];
+	struct cdc_img im;
+	static uint8_t sc[N];
+
+	if (!memcmp(src, out, N) && (steps == 0 || may_skip))
+		return 1;
+	if (steps == 0)
+		return 0;
+	for (int op = 0; op < CDC_OPS; op++) {
+		if (sp != CDC_SPACE_AUTO && op == CDC_OP_INVERT)
+			continue;
+		double m = cdc_aug_magnitude(sp, (enum cdc_aug_op)op, bin, bins, H, W);
+		for (int sg = 0; sg < (m != 0.0 ? 2 : 1); sg++) {
+			memcpy(a, src, N);
+			hwc(&im, a);
+			cdc_aug_apply_op(&im, (enum cdc_aug_op)op, sg ? -m : m, sc);
+			memcpy(b, a, N);
+			if (one_of(b, out, steps - 1, sp, bin, bins, may_skip))
+				return 1;
+		}
+	}
+	return 0;
+}
+
+/* RandAugment(2, m) applies two of its ops at magnitude m, each of either sign; AutoAugment's
+ * ImageNet policy applies, of one sub-policy, each op or not (its own magnitude bin). */
+static void test_augment_randaugment_and_autoaugment_outputs(void **state)
+{
+	struct cdc_aug a;
+	uint8_t src[N], out[N];
+	struct cdc_img im;
+	uint64_t x = test_xorshift_init(test_seed("rand-auto", "TEST_AUGMENT_SEED"));
+	int changed = 0;
+
+	(void)state;
+	random_image(src, &x);
+	memset(&a, 0, sizeof(a));
+	a.autoaug = CDC_AUTO_RAND, a.num_ops = 2, a.magnitude = 9, a.bins = 31;
+	for (uint64_t key = 0; key < 6; key++) {
+		memcpy(out, src, N);
+		hwc(&im, out);
+		cdc_aug_run(&a, &im, key, scratch);
+		if (!one_of(src, out, 2, CDC_SPACE_RAND, 9, 31, 0))
+			fail_msg("key %llu: not two RandAugment ops at magnitude 9",
+				 (unsigned long long)key);
+	}
+	a.autoaug = CDC_AUTO_IMAGENET, a.num_ops = 0, a.magnitude = 0, a.bins = 0;
+	for (uint64_t key = 0; key < 40; key++) {
+		memcpy(out, src, N);
+		hwc(&im, out);
+		cdc_aug_run(&a, &im, key, scratch);
+		changed += memcmp(out, src, N) != 0;
+		int found = 0;
+		/* the policy's ops at their bins: any op, any of the 10 bins, up to two steps */
+		for (unsigned bin = 0; bin < 10 && !found; bin++)
+			found = one_of(src, out, 2, CDC_SPACE_AUTO, bin, 10, 1);
+		if (!found) {
+			/* two ops at two different bins: the first at bin b1, the second at b2 */
+			for (int op = 0; op < CDC_OPS && !found; op++)
+				for (unsigned b1 = 0; b1 < 10 && !found; b1++)
+					for (int sg = 0; sg < 2 && !found; sg++) {
+						uint8_t t[N];
+						memcpy(t, src, N);
+						hwc(&im, t);
+						double m = cdc_aug_magnitude(CDC_SPACE_AUTO,
+									     (enum cdc_aug_op)op,
+									     b1, 10, H, W);
+						cdc_aug_apply_op(&im, (enum cdc_aug_op)op,
+								 sg ? -m : m, scratch);
+						for (unsigned b2 = 0; b2 < 10 && !found; b2++)
+							found = one_of(t, out, 1, CDC_SPACE_AUTO,
+								       b2, 10, 0);
+					}
+		}
+		if (!found)
+			fail_msg("key %llu: not the ImageNet policy's ops", (unsigned long long)key);
+	}
+	/* about half: a sub-policy's ops each apply with their probability, and on 221 pixels of
+	 * noise Equalize (step 0) and AutoContrast (full range) leave the image as it is */
+	assert_true(changed >= 10);
+}
+
 static void test_augment_check_bounds(void **state)
 {
 	struct cdc_aug a;
@@ -574,6 +661,7 @@ int main(void)
 		cmocka_unit_test(test_augment_run_is_a_function_of_the_key),
 		cmocka_unit_test(test_augment_run_reaches_every_op_and_erase),
 		cmocka_unit_test(test_augment_jitter_fused_equals_sequential),
+		cmocka_unit_test(test_augment_randaugment_and_autoaugment_outputs),
 		cmocka_unit_test(test_augment_check_bounds),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -15,6 +15,7 @@
  *                                         times each (keys 0, 1, ...): CPU-seconds per 1,000
  *   ldaug bench-op NAME MAGNITUDE N H W [REPEAT]
  *                                         one op (as `op`) on N images: CPU-s per 1,000
+ *   ldaug policy                          AutoAugment's ImageNet policy as loaderd has it (JSON)
  *   ldaug mags SPACE NBINS H W            the magnitude bins of every op of SPACE (rand, wide,
  *                                         auto), one JSON line on stdout
  *
@@ -401,6 +402,20 @@ static int bench_op_main(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	if (argc >= 2 && !strcmp(argv[1], "policy")) {  /* AutoAugment's ImageNet policy, JSON */
+		enum cdc_aug_op op;
+		double p;
+		int bin;
+		printf("[");
+		for (unsigned i = 0; cdc_aug_imagenet_policy(i, 0, &op, &p, &bin) == 0; i++)
+			for (unsigned k = 0; k < 2; k++) {
+				cdc_aug_imagenet_policy(i, k, &op, &p, &bin);
+				printf("%s[\"%s\", %g, %d]", i || k ? ", " : "",
+				       cdc_aug_op_names[op], p, bin);
+			}
+		printf("]\n");
+		return 0;
+	}
 	if (argc >= 2 && !strcmp(argv[1], "bench-op"))
 		return bench_op_main(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "spec"))

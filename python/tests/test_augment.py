@@ -162,3 +162,13 @@ def test_resize_within_one_of_torchvision(ldaug, interp, antialias):
         assert diff.max() <= 1, f"crop {(x, y, cw, ch)} to {oh}x{ow}: off by {diff.max()}"
         # differences of 1 are float rounding at a half, rare
         assert (diff > 0).mean() < 0.002, f"crop {(x, y, cw, ch)}: {(diff > 0).sum()} differ"
+
+
+def test_autoaugment_imagenet_policy_is_torchvisions(ldaug):
+    r = subprocess.run([str(ldaug), "policy"], capture_output=True, text=True, check=True)
+    got = json.loads(r.stdout)
+    want = []
+    for sub in AutoAugment()._get_policies(__import__("torchvision").transforms.AutoAugmentPolicy.IMAGENET):
+        for name, p, mag in sub:
+            want.append([name, p, -1 if mag is None else mag])
+    assert got == want
