@@ -420,6 +420,35 @@ static void test_augment_run_reaches_every_op_and_erase(void **state)
 		assert_true(n >= 25 && n <= 49);
 	}
 	assert_true(distinct >= 20);  /* the rectangle is placed anywhere it fits */
+	/* value='random' after Normalize: per pixel N(mean, std) in levels, rounded, clamped */
+	a.erase_fill = CDC_ERASE_RANDOM;
+	a.erase_scale[0] = 0.5, a.erase_scale[1] = 0.5;
+	const double mean[3] = { 60.0, 128.0, 250.0 }, sd[3] = { 8.0, 20.0, 8.0 };
+	for (int c = 0; c < 3; c++)
+		a.erase_mean[c] = mean[c], a.erase_std[c] = sd[c];
+	double sum[3] = { 0 }, sq[3] = { 0 };
+	int n = 0, clamped = 0;
+	for (uint64_t key = 0; key < 20; key++) {
+		memset(out, 0, N);
+		hwc(&im, out);
+		cdc_aug_run(&a, &im, key, scratch);
+		for (int i = 0; i < N; i += 3) {
+			if (!out[i] && !out[i + 1] && !out[i + 2])
+				continue;
+			n++;
+			clamped += out[i + 2] == 255;
+			for (int c = 0; c < 3; c++)
+				sum[c] += out[i + c], sq[c] += (double)out[i + c] * out[i + c];
+		}
+	}
+	/* 20 rectangles of about half of 221 pixels */
+	assert_true(n >= 20 * 90 && n <= 20 * 130);
+	for (int c = 0; c < 2; c++) {
+		double m = sum[c] / n, v = sq[c] / n - m * m;
+		assert_true(fabs(m - mean[c]) < 2.0);
+		assert_true(fabs(sqrt(v) - sd[c]) < 0.15 * sd[c]);
+	}
+	assert_true(clamped > n / 5);  /* 250 + 8 N(0, 1) above 255 about a quarter of the time */
 }
 
 /* ColorJitter as the pipeline runs it (brightness and contrast folded into one table, applied
