@@ -5,6 +5,7 @@ differ from the unaugmented ones, every rank of a job must send the same augment
 resume token carries them), hostile bodies are refused naming the field, and a torchvision
 pipeline is translated or refused by name."""
 import ctypes
+import subprocess
 import errno
 
 import pytest
@@ -169,3 +170,75 @@ def test_torchvision_pipeline_translated_or_refused():
     assert len(refused) == 1 and refused[0].startswith("GaussianBlur")
     with pytest.raises(ValueError, match="GaussianBlur"):
         loaderd.Loader("/nonexistent", "/nonexistent.dpk", 4, augment=Preset())
+
+
+M64 = 2**64 - 1
+
+
+def _mix64(z):
+    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M64
+    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M64
+    return z ^ (z >> 31)
+
+
+def _mix3(a, b, c):
+    """common/mix.h's mix3: the sample's key is mix3(seed, epoch, id)."""
+    return _mix64(((a * 0x9e3779b97f4a7c15) & M64) ^
+                  ((((b + 0x632be59bd9b4e019) & M64) * 0xbf58476d1ce4e5b9) & M64) ^
+                  ((((c + 0x85157af5) & M64) * 0x94d049bb133111eb) & M64))
+
+
+@pytest.fixture(scope="module")
+def rawset(bins, workdir):
+    """40 raw 64x48x3 images (no JPEG: the window is resized as stored)."""
+    from conftest import run, Dataset
+    d = workdir / "raw6448"
+    d.mkdir(exist_ok=True)
+    run(bins / "dsgen", "npy", d / "x.npy", d / "y.npy", "--count", 40, "--height", 64,
+        "--width", 48, "--channels", 3, "--classes", 5)
+    run(bins / "dpack", "pack", d / "x.npy", d / "y.npy", d / "raw.dpk")
+    ds = Dataset()
+    ds.path = d / "raw.dpk"
+    ds.images = np.load(d / "x.npy")
+    return ds
+
+
+def test_daemon_runs_the_documented_pipeline_with_the_sample_key(daemon, rawset):
+    """What loaderd delivers with augment= is ldaug's pipeline (codec/augment.c) on what it
+    delivers without, drawn from mix3(seed, epoch, id): the key docs/AUGMENT.md names."""
+    from conftest import BIN
+    spec = "jitter=0.4:0.4:0.4:0.1,randaugment=2:9,erase=0.5:0.02:0.33:0.3:3.3"
+    kw = dict(crop=(20, 24), transforms="eval", seed=11, epochs=1, sampling="sequential")
+    with loader(daemon, rawset, job="pipe-plain", **kw) as it:
+        plain = by_id(it)
+    with loader(daemon, rawset, job="pipe-aug", augment=spec, **kw) as it:
+        aug = by_id(it)
+    for sid, img in plain.items():
+        r = subprocess.run([str(BIN / "ldaug"), "run", spec, str(_mix3(11, 0, sid)), "20", "24"],
+                           input=img.tobytes(), capture_output=True, check=True)
+        want = np.frombuffer(r.stdout, np.uint8).reshape(20, 24, 3)
+        assert np.array_equal(aug[sid], want), f"sample {sid}"
+
+
+def test_bicubic_antialias_through_the_daemon_is_torchvisions(daemon, rawset):
+    """transforms='eval' on raw records: the centre window (cdc_crop_center) resized by
+    torchvision's bicubic with antialias, within 1."""
+    import math
+    F = pytest.importorskip("torchvision.transforms.functional")
+    from torchvision.transforms import InterpolationMode
+    torch = pytest.importorskip("torch")
+    oh, ow = 20, 24
+    with loader(daemon, rawset, job="bicubic", crop=(oh, ow), transforms="eval", epochs=1,
+                augment="interp=bicubic,antialias") as it:
+        got = by_id(it)
+    h, w = rawset.images.shape[1:3]
+    short, oshort = min(w, h), min(ow, oh)
+    scale = short / math.floor(oshort / 0.875)
+    cw, ch = min(w, max(1, round(ow * scale))), min(h, max(1, round(oh * scale)))
+    x, y = (w - cw) // 2, (h - ch) // 2
+    for sid, img in got.items():
+        t = torch.from_numpy(rawset.images[sid].copy()).permute(2, 0, 1).contiguous()
+        want = F.resized_crop(t, y, x, ch, cw, [oh, ow], interpolation=InterpolationMode.BICUBIC,
+                              antialias=True).permute(1, 2, 0).numpy()
+        d = np.abs(img.astype(int) - want.astype(int))
+        assert d.max() <= 1, f"sample {sid}: off by {d.max()}"
