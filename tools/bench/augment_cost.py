@@ -29,6 +29,8 @@ RECIPES = [
      lambda T: T.RandAugment(num_ops=2, magnitude=9)),
     ("ColorJitter(0.4, 0.4, 0.4)", "jitter=0.4:0.4:0.4",
      lambda T: T.ColorJitter(0.4, 0.4, 0.4)),
+    ("ColorJitter(0.4, 0.4, 0.4, 0.1)", "jitter=0.4:0.4:0.4:0.1",
+     lambda T: T.ColorJitter(0.4, 0.4, 0.4, 0.1)),
     ("ColorJitter(0.4) + RandAugment(2, 9)", "jitter=0.4:0.4:0.4,randaugment=2:9:31",
      lambda T: T.Compose([T.ColorJitter(0.4, 0.4, 0.4), T.RandAugment(num_ops=2, magnitude=9)])),
 ]
