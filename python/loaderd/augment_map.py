@@ -237,11 +237,28 @@ LOADER = {  # what the Loader's own arguments do
 }
 
 
+def _is_timm(t) -> bool:
+    return type(t).__module__.startswith("timm")
+
+
+def _timm_interp(t):
+    """timm's RandomResizedCropAndInterpolation: a mode, or (bilinear, bicubic) for 'random'."""
+    m = getattr(t, "interpolation", None)
+    if isinstance(m, (list, tuple)):
+        names = sorted(str(getattr(x, "value", x)) for x in m)
+        return "random" if names in (["bicubic", "bilinear"], ["2", "3"]) else "?"
+    return _interp(t)
+
+
 def describe(t) -> tuple[str, str]:
     """(verdict, sentence) for one torchvision transform @t: "reproduced" (loaderd's
     augment= does it, as torchvision does), "loader" (another Loader argument does it), or
     "not reproduced" (a swap would lose it)."""
     n = _name(t)
+    if _is_timm(t) and n in ("RandAugment", "AutoAugment", "AugMixAugment", "TrivialAugment"):
+        return "not reproduced", (f"timm's {n} (its own ops, magnitude noise and weights, not "
+                                  "torchvision's): loaderd reproduces torchvision's RandAugment, "
+                                  "TrivialAugmentWide and AutoAugment")
     if n == "ColorJitter":
         return "reproduced", "ColorJitter: augment='jitter=...' (random order, as torchvision)"
     if n == "RandAugment":
@@ -261,6 +278,26 @@ def describe(t) -> tuple[str, str]:
         if _interp(t) is not None or _fill_nonzero(getattr(t, "fill", None)):
             return "not reproduced", f"{n}: interpolation or fill other than nearest, 0"
         return "reproduced", "AutoAugment(IMAGENET): augment='autoaugment'"
+    if n == "RandomErasing" and _is_timm(t):
+        if getattr(t, "max_count", 1) not in (None, 1) or getattr(t, "min_count", 1) != 1:
+            return "not reproduced", "timm RandomErasing with several boxes (max_count)"
+        if getattr(t, "num_splits", 0):
+            return "not reproduced", "timm RandomErasing with num_splits (augmentation splits)"
+        if getattr(t, "mode", "const") not in ("const", "pixel"):
+            return "not reproduced", (f"timm RandomErasing mode {t.mode!r} (one random colour "
+                                      "a box): loaderd has const and pixel")
+        return "reproduced", f"timm RandomErasing (mode {t.mode}): augment='erase=...'"
+    if n == "RandomResizedCropAndInterpolation":  # timm's
+        ip = _timm_interp(t)
+        sc, ra = tuple(getattr(t, "scale", (0.08, 1.0))), tuple(getattr(t, "ratio", (0.75, 4 / 3)))
+        if not (math.isclose(sc[0], 0.08) and math.isclose(sc[1], 1.0) and
+                math.isclose(ra[0], 0.75) and math.isclose(ra[1], 4 / 3)):
+            return "not reproduced", (f"RandomResizedCropAndInterpolation scale={sc} ratio={ra}: "
+                                      "loaderd's is scale=(0.08, 1), ratio=(3/4, 4/3)")
+        if ip in ("?", None):
+            return "not reproduced", f"RandomResizedCropAndInterpolation interpolation {ip}"
+        return "reproduced", (f"RandomResizedCropAndInterpolation ({ip}): crop=, "
+                              f"transforms='train', augment='interp={ip},antialias'")
     if n == "RandomErasing":
         v = getattr(t, "value", 0)
         if isinstance(v, str) and v != "random":
@@ -326,6 +363,21 @@ def translate(transform, *, antialias: bool = True) -> tuple[str, list[str], lis
         elif n == "AutoAugment":
             items.append("autoaugment")
             seen_auto = True
+        elif n == "RandomErasing" and _is_timm(t):
+            mean, std = norm if norm else ((0.0,) * 3, (1.0,) * 3)
+            lo, hi = (math.exp(x) for x in t.log_aspect_ratio)
+            items.append(f"erase={_fmt(t.probability)}:{_fmt(t.min_area)}:{_fmt(t.max_area)}:"
+                         f"{_fmt(round(lo, 6))}:{_fmt(round(hi, 6))}")
+            if t.mode == "pixel":
+                items.append("erase_value=random")
+                items.append("erase_norm=" + ":".join(_fmt(x) for x in mean + std))
+            else:  # const: zeros in Normalize's units, the mean colour
+                px = [min(255, max(0, round(mean[c] * 255))) for c in range(3)]
+                items.append("erase_value=" + ":".join(str(x) for x in px))
+        elif n == "RandomResizedCropAndInterpolation":
+            items.append(f"interp={_timm_interp(t)}")
+            items.append("antialias")  # timm resizes PIL images: antialiased
+            handled.append("RandomResizedCropAndInterpolation: crop=SIZE, transforms='train'")
         elif n == "RandomErasing":
             sc, ra = t.scale, t.ratio
             items.append(f"erase={_fmt(t.p)}:{_fmt(sc[0])}:{_fmt(sc[1])}:{_fmt(ra[0])}:"

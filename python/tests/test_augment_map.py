@@ -100,3 +100,46 @@ def test_unreproduced_names_what_a_swap_loses():
     class Broken:
         transforms = property(lambda self: (_ for _ in ()).throw(RuntimeError("no")))
     assert AM.unreproduced(Broken()) == ["Broken: its transforms could not be read (no)"]
+
+
+def _timm_like(name, **attrs):
+    """An object shaped as timm's class of that name (timm is not installed here): the same
+    class name, module and attributes."""
+    cls = type(name, (), {})
+    cls.__module__ = "timm.data.transforms" if "Crop" in name else "timm.data.random_erasing"
+    obj = cls()
+    obj.__dict__.update(attrs)
+    return obj
+
+
+def test_timm_crop_and_erasing():
+    import math
+    T = pytest.importorskip("torchvision.transforms")
+    IM = T.InterpolationMode
+    rrc = _timm_like("RandomResizedCropAndInterpolation", size=(224, 224), scale=(0.08, 1.0),
+                     ratio=(3 / 4, 4 / 3), interpolation=(IM.BILINEAR, IM.BICUBIC))
+    pixel = _timm_like("RandomErasing", probability=0.25, min_area=0.02, max_area=1 / 3,
+                       log_aspect_ratio=(math.log(0.3), math.log(1 / 0.3)), min_count=1,
+                       max_count=1, num_splits=0, mode="pixel")
+    spec, handled, refused = AM.translate([rrc, T.RandomHorizontalFlip(), T.ToTensor(),
+                                           T.Normalize((0.485, 0.456, 0.406),
+                                                       (0.229, 0.224, 0.225)), pixel])
+    assert refused == []
+    assert spec == ("interp=random,antialias,erase=0.25:0.02:0.333333:0.3:3.33333,"
+                    "erase_value=random,erase_norm=0.485:0.456:0.406:0.229:0.224:0.225")
+    AM.parse(spec)
+    several = _timm_like("RandomErasing", probability=0.25, min_area=0.02, max_area=1 / 3,
+                         log_aspect_ratio=(0, 1), min_count=1, max_count=3, num_splits=0,
+                         mode="pixel")
+    assert AM.describe(several)[0] == "not reproduced"
+    rand = _timm_like("RandomErasing", probability=0.25, min_area=0.02, max_area=1 / 3,
+                      log_aspect_ratio=(0, 1), min_count=1, max_count=1, num_splits=0,
+                      mode="rand")
+    assert "mode 'rand'" in AM.describe(rand)[1]
+
+
+def test_timm_auto_augment_is_named_not_reproduced():
+    ra = _timm_like("RandAugment", ops=[], num_layers=2, choice_weights=None)
+    verdict, why = AM.describe(ra)
+    assert verdict == "not reproduced" and why.startswith("timm's RandAugment")
+    assert AM.unreproduced([ra]) == [why]
