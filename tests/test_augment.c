@@ -505,6 +505,18 @@ static void test_augment_jitter_fused_equals_sequential(void **state)
 		if (memcmp(got, want, JN))
 			fail_msg("key %llu: the fused ColorJitter differs from the ops in turn",
 				 (unsigned long long)key);
+		/* and NCHW gives the same pixels */
+		static uint8_t chw[JN];
+		for (int i = 0; i < JH * JW; i++)
+			for (int c = 0; c < 3; c++)
+				chw[c * JH * JW + i] = src[i * 3 + c];
+		cdc_img_chw(&im, chw, JH, JW);
+		cdc_aug_run(&a, &im, key, sc);
+		for (int i = 0; i < JH * JW; i++)
+			for (int c = 0; c < 3; c++)
+				if (chw[c * JH * JW + i] != got[i * 3 + c])
+					fail_msg("key %llu: NCHW differs at pixel %d",
+						 (unsigned long long)key, i);
 	}
 }
 
