@@ -9,6 +9,7 @@
  * Every path gives the window's pixels exactly as a full decode at the same scale would
  * (decode_rows()); tests/test_decode.c and the splice suites check it, on real photographs too. */
 #include "codec/decode.h"
+#include "codec/resize_filter.h"
 #include "codec/jpeg_idx.h"
 #include "codec/jpeg_rst.h"
 #include "common/mix.h"
@@ -51,6 +52,8 @@ struct cdc_decoder {
 	int avx2;                  /* the CPU has AVX2: resize's horizontal pass takes 4 pixels a step */
 	size_t xcap;
 	uint64_t max_pixels;       /* per JPEG frame; 0 = no bound (cdc_decoder_limit) */
+	void *fwork;               /* the filtered resize's tables and row (resize_filter.h) */
+	size_t fwork_size;
 };
 
 /* ---- crop windows ---- */
@@ -191,6 +194,7 @@ void cdc_decoder_destroy(struct cdc_decoder *d)
 	free(d->xi);
 	free(d->xw);
 	free(d->hrow);
+	free(d->fwork);
 	free(d);
 }
 
@@ -200,7 +204,7 @@ void cdc_decoder_destroy(struct cdc_decoder *d)
 size_t cdc_decoder_held(const struct cdc_decoder *d)
 {
 	return d->scratch_size + d->splice_size + d->xcap * (2 * sizeof(*d->xi) + sizeof(*d->xw)) +
-	       (d->hrow ? (d->hcap + HROW_PAD) * sizeof(*d->hrow) : 0);
+	       (d->hrow ? (d->hcap + HROW_PAD) * sizeof(*d->hrow) : 0) + d->fwork_size;
 }
 
 void cdc_decoder_trim(struct cdc_decoder *d, size_t keep)
@@ -214,6 +218,11 @@ void cdc_decoder_trim(struct cdc_decoder *d, size_t keep)
 		free(d->splice);
 		d->splice = NULL;
 		d->splice_size = 0;
+	}
+	if (d->fwork_size > keep) {
+		free(d->fwork);
+		d->fwork = NULL;
+		d->fwork_size = 0;
 	}
 }
 
@@ -367,6 +376,22 @@ static int resize(struct cdc_decoder *d, const uint8_t *src, uint32_t src_w, uin
 {
 	const size_t plane = (size_t)o->h * o->w;
 	uint32_t lo = UINT32_MAX, hi = 0;
+
+	if (o->filter != CDC_FILTER_FAST) {  /* bicubic, antialiased: torchvision's (±1) */
+		struct cdc_resize r = { .filter = (enum cdc_filter)o->filter,
+					.antialias = o->antialias, .out_h = o->h, .out_w = o->w,
+					.flip = o->flip, .nchw = o->nchw };
+		size_t need = (cdc_resize_filter_need(&r, sw, sh) + 15) / 16 * 16;
+		if (need > d->fwork_size) {
+			free(d->fwork);
+			d->fwork_size = 0;
+			if (!(d->fwork = aligned_alloc(16, need)))
+				return -ENOMEM;
+			d->fwork_size = need;
+		}
+		cdc_resize_filter(src, src_w, src_h, stride, x0, y0, sw, sh, &r, dst, d->fwork);
+		return 0;
+	}
 
 	if (reserve_x(d, o->w, (size_t)src_w * 3) < 0)
 		return -ENOMEM;

@@ -1,7 +1,8 @@
 /* decode.h - record to output pixels, written straight into a ring slot: crop-aware JPEG decode
  * (libjpeg-turbo: only the iMCU columns and the rows that cover the crop, at the smallest DCT
  * scale 1/8, 1/4, 1/2 or 1 that still covers the output), raw and zstd tensors, then a bilinear
- * resize to the output size with an optional horizontal flip, NHWC or NCHW.
+ * resize to the output size (or, when asked, torchvision's bilinear or bicubic, antialiased or not:
+ * resize_filter.h) with an optional horizontal flip, NHWC or NCHW.
  * One decoder per worker thread; not thread-safe. */
 #ifndef LOADERD_DECODE_H
 #define LOADERD_DECODE_H
@@ -18,6 +19,9 @@ struct cdc_out {
 	uint32_t h, w;     /* output size; 0, 0: the record as stored (raw kinds only) */
 	int nchw;          /* channel-first */
 	int flip;          /* mirror horizontally */
+	unsigned filter;   /* enum cdc_filter (resize_filter.h): 0, the fast bilinear; else
+			    * bilinear or bicubic as torchvision resizes, optionally antialiased */
+	int antialias;
 };
 
 /* torchvision RandomResizedCrop(scale=(0.08, 1), ratio=(3/4, 4/3)) for an @w x @h image, drawn

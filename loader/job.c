@@ -48,6 +48,7 @@
 #include "common/log.h"
 #include "codec/decode.h"
 #include "codec/kind_load.h"
+#include "loader/job_aug.h"
 #include "loader/sampler.h"
 #include "loader/shares.h"
 
@@ -125,6 +126,7 @@ struct job {
 	uint64_t sample_bytes;
 	int rrc;                   /* RandomResizedCrop, else center crop */
 	int hflip;
+	struct ldr_aug aug;        /* CTL_AUGMENT: the resize filter and the per-sample ops */
 };
 
 struct worker {
@@ -144,6 +146,8 @@ struct worker {
 	unsigned half;             /* the reader half the current records are in */
 	uint8_t *aux;              /* a record's aux blob, checked here before it is copied into
 				    * the slot (RING_AUX_STRIDE_MAX bytes, made at first use) */
+	uint8_t *aug_scratch;      /* ldr_aug_pixels' copy of a sample (one sample's bytes) */
+	size_t aug_cap;
 };
 
 /* ---- job open ---- */
@@ -678,6 +682,18 @@ static int aux_fill(struct job *j, struct worker *w, struct ring_slot *slot, uin
  * other users still map theirs. */
 #define LDR_GUARD_UID_MAX (DPK_GUARD_SLOTS / 4)
 
+/* The job's augmentations (@w, NULL: none), and what they make each worker hold: one sample's
+ * copy (ldr_aug_pixels), counted in *@mem. 0, or -EINVAL with @why. */
+static int job_aug_open(const struct ldr_config *cfg, struct job *j, const struct ctl_augment *w,
+			uint64_t *mem, char *why, size_t whylen)
+{
+	int ret = ldr_aug_init(&j->aug, w, j->out.h != 0, why, whylen);
+
+	if (ret == 0 && j->aug.active)
+		*mem += (uint64_t)(cfg->workers ? cfg->workers : 1) * j->sample_bytes;
+	return ret;
+}
+
 static int job_open(void *ctx, const struct ctl_job_open *spec, const struct srv_dataset *sd,
 		    void **out, struct srv_job_info *info, char *why, size_t whylen)
 {
@@ -728,6 +744,8 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, const struct srv
 	ret = records_bounded(cfg, j, &info->mem_bytes, why, whylen);
 	if (ret == 0)
 		ret = job_shape(j, &info->ring, why, whylen);
+	if (ret == 0)
+		ret = job_aug_open(cfg, j, sd->aug, &info->mem_bytes, why, whylen);
 	pthread_mutex_unlock(&j->ds->mu);
 	if (ret < 0)
 		goto fail;
@@ -807,10 +825,23 @@ static void worker_fini(void *ctx, void *p)
 	cdc_decoder_destroy(w->dec);
 	free(w->sub);
 	free(w->aux);
+	free(w->aug_scratch);
 	free(w);
 }
 
 /* ---- fill ---- */
+
+/* The per-sample augmentations of the sample of @key, decoded into @dst as @o. 0, or -ENOMEM
+ * with @why. */
+static int augment(struct job *j, struct worker *w, uint64_t key, const struct cdc_out *o,
+		   uint8_t *dst, char *why, size_t whylen)
+{
+	int ret = ldr_aug_pixels(&j->aug, key, o, dst, &w->aug_scratch, &w->aug_cap);
+
+	if (ret < 0)
+		snprintf(why, whylen, "out of memory for the augmentations' copy of a sample");
+	return ret;
+}
 
 /* Check and decode one record's bytes into @dst, by its entry @e (the copy the read went by).
  * 0 or -errno with @why. */
@@ -851,18 +882,23 @@ static int decode_one(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 			 ih, iw, (unsigned long long)j->max_pixels);
 		return -EBADMSG;
 	}
+	uint64_t key = 0;
 	if (o.h) {
-		uint64_t key = mix3(j->spec.seed, epoch, id);
+		key = mix3(j->spec.seed, epoch, id);
 		if (j->rrc)
 			cdc_crop_random(iw, ih, key, &crop);
 		else
 			cdc_crop_center(iw, ih, o.h, o.w, &crop);
 		o.flip = j->hflip && (mix3(key, 0x464c4950ull, 0) & 1);
+		ldr_aug_out(&j->aug, key, &o);
 	} else {
 		memset(&crop, 0, sizeof(crop));
 	}
 	/* as stored (o.h == 0), checked above: the record has sample_bytes bytes */
-	return cdc_kind_load(e->kind)->decode(w->dec, e, bytes, &crop, &o, dst, why, whylen);
+	int ret = cdc_kind_load(e->kind)->decode(w->dec, e, bytes, &crop, &o, dst, why, whylen);
+	if (ret == 0 && o.h)
+		ret = augment(j, w, key, &o, dst, why, whylen);
+	return ret;
 }
 
 /* Replace the bad sample at position @pos with the next good one of the order; 0 with *id and

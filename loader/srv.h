@@ -106,6 +106,8 @@ struct srv_dataset {
 				    * server closes the others after it */
 	uint32_t nshards;          /* 0 when none came */
 	uid_t uid;                 /* the client's: what a job holds is never shared across uids */
+	const struct ctl_augment *aug; /* the job's augmentations (CTL_AUGMENT, checked field by
+				    * field); NULL when none came */
 };
 
 struct srv_ops {

@@ -88,6 +88,8 @@ struct conn {
 	int closed;              /* closed: events still queued for it are ignored */
 	char *out;               /* an answer being sent (srv_conn_send_text), NULL when none */
 	void *seed;              /* a CTL_SPLIT_SEED body (checked), for its job open; malloc'd */
+	struct ctl_augment aug;  /* a CTL_AUGMENT body (checked), for its job open; zero: none */
+	int has_aug;             /* one came (at most one, before the job open) */
 	int *shard_fds;          /* CTL_SHARD_FDS received for its job open: shards_got of
 				  * shards_total (malloc'd) */
 	uint32_t shards_got, shards_total;
@@ -227,6 +229,7 @@ struct job {
 	char name[CTL_JOB_NAME_MAX];
 	struct ctl_job_open spec;     /* rank, start and owner_uid zeroed: what every rank must agree
 				       * on (share and share_gid: the owner's) */
+	struct ctl_augment aug;       /* CTL_AUGMENT (zero: none): every rank must send the same */
 	uint64_t id;
 	void *state;                  /* ops->job_open's handle */
 	struct srv_job_info info;
@@ -494,6 +497,9 @@ int srv_open_drain(struct srv *s, int ms);
 /* Under mu, control thread. CTL_SPLIT_SEED from @c (@n bytes at @body): kept for its job open.
  * CTL_SPLIT_REQ from @c: the weights in force at a step of its job (CTL_SPLIT). */
 void srv_on_split_seed(struct srv *s, struct conn *c, const void *body, size_t n);
+/* Under mu, control thread. CTL_AUGMENT from @c (@n bytes at @body): checked, kept for its job
+ * open, where it is part of what the job's ranks agree on. */
+void srv_on_augment(struct srv *s, struct conn *c, const void *body, size_t n);
 void srv_on_split_req(struct srv *s, struct conn *c, const struct ctl_split_req *q);
 /* Under mu, control thread. CTL_STATS_REQ from @c: its rank's figures (CTL_STATS). */
 void srv_on_stats(struct srv *s, struct conn *c);

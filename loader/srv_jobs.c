@@ -250,8 +250,10 @@ static void *opener_main(void *p)
 		struct srv_job_info info;
 		memset(&info, 0, sizeof(info));
 		why[0] = '\0';
+		static const struct ctl_augment none;
 		struct srv_dataset ds = { .fd = r->fd, .shards = r->shard_fds,
-					  .nshards = r->nshards, .uid = r->uid };
+					  .nshards = r->nshards, .uid = r->uid,
+					  .aug = memcmp(&j->aug, &none, sizeof(none)) ? &j->aug : NULL };
 		ret = s->ops.job_open(s->ops.ctx, &r->spec, &ds, &state, &info, why, sizeof(why));
 		if (ret == 0 && r->spec.balance)
 			info.ring.batch = CTL_BALANCE_CAP(r->spec.batch);  /* room for a larger share */
@@ -417,6 +419,22 @@ void srv_on_split_seed(struct srv *s, struct conn *c, const void *body, size_t n
 	}
 	memcpy(c->seed, body, n);
 	c->seed_len = n;
+}
+
+void srv_on_augment(struct srv *s, struct conn *c, const void *body, size_t n)
+{
+	char why[CTL_TEXT_MAX];
+
+	if (c->att || c->has_aug) {
+		srv_conn_fail(s, c, EINVAL, "augmentations come once, before the job open");
+		return;
+	}
+	if (ctl_check_augment(body, n, why, sizeof(why)) < 0) {
+		srv_conn_fail(s, c, EINVAL, "%s", why);
+		return;
+	}
+	memcpy(&c->aug, body, sizeof(c->aug));
+	c->has_aug = 1;
 }
 
 void srv_on_split_req(struct srv *s, struct conn *c, const struct ctl_split_req *q)
@@ -742,6 +760,8 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 		if (!d && (fd >= 0 || spec->share != CTL_SHARE_JOIN) &&
 		    (st.st_dev != j->dev || st.st_ino != j->ino))
 			d = "dataset file (the path names another file now, or another client opened another one)";
+		if (!d && memcmp(&j->aug, &c->aug, sizeof(c->aug)))
+			d = "augment (every rank sends the same augmentations, or none)";
 		if (d) {
 			srv_conn_fail(s, c, EEXIST, "job %s exists with another %s", spec->job, d);
 			goto close_fd;
@@ -829,6 +849,7 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 		}
 		snprintf(j->name, sizeof(j->name), "%s", spec->job);
 		j->spec = key;
+		j->aug = c->aug;
 		j->id = ++s->next_job_id;
 		j->opening = 1;
 		j->split_due = LDR_SHARES_EVERY;  /* balanced shares: the first update */

@@ -87,6 +87,8 @@ static void dispatch(struct srv *s, struct conn *c, const char *buf, ssize_t n, 
 		srv_on_admin(s, c, &req);
 	} else if (type == CTL_SPLIT_SEED) {
 		srv_on_split_seed(s, c, buf, (size_t)n);
+	} else if (type == CTL_AUGMENT) {
+		srv_on_augment(s, c, buf, (size_t)n);
 	} else if (type == CTL_SPLIT_REQ && (size_t)n == sizeof(struct ctl_split_req)) {
 		struct ctl_split_req q;
 		memcpy(&q, buf, sizeof(q));

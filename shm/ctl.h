@@ -38,7 +38,8 @@ enum ctl_type {
 	CTL_SHARD_FDS = 11, /* client, before CTL_JOB_OPEN on a manifest: struct ctl_shard_fds +
 			     * count fds, the shards the client opened, in manifest order */
 	CTL_SHARD_ACK = 12, /* server: struct ctl_shard_fds echoed: that batch is taken */
-	CTL_TYPE_MAX = 12
+	CTL_AUGMENT = 13,   /* client, before CTL_JOB_OPEN: struct ctl_augment */
+	CTL_TYPE_MAX = 13
 };
 
 struct ctl_hdr {
@@ -201,6 +202,42 @@ struct ctl_shard_fds {
 };
 _Static_assert(sizeof(struct ctl_shard_fds) == 16, "on the wire");
 
+/* A job's per-sample augmentations and resize filter (docs/AUGMENT.md), sent before CTL_JOB_OPEN
+ * (struct ctl_job_open has no room left): part of what the ranks of a job agree on (a rank that
+ * sends another, or none where the job has one, is refused) and of the resume token's shape
+ * (ctl_augment_digest). Fixed point: every fraction in millionths (CTL_AUG_ONE), so that no
+ * float crosses the socket; ctl_check_augment bounds each field. All zero: nothing to do. */
+#define CTL_AUG_ONE 1000000
+#define CTL_AUG_JITTER_MAX (16 * CTL_AUG_ONE)  /* a brightness/contrast/saturation factor */
+#define CTL_AUG_RATIO_MAX (100 * CTL_AUG_ONE)  /* RandomErasing's aspect ratio */
+#define CTL_AUG_LEVEL_MAX (255 * CTL_AUG_ONE)  /* a pixel level (erasing's mean and std) */
+#define CTL_AUG_BINS_MAX 64u
+#define CTL_AUG_OPS_MAX 8u
+enum ctl_autoaug { CTL_AUTO_NONE = 0, CTL_AUTO_RAND = 1, CTL_AUTO_WIDE = 2, CTL_AUTO_IMAGENET = 3 };
+enum ctl_interp { CTL_INTERP_FAST = 0, CTL_INTERP_BILINEAR = 1, CTL_INTERP_BICUBIC = 2,
+		  CTL_INTERP_RANDOM = 3 /* bilinear or bicubic, drawn per sample */ };
+struct ctl_augment {
+	uint32_t jitter;              /* ColorJitter: bit i on for brightness, contrast,
+				       * saturation, hue (i = 0..3) */
+	int32_t jitter_lo[4], jitter_hi[4]; /* its factor ranges: 0..CTL_AUG_JITTER_MAX (hue
+					     * -CTL_AUG_ONE/2..CTL_AUG_ONE/2), lo <= hi */
+	uint32_t autoaug;             /* enum ctl_autoaug */
+	uint32_t num_ops;             /* RandAugment: 1..CTL_AUG_OPS_MAX */
+	uint32_t magnitude;           /* RandAugment: < bins */
+	uint32_t bins;                /* RandAugment, TrivialAugmentWide: 2..CTL_AUG_BINS_MAX */
+	uint32_t erase_p;             /* RandomErasing: 0..CTL_AUG_ONE; 0 = off */
+	uint32_t erase_scale[2];      /* of the area: 1..CTL_AUG_ONE, lo <= hi */
+	uint32_t erase_ratio[2];      /* aspect: 1..CTL_AUG_RATIO_MAX, lo <= hi */
+	uint32_t erase_fill;          /* 0: erase_rgb; 1: random, N(mean, std) per pixel */
+	uint8_t erase_rgb[4];         /* [3] zero */
+	uint32_t erase_mean[3], erase_std[3]; /* 0..CTL_AUG_LEVEL_MAX (pixel levels) */
+	uint32_t interp;              /* enum ctl_interp: RandomResizedCrop's resize */
+	uint32_t antialias;           /* 0 or 1 (not with CTL_INTERP_FAST) */
+	uint32_t reserved[4];         /* zero */
+};
+_Static_assert(sizeof(struct ctl_augment) == 128, "on the wire");
+_Static_assert(offsetof(struct ctl_augment, erase_rgb) == 76, "on the wire");
+
 enum ctl_admin_op { CTL_OP_STATUS = 1, CTL_OP_JOBS = 2, CTL_OP_STATS = 3, CTL_OP_STOP = 4 };
 #define CTL_ADMIN_JSON 0x1u
 
@@ -245,6 +282,17 @@ int ctl_check_admin(const struct ctl_admin *a, char *why, size_t whylen);
  * weights sum to CTL_SPLIT_ONE and none is under CTL_SPLIT_ONE / (4 x world) (the floor loaderd
  * keeps). The reports are not checked: they are raw, like the ring's. */
 int ctl_check_split(const void *body, size_t len, int seed, char *why, size_t whylen);
+/* A CTL_AUGMENT body of @len bytes (exactly sizeof(struct ctl_augment)): every field within the
+ * bounds above, reserved bytes zero, and nothing but the resize asked of a job without a crop is
+ * left to the job open. 0, or -EINVAL naming the field in @why. */
+int ctl_check_augment(const void *body, size_t len, char *why, size_t whylen);
+/* Parse a spec such as "jitter=0.4:0.4:0.4:0.1,randaugment=2:9,erase=0.25,interp=bicubic,
+ * antialias" (docs/AUGMENT.md; ldcat --augment) into @out, then check it. 0, or -EINVAL with
+ * the item in @why. */
+int ctl_augment_parse(const char *spec, struct ctl_augment *out, char *why, size_t whylen);
+/* A 32-bit digest of @a for the resume token (0 for all zero: no augmentation, as older tokens
+ * say; never 0 otherwise). */
+uint32_t ctl_augment_digest(const struct ctl_augment *a);
 /* Make @e from -errno @err and a printf-style message. */
 void ctl_error_make(struct ctl_error *e, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -45,6 +45,7 @@ struct ldc {
 	int gone_err;
 	int detached;           /* ldc_detach: socket and doorbell closed, ring still mapped */
 	int balance;            /* the job balances shares: a slot holds up to CTL_BALANCE_CAP */
+	uint32_t augment;       /* ctl_augment_digest of the CTL_AUGMENT sent (ldc_augment) */
 	double report;          /* ldc_report's latest, ns per sample; 0: none. Left in the slot
 				 * of every step released from then on (ring_cons_report) */
 	uint32_t *field_off;    /* the batch's aux offsets and lengths, checked copies (batch x
@@ -620,7 +621,7 @@ int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 	struct ldc_token want = { .seed = job->seed, .world = job->world, .batch = job->batch,
 				  .sampling = job->sampling, .tail = job->tail,
 				  .transforms = job->transforms, .crop_h = job->crop_h,
-				  .crop_w = job->crop_w };
+				  .crop_w = job->crop_w, .augment = c->augment };
 	struct ldc_token tok;
 	if (job->token) {
 		/* Untrusted bytes: intact, this version, and for this job shape before anything is
@@ -1001,6 +1002,24 @@ int ldc_split_seed(struct ldc *c, const void *body, size_t len)
 	ret = ctl_send(c->fd, CTL_SPLIT_SEED, body, len, NULL, 0);
 	if (ret < 0)
 		return set_err(c, ret, "sending the split seed to loaderd: %s", strerror(-ret));
+	return 0;
+}
+
+int ldc_augment(struct ldc *c, const struct ctl_augment *a)
+{
+	char why[CTL_TEXT_MAX];
+	int ret;
+
+	if (c->ring)
+		return set_err(c, -EINVAL, "augmentations go before the job open");
+	if (ctl_check_augment(a, sizeof(*a), why, sizeof(why)) < 0)
+		return set_err(c, -EINVAL, "%s", why);
+	if (c->gone)
+		return -EPIPE;
+	ret = ctl_send(c->fd, CTL_AUGMENT, a, sizeof(*a), NULL, 0);
+	if (ret < 0)
+		return set_err(c, ret, "sending the augmentations to loaderd: %s", strerror(-ret));
+	c->augment = ctl_augment_digest(a);
 	return 0;
 }
 

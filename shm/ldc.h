@@ -152,6 +152,10 @@ int ldc_split_weights(struct ldc *c, uint64_t step, uint32_t *w, uint32_t world)
  * as loaderd checks it (ctl_check_split): 0, or -EINVAL naming the field in ldc_error (-E2BIG:
  * longer than one message). */
 int ldc_split_seed(struct ldc *c, const void *body, size_t len);
+/* Before ldc_open: the job's per-sample augmentations and resize filter (@a, a CTL_AUGMENT body,
+ * shm/ctl.h; docs/AUGMENT.md). Every rank of a job sends the same; they are part of the resume
+ * token's job shape. Checked here as loaderd checks it: 0, or -EINVAL naming the field. */
+int ldc_augment(struct ldc *c, const struct ctl_augment *a);
 /* This rank's counters. 0 or -errno (-EBADMSG: a field is out of range: job_id, slots,
  * occupancy, ranks_attached or a reserved one; ldc_error names it). */
 int ldc_stats(struct ldc *c, struct ctl_stats *st);

@@ -47,7 +47,6 @@ void ldc_token_seal(struct ldc_token *t)
 	t->magic = LDC_TOKEN_MAGIC;
 	t->version = LDC_TOKEN_VERSION;
 	t->length = LDC_TOKEN_SIZE;
-	t->reserved = 0;
 	t->check = checksum(t);
 }
 
@@ -79,8 +78,6 @@ int ldc_token_parse(const void *buf, size_t len, struct ldc_token *out, char *wh
 		return refuse(why, whylen, -EBADMSG, "resume token: checksum: the token was altered "
 			      "or damaged");
 	/* A correct checksum only says the bytes are as written: the writer may have been wrong. */
-	if (t.reserved)
-		return refuse(why, whylen, -EBADMSG, "resume token: reserved: not zero");
 	if (t.steps_per_epoch == 0 || t.steps_per_epoch > CTL_STEP_LIMIT)
 		return refuse(why, whylen, -EBADMSG, "resume token: steps_per_epoch: %llu is not in "
 			      "1..%llu", (unsigned long long)t.steps_per_epoch,
@@ -153,6 +150,11 @@ int ldc_token_match(const struct ldc_token *t, const struct ldc_token *job, char
 	if (t->transforms != job->transforms)
 		return refuse(why, whylen, -EINVAL, "resume token: transforms: the token is for 0x%x, "
 			      "this job's are 0x%x", t->transforms, job->transforms);
+	if (t->augment != job->augment)
+		return refuse(why, whylen, -EINVAL, "resume token: augment: the token is for %s "
+			      "(digest %08x), this job has %s (%08x)", t->augment ? "augmentations" :
+			      "none", t->augment, job->augment ? "augmentations" : "none",
+			      job->augment);
 	if (t->crop_h != job->crop_h || t->crop_w != job->crop_w)
 		return refuse(why, whylen, -EINVAL, "resume token: crop: the token is for %ux%u, "
 			      "this job's is %ux%u", t->crop_h, t->crop_w, job->crop_h, job->crop_w);

@@ -1,6 +1,6 @@
 /* token.h - the resume token: where a job stands, (seed, epoch, step), bound to the dataset's
  * identity (dpk_identity: a digest of its index and checksums, not its path) and to the job's
- * shape (world size, batch, tail policy, sampling, transforms and crop). A rank that opens a job
+ * shape (world size, batch, tail policy, sampling, transforms, crop and augmentations). A rank that opens a job
  * with a token starts exactly at its step (ldc.h); loaderd computes that step's samples directly.
  *
  * The token is a small fixed blob, saved by the user with a checkpoint and handed back later:
@@ -37,14 +37,15 @@ struct ldc_token {
 	uint32_t sampling, tail;      /* enum ctl_sampling, enum ctl_tail */
 	uint32_t transforms;          /* CTL_TF_* */
 	uint32_t crop_h, crop_w;      /* 0, 0: records as stored */
-	uint32_t reserved;            /* zero */
+	uint32_t augment;             /* ctl_augment_digest of the job's CTL_AUGMENT (0: none; the
+				       * bytes were reserved, zero, in tokens made before it) */
 	uint64_t check;               /* checksum of the bytes before it (token.c) */
 };
 _Static_assert(sizeof(struct ldc_token) == LDC_TOKEN_SIZE, "the token is stored");
 _Static_assert(offsetof(struct ldc_token, dataset) == 32, "the token is stored");
 _Static_assert(offsetof(struct ldc_token, check) == 96, "the token is stored");
 
-/* Set @t's magic, version, length and reserved, and its checksum over the rest (call after the
+/* Set @t's magic, version and length, and its checksum over the rest (call after the
  * fields are set). */
 void ldc_token_seal(struct ldc_token *t);
 /* Check the @len bytes at @buf as a token and copy it to @out. Returns 0; -EBADMSG when it is

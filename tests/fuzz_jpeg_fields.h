@@ -109,7 +109,7 @@ static inline void fuzz_decode_windows(fuzz_decode_fn fn, const uint8_t *rec, si
 		return;
 	memcpy(copy, rec, len);
 	for (int k = 0; k < 5; k++) {
-		struct cdc_out o = { 24, 24, k & 1, k == 2 };
+		struct cdc_out o = { .h = 24, .w = 24, .nchw = k & 1, .flip = k == 2 };
 		char why[256] = "";
 		int ret = fn(dec, copy, len, &win[k], &o, px, why, sizeof(why));
 		if (ret != 0 && (ret != -EBADMSG || strlen(why) < 8))

@@ -297,7 +297,7 @@ static inline void jpeg_img_expect_bad(jpeg_img_decode_fn fn, struct cdc_decoder
 				       const uint8_t *r, size_t len, const struct cdc_crop *c,
 				       const char *prefix, const char *what, const char *reason)
 {
-	struct cdc_out o = { 32, 32, 0, 0 };
+	struct cdc_out o = { .h = 32, .w = 32, .nchw = 0, .flip = 0 };
 	static uint8_t out[32 * 32 * 3];
 	char why[256] = "";
 	uint8_t *copy = malloc(len ? len : 1);

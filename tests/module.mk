@@ -50,7 +50,7 @@ build/fuzz/fuzz_jpeg_idx: FUZZ_EXTRA := $(FUZZ_CODEC_JPEG) -ljpeg
 build/fuzz/fuzz_jpeg_idx: $(FUZZ_CODEC_JPEG)
 # fuzz_idx_fields, fuzz_rst_fields: valid jpeg+idx / jpeg+rst records with their index fields or
 # restart structure edited, spliced and decoded (codec/decode.c, libjpeg-turbo).
-FUZZ_JPEG_SRC := $(FUZZ_CODEC_JPEG) codec/decode.c
+FUZZ_JPEG_SRC := $(FUZZ_CODEC_JPEG) codec/decode.c codec/resize_filter.c
 # fuzz_idx_fields decodes 4-component records through their kind (codec/kind_jpeg_cmyk.c): the
 # whole codec.
 build/fuzz/fuzz_idx_fields: FUZZ_EXTRA := $(wildcard codec/*.c) tests/idx_edit.c -lturbojpeg \

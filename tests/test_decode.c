@@ -378,7 +378,7 @@ static double worst_mae;
 /* Decodes @c of @j to oh x ow and checks it against the reference; returns the DCT scale. */
 static unsigned check_decode(const struct jpg *j, struct cdc_crop c, uint32_t oh, uint32_t ow)
 {
-	struct cdc_out o = { oh, ow, 0, 0 };
+	struct cdc_out o = { .h = oh, .w = ow, .nchw = 0, .flip = 0 };
 	uint8_t *got = malloc((size_t)oh * ow * 3);
 	double *want = malloc(sizeof(double) * oh * ow * 3);
 	unsigned den = cdc_jpeg_scale(&c, oh, ow);
@@ -651,7 +651,7 @@ static void test_decode_jpeg_flip_and_nchw(void **state)
 						  { w - 50, h - 70, 50, 70 } };
 
 		for (size_t k = 0; k < sizeof(crops) / sizeof(crops[0]); k++) {
-			struct cdc_out o = { FH, FW, 0, 0 };
+			struct cdc_out o = { .h = FH, .w = FW, .nchw = 0, .flip = 0 };
 			char what[96];
 
 			decode_ok(&imgs[i], &crops[k], &o, plain);
@@ -673,7 +673,7 @@ static void test_decode_jpeg_window_clipped_to_stream(void **state)
 {
 	const struct jpg *j = &imgs[1];
 	static uint8_t a[224 * 224 * 3], b[224 * 224 * 3];
-	struct cdc_out o = { 224, 224, 0, 0 };
+	struct cdc_out o = { .h = 224, .w = 224, .nchw = 0, .flip = 0 };
 	struct cdc_crop past = { 600, 100, 500, 1000 }, clipped = { 600, 100, 40, 380 };
 	struct cdc_crop outside = { 640, 0, 10, 10 }, whole = { 0, 0, 640, 480 };
 	struct cdc_crop huge = { 10, 10, UINT32_MAX, UINT32_MAX }, rest = { 10, 10, 630, 470 };
@@ -696,7 +696,8 @@ static void test_decode_jpeg_decoder_reuse(void **state)
 {
 	const struct jpg *small = &imgs[3], *big = &imgs[BIG444];
 	static uint8_t first[224 * 224 * 3], again[224 * 224 * 3], tmp[300 * 300 * 3];
-	struct cdc_out o = { 224, 224, 0, 0 }, o2 = { 300, 300, 1, 1 };
+	struct cdc_out o = { .h = 224, .w = 224, .nchw = 0, .flip = 0 };
+	struct cdc_out o2 = { .h = 300, .w = 300, .nchw = 1, .flip = 1 };
 	struct cdc_crop c = { 10, 20, 300, 400 }, cb = { 0, 0, 1901, 1803 };
 
 	(void)state;
@@ -712,7 +713,7 @@ static void check_rejected(const uint8_t *bad, size_t len, const struct jpg *goo
 {
 	static uint8_t out[224 * 224 * 3];
 	struct cdc_crop c = { 0, 0, (uint32_t)good->w, (uint32_t)good->h };
-	struct cdc_out o = { 224, 224, 0, 0 };
+	struct cdc_out o = { .h = 224, .w = 224, .nchw = 0, .flip = 0 };
 	int ret;
 
 	why[0] = 0;
@@ -740,7 +741,7 @@ static size_t scan_start(const struct jpg *j)
 static size_t good_decode(const struct jpg *j, uint8_t *good_out, size_t *data)
 {
 	struct cdc_crop c = { 0, 0, (uint32_t)j->w, (uint32_t)j->h };
-	struct cdc_out o = { 224, 224, 0, 0 };
+	struct cdc_out o = { .h = 224, .w = 224, .nchw = 0, .flip = 0 };
 	size_t sos = scan_start(j);
 
 	decode_ok(j, &c, &o, good_out);
@@ -807,7 +808,7 @@ static void test_decode_jpeg_random_bytes_rejected(void **state)
 	const struct jpg *j = &imgs[3];
 	static uint8_t good_out[224 * 224 * 3];
 	struct cdc_crop c = { 0, 0, 333, 517 };
-	struct cdc_out o = { 224, 224, 0, 0 };
+	struct cdc_out o = { .h = 224, .w = 224, .nchw = 0, .flip = 0 };
 	uint64_t x = seeded("test_decode_jpeg_random_bytes_rejected");
 
 	(void)state;
@@ -834,7 +835,7 @@ static void test_decode_jpeg_random_bytes_rejected(void **state)
 static void test_decode_raw_copy_as_stored(void **state)
 {
 	uint8_t src[5 * 7 * 4], dst[5 * 7 * 4 + 1];
-	struct cdc_out o = { 0, 0, 0, 0 };
+	struct cdc_out o = { .h = 0, .w = 0, .nchw = 0, .flip = 0 };
 	struct cdc_crop c = { 0, 0, 0, 0 };
 
 	(void)state;
@@ -865,7 +866,7 @@ static void test_decode_raw_resize_matches_reference(void **state)
 	(void)state;
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
 		uint32_t oh = cases[k].oh, ow = cases[k].ow;
-		struct cdc_out o = { oh, ow, 0, 0 };
+		struct cdc_out o = { .h = oh, .w = ow, .nchw = 0, .flip = 0 };
 		uint8_t *got = malloc((size_t)oh * ow * 3);
 		double *want = malloc(sizeof(double) * oh * ow * 3), worst = 0;
 		assert_non_null(got);
@@ -908,7 +909,7 @@ static void test_decode_raw_resize_bytes_pinned(void **state)
 	}
 	for (uint64_t key = 0; key < 4000 + sizeof(ties) / sizeof(ties[0]); key++) {
 		struct cdc_crop c;
-		struct cdc_out o = { 28, 28, (int)(key >> 1 & 1), (int)(key & 1) };
+		struct cdc_out o = { .h = 28, .w = 28, .nchw = (int)(key >> 1 & 1), .flip = (int)(key & 1) };
 		if (key < 4000) {
 			cdc_crop_random(W, H, key * 0x2545f4914f6cdd1dull, &c);
 		} else {
@@ -928,7 +929,7 @@ static void test_decode_raw_identity_and_flip(void **state)
 	const uint32_t W = 33, H = 21;
 	uint8_t src[33 * 21 * 3], out[33 * 21 * 3], fl[33 * 21 * 3];
 	struct cdc_crop c = { 0, 0, W, H };
-	struct cdc_out o = { H, W, 0, 0 };
+	struct cdc_out o = { .h = H, .w = W, .nchw = 0, .flip = 0 };
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(src); i++)
@@ -942,7 +943,7 @@ static void test_decode_raw_identity_and_flip(void **state)
 			assert_memory_equal(fl + (y * W + x) * 3, src + (y * W + W - 1 - x) * 3, 3);
 	/* a 1:1 sub-window is a plain copy of it, NCHW transposed */
 	struct cdc_crop sub = { 5, 4, 20, 10 };
-	struct cdc_out os = { 10, 20, 1, 0 };
+	struct cdc_out os = { .h = 10, .w = 20, .nchw = 1, .flip = 0 };
 	assert_int_equal(cdc_decode_raw(dec, src, H, W, 3, &sub, &os, out), 0);
 	for (uint32_t y = 0; y < 10; y++)
 		for (uint32_t x = 0; x < 20; x++)
@@ -954,7 +955,7 @@ static void test_decode_raw_identity_and_flip(void **state)
 static void test_decode_raw_invalid(void **state)
 {
 	uint8_t src[16 * 16 * 4], dst[8 * 8 * 3];
-	struct cdc_out o = { 8, 8, 0, 0 };
+	struct cdc_out o = { .h = 8, .w = 8, .nchw = 0, .flip = 0 };
 	struct cdc_crop ok = { 0, 0, 16, 16 };
 	static const struct cdc_crop bad[] = {
 		{ 1, 0, 16, 16 }, { 0, 1, 16, 16 }, { 0, 0, 17, 16 }, { 0, 0, 16, 17 },
@@ -980,7 +981,7 @@ static void test_decode_raw_invalid(void **state)
 static void test_decode_raw_crop_overflow_rejected(void **state)
 {
 	uint8_t src[16 * 16 * 3], dst[8 * 8 * 3];
-	struct cdc_out o = { 8, 8, 0, 0 };
+	struct cdc_out o = { .h = 8, .w = 8, .nchw = 0, .flip = 0 };
 	static const struct cdc_crop bad[] = {
 		{ UINT32_MAX, 0, 2, 16 }, { 0, UINT32_MAX, 16, 2 }, { 1, 0, UINT32_MAX, 16 },
 		{ 0, 8, 16, UINT32_MAX - 7 },
@@ -1071,7 +1072,7 @@ static void test_decode_zstd_then_raw(void **state)
 	const uint32_t W = 64, H = 48;
 	uint8_t *img = make_image(W, H, 0), z[16384], a[32 * 32 * 3], b[32 * 32 * 3];
 	struct cdc_crop c = { 4, 2, 50, 40 };
-	struct cdc_out o = { 32, 32, 1, 1 };
+	struct cdc_out o = { .h = 32, .w = 32, .nchw = 1, .flip = 1 };
 	size_t zn = ZSTD_compress(z, sizeof(z), img, (size_t)W * H * 3, 1);
 
 	(void)state;

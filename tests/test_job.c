@@ -187,8 +187,17 @@ static struct ctl_job_open spec_for(const char *name, uint32_t batch, uint32_t c
 	return s;
 }
 
-/* job_open as the server calls it, with @cfg (NULL: the defaults). */
+/* job_open as the server calls it, with @cfg (NULL: the defaults) and augmentations @aug (NULL:
+ * none). */
+static int t_open_aug(struct t *t, const struct ctl_job_open *spec, const struct ldr_config *cfg,
+		      const struct ctl_augment *aug);
 static int t_open_cfg(struct t *t, const struct ctl_job_open *spec, const struct ldr_config *cfg)
+{
+	return t_open_aug(t, spec, cfg, NULL);
+}
+
+static int t_open_aug(struct t *t, const struct ctl_job_open *spec, const struct ldr_config *cfg,
+		      const struct ctl_augment *aug)
 {
 	memset(t, 0, sizeof(*t));
 	t->cfg.io = LDR_IO_AUTO;
@@ -197,7 +206,7 @@ static int t_open_cfg(struct t *t, const struct ctl_job_open *spec, const struct
 	ldr_job_ops(&t->cfg, &t->ops);
 	/* As the server does: the client's fd, borrowed by job_open. */
 	int fd = open(spec->dataset, O_RDONLY | O_CLOEXEC);
-	struct srv_dataset ds = { .fd = fd, .uid = getuid() };
+	struct srv_dataset ds = { .fd = fd, .uid = getuid(), .aug = aug };
 	int ret = t->ops.job_open(t->ops.ctx, spec, &ds, &t->job, &t->info, t->why, sizeof(t->why));
 	if (fd >= 0)
 		close(fd);
@@ -540,6 +549,37 @@ static void test_job_max_record_at_and_past_limit(void **state)
 		fail_msg("zstd refusal '%s'", t.why);
 }
 
+/* Augmentations (CTL_AUGMENT): each worker holds one sample's copy for them, counted in the
+ * job's memory (workers x sample bytes); a resize filter alone needs none; records delivered as
+ * stored have nothing to augment and are refused, naming augment. */
+static void test_job_augment_memory_and_refusal(void **state)
+{
+	struct ctl_job_open s = spec_for("img.dpk", 4, OUT);
+	struct ldr_config cfg = { .io = LDR_IO_AUTO, .workers = 3 };
+	struct ctl_augment aug, interp;
+	char why[256];
+	struct t t;
+
+	(void)state;
+	assert_int_equal(ctl_augment_parse("jitter=0.4,randaugment", &aug, why, sizeof(why)), 0);
+	assert_int_equal(ctl_augment_parse("interp=bicubic,antialias", &interp, why, sizeof(why)), 0);
+	assert_int_equal(t_open_aug(&t, &s, &cfg, NULL), 0);
+	uint64_t base = t.info.mem_bytes;
+	t.ops.job_close(t.ops.ctx, t.job);
+	assert_int_equal(t_open_aug(&t, &s, &cfg, &aug), 0);
+	assert_int_equal(t.info.mem_bytes - base, 3ull * OUT * OUT * 3);
+	t.ops.job_close(t.ops.ctx, t.job);
+	assert_int_equal(t_open_aug(&t, &s, &cfg, &interp), 0);
+	assert_int_equal(t.info.mem_bytes, base);
+	t.ops.job_close(t.ops.ctx, t.job);
+	s = spec_for("zeros.dpk", 1, 0);  /* as stored */
+	assert_int_equal(t_open_aug(&t, &s, &cfg, &aug), -EINVAL);
+	assert_non_null(strstr(t.why, "augment: the records are delivered as stored"));
+	assert_int_equal(t_open_aug(&t, &s, &cfg, &interp), -EINVAL);
+	assert_int_equal(t_open_aug(&t, &s, &cfg, NULL), 0);
+	t.ops.job_close(t.ops.ctx, t.job);
+}
+
 /* Two jobs on one file share its index: the second is charged none of it, both deliver the same
  * samples; a copy of the file elsewhere (another inode) is a dataset of its own, charged again. */
 static void test_job_two_jobs_share_one_index(void **state)
@@ -725,6 +765,7 @@ int main(void)
 		cmocka_unit_test(test_job_fill_raw_and_zstd),
 		cmocka_unit_test(test_job_bad_records_substituted_and_flagged),
 		cmocka_unit_test(test_job_open_refuses_bad_specs),
+		cmocka_unit_test(test_job_augment_memory_and_refusal),
 		cmocka_unit_test(test_job_two_jobs_share_one_index),
 		cmocka_unit_test(test_job_io_auto_follows_residency),
 		cmocka_unit_test(test_job_memory_budget_from_cgroups),

@@ -82,7 +82,7 @@ static void compare_crop(const char *name, const struct dpk_entry *eo, const uin
 	static const unsigned div[] = { 1, 2, 3, 5, 9, 17, 0 };
 
 	for (size_t i = 0; i < sizeof(div) / sizeof(div[0]); i++) {
-		struct cdc_out o = { 224, 224, 0, (int)(i & 1) };
+		struct cdc_out o = { .h = 224, .w = 224, .nchw = 0, .flip = (int)(i & 1) };
 		if (div[i]) {
 			o.h = c->h / div[i] ? c->h / div[i] : 1;
 			o.w = c->w / div[i] ? c->w / div[i] : 1;
@@ -226,7 +226,7 @@ static void test_cmyk_idx_decodes_only_the_crop(void **state)
 	struct dpk_entry ei, ed;
 	entry_for(&ei, DPK_KIND_JPEG_IDX_CMYK, rlen, s->w, s->h);
 	struct cdc_crop c = { 20, 0, 40, 16 };   /* MCU row 0 (+1 of margin) */
-	struct cdc_out o = { 16, 40, 0, 0 };
+	struct cdc_out o = { .h = 16, .w = 40, .nchw = 0, .flip = 0 };
 	uint8_t *want = decode("intact", &ei, rec, &c, &o);
 	/* rows 3.. of the scan: 0xFF 0xD9 ... (a marker), so nothing past row 2 decodes */
 	struct cdc_idx_point pt;
@@ -265,7 +265,7 @@ static void test_cmyk_idx_refuses_mismatches(void **state)
 	struct cdc_repack_opts opt = { 0, 64 };
 	struct dpk_entry e;
 	struct cdc_crop c = { 0, 0, 50, 50 };
-	struct cdc_out o = { 8, 8, 0, 0 };
+	struct cdc_out o = { .h = 8, .w = 8, .nchw = 0, .flip = 0 };
 	char why[256];
 
 	(void)state;

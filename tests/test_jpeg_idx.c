@@ -215,7 +215,7 @@ static void test_idx_window_equals_full_decode(void **state)
 static void test_idx_decode_output(void **state)
 {
 	static uint8_t a[224 * 224 * 3], b[224 * 224 * 3];
-	struct cdc_out o = { 224, 224, 0, 1 };
+	struct cdc_out o = { .h = 224, .w = 224, .nchw = 0, .flip = 1 };
 	char why[256];
 
 	(void)state;
@@ -405,7 +405,7 @@ static void test_idx_incomplete_dc_table_rejected(void **state)
 		}
 	assert_true(edited);
 	struct cdc_crop left = { 0, 8, 24, 16 }, right = { 40, 8, 16, 16 };
-	struct cdc_out o = { 16, 16, 0, 0 };
+	struct cdc_out o = { .h = 16, .w = 16, .nchw = 0, .flip = 0 };
 	static uint8_t out[16 * 16 * 3];
 	/* starting in the left half re-codes 1016 - 0: category 10, which the table has */
 	if (cdc_decode_jpeg_idx(dec, rec, len, &left, &o, out, why, sizeof(why)))
@@ -424,7 +424,7 @@ static void test_idx_incomplete_dc_table_rejected(void **state)
 static void test_idx_garbage_never_crashes(void **state)
 {
 	uint64_t x = seeded("test_idx_garbage_never_crashes");
-	struct cdc_out o = { 48, 48, 0, 0 };
+	struct cdc_out o = { .h = 48, .w = 48, .nchw = 0, .flip = 0 };
 	static uint8_t out[48 * 48 * 3];
 	int failed = 0;
 
@@ -506,7 +506,7 @@ static void test_idx_build_fallbacks(void **state)
 	assert_int_equal(info.ncomp, 4);
 	/* a jpeg+idx job refuses a 4-component index, by name */
 	struct cdc_crop cr = { 0, 0, 40, 30 };
-	struct cdc_out o = { 8, 8, 0, 0 };
+	struct cdc_out o = { .h = 8, .w = 8, .nchw = 0, .flip = 0 };
 	uint8_t tiny[8 * 8 * 3];
 	assert_int_equal(cdc_decode_jpeg_idx(dec, out, len, &cr, &o, tiny, why, sizeof(why)),
 			 -EBADMSG);
@@ -736,7 +736,7 @@ static void check_index_bounds(const uint8_t *r, size_t len, unsigned kind, uint
 			uint64_t x = test_xorshift_init(i + 1);
 			for (int t = 0; t < 20; t++) {
 				struct cdc_crop c;
-				struct cdc_out o = { 32, 32, 0, 0 };
+				struct cdc_out o = { .h = 32, .w = 32, .nchw = 0, .flip = 0 };
 				static uint8_t px[32 * 32 * 3];
 				cdc_crop_random(w, h, test_xorshift(&x), &c);
 				ret = decode_kind(kind, rec, n, w, h, &c, &o, px, why, sizeof(why));

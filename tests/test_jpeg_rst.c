@@ -116,7 +116,7 @@ static void test_rst_window_equals_full_decode(void **state)
 static void test_rst_decode_fallback_and_output(void **state)
 {
 	static uint8_t a[224 * 224 * 3], b[224 * 224 * 3];
-	struct cdc_out o = { 224, 224, 0, 1 };
+	struct cdc_out o = { .h = 224, .w = 224, .nchw = 0, .flip = 1 };
 	char why[256];
 
 	(void)state;
@@ -205,7 +205,7 @@ static void test_rst_broken_segments_rejected(void **state)
 static void test_rst_garbage_never_crashes(void **state)
 {
 	uint64_t x = seeded("test_rst_garbage_never_crashes");
-	struct cdc_out o = { 48, 48, 0, 0 };
+	struct cdc_out o = { .h = 48, .w = 48, .nchw = 0, .flip = 0 };
 	static uint8_t out[48 * 48 * 3];
 	int failed = 0;
 

@@ -1,7 +1,8 @@
 /* test_srv_refusals.c - refusals of the server core (loader/srv_*.c) that a client meets and no
  * other suite provokes, each with its errno and the words the client reads: a rank that is
  * attached already, start positions at the end of the job and one past it, a second job on one
- * connection, stats before any job. Through the public API (shm/ldc.h) or raw
+ * connection, stats before any job, augmentations (CTL_AUGMENT) sent twice, after the job open,
+ * hostile, or other than the job's. Through the public API (shm/ldc.h) or raw
  * control packets, against the real server core with the pattern filler (tests/srv_harness.h). */
 #include "shm/ctl.h"
 #include "shm/ldc.h"
@@ -108,6 +109,54 @@ static void test_srv_one_job_per_connection(void **state)
 	stop_server(pid);
 }
 
+/* CTL_AUGMENT: once, before the job open, checked field by field; the ranks of a job send the
+ * same (a rank with other augmentations, or none, is EEXIST naming "augment"). */
+static void test_srv_augment_refusals(void **state)
+{
+	(void)state;
+	pid_t pid = start_server(NULL);
+	struct ctl_augment a, b;
+	char why[256];
+	struct ring *ring;
+	int bell;
+
+	assert_int_equal(ctl_augment_parse("jitter=0.4,erase=0.25", &a, why, sizeof(why)), 0);
+	int fd = raw_connect();
+	assert_int_equal(ctl_send(fd, CTL_AUGMENT, &a, sizeof(a), NULL, 0), 0);
+	assert_int_equal(ctl_send(fd, CTL_AUGMENT, &a, sizeof(a), NULL, 0), 0);
+	expect_refused(fd, "augment twice", EINVAL, "augmentations come once");
+	fd = raw_connect();
+	b = a;
+	b.erase_p = CTL_AUG_ONE + 1;
+	assert_int_equal(ctl_send(fd, CTL_AUGMENT, &b, sizeof(b), NULL, 0), 0);
+	expect_refused(fd, "a hostile augment", EINVAL, "augment: erase_p");
+	fd = raw_connect();
+	assert_int_equal(ctl_send(fd, CTL_AUGMENT, &a, sizeof(a) - 4, NULL, 0), 0);
+	expect_refused(fd, "a short augment", EINVAL, "augment: 124 bytes");
+	fd = raw_open("augd", &ring, &bell);  /* the job, without augmentations */
+	ring_destroy(ring);
+	close(bell);
+	assert_int_equal(ctl_send(fd, CTL_AUGMENT, &a, sizeof(a), NULL, 0), 0);
+	expect_refused(fd, "augment after the open", EINVAL, "augmentations come once, before");
+	/* rank 1 of job "aug2" with augmentations: rank 0 opened it with none; then with
+	 * the same as rank 0's: taken */
+	struct ldc *c0 = cli_connect(), *c = cli_connect();
+	struct ldc_info in;
+	struct ldc_job j0 = mkjob("aug2", "pattern:64", 4, 0, 2, 0);
+	struct ldc_job j = mkjob("aug2", "pattern:64", 4, 1, 2, 0);
+	assert_int_equal(ldc_open(c0, &j0, &in), 0);
+	assert_int_equal(ldc_augment(c, &a), 0);
+	assert_int_equal(ldc_open(c, &j, &in), -EEXIST);
+	assert_non_null(strstr(ldc_error(c), "another augment"));
+	cli_close(c);
+	c = cli_connect();
+	assert_int_equal(ldc_open(c, &j, &in), 0);
+	cli_close(c);
+	cli_close(c0);
+	assert_alive(pid);
+	stop_server(pid);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -116,6 +165,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_srv_start_at_bounds, srvh_setup, srvh_teardown),
 		cmocka_unit_test_setup_teardown(test_srv_one_job_per_connection, srvh_setup,
 						srvh_teardown),
+		cmocka_unit_test_setup_teardown(test_srv_augment_refusals, srvh_setup, srvh_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

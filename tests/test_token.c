@@ -244,6 +244,8 @@ static void test_token_other_job_refused(void **state)
 							  "this job's is drop_last");
 	j = good(), j.transforms = CTL_TF_CENTER_CROP, mismatch(&j, "transforms: the token is for 0x5");
 	j = good(), j.crop_w = 32, mismatch(&j, "crop: the token is for 64x64, this job's is 64x32");
+	j = good(), j.augment = 0x1234, mismatch(&j, "augment: the token is for none (digest "
+						 "00000000), this job has augmentations (00001234)");
 	j = good(), j.samples = 99999, mismatch(&j, "samples: the token is for 100000 samples");
 	j = good(), j.steps_per_epoch = 781, mismatch(&j, "steps_per_epoch: the token is for 782");
 }

@@ -48,6 +48,9 @@ static void usage(FILE *f)
 "  --transforms T       rrc (RandomResizedCrop), center (resize + center crop; default) or none\n"
 "  --flip               random horizontal flip\n"
 "  --nchw               channel-first output\n"
+"  --augment SPEC       per-sample augmentations and the resize filter, e.g.\n"
+"                       jitter=0.4:0.4:0.4,randaugment=2:9,erase=0.25,interp=bicubic,antialias\n"
+"                       (docs/AUGMENT.md)\n"
 "  --seed S             sampling and augmentation seed (default 0)\n"
 "  --epochs E           epochs in the job, 0 = unbounded (default 1)\n"
 "  --start-epoch E      first epoch of a fresh job (default 0)\n"
@@ -92,7 +95,7 @@ static int pick(const char *s, const char *const *names, uint32_t *out)
 enum { O_SOCKET = 256, O_DATASET, O_JOB, O_RANK, O_WORLD, O_BATCH, O_CROP, O_TF, O_FLIP,
        O_NCHW, O_SEED, O_EPOCHS, O_START, O_SAMPLING, O_TAIL, O_BAD, O_SLOTS, O_STEPS,
        O_TIMEOUT, O_SHARE, O_OWNER, O_RATE, O_WEIGHT, O_JSON, O_SECONDS, O_BALANCE,
-       O_REPORT, O_FIELDS };
+       O_REPORT, O_FIELDS, O_AUGMENT };
 static const struct option long_opts[] = {
 	{ "socket", required_argument, NULL, O_SOCKET },
 	{ "dataset", required_argument, NULL, O_DATASET },
@@ -122,6 +125,7 @@ static const struct option long_opts[] = {
 	{ "balance", no_argument, NULL, O_BALANCE },
 	{ "report-ns", required_argument, NULL, O_REPORT },
 	{ "fields", no_argument, NULL, O_FIELDS },
+	{ "augment", required_argument, NULL, O_AUGMENT },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -139,6 +143,8 @@ struct args {
 	char defpath[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	uint64_t max_steps;                                   /* 0: until the job ends */
 	uint64_t timeout_ms;                                  /* longest wait for one batch */
+	struct ctl_augment aug;                               /* --augment */
+	int has_aug;
 	double rate;                                          /* samples/s at most; 0: no limit */
 	double seconds;                                       /* stop after this long; 0: no limit */
 	int json;                                             /* summary as JSON */
@@ -203,6 +209,15 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case O_STEPS: bad = arg_u64(optarg, 1, UINT64_MAX, &a->max_steps); break;
 		case O_TIMEOUT: bad = arg_u64(optarg, 0, INT_MAX, &a->timeout_ms); break;
+		case O_AUGMENT: {
+			char why[CTL_TEXT_MAX];
+			if (ctl_augment_parse(optarg, &a->aug, why, sizeof(why)) < 0) {
+				fprintf(stderr, "ldcat: --augment: %s\n", why);
+				return EXIT_USAGE;
+			}
+			a->has_aug = 1;
+			break;
+		}
 		case O_SHARE: job->share_group = optarg; break;
 		case O_OWNER: job->owner = optarg; break;
 		case O_RATE: bad = arg_double(optarg, 0.001, 1e9, &a->rate); break;
@@ -422,7 +437,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ldcat: %s\n", err);
 		return 1;
 	}
-	if (ldc_open(cl, &a.job, &info) < 0) {
+	if ((a.has_aug && ldc_augment(cl, &a.aug) < 0) || ldc_open(cl, &a.job, &info) < 0) {
 		fprintf(stderr, "ldcat: %s\n", ldc_error(cl));
 		goto close;
 	}

@@ -96,8 +96,31 @@ class ldc_token(ctypes.Structure):
         ("transforms", c_u32),
         ("crop_h", c_u32),
         ("crop_w", c_u32),
-        ("reserved", c_u32),
+        ("augment", c_u32),
         ("check", c_u64),
+    ]
+
+
+class ctl_augment(ctypes.Structure):
+    """shm/ctl.h: a job's augmentations (CTL_AUGMENT), fractions in millionths."""
+    _fields_ = [
+        ("jitter", c_u32),
+        ("jitter_lo", c_i32 * 4),
+        ("jitter_hi", c_i32 * 4),
+        ("autoaug", c_u32),
+        ("num_ops", c_u32),
+        ("magnitude", c_u32),
+        ("bins", c_u32),
+        ("erase_p", c_u32),
+        ("erase_scale", c_u32 * 2),
+        ("erase_ratio", c_u32 * 2),
+        ("erase_fill", c_u32),
+        ("erase_rgb", c_u8 * 4),
+        ("erase_mean", c_u32 * 3),
+        ("erase_std", c_u32 * 3),
+        ("interp", c_u32),
+        ("antialias", c_u32),
+        ("reserved", c_u32 * 4),
     ]
 
 
@@ -219,7 +242,8 @@ ABI = {
                     "start_epoch": 72, "start_at": 80, "at_epoch": 88, "token": 104,
                     "token_len": 112, "share_group": 120, "owner": 128, "balance": 136}),
     ldc_info: (64, {"samples": 32, "ring": 40, "dataset_id": 48}),
-    ldc_token: (TOKEN_SIZE, {"dataset": 32, "world": 64, "check": 96}),
+    ldc_token: (TOKEN_SIZE, {"dataset": 32, "world": 64, "augment": 92, "check": 96}),
+    ctl_augment: (128, {"autoaug": 36, "erase_rgb": 76, "interp": 104, "reserved": 112}),
     ldc_batch: (112, {"count": 24, "flags": 28, "sample_flags": 32, "labels": 40, "ids": 48,
                       "data": 56, "sample_bytes": 64, "global_count": 72, "global_offset": 76,
                       "aux_fields": 80, "aux": 88, "field_off": 96, "field_len": 104}),
@@ -297,6 +321,7 @@ def _declare(lib):
         "ldc_report": (I, [P, ctypes.c_double]),
         "ldc_token_parse": (I, [P, S, ctypes.POINTER(ldc_token), ctypes.c_char_p, S]),
         "ldc_token_seal": (V, [ctypes.POINTER(ldc_token)]),
+        "ldc_augment": (I, [P, ctypes.POINTER(ctl_augment)]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)

@@ -23,6 +23,7 @@ import warnings
 
 from . import _lib as L
 from ._normalize import _parse_normalize, normalized
+from . import augment_map as AM
 from . import profile as P
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -156,6 +157,25 @@ def _parse_transforms(transforms, crop, layout) -> int:
     return bits
 
 
+def _parse_augment(augment, crop):
+    """(spec, ctl_augment or None) of the augment= argument."""
+    if augment is None or augment == "":
+        return "", None
+    if isinstance(augment, L.ctl_augment):
+        spec, body = "<ctl_augment>", augment
+    elif isinstance(augment, str):
+        spec, body = augment, AM.parse(augment)
+    else:
+        spec, _handled, refused = AM.translate(augment)
+        if refused:
+            raise ValueError("augment: loaderd cannot reproduce: " + "; ".join(refused))
+        body = AM.parse(spec)
+    if not crop and any(bytes(body)):
+        raise ValueError("augment: needs crop= (the records as stored are not resized or "
+                         "augmented)")
+    return spec, (body if any(bytes(body)) else None)
+
+
 def _pick(table, what, value) -> int:
     if value not in table:
         raise ValueError(f"{what}: {value!r} is not one of {sorted(table)}")
@@ -276,6 +296,15 @@ class Loader:
                     dict) on a background thread, one batch ahead of the training thread
                     (which holds one more slot for it); the Loader yields (images, its result)
                     and Batch.tokens. Its exceptions are raised where the batch is yielded.
+      augment       per-sample augmentations and the resize filter, run by loaderd on each
+                    sample's uint8 pixels after the crop (docs/AUGMENT.md): a spec such as
+                    "jitter=0.4:0.4:0.4,randaugment=2:9,erase=0.25,interp=bicubic,antialias",
+                    or the script's torchvision transform (a Compose, a preset holding one, a
+                    list): ColorJitter, RandAugment, TrivialAugmentWide, AutoAugment (ImageNet),
+                    RandomErasing and RandomResizedCrop's interpolation are translated; a
+                    transform loaderd cannot reproduce raises ValueError naming it. Seeded per
+                    sample: resume and every rank see the same augmented samples. Batch-level
+                    mixup/cutmix and label smoothing: loaderd.mixup.
       dtype         the images' type with normalize (float32, float16, bfloat16, float64, as
                     torch or numpy types or their names); alone, x / 255 in that type
                     (ToTensor). None: uint8 as stored.
@@ -288,7 +317,7 @@ class Loader:
                  copy=False, output=None,
                  pin_memory=None, timeout=None,
                  device=None, profile=None, normalize=None, dtype=None, fields=None,
-                 fields_bytes=False, tokenize=None):
+                 fields_bytes=False, tokenize=None, augment=None):
         self.socket = os.fspath(socket) if socket is not None else default_socket()
         self.dataset = os.path.abspath(os.fspath(dataset))
         if len(self.dataset.encode()) >= L.PATH_MAX:
@@ -310,6 +339,7 @@ class Loader:
             raise ValueError(f"rank {self.rank} is not in 0..world_size-1 ({self.world_size})")
         self.seed = int(seed) & 0xFFFFFFFFFFFFFFFF
         self.transforms = _parse_transforms(transforms, self.crop, layout)
+        self.augment, self._aug = _parse_augment(augment, self.crop)
         self.epochs = None if epochs is None else int(epochs)
         if self.epochs is not None and not 1 <= self.epochs < 2**32:
             raise ValueError(f"epochs: {epochs} is not a positive count (None: unbounded)")
@@ -486,6 +516,7 @@ class Loader:
             "tail": self.tail,
             "crop": list(self.crop) if self.crop else None,
             "transforms": self.transforms,
+            "augment": self.augment,
             "job": self.job_name or self._resume_job,
         }
 
@@ -499,8 +530,9 @@ class Loader:
         if sd.get("version") not in (1, 2):
             raise ValueError(f"state_dict version {sd.get('version')!r}; this client reads 1 and 2")
         mine = self.state_dict()
-        for k in ("batch_size", "world_size", "seed", "sampling", "tail", "crop", "transforms"):
-            if sd.get(k) != mine[k]:
+        for k in ("batch_size", "world_size", "seed", "sampling", "tail", "crop", "transforms",
+                  "augment"):
+            if sd.get(k, "" if k == "augment" else None) != mine[k]:
                 raise ValueError(f"state_dict has {k}={sd.get(k)!r}, this Loader {mine[k]!r}: "
                                  "the steps would not line up")
         tok = sd.get("token")
@@ -510,7 +542,8 @@ class Loader:
                     ("seed", self.seed, "seed"), ("sampling", self._sampling, "sampling"),
                     ("tail", self._tail, "tail"), ("transforms", self.transforms, "transforms"),
                     ("crop_h", self.crop[0] if self.crop else 0, "crop"),
-                    ("crop_w", self.crop[1] if self.crop else 0, "crop"))
+                    ("crop_w", self.crop[1] if self.crop else 0, "crop"),
+                    ("augment", AM.digest(self._aug) if self._aug else 0, "augment"))
             for f, v, name in want:
                 if getattr(t, f) != v:
                     raise ValueError(f"resume token: {f}: the token has {getattr(t, f)}, this "
@@ -592,7 +625,8 @@ class Loader:
     def _default_job(self) -> str:
         run = os.environ.get("TORCHELASTIC_RUN_ID")
         if run and run != "none":
-            key = repr((self.dataset, self.batch_size, self.crop, self.transforms, self.seed,
+            key = repr((self.dataset, self.batch_size, self.crop, self.transforms, self.augment,
+                        self.seed,
                         self.world_size, self.epochs, self._sampling, self._tail, self._on_bad,
                         self.balance))
             h = hashlib.blake2b(key.encode(), digest_size=4).hexdigest()
@@ -702,6 +736,13 @@ class Loader:
             conn = self._connect()
             info = L.ldc_info()
             job = self._spec(name, (want_e, want_k))
+            rc = 0
+            if self._aug is not None:
+                rc = conn.lib.ldc_augment(conn.ptr, ctypes.byref(self._aug))
+                if rc < 0:
+                    e = LoaderdError(-rc, conn.error())
+                    conn.close()
+                    raise e
             rc = conn.lib.ldc_open(conn.ptr, ctypes.byref(job), ctypes.byref(info))
             if rc in (-_errno.EEXIST, -_errno.EBUSY):
                 last = LoaderdError(-rc, conn.error())

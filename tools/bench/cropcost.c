@@ -24,7 +24,7 @@ int main(int argc, char **argv)
 	struct cdc_decoder *dec;
 	char err[256];
 	static uint8_t out[224 * 224 * 3];
-	struct cdc_out o = { 224, 224, 0, 1 };
+	struct cdc_out o = { .h = 224, .w = 224, .nchw = 0, .flip = 1 };
 
 	if (argc < 3) {
 		fprintf(stderr, "usage: cropcost FILE.dpk N [full]\n");
