@@ -98,6 +98,73 @@ def _fmt(v):
     return "%g" % v if isinstance(v, float) else str(v)
 
 
+# What Loader(augment=) reproduces (docs/AUGMENT.md), from the transforms' recorded facts.
+AUGMENTED = ("ColorJitter", "RandAugment", "TrivialAugmentWide", "AutoAugment", "RandomErasing")
+
+
+def _pair(v):
+    return v if isinstance(v, (list, tuple)) and len(v) == 2 else None
+
+
+def augment_spec(f):
+    """(spec, covered): the Loader(augment=) spec of the per-sample augmentations of a
+    DataLoader's pipeline (facts @f) that loaderd reproduces, and the places (in the transforms'
+    list) of those it covers. Only
+    transforms applied always (not inside RandomApply or the like) and read whole count;
+    AutoAugment only with the ImageNet policy; one auto-augment policy (loaderd runs one) and
+    ColorJitter only before it (loaderd runs the jitter first); the interpolation of
+    RandomResizedCrop (bicubic, antialiased as PIL resizes)."""
+    from . import augment_map as AM
+    ds = f.get("dataset") or {}
+    items, done, norm, auto = [], [], None, False
+    for at, t in enumerate(ds.get("transforms") or []):
+        n = t["name"]
+        if t.get("within") or t.get("unreadable"):
+            continue
+        if n == "Normalize" and t.get("mean") and t.get("std"):
+            norm = (list(t["mean"]), list(t["std"]))
+        if n in ("RandAugment", "TrivialAugmentWide", "AutoAugment") and auto:
+            continue  # a second policy: not reproduced
+        if n == "ColorJitter" and not auto:
+            got = []
+            for i, k in enumerate(AM.JITTER):
+                r = _pair(t.get(k))
+                v = AM._jitter_range(tuple(r), i) if r else None
+                if v is not None:
+                    got.append("%s=%s" % (k, v))
+            if got:
+                items += got
+                done.append(at)
+        elif n == "RandAugment" and t.get("num_ops") is not None:
+            items.append("randaugment=%d:%d:%d" % (t["num_ops"], t.get("magnitude", 9),
+                                                   t.get("num_magnitude_bins") or 31))
+            done.append(at)
+            auto = True
+        elif n == "TrivialAugmentWide":
+            items.append("trivialaugment=%d" % (t.get("num_magnitude_bins") or 31))
+            done.append(at)
+            auto = True
+        elif n == "AutoAugment" and "IMAGENET" in str(t.get("policy", "")).upper():
+            items.append("autoaugment")
+            done.append(at)
+            auto = True
+        elif n == "RandomErasing" and t.get("p") is not None and _pair(t.get("scale")) and \
+                _pair(t.get("ratio")) and isinstance(t.get("value", 0), (int, float)):
+            sc, ra = t["scale"], t["ratio"]
+            items.append("erase=%g:%g:%g:%g:%g" % (t["p"], sc[0], sc[1], ra[0], ra[1]))
+            mean, std = norm or ((0.0,) * 3, (1.0,) * 3)
+            v = float(t.get("value", 0))
+            items.append("erase_value=" + ":".join(
+                str(min(255, max(0, round((mean[c] + v * std[c]) * 255)))) for c in range(3)))
+            done.append(at)
+        elif n == "RandomResizedCrop":
+            interp = str(t.get("interpolation", "bilinear")).lower()
+            if "bicubic" in interp or interp in ("3", "3.0"):
+                items += ["interp=bicubic", "antialias"]
+                done.append(at)
+    return ",".join(items), done
+
+
 def not_reproduced(f):
     """Every part of a DataLoader's input pipeline (facts @f) that the swap to loaderd.Loader
     (RandomResizedCrop with torchvision's default scale and ratio and bilinear interpolation,
@@ -107,10 +174,13 @@ def not_reproduced(f):
     p, a collate_fn of the script's (mixup, cutmix), a target_transform."""
     ds = f.get("dataset") or {}
     out = []
-    for t in ds.get("transforms") or []:
+    covered = set(augment_spec(f)[1])
+    for at, t in enumerate(ds.get("transforms") or []):
         n = t["name"]
         wrap = " (inside %s)" % t["within"] if t.get("within") else ""
         interp = str(t.get("interpolation", "bilinear")).lower()
+        if at in covered and n != "RandomResizedCrop":
+            continue  # Loader(augment=) does it (augment_spec)
         if n not in DONE_BY_LOADERD or t.get("within") or t.get("unreadable"):
             args = ", ".join("%s=%s" % (k, _fmt(t[k])) for k in (
                 "brightness", "contrast", "saturation", "hue", "num_ops", "magnitude", "policy",
@@ -118,7 +188,9 @@ def not_reproduced(f):
             what = WHAT_IT_DOES.get(n)
             out.append("%s(%s)%s%s" % (n, args, wrap, ": " + what if what else ""))
             continue
-        if n in ("RandomResizedCrop", "Resize") and interp not in ("bilinear", "2", "2.0"):
+        if n == "RandomResizedCrop" and at in covered:
+            pass  # bicubic: augment='interp=bicubic,antialias'
+        elif n in ("RandomResizedCrop", "Resize") and interp not in ("bilinear", "2", "2.0"):
             out.append("%s interpolation=%s (loaderd's resize is bilinear)" % (n, interp))
         if n == "RandomResizedCrop":
             sc, ra = t.get("scale"), t.get("ratio")
@@ -131,10 +203,13 @@ def not_reproduced(f):
     if f.get("collate_fn"):
         name = f["collate_fn"]
         low = name.lower()
-        kind = "mixup/cutmix on the batch" if ("mix" in low or "cutmix" in low) else \
-            "batch-level work of the script's"
-        out.append("collate_fn %s: %s (loaderd.Loader yields (images, labels): apply it to "
-                   "each batch in the loop)" % (name, kind))
+        if "mix" in low or "cutmix" in low:
+            out.append("collate_fn %s: mixup/cutmix on the batch (loaderd.Loader yields "
+                       "(images, labels): apply loaderd.mixup.Mixup, timm's semantics, to each "
+                       "batch in the loop)" % name)
+        else:
+            out.append("collate_fn %s: batch-level work of the script's (loaderd.Loader yields "
+                       "(images, labels): apply it to each batch in the loop)" % name)
     if ds.get("target_transform"):
         out.append("target_transform %s (apply it to the labels in the loop)" %
                    ds["target_transform"])
@@ -179,7 +254,7 @@ def swap_plan(rep):
     if "Normalize" in tf:
         norm = (tf["Normalize"].get("mean"), tf["Normalize"].get("std"))
     return {"transforms": mode, "crop": crop, "normalize": norm, "files": files,
-            "not_reproduced": lost,
+            "not_reproduced": lost, "augment": augment_spec(f)[0],
             "root": folder["root"], "classes": folder["classes"],
             "kind": folder.get("kind", "folder"), "from": folder.get("from"),
             "total": folder.get("total"), "tsv": folder.get("tsv")}
@@ -364,6 +439,8 @@ def script_lines(script, plan, rep, pred):
                                                           plan["normalize"][1]])
     if f.get("drop_last"):   # DataLoader(drop_last=True): whole batches only
         norm += ", tail=\"drop_last\""
+    if plan.get("augment"):  # the per-sample augmentations loaderd reproduces
+        norm += ", augment=%r" % plan["augment"]
     dpk = os.path.join(os.path.dirname(plan["root"].rstrip("/")) or ".",
                        (os.path.basename(plan["root"].rstrip("/")) or "data") + ".dpk")
     new_dl = ("loaderd.Loader(None, %r, %d, crop=%s, transforms=%r%s, epochs=EPOCHS)" %

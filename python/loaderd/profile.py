@@ -856,7 +856,7 @@ def _dataset_facts(ds):
 
 _TF_KEYS = ("size", "scale", "ratio", "p", "mean", "std", "interpolation", "antialias",
             "brightness", "contrast", "saturation", "hue", "num_ops", "magnitude", "policy",
-            "degrees")
+            "degrees", "num_magnitude_bins", "value")
 
 
 def _transform_facts(tf, unread=None, depth=0, within=None):

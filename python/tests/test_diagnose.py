@@ -307,3 +307,37 @@ def test_predict_swap_cpu_budget():
     assert step == pytest.approx(22.0)
     _, step = D.predict_swap(rep(60.0, 2.0), dict(meas, handover_ms=50.0), 1.0)
     assert step == pytest.approx(31.0)
+
+
+def test_swap_keeps_the_augmentations_loaderd_reproduces():
+    """A recipe's ColorJitter, RandAugment, RandomErasing and bicubic crop become the swap's
+    augment= (and parse as the Loader will); a second policy, a jitter after a policy and
+    anything inside RandomApply are still named as not reproduced."""
+    from loaderd import augment_map as AM
+    tf = [{"name": "RandomResizedCrop", "size": [224, 224],
+           "interpolation": "InterpolationMode.BICUBIC"},
+          {"name": "RandomHorizontalFlip", "p": 0.5},
+          {"name": "ColorJitter", "brightness": [0.6, 1.4], "contrast": [0.6, 1.4],
+           "saturation": [0.6, 1.4]},
+          {"name": "RandAugment", "num_ops": 2, "magnitude": 9},
+          {"name": "AutoAugment", "policy": "AutoAugmentPolicy.IMAGENET"},
+          {"name": "ColorJitter", "hue": [-0.1, 0.1]},
+          {"name": "GaussianBlur", "within": "RandomApply"},
+          {"name": "ToTensor"},
+          {"name": "Normalize", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
+          {"name": "RandomErasing", "p": 0.25, "scale": [0.02, 0.33], "ratio": [0.3, 3.3],
+           "value": 0}]
+    f = {"dataset": {"transforms": tf}}
+    spec, done = D.augment_spec(f)
+    assert spec == ("interp=bicubic,antialias,brightness=0.4,contrast=0.4,saturation=0.4,"
+                    "randaugment=2:9:31,erase=0.25:0.02:0.33:0.3:3.3,erase_value=124:116:104")
+    AM.parse(spec)  # the Loader takes it
+    lost = D.not_reproduced(f)
+    assert [x.split("(")[0] for x in lost] == ["AutoAugment", "ColorJitter", "GaussianBlur"]
+    assert "inside RandomApply" in lost[2]
+    # the swap's Loader line carries it
+    plan = {"transforms": "train", "crop": [224, 224], "normalize": None, "augment": spec,
+            "root": "/d/train", "kind": "folder"}
+    assert spec in repr(plan["augment"])
+    # a jitter with no readable ranges is not claimed
+    assert D.augment_spec({"dataset": {"transforms": [{"name": "ColorJitter"}]}}) == ("", [])

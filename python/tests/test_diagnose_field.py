@@ -133,22 +133,26 @@ def test_file_lists_found_in_the_scripts_dataset_classes(field, tree):
 
 
 def test_every_transform_a_swap_drops_is_named(field, tree):
-    """The recipes' augmentations, other interpolation and a mixup collate_fn: each named;
-    the plain preset: nothing."""
+    """The recipes' augmentations, other interpolation and a mixup collate_fn: what
+    Loader(augment=) reproduces goes into the swap's spec (the jitter, the first policy, the
+    erasing, the bicubic crop); the rest is named: the second and third policies (loaderd runs
+    one) and the collate_fn; the plain preset: nothing."""
     extra = ["ColorJitter", "TrivialAugmentWide", "RandAugment", "AutoAugment",
              "RandomErasing"]
     tf = field.ClassificationPresetTrain(64, extra, "bicubic")
     ds = field.ImageDataset(str(tree / "big"), tf)
     dl = torch.utils.data.DataLoader(ds, batch_size=4, collate_fn=field.mixup_collate)
-    lost = D.not_reproduced(P._dataloader_facts(dl))
+    facts = P._dataloader_facts(dl)
+    lost = D.not_reproduced(facts)
     assert [x.split("(")[0].split(" ")[0] for x in lost] == \
-        ["RandomResizedCrop"] + extra + ["collate_fn"], lost
-    assert lost[0] == "RandomResizedCrop interpolation=bicubic (loaderd's resize is bilinear)"
-    assert lost[1].startswith("ColorJitter(brightness=(0.6, 1.4), contrast=(0.6, 1.4), "
-                              "saturation=(0.6, 1.4)")
-    assert "num_ops=2" in lost[3] and "magnitude=9" in lost[3]
-    assert "p=0.25" in lost[5] and "erasing" in lost[5]
-    assert "field_train.mixup_collate: mixup/cutmix on the batch" in lost[6]
+        ["RandAugment", "AutoAugment", "collate_fn"], lost
+    assert "num_ops=2" in lost[0] and "magnitude=9" in lost[0]
+    assert "field_train.mixup_collate: mixup/cutmix on the batch" in lost[2]
+    assert "loaderd.mixup.Mixup" in lost[2]
+    spec, _ = D.augment_spec(facts)
+    assert spec.startswith("interp=bicubic,antialias,brightness=0.4,contrast=0.4,"
+                           "saturation=0.4"), spec
+    assert "trivialaugment=31" in spec and "erase=0.25:" in spec
     import torchvision.transforms as T
     tf.transforms = T.Compose([T.RandomResizedCrop(64, scale=(0.35, 1)),
                                T.RandomHorizontalFlip(p=1.0), T.ToTensor()])
