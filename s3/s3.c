@@ -573,6 +573,11 @@ const char *s3_error(const struct s3 *s)
 	return s->err;
 }
 
+const char *s3_endpoint(const struct s3 *s)
+{
+	return s->cfg.endpoint;
+}
+
 void s3_counters(const struct s3 *s, struct s3_counters *out)
 {
 	*out = s->cnt;
@@ -769,7 +774,7 @@ static int xfer_start(struct s3 *s, struct xfer *x, int slot)
 			 x->off + x->len - 1);
 		l = curl_slist_append(l, hdr);
 	}
-	if (l && x->if_match) {
+	if (l && x->if_match && x->if_match[0]) {
 		snprintf(hdr, sizeof(hdr), "If-Match: %s", x->if_match);
 		l = curl_slist_append(l, hdr);
 	}
@@ -1049,6 +1054,32 @@ static int check_args(struct s3 *s, const char *bucket, const char *key)
 	return 0;
 }
 
+/* A HEAD's refusal has no body, so none of the store's words: ask the same object for one byte
+ * (a GET is refused alike, with its error document) and report that answer when it fails too. */
+static int head_explain(struct s3 *s, const struct xfer *h, int ret)
+{
+	if (!h->status || h->status < 400)
+		return ret;
+	struct xfer x;
+	char one[1];
+	xfer_init(&x, "GET", h->bucket, h->key);
+	x.ranged = 1;
+	x.len = 1;
+	x.sink = SINK_FIXED;
+	x.buf = one;
+	x.cap = 1;
+	char keep[ERR_MAX];
+	memcpy(keep, s->err, sizeof(keep));
+	unsigned retries = s->cfg.retries;
+	s->cfg.retries = 0;
+	int r = run(s, &x, 1);
+	s->cfg.retries = retries;
+	xfer_fini(&x);
+	if (r == 0 || x.status != h->status)
+		memcpy(s->err, keep, sizeof(keep));  /* not the same answer: keep the HEAD's */
+	return ret;
+}
+
 int s3_head(struct s3 *s, const char *bucket, const char *key, struct s3_obj *o)
 {
 	struct xfer x;
@@ -1057,6 +1088,8 @@ int s3_head(struct s3 *s, const char *bucket, const char *key, struct s3_obj *o)
 		return ret;
 	xfer_init(&x, "HEAD", bucket, key);
 	ret = run(s, &x, 1);
+	if (ret < 0)
+		head_explain(s, &x, ret);
 	if (ret == 0) {
 		if (!x.have_clen)
 			ret = set_err(s, -EIO, "s3://%s/%s: HEAD: the store gave no Content-Length",
@@ -1126,6 +1159,69 @@ int s3_get_fd(struct s3 *s, const char *bucket, const char *key, int fd, const c
 	free(xs);
 	if (ret == 0 && o)
 		*o = h;
+	return ret;
+}
+
+int s3_head_many(struct s3 *s, const char *bucket, const char *const *keys, struct s3_obj *objs,
+		 size_t n)
+{
+	struct xfer *xs = calloc(n ? n : 1, sizeof(*xs));
+	int ret = 0;
+	if (!xs)
+		return set_err(s, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < n && ret == 0; i++) {
+		ret = check_args(s, bucket, keys[i]);
+		xfer_init(&xs[i], "HEAD", bucket, keys[i]);
+	}
+	if (ret == 0)
+		ret = run(s, xs, n);
+	for (size_t i = 0; ret < 0 && i < n; i++)
+		if (xs[i].ret < 0) {
+			head_explain(s, &xs[i], ret);  /* the first failure's */
+			break;
+		}
+	for (size_t i = 0; i < n; i++) {
+		if (ret == 0 && !xs[i].have_clen)
+			ret = set_err(s, -EIO, "s3://%s/%s: HEAD: the store gave no Content-Length",
+				      bucket, keys[i]);
+		objs[i].size = xs[i].clen;
+		memcpy(objs[i].etag, xs[i].etag, sizeof(objs[i].etag));
+		xfer_fini(&xs[i]);
+	}
+	free(xs);
+	return ret;
+}
+
+int s3_get_files(struct s3 *s, const struct s3_file *f, size_t n)
+{
+	uint64_t part = s->cfg.part_size, total = 0;
+	int ret = 0;
+	for (size_t i = 0; i < n; i++) {
+		if ((ret = check_args(s, f[i].bucket, f[i].key)) < 0)
+			return ret;
+		if (ftruncate(f[i].fd, (off_t)f[i].obj->size) < 0)
+			return set_err(s, -errno, "s3://%s/%s: cannot size the local copy: %s",
+				       f[i].bucket, f[i].key, strerror(errno));
+		total += (f[i].obj->size + part - 1) / part;
+	}
+	struct xfer *xs = calloc(total ? total : 1, sizeof(*xs));
+	if (!xs)
+		return set_err(s, -ENOMEM, "out of memory");
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		for (uint64_t off = 0; off < f[i].obj->size; off += part, k++) {
+			xfer_init(&xs[k], "GET", f[i].bucket, f[i].key);
+			xs[k].ranged = 1;
+			xs[k].off = off;
+			xs[k].len = f[i].obj->size - off < part ? f[i].obj->size - off : part;
+			xs[k].sink = SINK_FD;
+			xs[k].fd = f[i].fd;
+			xs[k].if_match = f[i].obj->etag;
+		}
+	ret = run(s, xs, k);
+	for (size_t i = 0; i < k; i++)
+		xfer_fini(&xs[i]);
+	free(xs);
 	return ret;
 }
 

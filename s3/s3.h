@@ -76,6 +76,7 @@ struct s3;
 int s3_create(const struct s3_cfg *cfg, struct s3 **out, char *err, size_t errlen);
 void s3_destroy(struct s3 *s);  /* NULL ok */
 const char *s3_error(const struct s3 *s);  /* the last failure's sentence, "" after success */
+const char *s3_endpoint(const struct s3 *s);  /* the store's URL, as configured */
 
 struct s3_obj {
 	uint64_t size;
@@ -92,6 +93,17 @@ int s3_get(struct s3 *s, const char *bucket, const char *key, size_t max, void *
  * naming it) instead of mixing two versions. */
 int s3_get_fd(struct s3 *s, const char *bucket, const char *key, int fd, const char *if_etag,
 	      struct s3_obj *o);
+/* HEAD many objects, in flight together: objs[i] for keys[i]. 0, or the first failure. */
+int s3_head_many(struct s3 *s, const char *bucket, const char *const *keys, struct s3_obj *objs,
+		 size_t n);
+/* Many whole objects into their fds (each as s3_get_fd, If-Match its etag, which is required, and
+ * of its known size), every range of every object in flight together (up to inflight). */
+struct s3_file {
+	const char *bucket, *key;
+	int fd;
+	const struct s3_obj *obj;   /* size and ETag, from a HEAD */
+};
+int s3_get_files(struct s3 *s, const struct s3_file *f, size_t n);
 /* Many ranged GETs in flight: each request's bytes [off, off + len) into its buf; every one must
  * come whole. 0 when all did, else the first failure's -errno (each request's own in .ret). */
 struct s3_range {

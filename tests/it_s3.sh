@@ -5,6 +5,11 @@
 # cut short, resets):
 #   the S3 client's cases (tests/test_s3.c with LOADERD_S3_TEST=1): put, head, get, ranges in
 #   flight, multipart, list, the store's errors named, a store that is down, retries;
+#   dpack pack --shard-size into s3://bucket/prefix/NAME: the shards under the prefix, NAME last;
+#   a pack whose third shard the store refuses leaves no manifest; dpack verify, inspect, decode
+#   and fetch on s3:// (through the user's cache: a second fetch fetches nothing; a shard replaced
+#   in the store is fetched again and refused by its identity, named); a single .dpk; a missing
+#   key, a wrong secret: exit 1, the object and the store's code named, no secret printed;
 set -u
 BUILD=${BUILD:-build}
 BIN=$BUILD/bin
@@ -30,6 +35,72 @@ else
 	no "test_s3 against moto and the fault server"
 	SHOW_LINES=40 show "$T/unit.log"
 fi
+
+# 2. dpack and s3://
+need_bins dpack dsgen
+export LOADERD_S3_CACHE="$T/cache"
+"$BIN/dsgen" npy "$T/x.npy" "$T/y.npy" --count 10 --height 32 --width 32 --channels 1 >/dev/null
+"$BIN/dpack" pack --no-fsync "$T/x.npy" "$T/y.npy" "$T/whole.dpk" >/dev/null 2>&1
+mkdir "$T/local"
+"$BIN/dpack" pack --no-fsync --shard-size 6272 "$T/x.npy" "$T/y.npy" "$T/local/set.dpks" \
+	>/dev/null 2>&1
+s3_curl PUT /data >/dev/null
+"$BIN/dpack" pack --no-fsync --shard-size 6272 "$T/x.npy" "$T/y.npy" s3://data/sets/set.dpks \
+	>"$T/pack.log" 2>&1
+s3_curl GET "/data?list-type=2" >"$T/list"
+check "pack to s3://: five shards under the prefix and the manifest" sh -c "
+	[ \$(grep -o '<Key>sets/set-0000[0-4].dpk</Key>' '$T/list' | wc -l) -eq 5 ] &&
+	grep -q '<Key>sets/set.dpks</Key>' '$T/list'" || show "$T/pack.log"
+"$BIN/dpack" verify s3://data/sets/set.dpks >"$T/v1" 2>&1
+check "verify s3://: every record of the five shards checks out" \
+	grep -q '5 shards, 10 records OK' "$T/v1" || show "$T/v1"
+"$BIN/dpack" fetch s3://data/sets/set.dpks >"$T/f1" 2>&1
+check "fetch again: six objects, none fetched (cached under their ETags)" python3 -c "
+import json; r = json.loads(open('$T/f1').read().splitlines()[-1])
+assert r['objects'] == 6 and r['fetched'] == 0 and r['fetched_bytes'] == 0, r" || show "$T/f1"
+check "the cache is the user's alone (mode 0700)" [ "$(stat -c %a "$T/cache")" = 700 ]
+"$BIN/dpack" inspect --json s3://data/sets/set.dpks 2>/dev/null >"$T/is"
+"$BIN/dpack" inspect --json "$T/local/set.dpks" >"$T/il"
+check "inspect s3://: the local set's samples, labels, kinds, bytes" python3 -c "
+import json
+a, b = json.load(open('$T/is')), json.load(open('$T/il'))
+for k in ('samples', 'labels', 'kinds', 'stored_bytes', 'classes'):
+    assert a[k] == b[k], k"
+"$BIN/dpack" pack --no-fsync "$T/x.npy" "$T/y.npy" s3://data/one/whole.dpk >/dev/null 2>&1
+"$BIN/dpack" decode s3://data/one/whole.dpk 3 >"$T/d1" 2>/dev/null
+"$BIN/dpack" decode "$T/whole.dpk" 3 >"$T/d2" 2>/dev/null
+check "a single .dpk in the store: sample 3 decodes as the local file's" cmp -s "$T/d1" "$T/d2"
+# a shard replaced in the store by another shard's bytes: fetched again (a new ETag), then
+# refused by its identity against the manifest's line, named
+st=$(s3_put_file /data/sets/set-00001.dpk "$T/local/set-00003.dpk")
+"$BIN/dpack" fetch s3://data/sets/set.dpks >"$T/f2" 2>&1
+check "a replaced shard is fetched again, alone" python3 -c "
+import json; r = json.loads(open('$T/f2').read().splitlines()[-1])
+assert r['fetched'] == 1 and r['fetched_bytes'] == 6272, r" || { echo "# PUT: $st"; show "$T/f2"; }
+"$BIN/dpack" verify s3://data/sets/set.dpks >"$T/v2" 2>&1
+rc=$?
+check "verify refuses the replaced shard, naming it" sh -c "[ $rc -eq 1 ] &&
+	grep -q 'set-00001.dpk' '$T/v2' && grep -qi 'identity' '$T/v2'" || show "$T/v2"
+# a pack the store refuses half-way leaves no manifest: a user who may not write the third shard
+keys=$(s3_user packer '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":"*"},{"Effect":"Deny","Action":"s3:PutObject","Resource":"arn:aws:s3:::data/half/set-00002.dpk"}]}')
+AWS_ACCESS_KEY_ID=${keys% *} AWS_SECRET_ACCESS_KEY=${keys#* } "$BIN/dpack" pack --no-fsync \
+	--shard-size 6272 "$T/x.npy" "$T/y.npy" s3://data/half/set.dpks >"$T/p2" 2>&1
+rc=$?
+s3_curl HEAD /data/half/set.dpks -o /dev/null >"$T/h2" 2>&1
+check "a shard refused: pack fails naming it and the store's code" sh -c "[ $rc -eq 1 ] &&
+	grep -q 's3://data/half/set-00002.dpk' '$T/p2' && grep -q 'AccessDenied' '$T/p2'" ||
+	show "$T/p2"
+check "... and the manifest was never written" grep -qx 404 "$T/h2"
+"$BIN/dpack" verify s3://data/nope/x.dpks >"$T/v3" 2>&1
+rc=$?
+check "a missing dataset: exit 1, named, the store's NoSuchKey" sh -c "[ $rc -eq 1 ] &&
+	grep -q 's3://data/nope/x.dpks' '$T/v3' && grep -q 'NoSuchKey' '$T/v3'" || show "$T/v3"
+rm -rf "$T/cache"
+AWS_SECRET_ACCESS_KEY=not-the-secret-0042 "$BIN/dpack" verify s3://data/sets/set.dpks >"$T/v4" 2>&1
+rc=$?
+check "a wrong secret: exit 1, SignatureDoesNotMatch, the secret never printed" sh -c "
+	[ $rc -eq 1 ] && grep -q SignatureDoesNotMatch '$T/v4' && ! grep -q not-the-secret '$T/v4' &&
+	! grep -q '$AWS_ACCESS_KEY_ID' '$T/v4'" || show "$T/v4"
 
 echo "1..$n"
 [ "$fails" -eq 0 ]

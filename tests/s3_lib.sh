@@ -7,6 +7,9 @@
 #                       sets S3PID. Exit 77 (skip) only when the venv cannot be made because PyPI
 #                       cannot be reached; any other failure is exit 1.
 #   s3_user NAME POLICY print "KEY SECRET" of a new IAM user with inline policy POLICY (JSON).
+#   s3_curl METHOD PATH [CURL-OPTION...]: one signed request to the store with the current keys
+#                       (the answer on stdout; the HTTP status last, on a line of its own).
+#   s3_put_file PATH FILE: PUT FILE as PATH; prints the HTTP status.
 #   s3_stop             stop moto.
 MOTO_VERSION=5.1.22
 S3PID=""
@@ -83,6 +86,23 @@ s3_start() {
 	_keys=$(s3_user owner '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:*","iam:*"],"Resource":"*"}]}') ||
 		{ echo "# cannot make moto's IAM user"; show "$1/moto.log"; exit 1; }
 	export AWS_ACCESS_KEY_ID="${_keys% *}" AWS_SECRET_ACCESS_KEY="${_keys#* }"
+}
+
+s3_curl() {
+	_m=$1 _p=$2
+	shift 2
+	curl -sS -X "$_m" --aws-sigv4 "aws:amz:${AWS_REGION:-us-east-1}:s3" \
+		--user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+		-H "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" \
+		-w '\n%{http_code}\n' "$@" "$AWS_ENDPOINT_URL$_p"
+}
+
+# s3_put_file PATH FILE: PUT FILE's bytes as PATH (/bucket/key), signed.
+s3_put_file() {
+	curl -sS -o /dev/null -w '%{http_code}' -X PUT --aws-sigv4 "aws:amz:${AWS_REGION:-us-east-1}:s3" \
+		--user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+		-H "x-amz-content-sha256: $(sha256sum "$2" | cut -d' ' -f1)" \
+		-H "Content-Type: application/octet-stream" --data-binary "@$2" "$AWS_ENDPOINT_URL$1"
 }
 
 s3_stop() {
