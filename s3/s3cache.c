@@ -262,3 +262,23 @@ out:
 	free(text);
 	return ret;
 }
+
+int s3cache_resolve(const char *url, struct s3cache_result *r, char *err, size_t errlen)
+{
+	char dir[PATH_MAX];
+	struct s3_cfg c;
+	struct s3 *s;
+	int ret = s3cache_dir(dir, sizeof(dir));
+	if (ret < 0)
+		return err_set(err, errlen, ret, "%s: no cache folder (set LOADERD_S3_CACHE, "
+			       "XDG_CACHE_HOME or HOME)", url);
+	if ((ret = s3_cfg_load(&c, err, errlen)) < 0)
+		return ret;
+	ret = s3_create(&c, &s, err, errlen);
+	s3_cfg_fini(&c);
+	if (ret < 0)
+		return ret;
+	ret = s3cache_fetch(s, dir, url, r, err, errlen);
+	s3_destroy(s);
+	return ret;
+}

@@ -36,4 +36,8 @@ int s3cache_dir(char *out, size_t len);
 int s3cache_fetch(struct s3 *s, const char *dir, const char *url, struct s3cache_result *r,
 		  char *err, size_t errlen);
 
+/* The whole of it for a tool: credentials and endpoint from the standard places (s3_cfg_load), the
+ * user's cache directory (s3cache_dir), s3cache_fetch. 0 or -errno with the reason in @err. */
+int s3cache_resolve(const char *url, struct s3cache_result *r, char *err, size_t errlen);
+
 #endif

@@ -10,6 +10,10 @@
 #   and fetch on s3:// (through the user's cache: a second fetch fetches nothing; a shard replaced
 #   in the store is fetched again and refused by its identity, named); a single .dpk; a missing
 #   key, a wrong secret: exit 1, the object and the store's code named, no secret printed;
+#   jobs on s3:// sets (the client fetches into its user's cache and passes descriptors; loaderd
+#   has no network): ldcat over 2 ranks, every sample exactly once in an epoch, with the local
+#   set's labels; the Python Loader over 2 ranks, the same; nothing fetched the second time;
+#   a job whose credentials the store refuses fails before loaderd is asked, naming the object.
 set -u
 BUILD=${BUILD:-build}
 BIN=$BUILD/bin
@@ -101,6 +105,74 @@ rc=$?
 check "a wrong secret: exit 1, SignatureDoesNotMatch, the secret never printed" sh -c "
 	[ $rc -eq 1 ] && grep -q SignatureDoesNotMatch '$T/v4' && ! grep -q not-the-secret '$T/v4' &&
 	! grep -q '$AWS_ACCESS_KEY_ID' '$T/v4'" || show "$T/v4"
+
+# 3. jobs on s3:// datasets
+need_bins loaderd ldcat
+rm -rf "$T/cache"
+"$BIN/dsgen" npy "$T/x40.npy" "$T/y40.npy" --count 40 --height 32 --width 32 --channels 1 >/dev/null
+mkdir "$T/l40"
+"$BIN/dpack" pack --no-fsync --shard-size 12800 "$T/x40.npy" "$T/y40.npy" "$T/l40/set.dpks" \
+	>/dev/null 2>&1
+"$BIN/dpack" pack --no-fsync --shard-size 12800 "$T/x40.npy" "$T/y40.npy" s3://data/job/set.dpks \
+	>/dev/null 2>&1
+serve_loaderd "$T/s.sock" "$T/l.log"
+ldc() { "$BIN/ldcat" --socket "$T/s.sock" --crop 0 --batch 4 --world 2 --seed 3 "$@"; }
+ldc --dataset s3://data/job/set.dpks --job j1 --rank 0 >"$T/r0" 2>"$T/e0" &
+p0=$!
+ldc --dataset s3://data/job/set.dpks --job j1 --rank 1 >"$T/r1" 2>"$T/e1"
+wait $p0
+check "ldcat, 2 ranks over s3://: every sample exactly once in the epoch" sh -c "
+	cat '$T/r0' '$T/r1' | cut -d' ' -f2 | sort -n | uniq >'$T/ids'
+	[ \$(wc -l <'$T/ids') -eq 40 ] && [ \$(cat '$T/r0' '$T/r1' | wc -l) -eq 40 ] &&
+	[ \$(head -1 '$T/ids') -eq 0 ] && [ \$(tail -1 '$T/ids') -eq 39 ]" || { show "$T/e0"; show "$T/e1"; }
+ldc --dataset "$T/l40/set.dpks" --job j2 --rank 0 >"$T/q0" 2>/dev/null &
+p0=$!
+ldc --dataset "$T/l40/set.dpks" --job j2 --rank 1 >"$T/q1" 2>/dev/null
+wait $p0
+check "... the same steps, samples and labels as the local set" sh -c "
+	cut -d' ' -f1-3 '$T/r0' >'$T/a'; cut -d' ' -f1-3 '$T/q0' >'$T/b'; cmp -s '$T/a' '$T/b' &&
+	cut -d' ' -f1-3 '$T/r1' >'$T/a'; cut -d' ' -f1-3 '$T/q1' >'$T/b'; cmp -s '$T/a' '$T/b'"
+inet=$(for l in /proc/$LPID/fd/*; do readlink "$l"; done 2>/dev/null |
+	sed -n 's/^socket:\[\([0-9]*\)\]$/\1/p' | while read -r ino; do
+		awk -v i="$ino" '$10 == i' /proc/net/tcp /proc/net/tcp6 /proc/net/udp /proc/net/udp6
+	done | wc -l)
+check "loaderd holds no network socket and links no HTTP library (descriptors only)" sh -c "
+	[ $inet -eq 0 ] && ! ldd '$BIN/loaderd' | grep -q curl && ! grep -q 's3://' '$T/l.log'"
+need_python "import numpy" python3-numpy
+LOADERD_LIB="$BUILD/lib/libldc.so" LOADERD_DPACK="$BIN/dpack" PYTHONPATH="$(dirname "$0")/../python" \
+	"$PY" - "$T/s.sock" >"$T/py" 2>&1 <<'PY'
+import sys, threading
+import loaderd
+ids, labels = {}, {}
+def rank(r):
+    with loaderd.Loader(sys.argv[1], "s3://data/job/set.dpks", 4, crop=None, output="numpy",
+                        rank=r, world_size=2, job="py", epochs=1, seed=3,
+                        return_meta=True) as it:
+        for b in it:
+            for i, l in zip(b.ids.tolist(), b.labels.tolist()):
+                ids[i] = ids.get(i, 0) + 1
+                labels[i] = l
+ts = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+assert sorted(ids) == list(range(40)) and set(ids.values()) == {1}, ids
+print("labels", " ".join(f"{i}:{labels[i]}" for i in sorted(labels)))
+PY
+rc=$?
+sort -n "$T/r0" "$T/r1" | awk '{ print $2 ":" $3 }' | sort -n -t: -k1 | tr '\n' ' ' | sed 's/ $//' >"$T/lab"
+check "Python Loader, 2 ranks over s3://: every sample once, the labels ldcat saw" sh -c "
+	[ $rc -eq 0 ] && grep -q \"^labels \$(cat '$T/lab')\$\" '$T/py'" || show "$T/py"
+"$BIN/dpack" fetch s3://data/job/set.dpks >"$T/f3" 2>&1
+check "the set stays cached: a fetch after the jobs fetches nothing" python3 -c "
+import json; r = json.loads(open('$T/f3').read().splitlines()[-1])
+assert r['objects'] == 6 and r['fetched'] == 0, r"
+AWS_SECRET_ACCESS_KEY=wrong-0042 ldc --dataset s3://data/job/set.dpks --job j3 --rank 0 \
+	>/dev/null 2>"$T/e3"
+rc=$?
+check "refused credentials: the job fails before loaderd is asked, naming the object" sh -c "
+	[ $rc -eq 1 ] && grep -q 's3://data/job/set.dpks' '$T/e3' &&
+	grep -q SignatureDoesNotMatch '$T/e3' && ! grep -q wrong-0042 '$T/e3'" || show "$T/e3"
+stop_loaderd
 
 echo "1..$n"
 [ "$fails" -eq 0 ]

@@ -36,21 +36,11 @@ static struct s3 *client(void)
 	return s;
 }
 
-/* Make @url local; its path into @local. 0, or 1 after saying why. */
+/* Make @url local (@r). 0, or 1 after saying why. */
 static int fetch(const char *url, struct s3cache_result *r)
 {
-	char dir[PATH_MAX], err[1024];
-	struct s3 *s;
-	int ret = s3cache_dir(dir, sizeof(dir));
-	if (ret < 0) {
-		LOG_ERROR("%s: no cache folder (set LOADERD_S3_CACHE, XDG_CACHE_HOME or HOME)", url);
-		return 1;
-	}
-	if (!(s = client()))
-		return 1;
-	ret = s3cache_fetch(s, dir, url, r, err, sizeof(err));
-	s3_destroy(s);
-	if (ret < 0) {
+	char err[1024];
+	if (s3cache_resolve(url, r, err, sizeof(err)) < 0) {
 		LOG_ERROR("%s", err);
 		return 1;
 	}
