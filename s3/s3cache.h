@@ -32,12 +32,16 @@ struct s3cache_result {
 /* The user's cache directory: $LOADERD_S3_CACHE, else $XDG_CACHE_HOME/loaderd/s3, else
  * $HOME/.cache/loaderd/s3. 0 or -ENAMETOOLONG / -ENOENT (no HOME). */
 int s3cache_dir(char *out, size_t len);
-/* Make @url local in cache directory @dir (made 0700 when missing). 0 with @r filled, or -errno. */
-int s3cache_fetch(struct s3 *s, const char *dir, const char *url, struct s3cache_result *r,
-		  char *err, size_t errlen);
+/* Make @url local in cache directory @dir (made 0700 when missing), keeping what objects/ holds
+ * within @bound bytes (0: no bound) by evicting other datasets' views, least recently used first,
+ * and the objects no view links: -ENOSPC when the dataset alone exceeds it, or when it cannot fit
+ * beside what is in use. 0 with @r filled, or -errno. */
+int s3cache_fetch(struct s3 *s, const char *dir, uint64_t bound, const char *url,
+		  struct s3cache_result *r, char *err, size_t errlen);
 
 /* The whole of it for a tool: credentials and endpoint from the standard places (s3_cfg_load), the
- * user's cache directory (s3cache_dir), s3cache_fetch. 0 or -errno with the reason in @err. */
+ * user's cache directory (s3cache_dir), its bound ($LOADERD_S3_CACHE_SIZE: bytes, or with K, M,
+ * G, T; none by default), s3cache_fetch. 0 or -errno with the reason in @err. */
 int s3cache_resolve(const char *url, struct s3cache_result *r, char *err, size_t errlen);
 
 #endif

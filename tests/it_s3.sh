@@ -13,7 +13,10 @@
 #   jobs on s3:// sets (the client fetches into its user's cache and passes descriptors; loaderd
 #   has no network): ldcat over 2 ranks, every sample exactly once in an epoch, with the local
 #   set's labels; the Python Loader over 2 ranks, the same; nothing fetched the second time;
-#   a job whose credentials the store refuses fails before loaderd is asked, naming the object.
+#   a job whose credentials the store refuses fails before loaderd is asked, naming the object;
+#   the cache's bound (LOADERD_S3_CACHE_SIZE): a second dataset that fits exactly beside the first
+#   keeps both; one byte less evicts the least recently used dataset, and the cache never holds
+#   more than its bound; a dataset above the bound is refused, named, with the figures.
 set -u
 BUILD=${BUILD:-build}
 BIN=$BUILD/bin
@@ -173,6 +176,33 @@ check "refused credentials: the job fails before loaderd is asked, naming the ob
 	[ $rc -eq 1 ] && grep -q 's3://data/job/set.dpks' '$T/e3' &&
 	grep -q SignatureDoesNotMatch '$T/e3' && ! grep -q wrong-0042 '$T/e3'" || show "$T/e3"
 stop_loaderd
+
+# 4. the cache's bound
+used() { # bytes allocated under DIR/objects
+	find "$1/objects" -type f -printf '%b\n' 2>/dev/null | awk '{ s += $1 * 512 } END { print s + 0 }'
+}
+LOADERD_S3_CACHE="$T/c1" "$BIN/dpack" fetch s3://data/job/set.dpks >/dev/null 2>&1
+u1=$(used "$T/c1")
+s2=$(($(stat -c %b "$T/whole.dpk") * 512))
+LOADERD_S3_CACHE="$T/c1" LOADERD_S3_CACHE_SIZE=$((u1 + s2)) "$BIN/dpack" fetch \
+	s3://data/one/whole.dpk >"$T/b1" 2>&1
+rc=$?
+check "a bound that holds both datasets exactly: both kept" sh -c "[ $rc -eq 0 ] &&
+	[ \$(ls '$T/c1/sets' | wc -l) -eq 2 ] && [ $(used "$T/c1") -eq $((u1 + s2)) ]" || show "$T/b1"
+LOADERD_S3_CACHE="$T/c2" "$BIN/dpack" fetch s3://data/job/set.dpks >/dev/null 2>&1
+LOADERD_S3_CACHE="$T/c2" LOADERD_S3_CACHE_SIZE=$((u1 + s2 - 1)) "$BIN/dpack" fetch \
+	s3://data/one/whole.dpk >"$T/b2" 2>&1
+rc=$?
+check "one byte less: the older dataset is evicted, the cache within its bound" sh -c "
+	[ $rc -eq 0 ] && [ \$(ls '$T/c2/sets' | wc -l) -eq 1 ] &&
+	[ \$(ls '$T/c2/objects' | wc -l) -eq 1 ] && [ $(used "$T/c2") -le $((u1 + s2 - 1)) ]" ||
+	show "$T/b2"
+LOADERD_S3_CACHE="$T/c3" LOADERD_S3_CACHE_SIZE=10K "$BIN/dpack" fetch s3://data/job/set.dpks \
+	>"$T/b3" 2>&1
+rc=$?
+check "a dataset above the bound: refused, named, with the figures; nothing kept" sh -c "
+	[ $rc -eq 1 ] && grep -q 's3://data/job/set.dpks: a dataset of [0-9]* bytes, above the cache.s bound of 10240' '$T/b3' &&
+	[ $(used "$T/c3") -le 10240 ]" || show "$T/b3"
 
 echo "1..$n"
 [ "$fails" -eq 0 ]
