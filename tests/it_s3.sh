@@ -14,6 +14,9 @@
 #   has no network): ldcat over 2 ranks, every sample exactly once in an epoch, with the local
 #   set's labels; the Python Loader over 2 ranks, the same; nothing fetched the second time;
 #   a job whose credentials the store refuses fails before loaderd is asked, naming the object;
+#   resume: 2 ranks read 2 steps each, loaderd is killed (SIGKILL) mid-epoch and restarted, the
+#   ranks resume from their state_dict on the warm cache (nothing fetched again): every sample of
+#   the epoch exactly once across both runs;
 #   the cache's bound (LOADERD_S3_CACHE_SIZE): a second dataset that fits exactly beside the first
 #   keeps both; one byte less evicts the least recently used dataset, and the cache never holds
 #   more than its bound; a dataset above the bound is refused, named, with the figures.
@@ -169,6 +172,41 @@ check "Python Loader, 2 ranks over s3://: every sample once, the labels ldcat sa
 check "the set stays cached: a fetch after the jobs fetches nothing" python3 -c "
 import json; r = json.loads(open('$T/f3').read().splitlines()[-1])
 assert r['objects'] == 6 and r['fetched'] == 0, r"
+# resume across a killed loaderd, with a warm cache
+cat >"$T/resume.py" <<'PY'
+import json, pickle, sys, threading
+import loaderd
+sock, phase, state = sys.argv[1], sys.argv[2], sys.argv[3]
+ids, sds = [], {}
+def rank(r):
+    with loaderd.Loader(sock, "s3://data/job/set.dpks", 4, crop=None, output="numpy", rank=r,
+                        world_size=2, job="res", epochs=1, seed=11, return_meta=True) as it:
+        if phase == "2":
+            it.load_state_dict(pickle.load(open(f"{state}.{r}", "rb")))
+        for k, b in enumerate(it):
+            ids.extend(b.ids.tolist())
+            if phase == "1" and k == 1:
+                pickle.dump(it.state_dict(), open(f"{state}.{r}", "wb"))
+                break
+ts = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print(json.dumps(ids))
+PY
+pyrun() { LOADERD_LIB="$BUILD/lib/libldc.so" LOADERD_DPACK="$BIN/dpack" \
+	PYTHONPATH="$(dirname "$0")/../python" "$PY" "$T/resume.py" "$T/s.sock" "$@"; }
+pyrun 1 "$T/state" >"$T/res1" 2>"$T/res1.err"
+kill -KILL "$LPID"
+wait "$LPID" 2>/dev/null
+LPID=""
+serve_loaderd "$T/s.sock" "$T/l2.log"
+pyrun 2 "$T/state" >"$T/res2" 2>"$T/res2.err"
+check "resume after loaderd was killed mid-epoch: every sample exactly once across both runs" \
+	python3 -c "
+import json
+a, b = json.load(open('$T/res1')), json.load(open('$T/res2'))
+assert len(a) == 16, len(a)
+assert sorted(a + b) == list(range(40)), sorted(a + b)" || { show "$T/res1.err"; show "$T/res2.err"; }
 AWS_SECRET_ACCESS_KEY=wrong-0042 ldc --dataset s3://data/job/set.dpks --job j3 --rank 0 \
 	>/dev/null 2>"$T/e3"
 rc=$?
