@@ -15,7 +15,7 @@
 #   set's labels; the Python Loader over 2 ranks, the same; nothing fetched the second time;
 #   a job whose credentials the store refuses fails before loaderd is asked, naming the object;
 #   resume: 2 ranks read 2 steps each, loaderd is killed (SIGKILL) mid-epoch and restarted, the
-#   ranks resume from their state_dict on the warm cache (nothing fetched again): every sample of
+#   ranks resume from their state_dict on the warm cache: every sample of
 #   the epoch exactly once across both runs;
 #   the cache's bound (LOADERD_S3_CACHE_SIZE): a second dataset that fits exactly beside the first
 #   keeps both; one byte less evicts the least recently used dataset, and the cache never holds
