@@ -17,6 +17,9 @@
 #   resume: 2 ranks read 2 steps each, loaderd is killed (SIGKILL) mid-epoch and restarted, the
 #   ranks resume from their state_dict on the warm cache: every sample of
 #   the epoch exactly once across both runs;
+#   two real uids: A fetches a set into its cache; B, whose store credentials may not read it,
+#   is refused by the store (AccessDenied, named) though A has it cached, and cannot open A's
+#   cached copy either (the kernel: A's cache is mode 0700);
 #   the cache's bound (LOADERD_S3_CACHE_SIZE): a second dataset that fits exactly beside the first
 #   keeps both; one byte less evicts the least recently used dataset, and the cache never holds
 #   more than its bound; a dataset above the bound is refused, named, with the figures.
@@ -214,6 +217,35 @@ check "refused credentials: the job fails before loaderd is asked, naming the ob
 	[ $rc -eq 1 ] && grep -q 's3://data/job/set.dpks' '$T/e3' &&
 	grep -q SignatureDoesNotMatch '$T/e3' && ! grep -q wrong-0042 '$T/e3'" || show "$T/e3"
 stop_loaderd
+
+# 5. another uid: refused by the store even when the object is cached for someone else
+if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
+	chmod 711 "$T"
+	mkdir "$T/ua" "$T/ub"
+	chown 64021:64021 "$T/ua"
+	chown 64022:64022 "$T/ub"
+	chmod 700 "$T/ua" "$T/ub"
+	kb=$(s3_user reader2 '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":"*"},{"Effect":"Deny","Action":"s3:GetObject","Resource":"arn:aws:s3:::data/job/*"}]}')
+	HOME="$T/ua" setpriv --reuid=64021 --regid=64021 --clear-groups env -u LOADERD_S3_CACHE \
+		"$BIN/dpack" fetch s3://data/job/set.dpks >"$T/ua.out" 2>&1
+	ra=$?
+	view=$(python3 -c "import json; print(json.loads(open('$T/ua.out').read().splitlines()[-1])['path'])" 2>/dev/null)
+	HOME="$T/ub" AWS_ACCESS_KEY_ID=${kb% *} AWS_SECRET_ACCESS_KEY=${kb#* } \
+		setpriv --reuid=64022 --regid=64022 --clear-groups env -u LOADERD_S3_CACHE \
+		"$BIN/dpack" fetch s3://data/job/set.dpks >"$T/ub.out" 2>&1
+	rb=$?
+	setpriv --reuid=64022 --regid=64022 --clear-groups cat "$view" >/dev/null 2>"$T/ub.cat"
+	rc=$?
+	check "uid A fetches the set into its own cache" sh -c "[ $ra -eq 0 ] && [ -n '$view' ] &&
+		[ \$(stat -c %u '$view') -eq 64021 ]" || show "$T/ua.out"
+	check "uid B, whose credentials may not read it, is refused by the store, named" sh -c "
+		[ $rb -eq 1 ] && grep -q 's3://data/job/set.dpks' '$T/ub.out' &&
+		grep -q 'AccessDenied' '$T/ub.out'" || show "$T/ub.out"
+	check "... and cannot open A's cached copy (the kernel refuses: mode 0700)" sh -c "
+		[ $rc -ne 0 ] && grep -qi 'permission denied' '$T/ub.cat'"
+else
+	echo "# skip the two-uid case: not root or no setpriv"
+fi
 
 # 4. the cache's bound
 used() { # bytes allocated under DIR/objects
