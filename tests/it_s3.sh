@@ -20,6 +20,8 @@
 #   two real uids: A fetches a set into its cache; B, whose store credentials may not read it,
 #   is refused by the store (AccessDenied, named) though A has it cached, and cannot open A's
 #   cached copy either (the kernel: A's cache is mode 0700);
+#   a cache disk that fills mid-fetch (a file size limit): the fetch fails naming the object and
+#   the reason, leaves no partial file, and the next fetch with room completes;
 #   the cache's bound (LOADERD_S3_CACHE_SIZE): a second dataset that fits exactly beside the first
 #   keeps both; one byte less evicts the least recently used dataset, and the cache never holds
 #   more than its bound; a dataset above the bound is refused, named, with the figures.
@@ -246,6 +248,16 @@ if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
 else
 	echo "# skip the two-uid case: not root or no setpriv"
 fi
+
+# a cache disk that fills mid-fetch: RLIMIT_FSIZE (SIGXFSZ ignored, so the write fails EFBIG)
+(trap '' XFSZ; ulimit -f 8; LOADERD_S3_CACHE="$T/cf" exec "$BIN/dpack" fetch s3://data/job/set.dpks) \
+	>"$T/full" 2>&1
+rc=$?
+check "a full cache disk: the fetch fails naming the object and why, no partial file left" sh -c "
+	[ $rc -eq 1 ] && grep -q 's3://data/job/set-0000[0-9].dpk' '$T/full' &&
+	grep -qi 'too large' '$T/full' && [ -z \"\$(find '$T/cf' -name '*.tmp.*')\" ]" || show "$T/full"
+LOADERD_S3_CACHE="$T/cf" "$BIN/dpack" fetch s3://data/job/set.dpks >"$T/full2" 2>&1
+check "... and with room, the next fetch completes" grep -q '"objects": 6' "$T/full2"
 
 # 4. the cache's bound
 used() { # bytes allocated under DIR/objects
