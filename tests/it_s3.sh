@@ -10,6 +10,8 @@
 #   and fetch on s3:// (through the user's cache: a second fetch fetches nothing; a shard replaced
 #   in the store is fetched again and refused by its identity, named); a single .dpk; a missing
 #   key, a wrong secret: exit 1, the object and the store's code named, no secret printed;
+#   dpack append to an s3:// set: a new set made, a shard added (verify sees both), a shard of
+#   another shape refused with the store's manifest untouched;
 #   jobs on s3:// sets (the client fetches into its user's cache and passes descriptors; loaderd
 #   has no network): ldcat over 2 ranks, every sample exactly once in an epoch, with the local
 #   set's labels; the Python Loader over 2 ranks, the same; nothing fetched the second time;
@@ -85,6 +87,21 @@ for k in ('samples', 'labels', 'kinds', 'stored_bytes', 'classes'):
 "$BIN/dpack" decode s3://data/one/whole.dpk 3 >"$T/d1" 2>/dev/null
 "$BIN/dpack" decode "$T/whole.dpk" 3 >"$T/d2" 2>/dev/null
 check "a single .dpk in the store: sample 3 decodes as the local file's" cmp -s "$T/d1" "$T/d2"
+# dpack append into the store
+"$BIN/dpack" append s3://data/app/set.dpks "$T/local/set-00000.dpk" >"$T/a1" 2>&1 &&
+	"$BIN/dpack" append s3://data/app/set.dpks "$T/local/set-00002.dpk" >>"$T/a1" 2>&1
+rc=$?
+"$BIN/dpack" verify s3://data/app/set.dpks >"$T/a2" 2>&1
+check "append to s3://: a new set, then a second shard; verify reads both" sh -c "[ $rc -eq 0 ] &&
+	grep -q '2 shards, 4 records OK' '$T/a2'" || { show "$T/a1"; show "$T/a2"; }
+"$BIN/dsgen" npy "$T/x16.npy" "$T/y16.npy" --count 2 --height 16 --width 16 --channels 1 >/dev/null
+"$BIN/dpack" pack --no-fsync "$T/x16.npy" "$T/y16.npy" "$T/other.dpk" >/dev/null 2>&1
+before=$(s3_curl HEAD /data/app/set.dpks -D - -o /dev/null | grep -i '^etag')
+"$BIN/dpack" append s3://data/app/set.dpks "$T/other.dpk" >"$T/a3" 2>&1
+rc=$?
+after=$(s3_curl HEAD /data/app/set.dpks -D - -o /dev/null | grep -i '^etag')
+check "a shard of another shape: refused, the store's manifest untouched" sh -c "[ $rc -eq 1 ] &&
+	[ -n '$before' ] && [ '$before' = '$after' ]" || show "$T/a3"
 # a shard replaced in the store by another shard's bytes: fetched again (a new ETag), then
 # refused by its identity against the manifest's line, named
 st=$(s3_put_file /data/sets/set-00001.dpk "$T/local/set-00003.dpk")

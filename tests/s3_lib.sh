@@ -91,7 +91,8 @@ s3_start() {
 s3_curl() {
 	_m=$1 _p=$2
 	shift 2
-	curl -sS -X "$_m" --aws-sigv4 "aws:amz:${AWS_REGION:-us-east-1}:s3" \
+	if [ "$_m" = HEAD ]; then set -- -I "$@"; else set -- -X "$_m" "$@"; fi
+	curl -sS --aws-sigv4 "aws:amz:${AWS_REGION:-us-east-1}:s3" \
 		--user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
 		-H "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" \
 		-w '\n%{http_code}\n' "$@" "$AWS_ENDPOINT_URL$_p"
