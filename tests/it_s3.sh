@@ -15,6 +15,7 @@
 #   jobs on s3:// sets (the client fetches into its user's cache and passes descriptors; loaderd
 #   has no network): ldcat over 2 ranks, every sample exactly once in an epoch, with the local
 #   set's labels; the Python Loader over 2 ranks, the same; nothing fetched the second time;
+#   the trainer over 2 MPI ranks runs an epoch of an s3:// set of RGB tensors;
 #   a job whose credentials the store refuses fails before loaderd is asked, naming the object;
 #   resume: 2 ranks read 2 steps each, loaderd is killed (SIGKILL) mid-epoch and restarted, the
 #   ranks resume from their state_dict on the warm cache: every sample of
@@ -194,6 +195,25 @@ check "Python Loader, 2 ranks over s3://: every sample once, the labels ldcat sa
 check "the set stays cached: a fetch after the jobs fetches nothing" python3 -c "
 import json; r = json.loads(open('$T/f3').read().splitlines()[-1])
 assert r['objects'] == 6 and r['fetched'] == 0, r"
+# the trainer over 2 MPI ranks on an s3:// set
+if command -v mpirun >/dev/null 2>&1 && [ -x "$BIN/trainer" ]; then
+	mpi_session_in "$T"
+	"$BIN/dsgen" npy "$T/xt.npy" "$T/yt.npy" --count 32 --height 32 --width 32 --channels 3 \
+		>/dev/null
+	"$BIN/dpack" pack --no-fsync --shard-size 20000 "$T/xt.npy" "$T/yt.npy" \
+		s3://data/trn/set.dpks >/dev/null 2>&1
+	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 5 120 \
+		mpirun --oversubscribe -np 2 "$BIN/trainer" --dataset s3://data/trn/set.dpks \
+		--socket "$T/s.sock" --crop 32 --batch 4 --epochs 1 --device host --log-every 0 \
+		>"$T/trn.out" 2>"$T/trn.err"
+	rc=$?
+	check "trainer, 2 MPI ranks, --dataset s3://: the epoch runs from the cached set" sh -c "
+		[ $rc -eq 0 ] && grep -q 's3://data/trn/set.dpks is .*set.dpks' '$T/trn.err'" ||
+		show "$T/trn.err"
+else
+	echo "# skip the trainer case: no mpirun or no trainer built"
+fi
+
 # resume across a killed loaderd, with a warm cache
 cat >"$T/resume.py" <<'PY'
 import json, pickle, sys, threading
