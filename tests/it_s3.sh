@@ -4,7 +4,8 @@
 # started once for the whole script, and a misbehaving one (tests/s3_fault.py: 503/429, responses
 # cut short, resets):
 #   the S3 client's cases (tests/test_s3.c with LOADERD_S3_TEST=1): put, head, get, ranges in
-#   flight, multipart, list, the store's errors named, a store that is down, retries;
+#   flight, multipart, list, the store's errors named, a store that is down, retries on 503, 429,
+#   cut and reset responses, a store that stops sending mid-response (timed out, retried);
 #   dpack pack --shard-size into s3://bucket/prefix/NAME: the shards under the prefix, NAME last;
 #   a pack whose third shard the store refuses leaves no manifest; dpack verify, inspect, decode
 #   and fetch on s3:// (through the user's cache: a second fetch fetches nothing; a shard replaced

@@ -9,6 +9,8 @@ PORTFILE. The path's second segment says what happens (the bucket is the first):
   /B/cut-N/KEY         the first N requests get half the bytes their Content-Length says, then the
                        connection closes; then 200 as above
   /B/reset-N/KEY       the first N requests get the connection closed before any answer
+  /B/stall-N/KEY       the first N requests get their headers and then nothing for 5 s (a store
+                       that stops sending mid-response)
 A Range header (bytes=A-B) is honoured on the 200 (as 206).
 """
 import http.server
@@ -16,6 +18,7 @@ import re
 import socket
 import sys
 import threading
+import time
 
 BODY = b"hello fault"
 seen = {}
@@ -37,7 +40,7 @@ class H(http.server.BaseHTTPRequestHandler):
     def answer(self, head_only):
         with lock:
             k = seen[self.path] = seen.get(self.path, 0) + 1
-        m = re.match(r"^/[^/]+/(fail|cut|reset)-(\d+)(?:-(\d+))?/", self.path)
+        m = re.match(r"^/[^/]+/(fail|cut|reset|stall)-(\d+)(?:-(\d+))?/", self.path)
         if m and k <= int(m.group(2)):
             what = m.group(1)
             if what == "fail":
@@ -48,6 +51,15 @@ class H(http.server.BaseHTTPRequestHandler):
                 self.end_headers()
                 if not head_only:
                     self.wfile.write(doc)
+                return
+            if what == "stall":
+                body = self.ranged()[0]
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.flush()
+                time.sleep(5)
+                self.close_connection = True
                 return
             if what == "cut":
                 body = self.ranged()[0]

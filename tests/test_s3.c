@@ -538,6 +538,29 @@ static void test_s3_fault_retries(void **state)
 	s3_destroy(s);
 }
 
+static void test_s3_fault_stalled_store(void **state)
+{
+	struct s3 *s = fault(1);
+	void *p;
+	size_t len;
+	(void)state;
+	NEED_STORE(s);
+	s3_destroy(s);
+	/* a store that stops sending: a try ends after timeout_ms without a byte, and is retried */
+	struct s3_cfg c = { .endpoint = (char *)getenv("LOADERD_S3_FAULT"), .region = (char *)"r",
+			    .access_key = (char *)"AK", .secret_key = (char *)"SK", .retries = 1,
+			    .backoff_ms = 1, .timeout_ms = 1000, .inflight = 2 };
+	char err[256];
+	assert_int_equal(s3_create(&c, &s, err, sizeof(err)), 0);
+	S3_OK(s, s3_get(s, "bkt", "stall-1/k", 100, &p, &len, NULL));
+	assert_memory_equal(p, "hello fault", 11);
+	free(p);
+	assert_int_equal(s3_get(s, "bkt", "stall-2/k", 100, &p, &len, NULL), -ETIMEDOUT);
+	assert_non_null(strstr(s3_error(s), "s3://bkt/stall-2/k"));
+	assert_non_null(strstr(s3_error(s), "stopped answering"));
+	s3_destroy(s);
+}
+
 static void test_s3_fault_ranges_in_flight(void **state)
 {
 	struct s3 *s = fault(3);
@@ -584,6 +607,7 @@ int main(void)
 		cmocka_unit_test(test_s3_store_down),
 		cmocka_unit_test(test_s3_fault_retries),
 		cmocka_unit_test(test_s3_fault_ranges_in_flight),
+		cmocka_unit_test(test_s3_fault_stalled_store),
 		/* last: it rewrites the environment the store cases read */
 		cmocka_unit_test(test_s3_cfg_load_env_and_file),
 	};
