@@ -53,9 +53,9 @@ include common/module.mk
 include formats/module.mk
 include shm/module.mk
 include codec/module.mk
+include s3/module.mk
 include loader/module.mk
 include trainer/module.mk
-include s3/module.mk
 include tools/module.mk
 include tests/module.mk
 include scripts/module.mk

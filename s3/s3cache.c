@@ -9,6 +9,7 @@
 #include <string.h>
 #include <dirent.h>
 #include <ftw.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY
@@ -330,8 +331,8 @@ static int read_file(const char *path, uint64_t max, char **out, size_t *len)
 	return 0;
 }
 
-int s3cache_fetch(struct s3 *s, const char *dir, uint64_t bound, const char *url,
-		  struct s3cache_result *r, char *err, size_t errlen)
+static int fetch_locked(struct s3 *s, const char *dir, uint64_t bound, const char *url,
+			struct s3cache_result *r, char *err, size_t errlen)
 {
 	struct s3_url u;
 	struct dpkset_manifest *m = NULL;
@@ -350,11 +351,6 @@ int s3cache_fetch(struct s3 *s, const char *dir, uint64_t bound, const char *url
 	if (!*base)
 		return err_set(err, errlen, -EINVAL, "%s names no object (a dataset is a key: "
 			       "s3://bucket/prefix/NAME)", url);
-	char objdir[PATH_MAX + 16];
-	snprintf(objdir, sizeof(objdir), "%s/objects", dir);
-	if ((ret = mkdirs(objdir)) < 0)
-		return err_set(err, errlen, ret, "the cache %s: %s", dir, strerror(-ret));
-	chmod(dir, 0700);
 	/* the dataset's own object, a .dpk or a manifest; its view is named after its version */
 	struct want top = { .key = u.key };
 	if ((ret = head_batch(s, dir, u.bucket, &top, 1, r, err, errlen)) < 0)
@@ -440,6 +436,35 @@ out:
 	free(w);
 	dpkset_manifest_destroy(m);
 	free(text);
+	return ret;
+}
+
+/* One fetch at a time per cache (flock on DIR/objects/.lock): the ranks of a node that all resolve
+ * one dataset at once fetch it once (the first; the others then find it cached), and eviction
+ * never removes what another fetch is about to link. */
+int s3cache_fetch(struct s3 *s, const char *dir, uint64_t bound, const char *url,
+		  struct s3cache_result *r, char *err, size_t errlen)
+{
+	char objdir[PATH_MAX + 16], lock[PATH_MAX + 32];
+	int ret;
+
+	memset(r, 0, sizeof(*r));
+	snprintf(objdir, sizeof(objdir), "%s/objects", dir);
+	if ((ret = mkdirs(objdir)) < 0)
+		return err_set(err, errlen, ret, "the cache %s: %s", dir, strerror(-ret));
+	chmod(dir, 0700);
+	snprintf(lock, sizeof(lock), "%s/.lock", objdir);
+	int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+	if (fd < 0)
+		return err_set(err, errlen, -errno, "the cache %s: %s", lock, strerror(errno));
+	while (flock(fd, LOCK_EX) < 0)
+		if (errno != EINTR) {
+			ret = err_set(err, errlen, -errno, "the cache %s: %s", lock, strerror(errno));
+			close(fd);
+			return ret;
+		}
+	ret = fetch_locked(s, dir, bound, url, r, err, errlen);
+	close(fd);  /* the lock goes with it */
 	return ret;
 }
 

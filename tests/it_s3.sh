@@ -9,7 +9,8 @@
 #   dpack pack --shard-size into s3://bucket/prefix/NAME: the shards under the prefix, NAME last;
 #   a pack whose third shard the store refuses leaves no manifest; dpack verify, inspect, decode
 #   and fetch on s3:// (through the user's cache: a second fetch fetches nothing; a shard replaced
-#   in the store is fetched again and refused by its identity, named); a single .dpk; a missing
+#   in the store is fetched again and refused by its identity, named; four fetches at once into one
+#   cache fetch each object once in all); a single .dpk; a missing
 #   key, a wrong secret: exit 1, the object and the store's code named, no secret printed;
 #   dpack append to an s3:// set: a new set made, a shard added (verify sees both), a shard of
 #   another shape refused with the store's manifest untouched;
@@ -78,6 +79,18 @@ check "fetch again: six objects, none fetched (cached under their ETags)" python
 import json; r = json.loads(open('$T/f1').read().splitlines()[-1])
 assert r['objects'] == 6 and r['fetched'] == 0 and r['fetched_bytes'] == 0, r" || show "$T/f1"
 check "the cache is the user's alone (mode 0700)" [ "$(stat -c %a "$T/cache")" = 700 ]
+# four fetches of one set at once into one cache (the ranks of a node): fetched once in all
+pids=""
+for i in 1 2 3 4; do
+	LOADERD_S3_CACHE="$T/cc" "$BIN/dpack" fetch s3://data/sets/set.dpks >"$T/cc.$i" 2>&1 &
+	pids="$pids $!"
+done
+for p in $pids; do wait "$p"; done
+check "four fetches at once into one cache: each object fetched once in all" python3 -c "
+import json
+rs = [json.loads(open('$T/cc.%d' % i).read().splitlines()[-1]) for i in (1, 2, 3, 4)]
+assert sum(r['fetched'] for r in rs) == 6 and all(r['objects'] == 6 for r in rs), rs" ||
+	show "$T/cc.1"
 "$BIN/dpack" inspect --json s3://data/sets/set.dpks 2>/dev/null >"$T/is"
 "$BIN/dpack" inspect --json "$T/local/set.dpks" >"$T/il"
 check "inspect s3://: the local set's samples, labels, kinds, bytes" python3 -c "
