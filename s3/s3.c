@@ -876,7 +876,10 @@ static int xfer_judge(struct s3 *s, struct xfer *x, CURLcode cc)
 		code[0] = msg[0] = '\0';
 	if ((x->status >= 500 || x->status == 429) && !last)
 		return 1;
-	int e = x->status == 403 || x->status == 401 ? -EACCES :
+	/* credentials the store no longer takes come back as 400 from S3 itself */
+	int expired = !strcmp(code, "ExpiredToken") || !strcmp(code, "InvalidToken") ||
+		      !strcmp(code, "TokenRefreshRequired");
+	int e = x->status == 403 || x->status == 401 || expired ? -EACCES :
 		x->status == 404 ? -ENOENT :
 		x->status == 412 ? -ESTALE :
 		x->status == 400 || x->status == 416 ? -EINVAL : -EIO;

@@ -5,7 +5,8 @@ the broken network and the overloaded store. It binds a free port on 127.0.0.1 a
 PORTFILE. The path's second segment says what happens (the bucket is the first):
 
   /B/fail-N-CODE/KEY   the first N requests to this path get HTTP CODE with an S3 error document
-                       (Code SlowDown), then 200 with the body b"hello fault"
+                       (Code SlowDown; ExpiredToken for CODE 400), then 200 with the body
+                       b"hello fault"
   /B/cut-N/KEY         the first N requests get half the bytes their Content-Length says, then the
                        connection closes; then 200 as above
   /B/reset-N/KEY       the first N requests get the connection closed before any answer
@@ -46,6 +47,9 @@ class H(http.server.BaseHTTPRequestHandler):
             if what == "fail":
                 doc = (b"<?xml version='1.0'?><Error><Code>SlowDown</Code>"
                        b"<Message>Please reduce your request rate.</Message></Error>")
+                if m.group(3) == "400":
+                    doc = (b"<?xml version='1.0'?><Error><Code>ExpiredToken</Code>"
+                           b"<Message>The provided token has expired.</Message></Error>")
                 self.send_response(int(m.group(3)))
                 self.send_header("Content-Length", str(len(doc)))
                 self.end_headers()

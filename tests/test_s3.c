@@ -528,8 +528,9 @@ static void test_s3_fault_retries(void **state)
 	assert_non_null(strstr(s3_error(s), "cut the response short"));
 	assert_non_null(strstr(s3_error(s), "s3://bkt/cut-3/k"));
 	assert_int_equal(s3_get(s, "bkt", "reset-3/k", 100, &p, &len, NULL), -EPIPE);
-	/* a 500 that is no 5xx/429 class error: a 400 is not retried */
-	assert_int_equal(s3_get(s, "bkt", "fail-1-400/k", 100, &p, &len, NULL), -EINVAL);
+	/* a 400 is not retried; an expired session token (400 ExpiredToken) is a refusal */
+	assert_int_equal(s3_get(s, "bkt", "fail-1-400/k", 100, &p, &len, NULL), -EACCES);
+	assert_non_null(strstr(s3_error(s), "400 ExpiredToken: The provided token has expired."));
 	s3_counters(s, &cnt);
 	uint64_t before = cnt.retries;
 	assert_int_equal(s3_get(s, "bkt", "fail-3-500/k", 100, &p, &len, NULL), -EIO);
