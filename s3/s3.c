@@ -35,6 +35,7 @@
 #define ERR_MAX 1024
 #define ERRBODY_MAX (64u << 10)   /* bytes of an error document kept */
 #define URL_MAX (S3_KEY_MAX * 3 + 4096)
+#define GET_ROUND 256u            /* ranges set up at once by s3_get_files */
 #define CRED_FILE_MAX (1u << 20)
 #define S3_LIST_PAGES_MAX 100000u  /* a store that says "more" for ever is cut off */
 
@@ -1197,7 +1198,7 @@ int s3_head_many(struct s3 *s, const char *bucket, const char *const *keys, stru
 
 int s3_get_files(struct s3 *s, const struct s3_file *f, size_t n)
 {
-	uint64_t part = s->cfg.part_size, total = 0;
+	uint64_t part = s->cfg.part_size;
 	int ret = 0;
 	for (size_t i = 0; i < n; i++) {
 		if ((ret = check_args(s, f[i].bucket, f[i].key)) < 0)
@@ -1205,14 +1206,21 @@ int s3_get_files(struct s3 *s, const struct s3_file *f, size_t n)
 		if (ftruncate(f[i].fd, (off_t)f[i].obj->size) < 0)
 			return set_err(s, -errno, "s3://%s/%s: cannot size the local copy: %s",
 				       f[i].bucket, f[i].key, strerror(errno));
-		total += (f[i].obj->size + part - 1) / part;
 	}
-	struct xfer *xs = calloc(total ? total : 1, sizeof(*xs));
+	/* the ranges of every file, GET_ROUND at a time (memory bounded however large the files) */
+	struct xfer *xs = calloc(GET_ROUND, sizeof(*xs));
 	if (!xs)
 		return set_err(s, -ENOMEM, "out of memory");
-	size_t k = 0;
-	for (size_t i = 0; i < n; i++)
-		for (uint64_t off = 0; off < f[i].obj->size; off += part, k++) {
+	size_t i = 0;
+	uint64_t off = 0;
+	while (ret == 0 && i < n) {
+		size_t k = 0;
+		while (k < GET_ROUND && i < n) {
+			if (off >= f[i].obj->size) {  /* the next file (an empty one has no range) */
+				i++;
+				off = 0;
+				continue;
+			}
 			xfer_init(&xs[k], "GET", f[i].bucket, f[i].key);
 			xs[k].ranged = 1;
 			xs[k].off = off;
@@ -1220,10 +1228,14 @@ int s3_get_files(struct s3 *s, const struct s3_file *f, size_t n)
 			xs[k].sink = SINK_FD;
 			xs[k].fd = f[i].fd;
 			xs[k].if_match = f[i].obj->etag;
+			off += xs[k].len;
+			k++;
 		}
-	ret = run(s, xs, k);
-	for (size_t i = 0; i < k; i++)
-		xfer_fini(&xs[i]);
+		if (k)
+			ret = run(s, xs, k);
+		for (size_t j = 0; j < k; j++)
+			xfer_fini(&xs[j]);
+	}
 	free(xs);
 	return ret;
 }

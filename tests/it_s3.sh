@@ -38,7 +38,7 @@ T=$(mktemp -d /tmp/it_s3.XXXXXX)
 . "$(dirname "$0")/s3_lib.sh"
 FPID=""
 trap 'stop_loaderd; stop_pid "$FPID"; s3_stop; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
-trap 'exit 130' INT TERM HUP
+trap 'exit 130' INT TERM HUP PIPE
 [ -x "$BUILD/tests/test_s3" ] || { echo "not built: $BUILD/tests/test_s3 (run make)"; exit 1; }
 
 s3_start "$T"

@@ -346,6 +346,46 @@ static void test_s3_store_multipart_and_get_fd(void **state)
 	s3_destroy(s);
 }
 
+/* s3_head_many and s3_get_files over 300 objects, one empty: more ranges than one round sets up
+ * (GET_ROUND, 256), so the rounds' seams and an object without a range are crossed */
+static void test_s3_store_many_files(void **state)
+{
+	struct s3 *s = store(2);
+	enum { N = 300 };
+	static char keys[N][16];
+	static const char *kp[N];
+	static struct s3_obj objs[N];
+	struct s3_file files[N];
+	char dir[64], path[128], want[16], got[16];
+	(void)state;
+	NEED_STORE(s);
+	S3_OK(s, s3_put(s, "t-many", "", "", 0));
+	for (int i = 0; i < N; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "o%03d", i);
+		kp[i] = keys[i];
+		int len = snprintf(want, sizeof(want), "%d", i * 7919);
+		S3_OK(s, s3_put(s, "t-many", keys[i], want, i == 150 ? 0 : (size_t)len));
+	}
+	S3_OK(s, s3_head_many(s, "t-many", kp, objs, N));
+	assert_int_equal(objs[150].size, 0);
+	assert_int_equal(tmpdir_create(dir, sizeof(dir), "test_s3"), 0);
+	for (int i = 0; i < N; i++) {
+		snprintf(path, sizeof(path), "%s/%d", dir, i);
+		files[i] = (struct s3_file){ "t-many", keys[i], open(path, O_RDWR | O_CREAT, 0600),
+					     &objs[i] };
+		assert_true(files[i].fd >= 0);
+	}
+	S3_OK(s, s3_get_files(s, files, N));
+	for (int i = 0; i < N; i++) {
+		int len = i == 150 ? 0 : snprintf(want, sizeof(want), "%d", i * 7919);
+		assert_int_equal(pread(files[i].fd, got, sizeof(got), 0), len);
+		assert_memory_equal(got, want, (size_t)len);
+		close(files[i].fd);
+	}
+	tmpdir_remove(dir);
+	s3_destroy(s);
+}
+
 struct seen {
 	char keys[8][64];
 	uint64_t sizes[8];
@@ -604,6 +644,7 @@ int main(void)
 		cmocka_unit_test(test_s3_store_put_head_get_ranges),
 		cmocka_unit_test(test_s3_store_multipart_and_get_fd),
 		cmocka_unit_test(test_s3_store_list_prefix),
+		cmocka_unit_test(test_s3_store_many_files),
 		cmocka_unit_test(test_s3_store_errors_named),
 		cmocka_unit_test(test_s3_store_down),
 		cmocka_unit_test(test_s3_fault_retries),

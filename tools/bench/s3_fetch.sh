@@ -12,7 +12,8 @@ T=${1:-$(mktemp -d /tmp/s3_fetch.XXXXXX)}
 PER=${PER_SOURCE:-40}
 . "$(dirname "$0")/../../tests/lib.sh"
 . "$(dirname "$0")/../../tests/s3_lib.sh"
-trap 'stop_loaderd; s3_stop' EXIT
+trap 'set +e; stop_loaderd; s3_stop' EXIT
+trap 'exit 130' INT TERM HUP PIPE
 [ -d "$T/tree" ] || /usr/bin/python3 "$(dirname "$0")/photo_tree.py" "$T" --per-source "$PER" >/dev/null
 # the ImageNet-sized copies only, one class per folder
 mkdir -p "$T/inet"
