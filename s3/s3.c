@@ -391,6 +391,46 @@ static int read_small(const char *path, char **out)
 	return 0;
 }
 
+/* The value of @key in section [@sect] (or [@alt], when given) of INI text @text, into @out: 1
+ * found, 0 not found (or longer than @outlen). Malformed lines are skipped: this file is optional
+ * and only read for region and endpoint. */
+static int ini_get(const char *text, const char *sect, const char *alt, const char *key, char *out,
+		   size_t outlen)
+{
+	int in = 0;
+	for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		char line[1024], *e;
+		const char *nl = strchr(l, '\n');
+		size_t n = nl ? (size_t)(nl - l) : strlen(l);
+		if (n >= sizeof(line))
+			continue;
+		memcpy(line, l, n);
+		line[n] = '\0';
+		const char *t = trim(line, &e);
+		if (*t == '[') {
+			char *close = strchr(t, ']');
+			if (close) {
+				*close = '\0';
+				const char *name = trim((char *)t + 1, NULL);
+				in = !strcmp(name, sect) || (alt && !strcmp(name, alt));
+			}
+			continue;
+		}
+		char *eq = in ? strchr(t, '=') : NULL;
+		if (!eq)
+			continue;
+		*eq = '\0';
+		if (strcmp(trim((char *)t, NULL), key))
+			continue;
+		const char *v = trim(eq + 1, NULL);
+		if (strlen(v) >= outlen)
+			return 0;
+		strcpy(out, v);
+		return 1;
+	}
+	return 0;
+}
+
 int s3_cfg_load(struct s3_cfg *c, char *err, size_t errlen)
 {
 	int ret = 0;
@@ -445,14 +485,38 @@ int s3_cfg_load(struct s3_cfg *c, char *err, size_t errlen)
 			goto fail;
 		}
 	}
+	/* region and endpoint: the environment, else the profile's section of the config file */
+	const char *profile = getenv("AWS_PROFILE"), *cfile = getenv("AWS_CONFIG_FILE");
+	char cpath[4096], psect[300], conf_region[64], conf_ep[512];
+	char *conf = NULL;
+	int have_region = 0, have_ep = 0;
+	if (!profile || !*profile)
+		profile = "default";
+	if (cfile && *cfile) {
+		snprintf(cpath, sizeof(cpath), "%s", cfile);
+	} else {
+		const char *home = getenv("HOME");
+		snprintf(cpath, sizeof(cpath), "%s/.aws/config", home ? home : "");
+	}
+	snprintf(psect, sizeof(psect), "profile %s", profile);
+	if (read_small(cpath, &conf) == 0) {
+		const char *alt = strcmp(profile, "default") ? profile : NULL;
+		const char *sect = strcmp(profile, "default") ? psect : "default";
+		have_region = ini_get(conf, sect, alt, "region", conf_region, sizeof(conf_region));
+		have_ep = ini_get(conf, sect, alt, "endpoint_url", conf_ep, sizeof(conf_ep));
+		free(conf);
+	}
 	const char *region = getenv("AWS_REGION");
 	if (!region || !*region)
 		region = getenv("AWS_DEFAULT_REGION");
+	if ((!region || !*region) && have_region)
+		region = conf_region;
 	if (!region || !*region)
 		region = "us-east-1";
 	for (const char *p = region; *p; p++)
 		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-')) {
-			ret = err_set(err, errlen, -EINVAL, "AWS_REGION '%.64s': not a region name",
+			ret = err_set(err, errlen, -EINVAL, "%s '%.64s': not a region name",
+				      region == conf_region ? "the config file's region" : "AWS_REGION",
 				      region);
 			goto fail;
 		}
@@ -460,10 +524,13 @@ int s3_cfg_load(struct s3_cfg *c, char *err, size_t errlen)
 	const char *ep = getenv("AWS_ENDPOINT_URL_S3");
 	if (!ep || !*ep)
 		ep = getenv("AWS_ENDPOINT_URL");
+	if ((!ep || !*ep) && have_ep)
+		ep = conf_ep;
 	if (ep && *ep) {
 		if (strncmp(ep, "http://", 7) && strncmp(ep, "https://", 8)) {
-			ret = err_set(err, errlen, -EINVAL, "AWS_ENDPOINT_URL '%.128s': not an http:// "
-				      "or https:// URL", ep);
+			ret = err_set(err, errlen, -EINVAL, "%s '%.128s': not an http:// or https:// "
+				      "URL", ep == conf_ep ? "endpoint_url in the config file" :
+				      "AWS_ENDPOINT_URL", ep);
 			goto fail;
 		}
 		size_t n = strlen(ep);

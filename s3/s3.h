@@ -10,8 +10,9 @@
  *
  * Credentials are read with the caller's rights from the standard places (AWS_ACCESS_KEY_ID,
  * AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN; else AWS_PROFILE's section, "default" without it, of
- * AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials), AWS_REGION (or AWS_DEFAULT_REGION,
- * default us-east-1), AWS_ENDPOINT_URL (default https://s3.REGION.amazonaws.com). They are never
+ * AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials), AWS_REGION (or AWS_DEFAULT_REGION),
+ * AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL; else region and endpoint_url in the profile's section
+ * of AWS_CONFIG_FILE or ~/.aws/config; else us-east-1 and https://s3.REGION.amazonaws.com. They are never
  * written to a message, a log or an error: s3_error() names objects and the store's answer only.
  * Requests use path-style URLs (ENDPOINT/BUCKET/KEY), which every S3-compatible store takes.
  *

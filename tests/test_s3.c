@@ -188,6 +188,38 @@ static void test_s3_cfg_load_env_and_file(void **state)
 	setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/creds", 1);
 	assert_int_equal(s3_cfg_load(&c, err, sizeof(err)), -ENOKEY);
 	assert_non_null(strstr(err, "/nonexistent/creds"));
+	/* region and endpoint from the profile's section of the config file, the environment first */
+	char cpath[128];
+	snprintf(cpath, sizeof(cpath), "%s/config", dir);
+	f = fopen(cpath, "w");
+	assert_non_null(f);
+	fputs("[default]\nregion = us-west-2\n[profile p1]\nregion = eu-north-1\n"
+	      "endpoint_url = http://127.0.0.1:7/\n", f);
+	fclose(f);
+	setenv("AWS_CONFIG_FILE", cpath, 1);
+	setenv("AWS_SHARED_CREDENTIALS_FILE", path, 1);
+	setenv("AWS_PROFILE", "p1", 1);
+	unsetenv("AWS_REGION");
+	unsetenv("AWS_ENDPOINT_URL");
+	assert_int_equal(s3_cfg_load(&c, err, sizeof(err)), 0);
+	assert_string_equal(c.region, "eu-north-1");
+	assert_string_equal(c.endpoint, "http://127.0.0.1:7");
+	s3_cfg_fini(&c);
+	setenv("AWS_REGION", "ap-south-1", 1);
+	assert_int_equal(s3_cfg_load(&c, err, sizeof(err)), 0);
+	assert_string_equal(c.region, "ap-south-1");
+	s3_cfg_fini(&c);
+	unsetenv("AWS_REGION");
+	unsetenv("AWS_PROFILE");
+	setenv("AWS_ACCESS_KEY_ID", "AKENV", 1);
+	setenv("AWS_SECRET_ACCESS_KEY", "SKENV", 1);
+	assert_int_equal(s3_cfg_load(&c, err, sizeof(err)), 0);
+	assert_string_equal(c.region, "us-west-2");  /* [default], not [profile default] */
+	assert_string_equal(c.endpoint, "https://s3.us-west-2.amazonaws.com");
+	s3_cfg_fini(&c);
+	unsetenv("AWS_ACCESS_KEY_ID");
+	unsetenv("AWS_SECRET_ACCESS_KEY");
+	unsetenv("AWS_CONFIG_FILE");
 	setenv("LOADERD_S3_RETRIES", "21", 1);
 	setenv("AWS_SHARED_CREDENTIALS_FILE", path, 1);
 	setenv("AWS_PROFILE", "p1", 1);
