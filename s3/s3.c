@@ -1208,26 +1208,8 @@ int s3_get_fd(struct s3 *s, const char *bucket, const char *key, int fd, const c
 	if (if_etag && strcmp(if_etag, h.etag))
 		return set_err(s, -ESTALE, "s3://%s/%s: the object changed (ETag %s, expected %s)",
 			       bucket, key, h.etag, if_etag);
-	if (ftruncate(fd, (off_t)h.size) < 0)
-		return set_err(s, -errno, "s3://%s/%s: cannot size the local copy: %s", bucket, key,
-			       strerror(errno));
-	uint64_t part = s->cfg.part_size, nparts = (h.size + part - 1) / part;
-	struct xfer *xs = calloc(nparts ? nparts : 1, sizeof(*xs));
-	if (!xs)
-		return set_err(s, -ENOMEM, "out of memory");
-	for (uint64_t i = 0; i < nparts; i++) {
-		xfer_init(&xs[i], "GET", bucket, key);
-		xs[i].ranged = 1;
-		xs[i].off = i * part;
-		xs[i].len = h.size - xs[i].off < part ? h.size - xs[i].off : part;
-		xs[i].sink = SINK_FD;
-		xs[i].fd = fd;
-		xs[i].if_match = h.etag;
-	}
-	ret = run(s, xs, nparts);
-	for (uint64_t i = 0; i < nparts; i++)
-		xfer_fini(&xs[i]);
-	free(xs);
+	struct s3_file f = { bucket, key, fd, &h };
+	ret = s3_get_files(s, &f, 1);
 	if (ret == 0 && o)
 		*o = h;
 	return ret;
