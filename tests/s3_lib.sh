@@ -16,7 +16,8 @@ S3PID=""
 
 s3_venv() {
 	S3VENV=${BUILD:-build}/s3venv
-	[ -x "$S3VENV/bin/moto_server" ] && return 0
+	# made once, kept; made again when the pinned version changes
+	[ -x "$S3VENV/bin/moto_server" ] && [ -f "$S3VENV/.moto-$MOTO_VERSION" ] && return 0
 	_py=${LOADERD_PYTHON:-/usr/bin/python3}
 	rm -rf "$S3VENV"
 	if ! "$_py" -m venv "$S3VENV" >/dev/null 2>&1; then
@@ -37,6 +38,7 @@ except Exception: sys.exit(1)" 2>/dev/null; then
 		rm -rf "$S3VENV"
 		exit 1
 	fi
+	touch "$S3VENV/.moto-$MOTO_VERSION"
 }
 
 # s3_iam ACTION ARGS...: one IAM query with the current credentials (unsigned keys count against
