@@ -641,6 +641,34 @@ const char *s3_error(const struct s3 *s)
 	return s->err;
 }
 
+int s3_etag_check_fd(int fd, uint64_t size, const char *etag, char *md5hex)
+{
+	size_t n = strlen(etag);
+	if (n != 34 || etag[0] != '"' || etag[33] != '"' || strspn(etag + 1, "0123456789abcdef") != 32)
+		return 1;
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	unsigned char md[EVP_MAX_MD_SIZE], buf[1 << 16];
+	unsigned mdlen = 0;
+	int ret = ctx && EVP_DigestInit_ex(ctx, EVP_md5(), NULL) ? 0 : -ENOMEM;
+	for (uint64_t off = 0; ret == 0 && off < size;) {
+		size_t want = size - off < sizeof(buf) ? (size_t)(size - off) : sizeof(buf);
+		ssize_t r = pread(fd, buf, want, (off_t)off);
+		if (r <= 0)
+			ret = r < 0 ? -errno : -EIO;
+		else if (!EVP_DigestUpdate(ctx, buf, (size_t)r))
+			ret = -ENOMEM;
+		off += r > 0 ? (uint64_t)r : 0;
+	}
+	if (ret == 0 && !EVP_DigestFinal_ex(ctx, md, &mdlen))
+		ret = -ENOMEM;
+	EVP_MD_CTX_free(ctx);
+	if (ret < 0)
+		return ret;
+	for (unsigned i = 0; i < mdlen && i < 16; i++)
+		snprintf(md5hex + 2 * i, 3, "%02x", md[i]);
+	return memcmp(md5hex, etag + 1, 32) ? -EBADMSG : 0;
+}
+
 const char *s3_endpoint(const struct s3 *s)
 {
 	return s->cfg.endpoint;

@@ -125,6 +125,10 @@ int s3_delete(struct s3 *s, const char *bucket, const char *key);
  * a non-zero return from @fn stops the walk and is returned. */
 typedef int (*s3_list_fn)(void *arg, const char *key, uint64_t size, const char *etag);
 int s3_list(struct s3 *s, const char *bucket, const char *prefix, s3_list_fn fn, void *arg);
+/* Check @size bytes of @fd against @etag when the ETag is the object's MD5 (a single-part upload
+ * without KMS: 32 hex digits in quotes): 0 they match, 1 the ETag is not an MD5 (multipart, KMS),
+ * -EBADMSG they differ (the MD5 in @md5hex, 33 bytes), or -errno reading @fd. */
+int s3_etag_check_fd(int fd, uint64_t size, const char *etag, char *md5hex);
 /* Counters since s3_create (bytes of response bodies kept, requests sent including retries). */
 struct s3_counters {
 	uint64_t bytes_in, requests, retries;

@@ -133,6 +133,16 @@ static int get_batch(struct s3 *s, const char *dir, const char *bucket, struct w
 	for (size_t i = 0; i < n; i++) {
 		if (w[i].fd < 0)
 			continue;
+		/* bytes that are not the object's (changed on the way, or by a broken store) are never
+		 * cached: checked against the ETag where it is the MD5 */
+		char md5[33];
+		int chk = ret == 0 ? s3_etag_check_fd(w[i].fd, w[i].obj.size, w[i].obj.etag, md5) : 1;
+		if (chk == -EBADMSG)
+			ret = err_set(err, errlen, chk, "s3://%s/%s: the bytes fetched have MD5 %s, not "
+				      "the object's ETag %s: corrupted on the way; not cached", bucket,
+				      w[i].key, md5, w[i].obj.etag);
+		else if (chk < 0)
+			ret = err_set(err, errlen, chk, "the cache: %s: %s", w[i].tmp, strerror(-chk));
 		if (ret == 0 && rename(w[i].tmp, w[i].path) < 0)
 			ret = err_set(err, errlen, -errno, "the cache %s: %s", dir, strerror(errno));
 		if (ret == 0) {

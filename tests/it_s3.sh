@@ -25,6 +25,7 @@
 #   two real uids: A fetches a set into its cache; B, whose store credentials may not read it,
 #   is refused by the store (AccessDenied, named) though A has it cached, and cannot open A's
 #   cached copy either (the kernel: A's cache is mode 0700);
+#   bytes that are not the object's (their MD5 against the ETag) are refused and never cached;
 #   a cache disk that fills mid-fetch (a file size limit): the fetch fails naming the object and
 #   the reason, leaves no partial file, and the next fetch with room completes;
 #   the cache's bound (LOADERD_S3_CACHE_SIZE): a second dataset that fits exactly beside the first
@@ -309,6 +310,14 @@ check "a full cache disk: the fetch fails naming the object and why, no partial 
 	grep -qi 'too large' '$T/full' && [ -z \"\$(find '$T/cf' -name '*.tmp.*')\" ]" || show "$T/full"
 LOADERD_S3_CACHE="$T/cf" "$BIN/dpack" fetch s3://data/job/set.dpks >"$T/full2" 2>&1
 check "... and with room, the next fetch completes" grep -q '"objects": 6' "$T/full2"
+
+# an object whose bytes are not its ETag's MD5 (the fault server changes them): never cached
+AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$T/fault.port")" LOADERD_S3_CACHE="$T/cx" \
+	"$BIN/dpack" fetch s3://bkt/corrupt/x.dpk >"$T/cx.out" 2>&1
+rc=$?
+check "bytes that are not the object's (MD5 against the ETag): refused, named, not cached" sh -c "
+	[ $rc -eq 1 ] && grep -q 's3://bkt/corrupt/x.dpk: the bytes fetched have MD5 .* corrupted' '$T/cx.out' &&
+	[ \$(find '$T/cx/objects' -type f ! -name .lock | wc -l) -eq 0 ]" || show "$T/cx.out"
 
 # 4. the cache's bound
 used() { # bytes allocated under DIR/objects

@@ -12,8 +12,11 @@ PORTFILE. The path's second segment says what happens (the bucket is the first):
   /B/reset-N/KEY       the first N requests get the connection closed before any answer
   /B/stall-N/KEY       the first N requests get their headers and then nothing for 5 s (a store
                        that stops sending mid-response)
+  /B/corrupt/KEY       every request: the body above, under an ETag that is the MD5 of other
+                       bytes (a store, or a network, that changed them)
 A Range header (bytes=A-B) is honoured on the 200 (as 206).
 """
+import hashlib
 import http.server
 import re
 import socket
@@ -81,7 +84,10 @@ class H(http.server.BaseHTTPRequestHandler):
         body, code = self.ranged()
         self.send_response(code)
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("ETag", '"fa017"')
+        if "/corrupt/" in self.path:
+            self.send_header("ETag", '"%s"' % hashlib.md5(b"other bytes").hexdigest())
+        else:
+            self.send_header("ETag", '"fa017"')
         self.end_headers()
         if not head_only:
             self.wfile.write(body)

@@ -366,6 +366,16 @@ static void test_s3_store_multipart_and_get_fd(void **state)
 	struct stat st;
 	assert_int_equal(fstat(bfd, &st), 0);
 	assert_int_equal(st.st_size, size);
+	/* the bytes against the ETag: a multipart ETag is no MD5 (1); a single part's is, and one
+	 * flipped byte differs (-EBADMSG) */
+	char md5[33];
+	assert_int_equal(s3_etag_check_fd(bfd, size, o.etag, md5), 1);
+	S3_OK(s, s3_get_fd(s, "t-multi", "one", bfd, NULL, &o));
+	assert_int_equal(s3_etag_check_fd(bfd, S3_PART_MIN, o.etag, md5), 0);
+	assert_int_equal(pwrite(bfd, "\xff", 1, 12345), 1);
+	assert_int_equal(s3_etag_check_fd(bfd, S3_PART_MIN, o.etag, md5), -EBADMSG);
+	assert_int_equal(strlen(md5), 32);
+	S3_OK(s, s3_get_fd(s, "t-multi", "big", bfd, NULL, &o));
 	/* an ETag that is not the object's: refused, naming the object */
 	assert_int_equal(s3_get_fd(s, "t-multi", "big", bfd, "\"0123\"", NULL), -ESTALE);
 	assert_non_null(strstr(s3_error(s), "s3://t-multi/big"));
