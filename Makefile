@@ -53,6 +53,7 @@ include common/module.mk
 include formats/module.mk
 include shm/module.mk
 include codec/module.mk
+include s3/module.mk
 include loader/module.mk
 include trainer/module.mk
 include tools/module.mk
@@ -60,7 +61,7 @@ include tests/module.mk
 include scripts/module.mk
 
 # Link order: dependents first.
-LINKLIBS := $(filter %/libloader.a,$(LIBS)) $(filter %/libcodec.a,$(LIBS)) \
+LINKLIBS := $(filter %/libs3.a,$(LIBS)) $(filter %/libloader.a,$(LIBS)) $(filter %/libcodec.a,$(LIBS)) \
 	$(filter %/libshm.a,$(LIBS)) $(filter %/libformats.a,$(LIBS)) $(filter %/libcommon.a,$(LIBS))
 
 all: $(BINS) $(TESTS)

@@ -7,6 +7,8 @@
 # libpng-dev, libwebp-dev, libtiff-dev: the png, webp and tiff record kinds (codec/kind_*.c).
 # lcov: `make coverage` (scripts/coverage.sh).
 # libjson-c-dev: dpack --field NAME=json:KEY (formats/jsonf.c).
+# libcurl4-openssl-dev, libexpat1-dev, libssl-dev: the S3 client (s3/: requests and SigV4, the
+# store's XML answers, the payload's SHA-256); curl: tests/s3_lib.sh makes moto's IAM user.
 # acl, strace, util-linux (setpriv): tests/it_privsep.sh (an ACL that denies a user; loaderd traced
 # to show it opens no path a client names; real uids).
 # systemd (systemd-analyze), strace: tests/it_install.sh scores the unit's sandbox; tests/it_unpriv.sh
@@ -14,7 +16,7 @@
 set -eu
 
 PKGS="build-essential pkg-config liburing-dev libturbojpeg0-dev libjpeg62-turbo-dev libzstd-dev
-libxxhash-dev libjson-c-dev libpng-dev libwebp-dev libtiff-dev libcmocka-dev libopenmpi-dev openmpi-bin libopenblas-dev clang libclang-rt-14-dev
+libxxhash-dev libjson-c-dev libpng-dev libwebp-dev libtiff-dev libcmocka-dev libcurl4-openssl-dev libexpat1-dev libssl-dev curl libopenmpi-dev openmpi-bin libopenblas-dev clang libclang-rt-14-dev
 python3 bc iproute2 lcov acl strace util-linux
 python3-numpy python3-pytest python3-torch python3-torchvision python3-venv python3-setuptools python3-wheel systemd
 python3-prometheus-client python3-pil

@@ -13,10 +13,10 @@ out=$(sh scripts/check_layers.sh) || { echo "FAIL: the tree breaks the layer tab
 echo "ok: $out"
 
 # A copy of what the check reads: the sources and the table.
-for d in common formats shm codec loader trainer tools tests python docs; do
+for d in common formats shm codec s3 loader trainer tools tests python docs; do
 	[ -d "$d" ] && mkdir -p "$T/src/$d"
 done
-find common formats shm codec loader trainer tools tests python \
+find common formats shm codec s3 loader trainer tools tests python \
 	\( -name '*.c' -o -name '*.h' -o -name '*.cu' \) -type f 2>/dev/null |
 	while read -r f; do mkdir -p "$T/src/$(dirname "$f")" && cp "$f" "$T/src/$f"; done
 cp docs/ARCHITECTURE.md "$T/src/docs/"

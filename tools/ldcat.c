@@ -5,6 +5,7 @@
 #include "common/clk.h"
 #include "common/fieldesc.h"
 #include "common/log.h"
+#include "s3/s3cache.h"
 #include "shm/ldc.h"
 
 #include <errno.h>
@@ -38,7 +39,8 @@ static void usage(FILE *f)
 "                       backslash, '=' and space, any other byte as \\xNN\n"
 "  --socket PATH        loaderd's socket (default: $XDG_RUNTIME_DIR/loaderd.sock, else\n"
 "                       /tmp/loaderd-UID.sock, as loaderd)\n"
-"  --dataset D.dpk      packed dataset (or a set's manifest: docs/FORMAT.md), as loaderd sees\n"
+"  --dataset D.dpk      packed dataset (or a set's manifest: docs/FORMAT.md; or s3://BUCKET/KEY,\n"
+"                       fetched into your cache first: docs/S3.md), as loaderd sees\n"
 "                       the path (required)\n"
 "  --job NAME           job name shared by the ranks (default ldcat)\n"
 "  --rank R, --world W  this rank of W (default 0 of 1)\n"
@@ -432,6 +434,19 @@ int main(int argc, char **argv)
 	ret = parse_args(argc, argv, &a);
 	if (ret >= 0)
 		return ret;
+	/* An s3:// dataset is made local in this user's cache, with this user's credentials, and
+	 * opened from there like any file: loaderd gets descriptors, never a URL (docs/S3.md). */
+	static struct s3cache_result local;
+	if (s3_is_url(a.job.dataset)) {
+		if (s3cache_resolve(a.job.dataset, &local, err, sizeof(err)) < 0) {
+			fprintf(stderr, "ldcat: %s\n", err);
+			return 1;
+		}
+		fprintf(stderr, "ldcat: %s is %s (%u objects, %u fetched now, %llu bytes)\n",
+			a.job.dataset, local.path, local.objects, local.fetched,
+			(unsigned long long)local.fetched_bytes);
+		a.job.dataset = local.path;
+	}
 	ret = ldc_connect(a.path, &cl, err, sizeof(err));
 	if (ret < 0) {
 		fprintf(stderr, "ldcat: %s\n", err);

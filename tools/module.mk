@@ -8,10 +8,10 @@ $(foreach t,$(TOOL_SINGLE),$(eval $(BUILD)/bin/$(t): $(BUILD)/obj/tools/$(t).o))
 $(foreach t,$(TOOL_DIRS),$(eval $(BUILD)/bin/$(t): \
 	$(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/$(t)/*.c))))
 
-# Only ldbench (it runs the fill in-process) and ldaug (a job's augmentations, loader/job_aug.c)
-# link the daemon's library; every other tool links what
+# Only ldbench (it runs the fill in-process), ldaug (a job's augmentations, loader/job_aug.c) and
+# ldcachesim (it replays the sampler) link the daemon's library; every other tool links what
 # lies below loader/ (codec/, formats/, shm/, common/), as scripts/check_layers.sh holds its includes.
-TOOL_WITH_LOADER := ldbench ldaug
+TOOL_WITH_LOADER := ldbench ldaug ldcachesim
 TOOL_LINKLIBS = $(if $(filter $(TOOL_WITH_LOADER),$(notdir $@)),$(LINKLIBS),\
 	$(filter-out %/libloader.a,$(LINKLIBS)))
 

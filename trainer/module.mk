@@ -4,7 +4,7 @@
 # MPI flags are recursive (=) on purpose: pkg-config must run after scripts/deps.sh installed it.
 MPI_CFLAGS = $(shell pkg-config --cflags ompi-c)
 MPI_LIBS = $(shell pkg-config --libs ompi-c)
-TRN_SYSLIBS = $(MPI_LIBS) -lopenblas
+TRN_SYSLIBS = $(MPI_LIBS) -lopenblas $(S3_SYSLIBS)
 TRAINER_C := $(filter-out trainer/main.c trainer/nocuda.c,$(wildcard trainer/*.c))
 TRAINER_CU := $(wildcard trainer/*.cu)
 

@@ -24,6 +24,7 @@ import warnings
 from . import _lib as L
 from ._normalize import _parse_normalize, normalized
 from . import augment_map as AM
+from . import s3 as _s3
 from . import profile as P
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -229,7 +230,8 @@ class Loader:
       dataset       a .dpk file (made by dpack), or a set of .dpk shards' manifest
                     (docs/FORMAT.md), opened by this process with its own rights (the C client
                     passes it open to loaderd, which opens a set's shards beside it; the path is
-                    only displayed).
+                    only displayed); or s3://bucket/prefix/NAME, made local in this user's cache
+                    first with this user's credentials (loaderd.s3, docs/S3.md).
       batch_size    samples per step, 1..65536.
       crop          output size: int (square) or (h, w); None: records as stored (raw tensors
                     of one shape, e.g. a packed .npy).
@@ -319,7 +321,7 @@ class Loader:
                  device=None, profile=None, normalize=None, dtype=None, fields=None,
                  fields_bytes=False, tokenize=None, augment=None):
         self.socket = os.fspath(socket) if socket is not None else default_socket()
-        self.dataset = os.path.abspath(os.fspath(dataset))
+        self.dataset = _s3.local_dataset(dataset)  # s3://: fetched into the user's cache
         if len(self.dataset.encode()) >= L.PATH_MAX:
             raise ValueError(f"dataset path longer than {L.PATH_MAX - 1} bytes")
         self.batch_size = int(batch_size)

@@ -10,6 +10,9 @@ int dpack_verify_main(int argc, char **argv);
 int dpack_inspect_main(int argc, char **argv);
 int dpack_decode_main(int argc, char **argv);  /* decode.c */
 int dpack_append_main(int argc, char **argv);  /* set.c */
+/* remote.c: run @cmd_main with its s3:// operand made local (pack: uploaded after), or, when
+ * @cmd_main is NULL, `dpack fetch` */
+int dpack_remote_main(int argc, char **argv, int (*cmd_main)(int, char **));
 /* What dpack pack writes (set.c): one .dpk at @path, or (@shard_size > 0) a set: shards of at most
  * @shard_size bytes beside the manifest @path (its stem + -NNNNN.dpk), cut between records as they
  * are added, the manifest written by finish. The calls mirror dpk_writer's (formats/dpk.h), with

@@ -23,6 +23,10 @@ static const char usage[] =
 	"  verify D.dpk|SET              recompute every checksum; exit 1 listing bad samples\n"
 	"  inspect D.dpk|SET [--json]    counts, classes, kinds, size histograms (and shards)\n"
 	"  decode D.dpk INDEX            one sample's pixels as loaderd decodes them, to stdout\n"
+	"  fetch s3://BUCKET/PREFIX/NAME make an s3:// dataset local in your cache\n"
+	"\n"
+	"Wherever a dataset goes (OUT, D.dpk, SET), s3://BUCKET/PREFIX/NAME names one in an\n"
+	"S3-compatible store (docs/S3.md): pack uploads the shards under PREFIX and NAME last.\n"
 	"\n"
 	"Run 'dpack COMMAND --help' for the options of a command.\n";
 
@@ -38,16 +42,20 @@ int main(int argc, char **argv)
 		fputs(usage, stdout);
 		return 0;
 	}
+	/* each through remote.c, which makes an s3:// operand local first (docs/S3.md) */
 	if (!strcmp(cmd, "pack"))
-		return dpack_pack_main(argc - 1, argv + 1);
+		return dpack_remote_main(argc - 1, argv + 1, dpack_pack_main);
 	if (!strcmp(cmd, "verify"))
-		return dpack_verify_main(argc - 1, argv + 1);
+		return dpack_remote_main(argc - 1, argv + 1, dpack_verify_main);
 	if (!strcmp(cmd, "inspect"))
-		return dpack_inspect_main(argc - 1, argv + 1);
+		return dpack_remote_main(argc - 1, argv + 1, dpack_inspect_main);
 	if (!strcmp(cmd, "append"))
-		return dpack_append_main(argc - 1, argv + 1);
+		return dpack_remote_main(argc - 1, argv + 1, dpack_append_main);
 	if (!strcmp(cmd, "decode"))
-		return dpack_decode_main(argc - 1, argv + 1);
-	LOG_ERROR("unknown command '%s' (pack, append, verify, inspect, decode; see dpack --help)", cmd);
+		return dpack_remote_main(argc - 1, argv + 1, dpack_decode_main);
+	if (!strcmp(cmd, "fetch"))
+		return dpack_remote_main(argc - 1, argv + 1, NULL);
+	LOG_ERROR("unknown command '%s' (pack, append, verify, inspect, decode, fetch; see dpack "
+		  "--help)", cmd);
 	return 2;
 }

@@ -1,0 +1,8 @@
+# s3/: the S3 client (libcurl, expat, OpenSSL's SHA-256). Linked by the tools that take s3:// URLs
+# (S3_TOOLS) and the tests that say so; never by loaderd, which has no network (docs/S3.md).
+S3_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard s3/*.c))
+$(BUILD)/lib/libs3.a: $(S3_OBJ)
+LIBS += $(BUILD)/lib/libs3.a
+S3_SYSLIBS := -lcurl -lexpat -lcrypto
+S3_TOOLS := dpack ldcat
+$(patsubst %,$(BUILD)/bin/%,$(S3_TOOLS)): SYSLIBS += $(S3_SYSLIBS)

@@ -1,0 +1,505 @@
+/* s3cache.c - an s3:// dataset made local in the user's cache (s3cache.h). */
+#include "s3/s3cache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <ftw.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include "common/args.h"
+#include "common/err.h"
+#include "formats/dpkset.h"
+
+#define BATCH 256u  /* objects HEADed or fetched together (bounds the memory of one round) */
+
+int s3cache_dir(char *out, size_t len)
+{
+	const char *v = getenv("LOADERD_S3_CACHE"), *x = getenv("XDG_CACHE_HOME"),
+		   *h = getenv("HOME");
+	int n;
+	if (v && *v)
+		n = snprintf(out, len, "%s", v);
+	else if (x && *x)
+		n = snprintf(out, len, "%s/loaderd/s3", x);
+	else if (h && *h)
+		n = snprintf(out, len, "%s/.cache/loaderd/s3", h);
+	else
+		return -ENOENT;
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* mkdir -p @path (mode 0700 for what it makes). 0 or -errno. */
+static int mkdirs(const char *path)
+{
+	char p[PATH_MAX];
+	if (snprintf(p, sizeof(p), "%s", path) >= (int)sizeof(p))
+		return -ENAMETOOLONG;
+	for (char *s = p + 1;; s++) {
+		if (*s == '/' || !*s) {
+			char c = *s;
+			*s = '\0';
+			if (mkdir(p, 0700) < 0 && errno != EEXIST)
+				return -errno;
+			*s = c;
+			if (!c)
+				break;
+		}
+	}
+	return 0;
+}
+
+/* objects/HASH of (endpoint, bucket, key, etag): a changed object is another file. */
+static void obj_path(const char *dir, const char *endpoint, const char *bucket, const char *key,
+		     const char *etag, char *out, size_t len)
+{
+	XXH3_state_t st;
+	XXH3_128bits_reset(&st);
+	XXH3_128bits_update(&st, endpoint, strlen(endpoint) + 1);
+	XXH3_128bits_update(&st, bucket, strlen(bucket) + 1);
+	XXH3_128bits_update(&st, key, strlen(key) + 1);
+	XXH3_128bits_update(&st, etag, strlen(etag) + 1);
+	XXH128_hash_t h = XXH3_128bits_digest(&st);
+	snprintf(out, len, "%s/objects/%016" PRIx64 "%016" PRIx64, dir, (uint64_t)h.high64,
+		 (uint64_t)h.low64);
+}
+
+struct want {
+	char *key;                  /* owned */
+	struct s3_obj obj;
+	char path[PATH_MAX];        /* objects/HASH */
+	char tmp[PATH_MAX];         /* while fetched */
+	int fd;
+	int missing;                /* not in the cache under its current ETag */
+};
+
+/* HEAD @n objects: each one's size, ETag and cache path, and whether it is missing there. 0 or
+ * -errno (the reason in @err). */
+static int head_batch(struct s3 *s, const char *dir, const char *bucket, struct want *w, size_t n,
+		      struct s3cache_result *r, char *err, size_t errlen)
+{
+	const char *keys[BATCH];
+	struct s3_obj objs[BATCH];
+	int ret;
+
+	for (size_t i = 0; i < n; i++)
+		keys[i] = w[i].key;
+	if ((ret = s3_head_many(s, bucket, keys, objs, n)) < 0)
+		return err_set(err, errlen, ret, "%s", s3_error(s));
+	for (size_t i = 0; i < n; i++) {
+		struct stat st;
+		w[i].obj = objs[i];
+		w[i].fd = -1;
+		obj_path(dir, s3_endpoint(s), bucket, w[i].key, objs[i].etag, w[i].path,
+			 sizeof(w[i].path));
+		r->objects++;
+		r->bytes += objs[i].size;
+		/* cached under its current ETag, or to fetch */
+		w[i].missing = !(stat(w[i].path, &st) == 0 && (uint64_t)st.st_size == objs[i].size);
+	}
+	return 0;
+}
+
+/* Fetch the missing ones of @n objects (all their ranges in flight together), each into a
+ * temporary file renamed into place whole. 0 or -errno (the reason in @err). */
+static int get_batch(struct s3 *s, const char *dir, const char *bucket, struct want *w, size_t n,
+		     struct s3cache_result *r, char *err, size_t errlen)
+{
+	struct s3_file files[BATCH];
+	size_t nf = 0;
+	int ret = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (!w[i].missing)
+			continue;
+		snprintf(w[i].tmp, sizeof(w[i].tmp), "%s.tmp.XXXXXX", w[i].path);
+		w[i].fd = mkstemp(w[i].tmp);
+		if (w[i].fd < 0) {
+			ret = err_set(err, errlen, -errno, "the cache %s: %s", dir, strerror(errno));
+			break;
+		}
+		files[nf++] = (struct s3_file){ bucket, w[i].key, w[i].fd, &w[i].obj };
+	}
+	if (ret == 0 && nf && (ret = s3_get_files(s, files, nf)) < 0)
+		err_set(err, errlen, ret, "%s", s3_error(s));
+	for (size_t i = 0; i < n; i++) {
+		if (w[i].fd < 0)
+			continue;
+		/* bytes that are not the object's (changed on the way, or by a broken store) are never
+		 * cached: checked against the ETag where it is the MD5 */
+		char md5[33];
+		int chk = ret == 0 ? s3_etag_check_fd(w[i].fd, w[i].obj.size, w[i].obj.etag, md5) : 1;
+		if (chk == -EBADMSG)
+			ret = err_set(err, errlen, chk, "s3://%s/%s: the bytes fetched have MD5 %s, not "
+				      "the object's ETag %s: corrupted on the way; not cached", bucket,
+				      w[i].key, md5, w[i].obj.etag);
+		else if (chk < 0)
+			ret = err_set(err, errlen, chk, "the cache: %s: %s", w[i].tmp, strerror(-chk));
+		if (ret == 0 && rename(w[i].tmp, w[i].path) < 0)
+			ret = err_set(err, errlen, -errno, "the cache %s: %s", dir, strerror(errno));
+		if (ret == 0) {
+			r->fetched++;
+			r->fetched_bytes += w[i].obj.size;
+			w[i].missing = 0;
+		} else {
+			unlink(w[i].tmp);
+		}
+		close(w[i].fd);
+		w[i].fd = -1;
+	}
+	return ret;
+}
+
+/* ---- the bound: eviction ----
+ * Space is what objects/ holds (allocated blocks). A dataset's view links its objects, so an object
+ * is in use while some view links it (st_nlink > 1); eviction removes whole views, least recently
+ * used first (a view's mtime is set at each use), never the one being fetched, then every object
+ * no view links (and that the fetch in progress does not need). */
+
+static uint64_t usage(const char *dir)
+{
+	char path[PATH_MAX + 300];
+	snprintf(path, sizeof(path), "%s/objects", dir);
+	DIR *d = opendir(path);
+	struct dirent *e;
+	uint64_t sum = 0;
+	struct stat st;
+	if (!d)
+		return 0;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.' && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(st.st_mode))
+			sum += (uint64_t)st.st_blocks * 512;
+	closedir(d);
+	return sum;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Unlink every object no view links, but those in @keep (@nkeep sorted full paths). */
+static void drop_orphans(const char *dir, const char **keep, size_t nkeep)
+{
+	char path[PATH_MAX + 300];
+	snprintf(path, sizeof(path), "%s/objects", dir);
+	DIR *d = opendir(path);
+	struct dirent *e;
+	struct stat st;
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.' || fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISREG(st.st_mode) || st.st_nlink > 1 || strstr(e->d_name, ".tmp."))
+			continue;
+		char full[PATH_MAX + 600], *k = full;
+		snprintf(full, sizeof(full), "%s/%s", path, e->d_name);
+		if (bsearch(&k, keep, nkeep, sizeof(*keep), cmp_str))
+			continue;
+		unlinkat(dirfd(d), e->d_name, 0);
+	}
+	closedir(d);
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)st;
+	(void)flag;
+	(void)f;
+	remove(p);
+	return 0;
+}
+
+/* The least recently used view but @keep (its full path into @out): 0, or -ENOENT for none. */
+static int oldest_view(const char *dir, const char *keep, char *out, size_t len)
+{
+	char path[PATH_MAX + 300];
+	snprintf(path, sizeof(path), "%s/sets", dir);
+	DIR *d = opendir(path);
+	struct dirent *e;
+	struct stat st;
+	struct timespec best = { 0, 0 };
+	int found = 0;
+	if (!d)
+		return -ENOENT;
+	while ((e = readdir(d))) {
+		char full[PATH_MAX + 600];
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(full, sizeof(full), "%s/%s", path, e->d_name);
+		if (!strcmp(full, keep) || stat(full, &st) < 0 || !S_ISDIR(st.st_mode))
+			continue;
+		if (!found || st.st_mtim.tv_sec < best.tv_sec ||
+		    (st.st_mtim.tv_sec == best.tv_sec && st.st_mtim.tv_nsec < best.tv_nsec)) {
+			best = st.st_mtim;
+			snprintf(out, len, "%s", full);
+			found = 1;
+		}
+	}
+	closedir(d);
+	return found ? 0 : -ENOENT;
+}
+
+/* Make room in the cache for @need more bytes under @bound, keeping view @view and the objects
+ * @w[0, n) and @top. 0, or -ENOSPC naming @url and the figures. */
+static int make_room(const char *dir, uint64_t bound, uint64_t need, const char *view,
+		     const struct want *w, size_t n, const struct want *top, const char *url,
+		     char *err, size_t errlen)
+{
+	const char **keep;
+	if (!bound)
+		return 0;
+	if (usage(dir) + need <= bound)
+		return 0;
+	if (!(keep = calloc(n + 1, sizeof(*keep))))
+		return err_set(err, errlen, -ENOMEM, "%s: out of memory", url);
+	for (size_t i = 0; i < n; i++)
+		keep[i] = w[i].path;
+	keep[n] = top->path;
+	qsort(keep, n + 1, sizeof(*keep), cmp_str);
+	char old[PATH_MAX + 600];
+	uint64_t used;
+	for (;;) {
+		drop_orphans(dir, keep, n + 1);
+		if ((used = usage(dir)) + need <= bound)
+			break;
+		if (oldest_view(dir, view, old, sizeof(old)) < 0) {
+			free(keep);
+			return err_set(err, errlen, -ENOSPC, "%s: %llu more bytes do not fit in the cache "
+				       "%s: it holds %llu bytes of this dataset's and others in use, its "
+				       "bound is %llu (LOADERD_S3_CACHE_SIZE)", url,
+				       (unsigned long long)need, dir, (unsigned long long)used,
+				       (unsigned long long)bound);
+		}
+		nftw(old, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	}
+	free(keep);
+	return 0;
+}
+
+static uint64_t missing_bytes(const struct want *w, size_t n)
+{
+	uint64_t sum = 0;
+	for (size_t i = 0; i < n; i++)
+		if (w[i].missing)
+			sum += (w[i].obj.size + 4095) / 4096 * 4096;  /* as blocks */
+	return sum;
+}
+
+/* Hard-link cached object @obj as @view/@rel (its folders made), replacing what was there. */
+static int place(const char *obj, const char *view, const char *rel, char *err, size_t errlen)
+{
+	char to[PATH_MAX * 2];
+	snprintf(to, sizeof(to), "%s/%s", view, rel);
+	char *slash = strrchr(to, '/');
+	*slash = '\0';
+	int ret = mkdirs(to);
+	*slash = '/';
+	if (ret == 0 && unlink(to) < 0 && errno != ENOENT)
+		ret = -errno;
+	if (ret == 0 && link(obj, to) < 0)
+		ret = -errno;
+	return ret < 0 ? err_set(err, errlen, ret, "the cache: linking %s: %s", to,
+				 strerror(-ret)) : 0;
+}
+
+static int read_file(const char *path, uint64_t max, char **out, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	struct stat st;
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size > max) {
+		close(fd);
+		return -E2BIG;
+	}
+	char *buf = malloc((size_t)st.st_size + 1);
+	size_t got = 0;
+	while (buf && got < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(fd);
+	if (!buf || got != (size_t)st.st_size) {
+		free(buf);
+		return buf ? -EIO : -ENOMEM;
+	}
+	buf[got] = '\0';
+	*out = buf;
+	*len = got;
+	return 0;
+}
+
+static int fetch_locked(struct s3 *s, const char *dir, uint64_t bound, const char *url,
+			struct s3cache_result *r, char *err, size_t errlen)
+{
+	struct s3_url u;
+	struct dpkset_manifest *m = NULL;
+	struct want *w = NULL;
+	uint32_t nw = 0;
+	char view[PATH_MAX + 300];
+	char *text = NULL;
+	size_t len = 0;
+	int ret;
+
+	memset(r, 0, sizeof(*r));
+	if ((ret = s3_url_parse(url, &u, err, errlen)) < 0)
+		return ret;
+	const char *base = strrchr(u.key, '/');
+	base = base ? base + 1 : u.key;
+	if (!*base)
+		return err_set(err, errlen, -EINVAL, "%s names no object (a dataset is a key: "
+			       "s3://bucket/prefix/NAME)", url);
+	/* the dataset's own object, a .dpk or a manifest; its view is named after its version */
+	struct want top = { .key = u.key };
+	if ((ret = head_batch(s, dir, u.bucket, &top, 1, r, err, errlen)) < 0)
+		return ret;
+	snprintf(view, sizeof(view), "%s/sets/%s", dir, strrchr(top.path, '/') + 1);
+	if (bound && top.obj.size > bound)
+		return err_set(err, errlen, -ENOSPC, "%s: %llu bytes, above the cache's bound of %llu "
+			       "(LOADERD_S3_CACHE_SIZE)", url, (unsigned long long)top.obj.size,
+			       (unsigned long long)bound);
+	if ((ret = make_room(dir, bound, missing_bytes(&top, 1), view, NULL, 0, &top, url, err,
+			     errlen)) < 0 ||
+	    (ret = get_batch(s, dir, u.bucket, &top, 1, r, err, errlen)) < 0)
+		return ret;
+	char head[8] = "";
+	int fd = open(top.path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0 || pread(fd, head, sizeof(head), 0) < 0)
+		ret = err_set(err, errlen, -errno, "the cache: %s: %s", top.path, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	if (ret < 0)
+		return ret;
+	if (dpkset_is_manifest(head, top.obj.size < sizeof(head) ? (size_t)top.obj.size :
+			       sizeof(head))) {
+		if ((ret = read_file(top.path, DPKSET_FILE_MAX, &text, &len)) < 0)
+			return err_set(err, errlen, ret, "%s: the manifest: %s", url, strerror(-ret));
+		if ((ret = dpkset_parse(text, len, url, &m, err, errlen)) < 0)
+			goto out;
+		size_t plen = (size_t)(base - u.key);
+		w = calloc(m->n, sizeof(*w));
+		if (!w) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		for (nw = 0; nw < m->n; nw++) {
+			size_t kl = plen + strlen(m->shards[nw].path);
+			w[nw].fd = -1;
+			if (kl > S3_KEY_MAX) {
+				ret = err_set(err, errlen, -E2BIG, "%s line %u: shard key of %zu bytes, "
+					      "above S3's %u", url, m->shards[nw].line, kl, S3_KEY_MAX);
+				goto out;
+			}
+			if (!(w[nw].key = malloc(kl + 1))) {
+				ret = -ENOMEM;
+				goto out;
+			}
+			memcpy(w[nw].key, u.key, plen);
+			strcpy(w[nw].key + plen, m->shards[nw].path);
+		}
+		/* every shard's version first, then room for the missing ones, then those */
+		for (uint32_t i = 0; i < m->n; i += BATCH) {
+			size_t k = m->n - i < BATCH ? m->n - i : BATCH;
+			if ((ret = head_batch(s, dir, u.bucket, w + i, k, r, err, errlen)) < 0)
+				goto out;
+		}
+		if (bound && r->bytes > bound) {
+			ret = err_set(err, errlen, -ENOSPC, "%s: a dataset of %llu bytes, above the "
+				      "cache's bound of %llu (LOADERD_S3_CACHE_SIZE)", url,
+				      (unsigned long long)r->bytes, (unsigned long long)bound);
+			goto out;
+		}
+		if ((ret = make_room(dir, bound, missing_bytes(w, m->n), view, w, m->n, &top, url,
+				     err, errlen)) < 0)
+			goto out;
+		for (uint32_t i = 0; i < m->n; i += BATCH) {
+			size_t k = m->n - i < BATCH ? m->n - i : BATCH;
+			if ((ret = get_batch(s, dir, u.bucket, w + i, k, r, err, errlen)) < 0)
+				goto out;
+		}
+		for (uint32_t i = 0; i < m->n; i++)
+			if ((ret = place(w[i].path, view, m->shards[i].path, err, errlen)) < 0)
+				goto out;
+	}
+	if ((ret = place(top.path, view, base, err, errlen)) < 0)
+		goto out;
+	utimensat(AT_FDCWD, view, NULL, 0);  /* used now: the last view eviction takes */
+	if (snprintf(r->path, sizeof(r->path), "%s/%s", view, base) >= (int)sizeof(r->path))
+		ret = err_set(err, errlen, -ENAMETOOLONG, "the cache %s: path too long", dir);
+out:
+	if (ret == -ENOMEM)
+		err_set(err, errlen, ret, "%s: out of memory", url);
+	for (uint32_t i = 0; w && i < nw; i++)
+		free(w[i].key);
+	free(w);
+	dpkset_manifest_destroy(m);
+	free(text);
+	return ret;
+}
+
+/* One fetch at a time per cache (flock on DIR/objects/.lock): the ranks of a node that all resolve
+ * one dataset at once fetch it once (the first; the others then find it cached), and eviction
+ * never removes what another fetch is about to link. */
+int s3cache_fetch(struct s3 *s, const char *dir, uint64_t bound, const char *url,
+		  struct s3cache_result *r, char *err, size_t errlen)
+{
+	char objdir[PATH_MAX + 16], lock[PATH_MAX + 32];
+	int ret;
+
+	memset(r, 0, sizeof(*r));
+	snprintf(objdir, sizeof(objdir), "%s/objects", dir);
+	if ((ret = mkdirs(objdir)) < 0)
+		return err_set(err, errlen, ret, "the cache %s: %s", dir, strerror(-ret));
+	chmod(dir, 0700);
+	snprintf(lock, sizeof(lock), "%s/.lock", objdir);
+	int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+	if (fd < 0)
+		return err_set(err, errlen, -errno, "the cache %s: %s", lock, strerror(errno));
+	while (flock(fd, LOCK_EX) < 0)
+		if (errno != EINTR) {
+			ret = err_set(err, errlen, -errno, "the cache %s: %s", lock, strerror(errno));
+			close(fd);
+			return ret;
+		}
+	ret = fetch_locked(s, dir, bound, url, r, err, errlen);
+	close(fd);  /* the lock goes with it */
+	return ret;
+}
+
+int s3cache_resolve(const char *url, struct s3cache_result *r, char *err, size_t errlen)
+{
+	char dir[PATH_MAX];
+	struct s3_cfg c;
+	struct s3 *s;
+	int ret = s3cache_dir(dir, sizeof(dir));
+	if (ret < 0)
+		return err_set(err, errlen, ret, "%s: no cache folder (set LOADERD_S3_CACHE, "
+			       "XDG_CACHE_HOME or HOME)", url);
+	if ((ret = s3_cfg_load(&c, err, errlen)) < 0)
+		return ret;
+	ret = s3_create(&c, &s, err, errlen);
+	s3_cfg_fini(&c);
+	if (ret < 0)
+		return ret;
+	uint64_t bound = 0;
+	const char *b = getenv("LOADERD_S3_CACHE_SIZE");
+	if (b && *b && arg_bytes(b, 1, UINT64_MAX, &bound) < 0)
+		ret = err_set(err, errlen, -EINVAL, "LOADERD_S3_CACHE_SIZE='%.32s': not a size (bytes, "
+			      "or with K, M, G, T)", b);
+	else
+		ret = s3cache_fetch(s, dir, bound, url, r, err, errlen);
+	s3_destroy(s);
+	return ret;
+}

@@ -1,0 +1,47 @@
+/* s3cache.h - an s3:// dataset (a .dpk, or a set's manifest and its shards under the same prefix)
+ * made local: fetched with the user's own credentials into the user's own cache directory, so that
+ * the client opens it like any local dataset and passes loaderd descriptors, as for a file on disk
+ * (docs/S3.md, "Reading s3:// datasets in jobs": why the client fetches and loaderd never does).
+ *
+ * The cache (mode 0700, the user's): objects/HASH, one file per object version, HASH = XXH3-128 of
+ * (endpoint, bucket, key, ETag), so a changed object is a new file and never mixed with the old;
+ * sets/HASH/ the dataset's view, HASH of the manifest's (endpoint, bucket, key, ETag): the manifest
+ * (or the .dpk) under its own name and each shard under its manifest path, hard links into
+ * objects/. Every run HEADs every object (in flight together): an object already cached under its
+ * current ETag is not fetched again; a missing or changed one is fetched, each range If-Match its
+ * ETag, into a temporary file renamed into place whole. Records are checked as from any disk:
+ * dpk_open checks each shard against its manifest line, every read its record's checksum.
+ *
+ * Errors: 0 or -errno, the reason (naming the object, quoting the store) in @err. */
+#ifndef LOADERD_S3CACHE_H
+#define LOADERD_S3CACHE_H
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "s3/s3.h"
+
+struct s3cache_result {
+	char path[PATH_MAX];       /* the local dataset: open it as the URL's dataset */
+	uint32_t objects;          /* objects in the dataset (manifest and shards, or the .dpk) */
+	uint32_t fetched;          /* of which fetched now (missing or changed) */
+	uint64_t bytes;            /* the dataset's bytes */
+	uint64_t fetched_bytes;    /* bytes fetched now */
+};
+
+/* The user's cache directory: $LOADERD_S3_CACHE, else $XDG_CACHE_HOME/loaderd/s3, else
+ * $HOME/.cache/loaderd/s3. 0 or -ENAMETOOLONG / -ENOENT (no HOME). */
+int s3cache_dir(char *out, size_t len);
+/* Make @url local in cache directory @dir (made 0700 when missing), keeping what objects/ holds
+ * within @bound bytes (0: no bound) by evicting other datasets' views, least recently used first,
+ * and the objects no view links: -ENOSPC when the dataset alone exceeds it, or when it cannot fit
+ * beside what is in use. 0 with @r filled, or -errno. */
+int s3cache_fetch(struct s3 *s, const char *dir, uint64_t bound, const char *url,
+		  struct s3cache_result *r, char *err, size_t errlen);
+
+/* The whole of it for a tool: credentials and endpoint from the standard places (s3_cfg_load), the
+ * user's cache directory (s3cache_dir), its bound ($LOADERD_S3_CACHE_SIZE: bytes, or with K, M,
+ * G, T; none by default), s3cache_fetch. 0 or -errno with the reason in @err. */
+int s3cache_resolve(const char *url, struct s3cache_result *r, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,350 @@
+#!/bin/sh
+# it_s3.sh - datasets in an S3-compatible store (docs/S3.md), against a real S3 API server: moto's,
+# signatures checked (tests/s3_lib.sh; skipped only when PyPI cannot be reached to install it),
+# started once for the whole script, and a misbehaving one (tests/s3_fault.py: 503/429, responses
+# cut short, resets):
+#   the S3 client's cases (tests/test_s3.c with LOADERD_S3_TEST=1): put, head, get, ranges in
+#   flight, multipart, list, the store's errors named, a store that is down, retries on 503, 429,
+#   cut and reset responses, a store that stops sending mid-response (timed out, retried);
+#   dpack pack --shard-size into s3://bucket/prefix/NAME: the shards under the prefix, NAME last;
+#   a pack whose third shard the store refuses leaves no manifest; dpack verify, inspect, decode
+#   and fetch on s3:// (through the user's cache: a second fetch fetches nothing; a shard replaced
+#   in the store is fetched again and refused by its identity, named; four fetches at once into one
+#   cache fetch each object once in all); a single .dpk; a missing
+#   key, a wrong secret: exit 1, the object and the store's code named, no secret printed;
+#   dpack append to an s3:// set: a new set made, a shard added (verify sees both), a shard of
+#   another shape refused with the store's manifest untouched;
+#   jobs on s3:// sets (the client fetches into its user's cache and passes descriptors; loaderd
+#   has no network): ldcat over 2 ranks, every sample exactly once in an epoch, with the local
+#   set's labels; the Python Loader over 2 ranks, the same; nothing fetched the second time;
+#   the trainer over 2 MPI ranks runs an epoch of an s3:// set of RGB tensors;
+#   a job whose credentials the store refuses fails before loaderd is asked, naming the object;
+#   resume: 2 ranks read 2 steps each, loaderd is killed (SIGKILL) mid-epoch and restarted, the
+#   ranks resume from their state_dict on the warm cache: every sample of
+#   the epoch exactly once across both runs;
+#   two real uids: A fetches a set into its cache; B, whose store credentials may not read it,
+#   is refused by the store (AccessDenied, named) though A has it cached, and cannot open A's
+#   cached copy either (the kernel: A's cache is mode 0700);
+#   bytes that are not the object's (their MD5 against the ETag) are refused and never cached;
+#   a cache disk that fills mid-fetch (a file size limit): the fetch fails naming the object and
+#   the reason, leaves no partial file, and the next fetch with room completes;
+#   the cache's bound (LOADERD_S3_CACHE_SIZE): a second dataset that fits exactly beside the first
+#   keeps both; one byte less evicts the least recently used dataset, and the cache never holds
+#   more than its bound; a dataset above the bound is refused, named, with the figures.
+set -u
+BUILD=${BUILD:-build}
+BIN=$BUILD/bin
+T=$(mktemp -d /tmp/it_s3.XXXXXX)
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/s3_lib.sh"
+FPID=""
+trap 'stop_loaderd; stop_pid "$FPID"; s3_stop; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
+trap 'exit 130' INT TERM HUP PIPE
+[ -x "$BUILD/tests/test_s3" ] || { echo "not built: $BUILD/tests/test_s3 (run make)"; exit 1; }
+
+s3_start "$T"
+python3 "$(dirname "$0")/s3_fault.py" "$T/fault.port" 2>"$T/fault.log" &
+FPID=$!
+i=0
+while [ ! -s "$T/fault.port" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+
+# 1. the client's own cases
+if LOADERD_S3_TEST=1 LOADERD_S3_FAULT="http://127.0.0.1:$(cat "$T/fault.port")" \
+	"$BUILD/tests/test_s3" >"$T/unit.log" 2>&1 && ! grep -q SKIPPED "$T/unit.log"; then
+	ok "test_s3 against moto and the fault server: every case ran and passed"
+else
+	no "test_s3 against moto and the fault server"
+	SHOW_LINES=40 show "$T/unit.log"
+fi
+
+# 2. dpack and s3://
+need_bins dpack dsgen
+export LOADERD_S3_CACHE="$T/cache"
+"$BIN/dsgen" npy "$T/x.npy" "$T/y.npy" --count 10 --height 32 --width 32 --channels 1 >/dev/null
+"$BIN/dpack" pack --no-fsync "$T/x.npy" "$T/y.npy" "$T/whole.dpk" >/dev/null 2>&1
+mkdir "$T/local"
+"$BIN/dpack" pack --no-fsync --shard-size 6272 "$T/x.npy" "$T/y.npy" "$T/local/set.dpks" \
+	>/dev/null 2>&1
+s3_curl PUT /data >/dev/null
+"$BIN/dpack" pack --no-fsync --shard-size 6272 "$T/x.npy" "$T/y.npy" s3://data/sets/set.dpks \
+	>"$T/pack.log" 2>&1
+s3_curl GET "/data?list-type=2" >"$T/list"
+check "pack to s3://: five shards under the prefix and the manifest" sh -c "
+	[ \$(grep -o '<Key>sets/set-0000[0-4].dpk</Key>' '$T/list' | wc -l) -eq 5 ] &&
+	grep -q '<Key>sets/set.dpks</Key>' '$T/list'" || show "$T/pack.log"
+"$BIN/dpack" verify s3://data/sets/set.dpks >"$T/v1" 2>&1
+check "verify s3://: every record of the five shards checks out" \
+	grep -q '5 shards, 10 records OK' "$T/v1" || show "$T/v1"
+"$BIN/dpack" fetch s3://data/sets/set.dpks >"$T/f1" 2>&1
+check "fetch again: six objects, none fetched (cached under their ETags)" python3 -c "
+import json; r = json.loads(open('$T/f1').read().splitlines()[-1])
+assert r['objects'] == 6 and r['fetched'] == 0 and r['fetched_bytes'] == 0, r" || show "$T/f1"
+check "the cache is the user's alone (mode 0700)" [ "$(stat -c %a "$T/cache")" = 700 ]
+# four fetches of one set at once into one cache (the ranks of a node): fetched once in all
+pids=""
+for i in 1 2 3 4; do
+	LOADERD_S3_CACHE="$T/cc" "$BIN/dpack" fetch s3://data/sets/set.dpks >"$T/cc.$i" 2>&1 &
+	pids="$pids $!"
+done
+for p in $pids; do wait "$p"; done
+check "four fetches at once into one cache: each object fetched once in all" python3 -c "
+import json
+rs = [json.loads(open('$T/cc.%d' % i).read().splitlines()[-1]) for i in (1, 2, 3, 4)]
+assert sum(r['fetched'] for r in rs) == 6 and all(r['objects'] == 6 for r in rs), rs" ||
+	show "$T/cc.1"
+"$BIN/dpack" inspect --json s3://data/sets/set.dpks 2>/dev/null >"$T/is"
+"$BIN/dpack" inspect --json "$T/local/set.dpks" >"$T/il"
+check "inspect s3://: the local set's samples, labels, kinds, bytes" python3 -c "
+import json
+a, b = json.load(open('$T/is')), json.load(open('$T/il'))
+for k in ('samples', 'labels', 'kinds', 'stored_bytes', 'classes'):
+    assert a[k] == b[k], k"
+"$BIN/dpack" pack --no-fsync "$T/x.npy" "$T/y.npy" s3://data/one/whole.dpk >/dev/null 2>&1
+"$BIN/dpack" decode s3://data/one/whole.dpk 3 >"$T/d1" 2>/dev/null
+"$BIN/dpack" decode "$T/whole.dpk" 3 >"$T/d2" 2>/dev/null
+check "a single .dpk in the store: sample 3 decodes as the local file's" cmp -s "$T/d1" "$T/d2"
+# dpack append into the store
+"$BIN/dpack" append s3://data/app/set.dpks "$T/local/set-00000.dpk" >"$T/a1" 2>&1 &&
+	"$BIN/dpack" append s3://data/app/set.dpks "$T/local/set-00002.dpk" >>"$T/a1" 2>&1
+rc=$?
+"$BIN/dpack" verify s3://data/app/set.dpks >"$T/a2" 2>&1
+check "append to s3://: a new set, then a second shard; verify reads both" sh -c "[ $rc -eq 0 ] &&
+	grep -q '2 shards, 4 records OK' '$T/a2'" || { show "$T/a1"; show "$T/a2"; }
+"$BIN/dsgen" npy "$T/x16.npy" "$T/y16.npy" --count 2 --height 16 --width 16 --channels 1 >/dev/null
+"$BIN/dpack" pack --no-fsync "$T/x16.npy" "$T/y16.npy" "$T/other.dpk" >/dev/null 2>&1
+before=$(s3_curl HEAD /data/app/set.dpks -D - -o /dev/null | grep -i '^etag')
+"$BIN/dpack" append s3://data/app/set.dpks "$T/other.dpk" >"$T/a3" 2>&1
+rc=$?
+after=$(s3_curl HEAD /data/app/set.dpks -D - -o /dev/null | grep -i '^etag')
+check "a shard of another shape: refused, the store's manifest untouched" sh -c "[ $rc -eq 1 ] &&
+	[ -n '$before' ] && [ '$before' = '$after' ]" || show "$T/a3"
+# a shard replaced in the store by another shard's bytes: fetched again (a new ETag), then
+# refused by its identity against the manifest's line, named
+st=$(s3_put_file /data/sets/set-00001.dpk "$T/local/set-00003.dpk")
+"$BIN/dpack" fetch s3://data/sets/set.dpks >"$T/f2" 2>&1
+check "a replaced shard is fetched again, alone" python3 -c "
+import json; r = json.loads(open('$T/f2').read().splitlines()[-1])
+assert r['fetched'] == 1 and r['fetched_bytes'] == 6272, r" || { echo "# PUT: $st"; show "$T/f2"; }
+"$BIN/dpack" verify s3://data/sets/set.dpks >"$T/v2" 2>&1
+rc=$?
+check "verify refuses the replaced shard, naming it" sh -c "[ $rc -eq 1 ] &&
+	grep -q 'set-00001.dpk' '$T/v2' && grep -qi 'identity' '$T/v2'" || show "$T/v2"
+# a pack the store refuses half-way leaves no manifest: a user who may not write the third shard
+keys=$(s3_user packer '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":"*"},{"Effect":"Deny","Action":"s3:PutObject","Resource":"arn:aws:s3:::data/half/set-00002.dpk"}]}')
+AWS_ACCESS_KEY_ID=${keys% *} AWS_SECRET_ACCESS_KEY=${keys#* } "$BIN/dpack" pack --no-fsync \
+	--shard-size 6272 "$T/x.npy" "$T/y.npy" s3://data/half/set.dpks >"$T/p2" 2>&1
+rc=$?
+s3_curl HEAD /data/half/set.dpks -o /dev/null >"$T/h2" 2>&1
+check "a shard refused: pack fails naming it and the store's code" sh -c "[ $rc -eq 1 ] &&
+	grep -q 's3://data/half/set-00002.dpk' '$T/p2' && grep -q 'AccessDenied' '$T/p2'" ||
+	show "$T/p2"
+check "... and the manifest was never written" grep -qx 404 "$T/h2"
+"$BIN/dpack" verify s3://data/nope/x.dpks >"$T/v3" 2>&1
+rc=$?
+check "a missing dataset: exit 1, named, the store's NoSuchKey" sh -c "[ $rc -eq 1 ] &&
+	grep -q 's3://data/nope/x.dpks' '$T/v3' && grep -q 'NoSuchKey' '$T/v3'" || show "$T/v3"
+rm -rf "$T/cache"
+AWS_SECRET_ACCESS_KEY=not-the-secret-0042 "$BIN/dpack" verify s3://data/sets/set.dpks >"$T/v4" 2>&1
+rc=$?
+check "a wrong secret: exit 1, SignatureDoesNotMatch, the secret never printed" sh -c "
+	[ $rc -eq 1 ] && grep -q SignatureDoesNotMatch '$T/v4' && ! grep -q not-the-secret '$T/v4' &&
+	! grep -q '$AWS_ACCESS_KEY_ID' '$T/v4'" || show "$T/v4"
+
+# 3. jobs on s3:// datasets
+need_bins loaderd ldcat
+rm -rf "$T/cache"
+"$BIN/dsgen" npy "$T/x40.npy" "$T/y40.npy" --count 40 --height 32 --width 32 --channels 1 >/dev/null
+mkdir "$T/l40"
+"$BIN/dpack" pack --no-fsync --shard-size 12800 "$T/x40.npy" "$T/y40.npy" "$T/l40/set.dpks" \
+	>/dev/null 2>&1
+"$BIN/dpack" pack --no-fsync --shard-size 12800 "$T/x40.npy" "$T/y40.npy" s3://data/job/set.dpks \
+	>/dev/null 2>&1
+serve_loaderd "$T/s.sock" "$T/l.log"
+ldc() { "$BIN/ldcat" --socket "$T/s.sock" --crop 0 --batch 4 --world 2 --seed 3 "$@"; }
+ldc --dataset s3://data/job/set.dpks --job j1 --rank 0 >"$T/r0" 2>"$T/e0" &
+p0=$!
+ldc --dataset s3://data/job/set.dpks --job j1 --rank 1 >"$T/r1" 2>"$T/e1"
+wait $p0
+check "ldcat, 2 ranks over s3://: every sample exactly once in the epoch" sh -c "
+	cat '$T/r0' '$T/r1' | cut -d' ' -f2 | sort -n | uniq >'$T/ids'
+	[ \$(wc -l <'$T/ids') -eq 40 ] && [ \$(cat '$T/r0' '$T/r1' | wc -l) -eq 40 ] &&
+	[ \$(head -1 '$T/ids') -eq 0 ] && [ \$(tail -1 '$T/ids') -eq 39 ]" || { show "$T/e0"; show "$T/e1"; }
+ldc --dataset "$T/l40/set.dpks" --job j2 --rank 0 >"$T/q0" 2>/dev/null &
+p0=$!
+ldc --dataset "$T/l40/set.dpks" --job j2 --rank 1 >"$T/q1" 2>/dev/null
+wait $p0
+check "... the same steps, samples and labels as the local set" sh -c "
+	cut -d' ' -f1-3 '$T/r0' >'$T/a'; cut -d' ' -f1-3 '$T/q0' >'$T/b'; cmp -s '$T/a' '$T/b' &&
+	cut -d' ' -f1-3 '$T/r1' >'$T/a'; cut -d' ' -f1-3 '$T/q1' >'$T/b'; cmp -s '$T/a' '$T/b'"
+inet=$(for l in /proc/$LPID/fd/*; do readlink "$l"; done 2>/dev/null |
+	sed -n 's/^socket:\[\([0-9]*\)\]$/\1/p' | while read -r ino; do
+		awk -v i="$ino" '$10 == i' /proc/net/tcp /proc/net/tcp6 /proc/net/udp /proc/net/udp6
+	done | wc -l)
+check "loaderd holds no network socket and links no HTTP library (descriptors only)" sh -c "
+	[ $inet -eq 0 ] && ! ldd '$BIN/loaderd' | grep -q curl && ! grep -q 's3://' '$T/l.log'"
+need_python "import numpy" python3-numpy
+LOADERD_LIB="$BUILD/lib/libldc.so" LOADERD_DPACK="$BIN/dpack" PYTHONPATH="$(dirname "$0")/../python" \
+	"$PY" - "$T/s.sock" >"$T/py" 2>&1 <<'PY'
+import sys, threading
+import loaderd
+ids, labels = {}, {}
+def rank(r):
+    with loaderd.Loader(sys.argv[1], "s3://data/job/set.dpks", 4, crop=None, output="numpy",
+                        rank=r, world_size=2, job="py", epochs=1, seed=3,
+                        return_meta=True) as it:
+        for b in it:
+            for i, l in zip(b.ids.tolist(), b.labels.tolist()):
+                ids[i] = ids.get(i, 0) + 1
+                labels[i] = l
+ts = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+assert sorted(ids) == list(range(40)) and set(ids.values()) == {1}, ids
+print("labels", " ".join(f"{i}:{labels[i]}" for i in sorted(labels)))
+PY
+rc=$?
+sort -n "$T/r0" "$T/r1" | awk '{ print $2 ":" $3 }' | sort -n -t: -k1 | tr '\n' ' ' | sed 's/ $//' >"$T/lab"
+check "Python Loader, 2 ranks over s3://: every sample once, the labels ldcat saw" sh -c "
+	[ $rc -eq 0 ] && grep -q \"^labels \$(cat '$T/lab')\$\" '$T/py'" || show "$T/py"
+"$BIN/dpack" fetch s3://data/job/set.dpks >"$T/f3" 2>&1
+check "the set stays cached: a fetch after the jobs fetches nothing" python3 -c "
+import json; r = json.loads(open('$T/f3').read().splitlines()[-1])
+assert r['objects'] == 6 and r['fetched'] == 0, r"
+# the trainer over 2 MPI ranks on an s3:// set
+if command -v mpirun >/dev/null 2>&1 && [ -x "$BIN/trainer" ]; then
+	mpi_session_in "$T"
+	"$BIN/dsgen" npy "$T/xt.npy" "$T/yt.npy" --count 32 --height 32 --width 32 --channels 3 \
+		>/dev/null
+	"$BIN/dpack" pack --no-fsync --shard-size 20000 "$T/xt.npy" "$T/yt.npy" \
+		s3://data/trn/set.dpks >/dev/null 2>&1
+	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 5 120 \
+		mpirun --oversubscribe -np 2 "$BIN/trainer" --dataset s3://data/trn/set.dpks \
+		--socket "$T/s.sock" --crop 32 --batch 4 --epochs 1 --device host --log-every 0 \
+		>"$T/trn.out" 2>"$T/trn.err"
+	rc=$?
+	check "trainer, 2 MPI ranks, --dataset s3://: the epoch runs from the cached set" sh -c "
+		[ $rc -eq 0 ] && grep -q 's3://data/trn/set.dpks is .*set.dpks' '$T/trn.err'" ||
+		show "$T/trn.err"
+else
+	echo "# skip the trainer case: no mpirun or no trainer built"
+fi
+
+# resume across a killed loaderd, with a warm cache
+cat >"$T/resume.py" <<'PY'
+import json, pickle, sys, threading
+import loaderd
+sock, phase, state = sys.argv[1], sys.argv[2], sys.argv[3]
+ids, sds = [], {}
+def rank(r):
+    with loaderd.Loader(sock, "s3://data/job/set.dpks", 4, crop=None, output="numpy", rank=r,
+                        world_size=2, job="res", epochs=1, seed=11, return_meta=True) as it:
+        if phase == "2":
+            it.load_state_dict(pickle.load(open(f"{state}.{r}", "rb")))
+        for k, b in enumerate(it):
+            ids.extend(b.ids.tolist())
+            if phase == "1" and k == 1:
+                pickle.dump(it.state_dict(), open(f"{state}.{r}", "wb"))
+                break
+ts = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print(json.dumps(ids))
+PY
+pyrun() { LOADERD_LIB="$BUILD/lib/libldc.so" LOADERD_DPACK="$BIN/dpack" \
+	PYTHONPATH="$(dirname "$0")/../python" "$PY" "$T/resume.py" "$T/s.sock" "$@"; }
+pyrun 1 "$T/state" >"$T/res1" 2>"$T/res1.err"
+kill -KILL "$LPID"
+wait "$LPID" 2>/dev/null
+LPID=""
+serve_loaderd "$T/s.sock" "$T/l2.log"
+pyrun 2 "$T/state" >"$T/res2" 2>"$T/res2.err"
+check "resume after loaderd was killed mid-epoch: every sample exactly once across both runs" \
+	python3 -c "
+import json
+a, b = json.load(open('$T/res1')), json.load(open('$T/res2'))
+assert len(a) == 16, len(a)
+assert sorted(a + b) == list(range(40)), sorted(a + b)" || { show "$T/res1.err"; show "$T/res2.err"; }
+AWS_SECRET_ACCESS_KEY=wrong-0042 ldc --dataset s3://data/job/set.dpks --job j3 --rank 0 \
+	>/dev/null 2>"$T/e3"
+rc=$?
+check "refused credentials: the job fails before loaderd is asked, naming the object" sh -c "
+	[ $rc -eq 1 ] && grep -q 's3://data/job/set.dpks' '$T/e3' &&
+	grep -q SignatureDoesNotMatch '$T/e3' && ! grep -q wrong-0042 '$T/e3'" || show "$T/e3"
+stop_loaderd
+
+# 5. another uid: refused by the store even when the object is cached for someone else
+if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
+	chmod 711 "$T"
+	mkdir "$T/ua" "$T/ub"
+	chown 64021:64021 "$T/ua"
+	chown 64022:64022 "$T/ub"
+	chmod 700 "$T/ua" "$T/ub"
+	kb=$(s3_user reader2 '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":"*"},{"Effect":"Deny","Action":"s3:GetObject","Resource":"arn:aws:s3:::data/job/*"}]}')
+	HOME="$T/ua" setpriv --reuid=64021 --regid=64021 --clear-groups env -u LOADERD_S3_CACHE \
+		"$BIN/dpack" fetch s3://data/job/set.dpks >"$T/ua.out" 2>&1
+	ra=$?
+	view=$(python3 -c "import json; print(json.loads(open('$T/ua.out').read().splitlines()[-1])['path'])" 2>/dev/null)
+	HOME="$T/ub" AWS_ACCESS_KEY_ID=${kb% *} AWS_SECRET_ACCESS_KEY=${kb#* } \
+		setpriv --reuid=64022 --regid=64022 --clear-groups env -u LOADERD_S3_CACHE \
+		"$BIN/dpack" fetch s3://data/job/set.dpks >"$T/ub.out" 2>&1
+	rb=$?
+	setpriv --reuid=64022 --regid=64022 --clear-groups cat "$view" >/dev/null 2>"$T/ub.cat"
+	rc=$?
+	check "uid A fetches the set into its own cache" sh -c "[ $ra -eq 0 ] && [ -n '$view' ] &&
+		[ \$(stat -c %u '$view') -eq 64021 ]" || show "$T/ua.out"
+	check "uid B, whose credentials may not read it, is refused by the store, named" sh -c "
+		[ $rb -eq 1 ] && grep -q 's3://data/job/set.dpks' '$T/ub.out' &&
+		grep -q 'AccessDenied' '$T/ub.out'" || show "$T/ub.out"
+	check "... and cannot open A's cached copy (the kernel refuses: mode 0700)" sh -c "
+		[ $rc -ne 0 ] && grep -qi 'permission denied' '$T/ub.cat'"
+else
+	echo "# skip the two-uid case: not root or no setpriv"
+fi
+
+# a cache disk that fills mid-fetch: RLIMIT_FSIZE (SIGXFSZ ignored, so the write fails EFBIG)
+(trap '' XFSZ; ulimit -f 8; LOADERD_S3_CACHE="$T/cf" exec "$BIN/dpack" fetch s3://data/job/set.dpks) \
+	>"$T/full" 2>&1
+rc=$?
+check "a full cache disk: the fetch fails naming the object and why, no partial file left" sh -c "
+	[ $rc -eq 1 ] && grep -q 's3://data/job/set-0000[0-9].dpk' '$T/full' &&
+	grep -qi 'too large' '$T/full' && [ -z \"\$(find '$T/cf' -name '*.tmp.*')\" ]" || show "$T/full"
+LOADERD_S3_CACHE="$T/cf" "$BIN/dpack" fetch s3://data/job/set.dpks >"$T/full2" 2>&1
+check "... and with room, the next fetch completes" grep -q '"objects": 6' "$T/full2"
+
+# an object whose bytes are not its ETag's MD5 (the fault server changes them): never cached
+AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$T/fault.port")" LOADERD_S3_CACHE="$T/cx" \
+	"$BIN/dpack" fetch s3://bkt/corrupt/x.dpk >"$T/cx.out" 2>&1
+rc=$?
+check "bytes that are not the object's (MD5 against the ETag): refused, named, not cached" sh -c "
+	[ $rc -eq 1 ] && grep -q 's3://bkt/corrupt/x.dpk: the bytes fetched have MD5 .* corrupted' '$T/cx.out' &&
+	[ \$(find '$T/cx/objects' -type f ! -name .lock | wc -l) -eq 0 ]" || show "$T/cx.out"
+
+# 4. the cache's bound
+used() { # bytes allocated under DIR/objects
+	find "$1/objects" -type f -printf '%b\n' 2>/dev/null | awk '{ s += $1 * 512 } END { print s + 0 }'
+}
+LOADERD_S3_CACHE="$T/c1" "$BIN/dpack" fetch s3://data/job/set.dpks >/dev/null 2>&1
+u1=$(used "$T/c1")
+s2=$(($(stat -c %b "$T/whole.dpk") * 512))
+LOADERD_S3_CACHE="$T/c1" LOADERD_S3_CACHE_SIZE=$((u1 + s2)) "$BIN/dpack" fetch \
+	s3://data/one/whole.dpk >"$T/b1" 2>&1
+rc=$?
+check "a bound that holds both datasets exactly: both kept" sh -c "[ $rc -eq 0 ] &&
+	[ \$(ls '$T/c1/sets' | wc -l) -eq 2 ] && [ $(used "$T/c1") -eq $((u1 + s2)) ]" || show "$T/b1"
+LOADERD_S3_CACHE="$T/c2" "$BIN/dpack" fetch s3://data/job/set.dpks >/dev/null 2>&1
+LOADERD_S3_CACHE="$T/c2" LOADERD_S3_CACHE_SIZE=$((u1 + s2 - 1)) "$BIN/dpack" fetch \
+	s3://data/one/whole.dpk >"$T/b2" 2>&1
+rc=$?
+check "one byte less: the older dataset is evicted, the cache within its bound" sh -c "
+	[ $rc -eq 0 ] && [ \$(ls '$T/c2/sets' | wc -l) -eq 1 ] &&
+	[ \$(ls '$T/c2/objects' | wc -l) -eq 1 ] && [ $(used "$T/c2") -le $((u1 + s2 - 1)) ]" ||
+	show "$T/b2"
+LOADERD_S3_CACHE="$T/c3" LOADERD_S3_CACHE_SIZE=10K "$BIN/dpack" fetch s3://data/job/set.dpks \
+	>"$T/b3" 2>&1
+rc=$?
+check "a dataset above the bound: refused, named, with the figures; nothing kept" sh -c "
+	[ $rc -eq 1 ] && grep -q 's3://data/job/set.dpks: a dataset of [0-9]* bytes, above the cache.s bound of 10240' '$T/b3' &&
+	[ $(used "$T/c3") -le 10240 ]" || show "$T/b3"
+
+echo "1..$n"
+[ "$fails" -eq 0 ]
