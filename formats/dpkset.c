@@ -95,15 +95,19 @@ static int add(struct dpkset_manifest *m, const char *path, uint64_t count,
 		if (!strcmp(m->shards[k].path, path))
 			return err_set(err, errlen, -EINVAL, "shard %s is in the set already (line %u)",
 				       path, m->shards[k].line);
-	struct dpkset_shard *s = realloc(m->shards, (m->n + 1) * sizeof(*s));
-	if (!s)
-		return err_set(err, errlen, -ENOMEM, "out of memory");
-	m->shards = s;
-	uint64_t *f = realloc(m->first, (m->n + 2) * sizeof(*f));
-	if (!f)
-		return err_set(err, errlen, -ENOMEM, "out of memory");
-	m->first = f;
-	s = &m->shards[m->n];
+	if (m->n == m->cap) {  /* doubling: a manifest's lines cost O(n) in all, not O(n^2) */
+		uint32_t cap = m->cap ? 2 * m->cap : 16;
+		struct dpkset_shard *ns = realloc(m->shards, (size_t)cap * sizeof(*ns));
+		if (!ns)
+			return err_set(err, errlen, -ENOMEM, "out of memory");
+		m->shards = ns;
+		uint64_t *f = realloc(m->first, ((size_t)cap + 1) * sizeof(*f));
+		if (!f)
+			return err_set(err, errlen, -ENOMEM, "out of memory");
+		m->first = f;
+		m->cap = cap;
+	}
+	struct dpkset_shard *s = &m->shards[m->n];
 	if (!(s->path = strdup(path)))
 		return err_set(err, errlen, -ENOMEM, "out of memory");
 	s->count = count;

@@ -43,6 +43,8 @@ struct dpkset_manifest {
 	struct dpkset_shard *shards;        /* n */
 	uint64_t *first;                    /* n + 1 prefix sums: shard k holds samples
 					     * [first[k], first[k + 1]); first[n] = total */
+	uint32_t cap;                       /* room for cap shards (cap + 1 sums): grown by
+					     * doubling */
 };
 
 /* 1 when @head (the first @len bytes of a file) starts a manifest ("dpkset "), else 0. */
