@@ -500,8 +500,9 @@ static void test_srv_demand_cheap_victim_not_held_to_a_step_per_heavy_record(voi
 	pthread_join(th, NULL);
 	assert_int_equal(h.ret, 0);
 	stop_server(srv);
-	/* measured: about 1 step per heavy record before; hundreds with the victim served first */
-	if (steps < 10 * all)
+	/* measured: one step per heavy record before; 22 a record with the victim served first,
+	 * on a loaded host */
+	if (steps < 5 * all)
 		fail_msg("victim: %u steps for %lu heavy records filled: held to about one a record",
 			 steps, all);
 }
