@@ -20,8 +20,9 @@
  * Memory: a record's size is the client's choice (a sparse file of 512 MiB records costs it
  * nothing). Records above cfg->max_record refuse the job at open, naming the sample; reads check
  * it again. What a worker makes for one large record (the reader's big buffer, the substitute
- * buffer) is freed after the task, and the job's memory (srv_job_info.mem_bytes) counts its
- * index and the most its records can make the workers hold at once, against --mem-limit.
+ * buffer, the augmentations' copy of a large crop) is freed after the task, and the job's
+ * memory (srv_job_info.mem_bytes) counts its index and the most its records can make the
+ * workers hold at once, against --mem-limit.
  *
  * Datasets (struct dset): jobs on the same file (device, inode and identity) share one dpk, its
  * index mapped read-only (DPK_OPEN_MAP) and reads of it through one pair of fds. Opening a job
@@ -1158,6 +1159,11 @@ static int fill(void *ctx, void *wp, struct srv_fill *f)
 		free(w->sub);
 		w->sub = NULL;
 		w->sub_cap = 0;
+	}
+	if (w->aug_cap > LDR_SUB_KEEP) {  /* charged to the job only while it is open */
+		free(w->aug_scratch);
+		w->aug_scratch = NULL;
+		w->aug_cap = 0;
 	}
 	return ret;
 }

@@ -29,8 +29,8 @@ struct ldr_config {
 #define LDR_MAX_RECORD_DEFAULT (64ull << 20)  /* 64 MiB stored */
 #define LDR_DEC_KEEP (16u << 20) /* a worker's decoder keeps its buffers up to this after a task
 				  * (a 2-Mpixel window at full scale); larger ones are let go */
-#define LDR_SUB_KEEP (1u << 20)  /* a worker keeps a substitute buffer up to this; larger ones are
-				  * freed after the task */
+#define LDR_SUB_KEEP (1u << 20)  /* a worker keeps a substitute buffer (and the augmentations'
+				  * copy) up to this; larger ones are freed after the task */
 
 /* The phases of a fill whose time loaderd reports (srv_fill.phase_ns, ctl_stats.phase_ns):
  * reading the records, and checking and decoding them. */

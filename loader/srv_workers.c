@@ -875,17 +875,21 @@ static int task_next(struct srv *s, void *wstate, struct task *t)
 
 	/* Fair by cost: steps are queued in the order they were opened, and one is opened when
 	 * none has a task left; a job of costly records would keep its steps queued and the
-	 * workers to itself. So, at most once a slice, a ring of a job that used less worker time
-	 * lately than the queued one about to be served, and has no step queued, gets its step
-	 * opened now (pick, among those only), and goes first (task_step). */
+	 * workers to itself. So a ring of a job that used less worker time lately than the
+	 * queued one about to be served, and has no step queued, gets its step opened now (pick,
+	 * among those only), and goes first (task_step). A look that finds none is not repeated
+	 * within a slice (a pick costs the attached rings); one that finds one is, at the next
+	 * task: else a worker back from such a ring's task took the costly job's next record, and
+	 * the cheap ring got one step per costly record, whatever it had used. */
 	struct open_step *o = s->workers_stop ? NULL : task_step(s, &prev);
 	int64_t now = now_ns();
 	if (o && now - s->fair_ns >= SRV_SLICE_NS) {
 		struct use_key k = use_key(s, o->a->job, now);
-		s->fair_ns = now;
 		struct att *a = pick(s, &step, &k);
 		if (a)
 			step_open(s, wstate, a, step);
+		else
+			s->fair_ns = now;
 	}
 	if (task_take(s, t))
 		return 1;
