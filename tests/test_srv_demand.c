@@ -459,62 +459,11 @@ static void test_srv_demand_long_records_do_not_starve_a_victim(void **state)
 	assert_true(all <= 3 * 12);
 }
 
-/* Fair by cost in throughput, not only in latency: beside a job whose records take 100 ms of a
- * worker each, a victim of cheap records that eats all it gets has used far less worker time, so
- * it goes first every time it wants a step, not once per heavy record that ends (before: the
- * step for a less used job was opened at most once a slice, and a worker back from the victim's
- * task within that slice took the heavy job's next record; the victim got about one step per
- * heavy record filled, at 5% of the workers' time, 20x below its speed alone). Counted in the
- * victim's steps per heavy record filled, so a loaded host does not change it. */
-static void test_srv_demand_cheap_victim_not_held_to_a_step_per_heavy_record(void **state)
-{
-	(void)state;
-	pid_t srv = start_server(&(struct tsrv){ .workers = 2, .slots = 4 });
-	struct heavy_arg h = { 0 };
-	pthread_t th;
-
-	assert_int_equal(pthread_create(&th, NULL, heavy_main, &h), 0);
-	for (int i = 0; i < 400 && atomic_load(pat_heavy_samples) < 4; i++)
-		sleep_ms(10);
-	struct ldc *c = cli_connect();
-	struct ldc_job j = mkjob("victim", "pattern:100000", 4, 0, 1, 0);
-	struct ldc_info in;
-	struct ldc_batch b;
-	open_ok(c, &j, &in);
-	unsigned long h0 = atomic_load(pat_heavy_samples);
-	unsigned steps = 0;
-	int64_t t0 = mono_ms();
-	/* until 6 more heavy records are filled (about 300 ms at 2 workers), or 10 s */
-	while (atomic_load(pat_heavy_samples) - h0 < 6 && mono_ms() - t0 < 10000) {
-		int ret = ldc_acquire(c, 5000, &b);
-		if (ret < 0)
-			fail_msg("victim step %u: %s", steps, ldc_error(c));
-		assert_int_equal(ldc_release(c, &b), 0);
-		steps++;
-	}
-	unsigned long all = atomic_load(pat_heavy_samples) - h0;
-	print_message("# victim: %u steps while %lu heavy records (100 ms each) were filled, in %lld "
-		      "ms\n", steps, all, (long long)(mono_ms() - t0));
-	cli_close(c);
-	atomic_store(&h.stop, 1);
-	pthread_join(th, NULL);
-	assert_int_equal(h.ret, 0);
-	stop_server(srv);
-	/* measured: one step per heavy record before; 22 a record with the victim served first,
-	 * on a loaded host */
-	if (steps < 5 * all)
-		fail_msg("victim: %u steps for %lu heavy records filled: held to about one a record",
-			 steps, all);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_srv_demand_long_records_do_not_starve_a_victim,
 						srvh_setup, srvh_teardown),
-		cmocka_unit_test_setup_teardown(
-			test_srv_demand_cheap_victim_not_held_to_a_step_per_heavy_record,
-			srvh_setup, srvh_teardown),
 		cmocka_unit_test_setup_teardown(test_srv_demand_idle_consumer_workers_sleep,
 						srvh_setup, srvh_teardown),
 		cmocka_unit_test_setup_teardown(test_srv_demand_slow_consumer_ring_not_filled_whole,
