@@ -101,6 +101,7 @@ struct dset {
 	int bad;                   /* an entry failed its check in the walk: bad_why */
 	char bad_why[200];
 	uint64_t big;              /* largest stored record (walked) */
+	uint64_t big_px;           /* largest image, in pixels (walked; raw tensors left out) */
 	uint64_t over_id;          /* first record above max_record (when over) */
 	uint64_t over_len;
 	int over;
@@ -198,6 +199,11 @@ static uint64_t held_len(const struct dpk_entry *e, int *decompressed)
 
 /* The one walk over @ds's index, at its first open (see DESIGN): every entry checked, the
  * largest record and the first above @max_rec. Under ds->mu. */
+static int is_image(const struct dpk_entry *e)
+{
+	return e->kind != DPK_KIND_RAW && e->kind != DPK_KIND_RAW_ZSTD && e->ndim >= 2;
+}
+
 static void dset_walk(struct dset *ds, uint64_t max_rec)
 {
 	uint64_t n = dpk_count(ds->d);
@@ -206,7 +212,7 @@ static void dset_walk(struct dset *ds, uint64_t max_rec)
 	ds->walked = 1;
 	ds->walk_limit = max_rec;
 	ds->over = 0;
-	ds->big = 0;
+	ds->big = ds->big_px = 0;
 	for (uint64_t i = 0; i < n; i++) {
 		if (dpk_entry_load(ds->d, i, &e, ds->bad_why, sizeof(ds->bad_why)) < 0) {
 			ds->bad = 1;
@@ -221,6 +227,8 @@ static void dset_walk(struct dset *ds, uint64_t max_rec)
 			ds->over_z = z;
 		}
 		ds->big = len > ds->big ? len : ds->big;
+		if (is_image(&e) && (uint64_t)e.shape[0] * e.shape[1] > ds->big_px)
+			ds->big_px = (uint64_t)e.shape[0] * e.shape[1];
 	}
 }
 
@@ -591,7 +599,14 @@ static int records_bounded(const struct ldr_config *cfg, struct job *j, uint64_t
 		big = h->data_size < j->max_record ? h->data_size : j->max_record;
 	}
 	size_t arena = cfg->arena_bytes ? cfg->arena_bytes : LDR_ARENA_DEFAULT;
-	uint64_t per_worker = 2 * ldr_reader_extra(arena, big) + (big > LDR_SUB_KEEP ? big : 0);
+	/* A worker's decoded pixels for the largest image: the decoder's rows of the window (the
+	 * whole image at worst, up to 4 components for CMYK) and the resize's scratch, held while
+	 * it decodes such a record (walked: the largest image's size; not walked: as large as
+	 * --max-pixels lets an image be, when the file holds images at all). */
+	uint64_t px = ds->walked ? ds->big_px :
+		      (h->kinds & ~((1u << DPK_KIND_RAW) | (1u << DPK_KIND_RAW_ZSTD))) ? j->max_pixels : 0;
+	uint64_t per_worker = 2 * ldr_reader_extra(arena, big) + (big > LDR_SUB_KEEP ? big : 0) +
+			      px * LDR_DECODE_PX_BYTES;
 	*mem = sizeof(*j) + (uint64_t)(cfg->workers ? cfg->workers : 1) * per_worker;
 	if (j->created)  /* an index read entry by entry (dpk_entries_read) holds nothing */
 		*mem += sizeof(*ds) + (dpk_mapped(j->d) ? h->index_size : 0) + h->classes_size +

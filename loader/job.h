@@ -27,6 +27,8 @@ struct ldr_config {
 #define LDR_MAX_PIXELS_DEFAULT CDC_MAX_PIXELS_DEFAULT  /* 64 Mpixel: dpack's default too */
 #define LDR_ARENA_DEFAULT (16u << 20)         /* a worker's reader arena */
 #define LDR_MAX_RECORD_DEFAULT (64ull << 20)  /* 64 MiB stored */
+#define LDR_DECODE_PX_BYTES 4u  /* a worker's decode scratch per pixel of an image it decodes
+				  * (rows of up to 4 components), counted in a job's memory */
 #define LDR_DEC_KEEP (16u << 20) /* a worker's decoder keeps its buffers up to this after a task
 				  * (a 2-Mpixel window at full scale); larger ones are let go */
 #define LDR_SUB_KEEP (1u << 20)  /* a worker keeps a substitute buffer (and the augmentations'

@@ -817,10 +817,43 @@ static void test_job_augment_copy_freed_after_task(void **state)
 			 augmented, plain);
 }
 
+/* A worker's decoded pixels are counted in the job's memory: for each worker, the largest image
+ * of the dataset (SIDE x SIDE here, the walk's) at LDR_DECODE_PX_BYTES a pixel, beside its
+ * reader's buffers; a dataset of raw tensors has none. */
+static void test_job_decode_scratch_counted(void **state)
+{
+	struct ctl_job_open s = spec_for("jpeg.dpk", 4, OUT);
+	struct ldr_config cfg = { .io = LDR_IO_AUTO, .arena_bytes = 8u << 10, .workers = 1 };
+	struct t t;
+	char err[256];
+	struct dpk *d;
+	uint64_t big = 0;
+
+	(void)state;
+	assert_int_equal(dpk_open(s.dataset, 0, &d, err, sizeof(err)), 0);
+	for (uint64_t i = 0; i < dpk_count(d); i++) {
+		struct dpk_entry e;
+		assert_int_equal(dpk_entry_load(d, i, &e, err, sizeof(err)), 0);
+		big = e.length > big ? e.length : big;
+		assert_int_equal(e.shape[0] * e.shape[1], SIDE * SIDE);
+	}
+	dpk_close(d);
+	assert_int_equal(t_open_cfg(&t, &s, &cfg), 0);
+	uint64_t one = t.info.mem_bytes;
+	t.ops.job_close(t.ops.ctx, t.job);
+	cfg.workers = 3;
+	assert_int_equal(t_open_cfg(&t, &s, &cfg), 0);
+	assert_int_equal(t.info.mem_bytes - one,
+			 2 * (2 * ldr_reader_extra(8u << 10, big) +
+			      (uint64_t)SIDE * SIDE * LDR_DECODE_PX_BYTES));
+	t.ops.job_close(t.ops.ctx, t.job);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_job_open_announces_ring_shape),
+		cmocka_unit_test(test_job_decode_scratch_counted),
 		cmocka_unit_test(test_job_fill_jpeg_matches_tjdecompress),
 		cmocka_unit_test(test_job_fill_raw_and_zstd),
 		cmocka_unit_test(test_job_bad_records_substituted_and_flagged),
