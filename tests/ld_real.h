@@ -38,5 +38,8 @@ int ld_alive(pid_t pid);
 int ld_stop(pid_t pid);
 /* Does file @path contain @needle? 1 yes, 0 no. */
 int ld_log_has(const char *path, const char *needle);
+/* A raw connection to loaderd's @sock (a client speaking the protocol by hand), answers waited
+ * for at most @timeout_s. The fd, or -errno. */
+int ld_raw_connect(const char *sock, int timeout_s);
 
 #endif

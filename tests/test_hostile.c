@@ -178,15 +178,10 @@ static void consume_honest(const char *name, uint32_t batch, uint32_t epochs)
 
 static int raw_conn(void)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct timeval tv = { .tv_sec = 5 };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int fd = ld_raw_connect(sock, 5);
 
-	assert_true(fd >= 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		fail_msg("connect %s: %s", sock, strerror(errno));
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (fd < 0)
+		fail_msg("connect %s: %s", sock, strerror(-fd));
 	return fd;
 }
 
