@@ -602,9 +602,11 @@ static int records_bounded(const struct ldr_config *cfg, struct job *j, uint64_t
 	/* A worker's decoded pixels for the largest image: the decoder's rows of the window (the
 	 * whole image at worst, up to 4 components for CMYK) and the resize's scratch, held while
 	 * it decodes such a record (walked: the largest image's size; not walked: as large as
-	 * --max-pixels lets an image be, when the file holds images at all). */
+	 * --max-pixels lets an image be, when the file holds images at all; never above it). */
 	uint64_t px = ds->walked ? ds->big_px :
 		      (h->kinds & ~((1u << DPK_KIND_RAW) | (1u << DPK_KIND_RAW_ZSTD))) ? j->max_pixels : 0;
+	if (px > j->max_pixels)
+		px = j->max_pixels;  /* a larger image is a bad record, refused before it decodes */
 	uint64_t per_worker = 2 * ldr_reader_extra(arena, big) + (big > LDR_SUB_KEEP ? big : 0) +
 			      px * LDR_DECODE_PX_BYTES;
 	*mem = sizeof(*j) + (uint64_t)(cfg->workers ? cfg->workers : 1) * per_worker;
