@@ -5,7 +5,7 @@ Metadata lives in pyproject.toml; this file only adds the build step. The librar
 as an extension so that setuptools runs build_ext (also for `pip install -e`, in place) and tags
 the wheel for the platform, but it is a plain shared object that Python never imports: ctypes
 loads it (loaderd/_lib.py). It is compiled with $CC (default cc), like the Makefile's
-$(BUILD)/lib/libldc.so: the same four files, -fPIC, a version script that exports ldc_* only.
+$(BUILD)/lib/libldc.so: the same five files, -fPIC, a version script that exports ldc_* only.
 
 The verdict's table, trainer/report_limits.def, is copied into the package beside it.
 
@@ -21,10 +21,10 @@ from setuptools.command.build_ext import build_ext
 from setuptools.command.sdist import sdist
 
 HERE = Path(__file__).resolve().parent
-# The client library is these files and nothing else (ldc.c -> ctl.c, ring.c, token.c; libc only): a
-# link with --no-undefined below proves it on every build.
-C_FILES = ("shm/ring.c", "shm/ctl.c", "shm/ldc.c", "shm/token.c", "shm/ring.h", "shm/ctl.h",
-           "shm/ldc.h", "shm/token.h", "trainer/report_limits.def")
+# The client library is these files and nothing else (ldc.c -> ctl.c, ctl_augment.c, ring.c,
+# token.c; libc only): a link with --no-undefined below proves it on every build.
+C_FILES = ("shm/ring.c", "shm/ctl.c", "shm/ctl_augment.c", "shm/ldc.c", "shm/token.c",
+           "shm/ring.h", "shm/ctl.h", "shm/ldc.h", "shm/token.h", "trainer/report_limits.def")
 # The verdict's one table (trainer/report.c compiles it; loaderd/report.py reads it): shipped
 # inside the package, next to libldc.so.
 TABLE = "trainer/report_limits.def"
