@@ -238,6 +238,21 @@ int dpk_writer_expect(struct dpk_writer *w, uint64_t count, uint64_t data_size)
 	return 0;
 }
 
+/* @names[0, n) into @out as the format lays out a name table (the class table, the aux field
+ * names): each a u32 length, then its bytes. */
+static void put_names(void *out, const char *const *names, uint32_t n)
+{
+	uint8_t *t = out;
+	uint64_t pos = 0;
+
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t len = (uint32_t)strlen(names[k]);
+		memcpy(t + pos, &len, 4);
+		memcpy(t + pos + 4, names[k], len);
+		pos += 4 + len;
+	}
+}
+
 int dpk_writer_set_classes(struct dpk_writer *w, const char *const *names, uint32_t n)
 {
 	uint64_t size = 0;
@@ -257,13 +272,7 @@ int dpk_writer_set_classes(struct dpk_writer *w, const char *const *names, uint3
 	t = malloc(size ? size : 1);
 	if (!t)
 		return -ENOMEM;
-	uint64_t pos = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t len = (uint32_t)strlen(names[i]);
-		memcpy(t + pos, &len, 4);
-		memcpy(t + pos + 4, names[i], len);
-		pos += 4 + len;
-	}
+	put_names(t, names, n);
 	free(w->classes);
 	w->classes = t;
 	w->classes_size = size;
@@ -296,13 +305,7 @@ int dpk_writer_set_aux(struct dpk_writer *w, const char *const *names, uint32_t 
 		free(buf);
 		return -ENOMEM;
 	}
-	uint64_t pos = 0;
-	for (uint32_t k = 0; k < n; k++) {
-		uint32_t len = (uint32_t)strlen(names[k]);
-		memcpy(t + pos, &len, 4);
-		memcpy(t + pos + 4, names[k], len);
-		pos += 4 + len;
-	}
+	put_names(t, names, n);
 	free(w->aux_names);
 	free(w->aux_buf);
 	w->aux_names = t;
