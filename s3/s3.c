@@ -1008,6 +1008,28 @@ static int64_t backoff_ns(struct s3 *s, unsigned tries)
 	return (int64_t)(rnd(s) % (ms * 1000000 + 1));
 }
 
+/* Start @x in a free slot of @busy: 1, or 0 when it cannot start (its result set, and the
+ * reason kept in @keep (ERR_MAX bytes) when it is the first failure, *@first). */
+static int launch(struct s3 *s, struct xfer *x, int *busy, int *first, char *keep)
+{
+	int slot = 0;
+
+	while (busy[slot])
+		slot++;
+	int ret = xfer_start(s, x, slot);
+	if (ret < 0) {
+		x->ret = set_err(s, ret, "s3://%s/%s: cannot start the request: %s", x->bucket, x->key,
+				 strerror(-ret));
+		if (!*first) {
+			*first = x->ret;
+			memcpy(keep, s->err, ERR_MAX);
+		}
+		return 0;
+	}
+	busy[slot] = 1;
+	return 1;
+}
+
 /* Run @n transfers, at most cfg.inflight at once, each retried as xfer_judge says. 0 when all
  * succeeded, else the first failure's -errno (its reason in s->err); each one's result in .ret. */
 static int run(struct s3 *s, struct xfer *xs, size_t n)
@@ -1039,41 +1061,17 @@ static int run(struct s3 *s, struct xfer *xs, size_t n)
 				continue;
 			}
 			retry[r] = retry[--nretry];
-			int slot = 0;
-			while (busy[slot])
-				slot++;
-			int ret = xfer_start(s, x, slot);
-			if (ret < 0) {
-				x->ret = set_err(s, ret, "s3://%s/%s: cannot start the request: %s",
-						 x->bucket, x->key, strerror(-ret));
-				if (!first) {
-					first = x->ret;
-					memcpy(keep, s->err, sizeof(keep));
-				}
+			if (launch(s, x, busy, &first, keep))
+				active++;
+			else
 				left--;
-				continue;
-			}
-			busy[slot] = 1;
-			active++;
 		}
 		while (next < n && active < s->cfg.inflight) {
 			struct xfer *x = &xs[next++];
-			int slot = 0;
-			while (busy[slot])
-				slot++;
-			int ret = xfer_start(s, x, slot);
-			if (ret < 0) {
-				x->ret = set_err(s, ret, "s3://%s/%s: cannot start the request: %s",
-						 x->bucket, x->key, strerror(-ret));
-				if (!first) {
-					first = x->ret;
-					memcpy(keep, s->err, sizeof(keep));
-				}
+			if (launch(s, x, busy, &first, keep))
+				active++;
+			else
 				left--;
-				continue;
-			}
-			busy[slot] = 1;
-			active++;
 		}
 		if (!left)
 			break;
