@@ -616,12 +616,16 @@ int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 	m.slots = job->slots;
 	m.weight = job->weight;
 	m.balance = job->balance ? 1 : 0;
+	m.block = job->block;
+	m.window = job->window;
 	if ((ret = open_share(c, job, &m)) < 0)
 		return ret;
 	struct ldc_token want = { .seed = job->seed, .world = job->world, .batch = job->batch,
 				  .sampling = job->sampling, .tail = job->tail,
 				  .transforms = job->transforms, .crop_h = job->crop_h,
-				  .crop_w = job->crop_w, .augment = c->augment };
+				  .crop_w = job->crop_w, .augment = c->augment,
+				  .block = job->block, .window = job->window };
+	ctl_block_defaults(want.sampling, &want.block, &want.window);  /* as loaderd runs it */
 	struct ldc_token tok;
 	if (job->token) {
 		/* Untrusted bytes: intact, this version, and for this job shape before anything is
@@ -659,7 +663,9 @@ int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 		close(dfd);
 		return ret;
 	}
-	ret = ctl_send(c->fd, CTL_JOB_OPEN, &m, sizeof(m), dfd >= 0 ? &dfd : NULL, dfd >= 0);
+	/* Without a block geometry, the message as it was before it: older loaderds take it. */
+	ret = ctl_send(c->fd, CTL_JOB_OPEN, &m, m.block || m.window ? sizeof(m) : CTL_JOB_OPEN_SIZE_V2,
+		       dfd >= 0 ? &dfd : NULL, dfd >= 0);
 	if (dfd >= 0)
 		close(dfd);
 	if (ret < 0)
