@@ -74,6 +74,13 @@ struct ldc_job {
 	 * smaller than the set: block = a shard's records, window <= half the cache in shards
 	 * (docs/S3.md). Every rank says the same; the resume token records them. */
 	uint32_t block, window;
+	/* Block sampling over a set of shards (a manifest): a shuffle window of this many shards,
+	 * 1..CTL_WINDOW_MAX; 0 = not used. Sets block to the set's largest shard's records and
+	 * window to window_shards (block and window must then be 0). With shards of one record
+	 * count a block is a shard; dpack --shard-size cuts by bytes, so with shards of about one
+	 * size (none under half the largest, the last aside) a block straddles at most two
+	 * neighbouring shards and a window reads from at most 2 x window_shards of them. */
+	uint32_t window_shards;
 };
 
 struct ldc_info {

@@ -73,6 +73,7 @@ class ldc_job(ctypes.Structure):
         ("balance", ctypes.c_int),
         ("block", c_u32),
         ("window", c_u32),
+        ("window_shards", c_u32),
     ]
 
 
@@ -245,7 +246,7 @@ ABI = {
     ldc_job: (152, {"batch": 16, "seed": 32, "rank": 40, "slots": 60, "epochs": 64, "weight": 68,
                     "start_epoch": 72, "start_at": 80, "at_epoch": 88, "token": 104,
                     "token_len": 112, "share_group": 120, "owner": 128, "balance": 136,
-                    "block": 140, "window": 144}),
+                    "block": 140, "window": 144, "window_shards": 148}),
     ldc_info: (64, {"samples": 32, "ring": 40, "dataset_id": 48}),
     ldc_token: (TOKEN_SIZE, {"dataset": 32, "world": 64, "augment": 92, "block": 96,
                              "check": 104}),
