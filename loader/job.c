@@ -769,7 +769,7 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, const struct srv
 		goto fail;
 	uint64_t n = dpk_count(j->d);
 	ret = ldr_sampler_init(&j->smp, n, spec->world, spec->batch, (enum ldr_sampling)spec->sampling,
-			       (enum ldr_tail)spec->tail, spec->seed, 0, 0);
+			       (enum ldr_tail)spec->tail, spec->seed, spec->block, spec->window);
 	if (ret < 0) {
 		snprintf(why, whylen, "dataset %s has %" PRIu64 " samples: too few for %u ranks%s",
 			 spec->dataset, n, spec->world,

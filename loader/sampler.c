@@ -1,6 +1,7 @@
 /* sampler.c - keyed permutations and DistributedSampler sharding (see sampler.h). */
 #include "loader/sampler.h"
 #include "common/mix.h"
+#include "shm/ctl.h"
 #include "shm/ring.h"
 
 #include <errno.h>
@@ -39,7 +40,7 @@ int ldr_sampler_init(struct ldr_sampler *s, uint64_t n, uint32_t world, uint32_t
 		     uint32_t window)
 {
 	if (world == 0 || batch == 0 || mode > LDR_SAMPLE_BLOCK || tail > LDR_TAIL_DROP_LAST ||
-	    n > (1ull << 62))
+	    n > (1ull << 62) || block > CTL_BLOCK_MAX || window > CTL_WINDOW_MAX)
 		return -EINVAL;
 	s->n = n;
 	s->world = world;
@@ -47,8 +48,8 @@ int ldr_sampler_init(struct ldr_sampler *s, uint64_t n, uint32_t world, uint32_t
 	s->mode = mode;
 	s->tail = tail;
 	s->seed = seed;
-	s->block = block ? block : 64;
-	s->window = window ? window : 16;
+	s->block = block ? block : CTL_BLOCK_DEFAULT;
+	s->window = window ? window : CTL_WINDOW_DEFAULT;
 	s->per_rank = tail == LDR_TAIL_DROP ? n / world : (n + world - 1) / world;
 	if (tail == LDR_TAIL_DROP_LAST)   /* whole batches only */
 		s->per_rank -= s->per_rank % batch;

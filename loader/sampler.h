@@ -6,7 +6,10 @@
  *   sequential  p;
  *   block       full blocks of `block` consecutive records in a keyed order (a short last block
  *               stays last), then positions shuffled within windows of `window` blocks: reads
- *               stay within a few blocks of the disk at a time, and any rank can use it.
+ *               stay within a few blocks of the disk at a time, and any rank can use it. A
+ *               window is block x window consecutive positions; the last one may be short (the
+ *               dataset's size need not be a multiple of either). Nothing is held per block or
+ *               per window: each position costs two keyed permutations whatever the geometry.
  * Sharding (PyTorch DistributedSampler): rank r takes positions r, r + world, r + 2 world, ...
  *   pad   ceil(N / world) per rank; positions past N repeat the order from its start (flag
  *         RING_SAMPLE_REPEATED);
@@ -35,7 +38,8 @@ struct ldr_sampler {
 	uint64_t steps;          /* steps per epoch */
 };
 
-/* Set up @s. block/window of 0 take defaults (64 records, 16 blocks). Returns 0, or -EINVAL for a
+/* Set up @s. block/window of 0 take defaults (CTL_BLOCK_DEFAULT records, CTL_WINDOW_DEFAULT
+ * blocks; shm/ctl.h); above CTL_BLOCK_MAX or CTL_WINDOW_MAX is -EINVAL. Returns 0, or -EINVAL for a
  * bad argument, or -ENODATA when a rank would get no sample (N < world with tail drop, ceil(N / world) < batch with drop_last, or N = 0). */
 int ldr_sampler_init(struct ldr_sampler *s, uint64_t n, uint32_t world, uint32_t batch,
 		     enum ldr_sampling mode, enum ldr_tail tail, uint64_t seed, uint32_t block,

@@ -108,6 +108,10 @@ static const char *spec_diff(const struct ctl_job_open *a, const struct ctl_job_
 		return "share (the owner's opens must all share it, or none, with one group)";
 	if (a->weight != b->weight)
 		return "weight";
+	if (a->block != b->block)
+		return "block (records per block of block sampling)";
+	if (a->window != b->window)
+		return "window (blocks per window of block sampling)";
 	if (memcmp(a, b, sizeof(*a)))
 		return "on_bad or slots";
 	return NULL;
@@ -732,6 +736,7 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 	memset(key.dataset_id, 0, sizeof(key.dataset_id));
 	if (!key.weight)
 		key.weight = 1;  /* 0 means 1 (ctl.h): equal specs */
+	ctl_block_defaults(key.sampling, &key.block, &key.window);  /* 0 means the default */
 	/* Whose job (ctl.h, enum ctl_share): a name is its owner's. A join finds the owner's job or
 	 * nothing, and says the same either way, so that nobody learns another user's job names. */
 	uid_t owner = spec->share == CTL_SHARE_JOIN ? (uid_t)spec->owner_uid : c->uid;
@@ -804,6 +809,7 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 	r->bell = -1;
 	r->conn = c;
 	r->spec = *spec;
+	ctl_block_defaults(r->spec.sampling, &r->spec.block, &r->spec.window);
 	struct uid_use *u = srv_uid(s, c->uid);
 	if (!j && u && u->jobs >= s->opts.max_jobs_uid) {
 		free(r);

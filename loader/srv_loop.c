@@ -70,9 +70,11 @@ static void reap_free(struct att *dead)
 static void dispatch(struct srv *s, struct conn *c, const char *buf, ssize_t n, uint16_t type,
 		     int *fds, int nfds)
 {
-	if (type == CTL_JOB_OPEN && (size_t)n == sizeof(struct ctl_job_open)) {
-		struct ctl_job_open spec;
-		memcpy(&spec, buf, sizeof(spec));
+	if (type == CTL_JOB_OPEN && ((size_t)n == sizeof(struct ctl_job_open) ||
+				     (size_t)n == CTL_JOB_OPEN_SIZE_V2)) {
+		struct ctl_job_open spec;  /* the shorter form: block and window 0 (ctl.h) */
+		memset(&spec, 0, sizeof(spec));
+		memcpy(&spec, buf, (size_t)n);
 		srv_on_job_open(s, c, &spec, nfds == 1 ? fds[0] : -1);
 		if (nfds == 1)
 			fds[0] = -1;  /* taken over */

@@ -28,7 +28,7 @@ C_FILES = ("shm/ring.c", "shm/ctl.c", "shm/ctl_augment.c", "shm/ldc.c", "shm/tok
 # The verdict's one table (trainer/report.c compiles it; loaderd/report.py reads it): shipped
 # inside the package, next to libldc.so.
 TABLE = "trainer/report_limits.def"
-SONAME = "libldc.so.2"  # shm/module.mk's LDC_SOVERSION
+SONAME = "libldc.so.3"  # shm/module.mk's LDC_SOVERSION
 
 
 def source_root() -> Path:

@@ -244,7 +244,29 @@ int ctl_check_job_open(const struct ctl_job_open *j, char *why, size_t whylen)
 		return BAD("batch x world: more than 2^32 - 1 samples a step");
 	if (j->balance > 1)
 		return BAD("balance: 0 or 1");
+	if (j->sampling != CTL_SAMPLE_BLOCK && (j->block || j->window))
+		return BAD("%s: for sampling block only (0 with sampling %s)",
+			   j->block ? "block" : "window",
+			   j->sampling == CTL_SAMPLE_SHUFFLE ? "shuffle" : "sequential");
+	if (j->block > CTL_BLOCK_MAX)
+		return BAD("block: %u records is not in 1..%u (0 = %u)", j->block, CTL_BLOCK_MAX,
+			   CTL_BLOCK_DEFAULT);
+	if (j->window > CTL_WINDOW_MAX)
+		return BAD("window: %u blocks is not in 1..%u (0 = %u)", j->window, CTL_WINDOW_MAX,
+			   CTL_WINDOW_DEFAULT);
 	return 0;
+}
+
+void ctl_block_defaults(uint32_t sampling, uint32_t *block, uint32_t *window)
+{
+	if (sampling != CTL_SAMPLE_BLOCK) {
+		*block = *window = 0;
+		return;
+	}
+	if (!*block)
+		*block = CTL_BLOCK_DEFAULT;
+	if (!*window)
+		*window = CTL_WINDOW_DEFAULT;
 }
 
 int ctl_check_admin(const struct ctl_admin *a, char *why, size_t whylen)

@@ -112,9 +112,26 @@ struct ctl_job_open {
 				       * daemon must allow them: loaderd --balance), 0: even splits.
 				       * Every rank of a job says the same. (weight and balance were
 				       * reserved: zero from older clients) */
+	/* Block sampling (sampling CTL_SAMPLE_BLOCK only; 0 in every other mode): records per
+	 * block, 1..CTL_BLOCK_MAX, and blocks per shuffle window, 1..CTL_WINDOW_MAX; 0 = the
+	 * default (CTL_BLOCK_DEFAULT, CTL_WINDOW_DEFAULT). Part of what the ranks agree on and of
+	 * the resume token's shape. A client that leaves both 0 may send the message without them
+	 * (CTL_JOB_OPEN_SIZE_V2 bytes, as clients before them did): loaderd takes either length. */
+	uint32_t block;
+	uint32_t window;
 };
 #define CTL_WEIGHT_MAX 1000u
-_Static_assert(sizeof(struct ctl_job_open) == CTL_JOB_NAME_MAX + CTL_PATH_MAX + 112, "on the wire");
+#define CTL_BLOCK_DEFAULT 64u
+#define CTL_WINDOW_DEFAULT 16u
+/* Bounds on what a client chooses. The sampler holds nothing per block or per window and draws
+ * any sample in O(1) whatever they are (loader/sampler.h), so these bound arithmetic, not work:
+ * block x window < 2^40 positions in one window. 2^24 records is a 16 Mi-record shard. */
+#define CTL_BLOCK_MAX (1u << 24)
+#define CTL_WINDOW_MAX (1u << 16)
+#define CTL_JOB_OPEN_SIZE_V2 offsetof(struct ctl_job_open, block)  /* before block and window */
+_Static_assert(sizeof(struct ctl_job_open) == CTL_JOB_NAME_MAX + CTL_PATH_MAX + 120, "on the wire");
+_Static_assert(offsetof(struct ctl_job_open, block) == CTL_JOB_NAME_MAX + CTL_PATH_MAX + 112,
+	       "the message's length before block and window, as older clients send it");
 _Static_assert(offsetof(struct ctl_job_open, share) == CTL_JOB_NAME_MAX + CTL_PATH_MAX + 96,
 	       "the bytes of reserved[2], zero from older clients (CTL_SHARE_NONE)");
 _Static_assert(offsetof(struct ctl_job_open, at_epoch) % 8 == 0, "on the wire");
@@ -275,6 +292,9 @@ int ctl_check_shard_fds(const void *body, size_t len, int nfds, uint32_t got, ui
 
 /* Field validation. Return 0, or -EINVAL with a message naming the field in @why. */
 int ctl_check_job_open(const struct ctl_job_open *j, char *why, size_t whylen);
+/* The block geometry a job of @sampling runs with: in block mode, 0 becomes CTL_BLOCK_DEFAULT
+ * and CTL_WINDOW_DEFAULT (the ranks and the resume token compare these); else both stay 0. */
+void ctl_block_defaults(uint32_t sampling, uint32_t *block, uint32_t *window);
 int ctl_check_admin(const struct ctl_admin *a, char *why, size_t whylen);
 /* A CTL_SPLIT_SEED (@seed 1) or CTL_SPLIT (@seed 0) body of @len bytes: the length matches world
  * and nrows, world 1..CTL_WORLD_MAX (CTL_SPLIT: or 0), from <= CTL_STEP_LIMIT, nrows =

@@ -481,11 +481,14 @@ static int set_send_batch(struct ldc *c, const struct ctl_shard_fds *b, const in
  * names with this process's rights and pass them to loaderd before the job open
  * (CTL_SHARD_FDS), at most CTL_FDS_BATCH open at once here. 0 (also when @dfd is a single .dpk),
  * or -errno with the reason, naming the manifest, the line and the shard, in @c. */
-static int set_send(struct ldc *c, int dfd, const char *name)
+/* The manifest open at @dfd (@name in messages), whole and NUL-terminated, into *@text (free()
+ * it; @len bytes). 1, 0 when the file is not a manifest (*@text NULL), or -errno in @c. */
+static int set_read(struct ldc *c, int dfd, const char *name, char **text, size_t *len)
 {
 	char head[sizeof(SET_MAGIC) - 1];
 	struct stat st;
 
+	*text = NULL;
 	if (pread(dfd, head, sizeof(head), 0) != (ssize_t)sizeof(head) ||
 	    memcmp(head, SET_MAGIC, sizeof(head)))
 		return 0;  /* not a manifest: loaderd checks the .dpk */
@@ -494,21 +497,69 @@ static int set_send(struct ldc *c, int dfd, const char *name)
 	if ((uint64_t)st.st_size > SET_FILE_MAX)
 		return set_err(c, -E2BIG, "dataset %s: a manifest of %lld bytes, above the limit of "
 			       "%llu", name, (long long)st.st_size, (unsigned long long)SET_FILE_MAX);
-	size_t len = (size_t)st.st_size;
-	char *text = malloc(len + 1);
-	if (!text)
+	*len = (size_t)st.st_size;
+	char *t = malloc(*len + 1);
+	if (!t)
 		return set_err(c, -ENOMEM, "dataset %s: out of memory for its manifest", name);
 	size_t got = 0;
-	while (got < len) {
-		ssize_t r = pread(dfd, text + got, len - got, (off_t)got);
+	while (got < *len) {
+		ssize_t r = pread(dfd, t + got, *len - got, (off_t)got);
 		if (r <= 0) {
-			free(text);
+			free(t);
 			return set_err(c, r < 0 ? -errno : -EIO, "dataset %s: reading the manifest: %s",
 				       name, r < 0 ? strerror(errno) : "shorter than its size");
 		}
 		got += (size_t)r;
 	}
-	text[len] = '\0';
+	t[*len] = '\0';
+	*text = t;
+	return 1;
+}
+
+/* ldc_job.window_shards: the records of the largest shard of the set @name names, into *@max.
+ * 0, or -errno in @c (not a manifest; a shard line without a count). loaderd checks the manifest
+ * itself: only the counts are read here. */
+static int set_count_max(struct ldc *c, const char *name, uint64_t *max)
+{
+	int fd = open(name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	char *text;
+	size_t len;
+
+	if (fd < 0)
+		return set_err(c, -errno, "cannot open dataset %s: %s", name, strerror(errno));
+	int ret = set_read(c, fd, name, &text, &len);
+	close(fd);
+	if (ret <= 0)
+		return ret ? ret : set_err(c, -EINVAL, "window_shards: dataset %s is not a set of "
+					   "shards (a manifest: dpack --shard-size); give block "
+					   "and window instead", name);
+	*max = 0;
+	unsigned line = 2;
+	for (char *p = strchr(text, '\n'), *end; p && ++p < text + len && strncmp(p, "end ", 4);
+	     p = end, line++) {
+		end = memchr(p, '\n', (size_t)(text + len - p));
+		char *stop;
+		errno = 0;
+		unsigned long long n = strtoull(p, &stop, 10);
+		if (!end || stop == p || *stop != ' ' || errno || n == 0) {
+			free(text);
+			return set_err(c, -EBADMSG, "%s line %u: no shard count", name, line);
+		}
+		if (n > *max)
+			*max = n;
+	}
+	free(text);
+	return 0;
+}
+
+static int set_send(struct ldc *c, int dfd, const char *name)
+{
+	char *text;
+	size_t len;
+	int got = set_read(c, dfd, name, &text, &len);
+
+	if (got <= 0)
+		return got;
 	/* Shards are relative to the manifest's directory, symbolic links resolved: the directory
 	 * of the open file as the kernel names it (as dpack and formats/dpk_open.c resolve them). */
 	char self[64], dir[PATH_MAX];
@@ -616,12 +667,36 @@ int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 	m.slots = job->slots;
 	m.weight = job->weight;
 	m.balance = job->balance ? 1 : 0;
+	m.block = job->block;
+	m.window = job->window;
+	if (job->window_shards) {
+		/* A window of K shards: blocks of the largest shard's records (docs/S3.md). */
+		uint64_t max = 0;
+		if (job->sampling != CTL_SAMPLE_BLOCK || job->block || job->window ||
+		    job->window_shards > CTL_WINDOW_MAX)
+			return set_err(c, -EINVAL, "job %s: window_shards: %u is for sampling block, "
+				       "alone (it sets block and window), 1..%u", m.job,
+				       job->window_shards, CTL_WINDOW_MAX);
+		if ((ret = set_count_max(c, job->dataset, &max)) < 0)
+			return ret;
+		if (max == 0)
+			return set_err(c, -EINVAL, "job %s: window_shards: dataset %s has no shard",
+				       m.job, job->dataset);
+		if (max > CTL_BLOCK_MAX)
+			return set_err(c, -EINVAL, "job %s: window_shards: the set's largest shard has "
+				       "%llu records, above the block limit %u", m.job,
+				       (unsigned long long)max, CTL_BLOCK_MAX);
+		m.block = (uint32_t)max;
+		m.window = job->window_shards;
+	}
 	if ((ret = open_share(c, job, &m)) < 0)
 		return ret;
 	struct ldc_token want = { .seed = job->seed, .world = job->world, .batch = job->batch,
 				  .sampling = job->sampling, .tail = job->tail,
 				  .transforms = job->transforms, .crop_h = job->crop_h,
-				  .crop_w = job->crop_w, .augment = c->augment };
+				  .crop_w = job->crop_w, .augment = c->augment,
+				  .block = m.block, .window = m.window };
+	ctl_block_defaults(want.sampling, &want.block, &want.window);  /* as loaderd runs it */
 	struct ldc_token tok;
 	if (job->token) {
 		/* Untrusted bytes: intact, this version, and for this job shape before anything is
@@ -659,7 +734,9 @@ int ldc_open(struct ldc *c, const struct ldc_job *job, struct ldc_info *info)
 		close(dfd);
 		return ret;
 	}
-	ret = ctl_send(c->fd, CTL_JOB_OPEN, &m, sizeof(m), dfd >= 0 ? &dfd : NULL, dfd >= 0);
+	/* Without a block geometry, the message as it was before it: older loaderds take it. */
+	ret = ctl_send(c->fd, CTL_JOB_OPEN, &m, m.block || m.window ? sizeof(m) : CTL_JOB_OPEN_SIZE_V2,
+		       dfd >= 0 ? &dfd : NULL, dfd >= 0);
 	if (dfd >= 0)
 		close(dfd);
 	if (ret < 0)

@@ -68,6 +68,19 @@ struct ldc_job {
 	 * their speed, which each rank reports with ldc_report. Every rank of the job says the
 	 * same; loaderd must allow it (--balance). A batch then holds up to twice `batch`. */
 	int balance;
+	/* Block sampling (sampling CTL_SAMPLE_BLOCK; 0 in the other modes): records per block,
+	 * 1..CTL_BLOCK_MAX, and blocks per shuffle window, 1..CTL_WINDOW_MAX; 0 = the default
+	 * (CTL_BLOCK_DEFAULT, CTL_WINDOW_DEFAULT). For a set of shards read through a cache
+	 * smaller than the set: block = a shard's records, window <= half the cache in shards
+	 * (docs/S3.md). Every rank says the same; the resume token records them. */
+	uint32_t block, window;
+	/* Block sampling over a set of shards (a manifest): a shuffle window of this many shards,
+	 * 1..CTL_WINDOW_MAX; 0 = not used. Sets block to the set's largest shard's records and
+	 * window to window_shards (block and window must then be 0). With shards of one record
+	 * count a block is a shard; dpack --shard-size cuts by bytes, so with shards of about one
+	 * size (none under half the largest, the last aside) a block straddles at most two
+	 * neighbouring shards and a window reads from at most 2 x window_shards of them. */
+	uint32_t window_shards;
 };
 
 struct ldc_info {

@@ -9,7 +9,7 @@ LIBS += $(BUILD)/lib/libshm.a
 # and ctl_* stay local. shm/ holds no server code (that is loader/srv_*.c), so libldc.so has none.
 # The soname carries LDC_SOVERSION (make install adds libldc.so.$(LDC_SOVERSION) and the
 # libldc.so link; python/setup.py names the same): bump it when the ABI of shm/ldc.h changes.
-LDC_SOVERSION := 2
+LDC_SOVERSION := 3
 BINS += $(BUILD)/lib/libldc.so
 $(BUILD)/pic/%.o: %.c | $(DEPS_STAMP)
 	$(Q)mkdir -p $(@D)

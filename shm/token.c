@@ -26,12 +26,12 @@ static int refuse(char *why, size_t whylen, int ret, const char *fmt, ...)
  * splitmix64 finaliser. Not cryptographic (neither is XXH3): it catches damage and casual edits.
  * Written out here, not taken from xxhash or common/mix.h, because the client library is shm/
  * alone and links libc only (python/setup.py builds it from shm/ and nothing else). */
-static uint64_t checksum(const struct ldc_token *t)
+static uint64_t checksum_of(const void *bytes, size_t len)
 {
-	const uint8_t *p = (const uint8_t *)t;
+	const uint8_t *p = bytes;
 	uint64_t h = 0x6c6f61646572ull;  /* "loader" */
 
-	for (size_t i = 0; i < offsetof(struct ldc_token, check); i += 8) {
+	for (size_t i = 0; i < len; i += 8) {
 		uint64_t w;
 		memcpy(&w, p + i, 8);
 		h = (h ^ w) * 0x9e3779b97f4a7c15ull;
@@ -40,6 +40,11 @@ static uint64_t checksum(const struct ldc_token *t)
 		h ^= h >> 31;
 	}
 	return h;
+}
+
+static uint64_t checksum(const struct ldc_token *t)
+{
+	return checksum_of(t, offsetof(struct ldc_token, check));
 }
 
 void ldc_token_seal(struct ldc_token *t)
@@ -61,22 +66,39 @@ int ldc_token_parse(const void *buf, size_t len, struct ldc_token *out, char *wh
 	if (t.magic != LDC_TOKEN_MAGIC)
 		return refuse(why, whylen, -EBADMSG, "resume token: magic: these bytes are not a "
 			      "loaderd resume token");
-	if (t.version != LDC_TOKEN_VERSION)
+	if (t.version != LDC_TOKEN_VERSION && t.version != 1)
 		return refuse(why, whylen, -EPROTO, "resume token: version: %u; this build reads "
-			      "version %u", t.version, LDC_TOKEN_VERSION);
-	if (t.length != LDC_TOKEN_SIZE)
+			      "versions 1 and %u", t.version, LDC_TOKEN_VERSION);
+	size_t size = t.version == 1 ? LDC_TOKEN_SIZE_V1 : LDC_TOKEN_SIZE;
+	if (t.length != size)
 		return refuse(why, whylen, -EBADMSG, "resume token: length: the header says %u bytes; "
-			      "a version %u token has %u", t.length, LDC_TOKEN_VERSION, LDC_TOKEN_SIZE);
-	if (len < LDC_TOKEN_SIZE)
-		return refuse(why, whylen, -EBADMSG, "resume token: truncated: %zu of its %u bytes",
-			      len, LDC_TOKEN_SIZE);
-	if (len > LDC_TOKEN_SIZE)
+			      "a version %u token has %zu", t.length, t.version, size);
+	if (len < size)
+		return refuse(why, whylen, -EBADMSG, "resume token: truncated: %zu of its %zu bytes",
+			      len, size);
+	if (len > size)
 		return refuse(why, whylen, -EBADMSG, "resume token: length: %zu bytes given, the token "
-			      "has %u", len, LDC_TOKEN_SIZE);
-	memcpy(&t, buf, sizeof(t));
-	if (checksum(&t) != t.check)
-		return refuse(why, whylen, -EBADMSG, "resume token: checksum: the token was altered "
-			      "or damaged");
+			      "has %zu", len, size);
+	if (t.version == 1) {
+		/* The same fields up to `augment`, then the check: block and window are what a
+		 * version 1 token's job ran with, the only geometry there was. */
+		uint64_t check;
+		memset(&t, 0, sizeof(t));
+		memcpy(&t, buf, offsetof(struct ldc_token, block));
+		memcpy(&check, (const uint8_t *)buf + offsetof(struct ldc_token, block), 8);
+		if (checksum_of(buf, offsetof(struct ldc_token, block)) != check)
+			return refuse(why, whylen, -EBADMSG, "resume token: checksum: the token was "
+				      "altered or damaged");
+		ctl_block_defaults(t.sampling, &t.block, &t.window);
+		t.version = LDC_TOKEN_VERSION;
+		t.length = LDC_TOKEN_SIZE;
+		t.check = checksum(&t);
+	} else {
+		memcpy(&t, buf, sizeof(t));
+		if (checksum(&t) != t.check)
+			return refuse(why, whylen, -EBADMSG, "resume token: checksum: the token was "
+				      "altered or damaged");
+	}
 	/* A correct checksum only says the bytes are as written: the writer may have been wrong. */
 	if (t.steps_per_epoch == 0 || t.steps_per_epoch > CTL_STEP_LIMIT)
 		return refuse(why, whylen, -EBADMSG, "resume token: steps_per_epoch: %llu is not in "
@@ -104,6 +126,16 @@ int ldc_token_parse(const void *buf, size_t len, struct ldc_token *out, char *wh
 		return refuse(why, whylen, -EBADMSG, "resume token: transforms: 0x%x", t.transforms);
 	if (t.samples == 0)
 		return refuse(why, whylen, -EBADMSG, "resume token: samples: 0");
+	if (t.sampling != CTL_SAMPLE_BLOCK && (t.block || t.window))
+		return refuse(why, whylen, -EBADMSG, "resume token: %s: %u, not 0, with sampling %s",
+			      t.block ? "block" : "window", t.block ? t.block : t.window,
+			      t.sampling == CTL_SAMPLE_SHUFFLE ? "shuffle" : "sequential");
+	if (t.sampling == CTL_SAMPLE_BLOCK && (t.block == 0 || t.block > CTL_BLOCK_MAX))
+		return refuse(why, whylen, -EBADMSG, "resume token: block: %u is not in 1..%u",
+			      t.block, CTL_BLOCK_MAX);
+	if (t.sampling == CTL_SAMPLE_BLOCK && (t.window == 0 || t.window > CTL_WINDOW_MAX))
+		return refuse(why, whylen, -EBADMSG, "resume token: window: %u is not in 1..%u",
+			      t.window, CTL_WINDOW_MAX);
 	*out = t;
 	return 0;
 }
@@ -144,6 +176,13 @@ int ldc_token_match(const struct ldc_token *t, const struct ldc_token *job, char
 		return refuse(why, whylen, -EINVAL, "resume token: sampling: the token is for %s, "
 			      "this job's is %s", sampling_name[t->sampling % 3],
 			      sampling_name[job->sampling % 3]);
+	if (t->block != job->block)
+		return refuse(why, whylen, -EINVAL, "resume token: block: the token is for blocks of "
+			      "%u records, this job's are of %u (ldcat --block)", t->block, job->block);
+	if (t->window != job->window)
+		return refuse(why, whylen, -EINVAL, "resume token: window: the token is for windows of "
+			      "%u blocks, this job's are of %u (ldcat --window)", t->window,
+			      job->window);
 	if (t->tail != job->tail)
 		return refuse(why, whylen, -EINVAL, "resume token: tail: the token is for tail %s, "
 			      "this job's is %s", tail_name[t->tail % 4], tail_name[job->tail % 4]);

@@ -1,6 +1,6 @@
 #!/bin/sh
 # it_install.sh - `make install PREFIX=/opt/loaderd DESTDIR=TMP` writes the expected tree (programs,
-# libldc.so.2 and its link, loaderd.pc, the headers in include/loaderd/, docs, loaderd.service);
+# libldc.so.3 and its link, loaderd.pc, the headers in include/loaderd/, docs, loaderd.service);
 # a C client compiled against the installed header with `pkg-config --cflags --libs loaderd`
 # reads an epoch from the installed loaderd; the unit, installed with a real PREFIX, passes
 # `systemd-analyze verify`, is Type=notify, runs loaderd as a dynamic user with no capability,
@@ -25,9 +25,9 @@ check "make install PREFIX=$P DESTDIR=..." [ $rc -eq 0 ]
 for f in bin/loaderd bin/loaderctl bin/dpack bin/dsgen bin/ldprobe; do
 	check "$f is installed, executable" [ -x "$R/$f" ]
 done
-check "lib/libldc.so -> libldc.so.2" [ "$(readlink "$R/lib/libldc.so")" = libldc.so.2 ]
-check "libldc.so.2 has the soname libldc.so.2" \
-	sh -c "readelf -d '$R/lib/libldc.so.2' | grep -q 'SONAME.*\[libldc.so.2\]'"
+check "lib/libldc.so -> libldc.so.3" [ "$(readlink "$R/lib/libldc.so")" = libldc.so.3 ]
+check "libldc.so.3 has the soname libldc.so.3" \
+	sh -c "readelf -d '$R/lib/libldc.so.3' | grep -q 'SONAME.*\[libldc.so.3\]'"
 for h in ldc.h ctl.h ring.h token.h; do
 	check "include/loaderd/$h" [ -f "$R/include/loaderd/$h" ]
 done
@@ -100,8 +100,8 @@ check "the installed loaderd serves" start_loaderd "$T/loaderd.log" --socket "$T
 unset LOADERD
 out=$(LD_LIBRARY_PATH=$R/lib "$T/client" "$T/s.sock" "$T/d.dpk" 2>&1)
 check "the client reads one epoch from it: $out" [ "$out" = "30 samples, 30 distinct" ]
-check "the client loads the installed libldc.so.2" \
-	sh -c "LD_LIBRARY_PATH='$R/lib' ldd '$T/client' | grep -q 'libldc.so.2 => $R/lib/libldc.so.2'"
+check "the client loads the installed libldc.so.3" \
+	sh -c "LD_LIBRARY_PATH='$R/lib' ldd '$T/client' | grep -q 'libldc.so.3 => $R/lib/libldc.so.3'"
 check "the installed loaderctl talks to it" \
 	sh -c "'$R/bin/loaderctl' --socket '$T/s.sock' status >/dev/null"
 stop_loaderd

@@ -15,6 +15,9 @@
 #   Checkpointing does not change the result; SIGTERM writes a checkpoint after the step the ranks
 #     agree on and stops them, and the run resumes from it bit for bit.
 #   A damaged checkpoint is refused, naming the file.
+#   Block sampling with the job's own geometry (--sampling block --block 5 --window 3): loaderd
+#     SIGKILLed mid-epoch and restarted, the ranks resume with the same stream and parameters as
+#     the uninterrupted block-mode run; a resume with another --block is refused, naming it.
 # Needs mpirun and python3 (exit 77 without). About 2 minutes on 2 shared cores.
 set -u
 BIN=${BUILD:-build}/bin
@@ -60,10 +63,13 @@ EPOCHS=4
 train() {
 	np=$1
 	shift
+	# shellcheck disable=SC2086 # MODE: options, split on purpose
 	timeout -k 5 60 mpirun --oversubscribe -np "$np" "$BIN/trainer" --socket "$SOCK" \
 		--dataset "$T/d.dpk" --device host --crop 16 --batch 8 --epochs "$EPOCHS" \
-		--log-every 0 --model mlp:hidden=32 "$@" </dev/null
+		--log-every 0 --model mlp:hidden=32 $MODE "$@" </dev/null
 }
+MODE=""   # sampling options of every run (the block-mode cases set them)
+TAG=""    # the reference run the cases compare with: $T/ref$TAG$np
 # resumed_at OUT: the step a run's output says it resumed at ("fresh" when from the start).
 resumed_at() {
 	sed -n 's/.*resuming from .* at step \([0-9]*\).*/\1/p' "$1" | head -n 1 | grep . ||
@@ -124,7 +130,7 @@ rank_case() {
 # from the last checkpoint (every 2 steps: some batches are delivered again). A ring of 2 slots,
 # so that the ranks run dry soon after the kill.
 loaderd_case() {
-	np=$1 at=$2 what=$3 D=$T/l$1-$2
+	np=$1 at=$2 what=$3 D=$T/l$TAG$1-$2
 	mkdir -p "$D"
 	train "$np" --checkpoint-dir "$D/ck" --checkpoint-every 2 --resume --inject-comm-delay-ms 15 \
 		--slots 2 --prefetch 1 --log-consumed "$D/log" >"$D/1.out" 2>&1 &
@@ -150,8 +156,8 @@ loaderd_case() {
 	check "$np rank(s), loaderd SIGKILLed after $hit steps ($what, step $at): ranks fail (exit $rc1), loaderd restarted, resumed at $(resumed_at "$D/2.out"), exit $rc2" \
 		[ "$rc1" -ne 0 -a "$rc2" -eq 0 ]
 	[ "$rc2" -eq 0 ] || show "$D/2.out"
-	check "  parameters byte-identical to the uninterrupted run" cmp -s "$T/ref$np.bin" "$D/p.bin"
-	out=$($STREAM "$T/ref$np" "$D/log" "$np")
+	check "  parameters byte-identical to the uninterrupted run" cmp -s "$T/ref$TAG$np.bin" "$D/p.bin"
+	out=$($STREAM "$T/ref$TAG$np" "$D/log" "$np")
 	check "  $out" [ $? -eq 0 ]
 }
 
@@ -168,6 +174,21 @@ for np in 1 2; do
 	[ "$np" -eq 2 ] && loaderd_case "$np" $((2 * spe)) "the first step of epoch 2"
 done
 echo "# equivalence: $(($(date +%s) - t0)) s"
+
+# ---- block sampling, the job's own geometry: exactly once across a loaderd restart ----
+MODE="--sampling block --block 5 --window 3" TAG=b
+train 2 --dump-params "$T/refb2.bin" --log-consumed "$T/refb2" >"$T/refb2.out" 2>&1
+check "reference in block mode (--block 5 --window 3): 2 ranks, $EPOCHS epochs, uninterrupted" \
+	[ $? -eq 0 ]
+check "  a stream of its own (not the shuffle's)" sh -c "! cmp -s '$T/ref2.0' '$T/refb2.0'"
+loaderd_case 2 9 "block mode, mid-epoch 1"
+D=$T/lb2-9
+MODE="--sampling block --block 6 --window 3"
+train 2 --checkpoint-dir "$D/ck" --resume >"$D/3.out" 2>&1
+rc=$?
+check "  a resume with --block 6 from its checkpoint: refused (exit $rc), naming the field" \
+	[ "$rc" -ne 0 ] && grep -q "resume token: block: the token is for blocks of 5 records" "$D/3.out"
+MODE="" TAG=""
 
 # ---- checkpoints do not change the result ----
 D=$T/every

@@ -36,8 +36,8 @@ FUZZ_RUNS := $(patsubst tests/%.c,fuzz:%,$(FUZZ_SRC))
 FUZZ_SRV_SRC := $(wildcard loader/srv_*.c loader/demand.c loader/shares.c loader/cpu_clock.c shm/*.c)
 build/fuzz/fuzz_srv: FUZZ_EXTRA := $(FUZZ_SRV_SRC)
 build/fuzz/fuzz_srv: $(FUZZ_SRV_SRC)
-build/fuzz/fuzz_token: FUZZ_EXTRA := shm/token.c
-build/fuzz/fuzz_token: shm/token.c
+build/fuzz/fuzz_token: FUZZ_EXTRA := shm/token.c shm/ctl.c
+build/fuzz/fuzz_token: shm/token.c shm/ctl.c
 # The codec's JPEG sources (codec/): the marker walker and probe, the shared header parse, both
 # sides of jpeg+idx and jpeg+rst.
 FUZZ_CODEC_JPEG := codec/jpeg_probe.c codec/jpeg_hdr.c codec/jpeg_idx.c codec/jpeg_idx_build.c \

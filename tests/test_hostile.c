@@ -437,6 +437,72 @@ static void test_hostile_dataset_renamed_keeps_serving(void **state)
 	assert_daemon_alive();
 }
 
+/* Block sampling's geometry is the client's: at its limits (a block of 2^24 records, a window
+ * of 2^16 blocks) and at its smallest, a real job over the real dataset delivers every sample
+ * once per epoch with its bytes and label, and nothing in loaderd grows with the values (the
+ * sampler holds no state per block or window); one past a limit is refused naming the field. */
+static void test_hostile_block_geometry_at_limits(void **state)
+{
+	static const uint32_t geo[][2] = { { CTL_BLOCK_MAX, CTL_WINDOW_MAX }, { 1, 1 }, { 7, 3 },
+					   { CTL_BLOCK_MAX, 1 }, { 1, CTL_WINDOW_MAX } };
+	uint8_t *seen = calloc(NSAMPLES, 1);
+	char name[32], msg[256];
+
+	(void)state;
+	assert_non_null(seen);
+	start(NULL);
+	for (size_t g = 0; g < sizeof(geo) / sizeof(geo[0]); g++) {
+		struct ldc_info in;
+		struct ldc_batch b;
+		snprintf(name, sizeof(name), "geo%zu", g);
+		struct ldc_job j = job_of(name, 16, 2);
+		j.sampling = CTL_SAMPLE_BLOCK;
+		j.block = geo[g][0];
+		j.window = geo[g][1];
+		struct ldc *c = open_job(&j, &in);
+		for (uint64_t s = 0; s < in.steps_total; s++) {
+			if (s % in.steps_per_epoch == 0)
+				memset(seen, 0, NSAMPLES);
+			if (ldc_acquire(c, 10000, &b) < 0)
+				fail_msg("block %u window %u step %" PRIu64 ": %s", j.block, j.window, s,
+					 ldc_error(c));
+			if (batch_ok(&b, seen, msg, sizeof(msg)) < 0)
+				fail_msg("block %u window %u: %s", j.block, j.window, msg);
+			assert_int_equal(ldc_release(c, &b), 0);
+		}
+		ldc_close(c);
+	}
+	free(seen);
+	for (int w = 0; w < 2; w++) {
+		struct ctl_job_open m;
+		char buf[CTL_MSG_MAX];
+		uint16_t type = 0;
+		int got[2], ngot = 0, fd = raw_conn(), dfd = open(ds, O_RDONLY | O_CLOEXEC);
+		memset(&m, 0, sizeof(m));
+		snprintf(m.job, sizeof(m.job), "geo-past");
+		snprintf(m.dataset, sizeof(m.dataset), "%s", ds);
+		m.batch = 4;
+		m.world = 1;
+		m.sampling = CTL_SAMPLE_BLOCK;
+		m.block = w ? 1 : CTL_BLOCK_MAX + 1;
+		m.window = w ? CTL_WINDOW_MAX + 1 : 1;
+		assert_int_equal(ctl_send(fd, CTL_JOB_OPEN, &m, sizeof(m), &dfd, 1), 0);
+		close(dfd);
+		ssize_t n = ctl_recv(fd, buf, &type, got, &ngot);
+		for (int i = 0; i < ngot; i++)
+			close(got[i]);
+		struct ctl_error e;
+		assert_true(n == (ssize_t)sizeof(e) && type == CTL_ERROR);
+		memcpy(&e, buf, sizeof(e));
+		assert_int_equal(e.err, EINVAL);
+		if (!strstr(e.text, w ? "window: 65537 blocks is not in 1..65536" :
+			    "block: 16777217 records is not in 1..16777216"))
+			fail_msg("refusal: %s", e.text);
+		close(fd);
+	}
+	assert_daemon_alive();
+}
+
 /* Read a job of unbounded epochs; after step @at, call @change on the dataset; then read until
  * the job stops. Every batch delivered is honest; returns the error text. */
 static void read_through_change(const char *name, void (*change)(void), char *text, size_t cap)
@@ -1690,6 +1756,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_hostile_scribbled_ids_do_not_crash, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_dataset_not_a_dpk_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_block_geometry_at_limits, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_dataset_renamed_keeps_serving, setup,
 						teardown),
 		{ "test_hostile_dataset_truncated_mid_job", test_hostile_dataset_changed_mid_job, setup,

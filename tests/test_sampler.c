@@ -5,6 +5,7 @@
  * without the ones before it; substitution is deterministic; block mode keeps reads local. */
 #include "loader/sampler.h"
 #include "common/mix.h"
+#include "shm/ctl.h"
 #include "shm/ring.h"
 
 #include <errno.h>
@@ -494,19 +495,21 @@ static void walk_rank(struct shard_bufs *b, const struct ldr_sampler *s, uint64_
 
 /* Walks every step of every rank for one configuration and checks it against the contract and
  * against torch_distributed(). */
-static void check_sharding(struct shard_bufs *b, uint64_t n, uint32_t world, uint32_t batch,
-			   int mode, int tail, uint64_t seed, uint64_t epoch)
+static void check_sharding_geo(struct shard_bufs *b, uint64_t n, uint32_t world, uint32_t batch,
+			       int mode, int tail, uint64_t seed, uint64_t epoch, uint32_t block,
+			       uint32_t window)
 {
 	struct ldr_sampler s;
 	int ret = ldr_sampler_init(&s, n, world, batch, (enum ldr_sampling)mode,
-				   (enum ldr_tail)tail, seed, 4, 3);
+				   (enum ldr_tail)tail, seed, block, window);
 	uint8_t want_flag = tail == MASK ? RING_SAMPLE_PADDING : RING_SAMPLE_REPEATED;
 	uint64_t per_rank = tail == DROP ? n / world : (n + world - 1) / world;
 	uint64_t nflagged = 0, nplain = 0;
 	char cfg[160];
 
 	snprintf(cfg, sizeof(cfg), "n=%" PRIu64 " world=%u batch=%u %s %s seed=%" PRIu64
-		 " epoch=%" PRIu64, n, world, batch, mode_name(mode), tail_name(tail), seed, epoch);
+		 " epoch=%" PRIu64 " block=%u window=%u", n, world, batch, mode_name(mode),
+		 tail_name(tail), seed, epoch, block, window);
 	if (tail == DROP && n < world) {
 		if (ret != -ENODATA)
 			fail_msg("%s: init = %d, want -ENODATA", cfg, ret);
@@ -557,6 +560,89 @@ static void check_sharding(struct shard_bufs *b, uint64_t n, uint32_t world, uin
 				 per_rank * world - n);
 		assert_int_equal(nplain, n);
 	}
+}
+
+static void check_sharding(struct shard_bufs *b, uint64_t n, uint32_t world, uint32_t batch,
+			   int mode, int tail, uint64_t seed, uint64_t epoch)
+{
+	check_sharding_geo(b, n, world, batch, mode, tail, seed, epoch, 4, 3);
+}
+
+/* Block mode with the geometry a client chooses (ctl_job_open's block and window): each bound
+ * at its limit and one past it; the edges (block 1, window 1, a block the whole dataset or
+ * larger, a size that is not a multiple of the block, a short last window); and, for 2 and 3
+ * ranks under every tail policy, every sample exactly once per epoch across the ranks (the
+ * repeats flagged) in PyTorch's DistributedSampler order. */
+static void test_sampler_block_client_geometry(void **state)
+{
+	static const uint64_t ns[] = { 1, 7, 64, 1000, 1009, 4099 };
+	static const uint32_t geo[][2] = { { 1, 1 }, { 1, 5 }, { 10, 1 }, { 10, 4 }, { 97, 3 },
+					   { 1009, 1 }, { 5000, 2 }, { 0, 7 }, { 13, 0 },
+					   { CTL_BLOCK_MAX, CTL_WINDOW_MAX }, { CTL_BLOCK_MAX, 1 },
+					   { 1, CTL_WINDOW_MAX } };
+	uint8_t *seen = malloc(4099);
+	struct ldr_sampler s;
+	struct shard_bufs b;
+
+	(void)state;
+	assert_non_null(seen);
+	/* the bounds: at the limit, and one past */
+	assert_int_equal(ldr_sampler_init(&s, 100, 2, 4, LDR_SAMPLE_BLOCK, LDR_TAIL_PAD, 1,
+					  CTL_BLOCK_MAX, 1), 0);
+	assert_int_equal(s.block, CTL_BLOCK_MAX);
+	assert_int_equal(ldr_sampler_init(&s, 100, 2, 4, LDR_SAMPLE_BLOCK, LDR_TAIL_PAD, 1,
+					  CTL_BLOCK_MAX + 1, 1), -EINVAL);
+	assert_int_equal(ldr_sampler_init(&s, 100, 2, 4, LDR_SAMPLE_BLOCK, LDR_TAIL_PAD, 1, 1,
+					  CTL_WINDOW_MAX), 0);
+	assert_int_equal(s.window, CTL_WINDOW_MAX);
+	assert_int_equal(ldr_sampler_init(&s, 100, 2, 4, LDR_SAMPLE_BLOCK, LDR_TAIL_PAD, 1, 1,
+					  CTL_WINDOW_MAX + 1), -EINVAL);
+	/* block 1, window 1: a window is one record, so the order is the keyed order of the
+	 * blocks, i.e. of the records: a bijection, and not the identity */
+	init_ok(&s, 1009, 1, 1, BLK, PAD, 3, 1, 1);
+	check_bijection(&s, 0, seen);
+	unsigned fixed = 0;
+	for (uint64_t p = 0; p < s.n; p++)
+		fixed += ldr_sampler_order(&s, 0, p) == p;
+	assert_true(fixed < 20);
+	/* block 10, window 4 on 1009 records: 100 full blocks and a short one of 9; windows of
+	 * 40 positions, the last (positions 1000..1008) short: it reads exactly the short block,
+	 * and every full window reads exactly 4 whole blocks */
+	init_ok(&s, 1009, 1, 1, BLK, PAD, 3, 10, 4);
+	for (uint64_t e = 0; e < 2; e++) {
+		check_bijection(&s, e, seen);
+		for (uint64_t p = 1000; p < 1009; p++)
+			assert_true(ldr_sampler_order(&s, e, p) >= 1000);
+		for (uint64_t w0 = 0; w0 < 1000; w0 += 40)
+			assert_int_equal(blocks_read(&s, e, w0, 40, 4, NULL, 0), 4);
+	}
+	/* a block of CTL_BLOCK_MAX records on a larger dataset: one window of one block reads
+	 * that block only, in an order of its own */
+	init_ok(&s, 2ull * CTL_BLOCK_MAX + 5, 1, 1, BLK, PAD, 9, CTL_BLOCK_MAX, 1);
+	for (uint64_t w = 0; w < 2; w++) {
+		uint64_t first = ldr_sampler_order(&s, 0, w * CTL_BLOCK_MAX) / CTL_BLOCK_MAX;
+		unsigned moved = 0;
+		for (uint64_t p = w * CTL_BLOCK_MAX; p < w * CTL_BLOCK_MAX + 4096; p++) {
+			uint64_t v = ldr_sampler_order(&s, 0, p);
+			assert_int_equal(v / CTL_BLOCK_MAX, first);
+			moved += v % CTL_BLOCK_MAX != p % CTL_BLOCK_MAX;
+		}
+		assert_true(moved > 4000);
+	}
+	assert_true(ldr_sampler_order(&s, 0, 2ull * CTL_BLOCK_MAX + 4) >= 2ull * CTL_BLOCK_MAX);
+	/* exactly once across 2 and 3 ranks, every tail, each geometry */
+	shard_bufs_init(&b, 4099, 3);
+	for (size_t i = 0; i < ARRAY_LEN(ns); i++)
+		for (size_t g = 0; g < ARRAY_LEN(geo); g++) {
+			init_ok(&s, ns[i], 1, 1, BLK, PAD, 11 + g, geo[g][0], geo[g][1]);
+			check_bijection(&s, 1, seen);
+			for (uint32_t world = 2; world <= 3; world++)
+				for (int tail = PAD; tail <= MASK; tail++)
+					check_sharding_geo(&b, ns[i], world, 8, BLK, tail, 11 + g,
+							   i + g, geo[g][0], geo[g][1]);
+		}
+	shard_bufs_fini(&b);
+	free(seen);
 }
 
 static void test_sampler_distributed_semantics_many_triples(void **state)
@@ -816,6 +902,7 @@ int main(void)
 		cmocka_unit_test(test_sampler_shuffle_first_sample_spread),
 		cmocka_unit_test(test_sampler_block_keyed_by_epoch),
 		cmocka_unit_test(test_sampler_block_locality),
+		cmocka_unit_test(test_sampler_block_client_geometry),
 		cmocka_unit_test(test_sampler_distributed_semantics_many_triples),
 		cmocka_unit_test(test_sampler_distributed_semantics_seeded),
 		cmocka_unit_test(test_sampler_distributed_worked_examples),

@@ -758,9 +758,16 @@ static void test_srv_ctl_bad_framing_refused(void **state)
 	send_refused("type 0", pkt, n, EBADMSG, "malformed");
 	n = make_pkt(pkt, CTL_MAGIC, CTL_VERSION, CTL_JOB_OK, 16 + 64, 0, pkt + 1024, 64);
 	send_refused("server-only type from a client", pkt, n, EBADMSG, "unexpected message type");
-	n = make_pkt(pkt, CTL_MAGIC, CTL_VERSION, CTL_JOB_OPEN, 16 + sizeof(m) - 8, 0, &m,
-		     sizeof(m) - 8);
+	n = make_pkt(pkt, CTL_MAGIC, CTL_VERSION, CTL_JOB_OPEN, 16 + sizeof(m) - 4, 0, &m,
+		     sizeof(m) - 4);
 	send_refused("JOB_OPEN body too short", pkt, n, EBADMSG, "unexpected");
+	n = make_pkt(pkt, CTL_MAGIC, CTL_VERSION, CTL_JOB_OPEN, 16 + CTL_JOB_OPEN_SIZE_V2 - 1, 0,
+		     &m, CTL_JOB_OPEN_SIZE_V2 - 1);
+	send_refused("JOB_OPEN body a byte short of the older form", pkt, n, EBADMSG, "unexpected");
+	n = make_pkt(pkt, CTL_MAGIC, CTL_VERSION, CTL_JOB_OPEN, 16 + sizeof(m) + 8, 0, &m,
+		     sizeof(m));
+	memset(pkt + n, 0, 8);
+	send_refused("JOB_OPEN body too long", pkt, n + 8, EBADMSG, "unexpected");
 	n = make_pkt(pkt, CTL_MAGIC, CTL_VERSION, CTL_STATS_REQ, 16 + 8, 0, &m, 8);
 	send_refused("STATS_REQ with a body", pkt, n, EBADMSG, "unexpected");
 	memset(pkt, 0, sizeof(pkt));
@@ -806,6 +813,10 @@ static void test_srv_ctl_bad_job_open_fields_refused(void **state)
 		{ "unknown share mode", "share: unknown mode 3" },
 		{ "owner_uid without a join", "owner_uid: for share JOIN only" },
 		{ "balance 2", "balance: 0 or 1" },
+		{ "block past its limit", "block: 16777217 records is not in 1..16777216" },
+		{ "window past its limit", "window: 65537 blocks is not in 1..65536" },
+		{ "block with sampling shuffle", "block: for sampling block only" },
+		{ "window with sampling sequential", "window: for sampling block only" },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -828,6 +839,10 @@ static void test_srv_ctl_bad_job_open_fields_refused(void **state)
 		case 13: m.share = 3; break;
 		case 14: m.owner_uid = 1000; break;
 		case 15: m.balance = 2; break;
+		case 16: m.sampling = CTL_SAMPLE_BLOCK; m.block = CTL_BLOCK_MAX + 1; break;
+		case 17: m.sampling = CTL_SAMPLE_BLOCK; m.window = CTL_WINDOW_MAX + 1; break;
+		case 18: m.block = 64; break;
+		case 19: m.sampling = CTL_SAMPLE_SEQUENTIAL; m.window = 16; break;
 		}
 		int fd = raw_connect();
 		assert_int_equal(ctl_send(fd, CTL_JOB_OPEN, &m, sizeof(m), NULL, 0), 0);
@@ -836,6 +851,71 @@ static void test_srv_ctl_bad_job_open_fields_refused(void **state)
 	}
 	assert_alive(srv);
 	assert_serves("fields");  /* none of the refused opens created the job */
+	stop_server(srv);
+}
+
+/* Open rank @rank of a 2-rank block-mode job @job with geometry (@block, @window), sending
+ * @len bytes of the message; returns the connection (the reply not yet read). */
+static int geo_open(const char *job, uint32_t rank, uint32_t block, uint32_t window, size_t len)
+{
+	struct ctl_job_open m;
+	int fd = raw_connect();
+
+	good_open(&m, job);
+	m.world = 2;
+	m.rank = rank;
+	m.sampling = CTL_SAMPLE_BLOCK;
+	m.block = block;
+	m.window = window;
+	assert_int_equal(ctl_send(fd, CTL_JOB_OPEN, &m, len, NULL, 0), 0);
+	return fd;
+}
+
+static void expect_ok(int fd, const char *what)
+{
+	char buf[CTL_MSG_MAX];
+	uint16_t type = 0;
+	int fds[2], nfds = 0;
+	ssize_t n = ctl_recv(fd, buf, &type, fds, &nfds);
+
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	if (n != (ssize_t)sizeof(struct ctl_job_ok) || type != CTL_JOB_OK)
+		fail_msg("%s: reply %zd bytes type %u, want CTL_JOB_OK", what, n, type);
+}
+
+/* Block sampling's geometry chosen by the client: each bound taken at its limit; the ranks of a
+ * job agree on it (another value refused naming the field; 0 is the default, so the message
+ * without the fields, as older clients send it, joins a job opened with 64 x 16 spelled out). */
+static void test_srv_ctl_block_geometry_agreed(void **state)
+{
+	(void)state;
+	pid_t srv = start_server(NULL);
+	int a = geo_open("geo", 0, CTL_BLOCK_MAX, CTL_WINDOW_MAX, sizeof(struct ctl_job_open));
+
+	expect_ok(a, "block and window at their limits");
+	int b = geo_open("geo", 1, CTL_BLOCK_MAX - 1, CTL_WINDOW_MAX, sizeof(struct ctl_job_open));
+	expect_refused(b, "another block", EEXIST, "exists with another block");
+	fd_close(b);
+	b = geo_open("geo", 1, CTL_BLOCK_MAX, 1, sizeof(struct ctl_job_open));
+	expect_refused(b, "another window", EEXIST, "exists with another window");
+	fd_close(b);
+	b = geo_open("geo", 1, 0, 0, CTL_JOB_OPEN_SIZE_V2);
+	expect_refused(b, "the defaults", EEXIST, "exists with another block");
+	fd_close(b);
+	b = geo_open("geo", 1, CTL_BLOCK_MAX, CTL_WINDOW_MAX, sizeof(struct ctl_job_open));
+	expect_ok(b, "the same geometry");
+	fd_close(b);
+	fd_close(a);
+
+	a = geo_open("geo-default", 0, 0, 0, CTL_JOB_OPEN_SIZE_V2);
+	expect_ok(a, "the older message (no block, window)");
+	b = geo_open("geo-default", 1, CTL_BLOCK_DEFAULT, CTL_WINDOW_DEFAULT,
+		     sizeof(struct ctl_job_open));
+	expect_ok(b, "the defaults spelled out");
+	fd_close(b);
+	fd_close(a);
+	assert_alive(srv);
 	stop_server(srv);
 }
 
@@ -1747,6 +1827,7 @@ int main(void)
 		T(test_srv_ctl_bad_framing_refused),
 		T(test_srv_ctl_empty_packet_refused),
 		T(test_srv_ctl_bad_job_open_fields_refused),
+		T(test_srv_ctl_block_geometry_agreed),
 		T(test_srv_ctl_stats_before_open_refused),
 		T(test_srv_ctl_second_open_refused),
 		T(test_srv_ctl_client_many_fds_refused),

@@ -1,7 +1,8 @@
 /* test_token.c - resume tokens (shm/token.h) as untrusted input: a sealed token parses back to
  * itself; truncated, too long, not-a-token, other-version, altered and inconsistent tokens are
  * refused with a reason naming the field; a token for another dataset or job shape does not match
- * and the reason names the field. Every byte flip of a sealed token is refused. */
+ * and the reason names the field. Every byte flip of a sealed token is refused. Version 1 tokens
+ * (before block and window) still parse, as the geometry their jobs ran with. */
 #include "shm/ctl.h"
 #include "shm/token.h"
 
@@ -67,7 +68,7 @@ static void test_token_truncated_refused(void **state)
 	refused(&t, 0, -EBADMSG, "truncated: 0 bytes");
 	refused(NULL, 0, -EBADMSG, "truncated");
 	refused(&t, 7, -EBADMSG, "truncated: 7 bytes");
-	refused(&t, LDC_TOKEN_SIZE - 1, -EBADMSG, "truncated: 103 of its 104 bytes");
+	refused(&t, LDC_TOKEN_SIZE - 1, -EBADMSG, "truncated: 111 of its 112 bytes");
 }
 
 static void test_token_too_long_refused(void **state)
@@ -77,7 +78,7 @@ static void test_token_too_long_refused(void **state)
 	struct ldc_token t = good();
 
 	memcpy(buf, &t, sizeof(t));
-	refused(buf, sizeof(buf), -EBADMSG, "length: 112 bytes given");
+	refused(buf, sizeof(buf), -EBADMSG, "length: 120 bytes given");
 }
 
 static void test_token_not_a_token_refused(void **state)
@@ -95,9 +96,11 @@ static void test_token_wrong_version_refused(void **state)
 	(void)state;
 	struct ldc_token t = good();
 
-	t.version = 2;
+	t.version = 3;
 	t.check = 0;  /* a newer token: its version is read before anything else */
-	refused(&t, sizeof(t), -EPROTO, "version: 2; this build reads version 1");
+	refused(&t, sizeof(t), -EPROTO, "version: 3; this build reads versions 1 and 2");
+	t.version = 0;
+	refused(&t, sizeof(t), -EPROTO, "version: 0");
 	refused(&t, 8, -EPROTO, "version");
 }
 
@@ -137,6 +140,114 @@ static void test_token_every_byte_flip_refused(void **state)
 			if (ldc_token_parse(b, sizeof(b), &out, why, sizeof(why)) == 0)
 				fail_msg("byte %zu bit %d flipped: accepted", i, bit);
 		}
+}
+
+/* Tokens as the version 1 code wrote them (104 bytes: seed 7, epoch 3 step 41, 2 ranks, batch
+ * 64, sampling shuffle and block): they parse, into the version 2 layout, with the geometry a
+ * version 1 job ran with (block 64, window 16 in block mode; 0 otherwise). */
+static const uint8_t v1_shuffle[LDC_TOKEN_SIZE_V1] = {
+	0x4c, 0x54, 0x4b, 0x31, 0x01, 0x00, 0x68, 0x00, 0x07, 0x00, 0x00, 0x00,
+	0x00, 0x00, 0x00, 0x00, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+	0x29, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xa0, 0xa1, 0xa2, 0xa3,
+	0xa4, 0xa5, 0xa6, 0xa7, 0xa8, 0xa9, 0xaa, 0xab, 0xac, 0xad, 0xae, 0xaf,
+	0xa0, 0x86, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0e, 0x03, 0x00, 0x00,
+	0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00,
+	0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x05, 0x00, 0x00, 0x00,
+	0x40, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+	0x91, 0xa7, 0xf9, 0x4d, 0x4e, 0x52, 0x4d, 0x4c,
+};
+static const uint8_t v1_block[LDC_TOKEN_SIZE_V1] = {
+	0x4c, 0x54, 0x4b, 0x31, 0x01, 0x00, 0x68, 0x00, 0x07, 0x00, 0x00, 0x00,
+	0x00, 0x00, 0x00, 0x00, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+	0x29, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xa0, 0xa1, 0xa2, 0xa3,
+	0xa4, 0xa5, 0xa6, 0xa7, 0xa8, 0xa9, 0xaa, 0xab, 0xac, 0xad, 0xae, 0xaf,
+	0xa0, 0x86, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0e, 0x03, 0x00, 0x00,
+	0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00,
+	0x02, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x05, 0x00, 0x00, 0x00,
+	0x40, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+	0x45, 0x3a, 0x59, 0x72, 0x0f, 0x4f, 0x97, 0x1b,
+};
+
+static void test_token_version_1_parses(void **state)
+{
+	(void)state;
+	struct ldc_token out, want = good();
+	char why[256] = "";
+	uint8_t b[LDC_TOKEN_SIZE_V1];
+
+	assert_int_equal(ldc_token_parse(v1_shuffle, sizeof(v1_shuffle), &out, why, sizeof(why)), 0);
+	assert_int_equal(out.version, LDC_TOKEN_VERSION);
+	assert_int_equal(out.length, LDC_TOKEN_SIZE);
+	assert_memory_equal(&out, &want, sizeof(out));  /* = the version 2 token of the same job */
+	assert_int_equal(ldc_token_parse(v1_block, sizeof(v1_block), &out, why, sizeof(why)), 0);
+	assert_int_equal(out.sampling, CTL_SAMPLE_BLOCK);
+	assert_int_equal(out.block, CTL_BLOCK_DEFAULT);
+	assert_int_equal(out.window, CTL_WINDOW_DEFAULT);
+	assert_int_equal(out.epoch, 3);
+	assert_int_equal(out.step, 41);
+	/* re-sealed as version 2, it parses back to itself */
+	struct ldc_token again;
+	assert_int_equal(ldc_token_parse(&out, sizeof(out), &again, why, sizeof(why)), 0);
+	assert_memory_equal(&out, &again, sizeof(out));
+	/* its own length only; damaged, refused */
+	refused(v1_block, sizeof(v1_block) - 1, -EBADMSG, "truncated: 103 of its 104 bytes");
+	refused(v1_block, LDC_TOKEN_SIZE, -EBADMSG, "length: 112 bytes given, the token has 104");
+	for (size_t i = 8; i < sizeof(b); i++) {
+		memcpy(b, v1_block, sizeof(b));
+		b[i] ^= 0x10;
+		refused(b, sizeof(b), -EBADMSG, "");
+	}
+	memcpy(b, v1_block, sizeof(b));
+	b[6] = 112;  /* a version 1 header that claims version 2's length */
+	refused(b, sizeof(b), -EBADMSG, "length: the header says 112 bytes; a version 1 token has 104");
+}
+
+/* Block sampling's geometry is part of the job's shape: a token for other values does not match,
+ * and the reason names the field; tokens carry them within the protocol's bounds. */
+static void test_token_block_geometry(void **state)
+{
+	(void)state;
+	struct ldc_token t = good(), job;
+	char why[256] = "";
+
+	t.sampling = CTL_SAMPLE_BLOCK;
+	t.block = 500;
+	t.window = 8;
+	ldc_token_seal(&t);
+	job = t;
+	assert_int_equal(ldc_token_match(&t, &job, why, sizeof(why)), 0);
+	job.block = 64;
+	assert_int_equal(ldc_token_match(&t, &job, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, "block: the token is for blocks of 500 records, this job's are of 64"));
+	job = t;
+	job.window = 9;
+	assert_int_equal(ldc_token_match(&t, &job, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, "window: the token is for windows of 8 blocks, this job's are of 9"));
+
+	static const struct {
+		uint32_t sampling, block, window;
+		const char *needle;   /* NULL: parses */
+	} cases[] = {
+		{ CTL_SAMPLE_BLOCK, 1, 1, NULL },
+		{ CTL_SAMPLE_BLOCK, CTL_BLOCK_MAX, CTL_WINDOW_MAX, NULL },
+		{ CTL_SAMPLE_BLOCK, CTL_BLOCK_MAX + 1, 1, "block: 16777217 is not in 1..16777216" },
+		{ CTL_SAMPLE_BLOCK, 1, CTL_WINDOW_MAX + 1, "window: 65537 is not in 1..65536" },
+		{ CTL_SAMPLE_BLOCK, 0, 16, "block: 0 is not in 1.." },
+		{ CTL_SAMPLE_BLOCK, 64, 0, "window: 0 is not in 1.." },
+		{ CTL_SAMPLE_SHUFFLE, 64, 0, "block: 64, not 0, with sampling shuffle" },
+		{ CTL_SAMPLE_SEQUENTIAL, 0, 16, "window: 16, not 0, with sampling sequential" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct ldc_token u = good(), out;
+		u.sampling = cases[i].sampling;
+		u.block = cases[i].block;
+		u.window = cases[i].window;
+		ldc_token_seal(&u);
+		if (cases[i].needle)
+			refused(&u, sizeof(u), -EBADMSG, cases[i].needle);
+		else
+			assert_int_equal(ldc_token_parse(&u, sizeof(u), &out, why, sizeof(why)), 0);
+	}
 }
 
 /* Sealed (checksum right) but inconsistent: a writer's bug, still refused. */
@@ -277,6 +388,8 @@ int main(void)
 		cmocka_unit_test(test_token_step_limit_exact),
 		cmocka_unit_test(test_token_other_job_refused),
 		cmocka_unit_test(test_token_match_ignores_position_and_unknowns),
+		cmocka_unit_test(test_token_version_1_parses),
+		cmocka_unit_test(test_token_block_geometry),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

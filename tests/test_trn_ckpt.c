@@ -62,8 +62,10 @@ static int load(int ret, const char *needle, struct trn_ckpt *c)
 
 	if (r != ret || (needle && !strstr(why, needle)))
 		fail_msg("expected %d with '%s'; got %d: '%s'", ret, needle ? needle : "", r, why);
+	if (r == 1)  /* the token as saved (before version 3: its first LDC_TOKEN_SIZE_V1 bytes) */
+		assert_memory_equal(c->token, token, c->token_len);
 	if (r == 1)
-		assert_memory_equal(c->token, token, LDC_TOKEN_SIZE);
+		c->token = NULL;  /* it pointed into tok */
 	return r;
 }
 
@@ -196,8 +198,10 @@ static void save_split(uint64_t step, const uint8_t *split, uint32_t len, int re
 		fail_msg("save with a split seed of %u bytes: want %d: %s", len, ret, why);
 }
 
-/* Rewrite step @step's file as version @v with split_len @split_len, checksum made whole. */
-static void rewrite_as(uint64_t step, uint32_t v, uint32_t split_len)
+/* Rewrite step @step's file as version @v with split_len @split_len, checksum made whole. Before
+ * version 3 the header is TRN_CKPT_HDR_V2 bytes: the token's room ends 8 bytes sooner, and
+ * token_len becomes @token_len. */
+static void rewrite_old(uint64_t step, uint32_t v, uint32_t split_len, uint32_t token_len)
 {
 	FILE *f = fopen(file_of(step), "r+b");
 	struct stat sb;
@@ -207,14 +211,31 @@ static void rewrite_as(uint64_t step, uint32_t v, uint32_t split_len)
 	uint8_t *b = malloc((size_t)sb.st_size);
 	assert_non_null(b);
 	assert_int_equal(fread(b, 1, (size_t)sb.st_size, f), (size_t)sb.st_size);
+	size_t size = (size_t)sb.st_size;
+	if (v < 3) {
+		uint32_t hsz = TRN_CKPT_HDR_V2;
+		memmove(b + hsz, b + sizeof(struct trn_ckpt_hdr), size - sizeof(struct trn_ckpt_hdr));
+		size -= sizeof(struct trn_ckpt_hdr) - hsz;
+		uint64_t fsz = size;
+		memcpy(b + offsetof(struct trn_ckpt_hdr, hdr_size), &hsz, 4);
+		memcpy(b + offsetof(struct trn_ckpt_hdr, file_size), &fsz, 8);
+		memcpy(b + offsetof(struct trn_ckpt_hdr, token_len), &token_len, 4);
+	}
 	memcpy(b + offsetof(struct trn_ckpt_hdr, version), &v, 4);
 	memcpy(b + offsetof(struct trn_ckpt_hdr, split_len), &split_len, 4);
-	uint64_t sum = XXH3_64bits(b, (size_t)sb.st_size - 8);
-	memcpy(b + sb.st_size - 8, &sum, 8);
-	rewind(f);
-	assert_int_equal(fwrite(b, 1, (size_t)sb.st_size, f), (size_t)sb.st_size);
+	uint64_t sum = XXH3_64bits(b, size - 8);
+	memcpy(b + size - 8, &sum, 8);
+	fclose(f);
+	f = fopen(file_of(step), "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(b, 1, size, f), size);
 	assert_int_equal(fclose(f), 0);
 	free(b);
+}
+
+static void rewrite_as(uint64_t step, uint32_t v, uint32_t split_len)
+{
+	rewrite_old(step, v, split_len, LDC_TOKEN_SIZE_V1);
 }
 
 static void test_ckpt_split_seed_roundtrip_bounds_and_version_1(void **state)
@@ -255,6 +276,39 @@ static void test_ckpt_split_seed_roundtrip_bounds_and_version_1(void **state)
 	load(-EBADMSG, "corrupt header", &c);
 }
 
+/* Version 2 files (a 168-byte header, room for a version 1 token of 104 bytes) still load, the
+ * token and the split seed byte for byte; one that claims a longer token is corrupt. A version 3
+ * file holds a whole version 2 token (LDC_TOKEN_SIZE). */
+static void test_ckpt_version_2_header_loads(void **state)
+{
+	(void)state;
+	struct trn_ckpt c;
+	static uint8_t split[40];
+
+	for (size_t i = 0; i < sizeof(split); i++)
+		split[i] = (uint8_t)(i * 3 + 5);
+	save_split(8, split, sizeof(split), 0);
+	load(1, NULL, &c);
+	assert_int_equal(c.token_len, LDC_TOKEN_SIZE);
+	free((void *)c.split);
+	free(c.params);
+	free(c.mom);
+	rewrite_old(8, 2, sizeof(split), LDC_TOKEN_SIZE_V1);
+	load(1, NULL, &c);
+	assert_int_equal(c.step, 8);
+	assert_int_equal(c.token_len, LDC_TOKEN_SIZE_V1);
+	assert_int_equal(c.split_len, sizeof(split));
+	assert_memory_equal(c.split, split, sizeof(split));
+	assert_memory_equal(c.params, params, sizeof(params));
+	assert_memory_equal(c.mom, mom, sizeof(mom));
+	free((void *)c.split);
+	free(c.params);
+	free(c.mom);
+	save_split(9, split, sizeof(split), 0);
+	rewrite_old(9, 2, sizeof(split), LDC_TOKEN_SIZE_V1 + 1);  /* one past its room */
+	load(-EBADMSG, "corrupt header", &c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -266,6 +320,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_ckpt_damaged_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ckpt_split_seed_roundtrip_bounds_and_version_1,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ckpt_version_2_header_loads, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

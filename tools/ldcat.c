@@ -56,7 +56,15 @@ static void usage(FILE *f)
 "  --seed S             sampling and augmentation seed (default 0)\n"
 "  --epochs E           epochs in the job, 0 = unbounded (default 1)\n"
 "  --start-epoch E      first epoch of a fresh job (default 0)\n"
-"  --sampling M         shuffle (default), sequential or block\n"
+"  --sampling M         shuffle (default): one permutation of the whole dataset per epoch;\n"
+"                       sequential; or block: blocks of consecutive records in a new order\n"
+"                       each epoch, samples shuffled within a window of blocks (for a dataset\n"
+"                       read through a cache smaller than it: docs/S3.md)\n"
+"  --block N            block: records per block, 1..16777216 (default 64)\n"
+"  --window M           block: blocks per shuffle window, 1..65536 (default 16)\n"
+"  --window-shards K    block over a set of shards: a window of K shards (block = the set's\n"
+"                       largest shard's records, window = K); keep K at most half the\n"
+"                       shards your cache holds. Instead of --block and --window\n"
 "  --tail P             pad (default), drop, mask or drop_last (whole batches only): what\n"
 "                       happens to the last partial round\n"
 "  --on-bad P           substitute (default) or fail: what a bad record does\n"
@@ -97,7 +105,7 @@ static int pick(const char *s, const char *const *names, uint32_t *out)
 enum { O_SOCKET = 256, O_DATASET, O_JOB, O_RANK, O_WORLD, O_BATCH, O_CROP, O_TF, O_FLIP,
        O_NCHW, O_SEED, O_EPOCHS, O_START, O_SAMPLING, O_TAIL, O_BAD, O_SLOTS, O_STEPS,
        O_TIMEOUT, O_SHARE, O_OWNER, O_RATE, O_WEIGHT, O_JSON, O_SECONDS, O_BALANCE,
-       O_REPORT, O_FIELDS, O_AUGMENT };
+       O_REPORT, O_FIELDS, O_AUGMENT, O_BLOCK, O_WINDOW, O_WSHARDS };
 static const struct option long_opts[] = {
 	{ "socket", required_argument, NULL, O_SOCKET },
 	{ "dataset", required_argument, NULL, O_DATASET },
@@ -113,6 +121,9 @@ static const struct option long_opts[] = {
 	{ "epochs", required_argument, NULL, O_EPOCHS },
 	{ "start-epoch", required_argument, NULL, O_START },
 	{ "sampling", required_argument, NULL, O_SAMPLING },
+	{ "block", required_argument, NULL, O_BLOCK },
+	{ "window", required_argument, NULL, O_WINDOW },
+	{ "window-shards", required_argument, NULL, O_WSHARDS },
 	{ "tail", required_argument, NULL, O_TAIL },
 	{ "on-bad", required_argument, NULL, O_BAD },
 	{ "slots", required_argument, NULL, O_SLOTS },
@@ -203,6 +214,18 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case O_START: bad = arg_u64(optarg, 0, CTL_STEP_LIMIT, &job->start_epoch); break;
 		case O_SAMPLING: bad = pick(optarg, samplings, &job->sampling); break;
+		case O_BLOCK:
+			bad = arg_u64(optarg, 1, CTL_BLOCK_MAX, &v);
+			job->block = (uint32_t)v;
+			break;
+		case O_WINDOW:
+			bad = arg_u64(optarg, 1, CTL_WINDOW_MAX, &v);
+			job->window = (uint32_t)v;
+			break;
+		case O_WSHARDS:
+			bad = arg_u64(optarg, 1, CTL_WINDOW_MAX, &v);
+			job->window_shards = (uint32_t)v;
+			break;
 		case O_TAIL: bad = pick(optarg, tails, &job->tail); break;
 		case O_BAD: bad = pick(optarg, bads, &job->on_bad); break;
 		case O_SLOTS:
@@ -254,6 +277,16 @@ static int parse_args(int argc, char **argv, struct args *a)
 	}
 	if (!job->dataset) {
 		fprintf(stderr, "ldcat: --dataset is required (see --help)\n");
+		return EXIT_USAGE;
+	}
+	if ((job->block || job->window || job->window_shards) && job->sampling != CTL_SAMPLE_BLOCK) {
+		fprintf(stderr, "ldcat: --%s is for --sampling block\n", job->block ? "block" :
+			job->window ? "window" : "window-shards");
+		return EXIT_USAGE;
+	}
+	if (job->window_shards && (job->block || job->window)) {
+		fprintf(stderr, "ldcat: --window-shards sets the block and the window: give it "
+			"alone, or --block and --window\n");
 		return EXIT_USAGE;
 	}
 	if (job->rank >= job->world) {

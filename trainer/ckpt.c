@@ -30,7 +30,7 @@ static int digest(const struct trn_ckpt_hdr *h, const float *params, const float
 	if (!st)
 		return -ENOMEM;
 	XXH3_64bits_reset(st);
-	XXH3_64bits_update(st, h, sizeof(*h));
+	XXH3_64bits_update(st, h, h->hdr_size);  /* as stored: 168 bytes before version 3 */
 	XXH3_64bits_update(st, params, bytes);
 	XXH3_64bits_update(st, mom, bytes);
 	if (h->split_len)
@@ -165,7 +165,8 @@ static int load(const char *path, struct trn_ckpt *c, uint8_t tok[LDC_TOKEN_SIZE
 		ret = err_set(why, whylen, -errno, "%s: %s", path, strerror(errno));
 		goto out;
 	}
-	if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+	memset(&h, 0, sizeof(h));
+	if (pread(fd, &h, 16, 0) != 16) {
 		ret = err_set(why, whylen, -EBADMSG, "%s: truncated: %lld bytes, shorter than its header",
 			  path, (long long)sb.st_size);
 		goto out;
@@ -174,17 +175,25 @@ static int load(const char *path, struct trn_ckpt *c, uint8_t tok[LDC_TOKEN_SIZE
 		ret = err_set(why, whylen, -EBADMSG, "%s: not a trainer checkpoint (magic)", path);
 		goto out;
 	}
-	if (h.version < 1 || h.version > TRN_CKPT_VERSION || h.hdr_size != sizeof(h)) {
+	if (h.version < 1 || h.version > TRN_CKPT_VERSION ||
+	    h.hdr_size != (h.version >= 3 ? sizeof(h) : TRN_CKPT_HDR_V2)) {
 		ret = err_set(why, whylen, -EPROTO, "%s: checkpoint version %u; this trainer reads "
 			  "versions 1 to %u", path, h.version, TRN_CKPT_VERSION);
+		goto out;
+	}
+	uint32_t hsz = h.hdr_size;  /* the same fields; before version 3 the token's room ends 8
+				      * bytes sooner (they stay zero) */
+	if (pread(fd, &h, hsz, 0) != (ssize_t)hsz) {
+		ret = err_set(why, whylen, -EBADMSG, "%s: truncated: %lld bytes, shorter than its header",
+			  path, (long long)sb.st_size);
 		goto out;
 	}
 	/* Sizes before allocations: n comes from the file (bounded first, so no product overflows;
 	 * then the file's real size bounds it). */
 	if (h.n == 0 || h.n > (1ull << 58) ||
 	    h.split_len > (h.version >= 2 ? TRN_CKPT_SPLIT_MAX : 0) ||
-	    h.file_size != sizeof(h) + 2 * h.n * sizeof(float) + h.split_len + sizeof(uint64_t) ||
-	    h.token_len > sizeof(h.token)) {
+	    h.file_size != hsz + 2 * h.n * sizeof(float) + h.split_len + sizeof(uint64_t) ||
+	    h.token_len > hsz - offsetof(struct trn_ckpt_hdr, token)) {
 		ret = err_set(why, whylen, -EBADMSG, "%s: corrupt header (sizes)", path);
 		goto out;
 	}
@@ -204,11 +213,11 @@ static int load(const char *path, struct trn_ckpt *c, uint8_t tok[LDC_TOKEN_SIZE
 			  (unsigned long long)h.n);
 		goto out;
 	}
-	if (pread(fd, c->params, bytes, sizeof(h)) != (ssize_t)bytes ||
-	    pread(fd, c->mom, bytes, (off_t)(sizeof(h) + bytes)) != (ssize_t)bytes ||
-	    (h.split_len && pread(fd, split, h.split_len, (off_t)(sizeof(h) + 2 * bytes)) !=
+	if (pread(fd, c->params, bytes, hsz) != (ssize_t)bytes ||
+	    pread(fd, c->mom, bytes, (off_t)(hsz + bytes)) != (ssize_t)bytes ||
+	    (h.split_len && pread(fd, split, h.split_len, (off_t)(hsz + 2 * bytes)) !=
 	     (ssize_t)h.split_len) ||
-	    pread(fd, &sum, sizeof(sum), (off_t)(sizeof(h) + 2 * bytes + h.split_len)) !=
+	    pread(fd, &sum, sizeof(sum), (off_t)(hsz + 2 * bytes + h.split_len)) !=
 	    (ssize_t)sizeof(sum)) {
 		ret = err_set(why, whylen, -EBADMSG, "%s: short read", path);
 		goto out;

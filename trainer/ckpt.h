@@ -12,7 +12,7 @@
  * the weights loaderd had in force there and the ranks' reports of the updates still pending,
  * so that a resume on a loaderd that lost the job replays the same splits; then world doubles,
  * each rank's latest report at the checkpoint (what its next releases carry). Version 1 files
- * (no seed) still load.
+ * (no seed) and version 2 ones (a header 8 bytes shorter: a version 1 token) still load.
  *
  * Rank 0 writes and reads them (every rank holds the same parameters and momentum after each
  * optimizer step); no MPI here. Never logs: errors come back as -errno with a sentence. */
@@ -24,7 +24,8 @@
 #include "shm/token.h"
 
 #define TRN_CKPT_MAGIC "LDCKPT\0\1"
-#define TRN_CKPT_VERSION 2u
+#define TRN_CKPT_VERSION 3u          /* 3: room for a version 2 resume token (112 bytes) */
+#define TRN_CKPT_HDR_V2 168u         /* header bytes of versions 1 and 2 (token[104]) */
 #define TRN_CKPT_SPLIT_MAX 4080u     /* split seed bytes at most: one control message's body */
 #define TRN_CKPT_KEEP 2              /* checkpoints left in DIR after a save */
 
@@ -37,12 +38,15 @@ struct trn_ckpt_hdr {
 	uint64_t seed;
 	uint64_t n;                  /* floats in the parameters, and in the momentum */
 	uint64_t file_size;          /* bytes of the whole file */
-	uint32_t token_len;          /* LDC_TOKEN_SIZE, or 0 (--synthetic: no loader) */
+	uint32_t token_len;          /* LDC_TOKEN_SIZE, or 0 (--synthetic: no loader); versions 1
+				      * and 2: at most 104 (a version 1 token), the header 8
+				      * bytes shorter, ending there */
 	uint32_t split_len;          /* bytes of the split seed, <= TRN_CKPT_SPLIT_MAX (version 1:
 				      * the reserved field, zero) */
 	uint8_t token[LDC_TOKEN_SIZE];
 };
-_Static_assert(sizeof(struct trn_ckpt_hdr) == 168, "on disk");
+_Static_assert(sizeof(struct trn_ckpt_hdr) == 176, "on disk");
+_Static_assert(offsetof(struct trn_ckpt_hdr, token) + 104 == TRN_CKPT_HDR_V2, "versions 1, 2");
 _Static_assert(offsetof(struct trn_ckpt_hdr, step) == 16, "on disk");
 _Static_assert(offsetof(struct trn_ckpt_hdr, token_len) == 56, "on disk");
 _Static_assert(offsetof(struct trn_ckpt_hdr, token) == 64, "on disk");

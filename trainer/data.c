@@ -76,7 +76,8 @@ static void open_job(struct trn_data *d, const struct trn_opts *o, int rank, int
 			     .epochs = (uint32_t)o->epochs,
 			     /* exactly step 0 when not resuming, even if a job of this name lingers */
 			     .start_at = 1, .share_group = o->share_group, .owner = o->owner,
-			     .balance = o->balance };
+			     .balance = o->balance, .sampling = o->sampling, .block = o->block,
+			     .window = o->window, .window_shards = o->window_shards };
 	if (start && !start->token)
 		trn_die("the checkpoint has no loader token (written by a --synthetic run)");
 	if (start) {

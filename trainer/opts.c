@@ -3,6 +3,7 @@
 #include "trainer/opts.h"
 
 #include "common/args.h"
+#include "shm/ctl.h"
 
 #include <getopt.h>
 #include <mpi.h>
@@ -33,6 +34,14 @@ static void usage(FILE *f)
 "  --backend B          nccl (default on cuda) or mpi (default on host)\n"
 "  --steps N | --epochs E   how long (default 100 steps)\n"
 "  --seed S             sampling and initialisation seed (default 1)\n"
+"  --sampling M         shuffle (default): one permutation of the dataset per epoch;\n"
+"                       sequential; or block: blocks of consecutive records in a new order\n"
+"                       each epoch, samples shuffled within a window of blocks (a dataset\n"
+"                       read through a cache smaller than it: docs/S3.md)\n"
+"  --block N            block: records per block, 1..%u (default %u)\n"
+"  --window M           block: blocks per shuffle window, 1..%u (default %u)\n"
+"  --window-shards K    block over a set of shards: a window of K shards (block = the set's\n"
+"                       largest shard's records, window = K); instead of --block, --window\n"
 "  --accum K            gradient accumulation: allreduce every K micro-steps (default 1)\n"
 "  --lr X --momentum X  SGD (default 0.05, 0.9)\n"
 "  --prefetch N         batches copied ahead of compute, 1..%d (default 2)\n"
@@ -74,7 +83,8 @@ static void usage(FILE *f)
 "  --inject-comm-delay-ms X    every allreduce takes X ms longer (a slow network)\n"
 "  --inject-kill-at R:S         rank R SIGKILLs itself when micro-step S has its batch (a crash,\n"
 "                              for the resume tests)\n"
-"The last line is: trainer: samples_per_s=X au=Y verdict=Z\n", PREFETCH_MAX);
+"The last line is: trainer: samples_per_s=X au=Y verdict=Z\n", CTL_BLOCK_MAX, CTL_BLOCK_DEFAULT,
+		CTL_WINDOW_MAX, CTL_WINDOW_DEFAULT, PREFETCH_MAX);
 }
 
 static long parse_long(const char *name, const char *s, long lo, long hi)
@@ -135,7 +145,8 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 		{ "checkpoint-dir", 1, 0, 'x' }, { "checkpoint-every", 1, 0, 'X' },
 		{ "resume", 0, 0, 'Z' }, { "log-consumed", 1, 0, 'G' },
 		{ "inject-kill-at", 1, 0, 'Q' }, { "share-group", 1, 0, 256 }, { "owner", 1, 0, 257 },
-		{ "balance", 0, 0, 258 }, { "report-ns", 1, 0, 259 },
+		{ "balance", 0, 0, 258 }, { "report-ns", 1, 0, 259 }, { "sampling", 1, 0, 260 },
+		{ "block", 1, 0, 261 }, { "window", 1, 0, 262 }, { "window-shards", 1, 0, 263 },
 		{ "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int c;
@@ -171,6 +182,23 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 		case 257: o->owner = optarg; break;
 		case 258: o->balance = 1; break;
 		case 259: o->report_ns = parse_double("report-ns", optarg, 1e-3, 1e12); break;
+		case 260:
+			o->sampling = !strcmp(optarg, "shuffle") ? CTL_SAMPLE_SHUFFLE :
+				      !strcmp(optarg, "sequential") ? CTL_SAMPLE_SEQUENTIAL :
+				      !strcmp(optarg, "block") ? CTL_SAMPLE_BLOCK : UINT32_MAX;
+			if (o->sampling == UINT32_MAX) {
+				if (rank == 0)
+					fprintf(stderr, "trainer: --sampling: '%s' is not shuffle, "
+						"sequential or block\n", optarg);
+				MPI_Finalize();
+				exit(2);
+			}
+			break;
+		case 261: o->block = (uint32_t)parse_long("block", optarg, 1, CTL_BLOCK_MAX); break;
+		case 262: o->window = (uint32_t)parse_long("window", optarg, 1, CTL_WINDOW_MAX); break;
+		case 263:
+			o->window_shards = (uint32_t)parse_long("window-shards", optarg, 1, CTL_WINDOW_MAX);
+			break;
 		case 'w': o->warmup = (int)parse_long("warmup", optarg, 0, 1 << 30); break;
 		case 'P': o->dump = optarg; break;
 		case 'R': o->report_json = optarg; break;
@@ -208,7 +236,9 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 	if (optind < argc || (!o->synthetic && !o->dataset) || (o->steps && o->epochs) ||
 	    (o->synthetic && o->epochs) || (o->synthetic && o->log_samples) ||
 	    ((o->ckpt_every || o->resume) && !o->ckpt_dir) ||
-	    (o->balance && (o->synthetic || o->accum > 1)) || (o->report_ns > 0 && !o->balance)) {
+	    (o->balance && (o->synthetic || o->accum > 1)) || (o->report_ns > 0 && !o->balance) ||
+	    ((o->block || o->window || o->window_shards) && o->sampling != CTL_SAMPLE_BLOCK) ||
+	    (o->window_shards && (o->block || o->window))) {
 		if (rank == 0)
 			fprintf(stderr, "trainer: %s (see --help)\n", optind < argc ? "unexpected argument" :
 				o->steps && o->epochs ? "give --steps or --epochs, not both" :
@@ -218,6 +248,12 @@ void trn_opts_parse(int argc, char **argv, struct trn_opts *o)
 				!o->synthetic && !o->dataset ?
 				"give --dataset D.dpk (with loaderd running) or --synthetic" :
 				o->report_ns > 0 && !o->balance ? "--report-ns is for --balance" :
+				(o->block || o->window || o->window_shards) &&
+				o->sampling != CTL_SAMPLE_BLOCK ?
+				"--block, --window and --window-shards are for --sampling block" :
+				o->window_shards && (o->block || o->window) ?
+				"--window-shards sets the block and the window: give it alone, or "
+				"--block and --window" :
 				o->balance ? "--balance needs loaderd (not --synthetic) and no --accum" :
 				"--checkpoint-every and --resume need --checkpoint-dir");
 		MPI_Finalize();

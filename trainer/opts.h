@@ -14,6 +14,9 @@ struct trn_opts {
 	uint64_t seed;
 	int synthetic;
 	int balance;               /* --balance: shares by speed, weighted gradient averaging */
+	uint32_t sampling;         /* --sampling: enum ctl_sampling (default shuffle) */
+	uint32_t block, window;    /* --block, --window: block sampling's geometry; 0: default */
+	uint32_t window_shards;    /* --window-shards K: a window of K shards (ldc_job) */
 	double report_ns;          /* --report-ns: the compute time per sample reported; 0: measured */
 	int slow_rank;             /* --inject-slow-rank R:F: rank R computes F times as long */
 	double slow_factor;

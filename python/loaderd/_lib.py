@@ -71,10 +71,13 @@ class ldc_job(ctypes.Structure):
         ("share_group", ctypes.c_char_p),
         ("owner", ctypes.c_char_p),
         ("balance", ctypes.c_int),
+        ("block", c_u32),
+        ("window", c_u32),
+        ("window_shards", c_u32),
     ]
 
 
-TOKEN_SIZE = 104    # shm/token.h LDC_TOKEN_SIZE
+TOKEN_SIZE = 112    # shm/token.h LDC_TOKEN_SIZE (version 2; version 1 tokens, 104 bytes, parse)
 TOKEN_ID_SIZE = 16
 
 
@@ -97,6 +100,8 @@ class ldc_token(ctypes.Structure):
         ("crop_h", c_u32),
         ("crop_w", c_u32),
         ("augment", c_u32),
+        ("block", c_u32),
+        ("window", c_u32),
         ("check", c_u64),
     ]
 
@@ -238,11 +243,13 @@ PHASES = ("io_ns", "decode_ns")
 # x86-64/aarch64 LP64 layout of shm/ldc.h). A field added on either side without the other shows
 # up here, before any byte crosses.
 ABI = {
-    ldc_job: (144, {"batch": 16, "seed": 32, "rank": 40, "slots": 60, "epochs": 64, "weight": 68,
+    ldc_job: (152, {"batch": 16, "seed": 32, "rank": 40, "slots": 60, "epochs": 64, "weight": 68,
                     "start_epoch": 72, "start_at": 80, "at_epoch": 88, "token": 104,
-                    "token_len": 112, "share_group": 120, "owner": 128, "balance": 136}),
+                    "token_len": 112, "share_group": 120, "owner": 128, "balance": 136,
+                    "block": 140, "window": 144, "window_shards": 148}),
     ldc_info: (64, {"samples": 32, "ring": 40, "dataset_id": 48}),
-    ldc_token: (TOKEN_SIZE, {"dataset": 32, "world": 64, "augment": 92, "check": 96}),
+    ldc_token: (TOKEN_SIZE, {"dataset": 32, "world": 64, "augment": 92, "block": 96,
+                             "check": 104}),
     ctl_augment: (128, {"autoaug": 36, "erase_rgb": 76, "interp": 104, "reserved": 112}),
     ldc_batch: (112, {"count": 24, "flags": 28, "sample_flags": 32, "labels": 40, "ids": 48,
                       "data": 56, "sample_bytes": 64, "global_count": 72, "global_offset": 76,

@@ -245,7 +245,17 @@ class Loader:
                     "center_crop", "hflip") or CTL_TF_* bits.
       layout        "NHWC" (default; images are (N, H, W, 3)) or "NCHW" ((N, 3, H, W)).
       epochs        total epochs of the run (the last one is epochs - 1); None: unbounded.
-      sampling      "shuffle" (default), "sequential" or "block".
+      sampling      "shuffle" (default: one permutation of the whole dataset per epoch),
+                    "sequential" or "block": blocks of consecutive records in a new order each
+                    epoch, samples shuffled within a window of blocks, so that a window reads a
+                    few blocks of the disk or of a set's shards at a time (a dataset read
+                    through a cache smaller than it: docs/S3.md). A batch then mixes samples
+                    of one window's blocks only.
+      block         sampling="block": records per block, 1..2^24; 0: 64.
+      window        sampling="block": blocks per shuffle window, 1..2^16; 0: 16.
+      window_shards sampling="block" over a set of shards (a manifest): a window of this many
+                    shards (block = the set's largest shard's records, window = this), instead
+                    of block= and window=; keep it at most half the shards the cache holds.
       tail          "pad" (DistributedSampler default: repeats, flagged REPEATED), "mask"
                     (repeats flagged PADDING, weight 0), "drop" (DistributedSampler(
                     drop_last=True): floor(N / world) per rank, the last batch may be short)
@@ -314,7 +324,8 @@ class Loader:
 
     def __init__(self, socket, dataset, batch_size, crop=224, *, rank=None, world_size=None,
                  seed=0, job=None, transforms=None, layout="NHWC", epochs=None,
-                 sampling="shuffle", tail="pad", on_bad="substitute", slots=0,
+                 sampling="shuffle", block=0, window=0, window_shards=0, tail="pad",
+                 on_bad="substitute", slots=0,
                  weight=1, share_group=None, owner=None, balance=False, return_meta=False,
                  copy=False, output=None,
                  pin_memory=None, timeout=None,
@@ -351,6 +362,16 @@ class Loader:
         self._sampling = _pick(L.SAMPLING, "sampling", sampling)
         self._tail = _pick(L.TAIL, "tail", tail)
         self._on_bad = _pick(L.ON_BAD, "on_bad", on_bad)
+        self.block, self.window, self.window_shards = int(block), int(window), int(window_shards)
+        for name, v, hi in (("block", self.block, 1 << 24), ("window", self.window, 1 << 16),
+                            ("window_shards", self.window_shards, 1 << 16)):
+            if not 0 <= v <= hi:
+                raise ValueError(f"{name}: {v} is not in 1..{hi} (0: not given)")
+            if v and sampling != "block":
+                raise ValueError(f"{name}: for sampling=\"block\" only")
+        if self.window_shards and (self.block or self.window):
+            raise ValueError("window_shards sets block and window: give it alone, or block= "
+                             "and window=")
         self.slots = int(slots)
         if self.slots == 1 or not 0 <= self.slots <= 1024:
             raise ValueError(f"slots: {slots} is not in 2..1024 (0 = loaderd's default)")
@@ -515,6 +536,9 @@ class Loader:
             "world_size": self.world_size,
             "seed": self.seed,
             "sampling": self.sampling,
+            "block": self.block,
+            "window": self.window,
+            "window_shards": self.window_shards,
             "tail": self.tail,
             "crop": list(self.crop) if self.crop else None,
             "transforms": self.transforms,
@@ -532,9 +556,11 @@ class Loader:
         if sd.get("version") not in (1, 2):
             raise ValueError(f"state_dict version {sd.get('version')!r}; this client reads 1 and 2")
         mine = self.state_dict()
-        for k in ("batch_size", "world_size", "seed", "sampling", "tail", "crop", "transforms",
-                  "augment"):
-            if sd.get(k, "" if k == "augment" else None) != mine[k]:
+        for k in ("batch_size", "world_size", "seed", "sampling", "block", "window",
+                  "window_shards", "tail", "crop", "transforms", "augment"):
+            # keys a state of an older client lacks: what that client could only have had
+            absent = {"augment": "", "block": 0, "window": 0, "window_shards": 0}.get(k)
+            if sd.get(k, absent) != mine[k]:
                 raise ValueError(f"state_dict has {k}={sd.get(k)!r}, this Loader {mine[k]!r}: "
                                  "the steps would not line up")
         tok = sd.get("token")
@@ -546,6 +572,10 @@ class Loader:
                     ("crop_h", self.crop[0] if self.crop else 0, "crop"),
                     ("crop_w", self.crop[1] if self.crop else 0, "crop"),
                     ("augment", AM.digest(self._aug) if self._aug else 0, "augment"))
+            if not self.window_shards:   # else block is the set's (libldc checks it at open)
+                blk = self._sampling == L.SAMPLING["block"]
+                want += (("block", (self.block or 64) if blk else 0, "block"),
+                         ("window", (self.window or 16) if blk else 0, "window"))
             for f, v, name in want:
                 if getattr(t, f) != v:
                     raise ValueError(f"resume token: {f}: the token has {getattr(t, f)}, this "
@@ -630,7 +660,9 @@ class Loader:
             key = repr((self.dataset, self.batch_size, self.crop, self.transforms, self.augment,
                         self.seed,
                         self.world_size, self.epochs, self._sampling, self._tail, self._on_bad,
-                        self.balance))
+                        self.balance) +
+                       ((self.block, self.window, self.window_shards)
+                        if self._sampling == L.SAMPLING["block"] else ()))
             h = hashlib.blake2b(key.encode(), digest_size=4).hexdigest()
             run = re.sub(r"[^A-Za-z0-9._-]", "_", run)[:_JOB_BASE_MAX - 12]
             return f"py-{run}-{h}"
@@ -670,6 +702,7 @@ class Loader:
         j.slots = self.slots
         j.weight = self.weight
         j.balance = 1 if self.balance else 0
+        j.block, j.window, j.window_shards = self.block, self.window, self.window_shards
         if self.share_group is not None:
             j._keep.append(self.share_group.encode())
             j.share_group = j._keep[-1]

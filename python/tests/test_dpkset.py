@@ -74,3 +74,28 @@ def test_set_epoch_resume_and_append(daemon, npyset, dset, tmp_path):
         it.load_state_dict(dict(sd, job=None))
         with pytest.raises(loaderd.LoaderdError, match="resume token: dataset"):
             it.open()
+
+
+def test_window_shards_sets_block_to_the_largest_shard(daemon, npyset, dset):
+    """window_shards=2 on shards of 7, 7, 7, 7, 2 records: block 7, window 2; a window's 14
+    positions read 2 shards (the last window, positions 28..29, the short last shard); every
+    sample once; the token records block 7, so a Loader with block=6 refuses it."""
+    with loaderd.Loader(daemon.sock, dset.path, 2, crop=None, output="numpy", job="ws",
+                        epochs=1, seed=5, return_meta=True, sampling="block",
+                        window_shards=2) as it:
+        order = [i for b in it for i in b.ids.tolist()]
+        sd = it.state_dict()
+    assert sorted(order) == list(range(npyset.n))
+    for w0 in (0, 14):
+        assert len({i // 7 for i in order[w0:w0 + 14]}) == 2, order
+    assert sorted(order[28:]) == [28, 29]
+    t = loaderd._lib.ldc_token.from_buffer_copy(sd["token"])
+    assert (t.block, t.window) == (7, 2)
+    with loaderd.Loader(daemon.sock, dset.path, 2, crop=None, output="numpy", job="ws2",
+                        epochs=1, seed=5, sampling="block", block=6, window=2) as it:
+        with pytest.raises(ValueError, match="resume token: block: the token has 7"):
+            it.load_state_dict(dict(sd, window_shards=0, block=6, window=2))
+    with pytest.raises(loaderd.LoaderdError, match="not a set of shards"):
+        with loaderd.Loader(daemon.sock, npyset.path, 2, crop=None, output="numpy",
+                            job="ws3", epochs=1, sampling="block", window_shards=2) as it:
+            it.open()

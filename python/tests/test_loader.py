@@ -159,7 +159,7 @@ def test_state_dict_resume_continues_exactly(daemon, imagefolder):
         first = steps(it) + steps(it, 3)
         sd = it.state_dict()
     assert (sd["epoch"], sd["step_in_epoch"], sd["step"]) == (1, 3, 13)
-    assert isinstance(sd["token"], bytes) and len(sd["token"]) == 104
+    assert isinstance(sd["token"], bytes) and len(sd["token"]) == 112
 
     # (a) a fresh job (the state names none)
     with loader(daemon, imagefolder, job="other", epochs=2, seed=3) as it:
@@ -231,6 +231,50 @@ def test_state_dict_refuses_another_configuration(daemon, imagefolder):
     with loader(daemon, imagefolder, batch_size=6, epochs=1) as it:
         with pytest.raises(ValueError, match="batch_size"):
             it.load_state_dict(sd)
+
+
+def test_block_sampling_geometry_two_ranks_and_resume(daemon, imagefolder):
+    """sampling="block" with block=5, window=2 (windows of 10 records, the last one short):
+    2 ranks see every sample once per epoch; a window's 10 positions read 2 blocks; the state
+    carries the geometry, resumes exactly, and a Loader of another block refuses it by name."""
+    seen = []
+    its = [loader(daemon, imagefolder, job="blk", rank=r, world_size=2, epochs=1, seed=4,
+                  sampling="block", block=5, window=2, batch_size=5) for r in range(2)]
+    try:
+        per_rank = [[i for b in steps(it) for i in b.ids.tolist()] for it in its]
+    finally:
+        for it in its:
+            it.close()
+    for ids in per_rank:
+        seen += ids
+    assert sorted(seen) == list(range(imagefolder.n))
+    # DistributedSampler order: position p is rank p % 2's (p // 2)-th sample
+    order = [per_rank[p % 2][p // 2] for p in range(imagefolder.n)]
+    for w0 in range(0, 40, 10):
+        assert len({i // 5 for i in order[w0:w0 + 10]}) == 2, f"window at {w0}: {order}"
+    # the last window, positions 40..47: one whole block and the short last one (45..47)
+    assert len({i // 5 for i in order[40:]}) == 2 and {45, 46, 47} <= set(order[40:])
+
+    kw = dict(job="blk1", epochs=2, seed=4, sampling="block", block=5, window=2)
+    with loader(daemon, imagefolder, **kw) as it:
+        ref = steps(it) + steps(it)
+    with loader(daemon, imagefolder, **dict(kw, job="blk2")) as it:
+        first = steps(it) + steps(it, 3)
+        sd = it.state_dict()
+    assert (sd["block"], sd["window"], sd["window_shards"]) == (5, 2, 0)
+    with loader(daemon, imagefolder, **dict(kw, job="blk3")) as it:
+        it.load_state_dict(dict(sd, job=None))
+        rest = steps(it)
+    same(first + rest, ref)
+    with loader(daemon, imagefolder, **dict(kw, job="blk4", block=6)) as it:
+        with pytest.raises(ValueError, match="block"):
+            it.load_state_dict(sd)
+        with pytest.raises(ValueError, match="resume token: block: the token has 5"):
+            it.load_state_dict(dict(sd, block=6))
+    with pytest.raises(ValueError, match="window: for sampling=\"block\" only"):
+        loader(daemon, imagefolder, window=3)
+    with pytest.raises(ValueError, match="block: 16777217 is not in 1..16777216"):
+        loader(daemon, imagefolder, sampling="block", block=(1 << 24) + 1)
 
 
 def test_set_epoch_and_seek(daemon, imagefolder):
