@@ -21,6 +21,8 @@
 #       of a quarter; samples/s and bytes received (the veth's counters) per epoch. Needs the
 #       venv MOSAIC_VENV (default BUILD/mosaicvenv, made when missing: --system-site-packages
 #       over Debian's python3-torch, pip install mosaicml-streaming); skipped if it cannot be made.
+# MOSAIC=0 skips (d); PAIRS (5): the warm/local pairs of (b); DELAY_MS=0 leaves the link unshaped
+# in time (the rate still shaped), to tell the round trips' share from the rate's.
 # Cleans up its namespaces and processes on exit. Root only. Not part of `make test`.
 # Ends on one JSON line.
 set -eu
@@ -38,6 +40,7 @@ PY=/usr/bin/python3
 MOSAIC_VENV=${MOSAIC_VENV:-$BUILD/mosaicvenv}
 . "$HERE/../../tests/lib.sh"
 . "$HERE/../../tests/s3_lib.sh"
+. "$HERE/lib.sh"
 
 ST=s3l_st$$ LD=s3l_ld$$              # the store's namespace, the loader's
 VS=s3ls$$ VL=s3ll$$ VA=s3la$$ VB=s3lb$$ # the shaped pair (VS in ST, VL in LD); the setup pair
@@ -60,7 +63,8 @@ bg_st() { # bg_st LOG CMD...: CMD in the store's namespace, in the background
 	_log=$1
 	shift
 	ip netns exec "$ST" "$@" >"$_log" 2>&1 &
-	PIDS="$PIDS $!"
+	LAST=$!
+	PIDS="$PIDS $LAST"
 }
 rx() { inld cat "/sys/class/net/$VL/statistics/rx_bytes"; }
 wait_port() { # wait_port NS-CMD HOST PORT
@@ -105,7 +109,9 @@ inst ip link set "$VB" up
 # the store: moto on 0.0.0.0:9000 in ST; the delay proxy on the shaped link in front of it
 s3_venv
 bg_st "$T/moto.log" env INITIAL_NO_AUTH_ACTION_COUNT=3 "$S3VENV/bin/moto_server" -H 0.0.0.0 -p 9000
+MOTO=$LAST
 bg_st "$T/proxy.log" "$PY" "$HERE/delay_proxy.py" proxy "$ST_IP:9001" 127.0.0.1:9000 "$DELAY_MS"
+PROXY=$LAST
 # the ceilings: a source of zeros, the proxy without delay (over the setup pair) and with it
 bg_st "$T/source.log" "$PY" "$HERE/delay_proxy.py" source 0.0.0.0:9100
 bg_st "$T/proxy0.log" "$PY" "$HERE/delay_proxy.py" proxy "$STA_IP:9102" 127.0.0.1:9100 0
@@ -161,11 +167,31 @@ storep_s=$(echo "$t1 - $t0" | bc)
 # (a) the fetch phase alone through the link, then epoch 1 of ldcat, fetch included
 rm -rf "$T/c_fetch" "$T/c_job"
 b0=$(rx)
+m0=$(cpu_s "$MOTO") p0=$(cpu_s "$PROXY")
+# the veth's received bytes every 2 ms while the fetch runs: when the shards' bytes start to flow,
+# and the rate while they do
+ip netns exec "$LD" "$PY" -c "
+import sys, time
+f = open('/sys/class/net/$VL/statistics/rx_bytes')
+out = open('$T/fetch.rx', 'w')
+while True:
+    f.seek(0)
+    out.write('%.4f %s\\n' % (time.time(), f.read().strip()))
+    out.flush()
+    time.sleep(0.002)" &
+RXLOG=$!
+PIDS="$PIDS $RXLOG"
+sleep 0.2
 t0=$(now)
-inld env AWS_ENDPOINT_URL="$LINK" LOADERD_S3_CACHE="$T/c_fetch" "$BIN/dpack" fetch \
-	s3://bench/photos/set.dpks >"$T/fetch.json"
+inld env AWS_ENDPOINT_URL="$LINK" LOADERD_S3_CACHE="$T/c_fetch" /usr/bin/time -f "%U %S" \
+	-o "$T/fetch.cpu" "$BIN/dpack" fetch s3://bench/photos/set.dpks >"$T/fetch.json"
 t1=$(now)
+stop_pid "$RXLOG" || true
+fetch_cpu=$(py "
+u, s = open('$T/fetch.cpu').read().split()[-2:]
+print('%.2f %.2f %.2f' % ($(cpu_s "$MOTO") - $m0, $(cpu_s "$PROXY") - $p0, float(u) + float(s)))")
 fetch_s=$(echo "$t1 - $t0" | bc)
+ft0=$t0 ft1=$t1
 fetch_rx=$(($(rx) - b0))
 printf '#!/bin/sh\nexec ip netns exec %s %s "$@"\n' "$LD" "$(cd "$BIN" && pwd)/loaderd" >"$T/loaderd-ns"
 chmod +x "$T/loaderd-ns"
@@ -183,16 +209,30 @@ e1=$(job epoch1 s3://bench/photos/set.dpks)
 e1_rx=$(($(rx) - b0))
 [ "$(wc -l <"$T/epoch1.out")" -ge "$N" ] || { echo "s3_link.sh: epoch 1 short"; cat "$T/epoch1.err"; exit 1; }
 
+# the warm cache's resolve alone through the link: what a job on it adds to the local set's
+t0=$(now)
+inld env AWS_ENDPOINT_URL="$LINK" LOADERD_S3_CACHE="$T/c_job" "$BIN/dpack" fetch \
+	s3://bench/photos/set.dpks >"$T/warmfetch.json"
+t1=$(now)
+warm_s=$(echo "$t1 - $t0" | bc)
 # (b) epoch 2 from the warm cache against the local set, alternated, best of 3 each
 job warmup "$T/local/set.dpks" >/dev/null
-best_w=999 best_l=999 e2_rx=0
-for i in 1 2 3; do
+# the warm cache's resolve alone through the link: what a job on it adds to the local set's
+t0=$(now)
+inld env AWS_ENDPOINT_URL="$LINK" LOADERD_S3_CACHE="$T/c_job" "$BIN/dpack" fetch \
+	s3://bench/photos/set.dpks >"$T/warmfetch.json"
+t1=$(now)
+warm_s=$(echo "$t1 - $t0" | bc)
+# (b) epoch 2 from the warm cache against the local set: PAIRS pairs, each warm then local, back
+# to back (the CPU is shared: a pair's ratio is the least disturbed figure; the median is kept)
+PAIRS=${PAIRS:-5}
+walls_w="" walls_l="" e2_rx=0
+for i in $(seq "$PAIRS"); do
 	b0=$(rx)
 	w=$(job warm$i s3://bench/photos/set.dpks | cut -d' ' -f1)
 	e2_rx=$(($(rx) - b0))
 	l=$(job local$i "$T/local/set.dpks" | cut -d' ' -f1)
-	best_w=$(py "print(min($best_w, $w))")
-	best_l=$(py "print(min($best_l, $l))")
+	walls_w="$walls_w$w," walls_l="$walls_l$l,"
 done
 stop_loaderd || true
 
@@ -205,14 +245,15 @@ sim_block=$(sim --sampling block)
 
 # (d) Mosaic Streaming, the same photographs as MDS shards of 8 MiB in the same store
 mosaic='null'
-if [ ! -x "$MOSAIC_VENV/bin/python" ] || ! "$MOSAIC_VENV/bin/python" -c "import streaming" 2>/dev/null; then
+if [ "${MOSAIC:-1}" = 1 ] && { [ ! -x "$MOSAIC_VENV/bin/python" ] ||
+	! "$MOSAIC_VENV/bin/python" -c "import streaming" 2>/dev/null; }; then
 	rm -rf "$MOSAIC_VENV"
 	"$PY" -m venv --system-site-packages "$MOSAIC_VENV" &&
 		printf 'numpy<2\ntorch<1.14\n' >"$T/mosaic-constraints.txt" &&
 		"$MOSAIC_VENV/bin/pip" install -q -c "$T/mosaic-constraints.txt" mosaicml-streaming \
 			>"$T/mosaic-pip.log" 2>&1 || { echo "# Mosaic Streaming could not be installed:"; show "$T/mosaic-pip.log"; }
 fi
-if "$MOSAIC_VENV/bin/python" -c "import streaming" 2>/dev/null; then
+if [ "${MOSAIC:-1}" = 1 ] && "$MOSAIC_VENV/bin/python" -c "import streaming" 2>/dev/null; then
 	MP="$MOSAIC_VENV/bin/python $HERE/s3_link_mosaic.py"
 	rm -rf "$T/mds" "$T/mds_cold" "$T/mds_q" "$T/mds_w"
 	$MP write "$T/inet" "$T/mds" "$(numfmt --from=iec "$SHARD")" >/dev/null
@@ -252,17 +293,31 @@ e1w, e1j = float(e1w), json.loads(e1j)
 lim = link / bps
 elim = eff / bps
 e1 = N / e1w
-w, l = N / $best_w, N / $best_l
+import statistics
+ww, wl = [$walls_w], [$walls_l]
+w, l = N / statistics.median(ww), N / statistics.median(wl)
+ratio = statistics.median(b / a for a, b in zip(ww, wl))
+wf = json.loads(open('$T/warmfetch.json').read().splitlines()[-1])
 print('set: %d photographs, %.1f MB in %d shards (%.0f bytes a sample); RTT through the proxy %s ms' % (N, B / 1e6, $SHARDS, bps, '$rtt'))
 print('link %s: nominal %.1f MB/s; measured raw %.1f MB/s, through the delay proxy %.1f MB/s' % ('$RATE', link / 1e6, raw['MBps'], prx['MBps']))
 print('proxy ceiling without delay (unshaped): %.1f MB/s; the store unshaped (cold dpack fetch): %.1f MB/s' % (p0['MBps'], store / 1e6))
 print('the store through the proxy without delay, unshaped (cold dpack fetch): %.1f MB/s' % (storep / 1e6))
 print('effective limit min(link, store, proxy): %.1f MB/s = %.0f samples/s (the link alone: %.0f samples/s)' % (eff / 1e6, elim, lim))
 print('(a) fetch alone through the link: %.1f MB in %.2f s = %.1f MB/s: %.3f of the link, %.3f of the effective limit' % (f['fetched_bytes'] / 1e6, $fetch_s, fetch / 1e6, fetch / link, fetch / eff))
+mc, pc, cc = [float(x) for x in '$fetch_cpu'.split()]
+# from the samples: the first moment 1% of the set has arrived, the last before 99%, the rate between
+rs = [(float(a), int(b)) for a, b in (l.split() for l in open('$T/fetch.rx') if len(l.split()) == 2)]
+b0 = rs[0][1]
+t_first = next(t for t, b in rs if b - b0 >= 0.01 * B)
+t_last = next(t for t, b in rs if b - b0 >= 0.99 * B)
+flow = 0.98 * B / (t_last - t_first)
+print('(a) the fetch through the link: the first 1%% of the set after %.3f s, 1%% to 99%% in %.3f s = %.1f MB/s (%.3f of the link); after 99%%: %.3f s' % (t_first - $ft0, t_last - t_first, flow / 1e6, flow / link, $ft1 - t_last))
+print('(a) CPU during the fetch: moto %.2f s, the proxy %.2f s, dpack %.2f s (of %.2f s wall on 2 vCPUs)' % (mc, pc, cc, $fetch_s))
 print('(a) epoch 1 (fetch + decode): %.2f s, %.0f samples/s: %.3f of the link limit, %.3f of the effective; ldcat after the fetch: %.0f samples/s; %.1f MB received' % (e1w, e1, e1 / lim, e1 / elim, e1j['samples_per_s'], $e1_rx / 1e6))
 pl = min(elim, l)
 print('(a) epoch 1 against the pipeline-full bound min(effective limit, the local set decoded: %.0f samples/s) = %.0f samples/s: %.3f' % (l, pl, e1 / pl))
-print('(b) epoch 2, warm cache: %.0f samples/s; local set: %.0f samples/s; ratio %.3f; %.3f MB received' % (w, l, w / l, $e2_rx / 1e6))
+print('(b) the warm cache resolved through the link (%d objects HEADed, %d fetched): %.3f s; the ratio it allows: %.3f' % (wf['objects'], wf['fetched'], $warm_s, 1 / (1 + $warm_s * l / N)))
+print('(b) epoch 2, warm cache: %.0f samples/s; local set: %.0f samples/s (medians of %d); median of the pairs\' ratios %.3f (each: %s); %.3f MB received' % (w, l, len(ww), ratio, ' '.join('%.3f' % (b / a) for a, b in zip(ww, wl)), $e2_rx / 1e6))
 ss, sb = json.loads('''$sim_shuffle'''), json.loads('''$sim_block''')
 print('(c) replay, cache %d of %d shards: shuffle LRU %s future %s; block LRU %s future %s (datasets per epoch)' % (ss['cache_shards'], ss['shards'], ss['lru'], ss['future'], sb['lru'], sb['future']))
 m = json.loads('''$mosaic''')
@@ -272,7 +327,7 @@ if m:
             print('(d) Mosaic %s cache, epoch %d: %.0f samples/s (%.3f of the link limit), %.1f MB received (%.3f of its %.1f MB)' % (k, e['epoch'], e['samples_per_s'], e['samples_per_s'] / lim, e['rx_bytes'] / 1e6, e['rx_bytes'] / m['mds_bytes'], m['mds_bytes'] / 1e6))
 print(json.dumps({'samples': N, 'bytes': B, 'shards': $SHARDS, 'rtt_ms': float('$rtt'), 'link_Bps': link,
     'raw_MBps': raw['MBps'], 'proxied_MBps': prx['MBps'], 'proxy0_MBps': p0['MBps'], 'store_MBps': round(store / 1e6, 1), 'store_proxy0_MBps': round(storep / 1e6, 1),
-    'fetch_s': $fetch_s, 'fetch_MBps': round(fetch / 1e6, 1), 'fetch_rx': $fetch_rx, 'epoch1_s': e1w, 'epoch1_sps': round(e1, 1),
-    'epoch1_rx': $e1_rx, 'epoch1_after_fetch_sps': e1j['samples_per_s'], 'full_bound_sps': round(pl, 1), 'warm_sps': round(w, 1), 'local_sps': round(l, 1),
+    'fetch_s': $fetch_s, 'fetch_MBps': round(fetch / 1e6, 1), 'fetch_rx': $fetch_rx, 'fetch_cpu_moto_proxy_client': [mc, pc, cc], 'warm_resolve_s': $warm_s, 'fetch_first_s': round(t_first - $ft0, 3), 'fetch_flow_MBps': round(flow / 1e6, 1), 'epoch1_s': e1w, 'epoch1_sps': round(e1, 1),
+    'epoch1_rx': $e1_rx, 'epoch1_after_fetch_sps': e1j['samples_per_s'], 'full_bound_sps': round(pl, 1), 'warm_sps': round(w, 1), 'local_sps': round(l, 1), 'epoch2_ratio': round(ratio, 3),
     'epoch2_rx': $e2_rx, 'sim_shuffle': ss, 'sim_block': sb, 'mosaic': m}))
 "
