@@ -2,23 +2,26 @@
 # s3_link.sh [DIR] - an s3:// set of real photographs read through a shaped link
 # (docs/BENCHMARKS.md, "Through a shaped link"): the store (moto's S3 server, as tests/s3_lib.sh
 # installs it) in one network namespace, loaderd and its client in another, joined by a veth
-# pair shaped by tbf to RATE (1gbit) each way; the round trip (20 ms) is added by
-# tools/bench/delay_proxy.py in front of the store (DELAY_MS each way), since this kernel has no
-# sch_netem. A third, unshaped veth joins the store's namespace to this one, for the setup
+# pair shaped by tbf to RATE (tc's NUMBER[k|m|g]bit, 1gbit) each way; the round trip (20 ms)
+# is added by tools/bench/delay_proxy.py in front of the store (DELAY_MS each way), since this
+# kernel has no sch_netem. A third, unshaped veth joins the store's namespace to this one, for the setup
 # (packing, uploads) and for the store's own throughput. Measured, all in one run on the same
 # data (photo_tree.py's ImageNet-sized copies, PER_SOURCE per source photograph, 8 classes,
 # packed in shards of SHARD_SIZE, 2M, for dpack and Mosaic alike):
 #   the link's ceiling (bytes/s through it, raw and through the proxy), the proxy's own ceiling
 #   without delay, the store's own throughput unshaped (a cold dpack fetch over the third veth);
-#   (a) a cold dpack fetch through the link (the fetch phase alone) and epoch 1 of ldcat (224
-#       crops, batch 64) on the s3:// set through the link from a cold cache, fetch included;
-#   (b) epoch 2 of ldcat on the s3:// set from the warm cache against the same set packed locally
-#       (alternated, best of 3 each);
+#   (a) a cold dpack fetch through the link (the fetch phase alone: its wall time, the veth's
+#       received bytes every 2 ms for when the shards' bytes flow and how fast, the CPU of the
+#       store, the proxy and dpack) and epoch 1 of ldcat (224 crops, batch 64, loaderd with 2
+#       workers) on the s3:// set through the link from a cold cache, fetch included;
+#   (b) the warm cache's resolve alone through the link, then epoch 2 of ldcat on the s3:// set
+#       from the warm cache against the same set packed locally: PAIRS pairs back to back, the
+#       median of each and of the pairs' ratios;
 #   (c) bytes fetched per epoch by a cache of a quarter of the set, LRU against the sampler's
 #       future: a replay by tools/ldcachesim on this set's shards and sampler;
 #   (d) Mosaic Streaming's StreamingDataset on the same photographs as MDS shards in the same
 #       store, through the same link: epoch 1 cold, epoch 2 warm, and 2 epochs with a cache_limit
-#       of a quarter; samples/s and bytes received (the veth's counters) per epoch. Needs the
+#       of a quarter (its default shuffle; then shuffle blocks of 2 shards); samples/s and bytes received (the veth's counters) per epoch. Needs the
 #       venv MOSAIC_VENV (default BUILD/mosaicvenv, made when missing: --system-site-packages
 #       over Debian's python3-torch, pip install mosaicml-streaming); skipped if it cannot be made.
 # MOSAIC=0 skips (d); PAIRS (5): the warm/local pairs of (b); DELAY_MS=0 leaves the link unshaped
@@ -280,7 +283,9 @@ py "
 import json
 N, B = $N, $BYTES
 bps = B / N
-link = {'1gbit': 125e6}.get('$RATE', None) or float('$RATE'.rstrip('bit')) / 8
+import re
+r = re.fullmatch(r'([0-9.]+)([kmg]?)bit', '$RATE'.lower())
+link = float(r.group(1)) * {'': 1, 'k': 1e3, 'm': 1e6, 'g': 1e9}[r.group(2)] / 8
 raw, prx, p0 = json.loads('''$raw'''), json.loads('''$proxied'''), json.loads('''$proxy0''')
 st = json.loads(open('$T/store.json').read().splitlines()[-1])
 store = st['fetched_bytes'] / $store_s
