@@ -203,11 +203,21 @@ static void drop_orphans(const char *dir, const char **keep, size_t nkeep)
 			continue;
 		char full[PATH_MAX + 600], *k = full;
 		snprintf(full, sizeof(full), "%s/%s", path, e->d_name);
-		if (bsearch(&k, keep, nkeep, sizeof(*keep), cmp_str))
+		if (bsearch(&k, keep, nkeep, sizeof(*keep), cmp_str) || s3cache_pinned(full))
 			continue;
 		unlinkat(dirfd(d), e->d_name, 0);
 	}
 	closedir(d);
+}
+
+int s3cache_pinned(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return 0;
+	int busy = flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK;
+	close(fd);  /* and the lock taken, if it was */
+	return busy;
 }
 
 static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
@@ -251,9 +261,9 @@ static int oldest_view(const char *dir, const char *keep, char *out, size_t len)
 
 /* Make room in the cache for @need more bytes under @bound, keeping view @view and the objects
  * @w[0, n) and @top. 0, or -ENOSPC naming @url and the figures. */
-static int make_room(const char *dir, uint64_t bound, uint64_t need, const char *view,
-		     const struct want *w, size_t n, const struct want *top, const char *url,
-		     char *err, size_t errlen)
+static int make_room(const char *dir, uint64_t bound, const char *bname, uint64_t need,
+		     const char *view, const struct want *w, size_t n, const struct want *top,
+		     const char *url, char *err, size_t errlen)
 {
 	const char **keep;
 	if (!bound)
@@ -274,11 +284,15 @@ static int make_room(const char *dir, uint64_t bound, uint64_t need, const char 
 			break;
 		if (oldest_view(dir, view, old, sizeof(old)) < 0) {
 			free(keep);
+			if (strcmp(bname, "LOADERD_S3_CACHE_SIZE"))  /* the node cache's: short */
+				return err_set(err, errlen, -ENOSPC, "%s: %llu more bytes do not fit: the "
+					       "node cache holds %llu bytes in use, its bound is %llu "
+					       "(%s)", url, (unsigned long long)need,
+					       (unsigned long long)used, (unsigned long long)bound, bname);
 			return err_set(err, errlen, -ENOSPC, "%s: %llu more bytes do not fit in the cache "
 				       "%s: it holds %llu bytes of this dataset's and others in use, its "
-				       "bound is %llu (LOADERD_S3_CACHE_SIZE)", url,
-				       (unsigned long long)need, dir, (unsigned long long)used,
-				       (unsigned long long)bound);
+				       "bound is %llu (%s)", url, (unsigned long long)need, dir,
+				       (unsigned long long)used, (unsigned long long)bound, bname);
 		}
 		nftw(old, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 	}
@@ -341,9 +355,37 @@ static int read_file(const char *path, uint64_t max, char **out, size_t *len)
 	return 0;
 }
 
-static int fetch_locked(struct s3 *s, const char *dir, uint64_t bound, const char *url,
-			struct s3cache_result *r, char *err, size_t errlen)
+/* The caller's admission of the objects [0, n) of a dataset (its own object first), all HEADed
+ * with its credentials, before any of them is fetched. */
+static int admit(const struct s3cache_opts *o, const struct want *top, const struct want *w,
+		 size_t n, const char *url, char *err, size_t errlen)
 {
+	if (!o->admit)
+		return 0;
+	const char **paths = calloc(n + 1, sizeof(*paths));
+	uint64_t *sizes = calloc(n + 1, sizeof(*sizes));
+	int ret = -ENOMEM;
+	if (paths && sizes) {
+		paths[0] = top->path;
+		sizes[0] = top->obj.size;
+		for (size_t i = 0; i < n; i++) {
+			paths[i + 1] = w[i].path;
+			sizes[i + 1] = w[i].obj.size;
+		}
+		ret = o->admit(o->arg, paths, sizes, n + 1, url, err, errlen);
+	} else {
+		err_set(err, errlen, ret, "%s: out of memory", url);
+	}
+	free(paths);
+	free(sizes);
+	return ret;
+}
+
+static int fetch_locked(struct s3 *s, const char *dir, const struct s3cache_opts *o,
+			const char *url, struct s3cache_result *r, char *err, size_t errlen)
+{
+	uint64_t bound = o->bound;
+	const char *bname = o->bound_name ? o->bound_name : "LOADERD_S3_CACHE_SIZE";
 	struct s3_url u;
 	struct dpkset_manifest *m = NULL;
 	struct want *w = NULL;
@@ -368,10 +410,11 @@ static int fetch_locked(struct s3 *s, const char *dir, uint64_t bound, const cha
 	snprintf(view, sizeof(view), "%s/sets/%s", dir, strrchr(top.path, '/') + 1);
 	if (bound && top.obj.size > bound)
 		return err_set(err, errlen, -ENOSPC, "%s: %llu bytes, above the cache's bound of %llu "
-			       "(LOADERD_S3_CACHE_SIZE)", url, (unsigned long long)top.obj.size,
-			       (unsigned long long)bound);
-	if ((ret = make_room(dir, bound, missing_bytes(&top, 1), view, NULL, 0, &top, url, err,
-			     errlen)) < 0 ||
+			       "(%s)", url, (unsigned long long)top.obj.size,
+			       (unsigned long long)bound, bname);
+	if ((ret = admit(o, &top, NULL, 0, url, err, errlen)) < 0 ||
+	    (ret = make_room(dir, bound, bname, missing_bytes(&top, 1), view, NULL, 0, &top, url,
+			     err, errlen)) < 0 ||
 	    (ret = get_batch(s, dir, u.bucket, &top, 1, r, err, errlen)) < 0)
 		return ret;
 	char head[8] = "";
@@ -417,12 +460,13 @@ static int fetch_locked(struct s3 *s, const char *dir, uint64_t bound, const cha
 		}
 		if (bound && r->bytes > bound) {
 			ret = err_set(err, errlen, -ENOSPC, "%s: a dataset of %llu bytes, above the "
-				      "cache's bound of %llu (LOADERD_S3_CACHE_SIZE)", url,
-				      (unsigned long long)r->bytes, (unsigned long long)bound);
+				      "cache's bound of %llu (%s)", url, (unsigned long long)r->bytes,
+				      (unsigned long long)bound, bname);
 			goto out;
 		}
-		if ((ret = make_room(dir, bound, missing_bytes(w, m->n), view, w, m->n, &top, url,
-				     err, errlen)) < 0)
+		if ((ret = admit(o, &top, w, m->n, url, err, errlen)) < 0 ||
+		    (ret = make_room(dir, bound, bname, missing_bytes(w, m->n), view, w, m->n, &top,
+				     url, err, errlen)) < 0)
 			goto out;
 		for (uint32_t i = 0; i < m->n; i += BATCH) {
 			size_t k = m->n - i < BATCH ? m->n - i : BATCH;
@@ -455,6 +499,14 @@ out:
 int s3cache_fetch(struct s3 *s, const char *dir, uint64_t bound, const char *url,
 		  struct s3cache_result *r, char *err, size_t errlen)
 {
+	struct s3cache_opts o = { .bound = bound };
+	return s3cache_fetch_opts(s, dir, &o, url, r, NULL, err, errlen);
+}
+
+int s3cache_fetch_opts(struct s3 *s, const char *dir, const struct s3cache_opts *o,
+		       const char *url, struct s3cache_result *r, int *lockfd, char *err,
+		       size_t errlen)
+{
 	char objdir[PATH_MAX + 16], lock[PATH_MAX + 32];
 	int ret;
 
@@ -473,8 +525,11 @@ int s3cache_fetch(struct s3 *s, const char *dir, uint64_t bound, const char *url
 			close(fd);
 			return ret;
 		}
-	ret = fetch_locked(s, dir, bound, url, r, err, errlen);
-	close(fd);  /* the lock goes with it */
+	ret = fetch_locked(s, dir, o, url, r, err, errlen);
+	if (ret == 0 && lockfd)
+		*lockfd = fd;  /* the caller's, still locked */
+	else
+		close(fd);  /* the lock goes with it */
 	return ret;
 }
 
