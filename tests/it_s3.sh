@@ -416,6 +416,50 @@ check "uid B, allowed, reads the cached set: every sample once, nothing fetched 
 check "no credential in loaderd's log or its status" sh -c "! grep -q '${ko#* }' '$T/n.log' &&
 	! grep -q '${kd#* }' '$T/n.log' && ! grep -q '${ko#* }' '$T/nst' &&
 	! grep -q '$AWS_SECRET_ACCESS_KEY' '$T/n.log' && grep -q nc '$T/nst'" || show "$T/nst"
+# hostile CTL_S3_OPEN bodies on the wire: each refused with the field named, loaderd serving on
+cat >"$T/raw.py" <<'PY'
+import socket, struct, sys
+def msg(typ, body):
+    return struct.pack("<IHHII", 0x3143444c, 2, typ, 16 + len(body), 0) + body
+def s3body(url=b"s3://data/job/set.dpks", ep=b"http://127.0.0.1:9", region=b"us-east-1",
+           ak=b"AKIA", sk=b"SECRETSECRET", tok=b"", reserved=0, extra=b""):
+    f = (url, ep, region, ak, sk, tok)
+    return struct.pack("<6HI", *[len(x) for x in f], reserved) + b"".join(f) + extra
+cases = {
+    "long": s3body(region=b"r" * 65),
+    "junk": s3body(sk=b"SECRET\nSECRET"),
+    "sum": s3body(extra=b"x"),
+    "url": s3body(url=b"http://data/x"),
+}
+out = []
+for name, body in cases.items():
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    c.connect(sys.argv[1])
+    c.send(msg(14, body))
+    r = c.recv(4096)
+    typ, = struct.unpack_from("<H", r, 6)
+    err, = struct.unpack_from("<i", r, 16) if len(r) >= 20 else (0,)
+    text = r[20:].split(b"\0")[0].decode(errors="replace")
+    out.append("%s %d %d %s" % (name, typ, err, text))
+# twice on one connection: the second is refused
+c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+c.connect(sys.argv[1])
+c.send(msg(14, s3body()))
+a = c.recv(4096)
+c.send(msg(14, s3body()))
+r = c.recv(4096)
+out.append("twice %d %d %s" % (struct.unpack_from("<H", a, 6)[0], struct.unpack_from("<H", r, 6)[0],
+                              r[20:].split(b"\0")[0].decode(errors="replace")))
+print("\n".join(out))
+PY
+python3 "$T/raw.py" "$T/n.sock" >"$T/raw.out" 2>&1
+check "hostile s3 opens on the wire: refused, EINVAL, the field named, no secret quoted; one per connection" sh -c "
+	grep -q '^long 5 22 an s3 open whose region is 65 bytes (1..64)' '$T/raw.out' &&
+	grep -q '^junk 5 22 an s3 open whose secret key holds a byte that is not printable ASCII' '$T/raw.out' &&
+	grep -q '^sum 5 22 an s3 open of .* bytes whose strings add up to' '$T/raw.out' &&
+	grep -q '^url 5 22 an s3 open whose url does not start with s3://' '$T/raw.out' &&
+	grep -q '^twice 15 5 an s3 dataset comes once, before the job open' '$T/raw.out' &&
+	! grep -q SECRET '$T/raw.out' && kill -0 $LPID" || show "$T/raw.out"
 check "loaderd links no HTTP library; ldfetch, which fetches, does" sh -c "
 	! ldd '$BIN/loaderd' | grep -q curl && ldd '$BIN/ldfetch' | grep -q curl"
 # an object replaced in the store: fetched again under its new ETag; the job that read the old
