@@ -482,6 +482,16 @@ rc=$?
 check "... a new job fetches the new version (one object) and refuses it by its identity, named" \
 	sh -c "[ $rc -eq 1 ] && grep -q 'uid $UA: s3://data/rep/set.dpks: 6 objects, 1 fetched now' '$T/n.log' &&
 	grep -q 'set-00001.dpk' '$T/nr2.e'" || { show "$T/nr2.e"; show "$T/n.log"; }
+# ldfetch gone: a job open through the cache fails naming it; loaderd serves on
+fpid=$(pgrep -P "$LPID" -x ldfetch)
+[ -n "$fpid" ] && kill -KILL "$fpid"
+sleep 0.2
+asu $UA "$BIN/ldcat" --socket "$T/n.sock" --crop 0 --batch 4 --world 1 --seed 3 \
+	--dataset s3://data/job/set.dpks --job nz >/dev/null 2>"$T/nz.e"
+rc=$?
+check "ldfetch killed: a job open through the cache fails naming it, loaderd serves on" sh -c "
+	[ -n '$fpid' ] && [ $rc -eq 1 ] && grep -q 'the node cache.s fetcher (ldfetch)' '$T/nz.e' &&
+	kill -0 $LPID" || show "$T/nz.e"
 stop_loaderd
 # the bound: exactly the set's allocated bytes holds it; one byte less refuses it, named
 serve_loaderd "$T/n.sock" "$T/n2.log" --all-users --cache-dir "$T/node2" --cache-size "$u1" \
@@ -545,6 +555,14 @@ mkdir "$T/bad" && chmod 770 "$T/bad"
 rc=$?
 check "a cache folder that group or others may write: loaderd refuses to start, naming it" sh -c "
 	[ $rc -eq 1 ] && grep -q '$T/bad: owned by uid $(id -u), mode 770' '$T/bad.e'" || show "$T/bad.e"
+if [ "$(id -u)" -eq 0 ]; then
+	mkdir -m 700 "$T/bad2" && chown 64021:64021 "$T/bad2"
+	"$BIN/loaderd" --socket "$T/bad.sock" --cache-dir "$T/bad2" >/dev/null 2>"$T/bad2.e"
+	rc=$?
+	check "a cache folder another user owns: loaderd refuses to start, naming it" sh -c "
+		[ $rc -eq 1 ] && grep -q '$T/bad2: owned by uid 64021, mode 700' '$T/bad2.e'" ||
+		show "$T/bad2.e"
+fi
 
 echo "1..$n"
 [ "$fails" -eq 0 ]
