@@ -210,14 +210,22 @@ static void drop_orphans(const char *dir, const char **keep, size_t nkeep)
 	closedir(d);
 }
 
-int s3cache_pinned(const char *path)
+int s3cache_held(const char *path, uint64_t from, uint64_t len)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0)
 		return 0;
-	int busy = flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK;
-	close(fd);  /* and the lock taken, if it was */
-	return busy;
+	/* would a write lock on [from, from + len) conflict with another open file's read lock? */
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)from,
+			    .l_len = (off_t)len };
+	int held = fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+	close(fd);
+	return held;
+}
+
+int s3cache_pinned(const char *path)
+{
+	return s3cache_held(path, 0, 0);  /* any byte, any uid */
 }
 
 static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)

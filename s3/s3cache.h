@@ -56,10 +56,14 @@ struct s3cache_opts {
 int s3cache_fetch_opts(struct s3 *s, const char *dir, const struct s3cache_opts *o,
 		       const char *url, struct s3cache_result *r, int *lockfd, char *err,
 		       size_t errlen);
-/* 1 when the object file @path is in use: some process holds a flock on it (loaderd's node cache
- * takes LOCK_SH on every object it passes to a job, held while the job's descriptors live).
- * Eviction leaves such objects alone. */
+/* 1 when the object file @path is in use: some open file holds a read lock (an OFD lock,
+ * fcntl F_OFD_SETLK) on any of its bytes. loaderd's node cache takes one on byte UID of every
+ * object it passes to a job of that uid (tools/ldfetch.c), held as long as loaderd's descriptor
+ * of it (SCM_RIGHTS shares the open file). Eviction leaves such objects alone. */
 int s3cache_pinned(const char *path);
+/* 1 when some open file holds a read lock on a byte of [@from, @from + @len) of @path (@len 0: to
+ * the end and past it): byte UID held is a job of that uid holding the object. */
+int s3cache_held(const char *path, uint64_t from, uint64_t len);
 
 /* The whole of it for a tool: credentials and endpoint from the standard places (s3_cfg_load), the
  * user's cache directory (s3cache_dir), its bound ($LOADERD_S3_CACHE_SIZE: bytes, or with K, M,

@@ -41,7 +41,8 @@
 #   allocated size holds it, one byte under refuses it, and a second set is refused while a job
 #   holds the first (objects in use never evicted); --cache-size-per-uid at exactly the set's
 #   bytes, one under, and a second set while the uid's job holds the first (another uid is not
-#   charged for it); without --cache-dir the client fetches as before; a cache folder others may
+#   charged for it), and a uid's charge ends with its own job while another uid's job still reads
+#   the same objects; without --cache-dir the client fetches as before; a cache folder others may
 #   write is refused at start.
 set -u
 BUILD=${BUILD:-build}
@@ -540,6 +541,24 @@ asu $UA "$BIN/ldcat" --socket "$T/n.sock" --crop 0 --batch 4 --world 2 --seed 3 
 rc=$?
 check "--cache-size-per-uid one byte under the set's bytes: refused, named, with both figures" sh -c "
 	[ $rc -eq 1 ] && grep -q 's3://data/job/set.dpks: $b1 bytes for uid $UA, whose jobs hold 0 bytes of the node cache: above loaderd --cache-size-per-uid $((b1 - 1))\$' '$T/nj.e'" || show "$T/nj.e"
+stop_loaderd
+# a uid's charge ends with its own jobs, even while another uid's job holds the same objects
+serve_loaderd "$T/n.sock" "$T/n7.log" --all-users --cache-dir "$T/node7" --cache-size-per-uid "$b1" \
+	--linger 1
+AWS_ACCESS_KEY_ID=${ko% *} AWS_SECRET_ACCESS_KEY=${ko#* } asu $UB "$BIN/ldcat" --socket "$T/n.sock" \
+	--crop 0 --batch 4 --world 1 --seed 3 --dataset s3://data/job/set.dpks --job nl --epochs 0 \
+	--rate 20 --seconds 6 >/dev/null 2>"$T/nl.e" &
+pl=$!
+nboth $UA s3://data/job/set.dpks nm "$T/n.sock"
+ra=$?
+sleep 2.5  # A's job ends (--linger 1); B's still reads the set
+asu $UA "$BIN/ldcat" --socket "$T/n.sock" --crop 0 --batch 4 --world 1 --seed 3 \
+	--dataset s3://data/one/whole.dpk --job nn >/dev/null 2>"$T/nn.e"
+rc=$?
+wait $pl
+rb=$?
+check "a uid's charge ends with its own jobs, though another uid's job holds the same objects" sh -c "
+	[ $ra -eq 0 ] && [ $rc -eq 0 ] && [ $rb -eq 0 ]" || { show "$T/nn.e"; show "$T/nl.e"; }
 stop_loaderd
 # without --cache-dir: the client fetches, as before; a cache folder others may write is refused
 serve_loaderd "$T/n.sock" "$T/n6.log" --all-users

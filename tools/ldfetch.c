@@ -18,14 +18,15 @@
  * object is served only after it), fetches those missing (s3cache_fetch_opts: objects keyed by
  * endpoint, bucket, key and ETag, temporary files renamed whole, MD5 checked against single-part
  * ETags), all under the cache's lock, and, still under it, opens the view's files and takes a
- * shared flock on each before it passes them: the lock lives as long as loaderd's descriptors
- * (flock belongs to the open file, which SCM_RIGHTS shares), so eviction (s3cache_pinned) never
- * takes an object a running job reads, and what the cache holds is never more than --cache-size.
- * Space is charged per uid: DIR/uids/UID/HASH marks each object a uid's job was given; a uid's
- * charge is the size of its marked objects that some job still holds (a marker whose object is
- * no longer held is dropped), plus the dataset asked for; past --cache-size-per-uid the open is
- * refused (ENOSPC, naming the dataset and both figures). An object two uids share is charged to
- * both while it is held. */
+ * read lock on byte UID of each (an OFD lock, fcntl F_OFD_SETLK) before it passes them: the lock
+ * lives as long as loaderd's descriptors (it belongs to the open file, which SCM_RIGHTS shares),
+ * so eviction (s3cache_pinned: any byte locked) never takes an object a running job reads, and
+ * what the cache holds is never more than --cache-size. Space is charged per uid:
+ * DIR/uids/UID/HASH marks each object a uid's job was given; a uid's charge is the size of its
+ * marked objects that a job of that uid still holds (byte UID locked: s3cache_held; a marker whose
+ * object no job of the uid holds is dropped), plus the dataset asked for; past
+ * --cache-size-per-uid the open is refused (ENOSPC, naming the dataset and both figures). An
+ * object two uids both hold is charged to both while each holds it. */
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
@@ -126,10 +127,10 @@ static int charge_admit(void *arg, const char *const *paths, const uint64_t *siz
 		if (e->d_name[0] == '.' || bsearch(&name, a->names, a->n, sizeof(*a->names), cmp_name))
 			continue;  /* counted with this dataset */
 		snprintf(obj, sizeof(obj), "%s/objects/%s", g_dir, e->d_name);
-		if (stat(obj, &st) == 0 && s3cache_pinned(obj))
+		if (stat(obj, &st) == 0 && s3cache_held(obj, a->uid, 1))
 			held += (uint64_t)st.st_size;
 		else
-			unlinkat(dirfd(d), e->d_name, 0);  /* no job holds it any more */
+			unlinkat(dirfd(d), e->d_name, 0);  /* no job of the uid holds it any more */
 	}
 	if (d)
 		closedir(d);
@@ -155,13 +156,17 @@ static void charge_mark(const struct charge_arg *a)
 
 /* ---- one request, in its own child ---- */
 
-static int open_pinned(const char *path, char *err, size_t errlen, const char *url)
+/* @path opened for a job of @uid, pinned: a read lock on its byte @uid, held by the open file,
+ * which loaderd's descriptor keeps (eviction: s3cache_pinned; the uid's charge: s3cache_held). */
+static int open_pinned(const char *path, uint32_t uid, char *err, size_t errlen, const char *url)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0)
 		return err_set(err, errlen, -errno, "%s: the node cache: %s: %s", url, path,
 			       strerror(errno));
-	if (flock(fd, LOCK_SH) < 0) {
+	struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = (off_t)uid,
+			    .l_len = 1 };
+	if (fcntl(fd, F_OFD_SETLK, &fl) < 0) {
 		int ret = err_set(err, errlen, -errno, "%s: the node cache: locking %s: %s", url, path,
 				  strerror(errno));
 		close(fd);
@@ -171,11 +176,12 @@ static int open_pinned(const char *path, char *err, size_t errlen, const char *u
 }
 
 /* Open the view @r->path (a .dpk or a manifest and its shards), pin and pass every file. */
-static int send_view(int sock, const char *url, const char *path, char *err, size_t errlen)
+static int send_view(int sock, const char *url, const char *path, uint32_t uid, char *err,
+		     size_t errlen)
 {
 	struct dpkset_manifest *m = NULL;
 	char *text = NULL;
-	int ret, top = open_pinned(path, err, errlen, url);
+	int ret, top = open_pinned(path, uid, err, errlen, url);
 	if (top < 0)
 		return top;
 	char head[8] = "";
@@ -216,7 +222,7 @@ static int send_view(int sock, const char *url, const char *path, char *err, siz
 		for (uint32_t i = 0; i < m->n; i++) {
 			char sp[PATH_MAX * 2];
 			snprintf(sp, sizeof(sp), "%s/%s", dir, m->shards[i].path);
-			int fd = open_pinned(sp, err, errlen, url);
+			int fd = open_pinned(sp, uid, err, errlen, url);
 			if (fd < 0) {
 				ret = fd;
 				for (uint32_t k = 0; k < b.count; k++)
@@ -334,7 +340,7 @@ static int serve(int sock, char *body, size_t len)
 			/* marked, and pinned, under the cache's lock: no other request's admission
 			 * or eviction runs between them */
 			charge_mark(&ca);
-			ret = send_view(sock, url, r.path, err, sizeof(err));
+			ret = send_view(sock, url, r.path, q.uid, err, sizeof(err));
 			close(lock);
 			if (ret == 0)
 				say("uid %u: %s: %u objects, %u fetched now (%llu bytes)", q.uid, url,
