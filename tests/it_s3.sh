@@ -547,7 +547,7 @@ serve_loaderd "$T/n.sock" "$T/n7.log" --all-users --cache-dir "$T/node7" --cache
 	--linger 1
 AWS_ACCESS_KEY_ID=${ko% *} AWS_SECRET_ACCESS_KEY=${ko#* } asu $UB "$BIN/ldcat" --socket "$T/n.sock" \
 	--crop 0 --batch 4 --world 1 --seed 3 --dataset s3://data/job/set.dpks --job nl --epochs 0 \
-	--rate 20 --seconds 6 >/dev/null 2>"$T/nl.e" &
+	--rate 20 --seconds 4 >/dev/null 2>"$T/nl.e" &
 pl=$!
 nboth $UA s3://data/job/set.dpks nm "$T/n.sock"
 ra=$?
