@@ -286,6 +286,9 @@ static void *opener_main(void *p)
 			j->s3_files = files;
 			j->s3_nfiles = nfiles;
 			files = NULL;
+			/* counted with the job's table (its shards' descriptors, 2 each, were checked) */
+			j->mem_table += (uint64_t)nfiles * 2 * sizeof(*j->s3_files);
+			srv_mem_add(s, j->uid, (int64_t)nfiles * 2 * (int64_t)sizeof(*j->s3_files));
 			pthread_mutex_unlock(&s->mu);
 		}
 		ret = fetched < 0 ? fetched :
