@@ -65,6 +65,15 @@ int srv_fetch(struct srv *s, struct open_req *r, char *why, size_t whylen)
 	for (;;) {
 		uint16_t type;
 		int fds[CTL_FDS_BATCH], nfds = 0;
+		/* a fetch may take minutes: a loaderd that stops does not wait for it */
+		struct pollfd p = { .fd = sv[0], .events = POLLIN };
+		if (poll(&p, 1, 200) <= 0) {
+			if (!atomic_load(&s->stop))
+				continue;
+			snprintf(why, whylen, "%s: loaderd is stopping", url);
+			ret = -ESHUTDOWN;
+			break;
+		}
 		ssize_t n = ctl_recv_fds(sv[0], buf, &type, fds, CTL_FDS_BATCH, &nfds);
 		if (n == -EINTR)
 			continue;
