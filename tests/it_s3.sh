@@ -451,6 +451,17 @@ c.send(msg(14, s3body()))
 r = c.recv(4096)
 out.append("twice %d %d %s" % (struct.unpack_from("<H", a, 6)[0], struct.unpack_from("<H", r, 6)[0],
                               r[20:].split(b"\0")[0].decode(errors="replace")))
+# a region that would change the signature's scope (aws:amz:REGION:s3): refused at the job open
+c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+c.connect(sys.argv[1])
+c.send(msg(14, s3body(region=b"us-east-1:x")))
+a = c.recv(4096)
+job = struct.pack("<64s1024sQQ12IQQ16s3I2H", b"rg", b"s3://data/job/set.dpks", 1, 0, 1, 4, 0, 0,
+                  0, 0, 1, 0, 0, 0, 0, 0, 0, 0, b"", 0, 0, 0, 0, 0)
+c.send(msg(1, job))
+r = c.recv(4096)
+out.append("region %d %d %s" % (struct.unpack_from("<H", a, 6)[0], struct.unpack_from("<H", r, 6)[0],
+                               r[20:].split(b"\0")[0].decode(errors="replace")))
 print("\n".join(out))
 PY
 python3 "$T/raw.py" "$T/n.sock" >"$T/raw.out" 2>&1
@@ -460,6 +471,7 @@ check "hostile s3 opens on the wire: refused, EINVAL, the field named, no secret
 	grep -q '^sum 5 22 an s3 open of .* bytes whose strings add up to' '$T/raw.out' &&
 	grep -q '^url 5 22 an s3 open whose url does not start with s3://' '$T/raw.out' &&
 	grep -q '^twice 15 5 an s3 dataset comes once, before the job open' '$T/raw.out' &&
+	grep -q \"^region 15 5 job rg: s3://data/job/set.dpks: region 'us-east-1:x': not a region name\" '$T/raw.out' &&
 	! grep -q SECRET '$T/raw.out' && kill -0 $LPID" || show "$T/raw.out"
 check "loaderd links no HTTP library; ldfetch, which fetches, does" sh -c "
 	! ldd '$BIN/loaderd' | grep -q curl && ldd '$BIN/ldfetch' | grep -q curl"

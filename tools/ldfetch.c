@@ -314,9 +314,9 @@ static int serve(int sock, char *body, size_t len)
 	/* the region goes into the signature's scope (aws:amz:REGION:s3): its letters only */
 	for (const char *r = c.region; *r; r++)
 		if (!((*r >= 'a' && *r <= 'z') || (*r >= '0' && *r <= '9') || *r == '-')) {
-			s3_cfg_fini(&c);
 			snprintf(err, sizeof(err), "%.900s: region '%.64s': not a region name", url,
 				 c.region);
+			s3_cfg_fini(&c);
 			free(url);
 			reply_err(sock, EINVAL, err);
 			return 1;
@@ -376,8 +376,11 @@ int main(int argc, char **argv)
 	for (;;) {
 		uint16_t type;
 		int fds[1], nfds = 0;
-		while (children && waitpid(-1, NULL, children >= LDF_CHILDREN ? 0 : WNOHANG) > 0)
-			children--;
+		int w;
+		while (children && ((w = waitpid(-1, NULL, children >= LDF_CHILDREN ? 0 : WNOHANG)) > 0 ||
+				    (w < 0 && errno == EINTR)))
+			if (w > 0)
+				children--;
 		ssize_t n = ctl_recv_fds(3, buf, &type, fds, 1, &nfds);
 		if (n == -EPIPE)
 			return 0;  /* loaderd is gone */
