@@ -32,7 +32,9 @@
 #   keeps both; one byte less evicts the least recently used dataset, and the cache never holds
 #   more than its bound; a dataset above the bound is refused, named, with the figures;
 #   loaderd's node cache (--cache-dir; ldfetch fetches with each job's own credentials): made 0700,
-#   loaderd's; uid A reads a set over 2 ranks through it, every sample once; uid B whose IAM policy
+#   loaderd's; uid A reads a set over 2 ranks through it, every sample once, each object fetched
+#   once though both ranks open at once; a fetch the store stalls 5 s delays no other uid's open
+#   of a cached set; uid B whose IAM policy
 #   denies the objects is refused by the store (AccessDenied, named) though the bytes are cached;
 #   uid B allowed reads it with nothing fetched again (the objects' inodes unchanged); no
 #   credential in loaderd's log or status; loaderd links no HTTP library, ldfetch does; a shard
@@ -394,6 +396,10 @@ check "node cache: uid A, 2 ranks, every sample exactly once, fetched by loaderd
 	[ \$(ls '$T/node/objects' | grep -vc lock) -eq 6 ] &&
 	grep -q 'uid $UA: s3://data/job/set.dpks: 6 objects, 6 fetched now' '$T/n.log'" ||
 	{ show "$T/na.e0"; show "$T/na.e1"; show "$T/n.log"; }
+fa=$(sed -n "s|^ldfetch: uid $UA: s3://data/job/set.dpks: 6 objects, \([0-9]*\) fetched now.*|\1|p" \
+	"$T/n.log" | awk '{ s += $1; k++ } END { print k ":" s }')
+check "... its two ranks opened at once: each object fetched once in all (requests:fetched $fa)" \
+	[ "$fa" = 2:6 ]
 inodes "$T/node" >"$T/ino1"
 u1=$(used "$T/node")
 b1=$(osize "$T/node")
@@ -413,6 +419,24 @@ check "uid B, allowed, reads the cached set: every sample once, nothing fetched 
 	[ $rc -eq 0 ] && cmp -s '$T/ino1' '$T/ino2' &&
 	grep -q 'uid $UB: s3://data/job/set.dpks: 6 objects, 0 fetched now' '$T/n.log'" ||
 	{ show "$T/nc.e0"; show "$T/n.log"; }
+# a long fetch (a store that stalls 5 s mid-response, tests/s3_fault.py) delays no other open
+AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$T/fault.port")" asu $UA "$BIN/ldcat" --socket "$T/n.sock" \
+	--crop 0 --batch 4 --world 1 --seed 3 --dataset s3://bkt/stall-2/node.dpk --job ns \
+	>/dev/null 2>"$T/ns.e" &
+pst=$!
+sleep 1
+t0=$(now)
+AWS_ACCESS_KEY_ID=${ko% *} AWS_SECRET_ACCESS_KEY=${ko#* } nboth $UB s3://data/job/set.dpks nq "$T/n.sock"
+rq=$?
+dt=$(since "$t0")
+kill -0 $pst 2>/dev/null
+still=$?
+lt "$dt" 3.5
+fast=$?
+wait $pst
+check "a fetch the store stalls delays no other open: uid B reads the cached set meanwhile (${dt} s)" \
+	sh -c "[ $rq -eq 0 ] && [ $still -eq 0 ] && [ $fast -eq 0 ] &&
+	grep -q 's3://bkt/stall-2/node.dpk' '$T/ns.e'" || { show "$T/ns.e"; show "$T/nq.e0"; }
 "$BIN/loaderctl" --socket "$T/n.sock" status --json >"$T/nst" 2>&1
 check "no credential in loaderd's log or its status" sh -c "! grep -q '${ko#* }' '$T/n.log' &&
 	! grep -q '${kd#* }' '$T/n.log' && ! grep -q '${ko#* }' '$T/nst' &&

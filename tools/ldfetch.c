@@ -331,7 +331,7 @@ static int serve(int sock, char *body, size_t len)
 		mkdir(uids, 0700);
 		mkdir(ca.udir, 0700);
 		struct s3cache_opts o = { .bound = g_size, .bound_name = "loaderd --cache-size",
-					  .admit = charge_admit, .arg = &ca };
+					  .admit = charge_admit, .arg = &ca, .concurrent = 1 };
 		struct s3cache_result r;
 		int lock = -1;
 		ret = s3cache_fetch_opts(s, g_dir, &o, url, &r, &lock, err, sizeof(err));
