@@ -26,7 +26,9 @@
  * marked objects that a job of that uid still holds (byte UID locked: s3cache_held; a marker whose
  * object no job of the uid holds is dropped), plus the dataset asked for; past
  * --cache-size-per-uid the open is refused (ENOSPC, naming the dataset and both figures). An
- * object two uids both hold is charged to both while each holds it. */
+ * object two uids both hold is charged to both while each holds it. A uid's requests run one at
+ * a time (a flock on DIR/uids/UID/.lock, taken before the cache's), so that its admission counts
+ * what its earlier requests hold; other uids' run side by side. */
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
@@ -38,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -330,6 +333,13 @@ static int serve(int sock, char *body, size_t len)
 		snprintf(uids, sizeof(uids), "%s/uids", g_dir);
 		mkdir(uids, 0700);
 		mkdir(ca.udir, 0700);
+		/* one request of a uid at a time (other uids' side by side): its admission then
+		 * counts everything the uid's earlier requests hold */
+		char ulock[PATH_MAX + 16];
+		snprintf(ulock, sizeof(ulock), "%s/.lock", ca.udir);
+		int ul = open(ulock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+		while (ul >= 0 && flock(ul, LOCK_EX) < 0 && errno == EINTR)
+			;
 		struct s3cache_opts o = { .bound = g_size, .bound_name = "loaderd --cache-size",
 					  .admit = charge_admit, .arg = &ca, .concurrent = 1 };
 		struct s3cache_result r;
@@ -346,6 +356,8 @@ static int serve(int sock, char *body, size_t len)
 				    r.objects, r.fetched, (unsigned long long)r.fetched_bytes);
 		}
 		names_free(&ca);
+		if (ul >= 0)
+			close(ul);
 	}
 	s3_destroy(s);
 	if (ret < 0) {
