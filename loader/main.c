@@ -19,6 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 static struct srv *g_srv;
@@ -71,6 +74,9 @@ struct opts {
 	char path[PATH_MAX];       /* the default socket path; not to be copied (socket may point
 				    * here) */
 	const char *socket;        /* --socket */
+	const char *cache_dir;     /* --cache-dir: the node cache of s3:// datasets; NULL: none */
+	uint64_t cache_size;       /* --cache-size (0: a quarter of the free space at start) */
+	uint64_t cache_uid;        /* --cache-size-per-uid (0: half of cache_size) */
 	int io;                    /* --io: index in io_names, the same as enum ldr_io */
 	unsigned linger_s, idle_s; /* --linger, --idle-timeout: seconds */
 	const char *metrics_path;  /* NULL: no metrics file */
@@ -200,6 +206,20 @@ static const struct arg_opt opt_rows[] = {
 	  .help = "pixels per record (height x width): larger records are refused at job open or "
 		  "substituted as bad" },
 
+	{ .kind = ARG_HEADING, .help = "the node cache of s3:// datasets (docs/S3.md):" },
+	{ "cache-dir", 0, ARG_PATH, AT(cache_dir, const char *), .def_doc = "none: clients fetch "
+	  "into their users' caches",
+	  .help = "keep s3:// datasets here, whole shards, shared by every job of the node: "
+		  "ldfetch (beside loaderd) fetches with each job's own credentials, and serves a uid "
+		  "cached bytes only after the store accepted its own request. Made 0700; refused "
+		  "when another user owns it or group or others may write it" },
+	{ "cache-size", 0, ARG_BYTES, AT(cache_size, uint64_t), .lo = 1, .hi = UINT64_MAX,
+	  .def_doc = "a quarter of the free space of its file system at start",
+	  .help = "bytes the cache's objects may take, objects in use by running jobs included" },
+	{ "cache-size-per-uid", 0, ARG_BYTES, AT(cache_uid, uint64_t), .lo = 1, .hi = UINT64_MAX,
+	  .def_doc = "half of --cache-size",
+	  .help = "of them, what one user's running jobs may hold" },
+
 	{ .kind = ARG_HEADING, .help = "watching it, starting it:" },
 	{ "metrics-file", 0, ARG_PATH, AT(metrics_path, const char *), .def_doc = "none",
 	  .help = "write the counters there in Prometheus text format, rewritten whole (temporary "
@@ -269,6 +289,83 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	o->so.idle_ms = (int)(o->idle_s * 1000u);
 	log_level = o->log_level;
 	return -1;
+}
+
+/* --cache-dir: the folder (made 0700; one of another owner, or that group or others may write,
+ * is refused) and ldfetch, beside loaderd's own binary, started with one end of a socketpair as
+ * its descriptor 3. 0 or -1 (logged). */
+static int start_cache(struct opts *o)
+{
+	struct stat st;
+	struct statvfs vs;
+	char exe[PATH_MAX], prog[PATH_MAX + 16];
+	int sv[2];
+
+	if (mkdir(o->cache_dir, 0700) < 0 && errno != EEXIST) {
+		LOG_ERROR("--cache-dir %s: %s", o->cache_dir, strerror(errno));
+		return -1;
+	}
+	if (lstat(o->cache_dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		LOG_ERROR("--cache-dir %s: not a directory", o->cache_dir);
+		return -1;
+	}
+	if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+		LOG_ERROR("--cache-dir %s: owned by uid %u, mode %03o: it must be loaderd's own (uid "
+			  "%u) and writable by no one else", o->cache_dir, (unsigned)st.st_uid,
+			  (unsigned)(st.st_mode & 0777), (unsigned)geteuid());
+		return -1;
+	}
+	if ((st.st_mode & 0777) != 0700 && chmod(o->cache_dir, 0700) < 0) {
+		LOG_ERROR("--cache-dir %s: chmod 0700: %s", o->cache_dir, strerror(errno));
+		return -1;
+	}
+	if (!o->cache_size) {
+		if (statvfs(o->cache_dir, &vs) < 0) {
+			LOG_ERROR("--cache-dir %s: %s", o->cache_dir, strerror(errno));
+			return -1;
+		}
+		o->cache_size = (uint64_t)vs.f_bavail * vs.f_frsize / 4;
+		if (!o->cache_size)
+			o->cache_size = 1;
+	}
+	if (!o->cache_uid)
+		o->cache_uid = o->cache_size / 2 ? o->cache_size / 2 : 1;
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0) {
+		LOG_ERROR("--cache-dir: cannot tell where loaderd's binary is (to start ldfetch)");
+		return -1;
+	}
+	exe[n] = '\0';
+	*strrchr(exe, '/') = '\0';
+	snprintf(prog, sizeof(prog), "%s/ldfetch", exe);
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+		LOG_ERROR("--cache-dir: socketpair: %s", strerror(errno));
+		return -1;
+	}
+	char size[32], uid[32];
+	snprintf(size, sizeof(size), "%llu", (unsigned long long)o->cache_size);
+	snprintf(uid, sizeof(uid), "%llu", (unsigned long long)o->cache_uid);
+	pid_t pid = fork();
+	if (pid == 0) {
+		/* descriptor 3 is its socket to loaderd; everything else loaderd holds is CLOEXEC */
+		if ((sv[1] == 3 ? fcntl(3, F_SETFD, 0) : dup2(sv[1], 3)) < 0)
+			_exit(127);
+		char *argv[] = { "ldfetch", (char *)o->cache_dir, size, uid, NULL };
+		execv(prog, argv);
+		fprintf(stderr, "loaderd: cannot run %s: %s\n", prog, strerror(errno));
+		_exit(127);
+	}
+	close(sv[1]);
+	if (pid < 0) {
+		LOG_ERROR("--cache-dir: fork: %s", strerror(errno));
+		close(sv[0]);
+		return -1;
+	}
+	o->so.cache = 1;
+	o->so.fetch_fd = sv[0];
+	LOG_INFO("node cache %s: %llu bytes, %llu per uid, fetched by %s (pid %d)", o->cache_dir,
+		 (unsigned long long)o->cache_size, (unsigned long long)o->cache_uid, prog, (int)pid);
+	return 0;
 }
 
 /* Create the server, start the metrics thread, tell whoever waits that loaderd serves, run until
@@ -341,5 +438,7 @@ int main(int argc, char **argv)
 	if (ret >= 0)
 		return ret;
 	raise_nofile();
+	if (o.cache_dir && start_cache(&o) < 0)
+		return 1;
 	return serve(&o);
 }

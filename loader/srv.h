@@ -162,6 +162,10 @@ struct srv_opts {
 	unsigned max_fds_uid;      /* of them, per uid (RLIMIT_NOFILE / 8) */
 	int idle_ms;               /* close a connection that opened no job this long (10000) */
 	int balance;               /* allow jobs to ask for balanced shares (loaderd --balance) */
+	int cache;                 /* 1: a node cache of s3:// datasets (loaderd --cache-dir):
+				    * CTL_S3_OPEN is taken and the job open asks ldfetch over
+				    * fetch_fd; 0: CTL_S3_OPEN is answered EOPNOTSUPP */
+	int fetch_fd;              /* ldfetch's socket (SOCK_SEQPACKET), when cache */
 	unsigned admin_share;      /* percent of the control thread's time one uid's loaderctl
 				    * answers may take, rendering and sending (2): both hold the
 				    * lock the workers need */

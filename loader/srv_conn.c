@@ -58,6 +58,7 @@ void srv_conn_close(struct srv *s, struct conn *c)
 	c->out = NULL;
 	free(c->seed);
 	c->seed = NULL;
+	srv_s3_wipe(&c->s3, &c->s3_len);
 	srv_conn_drop_shards(s, c);
 	for (pp = &s->conns; *pp; pp = &(*pp)->next)
 		if (*pp == c) {

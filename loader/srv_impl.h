@@ -93,6 +93,9 @@ struct conn {
 	int *shard_fds;          /* CTL_SHARD_FDS received for its job open: shards_got of
 				  * shards_total (malloc'd) */
 	uint32_t shards_got, shards_total;
+	char *s3;                /* a CTL_S3_OPEN body (checked) for its job open, credentials
+				  * included: wiped when freed (srv_s3_wipe); NULL when none */
+	size_t s3_len;
 	uint64_t shards_charge;  /* descriptors reserved in its uid's fds for the set from its
 				  * first batch: what the job will hold, 2 x total + 2 */
 	size_t seed_len;
@@ -112,6 +115,9 @@ struct open_req {
 	int *shard_fds;          /* a set's shards the client opened (nshards), closed likewise;
 				  * counted in the uid's fds until then */
 	uint32_t nshards;
+	char *s3;                /* the conn's CTL_S3_OPEN body: the opener has ldfetch fetch the
+				  * dataset (srv_fetch.c); wiped once sent, or when freed */
+	size_t s3_len;
 	int creator;             /* this request made the job: it runs ops->job_open */
 	struct ring_desc d;
 	struct ring *ring;       /* made by the opener thread */
@@ -243,6 +249,10 @@ struct job {
 				       * and spec.share_gid say whether others may see and join it */
 	dev_t dev;                    /* the dataset file: a joining rank must pass the same one */
 	ino_t ino;
+	uint64_t *s3_files;           /* through the node cache: each shard's (dev, ino), the
+				       * object versions the job reads; a later rank's fetch must
+				       * answer the same (s3_nfiles pairs; NULL otherwise) */
+	uint32_t s3_nfiles;
 	int64_t idle_since_ns;        /* when the last rank detached */
 	int failed;                   /* a fill failed: fail_msg goes to every rank */
 	char fail_msg[CTL_TEXT_MAX];
@@ -497,6 +507,16 @@ int srv_open_drain(struct srv *s, int ms);
 /* Under mu, control thread. CTL_SPLIT_SEED from @c (@n bytes at @body): kept for its job open.
  * CTL_SPLIT_REQ from @c: the weights in force at a step of its job (CTL_SPLIT). */
 void srv_on_split_seed(struct srv *s, struct conn *c, const void *body, size_t n);
+/* Under mu, control thread. CTL_S3_OPEN from @c (@n bytes at @body): answered CTL_S3_ACK
+ * (EOPNOTSUPP without a cache), checked and kept for its job open (srv_jobs.c). */
+void srv_on_s3_open(struct srv *s, struct conn *c, const void *body, size_t n);
+/* Wipe and free an s3 body (*p, *len bytes): credentials never outlive their use. NULL ok. */
+void srv_s3_wipe(char **p, size_t *len);
+/* On an opener thread, without mu: have ldfetch fetch @r's s3 dataset (r->s3, wiped once sent)
+ * with its credentials into the node cache, and take the descriptors it answers with as if the
+ * client had sent them (r->fd, r->shard_fds, counted in the uid's descriptors as CTL_SHARD_FDS
+ * are). 0, or -errno with the reason (the store's, naming the object) in @why. srv_fetch.c. */
+int srv_fetch(struct srv *s, struct open_req *r, char *why, size_t whylen);
 /* Under mu, control thread. CTL_AUGMENT from @c (@n bytes at @body): checked, kept for its job
  * open, where it is part of what the job's ranks agree on. */
 void srv_on_augment(struct srv *s, struct conn *c, const void *body, size_t n);

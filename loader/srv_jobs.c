@@ -72,6 +72,7 @@ void srv_job_close_all(struct srv *s, struct job *dead)
 		if (s->ops.job_close)
 			s->ops.job_close(s->ops.ctx, j->state);
 		free(j->ranks);
+		free(j->s3_files);
 		ldr_split_log_fini(&j->split);
 		free(j->split_ns);
 		free(j->split_have);
@@ -133,6 +134,7 @@ static void req_drop_shards(struct srv *s, struct open_req *r)
 /* Under mu. */
 static void req_free(struct srv *s, struct open_req *r)
 {
+	srv_s3_wipe(&r->s3, &r->s3_len);
 	if (r->fd >= 0)
 		close(r->fd);
 	req_drop_shards(s, r);
@@ -249,16 +251,52 @@ static void *opener_main(void *p)
 	char why[CTL_TEXT_MAX];
 	int ret;
 
+	/* An s3:// dataset through the node cache: ldfetch asks the store with this client's own
+	 * credentials (every rank's, not only the creator's: the store's answer to each is its
+	 * proof) and answers with descriptors, as a client would have sent them. */
+	int fetched = 0;
+	struct stat fst;
+	uint64_t *files = NULL;
+	uint32_t nfiles = 0;
+	why[0] = '\0';
+	if (r->s3) {
+		ret = srv_fetch(s, r, why, sizeof(why));
+		if (ret == 0 && fstat(r->fd, &fst) < 0)
+			ret = -errno;
+		if (ret == 0 && r->nshards && !(files = calloc(r->nshards, 2 * sizeof(*files))))
+			ret = -ENOMEM;
+		for (uint32_t i = 0; ret == 0 && i < r->nshards; i++) {
+			struct stat sst;
+			if (fstat(r->shard_fds[i], &sst) < 0)
+				ret = -errno;
+			files[2 * i] = (uint64_t)sst.st_dev;
+			files[2 * i + 1] = (uint64_t)sst.st_ino;
+		}
+		fetched = ret == 0 ? 1 : ret;
+		nfiles = r->nshards;
+	}
 	if (r->creator) {
 		void *state = NULL;
 		struct srv_job_info info;
 		memset(&info, 0, sizeof(info));
-		why[0] = '\0';
 		static const struct ctl_augment none;
 		struct srv_dataset ds = { .fd = r->fd, .shards = r->shard_fds,
 					  .nshards = r->nshards, .uid = r->uid,
 					  .aug = memcmp(&j->aug, &none, sizeof(none)) ? &j->aug : NULL };
-		ret = s->ops.job_open(s->ops.ctx, &r->spec, &ds, &state, &info, why, sizeof(why));
+		if (fetched > 0) {
+			pthread_mutex_lock(&s->mu);
+			j->dev = fst.st_dev;  /* the object versions the job reads (its later ranks') */
+			j->ino = fst.st_ino;
+			j->s3_files = files;
+			j->s3_nfiles = nfiles;
+			files = NULL;
+			/* counted with the job's table (its shards' descriptors, 2 each, were checked) */
+			j->mem_table += (uint64_t)nfiles * 2 * sizeof(*j->s3_files);
+			srv_mem_add(s, j->uid, (int64_t)nfiles * 2 * (int64_t)sizeof(*j->s3_files));
+			pthread_mutex_unlock(&s->mu);
+		}
+		ret = fetched < 0 ? fetched :
+		      s->ops.job_open(s->ops.ctx, &r->spec, &ds, &state, &info, why, sizeof(why));
 		if (ret == 0 && r->spec.balance)
 			info.ring.batch = CTL_BALANCE_CAP(r->spec.batch);  /* room for a larger share */
 		if (ret == 0 && (ret = steps_check(&r->spec, &info, why, sizeof(why))) < 0 &&
@@ -295,6 +333,33 @@ static void *opener_main(void *p)
 		pthread_mutex_lock(&s->mu);
 		while (j->opening)
 			pthread_cond_wait(&s->open_cv, &s->mu);
+		req_drop_shards(s, r);
+		if (fetched < 0) {
+			FAIL_REQ(r, -fetched, "job %s: %.*s", j->name,
+				 (int)(sizeof(r->why) - CTL_JOB_NAME_MAX - 16), why);
+			goto done;
+		}
+		if (fetched > 0 && !j->failed) {
+			/* the same object versions as the job's, else named: a job reads one */
+			long at = fst.st_dev != j->dev || fst.st_ino != j->ino ? -1 : -2;
+			if (at == -2 && j->s3_nfiles != nfiles)
+				at = -1;
+			for (uint32_t i = 0; at == -2 && i < nfiles; i++)
+				if (files[2 * i] != j->s3_files[2 * i] ||
+				    files[2 * i + 1] != j->s3_files[2 * i + 1])
+					at = (long)i;
+			free(files);
+			files = NULL;
+			if (at != -2) {
+				char what[64] = "its manifest (or .dpk)";
+				if (at >= 0)
+					snprintf(what, sizeof(what), "shard %ld of its manifest", at);
+				FAIL_REQ(r, ESTALE, "job %s: %.*s: %s changed in the store since the "
+					 "job opened it (another ETag); a job reads one version", j->name,
+					 80, r->spec.dataset, what);
+				goto done;
+			}
+		}
 	}
 	/* under mu */
 	if (j->failed) {
@@ -331,6 +396,7 @@ static void *opener_main(void *p)
 		FAIL_REQ(r, -ret, "job %s rank %u: creating the ring: %s", j->name, r->spec.rank,
 			 strerror(-ret));
 done:
+	free(files);
 	r->next = s->opened;
 	s->opened = r;
 	srv_wake_control(s);  /* before openers--: srv_destroy may free s once it is 0 */
@@ -439,6 +505,31 @@ void srv_on_augment(struct srv *s, struct conn *c, const void *body, size_t n)
 	}
 	memcpy(&c->aug, body, sizeof(c->aug));
 	c->has_aug = 1;
+}
+
+void srv_on_s3_open(struct srv *s, struct conn *c, const void *body, size_t n)
+{
+	char why[CTL_TEXT_MAX];
+	struct ctl_s3_ack ack = { .err = 0 };
+
+	if (c->att || c->s3) {
+		srv_conn_fail(s, c, EINVAL, "an s3 dataset comes once, before the job open");
+		return;
+	}
+	if (!s->opts.cache) {
+		ack.err = EOPNOTSUPP;  /* the client fetches into its user's cache, as without one */
+	} else if (ctl_check_s3_open(body, n, why, sizeof(why)) < 0) {
+		srv_conn_fail(s, c, EINVAL, "%s", why);
+		return;
+	} else if (!(c->s3 = malloc(n))) {
+		srv_conn_fail(s, c, ENOMEM, "out of memory for an s3 dataset");
+		return;
+	} else {
+		memcpy(c->s3, body, n);
+		c->s3_len = n;
+	}
+	if (ctl_send(c->fd, CTL_S3_ACK, &ack, sizeof(ack), NULL, 0) < 0)
+		srv_conn_close(s, c);
 }
 
 void srv_on_split_req(struct srv *s, struct conn *c, const struct ctl_split_req *q)
@@ -714,6 +805,14 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 			      c->shards_total);
 		goto close_fd;
 	}
+	if (c->s3 && (fd >= 0 || c->shards_total ||
+		      strncmp(spec->dataset, c->s3 + sizeof(struct ctl_s3_open),
+			      ((const struct ctl_s3_open *)(const void *)c->s3)->url_len) ||
+		      spec->dataset[((const struct ctl_s3_open *)(const void *)c->s3)->url_len])) {
+		srv_conn_fail(s, c, EINVAL, "job %s: an s3 dataset through the node cache names its "
+			      "URL as the dataset, and comes with no descriptor", spec->job);
+		goto close_fd;
+	}
 	/* The client opened the dataset with its own rights; a descriptor that cannot read, a FIFO,
 	 * a device or a directory is refused here, before anything reads from it. */
 	const char *no = fd >= 0 ? unreadable(fd) : NULL;
@@ -762,7 +861,7 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 		const char *d = spec_diff(&j->spec, &key);
 		/* One who joins another uid's job is served with the owner's files: it need not
 		 * be able to open them, but what it opens must be the same file. */
-		if (!d && (fd >= 0 || spec->share != CTL_SHARE_JOIN) &&
+		if (!d && !c->s3 && (fd >= 0 || spec->share != CTL_SHARE_JOIN) &&
 		    (st.st_dev != j->dev || st.st_ino != j->ino))
 			d = "dataset file (the path names another file now, or another client opened another one)";
 		if (!d && memcmp(&j->aug, &c->aug, sizeof(c->aug)))
@@ -806,6 +905,10 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 	} else {
 		srv_conn_drop_shards(s, c);
 	}
+	r->s3 = c->s3;  /* the opener fetches: its credentials go with the request */
+	r->s3_len = c->s3_len;
+	c->s3 = NULL;
+	c->s3_len = 0;
 	r->bell = -1;
 	r->conn = c;
 	r->spec = *spec;

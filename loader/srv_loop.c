@@ -91,6 +91,9 @@ static void dispatch(struct srv *s, struct conn *c, const char *buf, ssize_t n, 
 		srv_on_split_seed(s, c, buf, (size_t)n);
 	} else if (type == CTL_AUGMENT) {
 		srv_on_augment(s, c, buf, (size_t)n);
+	} else if (type == CTL_S3_OPEN) {
+		srv_on_s3_open(s, c, buf, (size_t)n);
+		explicit_bzero((char *)buf, (size_t)n);  /* credentials: kept once, in c->s3 */
 	} else if (type == CTL_SPLIT_REQ && (size_t)n == sizeof(struct ctl_split_req)) {
 		struct ctl_split_req q;
 		memcpy(&q, buf, sizeof(q));

@@ -4,5 +4,5 @@ S3_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard s3/*.c))
 $(BUILD)/lib/libs3.a: $(S3_OBJ)
 LIBS += $(BUILD)/lib/libs3.a
 S3_SYSLIBS := -lcurl -lexpat -lcrypto
-S3_TOOLS := dpack ldcat
+S3_TOOLS := dpack ldcat ldfetch
 $(patsubst %,$(BUILD)/bin/%,$(S3_TOOLS)): SYSLIBS += $(S3_SYSLIBS)

@@ -880,6 +880,8 @@ static int xfer_start(struct s3 *s, struct xfer *x, int slot)
 		return -ENOMEM;
 	x->hdrs = l;
 	curl_easy_setopt(h, CURLOPT_URL, url);
+	/* http and https only, whatever the endpoint says (loaderd's ldfetch takes it from a client) */
+	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, l);
 	curl_easy_setopt(h, CURLOPT_AWS_SIGV4, s->sigv4);
 	curl_easy_setopt(h, CURLOPT_USERNAME, s->cfg.access_key);

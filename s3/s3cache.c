@@ -79,12 +79,80 @@ struct want {
 	char tmp[PATH_MAX];         /* while fetched */
 	int fd;
 	int missing;                /* not in the cache under its current ETag */
+	int busy;                   /* side by side: another fetch is fetching it now */
 };
+
+/* Fetches side by side (s3cache_opts.concurrent: loaderd's node cache). The cache's lock is let go
+ * while objects are transferred, so that one long fetch delays no other open. Meanwhile:
+ * - what this fetch relies on is kept from eviction: each object it found cached or has fetched
+ *   is read-locked on byte PIN_BYTE (an OFD lock: s3cache_pinned sees it; past any uid's byte,
+ *   so never charged to one);
+ * - an object is fetched once: into OBJECT.tmp.part, made O_EXCL and write-locked by its fetcher
+ *   until it is in place; another fetch that needs it waits for that lock to go (F_OFD_SETLKW),
+ *   the cache unlocked, then finds it in place (or fetches it itself, when that fetch failed);
+ *   a part whose fetcher died (no lock) is removed;
+ * - room is reserved: a part is allocated to its object's size first (what the cache holds
+ *   counts it; eviction never takes a temporary file), an object another fetch is fetching is
+ *   not counted again, and a set's later batches make room again. */
+#define PIN_BYTE (1ull << 40)
+struct conc {
+	int lockfd;                 /* the cache's lock, held but while transferring or waiting */
+	int *pins;                  /* descriptors holding our read locks (n of cap) */
+	size_t n, cap;
+};
+
+static void pin(struct conc *c, const char *path)
+{
+	if (!c)
+		return;
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? 2 * c->cap : 64;
+		int *p = realloc(c->pins, cap * sizeof(*p));
+		if (!p)
+			return;  /* unpinned: at worst evicted, then refused when linked */
+		c->pins = p;
+		c->cap = cap;
+	}
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = (off_t)PIN_BYTE,
+			    .l_len = 1 };
+	if (fd >= 0 && fcntl(fd, F_OFD_SETLK, &fl) == 0)
+		c->pins[c->n++] = fd;
+	else if (fd >= 0)
+		close(fd);
+}
+
+static void unpin_all(struct conc *c)
+{
+	for (size_t i = 0; i < c->n; i++)
+		close(c->pins[i]);
+	free(c->pins);
+	c->pins = NULL;
+	c->n = c->cap = 0;
+}
+
+static void relock(int fd)
+{
+	while (flock(fd, LOCK_EX) < 0 && errno == EINTR)
+		;
+}
+
+/* 1 when @part (an OBJECT.tmp.part) is being written: its fetcher holds its write lock. */
+static int part_busy(const char *part)
+{
+	int fd = open(part, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return 0;
+	struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET };
+	int busy = fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+	close(fd);
+	return busy;
+}
 
 /* HEAD @n objects: each one's size, ETag and cache path, and whether it is missing there. 0 or
  * -errno (the reason in @err). */
 static int head_batch(struct s3 *s, const char *dir, const char *bucket, struct want *w, size_t n,
-		      struct s3cache_result *r, char *err, size_t errlen)
+		      struct s3cache_result *r, struct conc *c, char *err, size_t errlen)
 {
 	const char *keys[BATCH];
 	struct s3_obj objs[BATCH];
@@ -104,6 +172,14 @@ static int head_batch(struct s3 *s, const char *dir, const char *bucket, struct 
 		r->bytes += objs[i].size;
 		/* cached under its current ETag, or to fetch */
 		w[i].missing = !(stat(w[i].path, &st) == 0 && (uint64_t)st.st_size == objs[i].size);
+		w[i].busy = 0;
+		if (c && !w[i].missing) {
+			pin(c, w[i].path);
+		} else if (c) {
+			char part[PATH_MAX + 16];
+			snprintf(part, sizeof(part), "%s.tmp.part", w[i].path);
+			w[i].busy = part_busy(part);
+		}
 	}
 	return 0;
 }
@@ -158,6 +234,117 @@ static int get_batch(struct s3 *s, const char *dir, const char *bucket, struct w
 	return ret;
 }
 
+/* get_batch side by side (struct conc above): each missing object fetched by this fetch into its
+ * part, or waited for while another fetches it; up to 3 rounds (a fetch waited for may fail). */
+static int get_batch_conc(struct s3 *s, const char *dir, const char *bucket, struct want *w,
+			  size_t n, struct s3cache_result *r, struct conc *c, char *err,
+			  size_t errlen)
+{
+	struct s3_file files[BATCH];
+	int ret = 0;
+
+	for (int round = 0; round < 3 && ret == 0; round++) {
+		size_t nf = 0, nwait = 0;
+		for (size_t i = 0; i < n && ret == 0; i++) {
+			struct stat st;
+			if (!w[i].missing)
+				continue;
+			w[i].busy = 0;
+			if (stat(w[i].path, &st) == 0 && (uint64_t)st.st_size == w[i].obj.size) {
+				w[i].missing = 0;  /* placed by another fetch */
+				pin(c, w[i].path);
+				continue;
+			}
+			snprintf(w[i].tmp, sizeof(w[i].tmp), "%s.tmp.part", w[i].path);
+			int e = 0;
+			for (int t = 0; t < 2; t++) {
+				w[i].fd = open(w[i].tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY,
+					       0600);
+				e = w[i].fd < 0 ? errno : 0;
+				if (w[i].fd >= 0 || e != EEXIST || part_busy(w[i].tmp))
+					break;
+				unlink(w[i].tmp);  /* its fetcher died */
+			}
+			if (w[i].fd < 0 && e == EEXIST) {
+				w[i].busy = 1;
+				nwait++;
+				continue;
+			}
+			struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+			int fa = 0;
+			if (w[i].fd >= 0 && fcntl(w[i].fd, F_OFD_SETLK, &fl) < 0)
+				e = errno;
+			else if (w[i].fd >= 0 && w[i].obj.size &&
+				 (fa = posix_fallocate(w[i].fd, 0, (off_t)w[i].obj.size)) &&
+				 fa != EOPNOTSUPP && fa != EINVAL)
+				e = fa;
+			if (e) {
+				ret = err_set(err, errlen, -e, "the cache %s: %s", dir, strerror(e));
+				if (w[i].fd >= 0) {
+					unlink(w[i].tmp);
+					close(w[i].fd);
+					w[i].fd = -1;
+				}
+				break;
+			}
+			files[nf++] = (struct s3_file){ bucket, w[i].key, w[i].fd, &w[i].obj };
+		}
+		if (ret == 0 && nf) {
+			flock(c->lockfd, LOCK_UN);  /* the transfer, beside other fetches */
+			if ((ret = s3_get_files(s, files, nf)) < 0)
+				err_set(err, errlen, ret, "%s", s3_error(s));
+			relock(c->lockfd);
+		}
+		for (size_t i = 0; i < n; i++) {
+			if (w[i].fd < 0)
+				continue;
+			char md5[33];
+			int chk = ret == 0 ? s3_etag_check_fd(w[i].fd, w[i].obj.size, w[i].obj.etag,
+							       md5) : 1;
+			if (chk == -EBADMSG)
+				ret = err_set(err, errlen, chk, "s3://%s/%s: the bytes fetched have MD5 "
+					      "%s, not the object's ETag %s: corrupted on the way; not "
+					      "cached", bucket, w[i].key, md5, w[i].obj.etag);
+			else if (chk < 0)
+				ret = err_set(err, errlen, chk, "the cache: %s: %s", w[i].tmp,
+					      strerror(-chk));
+			if (ret == 0 && link(w[i].tmp, w[i].path) < 0 && errno != EEXIST)
+				ret = err_set(err, errlen, -errno, "the cache %s: %s", dir,
+					      strerror(errno));
+			if (ret == 0) {
+				r->fetched++;
+				r->fetched_bytes += w[i].obj.size;
+				w[i].missing = 0;
+				pin(c, w[i].path);
+			}
+			unlink(w[i].tmp);
+			close(w[i].fd);  /* and its write lock: whoever waits goes on */
+			w[i].fd = -1;
+		}
+		if (ret < 0 || !nwait)
+			return ret;
+		/* wait for the other fetches, the cache unlocked */
+		flock(c->lockfd, LOCK_UN);
+		for (size_t i = 0; i < n; i++) {
+			if (!w[i].missing || !w[i].busy)
+				continue;
+			int fd = open(w[i].tmp, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+			struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET };
+			if (fd >= 0) {
+				while (fcntl(fd, F_OFD_SETLKW, &fl) < 0 && errno == EINTR)
+					;
+				close(fd);
+			}
+		}
+		relock(c->lockfd);
+	}
+	for (size_t i = 0; ret == 0 && i < n; i++)
+		if (w[i].missing)
+			ret = err_set(err, errlen, -EAGAIN, "s3://%s/%s: fetched by another request "
+				      "that failed, three times; try again", bucket, w[i].key);
+	return ret;
+}
+
 /* ---- the bound: eviction ----
  * Space is what objects/ holds (allocated blocks). A dataset's view links its objects, so an object
  * is in use while some view links it (st_nlink > 1); eviction removes whole views, least recently
@@ -203,11 +390,29 @@ static void drop_orphans(const char *dir, const char **keep, size_t nkeep)
 			continue;
 		char full[PATH_MAX + 600], *k = full;
 		snprintf(full, sizeof(full), "%s/%s", path, e->d_name);
-		if (bsearch(&k, keep, nkeep, sizeof(*keep), cmp_str))
+		if (bsearch(&k, keep, nkeep, sizeof(*keep), cmp_str) || s3cache_pinned(full))
 			continue;
 		unlinkat(dirfd(d), e->d_name, 0);
 	}
 	closedir(d);
+}
+
+int s3cache_held(const char *path, uint64_t from, uint64_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return 0;
+	/* would a write lock on [from, from + len) conflict with another open file's read lock? */
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)from,
+			    .l_len = (off_t)len };
+	int held = fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+	close(fd);
+	return held;
+}
+
+int s3cache_pinned(const char *path)
+{
+	return s3cache_held(path, 0, 0);  /* any byte, any uid */
 }
 
 static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
@@ -251,9 +456,9 @@ static int oldest_view(const char *dir, const char *keep, char *out, size_t len)
 
 /* Make room in the cache for @need more bytes under @bound, keeping view @view and the objects
  * @w[0, n) and @top. 0, or -ENOSPC naming @url and the figures. */
-static int make_room(const char *dir, uint64_t bound, uint64_t need, const char *view,
-		     const struct want *w, size_t n, const struct want *top, const char *url,
-		     char *err, size_t errlen)
+static int make_room(const char *dir, uint64_t bound, const char *bname, uint64_t need,
+		     const char *view, const struct want *w, size_t n, const struct want *top,
+		     const char *url, char *err, size_t errlen)
 {
 	const char **keep;
 	if (!bound)
@@ -274,11 +479,15 @@ static int make_room(const char *dir, uint64_t bound, uint64_t need, const char 
 			break;
 		if (oldest_view(dir, view, old, sizeof(old)) < 0) {
 			free(keep);
+			if (strcmp(bname, "LOADERD_S3_CACHE_SIZE"))  /* the node cache's: short */
+				return err_set(err, errlen, -ENOSPC, "%s: %llu more bytes do not fit: the "
+					       "node cache holds %llu bytes in use, its bound is %llu "
+					       "(%s)", url, (unsigned long long)need,
+					       (unsigned long long)used, (unsigned long long)bound, bname);
 			return err_set(err, errlen, -ENOSPC, "%s: %llu more bytes do not fit in the cache "
 				       "%s: it holds %llu bytes of this dataset's and others in use, its "
-				       "bound is %llu (LOADERD_S3_CACHE_SIZE)", url,
-				       (unsigned long long)need, dir, (unsigned long long)used,
-				       (unsigned long long)bound);
+				       "bound is %llu (%s)", url, (unsigned long long)need, dir,
+				       (unsigned long long)used, (unsigned long long)bound, bname);
 		}
 		nftw(old, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 	}
@@ -290,7 +499,7 @@ static uint64_t missing_bytes(const struct want *w, size_t n)
 {
 	uint64_t sum = 0;
 	for (size_t i = 0; i < n; i++)
-		if (w[i].missing)
+		if (w[i].missing && !w[i].busy)  /* another fetch's part holds its room already */
 			sum += (w[i].obj.size + 4095) / 4096 * 4096;  /* as blocks */
 	return sum;
 }
@@ -341,9 +550,38 @@ static int read_file(const char *path, uint64_t max, char **out, size_t *len)
 	return 0;
 }
 
-static int fetch_locked(struct s3 *s, const char *dir, uint64_t bound, const char *url,
-			struct s3cache_result *r, char *err, size_t errlen)
+/* The caller's admission of the objects [0, n) of a dataset (its own object first), all HEADed
+ * with its credentials, before any of them is fetched. */
+static int admit(const struct s3cache_opts *o, const struct want *top, const struct want *w,
+		 size_t n, const char *url, char *err, size_t errlen)
 {
+	if (!o->admit)
+		return 0;
+	const char **paths = calloc(n + 1, sizeof(*paths));
+	uint64_t *sizes = calloc(n + 1, sizeof(*sizes));
+	int ret = -ENOMEM;
+	if (paths && sizes) {
+		paths[0] = top->path;
+		sizes[0] = top->obj.size;
+		for (size_t i = 0; i < n; i++) {
+			paths[i + 1] = w[i].path;
+			sizes[i + 1] = w[i].obj.size;
+		}
+		ret = o->admit(o->arg, paths, sizes, n + 1, url, err, errlen);
+	} else {
+		err_set(err, errlen, ret, "%s: out of memory", url);
+	}
+	free(paths);
+	free(sizes);
+	return ret;
+}
+
+static int fetch_locked(struct s3 *s, const char *dir, const struct s3cache_opts *o,
+			const char *url, struct s3cache_result *r, struct conc *c, char *err,
+			size_t errlen)
+{
+	uint64_t bound = o->bound;
+	const char *bname = o->bound_name ? o->bound_name : "LOADERD_S3_CACHE_SIZE";
 	struct s3_url u;
 	struct dpkset_manifest *m = NULL;
 	struct want *w = NULL;
@@ -363,16 +601,18 @@ static int fetch_locked(struct s3 *s, const char *dir, uint64_t bound, const cha
 			       "s3://bucket/prefix/NAME)", url);
 	/* the dataset's own object, a .dpk or a manifest; its view is named after its version */
 	struct want top = { .key = u.key };
-	if ((ret = head_batch(s, dir, u.bucket, &top, 1, r, err, errlen)) < 0)
+	if ((ret = head_batch(s, dir, u.bucket, &top, 1, r, c, err, errlen)) < 0)
 		return ret;
 	snprintf(view, sizeof(view), "%s/sets/%s", dir, strrchr(top.path, '/') + 1);
 	if (bound && top.obj.size > bound)
 		return err_set(err, errlen, -ENOSPC, "%s: %llu bytes, above the cache's bound of %llu "
-			       "(LOADERD_S3_CACHE_SIZE)", url, (unsigned long long)top.obj.size,
-			       (unsigned long long)bound);
-	if ((ret = make_room(dir, bound, missing_bytes(&top, 1), view, NULL, 0, &top, url, err,
-			     errlen)) < 0 ||
-	    (ret = get_batch(s, dir, u.bucket, &top, 1, r, err, errlen)) < 0)
+			       "(%s)", url, (unsigned long long)top.obj.size,
+			       (unsigned long long)bound, bname);
+	if ((ret = admit(o, &top, NULL, 0, url, err, errlen)) < 0 ||
+	    (ret = make_room(dir, bound, bname, missing_bytes(&top, 1), view, NULL, 0, &top, url,
+			     err, errlen)) < 0 ||
+	    (ret = c ? get_batch_conc(s, dir, u.bucket, &top, 1, r, c, err, errlen) :
+		     get_batch(s, dir, u.bucket, &top, 1, r, err, errlen)) < 0)
 		return ret;
 	char head[8] = "";
 	int fd = open(top.path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
@@ -412,21 +652,28 @@ static int fetch_locked(struct s3 *s, const char *dir, uint64_t bound, const cha
 		/* every shard's version first, then room for the missing ones, then those */
 		for (uint32_t i = 0; i < m->n; i += BATCH) {
 			size_t k = m->n - i < BATCH ? m->n - i : BATCH;
-			if ((ret = head_batch(s, dir, u.bucket, w + i, k, r, err, errlen)) < 0)
+			if ((ret = head_batch(s, dir, u.bucket, w + i, k, r, c, err, errlen)) < 0)
 				goto out;
 		}
 		if (bound && r->bytes > bound) {
 			ret = err_set(err, errlen, -ENOSPC, "%s: a dataset of %llu bytes, above the "
-				      "cache's bound of %llu (LOADERD_S3_CACHE_SIZE)", url,
-				      (unsigned long long)r->bytes, (unsigned long long)bound);
+				      "cache's bound of %llu (%s)", url, (unsigned long long)r->bytes,
+				      (unsigned long long)bound, bname);
 			goto out;
 		}
-		if ((ret = make_room(dir, bound, missing_bytes(w, m->n), view, w, m->n, &top, url,
-				     err, errlen)) < 0)
+		if ((ret = admit(o, &top, w, m->n, url, err, errlen)) < 0 ||
+		    (ret = make_room(dir, bound, bname, missing_bytes(w, m->n), view, w, m->n, &top,
+				     url, err, errlen)) < 0)
 			goto out;
 		for (uint32_t i = 0; i < m->n; i += BATCH) {
 			size_t k = m->n - i < BATCH ? m->n - i : BATCH;
-			if ((ret = get_batch(s, dir, u.bucket, w + i, k, r, err, errlen)) < 0)
+			/* side by side, other fetches took room while the lock was let go: this
+			 * batch's room is made again */
+			if (c && i && (ret = make_room(dir, bound, bname, missing_bytes(w + i, k), view,
+						       w, m->n, &top, url, err, errlen)) < 0)
+				goto out;
+			if ((ret = c ? get_batch_conc(s, dir, u.bucket, w + i, k, r, c, err, errlen) :
+			     get_batch(s, dir, u.bucket, w + i, k, r, err, errlen)) < 0)
 				goto out;
 		}
 		for (uint32_t i = 0; i < m->n; i++)
@@ -455,6 +702,14 @@ out:
 int s3cache_fetch(struct s3 *s, const char *dir, uint64_t bound, const char *url,
 		  struct s3cache_result *r, char *err, size_t errlen)
 {
+	struct s3cache_opts o = { .bound = bound };
+	return s3cache_fetch_opts(s, dir, &o, url, r, NULL, err, errlen);
+}
+
+int s3cache_fetch_opts(struct s3 *s, const char *dir, const struct s3cache_opts *o,
+		       const char *url, struct s3cache_result *r, int *lockfd, char *err,
+		       size_t errlen)
+{
 	char objdir[PATH_MAX + 16], lock[PATH_MAX + 32];
 	int ret;
 
@@ -473,8 +728,13 @@ int s3cache_fetch(struct s3 *s, const char *dir, uint64_t bound, const char *url
 			close(fd);
 			return ret;
 		}
-	ret = fetch_locked(s, dir, bound, url, r, err, errlen);
-	close(fd);  /* the lock goes with it */
+	struct conc c = { .lockfd = fd };
+	ret = fetch_locked(s, dir, o, url, r, o->concurrent ? &c : NULL, err, errlen);
+	unpin_all(&c);  /* under the lock: the caller pins what it keeps before it lets go */
+	if (ret == 0 && lockfd)
+		*lockfd = fd;  /* the caller's, still locked */
+	else
+		close(fd);  /* the lock goes with it */
 	return ret;
 }
 

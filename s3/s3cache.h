@@ -39,6 +39,35 @@ int s3cache_dir(char *out, size_t len);
 int s3cache_fetch(struct s3 *s, const char *dir, uint64_t bound, const char *url,
 		  struct s3cache_result *r, char *err, size_t errlen);
 
+/* The same with more say (loaderd's node cache, tools/ldfetch.c): @o->bound as above, named in
+ * messages as @o->bound_name (NULL: "LOADERD_S3_CACHE_SIZE"); @o->admit, when set, is asked
+ * before any object of the dataset is fetched (once with its own object, once with all of them,
+ * each HEADed with @s's credentials, its own first): @paths are their objects/HASH paths, @sizes
+ * their sizes; non-zero refuses the fetch with that -errno (its reason in @err). When @lockfd is
+ * not NULL, on success the cache's lock is left held and its descriptor put there (close it to
+ * release): nothing is evicted before the caller has opened the view. */
+struct s3cache_opts {
+	uint64_t bound;
+	const char *bound_name;
+	int (*admit)(void *arg, const char *const *paths, const uint64_t *sizes, size_t n,
+		     const char *url, char *err, size_t errlen);
+	void *arg;
+	int concurrent;     /* 1: the lock is let go while objects are transferred, so that fetches
+			     * run side by side (s3cache.c, struct conc: what each relies on pinned,
+			     * each object fetched once, room reserved); 0: one fetch at a time */
+};
+int s3cache_fetch_opts(struct s3 *s, const char *dir, const struct s3cache_opts *o,
+		       const char *url, struct s3cache_result *r, int *lockfd, char *err,
+		       size_t errlen);
+/* 1 when the object file @path is in use: some open file holds a read lock (an OFD lock,
+ * fcntl F_OFD_SETLK) on any of its bytes. loaderd's node cache takes one on byte UID of every
+ * object it passes to a job of that uid (tools/ldfetch.c), held as long as loaderd's descriptor
+ * of it (SCM_RIGHTS shares the open file). Eviction leaves such objects alone. */
+int s3cache_pinned(const char *path);
+/* 1 when some open file holds a read lock on a byte of [@from, @from + @len) of @path (@len 0: to
+ * the end and past it): byte UID held is a job of that uid holding the object. */
+int s3cache_held(const char *path, uint64_t from, uint64_t len);
+
 /* The whole of it for a tool: credentials and endpoint from the standard places (s3_cfg_load), the
  * user's cache directory (s3cache_dir), its bound ($LOADERD_S3_CACHE_SIZE: bytes, or with K, M,
  * G, T; none by default), s3cache_fetch. 0 or -errno with the reason in @err. */

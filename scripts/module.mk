@@ -4,7 +4,8 @@
 # into lib/; loaderd.pc into lib/pkgconfig/; the client API's headers (shm/ldc.h and the three it
 # includes) into include/loaderd/; the docs (python/README.md as python.md) into
 # share/doc/loaderd/; ldprobe's SVG renderer (python/loaderd/timeline.py) into share/loaderd/;
-# loaderd.service into lib/systemd/system/. loaderd.pc and loaderd.service
+# loaderd.service into lib/systemd/system/; its opt-in drop-in for the node cache of s3://
+# datasets (loaderd-cache.conf) into share/loaderd/. loaderd.pc and loaderd.service
 # are made from scripts/*.in with PREFIX's paths filled in. `make uninstall` (same PREFIX and DESTDIR) removes exactly those files, and the
 # two directories of loaderd's own (include/loaderd, share/doc/loaderd) when they are empty.
 PREFIX ?= /usr/local
@@ -27,7 +28,7 @@ I_DOC := $(DESTDIR)$(DOCDIR)
 I_UNIT := $(DESTDIR)$(UNITDIR)
 I_DATA := $(DESTDIR)$(DATADIR)
 SUBST := sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
-	-e 's|@DOCDIR@|$(DOCDIR)|g' -e 's|@VERSION@|$(LOADERD_VERSION)|g'
+	-e 's|@DOCDIR@|$(DOCDIR)|g' -e 's|@VERSION@|$(LOADERD_VERSION)|g' -e 's|@DATADIR@|$(DATADIR)|g'
 
 .PHONY: install uninstall
 install: $(BINS)
@@ -42,6 +43,8 @@ install: $(BINS)
 	$(Q)install -m 644 $(INSTALL_DOCS) $(I_DOC)/
 	$(Q)install -m 644 python/README.md $(I_DOC)/python.md
 	$(Q)install -m 644 python/loaderd/timeline.py $(I_DATA)/
+	$(Q)$(SUBST) scripts/loaderd-cache.conf.in >$(I_DATA)/loaderd-cache.conf
+	$(Q)chmod 644 $(I_DATA)/loaderd-cache.conf
 	$(Q)$(SUBST) scripts/loaderd.service.in >$(I_UNIT)/loaderd.service
 	$(Q)chmod 644 $(I_UNIT)/loaderd.service
 
@@ -50,7 +53,8 @@ uninstall:
 	$(Q)rm -f $(addprefix $(I_BIN)/,$(INSTALL_PROGS)) \
 		$(I_LIB)/libldc.so.$(LDC_SOVERSION) $(I_LIB)/libldc.so $(I_LIB)/pkgconfig/loaderd.pc \
 		$(addprefix $(I_INC)/,$(notdir $(INSTALL_HDRS))) \
-		$(addprefix $(I_DOC)/,$(notdir $(INSTALL_DOCS)) python.md) $(I_UNIT)/loaderd.service $(I_DATA)/timeline.py
+		$(addprefix $(I_DOC)/,$(notdir $(INSTALL_DOCS)) python.md) $(I_UNIT)/loaderd.service $(I_DATA)/timeline.py \
+		$(I_DATA)/loaderd-cache.conf
 	$(Q)rmdir $(I_INC) $(I_DOC) $(I_DATA) 2>/dev/null || true
 
 # `make coverage`: line and branch coverage over the tests of `make test` (the cmocka suites and

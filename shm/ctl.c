@@ -166,6 +166,57 @@ int ctl_check_shard_fds(const void *body, size_t len, int nfds, uint32_t got, ui
 	return 0;
 }
 
+static int s3_field_ok(const char *p, size_t n, int space)
+{
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)p[i] < (space ? 0x20 : 0x21) || (unsigned char)p[i] > 0x7e)
+			return 0;
+	return 1;
+}
+
+int ctl_check_s3_open(const void *body, size_t len, char *why, size_t whylen)
+{
+	struct ctl_s3_open h;
+	static const char *const names[6] = { "url", "endpoint", "region", "access key id",
+					      "secret key", "session token" };
+	static const uint16_t lo[6] = { 6, 8, 1, 1, 1, 0 };
+	static const uint16_t hi[6] = { CTL_S3_URL_MAX, CTL_S3_ENDPOINT_MAX, CTL_S3_REGION_MAX,
+					CTL_S3_KEY_MAX, CTL_S3_KEY_MAX, CTL_S3_TOKEN_MAX };
+
+	if (len < sizeof(h))
+		return snprintf(why, whylen, "an s3 open of %zu bytes, under its %zu-byte header", len,
+				sizeof(h)), -EINVAL;
+	memcpy(&h, body, sizeof(h));
+	if (h.reserved)
+		return snprintf(why, whylen, "an s3 open with its reserved field set"), -EINVAL;
+	const uint16_t l[6] = { h.url_len, h.endpoint_len, h.region_len, h.access_len,
+				h.secret_len, h.token_len };
+	size_t sum = 0;
+	for (int i = 0; i < 6; i++) {
+		if (l[i] < lo[i] || l[i] > hi[i])
+			return snprintf(why, whylen, "an s3 open whose %s is %u bytes (%u..%u)", names[i],
+					l[i], lo[i], hi[i]), -EINVAL;
+		sum += l[i];
+	}
+	if (sum != len - sizeof(h))
+		return snprintf(why, whylen, "an s3 open of %zu bytes whose strings add up to %zu",
+				len, sum + sizeof(h)), -EINVAL;
+	const char *p = (const char *)body + sizeof(h);
+	for (int i = 0; i < 6; p += l[i], i++)
+		if (!s3_field_ok(p, l[i], i == 0))
+			return snprintf(why, whylen, "an s3 open whose %s holds a byte that is not "
+					"printable ASCII", names[i]), -EINVAL;
+	p = (const char *)body + sizeof(h);
+	if (memcmp(p, "s3://", 5))
+		return snprintf(why, whylen, "an s3 open whose url does not start with s3://"),
+		       -EINVAL;
+	p += l[0];
+	if (memcmp(p, "http://", 7) && (l[1] < 9 || memcmp(p, "https://", 8)))
+		return snprintf(why, whylen, "an s3 open whose endpoint is neither http:// nor "
+				"https://"), -EINVAL;
+	return 0;
+}
+
 /* A fixed-size string field must hold a NUL, and nothing but NULs after it (no hidden bytes). */
 static int fixed_string_ok(const char *s, size_t cap)
 {

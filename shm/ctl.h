@@ -39,7 +39,10 @@ enum ctl_type {
 			     * count fds, the shards the client opened, in manifest order */
 	CTL_SHARD_ACK = 12, /* server: struct ctl_shard_fds echoed: that batch is taken */
 	CTL_AUGMENT = 13,   /* client, before CTL_JOB_OPEN: struct ctl_augment */
-	CTL_TYPE_MAX = 13
+	CTL_S3_OPEN = 14,   /* client, before CTL_JOB_OPEN on an s3:// dataset: struct ctl_s3_open
+			     * + its strings: loaderd's node cache fetches it (docs/S3.md) */
+	CTL_S3_ACK = 15,    /* server: struct ctl_s3_ack: taken, or no cache here */
+	CTL_TYPE_MAX = 15
 };
 
 struct ctl_hdr {
@@ -255,6 +258,39 @@ struct ctl_augment {
 _Static_assert(sizeof(struct ctl_augment) == 128, "on the wire");
 _Static_assert(offsetof(struct ctl_augment, erase_rgb) == 76, "on the wire");
 
+/* An s3:// dataset read through loaderd's node cache (loaderd --cache-dir; docs/S3.md, "The node
+ * cache"). The client sends, before CTL_JOB_OPEN (whose dataset is then the URL itself, and which
+ * carries no descriptor), the URL and the store's endpoint, region and its user's credentials,
+ * read with its user's rights: struct ctl_s3_open, then the six strings back to back, without
+ * NULs, each of its stated length. The server answers CTL_S3_ACK: err 0, the cache fetches the
+ * dataset at the job open with these credentials for this job only; EOPNOTSUPP, this loaderd has
+ * no cache (the client fetches into its user's cache, as without it); the connection stays open
+ * either way. That answer is the server's capability: no other message says it. Credentials are
+ * used for this job open only, never logged, never shown in status, and wiped after use. */
+#define CTL_S3_URL_MAX (CTL_PATH_MAX - 1u)   /* bytes of each string, at most */
+#define CTL_S3_ENDPOINT_MAX 512u
+#define CTL_S3_REGION_MAX 64u
+#define CTL_S3_KEY_MAX 128u                 /* the access key id, and the secret */
+#define CTL_S3_TOKEN_MAX 2048u              /* a session token (0: none) */
+struct ctl_s3_open {
+	uint16_t url_len;             /* "s3://bucket/key", 6..CTL_S3_URL_MAX */
+	uint16_t endpoint_len;        /* "http://..." or "https://...", 8..CTL_S3_ENDPOINT_MAX */
+	uint16_t region_len;          /* 1..CTL_S3_REGION_MAX */
+	uint16_t access_len;          /* 1..CTL_S3_KEY_MAX */
+	uint16_t secret_len;          /* 1..CTL_S3_KEY_MAX */
+	uint16_t token_len;           /* 0..CTL_S3_TOKEN_MAX */
+	uint32_t reserved;            /* zero */
+};
+_Static_assert(sizeof(struct ctl_s3_open) == 16, "on the wire");
+_Static_assert(sizeof(struct ctl_hdr) + sizeof(struct ctl_s3_open) + CTL_S3_URL_MAX +
+	       CTL_S3_ENDPOINT_MAX + CTL_S3_REGION_MAX + 2 * CTL_S3_KEY_MAX + CTL_S3_TOKEN_MAX + 16 <=
+	       CTL_MSG_MAX, "the longest one fits a message, with room for loaderd's uid");
+struct ctl_s3_ack {
+	int32_t err;                  /* 0 taken; EOPNOTSUPP: no cache here */
+	uint32_t reserved;            /* zero */
+};
+_Static_assert(sizeof(struct ctl_s3_ack) == 8, "on the wire");
+
 enum ctl_admin_op { CTL_OP_STATUS = 1, CTL_OP_JOBS = 2, CTL_OP_STATS = 3, CTL_OP_STOP = 4 };
 #define CTL_ADMIN_JSON 0x1u
 
@@ -313,6 +349,11 @@ int ctl_augment_parse(const char *spec, struct ctl_augment *out, char *why, size
 /* A 32-bit digest of @a for the resume token (0 for all zero: no augmentation, as older tokens
  * say; never 0 otherwise). */
 uint32_t ctl_augment_digest(const struct ctl_augment *a);
+/* A CTL_S3_OPEN body of @len bytes: every length within its bound above and the lengths adding up
+ * to the body, reserved zero, the URL "s3://" and the endpoint "http://" or "https://", every
+ * byte printable ASCII (the URL's may be a space). 0, or -EINVAL naming the field in @why (never
+ * quoting a credential). */
+int ctl_check_s3_open(const void *body, size_t len, char *why, size_t whylen);
 /* Make @e from -errno @err and a printf-style message. */
 void ctl_error_make(struct ctl_error *e, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -34,6 +34,7 @@
 
 #define SLICE_MS 100
 #define REPLY_TIMEOUT_MS 10000
+#define S3_OPEN_TIMEOUT_MS (3600 * 1000)  /* a job open whose dataset the node cache fetches */
 
 struct ldc {
 	int fd;
@@ -46,6 +47,7 @@ struct ldc {
 	int detached;           /* ldc_detach: socket and doorbell closed, ring still mapped */
 	int balance;            /* the job balances shares: a slot holds up to CTL_BALANCE_CAP */
 	uint32_t augment;       /* ctl_augment_digest of the CTL_AUGMENT sent (ldc_augment) */
+	int s3_cached;          /* ldc_s3_open was taken: the job open fetches, wait longer */
 	double report;          /* ldc_report's latest, ns per sample; 0: none. Left in the slot
 				 * of every step released from then on (ring_cons_report) */
 	uint32_t *field_off;    /* the batch's aux offsets and lengths, checked copies (batch x
@@ -222,9 +224,11 @@ static ssize_t wait_reply(struct ldc *c, uint16_t want, void *buf, int *fds, int
 	uint16_t type;
 	ssize_t n;
 
-	int r = poll(&p, 1, REPLY_TIMEOUT_MS);
+	/* a job open through loaderd's node cache waits for its fetch (ldc_s3_open) */
+	int ms = want == CTL_JOB_OK && c->s3_cached ? S3_OPEN_TIMEOUT_MS : REPLY_TIMEOUT_MS;
+	int r = poll(&p, 1, ms);
 	if (r == 0)
-		return set_err(c, -ETIMEDOUT, "loaderd did not answer within %d ms", REPLY_TIMEOUT_MS);
+		return set_err(c, -ETIMEDOUT, "loaderd did not answer within %d ms", ms);
 	if (r < 0)
 		return set_err(c, -errno, "poll: %s", strerror(errno));
 	n = ctl_recv(c->fd, buf, &type, fds, nfds);
@@ -1097,6 +1101,56 @@ int ldc_augment(struct ldc *c, const struct ctl_augment *a)
 	if (ret < 0)
 		return set_err(c, ret, "sending the augmentations to loaderd: %s", strerror(-ret));
 	c->augment = ctl_augment_digest(a);
+	return 0;
+}
+
+int ldc_s3_open(struct ldc *c, const struct ldc_s3 *s3)
+{
+	char body[CTL_MSG_MAX], buf[CTL_MSG_MAX], why[CTL_TEXT_MAX];
+	const char *f[6] = { s3->url, s3->endpoint, s3->region, s3->access_key, s3->secret_key,
+			     s3->session_token ? s3->session_token : "" };
+	struct ctl_s3_open h = { 0 };
+	uint16_t *lens[6] = { &h.url_len, &h.endpoint_len, &h.region_len, &h.access_len,
+			      &h.secret_len, &h.token_len };
+	size_t off = sizeof(h);
+	struct ctl_s3_ack ack;
+	int ret = 0;
+
+	if (c->ring)
+		return set_err(c, -EINVAL, "an s3 dataset goes before the job open");
+	for (int i = 0; i < 6; i++) {
+		size_t n = f[i] ? strlen(f[i]) : 0;
+		if (n > CTL_S3_TOKEN_MAX || off + n > sizeof(body)) {
+			ret = -EINVAL;
+			break;
+		}
+		*lens[i] = (uint16_t)n;
+		memcpy(body + off, f[i] ? f[i] : "", n);
+		off += n;
+	}
+	memcpy(body, &h, sizeof(h));
+	if (ret == 0 && ctl_check_s3_open(body, off, why, sizeof(why)) < 0)
+		ret = set_err(c, -EINVAL, "%s: %s", s3->url ? s3->url : "s3 dataset", why);
+	else if (ret < 0)
+		set_err(c, ret, "%s: a field longer than loaderd takes", s3->url ? s3->url : "s3");
+	if (ret == 0 && c->gone)
+		ret = -EPIPE;
+	if (ret == 0 && (ret = ctl_send(c->fd, CTL_S3_OPEN, body, off, NULL, 0)) < 0)
+		set_err(c, ret, "sending the s3 dataset to loaderd: %s", strerror(-ret));
+	explicit_bzero(body, sizeof(body));  /* the credentials */
+	if (ret < 0)
+		return ret;
+	ssize_t n = wait_reply(c, CTL_S3_ACK, buf, NULL, NULL);
+	if (n < 0)
+		return (int)n;
+	if ((size_t)n != sizeof(ack))
+		return set_err(c, -EBADMSG, "loaderd's s3 answer is malformed (%zd bytes)", n);
+	memcpy(&ack, buf, sizeof(ack));
+	if (ack.err == EOPNOTSUPP)
+		return 1;
+	if (ack.err != 0 || ack.reserved)
+		return set_err(c, -EBADMSG, "loaderd's s3 answer is malformed (err %d)", ack.err);
+	c->s3_cached = 1;
 	return 0;
 }
 

@@ -169,6 +169,17 @@ int ldc_split_seed(struct ldc *c, const void *body, size_t len);
  * shm/ctl.h; docs/AUGMENT.md). Every rank of a job sends the same; they are part of the resume
  * token's job shape. Checked here as loaderd checks it: 0, or -EINVAL naming the field. */
 int ldc_augment(struct ldc *c, const struct ctl_augment *a);
+/* Before ldc_open on an s3:// dataset: offer it to loaderd's node cache (loaderd --cache-dir;
+ * docs/S3.md, "The node cache") with the store's endpoint and region and this user's credentials
+ * (read by the caller with its user's rights, s3_cfg_load). 0: taken, ldc_open with the URL as
+ * the dataset then has loaderd fetch it with these credentials (its own request to the store:
+ * refused when the store refuses this user) and waits for the fetch; 1: this loaderd has no
+ * cache (fetch it into the user's cache and open the local copy); -errno with ldc_error. The
+ * credentials are wiped from this call's memory once sent. */
+struct ldc_s3 {
+	const char *url, *endpoint, *region, *access_key, *secret_key, *session_token; /* NULL ok */
+};
+int ldc_s3_open(struct ldc *c, const struct ldc_s3 *s3);
 /* This rank's counters. 0 or -errno (-EBADMSG: a field is out of range: job_id, slots,
  * occupancy, ranks_attached or a reserved one; ldc_error names it). */
 int ldc_stats(struct ldc *c, struct ctl_stats *st);

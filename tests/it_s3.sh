@@ -30,7 +30,22 @@
 #   the reason, leaves no partial file, and the next fetch with room completes;
 #   the cache's bound (LOADERD_S3_CACHE_SIZE): a second dataset that fits exactly beside the first
 #   keeps both; one byte less evicts the least recently used dataset, and the cache never holds
-#   more than its bound; a dataset above the bound is refused, named, with the figures.
+#   more than its bound; a dataset above the bound is refused, named, with the figures;
+#   loaderd's node cache (--cache-dir; ldfetch fetches with each job's own credentials): made 0700,
+#   loaderd's; uid A reads a set over 2 ranks through it, every sample once, each object fetched
+#   once though both ranks open at once; a fetch the store stalls 5 s delays no other uid's open
+#   of a cached set; uid B whose IAM policy
+#   denies the objects is refused by the store (AccessDenied, named) though the bytes are cached;
+#   uid B allowed reads it with nothing fetched again (the objects' inodes unchanged); no
+#   credential in loaderd's log or status; loaderd links no HTTP library, ldfetch does; a shard
+#   replaced in the store: the running job's next rank is refused naming the shard, a new job
+#   fetches the new object (one) and refuses it by its identity; --cache-size at exactly a set's
+#   allocated size holds it, one byte under refuses it, and a second set is refused while a job
+#   holds the first (objects in use never evicted); --cache-size-per-uid at exactly the set's
+#   bytes, one under, and a second set while the uid's job holds the first (another uid is not
+#   charged for it), and a uid's charge ends with its own job while another uid's job still reads
+#   the same objects; without --cache-dir the client fetches as before; a cache folder others may
+#   write is refused at start.
 set -u
 BUILD=${BUILD:-build}
 BIN=$BUILD/bin
@@ -345,6 +360,264 @@ rc=$?
 check "a dataset above the bound: refused, named, with the figures; nothing kept" sh -c "
 	[ $rc -eq 1 ] && grep -q 's3://data/job/set.dpks: a dataset of [0-9]* bytes, above the cache.s bound of 10240' '$T/b3' &&
 	[ $(used "$T/c3") -le 10240 ]" || show "$T/b3"
+
+# 6. loaderd's node cache (loaderd --cache-dir): ldfetch fetches with each job's own credentials
+need_bins loaderd ldcat ldfetch loaderctl
+if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
+	UA=64021 UB=64022
+	asu() { _u=$1; shift; setpriv --reuid="$_u" --regid="$_u" --clear-groups env HOME=/nonexistent "$@"; }
+else
+	echo "# the node cache's uids are this one: not root or no setpriv"
+	UA=$(id -u) UB=$(id -u)
+	asu() { shift; env HOME=/nonexistent "$@"; }
+fi
+chmod 711 "$T"
+nld() { _s=$1; shift; "$BIN/ldcat" --socket "$_s" --crop 0 --batch 4 --world 2 --seed 3 "$@"; }
+# two ranks of job $3 on dataset $2 as uid $1 through socket $4: every sample once, out in $T/$3.*
+nboth() {
+	asu "$1" "$BIN/ldcat" --socket "$4" --crop 0 --batch 4 --world 2 --seed 3 --dataset "$2" \
+		--job "$3" --rank 0 >"$T/$3.r0" 2>"$T/$3.e0" &
+	_p=$!
+	asu "$1" "$BIN/ldcat" --socket "$4" --crop 0 --batch 4 --world 2 --seed 3 --dataset "$2" \
+		--job "$3" --rank 1 >"$T/$3.r1" 2>"$T/$3.e1"
+	_r1=$?
+	wait $_p && [ $_r1 -eq 0 ] && cat "$T/$3.r0" "$T/$3.r1" | cut -d' ' -f2 | sort -n | uniq >"$T/$3.ids" &&
+		[ "$(wc -l <"$T/$3.ids")" -eq 40 ] && [ "$(cat "$T/$3.r0" "$T/$3.r1" | wc -l)" -eq 40 ]
+}
+inodes() { ls -i "$1/objects" | grep -v '\.lock' | sort; }
+osize() { find "$1/objects" -type f ! -name .lock -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }'; }
+serve_loaderd "$T/n.sock" "$T/n.log" --all-users --cache-dir "$T/node"
+check "the node cache is made mode 0700, loaderd's own" \
+	[ "$(stat -c '%a %u' "$T/node")" = "700 $(id -u)" ]
+nboth $UA s3://data/job/set.dpks na "$T/n.sock"
+rc=$?
+check "node cache: uid A, 2 ranks, every sample exactly once, fetched by loaderd" sh -c "[ $rc -eq 0 ] &&
+	grep -q \"through loaderd's node cache\" '$T/na.e0' &&
+	[ \$(ls '$T/node/objects' | grep -vc lock) -eq 6 ] &&
+	grep -q 'uid $UA: s3://data/job/set.dpks: 6 objects, 6 fetched now' '$T/n.log'" ||
+	{ show "$T/na.e0"; show "$T/na.e1"; show "$T/n.log"; }
+fa=$(sed -n "s|^ldfetch: uid $UA: s3://data/job/set.dpks: 6 objects, \([0-9]*\) fetched now.*|\1|p" \
+	"$T/n.log" | awk '{ s += $1; k++ } END { print k ":" s }')
+check "... its two ranks opened at once: each object fetched once in all (requests:fetched $fa)" \
+	[ "$fa" = 2:6 ]
+inodes "$T/node" >"$T/ino1"
+u1=$(used "$T/node")
+b1=$(osize "$T/node")
+kd=$(s3_user nodedeny '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":"*"},{"Effect":"Deny","Action":"s3:GetObject","Resource":"arn:aws:s3:::data/job/*"}]}')
+AWS_ACCESS_KEY_ID=${kd% *} AWS_SECRET_ACCESS_KEY=${kd#* } asu $UB "$BIN/ldcat" --socket "$T/n.sock" \
+	--crop 0 --batch 4 --world 2 --seed 3 --dataset s3://data/job/set.dpks --job nb --rank 0 \
+	>/dev/null 2>"$T/nb.e"
+rc=$?
+check "uid B, whose credentials the store refuses, is refused though the set is cached: the store's code, named" \
+	sh -c "[ $rc -eq 1 ] && grep -q 's3://data/job/set.dpks' '$T/nb.e' &&
+	grep -Eq 'AccessDenied|403' '$T/nb.e' && ! grep -q '${kd#* }' '$T/nb.e'" || show "$T/nb.e"
+ko=$(s3_user nodeok '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":"*"}]}')
+AWS_ACCESS_KEY_ID=${ko% *} AWS_SECRET_ACCESS_KEY=${ko#* } nboth $UB s3://data/job/set.dpks nc "$T/n.sock"
+rc=$?
+inodes "$T/node" >"$T/ino2"
+check "uid B, allowed, reads the cached set: every sample once, nothing fetched again" sh -c "
+	[ $rc -eq 0 ] && cmp -s '$T/ino1' '$T/ino2' &&
+	grep -q 'uid $UB: s3://data/job/set.dpks: 6 objects, 0 fetched now' '$T/n.log'" ||
+	{ show "$T/nc.e0"; show "$T/n.log"; }
+# a long fetch (a store that stalls 5 s mid-response, tests/s3_fault.py) delays no other open
+AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$T/fault.port")" asu $UA "$BIN/ldcat" --socket "$T/n.sock" \
+	--crop 0 --batch 4 --world 1 --seed 3 --dataset s3://bkt/stall-2/node.dpk --job ns \
+	>/dev/null 2>"$T/ns.e" &
+pst=$!
+sleep 1
+t0=$(now)
+AWS_ACCESS_KEY_ID=${ko% *} AWS_SECRET_ACCESS_KEY=${ko#* } nboth $UB s3://data/job/set.dpks nq "$T/n.sock"
+rq=$?
+dt=$(since "$t0")
+kill -0 $pst 2>/dev/null
+still=$?
+lt "$dt" 3.5
+fast=$?
+wait $pst
+check "a fetch the store stalls delays no other open: uid B reads the cached set meanwhile (${dt} s)" \
+	sh -c "[ $rq -eq 0 ] && [ $still -eq 0 ] && [ $fast -eq 0 ] &&
+	grep -q 's3://bkt/stall-2/node.dpk' '$T/ns.e'" || { show "$T/ns.e"; show "$T/nq.e0"; }
+"$BIN/loaderctl" --socket "$T/n.sock" status --json >"$T/nst" 2>&1
+check "no credential in loaderd's log or its status" sh -c "! grep -q '${ko#* }' '$T/n.log' &&
+	! grep -q '${kd#* }' '$T/n.log' && ! grep -q '${ko#* }' '$T/nst' &&
+	! grep -q '$AWS_SECRET_ACCESS_KEY' '$T/n.log' && grep -q nc '$T/nst'" || show "$T/nst"
+# hostile CTL_S3_OPEN bodies on the wire: each refused with the field named, loaderd serving on
+cat >"$T/raw.py" <<'PY'
+import socket, struct, sys
+def msg(typ, body):
+    return struct.pack("<IHHII", 0x3143444c, 2, typ, 16 + len(body), 0) + body
+def s3body(url=b"s3://data/job/set.dpks", ep=b"http://127.0.0.1:9", region=b"us-east-1",
+           ak=b"AKIA", sk=b"SECRETSECRET", tok=b"", reserved=0, extra=b""):
+    f = (url, ep, region, ak, sk, tok)
+    return struct.pack("<6HI", *[len(x) for x in f], reserved) + b"".join(f) + extra
+cases = {
+    "long": s3body(region=b"r" * 65),
+    "junk": s3body(sk=b"SECRET\nSECRET"),
+    "sum": s3body(extra=b"x"),
+    "url": s3body(url=b"http://data/x"),
+}
+out = []
+for name, body in cases.items():
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    c.connect(sys.argv[1])
+    c.send(msg(14, body))
+    r = c.recv(4096)
+    typ, = struct.unpack_from("<H", r, 6)
+    err, = struct.unpack_from("<i", r, 16) if len(r) >= 20 else (0,)
+    text = r[20:].split(b"\0")[0].decode(errors="replace")
+    out.append("%s %d %d %s" % (name, typ, err, text))
+# twice on one connection: the second is refused
+c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+c.connect(sys.argv[1])
+c.send(msg(14, s3body()))
+a = c.recv(4096)
+c.send(msg(14, s3body()))
+r = c.recv(4096)
+out.append("twice %d %d %s" % (struct.unpack_from("<H", a, 6)[0], struct.unpack_from("<H", r, 6)[0],
+                              r[20:].split(b"\0")[0].decode(errors="replace")))
+# a region that would change the signature's scope (aws:amz:REGION:s3): refused at the job open
+c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+c.connect(sys.argv[1])
+c.send(msg(14, s3body(region=b"us-east-1:x")))
+a = c.recv(4096)
+job = struct.pack("<64s1024sQQ12IQQ16s3I2H", b"rg", b"s3://data/job/set.dpks", 1, 0, 1, 4, 0, 0,
+                  0, 0, 1, 0, 0, 0, 0, 0, 0, 0, b"", 0, 0, 0, 0, 0)
+c.send(msg(1, job))
+r = c.recv(4096)
+out.append("region %d %d %s" % (struct.unpack_from("<H", a, 6)[0], struct.unpack_from("<H", r, 6)[0],
+                               r[20:].split(b"\0")[0].decode(errors="replace")))
+print("\n".join(out))
+PY
+python3 "$T/raw.py" "$T/n.sock" >"$T/raw.out" 2>&1
+check "hostile s3 opens on the wire: refused, EINVAL, the field named, no secret quoted; one per connection" sh -c "
+	grep -q '^long 5 22 an s3 open whose region is 65 bytes (1..64)' '$T/raw.out' &&
+	grep -q '^junk 5 22 an s3 open whose secret key holds a byte that is not printable ASCII' '$T/raw.out' &&
+	grep -q '^sum 5 22 an s3 open of .* bytes whose strings add up to' '$T/raw.out' &&
+	grep -q '^url 5 22 an s3 open whose url does not start with s3://' '$T/raw.out' &&
+	grep -q '^twice 15 5 an s3 dataset comes once, before the job open' '$T/raw.out' &&
+	grep -q \"^region 15 5 job rg: s3://data/job/set.dpks: region 'us-east-1:x': not a region name\" '$T/raw.out' &&
+	! grep -q SECRET '$T/raw.out' && kill -0 $LPID" || show "$T/raw.out"
+check "loaderd links no HTTP library; ldfetch, which fetches, does" sh -c "
+	! ldd '$BIN/loaderd' | grep -q curl && ldd '$BIN/ldfetch' | grep -q curl"
+# an object replaced in the store: fetched again under its new ETag; the job that read the old
+# one refuses a rank that would read the new one, naming it
+"$BIN/dpack" pack --no-fsync --shard-size 12800 "$T/x40.npy" "$T/y40.npy" s3://data/rep/set.dpks \
+	>/dev/null 2>&1
+asu $UA "$BIN/ldcat" --socket "$T/n.sock" --crop 0 --batch 4 --world 2 --seed 3 \
+	--dataset s3://data/rep/set.dpks --job nr --rank 0 >"$T/nr.r0" 2>"$T/nr.e0"
+ra=$?
+st=$(s3_put_file /data/rep/set-00001.dpk "$T/l40/set-00003.dpk")
+asu $UA "$BIN/ldcat" --socket "$T/n.sock" --crop 0 --batch 4 --world 2 --seed 3 \
+	--dataset s3://data/rep/set.dpks --job nr --rank 1 >/dev/null 2>"$T/nr.e1"
+rb=$?
+check "a shard replaced under a running job: its next rank fails, naming the set and the shard" \
+	sh -c "[ $ra -eq 0 ] && [ $rb -eq 1 ] && grep -q 's3://data/rep/set.dpks: shard 1 of its manifest changed in the store' '$T/nr.e1'" ||
+	{ echo "# PUT: $st"; show "$T/nr.e0"; show "$T/nr.e1"; }
+asu $UA "$BIN/ldcat" --socket "$T/n.sock" --crop 0 --batch 4 --world 2 --seed 3 \
+	--dataset s3://data/rep/set.dpks --job nr2 --rank 0 >/dev/null 2>"$T/nr2.e"
+rc=$?
+check "... a new job fetches the new version (one object) and refuses it by its identity, named" \
+	sh -c "[ $rc -eq 1 ] && grep -q 'uid $UA: s3://data/rep/set.dpks: 6 objects, 1 fetched now' '$T/n.log' &&
+	grep -q 'set-00001.dpk' '$T/nr2.e'" || { show "$T/nr2.e"; show "$T/n.log"; }
+# ldfetch gone: a job open through the cache fails naming it; loaderd serves on
+fpid=$(pgrep -P "$LPID" -x ldfetch)
+[ -n "$fpid" ] && kill -KILL "$fpid"
+sleep 0.2
+asu $UA "$BIN/ldcat" --socket "$T/n.sock" --crop 0 --batch 4 --world 1 --seed 3 \
+	--dataset s3://data/job/set.dpks --job nz >/dev/null 2>"$T/nz.e"
+rc=$?
+check "ldfetch killed: a job open through the cache fails naming it, loaderd serves on" sh -c "
+	[ -n '$fpid' ] && [ $rc -eq 1 ] && grep -q 'the node cache.s fetcher (ldfetch)' '$T/nz.e' &&
+	kill -0 $LPID" || show "$T/nz.e"
+stop_loaderd
+# the bound: exactly the set's allocated bytes holds it; one byte less refuses it, named
+serve_loaderd "$T/n.sock" "$T/n2.log" --all-users --cache-dir "$T/node2" --cache-size "$u1" \
+	--cache-size-per-uid "$u1"
+nboth $UA s3://data/job/set.dpks nd "$T/n.sock"
+rc=$?
+check "--cache-size at exactly the set's size: the job reads it, the cache within its bound" sh -c "
+	[ $rc -eq 0 ] && [ $(used "$T/node2") -le $u1 ]" || { show "$T/nd.e0"; show "$T/n2.log"; }
+asu $UA "$BIN/ldcat" --socket "$T/n.sock" --crop 0 --batch 4 --world 1 --seed 3 \
+	--dataset s3://data/one/whole.dpk --job ne >/dev/null 2>"$T/ne.e"
+rc=$?
+check "... another set while a job holds the first: refused (objects in use are never evicted)" \
+	sh -c "[ $rc -eq 1 ] && grep -q 's3://data/one/whole.dpk' '$T/ne.e' &&
+	grep -q 'loaderd --cache-size' '$T/ne.e' && [ $(used "$T/node2") -le $u1 ]" || show "$T/ne.e"
+stop_loaderd
+serve_loaderd "$T/n.sock" "$T/n3.log" --all-users --cache-dir "$T/node3" --cache-size $((u1 - 1)) \
+	--cache-size-per-uid "$u1"
+asu $UA "$BIN/ldcat" --socket "$T/n.sock" --crop 0 --batch 4 --world 2 --seed 3 \
+	--dataset s3://data/job/set.dpks --job nf --rank 0 >/dev/null 2>"$T/nf.e"
+rc=$?
+check "--cache-size one byte under the set's size: refused, named, the bound quoted; nothing kept" \
+	sh -c "[ $rc -eq 1 ] && grep -q 's3://data/job/set.dpks' '$T/nf.e' &&
+	grep -q \"$((u1 - 1)) (loaderd --cache-size)\" '$T/nf.e' && [ $(used "$T/node3") -le $((u1 - 1)) ]" ||
+	show "$T/nf.e"
+stop_loaderd
+# the bound per uid: exactly the set's bytes, then one byte less
+serve_loaderd "$T/n.sock" "$T/n4.log" --all-users --cache-dir "$T/node4" --cache-size-per-uid "$b1"
+nboth $UA s3://data/job/set.dpks ng "$T/n.sock"
+rc=$?
+check "--cache-size-per-uid at exactly the set's bytes: the job reads it" [ $rc -eq 0 ] ||
+	{ show "$T/ng.e0"; show "$T/n4.log"; }
+asu $UA "$BIN/ldcat" --socket "$T/n.sock" --crop 0 --batch 4 --world 1 --seed 3 \
+	--dataset s3://data/one/whole.dpk --job nh >/dev/null 2>"$T/nh.e"
+rc=$?
+check "... a second set while the uid's job holds the first: refused with both figures" sh -c "
+	[ $rc -eq 1 ] && grep -q 's3://data/one/whole.dpk: [0-9]* bytes for uid $UA, whose jobs hold $b1 bytes of the node cache: above loaderd --cache-size-per-uid $b1\$' '$T/nh.e'" || show "$T/nh.e"
+AWS_ACCESS_KEY_ID=${ko% *} AWS_SECRET_ACCESS_KEY=${ko#* } asu $UB "$BIN/ldcat" --socket "$T/n.sock" \
+	--crop 0 --batch 4 --world 1 --seed 3 --dataset s3://data/one/whole.dpk --job ni \
+	>/dev/null 2>"$T/ni.e"
+rc=$?
+check "... while another uid, with its own bound, reads it" [ $rc -eq 0 ] || show "$T/ni.e"
+stop_loaderd
+serve_loaderd "$T/n.sock" "$T/n5.log" --all-users --cache-dir "$T/node5" --cache-size-per-uid $((b1 - 1))
+asu $UA "$BIN/ldcat" --socket "$T/n.sock" --crop 0 --batch 4 --world 2 --seed 3 \
+	--dataset s3://data/job/set.dpks --job nj --rank 0 >/dev/null 2>"$T/nj.e"
+rc=$?
+check "--cache-size-per-uid one byte under the set's bytes: refused, named, with both figures" sh -c "
+	[ $rc -eq 1 ] && grep -q 's3://data/job/set.dpks: $b1 bytes for uid $UA, whose jobs hold 0 bytes of the node cache: above loaderd --cache-size-per-uid $((b1 - 1))\$' '$T/nj.e'" || show "$T/nj.e"
+stop_loaderd
+# a uid's charge ends with its own jobs, even while another uid's job holds the same objects
+serve_loaderd "$T/n.sock" "$T/n7.log" --all-users --cache-dir "$T/node7" --cache-size-per-uid "$b1" \
+	--linger 1
+AWS_ACCESS_KEY_ID=${ko% *} AWS_SECRET_ACCESS_KEY=${ko#* } asu $UB "$BIN/ldcat" --socket "$T/n.sock" \
+	--crop 0 --batch 4 --world 1 --seed 3 --dataset s3://data/job/set.dpks --job nl --epochs 0 \
+	--rate 20 --seconds 4 >/dev/null 2>"$T/nl.e" &
+pl=$!
+nboth $UA s3://data/job/set.dpks nm "$T/n.sock"
+ra=$?
+sleep 2.5  # A's job ends (--linger 1); B's still reads the set
+asu $UA "$BIN/ldcat" --socket "$T/n.sock" --crop 0 --batch 4 --world 1 --seed 3 \
+	--dataset s3://data/one/whole.dpk --job nn >/dev/null 2>"$T/nn.e"
+rc=$?
+wait $pl
+rb=$?
+check "a uid's charge ends with its own jobs, though another uid's job holds the same objects" sh -c "
+	[ $ra -eq 0 ] && [ $rc -eq 0 ] && [ $rb -eq 0 ]" || { show "$T/nn.e"; show "$T/nl.e"; }
+stop_loaderd
+# without --cache-dir: the client fetches, as before; a cache folder others may write is refused
+serve_loaderd "$T/n.sock" "$T/n6.log" --all-users
+LOADERD_S3_CACHE="$T/nk" "$BIN/ldcat" --socket "$T/n.sock" --crop 0 --batch 4 --world 1 --seed 3 \
+	--dataset s3://data/one/whole.dpk --job nk >/dev/null 2>"$T/nk.e"
+rc=$?
+check "loaderd without --cache-dir: the client fetches into its user's cache, as before" sh -c "
+	[ $rc -eq 0 ] && grep -q 'whole.dpk is $T/nk/sets/' '$T/nk.e' && [ ! -e '$T/node6' ]" ||
+	show "$T/nk.e"
+stop_loaderd
+mkdir "$T/bad" && chmod 770 "$T/bad"
+"$BIN/loaderd" --socket "$T/bad.sock" --cache-dir "$T/bad" >/dev/null 2>"$T/bad.e"
+rc=$?
+check "a cache folder that group or others may write: loaderd refuses to start, naming it" sh -c "
+	[ $rc -eq 1 ] && grep -q '$T/bad: owned by uid $(id -u), mode 770' '$T/bad.e'" || show "$T/bad.e"
+if [ "$(id -u)" -eq 0 ]; then
+	mkdir -m 700 "$T/bad2" && chown 64021:64021 "$T/bad2"
+	"$BIN/loaderd" --socket "$T/bad.sock" --cache-dir "$T/bad2" >/dev/null 2>"$T/bad2.e"
+	rc=$?
+	check "a cache folder another user owns: loaderd refuses to start, naming it" sh -c "
+		[ $rc -eq 1 ] && grep -q '$T/bad2: owned by uid 64021, mode 700' '$T/bad2.e'" ||
+		show "$T/bad2.e"
+fi
 
 echo "1..$n"
 [ "$fails" -eq 0 ]

@@ -1,0 +1,147 @@
+/* srv_fetch.c - a job open's s3:// dataset through the node cache (loaderd --cache-dir): the
+ * opener thread hands the client's request to ldfetch (tools/ldfetch.c, the one process of
+ * loaderd that talks to a store; loaderd itself links no HTTP library) on a socket of the
+ * request's own, and takes the descriptors it answers with as a client's (CTL_SHARD_FDS batches,
+ * then the dataset's own). docs/S3.md, "The node cache". */
+#include "loader/srv_impl.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct ldf_req {               /* = tools/ldfetch.c's */
+	uint32_t uid;
+	uint32_t reserved;
+};
+
+void srv_s3_wipe(char **p, size_t *len)
+{
+	if (*p) {
+		explicit_bzero(*p, *len);
+		free(*p);
+	}
+	*p = NULL;
+	*len = 0;
+}
+
+static int regular(int fd)
+{
+	struct stat st;
+	return fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int srv_fetch(struct srv *s, struct open_req *r, char *why, size_t whylen)
+{
+	char msg[CTL_MSG_MAX], buf[CTL_MSG_MAX];
+	struct ldf_req q = { .uid = (uint32_t)r->uid };
+	const char *url = r->spec.dataset;
+	int sv[2], ret;
+
+	if (r->s3_len > sizeof(msg) - sizeof(struct ctl_hdr) - sizeof(q))
+		return snprintf(why, whylen, "%s: an s3 request too long", url), -EINVAL;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+		ret = -errno;
+		srv_s3_wipe(&r->s3, &r->s3_len);
+		return snprintf(why, whylen, "%s: the node cache: socketpair: %s", url,
+				strerror(-ret)), ret;
+	}
+	memcpy(msg, &q, sizeof(q));
+	memcpy(msg + sizeof(q), r->s3, r->s3_len);
+	ret = ctl_send(s->opts.fetch_fd, CTL_S3_OPEN, msg, sizeof(q) + r->s3_len, &sv[1], 1);
+	explicit_bzero(msg, sizeof(msg));
+	srv_s3_wipe(&r->s3, &r->s3_len);  /* used once: this request's */
+	close(sv[1]);
+	if (ret < 0) {
+		close(sv[0]);
+		return snprintf(why, whylen, "%s: the node cache's fetcher (ldfetch) is gone: %s", url,
+				strerror(-ret)), -EIO;
+	}
+	uint32_t got = 0, total = 0;
+	for (;;) {
+		uint16_t type;
+		int fds[CTL_FDS_BATCH], nfds = 0;
+		/* a fetch may take minutes: a loaderd that stops does not wait for it */
+		struct pollfd p = { .fd = sv[0], .events = POLLIN };
+		if (poll(&p, 1, 200) <= 0) {
+			if (!atomic_load(&s->stop))
+				continue;
+			snprintf(why, whylen, "%s: loaderd is stopping", url);
+			ret = -ESHUTDOWN;
+			break;
+		}
+		ssize_t n = ctl_recv_fds(sv[0], buf, &type, fds, CTL_FDS_BATCH, &nfds);
+		if (n == -EINTR)
+			continue;
+		if (n < 0) {
+			snprintf(why, whylen, "%s: the node cache's fetcher (ldfetch) failed: %s", url,
+				 strerror((int)-n));
+			ret = -EIO;
+			break;
+		}
+		if (type == CTL_SHARD_FDS) {
+			char w[CTL_TEXT_MAX];
+			ret = ctl_check_shard_fds(buf, (size_t)n, nfds, got, total, w, sizeof(w));
+			for (int i = 0; ret == 0 && i < nfds; i++)
+				if (!regular(fds[i]))
+					ret = -EINVAL, snprintf(w, sizeof(w), "not a regular file");
+			if (ret == 0 && got == 0) {
+				struct ctl_shard_fds b;
+				memcpy(&b, buf, sizeof(b));
+				total = b.total;
+				uint64_t need = 2 * (uint64_t)total + 2;
+				char what[96];
+				snprintf(what, sizeof(what), "a set of %u shards", total);
+				pthread_mutex_lock(&s->mu);
+				ret = srv_fds_check(s, r->uid, need, what, w, sizeof(w));
+				if (ret == 0) {
+					srv_fds_add(s, r->uid, (int64_t)need);
+					r->shards_charge = need;
+				}
+				pthread_mutex_unlock(&s->mu);
+				if (ret == 0 && !(r->shard_fds = malloc((size_t)total * sizeof(int))))
+					ret = -ENOMEM, snprintf(w, sizeof(w), "out of memory");
+			}
+			if (ret < 0) {
+				for (int i = 0; i < nfds; i++)
+					close(fds[i]);
+				snprintf(why, whylen, "%s: the node cache: %s", url, w);
+				break;
+			}
+			for (int i = 0; i < nfds; i++)
+				r->shard_fds[got++] = fds[i];
+			r->nshards = got;
+			continue;
+		}
+		if (type == CTL_ERROR && (size_t)n == sizeof(struct ctl_error)) {
+			struct ctl_error e;
+			memcpy(&e, buf, sizeof(e));
+			e.text[sizeof(e.text) - 1] = '\0';
+			if (e.err == 0 && nfds == 1 && got == total && regular(fds[0])) {
+				r->fd = fds[0];
+				ret = 0;
+				break;
+			}
+			for (int i = 0; i < nfds; i++)
+				close(fds[i]);
+			if (e.err > 0 && e.err < 4096 && nfds == 0) {
+				snprintf(why, whylen, "%s", e.text);
+				ret = -e.err;
+				break;
+			}
+		} else {
+			for (int i = 0; i < nfds; i++)
+				close(fds[i]);
+		}
+		snprintf(why, whylen, "%s: the node cache's fetcher answered out of turn (message "
+			 "type %u)", url, type);
+		ret = -EIO;
+		break;
+	}
+	close(sv[0]);
+	return ret;
+}
