@@ -5,12 +5,12 @@ Metadata lives in pyproject.toml; this file only adds the build step. The librar
 as an extension so that setuptools runs build_ext (also for `pip install -e`, in place) and tags
 the wheel for the platform, but it is a plain shared object that Python never imports: ctypes
 loads it (loaderd/_lib.py). It is compiled with $CC (default cc), like the Makefile's
-$(BUILD)/lib/libldc.so: the same five files, -fPIC, a version script that exports ldc_* only.
+$(BUILD)/lib/libldc.so: the same six files, -fPIC, a version script that exports ldc_* only.
 
 The verdict's table, trainer/report_limits.def, is copied into the package beside it.
 
-Where the C sources come from: csrc/shm/ inside an sdist (the sdist command below copies them
-there), else ../shm/ of the loaderd checkout this folder sits in.
+Where the C sources come from: csrc/shm/ and csrc/s3/ inside an sdist (the sdist command below
+copies them there), else ../shm/ and ../s3/ of the loaderd checkout this folder sits in.
 """
 import os
 import shlex
@@ -22,9 +22,11 @@ from setuptools.command.sdist import sdist
 
 HERE = Path(__file__).resolve().parent
 # The client library is these files and nothing else (ldc.c -> ctl.c, ctl_augment.c, ring.c,
-# token.c; libc only): a link with --no-undefined below proves it on every build.
+# token.c, and s3/s3cfg.c, the user's S3 credentials for ldc_s3_offer; libc only): a link with
+# --no-undefined below proves it on every build.
 C_FILES = ("shm/ring.c", "shm/ctl.c", "shm/ctl_augment.c", "shm/ldc.c", "shm/token.c",
-           "shm/ring.h", "shm/ctl.h", "shm/ldc.h", "shm/token.h", "trainer/report_limits.def")
+           "s3/s3cfg.c", "shm/ring.h", "shm/ctl.h", "shm/ldc.h", "shm/token.h", "s3/s3cfg.h",
+           "trainer/report_limits.def")
 # The verdict's one table (trainer/report.c compiles it; loaderd/report.py reads it): shipped
 # inside the package, next to libldc.so.
 TABLE = "trainer/report_limits.def"
@@ -71,7 +73,8 @@ class BuildLibldc(build_ext):
 
 
 class SdistWithSources(sdist):
-    """An sdist that carries the C sources in csrc/shm/, so it builds away from the checkout."""
+    """An sdist that carries the C sources in csrc/ (shm/, s3/), so that it builds away from the
+    checkout."""
 
     def make_release_tree(self, base_dir, files):
         super().make_release_tree(base_dir, files)

@@ -38,7 +38,7 @@ function row(f,   p, best) {
 	return best
 }
 FNR == 1 { files++; self = FILENAME; sub(/\/.*/, "", self); src = row(FILENAME) }
-/^[ \t]*#[ \t]*include[ \t]*"[a-z_]+\// {
+/^[ \t]*#[ \t]*include[ \t]*"[a-z0-9_]+\// {
 	d = $0; sub(/^[^"]*"/, "", d); sub(/\/.*/, "", d)
 	if (d == self) next
 	if (src == "") { print FILENAME ": includes " d "/ (no row in the layer table)"; bad++; next }

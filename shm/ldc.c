@@ -15,6 +15,8 @@
  * through; the client computes nothing from them. */
 #include "shm/ldc.h"
 
+#include "s3/s3cfg.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -1152,6 +1154,25 @@ int ldc_s3_open(struct ldc *c, const struct ldc_s3 *s3)
 		return set_err(c, -EBADMSG, "loaderd's s3 answer is malformed (err %d)", ack.err);
 	c->s3_cached = 1;
 	return 0;
+}
+
+int ldc_s3_offer(struct ldc *c, const char *url)
+{
+	const char *cf = getenv("LOADERD_S3_CLIENT_FETCH");
+	struct s3_cfg cfg;
+	char why[512];
+	int ret;
+
+	if (cf && !strcmp(cf, "1"))
+		return 1;
+	ret = s3_cfg_load(&cfg, why, sizeof(why));
+	if (ret < 0)
+		return set_err(c, ret, "%s: %s", url ? url : "s3 dataset", why);
+	struct ldc_s3 q = { url, cfg.endpoint, cfg.region, cfg.access_key, cfg.secret_key,
+			    cfg.session_token };
+	ret = ldc_s3_open(c, &q);
+	s3_cfg_fini(&cfg);  /* wipes the keys */
+	return ret;
 }
 
 int ldc_split_weights(struct ldc *c, uint64_t step, uint32_t *w, uint32_t world)

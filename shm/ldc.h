@@ -180,6 +180,14 @@ struct ldc_s3 {
 	const char *url, *endpoint, *region, *access_key, *secret_key, *session_token; /* NULL ok */
 };
 int ldc_s3_open(struct ldc *c, const struct ldc_s3 *s3);
+/* ldc_s3_open with this process's own S3 settings: endpoint, region and credentials read with its
+ * user's rights from the places s3/s3cfg.h names (AWS_* variables, ~/.aws/credentials and
+ * config), sent, then wiped from memory. What every client calls before ldc_open on an s3://
+ * @url (ldcat, the trainer, the Python Loader): 0, open the URL through loaderd's node cache;
+ * 1, fetch it into the user's cache and open the local copy: this loaderd has no cache, or
+ * LOADERD_S3_CLIENT_FETCH=1 is set (then nothing is read or sent); -errno with ldc_error (no
+ * credentials found: -ENOKEY, the variable or file named, never a key). */
+int ldc_s3_offer(struct ldc *c, const char *url);
 /* This rank's counters. 0 or -errno (-EBADMSG: a field is out of range: job_id, slots,
  * occupancy, ranks_attached or a reserved one; ldc_error names it). */
 int ldc_stats(struct ldc *c, struct ctl_stats *st);

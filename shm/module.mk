@@ -1,4 +1,5 @@
-SHM_SRC := $(wildcard shm/*.c)
+# s3/s3cfg.c: a user's S3 settings and credentials (libc alone), for ldc_s3_offer
+SHM_SRC := $(wildcard shm/*.c) $(wildcard s3/s3cfg.c)
 ifneq ($(SHM_SRC),)
 $(BUILD)/lib/libshm.a: $(patsubst %.c,$(BUILD)/obj/%.o,$(SHM_SRC))
 LIBS += $(BUILD)/lib/libshm.a

@@ -2,7 +2,8 @@
 # it_layers.sh - the include rules of docs/ARCHITECTURE.md's layer table hold for the tree
 # (scripts/check_layers.sh), and the check refuses each kind of edge the table forbids, planted in
 # a copy of the sources: codec/ -> loader/ (the daemon's internals), tools/dpack/ -> loader/,
-# shm/ -> common/ (libldc.so is libc-only), formats/ -> codec/; and a file of a folder the table
+# shm/ -> common/ (libldc.so is libc-only), shm/ -> s3/ from another file than ldc.c, s3/s3cfg.c
+# (built into libldc.so) -> common/, formats/ -> codec/; and a file of a folder the table
 # has no row for.
 set -u
 T=$(mktemp -d /tmp/it_layers.XXXXXX)
@@ -39,6 +40,8 @@ plant() {
 plant codec/kind.c loader/job.h
 plant tools/dpack/pack.c loader/job.h
 plant shm/ldc.c common/log.h
+plant shm/ring.c s3/s3cfg.h
+plant s3/s3cfg.c common/err.h
 plant formats/dpk_open.c codec/kind.h
 plant common/log.c formats/dpk.h
 plant loader/job.c trainer/opts.h

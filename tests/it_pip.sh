@@ -19,12 +19,12 @@ trap 'stop_loaderd; rm -rf "$T"' EXIT
 unset LOADERD_LIB PYTHONPATH
 export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
 
-# A clean copy of the checkout's python/, shm/ and the verdict's table (pip builds in place:
-# nothing lands in the tree).
+# A clean copy of the checkout's python/, shm/, the S3 settings reader (s3/s3cfg.*) and the
+# verdict's table (pip builds in place: nothing lands in the tree).
 mkdir -p "$T/src" "$T/elsewhere"
 tar -C "$REPO" --exclude=build --exclude='*.egg-info' --exclude=__pycache__ \
 	--exclude=libldc.so --exclude=python/loaderd/report_limits.def -cf - python shm \
-	trainer/report_limits.def | tar -C "$T/src" -xf -
+	s3/s3cfg.c s3/s3cfg.h trainer/report_limits.def | tar -C "$T/src" -xf -
 
 "$BIN/dsgen" npy "$T/x.npy" "$T/y.npy" --count 30 --height 8 --width 8 --channels 3 \
 	--classes 5 >/dev/null && "$BIN/dpack" pack "$T/x.npy" "$T/y.npy" "$T/d.dpk" >/dev/null ||
@@ -82,7 +82,8 @@ check "wheel installed: one epoch from loaderd" client v2 whl
 # ---- an sdist, built into a wheel away from the checkout ----
 (cd "$T/src/python" && "$T/v1/bin/python" setup.py -q sdist -d "$T/dist" >>"$T/v1.log" 2>&1)
 sd=$(ls "$T"/dist/loaderd-*.tar.gz 2>/dev/null)
-check "sdist carries the C sources" sh -c "tar -tzf '$sd' | grep -q 'csrc/shm/ldc.c'"
+check "sdist carries the C sources" sh -c "tar -tzf '$sd' | grep -q 'csrc/shm/ldc.c' &&
+	tar -tzf '$sd' | grep -q 'csrc/s3/s3cfg.c'"
 pip v1 wheel --no-build-isolation --no-deps -w "$T/wheels-sd" "$sd" || show "$T/v1.log"
 venv v3 && pip v3 install --no-deps "$T"/wheels-sd/loaderd-*.whl || show "$T/v3.log"
 check "wheel from the sdist: one epoch from loaderd" client v3 sdist

@@ -441,6 +441,131 @@ check "a fetch the store stalls delays no other open: uid B reads the cached set
 check "no credential in loaderd's log or its status" sh -c "! grep -q '${ko#* }' '$T/n.log' &&
 	! grep -q '${kd#* }' '$T/n.log' && ! grep -q '${ko#* }' '$T/nst' &&
 	! grep -q '$AWS_SECRET_ACCESS_KEY' '$T/n.log' && grep -q nc '$T/nst'" || show "$T/nst"
+# ---- the trainer and the Python Loader through the node cache (ldc_s3_offer, ldcat's rule) ----
+# Each as uid A on a set of its own that no one has read yet: every sample once over 2 ranks,
+# fetched by loaderd, nothing in the user's own cache; uid B with credentials the store refuses:
+# the store's error through both, no secret; loaderd without --cache-dir, and
+# LOADERD_S3_CLIENT_FETCH=1 with it: the user's own cache, as before.
+mkdir -m 777 "$T/wu"
+"$BIN/dsgen" npy "$T/xw.npy" "$T/yw.npy" --count 32 --height 32 --width 32 --channels 3 >/dev/null
+for p in wtrn wpy; do
+	"$BIN/dpack" pack --no-fsync --shard-size 20000 "$T/xw.npy" "$T/yw.npy" "s3://data/$p/set.dpks" \
+		>/dev/null 2>&1
+done
+# wtrn NAME SOCKET [ENV=V...]: the trainer, 2 MPI ranks, one epoch of s3://data/wtrn/set.dpks as
+# uid $WU, samples in $T/wu/NAME.smp.RANK, the user's cache $T/wu/NAME.cache
+wtrn() {
+	_n=$1 _s=$2
+	shift 2
+	asu "$WU" env OMPI_MCA_orte_tmpdir_base="$T/wu" OMPI_ALLOW_RUN_AS_ROOT=1 \
+		OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 LOADERD_S3_CACHE="$T/wu/$_n.cache" "$@" \
+		timeout -k 5 120 mpirun --oversubscribe -np 2 "$BIN/trainer" \
+		--dataset s3://data/wtrn/set.dpks --socket "$_s" --crop 32 --batch 4 --epochs 1 \
+		--classes 10 --device host --log-every 0 --log-samples "$T/wu/$_n.smp" \
+		>"$T/wu/$_n.out" 2>"$T/wu/$_n.err"
+}
+# wpy NAME SOCKET [ENV=V...]: the Python Loader, 2 ranks (threads), one epoch of
+# s3://data/wpy/set.dpks as uid $WU: "once 32" when each sample came once, else the LoaderdError;
+# the user's cache $T/wu/NAME.cache
+wpy() {
+	_n=$1 _s=$2
+	shift 2
+	asu "$WU" env LOADERD_LIB="$BUILD/lib/libldc.so" LOADERD_DPACK="$BIN/dpack" \
+		PYTHONPATH="$(dirname "$0")/../python" LOADERD_S3_CACHE="$T/wu/$_n.cache" "$@" \
+		"$PY" - "$_s" >"$T/wu/$_n.py" 2>&1 <<'PY'
+import sys, threading
+import loaderd
+ids, errs = {}, []
+def rank(r):
+    try:
+        with loaderd.Loader(sys.argv[1], "s3://data/wpy/set.dpks", 4, crop=None, output="numpy",
+                            rank=r, world_size=2, job="pyw", epochs=1, seed=3,
+                            return_meta=True) as it:
+            for b in it:
+                for i in b.ids.tolist():
+                    ids[i] = ids.get(i, 0) + 1
+    except loaderd.LoaderdError as e:
+        errs.append(f"LoaderdError: {e}")
+ts = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+if errs:
+    sys.exit("\n".join(errs))
+assert sorted(ids) == list(range(32)) and set(ids.values()) == {1}, ids
+print("once", len(ids))
+PY
+}
+# wonce NAME: NAME's two ranks' trainer samples are the set's 32, each once
+wonce() {
+	cat "$T/wu/$1".smp.* 2>/dev/null | awk '{ print $2 }' | sort -n | uniq >"$T/wu/$1.ids" &&
+		[ "$(wc -l <"$T/wu/$1.ids")" -eq 32 ] && [ "$(cat "$T/wu/$1".smp.* | wc -l)" -eq 32 ] &&
+		[ "$(head -1 "$T/wu/$1.ids")" -eq 0 ] && [ "$(tail -1 "$T/wu/$1.ids")" -eq 31 ]
+}
+if command -v mpirun >/dev/null 2>&1 && [ -x "$BIN/trainer" ]; then
+	WU=$UA
+	wtrn wt "$T/n.sock"
+	rc=$?
+	check "trainer, 2 MPI ranks on s3:// through the node cache: every sample once, fetched by loaderd, nothing in the user's cache" \
+		sh -c "[ $rc -eq 0 ] && grep -q \"s3://data/wtrn/set.dpks through loaderd's node cache\" '$T/wu/wt.err' &&
+		grep -q 'uid $UA: s3://data/wtrn/set.dpks: 8 objects, [1-8] fetched now' '$T/n.log' &&
+		[ ! -e '$T/wu/wt.cache' ] && $(wonce wt && echo true || echo false)" ||
+		{ show "$T/wu/wt.err"; show "$T/n.log"; }
+	kw=$(s3_user wiredeny '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":"*"},{"Effect":"Deny","Action":"s3:GetObject","Resource":["arn:aws:s3:::data/wtrn/*","arn:aws:s3:::data/wpy/*"]}]}')
+	WU=$UB
+	wtrn wd "$T/n.sock" AWS_ACCESS_KEY_ID="${kw% *}" AWS_SECRET_ACCESS_KEY="${kw#* }"
+	rc=$?
+	check "trainer, uid B whose credentials the store refuses: the store's code, named, no secret" \
+		sh -c "[ $rc -ne 0 ] && grep -q 's3://data/wtrn/set.dpks' '$T/wu/wd.err' &&
+		grep -Eq 'AccessDenied|403' '$T/wu/wd.err' && ! grep -q '${kw#* }' '$T/wu/wd.err' &&
+		[ ! -e '$T/wu/wd.cache' ]" || show "$T/wu/wd.err"
+	WU=$UA
+	wtrn we "$T/n.sock" LOADERD_S3_CLIENT_FETCH=1
+	rc=$?
+	check "trainer with LOADERD_S3_CLIENT_FETCH=1: every sample once from the user's cache" \
+		sh -c "[ $rc -eq 0 ] && grep -q 's3://data/wtrn/set.dpks is $T/wu/we.cache/sets/' '$T/wu/we.err' &&
+		$(wonce we && echo true || echo false)" || show "$T/wu/we.err"
+else
+	echo "# skip the trainer's node cache cases: no mpirun or no trainer built"
+fi
+WU=$UA
+wpy wp "$T/n.sock"
+rc=$?
+check "Python Loader, 2 ranks on s3:// through the node cache: every sample once, fetched by loaderd, nothing in the user's cache" \
+	sh -c "[ $rc -eq 0 ] && grep -q '^once 32\$' '$T/wu/wp.py' &&
+	grep -q 'uid $UA: s3://data/wpy/set.dpks: 8 objects, [1-8] fetched now' '$T/n.log' &&
+	[ ! -e '$T/wu/wp.cache' ]" || { show "$T/wu/wp.py"; show "$T/n.log"; }
+WU=$UB
+wpy wpd "$T/n.sock" AWS_ACCESS_KEY_ID="${kw% *}" AWS_SECRET_ACCESS_KEY="${kw#* }"
+rc=$?
+check "Python Loader, uid B whose credentials the store refuses: LoaderdError with the store's code, named, no secret" \
+	sh -c "[ $rc -ne 0 ] && grep -q '^LoaderdError: .*s3://data/wpy/set.dpks' '$T/wu/wpd.py' &&
+	grep -Eq 'AccessDenied|403' '$T/wu/wpd.py' && ! grep -q '${kw#* }' '$T/wu/wpd.py' &&
+	[ ! -e '$T/wu/wpd.cache' ]" || show "$T/wu/wpd.py"
+WU=$UA
+wpy wpe "$T/n.sock" LOADERD_S3_CLIENT_FETCH=1
+rc=$?
+check "Python Loader with LOADERD_S3_CLIENT_FETCH=1: every sample once from the user's cache" \
+	sh -c "[ $rc -eq 0 ] && grep -q '^once 32\$' '$T/wu/wpe.py' && [ -d '$T/wu/wpe.cache/sets' ]" ||
+	show "$T/wu/wpe.py"
+# loaderd without --cache-dir beside it: both fetch into the user's cache, as before
+_lk=$LPID
+start_loaderd "$T/wf.log" --socket "$T/wf.sock" --workers 1 --all-users ||
+	{ echo "# loaderd did not start"; exit 1; }
+WFPID=$LPID LPID=$_lk
+if command -v mpirun >/dev/null 2>&1 && [ -x "$BIN/trainer" ]; then
+	wtrn wf "$T/wf.sock"
+	rc=$?
+	check "trainer, loaderd without --cache-dir: every sample once from the user's cache" \
+		sh -c "[ $rc -eq 0 ] && grep -q 's3://data/wtrn/set.dpks is $T/wu/wf.cache/sets/' '$T/wu/wf.err' &&
+		$(wonce wf && echo true || echo false)" || show "$T/wu/wf.err"
+fi
+wpy wpf "$T/wf.sock"
+rc=$?
+check "Python Loader, loaderd without --cache-dir: every sample once from the user's cache" \
+	sh -c "[ $rc -eq 0 ] && grep -q '^once 32\$' '$T/wu/wpf.py' && [ -d '$T/wu/wpf.cache/sets' ]" ||
+	show "$T/wu/wpf.py"
+stop_pid "$WFPID"
+# ---- end of the trainer's and the Python Loader's node cache cases ----
 # hostile CTL_S3_OPEN bodies on the wire: each refused with the field named, loaderd serving on
 cat >"$T/raw.py" <<'PY'
 import socket, struct, sys

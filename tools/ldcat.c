@@ -477,27 +477,14 @@ int main(int argc, char **argv)
 	 * LOADERD_S3_CLIENT_FETCH=1) made local in this user's cache with them and opened from there
 	 * like any file: loaderd gets descriptors, never a URL (docs/S3.md). */
 	static struct s3cache_result local;
-	const char *cf = getenv("LOADERD_S3_CLIENT_FETCH");
 	if (s3_is_url(a.job.dataset)) {
-		ret = 1;
-		if (!(cf && !strcmp(cf, "1"))) {
-			struct s3_cfg cfg;
-			if (s3_cfg_load(&cfg, err, sizeof(err)) < 0) {
-				fprintf(stderr, "ldcat: %s: %s\n", a.job.dataset, err);
-				goto close;
-			}
-			struct ldc_s3 q = { a.job.dataset, cfg.endpoint, cfg.region, cfg.access_key,
-					    cfg.secret_key, cfg.session_token };
-			ret = ldc_s3_open(cl, &q);
-			s3_cfg_fini(&cfg);
-			if (ret < 0) {
-				fprintf(stderr, "ldcat: %s\n", ldc_error(cl));
-				goto close;
-			}
-			if (ret == 0)
-				fprintf(stderr, "ldcat: %s through loaderd's node cache\n",
-					a.job.dataset);
+		ret = ldc_s3_offer(cl, a.job.dataset);
+		if (ret < 0) {
+			fprintf(stderr, "ldcat: %s\n", ldc_error(cl));
+			goto close;
 		}
+		if (ret == 0)
+			fprintf(stderr, "ldcat: %s through loaderd's node cache\n", a.job.dataset);
 		if (ret == 1) {
 			if (s3cache_resolve(a.job.dataset, &local, err, sizeof(err)) < 0) {
 				fprintf(stderr, "ldcat: %s\n", err);

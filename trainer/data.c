@@ -7,6 +7,7 @@
 #include "common/fieldesc.h"
 #include "common/log.h"
 #include "formats/dpk.h"
+#include "s3/s3.h"
 #include "trainer/fatal.h"
 
 #include <errno.h>
@@ -68,6 +69,16 @@ static void open_job(struct trn_data *d, const struct trn_opts *o, int rank, int
 	}
 	if (ldc_connect(socket, &d->c, err, sizeof(err)) < 0)
 		trn_die("%s", err);
+	/* still a URL: loaderd's node cache took it (trn_s3_dataset); offered again on this
+	 * connection, which the job opens on */
+	if (s3_is_url(o->dataset)) {
+		int r = ldc_s3_offer(d->c, o->dataset);
+		if (r < 0)
+			trn_die("%s", ldc_error(d->c));
+		if (r == 1)
+			trn_die("%s: loaderd no longer has a node cache (restarted without "
+				"--cache-dir?): run again", o->dataset);
+	}
 	struct ldc_job j = { .job = name, .dataset = o->dataset, .batch = (uint32_t)o->batch,
 			     .crop_h = (uint32_t)o->crop, .crop_w = (uint32_t)o->crop,
 			     .transforms = CTL_TF_RANDOM_RESIZED_CROP | CTL_TF_HFLIP,
@@ -157,7 +168,7 @@ void trn_data_open(struct trn_data *d, const struct trn_opts *o, struct trn_dev 
 	*d = (struct trn_data){ .dev = dev, .depth = o->prefetch + 1, .synthetic = o->synthetic,
 				.batch = o->balance ? (int)CTL_BALANCE_CAP((uint32_t)o->batch) : o->batch,
 				.balance = o->balance, .classes = o->classes };
-	if (o->dataset)
+	if (o->dataset && !s3_is_url(o->dataset))  /* a URL (the node cache) came with --classes */
 		d->classes = dataset_classes(o->dataset, d->classes);
 	else if (!d->classes)
 		d->classes = 10;

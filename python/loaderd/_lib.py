@@ -329,6 +329,7 @@ def _declare(lib):
         "ldc_token_parse": (I, [P, S, ctypes.POINTER(ldc_token), ctypes.c_char_p, S]),
         "ldc_token_seal": (V, [ctypes.POINTER(ldc_token)]),
         "ldc_augment": (I, [P, ctypes.POINTER(ctl_augment)]),
+        "ldc_s3_offer": (I, [P, ctypes.c_char_p]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)

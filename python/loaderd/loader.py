@@ -230,8 +230,10 @@ class Loader:
       dataset       a .dpk file (made by dpack), or a set of .dpk shards' manifest
                     (docs/FORMAT.md), opened by this process with its own rights (the C client
                     passes it open to loaderd, which opens a set's shards beside it; the path is
-                    only displayed); or s3://bucket/prefix/NAME, made local in this user's cache
-                    first with this user's credentials (loaderd.s3, docs/S3.md).
+                    only displayed); or s3://bucket/prefix/NAME, read with this user's
+                    credentials through loaderd's node cache when loaderd has one (loaderd
+                    --cache-dir), else made local in this user's cache, at the first attach
+                    (loaderd.s3, docs/S3.md).
       batch_size    samples per step, 1..65536.
       crop          output size: int (square) or (h, w); None: records as stored (raw tensors
                     of one shape, e.g. a packed .npy).
@@ -332,7 +334,10 @@ class Loader:
                  device=None, profile=None, normalize=None, dtype=None, fields=None,
                  fields_bytes=False, tokenize=None, augment=None):
         self.socket = os.fspath(socket) if socket is not None else default_socket()
-        self.dataset = _s3.local_dataset(dataset)  # s3://: fetched into the user's cache
+        # s3:// stays a URL until an attach: offered to loaderd's node cache, else fetched
+        # into the user's cache (_attach)
+        self.dataset = os.fspath(dataset) if _s3.is_url(os.fspath(dataset)) else \
+            _s3.local_dataset(dataset)
         if len(self.dataset.encode()) >= L.PATH_MAX:
             raise ValueError(f"dataset path longer than {L.PATH_MAX - 1} bytes")
         self.batch_size = int(batch_size)
@@ -769,6 +774,13 @@ class Loader:
         last = None
         for name in self._candidates():
             conn = self._connect()
+            if _s3.is_url(self.dataset):
+                try:
+                    if not _s3.through_node_cache(conn, self.dataset):
+                        self.dataset = _s3.local_dataset(self.dataset)
+                except BaseException:
+                    conn.close()
+                    raise
             info = L.ldc_info()
             job = self._spec(name, (want_e, want_k))
             rc = 0

@@ -1,8 +1,14 @@
-"""s3.py - s3:// datasets for the Loader (docs/S3.md): the dataset is made local in this user's
-cache, with this user's credentials (AWS_* variables, ~/.aws/credentials), by `dpack fetch`, and
-the Loader opens the local copy like any file, so loaderd is handed descriptors, never a URL or a
-credential. dpack is $LOADERD_DPACK, else `dpack` on PATH.
+"""s3.py - s3:// datasets for the Loader (docs/S3.md), with the rule ldcat and the trainer follow.
+At each attach the URL is first offered to loaderd's node cache (loaderd --cache-dir): libldc's
+ldc_s3_offer reads this user's credentials (AWS_* variables, ~/.aws/credentials and config) with
+its rights, sends them to loaderd for this job alone and wipes them; they never pass through
+Python. When loaderd takes it, the job opens the URL and loaderd fetches it, with these
+credentials, into its cache. When loaderd has no cache, or LOADERD_S3_CLIENT_FETCH=1 is set, the
+dataset is made local in this user's cache by `dpack fetch` (with the same credentials, read by
+dpack) and opened like any file: loaderd is handed descriptors. dpack is $LOADERD_DPACK, else
+`dpack` on PATH.
 
+    through_node_cache(conn, "s3://bucket/prefix/train.dpks")  ->  True (loaderd fetches it)
     local_dataset("s3://bucket/prefix/train.dpks")  ->  "/home/u/.cache/loaderd/s3/sets/.../train.dpks"
 """
 import errno
@@ -36,3 +42,15 @@ def local_dataset(dataset):
                errno.ENOENT if " 404 " in why else errno.EIO)
         raise LoaderdError(err, why)
     return json.loads(p.stdout.strip().splitlines()[-1])["path"]
+
+
+def through_node_cache(conn, url):
+    """Offer s3:// @url to loaderd's node cache on @conn (a loader._Conn, before its job open):
+    True when loaderd took it (open the URL), False when it has no cache or
+    LOADERD_S3_CLIENT_FETCH=1 (fetch it: local_dataset). Raises LoaderdError with libldc's
+    sentence (no credentials: the variable or file, never a key)."""
+    from .loader import LoaderdError
+    rc = conn.lib.ldc_s3_offer(conn.ptr, os.fsencode(url))
+    if rc < 0:
+        raise LoaderdError(-rc, conn.error())
+    return rc == 0
