@@ -9,7 +9,8 @@ dpack) and opened like any file: loaderd is handed descriptors. dpack is $LOADER
 `dpack` on PATH.
 
     through_node_cache(conn, "s3://bucket/prefix/train.dpks")  ->  True (loaderd fetches it)
-    local_dataset("s3://bucket/prefix/train.dpks")  ->  "/home/u/.cache/loaderd/s3/sets/.../train.dpks"
+    local_dataset("s3://bucket/prefix/train.dpks")
+        ->  "/home/u/.cache/loaderd/s3/sets/.../train.dpks"
 """
 import errno
 import json
