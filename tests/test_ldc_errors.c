@@ -1,7 +1,8 @@
 /* test_ldc_errors.c - the client API's error paths (shm/ldc.c), each with its errno and the
  * sentence ldc_error gives: what the client refuses before it sends anything (job names, share
  * and owner), calls on a connection with no job, and a fake loaderd (a socket of the test's own,
- * answered from a thread) that refuses, hangs up, or answers with the wrong message. test_ldc.c
+ * answered from a thread) that refuses, hangs up, or answers with the wrong message; and
+ * ldc_s3_offer's message, answers and refusals. test_ldc.c
  * checks the numbers of a well-formed reply; the real server's refusals are test_srv.c's. */
 #include "shm/ctl.h"
 #include "shm/ldc.h"
@@ -38,11 +39,14 @@ static int teardown(void **state)
 
 /* ---- the fake loaderd: one connection, one request, one answer ---- */
 
-enum act { A_ERROR, A_WRONG_TYPE, A_HANG_UP, A_JOB_OK_NO_FDS, A_TEXT_THEN_ERROR };
+enum act { A_ERROR, A_WRONG_TYPE, A_HANG_UP, A_JOB_OK_NO_FDS, A_TEXT_THEN_ERROR, A_S3_TAKEN,
+	    A_S3_NO_CACHE };
 
 static struct {
 	enum act act;
 	uint16_t got;      /* the request's type */
+	char body[CTL_MSG_MAX];  /* and its body */
+	ssize_t len;
 	pthread_t th;
 } fake;
 
@@ -56,7 +60,8 @@ static void *fake_main(void *arg)
 	int s = accept4(g_fl.lfd, NULL, NULL, SOCK_CLOEXEC);
 	if (s < 0)
 		return NULL;
-	if (ctl_recv(s, buf, &fake.got, fds, &nfds) < 0)
+	fake.len = ctl_recv(s, fake.body, &fake.got, fds, &nfds);
+	if (fake.len < 0)
 		fake.got = 0;
 	switch (fake.act) {
 	case A_ERROR:
@@ -74,6 +79,12 @@ static void *fake_main(void *arg)
 		memset(buf, 0, sizeof(struct ctl_job_ok));
 		ctl_send(s, CTL_JOB_OK, buf, sizeof(struct ctl_job_ok), NULL, 0);
 		break;
+	case A_S3_TAKEN:
+	case A_S3_NO_CACHE: {
+		struct ctl_s3_ack ack = { .err = fake.act == A_S3_TAKEN ? 0 : EOPNOTSUPP };
+		ctl_send(s, CTL_S3_ACK, &ack, sizeof(ack), NULL, 0);
+		break;
+	}
 	case A_TEXT_THEN_ERROR:
 		ctl_send(s, CTL_ADMIN_TEXT, "half an answer", 14, NULL, 0);
 		ctl_error_make(&e, ENOENT, "no job named x");
@@ -179,6 +190,71 @@ static void test_ldc_open_answers(void **state)
 		fake_join();
 		assert_int_equal(fake.got, CTL_JOB_OPEN);
 	}
+}
+
+/* ldc_s3_offer, the one rule of ldcat, the trainer and the Python Loader: this process's endpoint,
+ * region and credentials (here from the environment) sent in one CTL_S3_OPEN, in the body's order;
+ * loaderd's EOPNOTSUPP is 1 (fetch it yourself), taken is 0; LOADERD_S3_CLIENT_FETCH=1 is 1 with
+ * nothing read or sent (and only "1" is); no credentials is -ENOKEY naming the variables and the
+ * URL, with nothing sent. */
+static void test_ldc_s3_offer(void **state)
+{
+	static const char *const url = "s3://bkt/p/set.dpks";
+	struct ldc *c;
+	char err[256];
+
+	(void)state;
+	setenv("HOME", "/nonexistent", 1);
+	setenv("AWS_CONFIG_FILE", "/nonexistent", 1);
+	setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent", 1);
+	unsetenv("AWS_ENDPOINT_URL_S3");
+	unsetenv("AWS_SESSION_TOKEN");
+	unsetenv("AWS_PROFILE");
+	unsetenv("AWS_DEFAULT_REGION");
+	setenv("AWS_ACCESS_KEY_ID", "AKTEST", 1);
+	setenv("AWS_SECRET_ACCESS_KEY", "SECRETTEST", 1);
+	setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9/", 1);
+	setenv("AWS_REGION", "eu-west-3", 1);
+	for (int k = 0; k < 4; k++) {
+		/* 0: taken; 1: no cache; 2: LOADERD_S3_CLIENT_FETCH=1; 3: =0 is not it */
+		setenv("LOADERD_S3_CLIENT_FETCH", k == 2 ? "1" : "0", 1);
+		fake_start(k == 1 ? A_S3_NO_CACHE : A_S3_TAKEN);
+		assert_int_equal(ldc_connect(g_fl.sock, &c, err, sizeof(err)), 0);
+		int ret = ldc_s3_offer(c, url);
+		ldc_close(c);
+		fake_join();
+		assert_int_equal(ret, k == 0 || k == 3 ? 0 : 1);
+		if (k == 2) {
+			assert_int_equal(fake.got, 0);  /* nothing sent */
+			continue;
+		}
+		assert_int_equal(fake.got, CTL_S3_OPEN);
+		static const char want[] = "s3://bkt/p/set.dpks" "http://127.0.0.1:9" "eu-west-3"
+					   "AKTEST" "SECRETTEST";
+		struct ctl_s3_open h;
+		assert_int_equal(fake.len, (ssize_t)(sizeof(h) + sizeof(want) - 1));
+		memcpy(&h, fake.body, sizeof(h));
+		assert_int_equal(h.url_len, strlen(url));
+		assert_int_equal(h.endpoint_len, 18);
+		assert_int_equal(h.region_len, 9);
+		assert_int_equal(h.access_len, 6);
+		assert_int_equal(h.secret_len, 10);
+		assert_int_equal(h.token_len, 0);
+		assert_memory_equal(fake.body + sizeof(h), want, sizeof(want) - 1);
+	}
+	unsetenv("LOADERD_S3_CLIENT_FETCH");
+	unsetenv("AWS_ACCESS_KEY_ID");
+	unsetenv("AWS_SECRET_ACCESS_KEY");
+	fake_start(A_S3_TAKEN);
+	assert_int_equal(ldc_connect(g_fl.sock, &c, err, sizeof(err)), 0);
+	assert_int_equal(ldc_s3_offer(c, url), -ENOKEY);
+	if (!strstr(ldc_error(c), "s3://bkt/p/set.dpks: no S3 credentials: AWS_ACCESS_KEY_ID"))
+		fail_msg("no credentials: \"%s\"", ldc_error(c));
+	ldc_close(c);
+	fake_join();
+	assert_int_equal(fake.got, 0);
+	unsetenv("AWS_ENDPOINT_URL");
+	unsetenv("AWS_REGION");
 }
 
 /* Every call that needs a job says so when there is none. */
@@ -294,6 +370,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_ldc_connect_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ldc_admin_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ldc_default_socket, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ldc_s3_offer, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -130,7 +130,7 @@ int main(int argc, char **argv)
 	MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
 	MPI_Comm_rank(local, &local_rank);
 	MPI_Comm_free(&local);
-	trn_s3_dataset(&o, local_rank, rank);  /* s3://: made local in the user's cache */
+	trn_s3_dataset(&o, local_rank, rank);  /* s3://: the node cache, or the user's cache */
 
 	if (trn_dev_open_named(o.device, local_rank, rank == 0, &dev, err, sizeof(err)) < 0)
 		trn_die("--device %s: %s", o.device ? o.device : "auto", err);
