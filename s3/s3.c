@@ -1179,6 +1179,15 @@ static int head_explain(struct s3 *s, const struct xfer *h, int ret)
 	return ret;
 }
 
+/* A HEAD's Content-Length above any object S3 holds (a hostile or broken store): refused, so that
+ * what a caller sums (a dataset's bytes, a uid's charge) never wraps. */
+static int too_large(struct s3 *s, const char *bucket, const char *key, uint64_t size)
+{
+	return set_err(s, -EFBIG, "s3://%s/%s: HEAD: the store says %llu bytes, above S3's largest "
+		       "object (%llu bytes)", bucket, key, (unsigned long long)size,
+		       (unsigned long long)S3_OBJECT_MAX);
+}
+
 int s3_head(struct s3 *s, const char *bucket, const char *key, struct s3_obj *o)
 {
 	struct xfer x;
@@ -1193,6 +1202,8 @@ int s3_head(struct s3 *s, const char *bucket, const char *key, struct s3_obj *o)
 		if (!x.have_clen)
 			ret = set_err(s, -EIO, "s3://%s/%s: HEAD: the store gave no Content-Length",
 				      bucket, key);
+		else if (x.clen > S3_OBJECT_MAX)
+			ret = too_large(s, bucket, key, x.clen);
 		o->size = x.clen;
 		memcpy(o->etag, x.etag, sizeof(o->etag));
 	}
@@ -1265,6 +1276,8 @@ int s3_head_many(struct s3 *s, const char *bucket, const char *const *keys, stru
 		if (ret == 0 && !xs[i].have_clen)
 			ret = set_err(s, -EIO, "s3://%s/%s: HEAD: the store gave no Content-Length",
 				      bucket, keys[i]);
+		else if (ret == 0 && xs[i].clen > S3_OBJECT_MAX)
+			ret = too_large(s, bucket, keys[i], xs[i].clen);
 		objs[i].size = xs[i].clen;
 		memcpy(objs[i].etag, xs[i].etag, sizeof(objs[i].etag));
 		xfer_fini(&xs[i]);

@@ -83,7 +83,8 @@ struct want {
 };
 
 /* Fetches side by side (s3cache_opts.concurrent: loaderd's node cache). The cache's lock is let go
- * while objects are transferred, so that one long fetch delays no other open. Meanwhile:
+ * whenever the store is asked (HEADs, transfers), so that one long fetch, or a store that never
+ * answers, delays no other open. Meanwhile:
  * - what this fetch relies on is kept from eviction: each object it found cached or has fetched
  *   is read-locked on byte PIN_BYTE (an OFD lock: s3cache_pinned sees it; past any uid's byte,
  *   so never charged to one);
@@ -160,7 +161,14 @@ static int head_batch(struct s3 *s, const char *dir, const char *bucket, struct 
 
 	for (size_t i = 0; i < n; i++)
 		keys[i] = w[i].key;
-	if ((ret = s3_head_many(s, bucket, keys, objs, n)) < 0)
+	/* side by side, no request to a store is made under the cache's lock: a store that never
+	 * answers (the client chose it) holds up its own open only */
+	if (c)
+		flock(c->lockfd, LOCK_UN);
+	ret = s3_head_many(s, bucket, keys, objs, n);
+	if (c)
+		relock(c->lockfd);
+	if (ret < 0)
 		return err_set(err, errlen, ret, "%s", s3_error(s));
 	for (size_t i = 0; i < n; i++) {
 		struct stat st;

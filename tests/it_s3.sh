@@ -437,6 +437,52 @@ wait $pst
 check "a fetch the store stalls delays no other open: uid B reads the cached set meanwhile (${dt} s)" \
 	sh -c "[ $rq -eq 0 ] && [ $still -eq 0 ] && [ $fast -eq 0 ] &&
 	grep -q 's3://bkt/stall-2/node.dpk' '$T/ns.e'" || { show "$T/ns.e"; show "$T/nq.e0"; }
+# a store that never answers (tests/s3_hold.py: connections taken, requests read, nothing sent)
+# holds up no other uid: not while it HEADs (no cache lock held through a request to a store), nor
+# with more requests of one uid waiting than ldfetch serves at once (a uid's run one at a time)
+if [ "$UA" != "$UB" ]; then
+	UC=64023
+	python3 "$(dirname "$0")/s3_hold.py" "$T/hold.port" "$T/hold.go" 2>"$T/hold.log" &
+	HPID=$!
+	i=0
+	while [ ! -s "$T/hold.port" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+	hold() {
+		AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$T/hold.port")" AWS_ACCESS_KEY_ID=${ko% *} \
+			AWS_SECRET_ACCESS_KEY=${ko#* } asu $UC "$BIN/ldcat" --socket "$T/n.sock" --crop 0 \
+			--batch 4 --world 1 --seed 3 --dataset s3://bkt/held/h.dpk --job "hold$1" \
+			>/dev/null 2>"$T/hold$1.e" &
+		HOLDERS="$HOLDERS $!"
+	}
+	bquick() {  # uid B reads the cached set meanwhile, in under 3.5 s
+		t0=$(now)
+		AWS_ACCESS_KEY_ID=${ko% *} AWS_SECRET_ACCESS_KEY=${ko#* } nboth $UB s3://data/job/set.dpks "$1" \
+			"$T/n.sock" &
+		_bp=$!
+		i=0
+		while kill -0 $_bp 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+		kill -0 $_bp 2>/dev/null && { BDT=stuck; HOLDERS="$HOLDERS $_bp"; return 1; }
+		wait $_bp || { BDT=failed; return 1; }
+		BDT=$(since "$t0")
+		lt "$BDT" 3.5
+	}
+	HOLDERS=""
+	hold 0
+	sleep 1
+	bquick nh1
+	check "a store that never answers uid C's HEAD holds up no other uid: B reads the cached set meanwhile ($BDT s)" \
+		[ $? -eq 0 ] || { show "$T/nh1.e0"; show "$T/n.log"; }
+	for k in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16; do hold $k; done
+	sleep 1
+	bquick nh2
+	check "... nor 17 opens of uid C waiting on it: B reads the cached set meanwhile ($BDT s)" \
+		[ $? -eq 0 ] || { show "$T/nh2.e0"; show "$T/n.log"; }
+	touch "$T/hold.go"
+	for p in $HOLDERS; do wait $p; done
+	check "... the held opens fail when the store answers (403, named), none left waiting" \
+		sh -c "grep -q 's3://bkt/held/h.dpk' '$T/hold16.e' && grep -q 403 '$T/hold16.e'" ||
+		show "$T/hold16.e"
+	stop_pid "$HPID"
+fi
 "$BIN/loaderctl" --socket "$T/n.sock" status --json >"$T/nst" 2>&1
 check "no credential in loaderd's log or its status" sh -c "! grep -q '${ko#* }' '$T/n.log' &&
 	! grep -q '${kd#* }' '$T/n.log' && ! grep -q '${ko#* }' '$T/nst' &&
