@@ -476,11 +476,46 @@ if [ "$UA" != "$UB" ]; then
 	bquick nh2
 	check "... nor 17 opens of uid C waiting on it: B reads the cached set meanwhile ($BDT s)" \
 		[ $? -eq 0 ] || { show "$T/nh2.e0"; show "$T/n.log"; }
+	# clients killed mid-fetch leave their opens counted in their uid's connections until the
+	# opens end: a uid never has more opens in flight than --max-conns-per-uid
+	_keep=$LPID
+	start_loaderd "$T/h.log" --socket "$T/h.sock" --all-users --cache-dir "$T/nodeh" \
+		--max-conns-per-uid 2
+	HLPID=$LPID
+	LPID=$_keep
+	hc() {  # hc JOB [SECONDS]: uid C's ldcat, SIGKILLed after SECONDS (10)
+		AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$T/hold.port")" AWS_ACCESS_KEY_ID=${ko% *} \
+			AWS_SECRET_ACCESS_KEY=${ko#* } timeout -s KILL "${2:-10}" setpriv --reuid=$UC \
+			--regid=$UC --clear-groups env HOME=/nonexistent "$BIN/ldcat" --socket "$T/h.sock" \
+			--crop 0 --batch 4 --world 1 --seed 3 --dataset s3://bkt/held/h.dpk --job "$1" \
+			>/dev/null
+	}
+	hc ka 1 2>/dev/null &
+	_ka=$!
+	hc kb 1 2>/dev/null &
+	_kb=$!
+	wait $_ka $_kb
+	t0=$(now)
+	hc kc 2>"$T/kc.e"
+	rc=$?
+	dt=$(since "$t0")
+	check "... 2 opens of uid C whose clients were killed mid-fetch still count: a third is refused at once (${dt} s, --max-conns-per-uid 2)" \
+		sh -c "[ $rc -ne 0 ] && [ $rc -ne 137 ] && $(lt "$dt" 3 && echo true || echo false) &&
+		grep -q 'uid $UC has 2 connections to loaderd, the limit (loaderd --max-conns-per-uid)' \
+		'$T/h.log'" || { show "$T/kc.e"; show "$T/h.log"; }
 	touch "$T/hold.go"
 	for p in $HOLDERS; do wait $p; done
 	check "... the held opens fail when the store answers (403, named), none left waiting" \
 		sh -c "grep -q 's3://bkt/held/h.dpk' '$T/hold16.e' && grep -q 403 '$T/hold16.e'" ||
 		show "$T/hold16.e"
+	i=0
+	while ! hc kd 2>"$T/kd.e" && ! grep -q 403 "$T/kd.e" && [ $i -lt 20 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	check "... and once they end, uid C's connections are its own again (the store's 403 answers)" \
+		grep -q 403 "$T/kd.e" || show "$T/kd.e"
+	stop_pid "$HLPID"
 	stop_pid "$HPID"
 fi
 "$BIN/loaderctl" --socket "$T/n.sock" status --json >"$T/nst" 2>&1
