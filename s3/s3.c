@@ -212,15 +212,29 @@ struct errdoc {
 	size_t codecap, msgcap;
 };
 
+/* The store's words go into messages and loaderd's log: a control character (a line break that
+ * would start a forged log line, an escape; C1 ones as UTF-8 too) becomes a space, or two '?'. */
+static void err_clean(char *t)
+{
+	for (unsigned char *p = (unsigned char *)t; *p; p++)
+		if (*p < 0x20 || *p == 0x7f)
+			*p = ' ';
+		else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)
+			p[0] = p[1] = '?';
+}
+
 static void err_end(struct xml *x, const char *name, const char *text, int depth)
 {
 	struct errdoc *e = x->arg;
 	if (depth != 2)
 		return;
-	if (!strcmp(name, "Code"))
+	if (!strcmp(name, "Code") && e->codecap) {
 		snprintf(e->code, e->codecap, "%s", text);
-	else if (!strcmp(name, "Message"))
+		err_clean(e->code);
+	} else if (!strcmp(name, "Message") && e->msgcap) {
 		snprintf(e->msg, e->msgcap, "%s", text);
+		err_clean(e->msg);
+	}
 }
 
 int s3_error_parse(const char *xml, size_t len, char *code, size_t codecap, char *msg,

@@ -114,6 +114,12 @@ static void test_s3_error_doc(void **state)
 	assert_string_equal(msg, "The specified key does not exist.");
 	assert_int_equal(s3_error_parse("<Error><Code>x", 14, code, sizeof(code), msg, sizeof(msg)),
 			 -EBADMSG);
+	/* a hostile store's words carry no line break (a forged log line) nor any other control */
+	doc = "<Error><Code>A&#10;B</Code><Message>one&#10;ldfetch: uid 0: forged&#13;&#9;x&#x9b;"
+	      "&#x7f;\xc2\xa0" "end</Message></Error>";
+	assert_int_equal(s3_error_parse(doc, strlen(doc), code, sizeof(code), msg, sizeof(msg)), 0);
+	assert_string_equal(code, "A B");
+	assert_string_equal(msg, "one ldfetch: uid 0: forged  x?? \xc2\xa0" "end");
 }
 
 /* ---- credentials from the standard places ---- */
