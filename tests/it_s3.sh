@@ -44,8 +44,10 @@
 #   holds the first (objects in use never evicted); --cache-size-per-uid at exactly the set's
 #   bytes, one under, and a second set while the uid's job holds the first (another uid is not
 #   charged for it), and a uid's charge ends with its own job while another uid's job still reads
-#   the same objects; without --cache-dir the client fetches as before; a cache folder others may
-#   write is refused at start.
+#   the same objects; a store that never answers (tests/s3_hold.py) a third uid's HEAD, then 17 of
+#   its opens, holds up no other uid's open of a cached set; its clients SIGKILLed mid-fetch stay
+#   counted in --max-conns-per-uid until their opens end; without --cache-dir the client fetches as
+#   before; a cache folder others may write is refused at start.
 set -u
 BUILD=${BUILD:-build}
 BIN=$BUILD/bin
