@@ -524,6 +524,9 @@ fi
 check "no credential in loaderd's log or its status" sh -c "! grep -q '${ko#* }' '$T/n.log' &&
 	! grep -q '${kd#* }' '$T/n.log' && ! grep -q '${ko#* }' '$T/nst' &&
 	! grep -q '$AWS_SECRET_ACCESS_KEY' '$T/n.log' && grep -q nc '$T/nst'" || show "$T/nst"
+lfp=$(sed -n 's/.*fetched by .*ldfetch (pid \([0-9]*\)).*/\1/p' "$T/n.log" | head -n 1)
+check "ldfetch, whose children hold users' credentials, dumps no core (its core size limit 0, soft and hard)" \
+	grep -Eq '^Max core file size +0 +0 ' "/proc/$lfp/limits" || grep core "/proc/$lfp/limits"
 # hostile CTL_S3_OPEN bodies on the wire: each refused with the field named, loaderd serving on
 cat >"$T/raw.py" <<'PY'
 import socket, struct, sys

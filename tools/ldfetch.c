@@ -42,6 +42,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -481,6 +483,11 @@ int main(int argc, char **argv)
 		return usage();
 	g_dir = argv[1];
 	signal(SIGPIPE, SIG_IGN);
+	/* its children hold users' credentials: no core file of them, and no other process of this
+	 * uid may read their memory (ptrace, /proc/PID/mem); both are inherited across fork */
+	struct rlimit nocore = { 0, 0 };
+	setrlimit(RLIMIT_CORE, &nocore);
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	for (;;) {
 		uint16_t type;
 		int fds[1], nfds = 0;
