@@ -45,7 +45,8 @@
 #   bytes, one under, and a second set while the uid's job holds the first (another uid is not
 #   charged for it), and a uid's charge ends with its own job while another uid's job still reads
 #   the same objects; a store that never answers (tests/s3_hold.py) a third uid's HEAD, then 17 of
-#   its opens, holds up no other uid's open of a cached set; its clients SIGKILLed mid-fetch stay
+#   its opens, holds up no other uid's open of a cached set; ldfetch's child for a set of 2048
+#   shards holds under 6 MiB more than one for one object; its clients SIGKILLed mid-fetch stay
 #   counted in --max-conns-per-uid until their opens end; without --cache-dir the client fetches as
 #   before; a cache folder others may write is refused at start.
 set -u
@@ -478,6 +479,30 @@ if [ "$UA" != "$UB" ]; then
 	bquick nh2
 	check "... nor 17 opens of uid C waiting on it: B reads the cached set meanwhile ($BDT s)" \
 		[ $? -eq 0 ] || { show "$T/nh2.e0"; show "$T/n.log"; }
+	# a set of 2048 shards held at its first GET (every shard HEADed): what ldfetch's child holds
+	# for it beside one that HEADs one object, in VmHWM (was 8 KiB a shard: two PATH_MAX arrays)
+	UD=64024
+	AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$T/hold.port")" AWS_ACCESS_KEY_ID=${ko% *} \
+		AWS_SECRET_ACCESS_KEY=${ko#* } asu $UD "$BIN/ldcat" --socket "$T/n.sock" --crop 0 \
+		--batch 4 --world 1 --seed 3 --dataset s3://bkt/many-2048/set.dpks --job many \
+		>/dev/null 2>"$T/many.e" &
+	HOLDERS="$HOLDERS $!"
+	i=0
+	while [ ! -e "$T/hold.go.get" ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
+	sleep 0.5
+	lfp=$(sed -n 's/.*fetched by .*ldfetch (pid \([0-9]*\)).*/\1/p' "$T/n.log" | head -n 1)
+	hwm=$(for k in $(cat "/proc/$lfp/task/$lfp/children"); do
+		awk '/^VmHWM:/ { print $2 }' "/proc/$k/status"; done | sort -n)
+	hlo=$(echo "$hwm" | head -n 1)
+	hhi=$(echo "$hwm" | tail -n 1)
+	lfb=$(sed -n 's/.*fetched by \(.*ldfetch\) (pid .*/\1/p' "$T/n.log" | head -n 1)
+	if grep -qa __asan_init "$lfb"; then
+		echo "# skip the memory of ldfetch's child: built with AddressSanitizer ($(echo $hwm) kB)"
+	else
+		check "ldfetch's child for a set of 2048 shards holds $((hhi - hlo)) KiB more than one for one object (under 6144; $(echo $hwm))" \
+			sh -c "[ -e '$T/hold.go.get' ] && [ -n '$hlo' ] && [ $((hhi - hlo)) -lt 6144 ]" ||
+			echo "# VmHWM of ldfetch's children (kB):" $hwm
+	fi
 	# clients killed mid-fetch leave their opens counted in their uid's connections until the
 	# opens end: a uid never has more opens in flight than --max-conns-per-uid
 	_keep=$LPID
