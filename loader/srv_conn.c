@@ -49,10 +49,14 @@ void srv_conn_close(struct srv *s, struct conn *c)
 	epoll_ctl(s->ep, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	c->closed = 1;
-	struct uid_use *u = srv_uid(s, c->uid);
-	if (u && u->conns)
-		u->conns--;
-	s->nconns--;
+	if (c->opening) {
+		c->counted = 1;  /* its opener thread runs on (a fetch may never end): counted still */
+	} else {
+		struct uid_use *u = srv_uid(s, c->uid);
+		if (u && u->conns)
+			u->conns--;
+		s->nconns--;
+	}
 	out_forget(s, c);
 	free(c->out);
 	c->out = NULL;

@@ -86,6 +86,9 @@ struct conn {
 	struct open_req *opening; /* a job open in progress on an opener thread; the control
 				  * loop keeps the conn until it is finished (srv_open_finish) */
 	int closed;              /* closed: events still queued for it are ignored */
+	int counted;             /* closed while its opener ran: still counted in --max-conns and
+				  * --max-conns-per-uid until it is freed (reap), so that clients that
+				  * hang up never leave a uid more opens in flight than its conns */
 	char *out;               /* an answer being sent (srv_conn_send_text), NULL when none */
 	void *seed;              /* a CTL_SPLIT_SEED body (checked), for its job open; malloc'd */
 	struct ctl_augment aug;  /* a CTL_AUGMENT body (checked), for its job open; zero: none */

@@ -42,6 +42,12 @@ static struct att *reap(struct srv *s)
 			continue;
 		}
 		*pp = c->next;
+		if (c->counted) {  /* closed while its opener ran: uncounted now it has ended */
+			struct uid_use *u = srv_uid(s, c->uid);
+			if (u && u->conns)
+				u->conns--;
+			s->nconns--;
+		}
 		free(c->out);
 		free(c);
 	}

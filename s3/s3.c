@@ -211,15 +211,29 @@ struct errdoc {
 	size_t codecap, msgcap;
 };
 
+/* The store's words go into messages and loaderd's log: a control character (a line break that
+ * would start a forged log line, an escape; C1 ones as UTF-8 too) becomes a space, or two '?'. */
+static void err_clean(char *t)
+{
+	for (unsigned char *p = (unsigned char *)t; *p; p++)
+		if (*p < 0x20 || *p == 0x7f)
+			*p = ' ';
+		else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)
+			p[0] = p[1] = '?';
+}
+
 static void err_end(struct xml *x, const char *name, const char *text, int depth)
 {
 	struct errdoc *e = x->arg;
 	if (depth != 2)
 		return;
-	if (!strcmp(name, "Code"))
+	if (!strcmp(name, "Code") && e->codecap) {
 		snprintf(e->code, e->codecap, "%s", text);
-	else if (!strcmp(name, "Message"))
+		err_clean(e->code);
+	} else if (!strcmp(name, "Message") && e->msgcap) {
 		snprintf(e->msg, e->msgcap, "%s", text);
+		err_clean(e->msg);
+	}
 }
 
 int s3_error_parse(const char *xml, size_t len, char *code, size_t codecap, char *msg,
@@ -858,6 +872,15 @@ static int head_explain(struct s3 *s, const struct xfer *h, int ret)
 	return ret;
 }
 
+/* A HEAD's Content-Length above any object S3 holds (a hostile or broken store): refused, so that
+ * what a caller sums (a dataset's bytes, a uid's charge) never wraps. */
+static int too_large(struct s3 *s, const char *bucket, const char *key, uint64_t size)
+{
+	return set_err(s, -EFBIG, "s3://%s/%s: HEAD: the store says %llu bytes, above S3's largest "
+		       "object (%llu bytes)", bucket, key, (unsigned long long)size,
+		       (unsigned long long)S3_OBJECT_MAX);
+}
+
 int s3_head(struct s3 *s, const char *bucket, const char *key, struct s3_obj *o)
 {
 	struct xfer x;
@@ -872,6 +895,8 @@ int s3_head(struct s3 *s, const char *bucket, const char *key, struct s3_obj *o)
 		if (!x.have_clen)
 			ret = set_err(s, -EIO, "s3://%s/%s: HEAD: the store gave no Content-Length",
 				      bucket, key);
+		else if (x.clen > S3_OBJECT_MAX)
+			ret = too_large(s, bucket, key, x.clen);
 		o->size = x.clen;
 		memcpy(o->etag, x.etag, sizeof(o->etag));
 	}
@@ -944,6 +969,8 @@ int s3_head_many(struct s3 *s, const char *bucket, const char *const *keys, stru
 		if (ret == 0 && !xs[i].have_clen)
 			ret = set_err(s, -EIO, "s3://%s/%s: HEAD: the store gave no Content-Length",
 				      bucket, keys[i]);
+		else if (ret == 0 && xs[i].clen > S3_OBJECT_MAX)
+			ret = too_large(s, bucket, keys[i], xs[i].clen);
 		objs[i].size = xs[i].clen;
 		memcpy(objs[i].etag, xs[i].etag, sizeof(objs[i].etag));
 		xfer_fini(&xs[i]);

@@ -36,6 +36,8 @@ extern "C" {
 #define S3_BUCKET_MAX 63u
 #define S3_KEY_MAX 1024u           /* bytes of a key (S3's rule) */
 #define S3_ETAG_MAX 128u           /* bytes of an ETag, quotes included */
+#define S3_OBJECT_MAX (5ull << 40) /* bytes of an object (S3's rule: 5 TiB); a HEAD saying more is
+				    * refused, so that sums of sizes never wrap */
 #define S3_PART_MIN (5u << 20)     /* S3's smallest part but the last */
 #define S3_PARTS_MAX 10000u        /* S3's most parts in one upload */
 #define S3_INFLIGHT_MAX 64u        /* requests in flight at once */

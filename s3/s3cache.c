@@ -75,15 +75,29 @@ static void obj_path(const char *dir, const char *endpoint, const char *bucket, 
 struct want {
 	char *key;                  /* owned */
 	struct s3_obj obj;
-	char path[PATH_MAX];        /* objects/HASH */
-	char tmp[PATH_MAX];         /* while fetched */
+	char *path;                 /* DIR/objects/HASH, malloc'd (a set has up to 65536: two
+				     * PATH_MAX arrays each were half a GiB) */
+	char *tmp;                  /* while fetched, malloc'd */
 	int fd;
 	int missing;                /* not in the cache under its current ETag */
 	int busy;                   /* side by side: another fetch is fetching it now */
 };
 
+/* @w's temporary name: its path and @suffix. 0 or -ENOMEM. */
+static int set_tmp(struct want *w, const char *suffix)
+{
+	size_t n = strlen(w->path) + strlen(suffix) + 1;
+	char *t = realloc(w->tmp, n);
+	if (!t)
+		return -ENOMEM;
+	w->tmp = t;
+	snprintf(t, n, "%s%s", w->path, suffix);
+	return 0;
+}
+
 /* Fetches side by side (s3cache_opts.concurrent: loaderd's node cache). The cache's lock is let go
- * while objects are transferred, so that one long fetch delays no other open. Meanwhile:
+ * whenever the store is asked (HEADs, transfers), so that one long fetch, or a store that never
+ * answers, delays no other open. Meanwhile:
  * - what this fetch relies on is kept from eviction: each object it found cached or has fetched
  *   is read-locked on byte PIN_BYTE (an OFD lock: s3cache_pinned sees it; past any uid's byte,
  *   so never charged to one);
@@ -160,14 +174,24 @@ static int head_batch(struct s3 *s, const char *dir, const char *bucket, struct 
 
 	for (size_t i = 0; i < n; i++)
 		keys[i] = w[i].key;
-	if ((ret = s3_head_many(s, bucket, keys, objs, n)) < 0)
+	/* side by side, no request to a store is made under the cache's lock: a store that never
+	 * answers (the client chose it) holds up its own open only */
+	if (c)
+		flock(c->lockfd, LOCK_UN);
+	ret = s3_head_many(s, bucket, keys, objs, n);
+	if (c)
+		relock(c->lockfd);
+	if (ret < 0)
 		return err_set(err, errlen, ret, "%s", s3_error(s));
 	for (size_t i = 0; i < n; i++) {
 		struct stat st;
 		w[i].obj = objs[i];
 		w[i].fd = -1;
-		obj_path(dir, s3_endpoint(s), bucket, w[i].key, objs[i].etag, w[i].path,
-			 sizeof(w[i].path));
+		char p[PATH_MAX + 64];
+		obj_path(dir, s3_endpoint(s), bucket, w[i].key, objs[i].etag, p, sizeof(p));
+		free(w[i].path);
+		if (!(w[i].path = strdup(p)))
+			return err_set(err, errlen, -ENOMEM, "out of memory");
 		r->objects++;
 		r->bytes += objs[i].size;
 		/* cached under its current ETag, or to fetch */
@@ -196,7 +220,10 @@ static int get_batch(struct s3 *s, const char *dir, const char *bucket, struct w
 	for (size_t i = 0; i < n; i++) {
 		if (!w[i].missing)
 			continue;
-		snprintf(w[i].tmp, sizeof(w[i].tmp), "%s.tmp.XXXXXX", w[i].path);
+		if (set_tmp(&w[i], ".tmp.XXXXXX") < 0) {
+			ret = err_set(err, errlen, -ENOMEM, "out of memory");
+			break;
+		}
 		w[i].fd = mkstemp(w[i].tmp);
 		if (w[i].fd < 0) {
 			ret = err_set(err, errlen, -errno, "the cache %s: %s", dir, strerror(errno));
@@ -255,7 +282,10 @@ static int get_batch_conc(struct s3 *s, const char *dir, const char *bucket, str
 				pin(c, w[i].path);
 				continue;
 			}
-			snprintf(w[i].tmp, sizeof(w[i].tmp), "%s.tmp.part", w[i].path);
+			if (set_tmp(&w[i], ".tmp.part") < 0) {
+				ret = err_set(err, errlen, -ENOMEM, "out of memory");
+				break;
+			}
 			int e = 0;
 			for (int t = 0; t < 2; t++) {
 				w[i].fd = open(w[i].tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY,
@@ -602,18 +632,20 @@ static int fetch_locked(struct s3 *s, const char *dir, const struct s3cache_opts
 	/* the dataset's own object, a .dpk or a manifest; its view is named after its version */
 	struct want top = { .key = u.key };
 	if ((ret = head_batch(s, dir, u.bucket, &top, 1, r, c, err, errlen)) < 0)
-		return ret;
+		goto out;
 	snprintf(view, sizeof(view), "%s/sets/%s", dir, strrchr(top.path, '/') + 1);
-	if (bound && top.obj.size > bound)
-		return err_set(err, errlen, -ENOSPC, "%s: %llu bytes, above the cache's bound of %llu "
-			       "(%s)", url, (unsigned long long)top.obj.size,
-			       (unsigned long long)bound, bname);
+	if (bound && top.obj.size > bound) {
+		ret = err_set(err, errlen, -ENOSPC, "%s: %llu bytes, above the cache's bound of %llu "
+			      "(%s)", url, (unsigned long long)top.obj.size,
+			      (unsigned long long)bound, bname);
+		goto out;
+	}
 	if ((ret = admit(o, &top, NULL, 0, url, err, errlen)) < 0 ||
 	    (ret = make_room(dir, bound, bname, missing_bytes(&top, 1), view, NULL, 0, &top, url,
 			     err, errlen)) < 0 ||
 	    (ret = c ? get_batch_conc(s, dir, u.bucket, &top, 1, r, c, err, errlen) :
 		     get_batch(s, dir, u.bucket, &top, 1, r, err, errlen)) < 0)
-		return ret;
+		goto out;
 	char head[8] = "";
 	int fd = open(top.path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0 || pread(fd, head, sizeof(head), 0) < 0)
@@ -621,11 +653,13 @@ static int fetch_locked(struct s3 *s, const char *dir, const struct s3cache_opts
 	if (fd >= 0)
 		close(fd);
 	if (ret < 0)
-		return ret;
+		goto out;
 	if (dpkset_is_manifest(head, top.obj.size < sizeof(head) ? (size_t)top.obj.size :
 			       sizeof(head))) {
-		if ((ret = read_file(top.path, DPKSET_FILE_MAX, &text, &len)) < 0)
-			return err_set(err, errlen, ret, "%s: the manifest: %s", url, strerror(-ret));
+		if ((ret = read_file(top.path, DPKSET_FILE_MAX, &text, &len)) < 0) {
+			ret = err_set(err, errlen, ret, "%s: the manifest: %s", url, strerror(-ret));
+			goto out;
+		}
 		if ((ret = dpkset_parse(text, len, url, &m, err, errlen)) < 0)
 			goto out;
 		size_t plen = (size_t)(base - u.key);
@@ -688,9 +722,14 @@ static int fetch_locked(struct s3 *s, const char *dir, const struct s3cache_opts
 out:
 	if (ret == -ENOMEM)
 		err_set(err, errlen, ret, "%s: out of memory", url);
-	for (uint32_t i = 0; w && i < nw; i++)
+	for (uint32_t i = 0; w && i < nw; i++) {
 		free(w[i].key);
+		free(w[i].path);
+		free(w[i].tmp);
+	}
 	free(w);
+	free(top.path);
+	free(top.tmp);
 	dpkset_manifest_destroy(m);
 	free(text);
 	return ret;

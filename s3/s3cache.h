@@ -52,7 +52,7 @@ struct s3cache_opts {
 	int (*admit)(void *arg, const char *const *paths, const uint64_t *sizes, size_t n,
 		     const char *url, char *err, size_t errlen);
 	void *arg;
-	int concurrent;     /* 1: the lock is let go while objects are transferred, so that fetches
+	int concurrent;     /* 1: the lock is let go while the store is asked, so that fetches
 			     * run side by side (s3cache.c, struct conc: what each relies on pinned,
 			     * each object fetched once, room reserved); 0: one fetch at a time */
 };

@@ -44,8 +44,11 @@
 #   holds the first (objects in use never evicted); --cache-size-per-uid at exactly the set's
 #   bytes, one under, and a second set while the uid's job holds the first (another uid is not
 #   charged for it), and a uid's charge ends with its own job while another uid's job still reads
-#   the same objects; without --cache-dir the client fetches as before; a cache folder others may
-#   write is refused at start.
+#   the same objects; a store that never answers (tests/s3_hold.py) a third uid's HEAD, then 17 of
+#   its opens, holds up no other uid's open of a cached set; ldfetch's child for a set of 2048
+#   shards holds under 6 MiB more than one for one object; its clients SIGKILLed mid-fetch stay
+#   counted in --max-conns-per-uid until their opens end; without --cache-dir the client fetches as
+#   before; a cache folder others may write is refused at start.
 set -u
 BUILD=${BUILD:-build}
 BIN=$BUILD/bin
@@ -437,6 +440,111 @@ wait $pst
 check "a fetch the store stalls delays no other open: uid B reads the cached set meanwhile (${dt} s)" \
 	sh -c "[ $rq -eq 0 ] && [ $still -eq 0 ] && [ $fast -eq 0 ] &&
 	grep -q 's3://bkt/stall-2/node.dpk' '$T/ns.e'" || { show "$T/ns.e"; show "$T/nq.e0"; }
+# a store that never answers (tests/s3_hold.py: connections taken, requests read, nothing sent)
+# holds up no other uid: not while it HEADs (no cache lock held through a request to a store), nor
+# with more requests of one uid waiting than ldfetch serves at once (a uid's run one at a time)
+if [ "$UA" != "$UB" ]; then
+	UC=64023
+	python3 "$(dirname "$0")/s3_hold.py" "$T/hold.port" "$T/hold.go" 2>"$T/hold.log" &
+	HPID=$!
+	i=0
+	while [ ! -s "$T/hold.port" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+	hold() {
+		AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$T/hold.port")" AWS_ACCESS_KEY_ID=${ko% *} \
+			AWS_SECRET_ACCESS_KEY=${ko#* } asu $UC "$BIN/ldcat" --socket "$T/n.sock" --crop 0 \
+			--batch 4 --world 1 --seed 3 --dataset s3://bkt/held/h.dpk --job "hold$1" \
+			>/dev/null 2>"$T/hold$1.e" &
+		HOLDERS="$HOLDERS $!"
+	}
+	bquick() {  # uid B reads the cached set meanwhile, in under 3.5 s
+		t0=$(now)
+		AWS_ACCESS_KEY_ID=${ko% *} AWS_SECRET_ACCESS_KEY=${ko#* } nboth $UB s3://data/job/set.dpks "$1" \
+			"$T/n.sock" &
+		_bp=$!
+		i=0
+		while kill -0 $_bp 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+		kill -0 $_bp 2>/dev/null && { BDT=stuck; HOLDERS="$HOLDERS $_bp"; return 1; }
+		wait $_bp || { BDT=failed; return 1; }
+		BDT=$(since "$t0")
+		lt "$BDT" 3.5
+	}
+	HOLDERS=""
+	hold 0
+	sleep 1
+	bquick nh1
+	check "a store that never answers uid C's HEAD holds up no other uid: B reads the cached set meanwhile ($BDT s)" \
+		[ $? -eq 0 ] || { show "$T/nh1.e0"; show "$T/n.log"; }
+	for k in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16; do hold $k; done
+	sleep 1
+	bquick nh2
+	check "... nor 17 opens of uid C waiting on it: B reads the cached set meanwhile ($BDT s)" \
+		[ $? -eq 0 ] || { show "$T/nh2.e0"; show "$T/n.log"; }
+	# a set of 2048 shards held at its first GET (every shard HEADed): what ldfetch's child holds
+	# for it beside one that HEADs one object, in VmHWM (was 8 KiB a shard: two PATH_MAX arrays)
+	UD=64024
+	AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$T/hold.port")" AWS_ACCESS_KEY_ID=${ko% *} \
+		AWS_SECRET_ACCESS_KEY=${ko#* } asu $UD "$BIN/ldcat" --socket "$T/n.sock" --crop 0 \
+		--batch 4 --world 1 --seed 3 --dataset s3://bkt/many-2048/set.dpks --job many \
+		>/dev/null 2>"$T/many.e" &
+	HOLDERS="$HOLDERS $!"
+	i=0
+	while [ ! -e "$T/hold.go.get" ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
+	sleep 0.5
+	lfp=$(sed -n 's/.*fetched by .*ldfetch (pid \([0-9]*\)).*/\1/p' "$T/n.log" | head -n 1)
+	hwm=$(for k in $(cat "/proc/$lfp/task/$lfp/children"); do
+		awk '/^VmHWM:/ { print $2 }' "/proc/$k/status"; done | sort -n)
+	hlo=$(echo "$hwm" | head -n 1)
+	hhi=$(echo "$hwm" | tail -n 1)
+	lfb=$(sed -n 's/.*fetched by \(.*ldfetch\) (pid .*/\1/p' "$T/n.log" | head -n 1)
+	if grep -qa __asan_init "$lfb"; then
+		echo "# skip the memory of ldfetch's child: built with AddressSanitizer ($(echo $hwm) kB)"
+	else
+		check "ldfetch's child for a set of 2048 shards holds $((hhi - hlo)) KiB more than one for one object (under 6144; $(echo $hwm))" \
+			sh -c "[ -e '$T/hold.go.get' ] && [ -n '$hlo' ] && [ $((hhi - hlo)) -lt 6144 ]" ||
+			echo "# VmHWM of ldfetch's children (kB):" $hwm
+	fi
+	# clients killed mid-fetch leave their opens counted in their uid's connections until the
+	# opens end: a uid never has more opens in flight than --max-conns-per-uid
+	_keep=$LPID
+	start_loaderd "$T/h.log" --socket "$T/h.sock" --all-users --cache-dir "$T/nodeh" \
+		--max-conns-per-uid 2
+	HLPID=$LPID
+	LPID=$_keep
+	hc() {  # hc JOB [SECONDS]: uid C's ldcat, SIGKILLed after SECONDS (10)
+		AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$T/hold.port")" AWS_ACCESS_KEY_ID=${ko% *} \
+			AWS_SECRET_ACCESS_KEY=${ko#* } timeout -s KILL "${2:-10}" setpriv --reuid=$UC \
+			--regid=$UC --clear-groups env HOME=/nonexistent "$BIN/ldcat" --socket "$T/h.sock" \
+			--crop 0 --batch 4 --world 1 --seed 3 --dataset s3://bkt/held/h.dpk --job "$1" \
+			>/dev/null
+	}
+	hc ka 1 2>/dev/null &
+	_ka=$!
+	hc kb 1 2>/dev/null &
+	_kb=$!
+	wait $_ka $_kb
+	t0=$(now)
+	hc kc 2>"$T/kc.e"
+	rc=$?
+	dt=$(since "$t0")
+	check "... 2 opens of uid C whose clients were killed mid-fetch still count: a third is refused at once (${dt} s, --max-conns-per-uid 2)" \
+		sh -c "[ $rc -ne 0 ] && [ $rc -ne 137 ] && $(lt "$dt" 3 && echo true || echo false) &&
+		grep -q 'uid $UC has 2 connections to loaderd, the limit (loaderd --max-conns-per-uid)' \
+		'$T/h.log'" || { show "$T/kc.e"; show "$T/h.log"; }
+	touch "$T/hold.go"
+	for p in $HOLDERS; do wait $p; done
+	check "... the held opens fail when the store answers (403, named), none left waiting" \
+		sh -c "grep -q 's3://bkt/held/h.dpk' '$T/hold16.e' && grep -q 403 '$T/hold16.e'" ||
+		show "$T/hold16.e"
+	i=0
+	while ! hc kd 2>"$T/kd.e" && ! grep -q 403 "$T/kd.e" && [ $i -lt 20 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	check "... and once they end, uid C's connections are its own again (the store's 403 answers)" \
+		grep -q 403 "$T/kd.e" || show "$T/kd.e"
+	stop_pid "$HLPID"
+	stop_pid "$HPID"
+fi
 "$BIN/loaderctl" --socket "$T/n.sock" status --json >"$T/nst" 2>&1
 check "no credential in loaderd's log or its status" sh -c "! grep -q '${ko#* }' '$T/n.log' &&
 	! grep -q '${kd#* }' '$T/n.log' && ! grep -q '${ko#* }' '$T/nst' &&
@@ -566,6 +674,9 @@ check "Python Loader, loaderd without --cache-dir: every sample once from the us
 	show "$T/wu/wpf.py"
 stop_pid "$WFPID"
 # ---- end of the trainer's and the Python Loader's node cache cases ----
+lfp=$(sed -n 's/.*fetched by .*ldfetch (pid \([0-9]*\)).*/\1/p' "$T/n.log" | head -n 1)
+check "ldfetch, whose children hold users' credentials, dumps no core (its core size limit 0, soft and hard)" \
+	grep -Eq '^Max core file size +0 +0 ' "/proc/$lfp/limits" || grep core "/proc/$lfp/limits"
 # hostile CTL_S3_OPEN bodies on the wire: each refused with the field named, loaderd serving on
 cat >"$T/raw.py" <<'PY'
 import socket, struct, sys

@@ -14,6 +14,8 @@ PORTFILE. The path's second segment says what happens (the bucket is the first):
                        that stops sending mid-response)
   /B/corrupt/KEY       every request: the body above, under an ETag that is the MD5 of other
                        bytes (a store, or a network, that changed them)
+  /B/size-N/KEY        a HEAD says Content-Length N (no body follows: a store that claims an
+                       object of any size)
 A Range header (bytes=A-B) is honoured on the 200 (as 206).
 """
 import hashlib
@@ -44,6 +46,13 @@ class H(http.server.BaseHTTPRequestHandler):
     def answer(self, head_only):
         with lock:
             k = seen[self.path] = seen.get(self.path, 0) + 1
+        size = re.match(r"^/[^/]+/size-(\d+)/", self.path)
+        if size and head_only:
+            self.send_response(200)
+            self.send_header("Content-Length", size.group(1))
+            self.send_header("ETag", '"fa017"')
+            self.end_headers()
+            return
         m = re.match(r"^/[^/]+/(fail|cut|reset|stall)-(\d+)(?:-(\d+))?/", self.path)
         if m and k <= int(m.group(2)):
             what = m.group(1)

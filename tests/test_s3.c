@@ -114,6 +114,12 @@ static void test_s3_error_doc(void **state)
 	assert_string_equal(msg, "The specified key does not exist.");
 	assert_int_equal(s3_error_parse("<Error><Code>x", 14, code, sizeof(code), msg, sizeof(msg)),
 			 -EBADMSG);
+	/* a hostile store's words carry no line break (a forged log line) nor any other control */
+	doc = "<Error><Code>A&#10;B</Code><Message>one&#10;ldfetch: uid 0: forged&#13;&#9;x&#x9b;"
+	      "&#x7f;\xc2\xa0" "end</Message></Error>";
+	assert_int_equal(s3_error_parse(doc, strlen(doc), code, sizeof(code), msg, sizeof(msg)), 0);
+	assert_string_equal(code, "A B");
+	assert_string_equal(msg, "one ldfetch: uid 0: forged  x?? \xc2\xa0" "end");
 }
 
 /* ---- credentials from the standard places ---- */
@@ -644,6 +650,30 @@ static void test_s3_fault_stalled_store(void **state)
 	s3_destroy(s);
 }
 
+static void test_s3_fault_huge_size(void **state)
+{
+	struct s3 *s = fault(0);
+	struct s3_obj o[2];
+	char k0[64], k1[64];
+	(void)state;
+	NEED_STORE(s);
+	/* S3's largest object, 5 TiB, is taken; one byte more is refused, named, whether HEADed alone
+	 * or with others (what a cache sums of a dataset's sizes must never wrap) */
+	snprintf(k0, sizeof(k0), "size-%llu/k", (unsigned long long)S3_OBJECT_MAX);
+	snprintf(k1, sizeof(k1), "size-%llu/k", (unsigned long long)S3_OBJECT_MAX + 1);
+	S3_OK(s, s3_head(s, "bkt", k0, &o[0]));
+	assert_true(o[0].size == S3_OBJECT_MAX);
+	assert_int_equal(s3_head(s, "bkt", k1, &o[0]), -EFBIG);
+	assert_non_null(strstr(s3_error(s), k1));
+	assert_non_null(strstr(s3_error(s), "above S3's largest object (5497558138880 bytes)"));
+	const char *keys[2] = { k0, "size-9223372036854775807/k" };
+	assert_int_equal(s3_head_many(s, "bkt", keys, o, 1), 0);
+	assert_int_equal(s3_head_many(s, "bkt", keys, o, 2), -EFBIG);
+	assert_non_null(strstr(s3_error(s), "s3://bkt/size-9223372036854775807/k: HEAD: the store "
+			       "says 9223372036854775807 bytes"));
+	s3_destroy(s);
+}
+
 static void test_s3_fault_ranges_in_flight(void **state)
 {
 	struct s3 *s = fault(3);
@@ -691,6 +721,7 @@ int main(void)
 		cmocka_unit_test(test_s3_store_down),
 		cmocka_unit_test(test_s3_fault_retries),
 		cmocka_unit_test(test_s3_fault_ranges_in_flight),
+		cmocka_unit_test(test_s3_fault_huge_size),
 		cmocka_unit_test(test_s3_fault_stalled_store),
 		/* last: it rewrites the environment the store cases read */
 		cmocka_unit_test(test_s3_cfg_load_env_and_file),

@@ -10,15 +10,16 @@
  * sends them, ctl_check_shard_fds), then CTL_ERROR with err 0 and the dataset's own descriptor
  * (the manifest or the .dpk), or CTL_ERROR with the errno and the reason alone.
  *
- * DESIGN. Each request is served by a child process of its own (at most LDF_CHILDREN at once;
- * more wait), so that a slow store delays its own job open only, and the credentials live in
- * that child's memory only, for that request only: wiped in the parent as soon as the child is
- * forked, and gone with the child. The child HEADs every object of the dataset with the uid's
- * credentials (the store's own answer to that uid is the proof that it may read them: a cached
- * object is served only after it), fetches those missing (s3cache_fetch_opts: objects keyed by
- * endpoint, bucket, key and ETag, temporary files renamed whole, MD5 checked against single-part
- * ETags), all under the cache's lock, and, still under it, opens the view's files and takes a
- * read lock on byte UID of each (an OFD lock, fcntl F_OFD_SETLK) before it passes them: the lock
+ * DESIGN. Each request is served by a child process of its own (at most LDF_CHILDREN at once, and
+ * one per uid; more wait in the parent), so that a slow store delays its own uid's job opens only,
+ * and the credentials live in that child's memory only, for that request only: wiped in the
+ * parent as soon as the child is forked, and gone with the child. The child HEADs every object
+ * of the dataset with the uid's credentials (the store's own answer to that uid is the proof that
+ * it may read them: a cached object is served only after it), fetches those missing
+ * (s3cache_fetch_opts: objects keyed by endpoint, bucket, key and ETag, temporary files renamed
+ * whole, MD5 checked against single-part ETags), under the cache's lock but while it asks the
+ * store (s3cache_opts.concurrent), and, under it, opens the view's files and takes a read lock on
+ * byte UID of each (an OFD lock, fcntl F_OFD_SETLK) before it passes them: the lock
  * lives as long as loaderd's descriptors (it belongs to the open file, which SCM_RIGHTS shares),
  * so eviction (s3cache_pinned: any byte locked) never takes an object a running job reads, and
  * what the cache holds is never more than --cache-size. Space is charged per uid:
@@ -41,7 +42,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -375,24 +379,136 @@ static int usage(void)
 	return 2;
 }
 
+/* ---- the parent: requests waiting, children running ----
+ * A uid's requests run one at a time, so a uid has one child at most: its other requests wait
+ * here (the credentials with them, wiped when their child is forked or they are dropped), and
+ * never take one of the LDF_CHILDREN places while its earlier request runs: one uid whose store
+ * never answers holds up its own requests only. */
+
+#define LDF_WAITING 4096  /* requests waiting for their child, at most (opens in flight) */
+
+struct ldf_wait {
+	struct ldf_wait *next;
+	int fd;
+	uint32_t uid;
+	size_t len;
+	char body[];
+};
+
+struct ldf_child {
+	pid_t pid;
+	int pidfd;   /* readable when it exits; -1 where the kernel has no pidfd_open */
+	uint32_t uid;
+};
+
+static struct ldf_child g_kids[LDF_CHILDREN];
+static unsigned g_nkids;
+static struct ldf_wait *g_wait, **g_wait_tail = &g_wait;
+static unsigned g_nwait;
+
+static void wait_drop(struct ldf_wait *w)
+{
+	explicit_bzero(w->body, w->len);
+	close(w->fd);
+	free(w);
+}
+
+static void reap(void)
+{
+	int w;
+	while (g_nkids && ((w = waitpid(-1, NULL, WNOHANG)) > 0 || (w < 0 && errno == EINTR)))
+		for (unsigned i = 0; w > 0 && i < g_nkids; i++)
+			if (g_kids[i].pid == w) {
+				if (g_kids[i].pidfd >= 0)
+					close(g_kids[i].pidfd);
+				g_kids[i] = g_kids[--g_nkids];
+				break;
+			}
+}
+
+static int uid_running(uint32_t uid)
+{
+	for (unsigned i = 0; i < g_nkids; i++)
+		if (g_kids[i].uid == uid)
+			return 1;
+	return 0;
+}
+
+/* Fork a child for each waiting request whose uid has none, while places are free (in order). */
+static void start_waiting(void)
+{
+	for (struct ldf_wait **pp = &g_wait; *pp && g_nkids < LDF_CHILDREN;) {
+		struct ldf_wait *w = *pp;
+		if (uid_running(w->uid)) {
+			pp = &w->next;
+			continue;
+		}
+		*pp = w->next;
+		if (!*pp)
+			g_wait_tail = pp;
+		g_nwait--;
+		pid_t pid = fork();
+		if (pid == 0) {
+			close(3);
+			for (unsigned i = 0; i < g_nkids; i++)
+				if (g_kids[i].pidfd >= 0)
+					close(g_kids[i].pidfd);
+			while (g_wait) {  /* other requests' credentials are not this child's */
+				struct ldf_wait *o = g_wait;
+				g_wait = o->next;
+				wait_drop(o);
+			}
+			int ret = serve(w->fd, w->body, w->len);
+			close(w->fd);
+			_exit(ret);
+		}
+		if (pid < 0) {
+			reply_err(w->fd, errno, "ldfetch: cannot fork");
+		} else {
+			g_kids[g_nkids].pid = pid;
+			g_kids[g_nkids].pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+			g_kids[g_nkids].uid = w->uid;
+			g_nkids++;
+		}
+		wait_drop(w);  /* the credentials are the child's alone */
+	}
+}
+
 int main(int argc, char **argv)
 {
 	char buf[CTL_MSG_MAX];
-	unsigned children = 0;
 
 	if (argc != 4 || arg_bytes(argv[2], 1, UINT64_MAX, &g_size) < 0 ||
 	    arg_bytes(argv[3], 1, UINT64_MAX, &g_per_uid) < 0 || fcntl(3, F_GETFD) < 0)
 		return usage();
 	g_dir = argv[1];
 	signal(SIGPIPE, SIG_IGN);
+	/* its children hold users' credentials: no core file of them, and no other process of this
+	 * uid may read their memory (ptrace, /proc/PID/mem); both are inherited across fork */
+	struct rlimit nocore = { 0, 0 };
+	setrlimit(RLIMIT_CORE, &nocore);
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	for (;;) {
 		uint16_t type;
 		int fds[1], nfds = 0;
-		int w;
-		while (children && ((w = waitpid(-1, NULL, children >= LDF_CHILDREN ? 0 : WNOHANG)) > 0 ||
-				    (w < 0 && errno == EINTR)))
-			if (w > 0)
-				children--;
+		reap();
+		start_waiting();
+		/* loaderd's socket, and each child's exit (its pidfd; else a look every 50 ms) */
+		struct pollfd p[1 + LDF_CHILDREN];
+		int np = 1, timeout = -1;
+		p[0] = (struct pollfd){ .fd = 3, .events = POLLIN };
+		for (unsigned i = 0; i < g_nkids; i++) {
+			if (g_kids[i].pidfd >= 0)
+				p[np++] = (struct pollfd){ .fd = g_kids[i].pidfd, .events = POLLIN };
+			else
+				timeout = 50;
+		}
+		if (poll(p, (nfds_t)np, timeout) < 0 && errno != EINTR) {
+			say("poll: %s", strerror(errno));
+			return 1;
+		}
+		if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR)))
+			continue;
 		ssize_t n = ctl_recv_fds(3, buf, &type, fds, 1, &nfds);
 		if (n == -EPIPE)
 			return 0;  /* loaderd is gone */
@@ -409,18 +525,28 @@ int main(int argc, char **argv)
 			say("a malformed request from loaderd, ignored");
 			continue;
 		}
-		pid_t pid = fork();
-		if (pid == 0) {
-			close(3);
-			int ret = serve(fds[0], buf, (size_t)n);
+		struct ldf_req q;
+		struct ldf_wait *w = NULL;
+		if ((size_t)n < sizeof(q))
+			reply_err(fds[0], EINVAL, "a request too short");
+		else if (g_nwait >= LDF_WAITING)
+			reply_err(fds[0], EAGAIN, "ldfetch: too many requests waiting; try again");
+		else if (!(w = malloc(sizeof(*w) + (size_t)n)))
+			reply_err(fds[0], ENOMEM, "ldfetch: out of memory");
+		if (!w) {
+			explicit_bzero(buf, sizeof(buf));
 			close(fds[0]);
-			_exit(ret);
+			continue;
 		}
-		explicit_bzero(buf, sizeof(buf));  /* the credentials are the child's alone */
-		if (pid < 0)
-			reply_err(fds[0], errno, "ldfetch: cannot fork");
-		else
-			children++;
-		close(fds[0]);
+		memcpy(&q, buf, sizeof(q));
+		w->next = NULL;
+		w->fd = fds[0];
+		w->uid = q.uid;
+		w->len = (size_t)n;
+		memcpy(w->body, buf, (size_t)n);
+		explicit_bzero(buf, sizeof(buf));
+		*g_wait_tail = w;
+		g_wait_tail = &w->next;
+		g_nwait++;
 	}
 }
