@@ -7,6 +7,7 @@
 #include "loader/job.h"
 #include "loader/metrics.h"
 #include "loader/sdnotify.h"
+#include "shm/ctl.h"
 #include "shm/ldc.h"
 #include "loader/srv.h"
 
@@ -219,6 +220,12 @@ static const struct arg_opt opt_rows[] = {
 	{ "cache-size-per-uid", 0, ARG_BYTES, AT(cache_uid, uint64_t), .lo = 1, .hi = UINT64_MAX,
 	  .def_doc = "half of --cache-size",
 	  .help = "of them, what one user's running jobs may hold" },
+	{ "cache-endpoints", 0, ARG_PATH, AT(so.cache_endpoints, const char *), .meta = "LIST",
+	  .def_doc = "AWS's own: https://s3.amazonaws.com, https://s3.REGION.amazonaws.com",
+	  .help = "the stores the node cache fetches from, comma-separated, each "
+		  "http(s)://HOST[:PORT] (MinIO, Ceph RGW, R2...): a client names its endpoint and "
+		  "ldfetch has loaderd's network, so any other is left to the client, which fetches "
+		  "into its user's cache with its own rights" },
 
 	{ .kind = ARG_HEADING, .help = "watching it, starting it:" },
 	{ "metrics-file", 0, ARG_PATH, AT(metrics_path, const char *), .def_doc = "none",
@@ -298,7 +305,7 @@ static int start_cache(struct opts *o)
 {
 	struct stat st;
 	struct statvfs vs;
-	char exe[PATH_MAX], prog[PATH_MAX + 16];
+	char exe[PATH_MAX], prog[PATH_MAX + 16], why[CTL_TEXT_MAX];
 	int sv[2];
 
 	if (mkdir(o->cache_dir, 0700) < 0 && errno != EEXIST) {
@@ -330,6 +337,11 @@ static int start_cache(struct opts *o)
 	}
 	if (!o->cache_uid)
 		o->cache_uid = o->cache_size / 2 ? o->cache_size / 2 : 1;
+	if (o->so.cache_endpoints &&
+	    ctl_s3_endpoints_check(o->so.cache_endpoints, why, sizeof(why)) < 0) {
+		LOG_ERROR("--cache-endpoints: %s", why);
+		return -1;
+	}
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	if (n <= 0) {
 		LOG_ERROR("--cache-dir: cannot tell where loaderd's binary is (to start ldfetch)");
@@ -363,8 +375,10 @@ static int start_cache(struct opts *o)
 	}
 	o->so.cache = 1;
 	o->so.fetch_fd = sv[0];
-	LOG_INFO("node cache %s: %llu bytes, %llu per uid, fetched by %s (pid %d)", o->cache_dir,
-		 (unsigned long long)o->cache_size, (unsigned long long)o->cache_uid, prog, (int)pid);
+	LOG_INFO("node cache %s: %llu bytes, %llu per uid, fetched by %s (pid %d) from %s",
+		 o->cache_dir, (unsigned long long)o->cache_size, (unsigned long long)o->cache_uid,
+		 prog, (int)pid, o->so.cache_endpoints ? o->so.cache_endpoints :
+		 "AWS's endpoints (--cache-endpoints)");
 	return 0;
 }
 
@@ -438,6 +452,10 @@ int main(int argc, char **argv)
 	if (ret >= 0)
 		return ret;
 	raise_nofile();
+	if (o.so.cache_endpoints && !o.cache_dir) {
+		LOG_ERROR("--cache-endpoints without --cache-dir: there is no node cache to fetch");
+		return 2;
+	}
 	if (o.cache_dir && start_cache(&o) < 0)
 		return 1;
 	return serve(&o);

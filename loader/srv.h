@@ -166,6 +166,8 @@ struct srv_opts {
 				    * CTL_S3_OPEN is taken and the job open asks ldfetch over
 				    * fetch_fd; 0: CTL_S3_OPEN is answered EOPNOTSUPP */
 	int fetch_fd;              /* ldfetch's socket (SOCK_SEQPACKET), when cache */
+	const char *cache_endpoints;  /* the endpoints the node cache fetches from, comma-separated
+				    * (ctl_s3_endpoint_listed); NULL: AWS's own */
 	unsigned admin_share;      /* percent of the control thread's time one uid's loaderctl
 				    * answers may take, rendering and sending (2): both hold the
 				    * lock the workers need */

@@ -507,6 +507,23 @@ void srv_on_augment(struct srv *s, struct conn *c, const void *body, size_t n)
 	c->has_aug = 1;
 }
 
+/* Is the endpoint of the checked CTL_S3_OPEN @body one the node cache fetches from (loaderd
+ * --cache-endpoints)? A client names it and ldfetch has the network: an endpoint not listed is
+ * left to the client, which fetches with its own rights (logged, with the client's uid). */
+static int s3_endpoint_listed(struct srv *s, const void *body)
+{
+	struct ctl_s3_open h;
+
+	memcpy(&h, body, sizeof(h));
+	const char *ep = (const char *)body + sizeof(h) + h.url_len;
+	if (ctl_s3_endpoint_listed(s->opts.cache_endpoints, ep, h.endpoint_len))
+		return 1;
+	srv_notice(s, 2, "an s3 open names the endpoint %.*s, which the node cache does not fetch "
+		   "from (loaderd --cache-endpoints): the client fetches itself", (int)h.endpoint_len,
+		   ep);
+	return 0;
+}
+
 void srv_on_s3_open(struct srv *s, struct conn *c, const void *body, size_t n)
 {
 	char why[CTL_TEXT_MAX];
@@ -521,6 +538,8 @@ void srv_on_s3_open(struct srv *s, struct conn *c, const void *body, size_t n)
 	} else if (ctl_check_s3_open(body, n, why, sizeof(why)) < 0) {
 		srv_conn_fail(s, c, EINVAL, "%s", why);
 		return;
+	} else if (!s3_endpoint_listed(s, body)) {
+		ack.err = EPERM;  /* not one to fetch from: the client fetches with its own rights */
 	} else if (!(c->s3 = malloc(n))) {
 		srv_conn_fail(s, c, ENOMEM, "out of memory for an s3 dataset");
 		return;

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -214,6 +215,77 @@ int ctl_check_s3_open(const void *body, size_t len, char *why, size_t whylen)
 	if (memcmp(p, "http://", 7) && (l[1] < 9 || memcmp(p, "https://", 8)))
 		return snprintf(why, whylen, "an s3 open whose endpoint is neither http:// nor "
 				"https://"), -EINVAL;
+	return 0;
+}
+
+/* @n bytes at @p, without one trailing "/". */
+static size_t strip_slash(const char *p, size_t n)
+{
+	return n && p[n - 1] == '/' ? n - 1 : n;
+}
+
+/* AWS's own endpoints: https://s3.amazonaws.com, https://s3.REGION.amazonaws.com. */
+static int aws_endpoint(const char *ep, size_t n)
+{
+	static const char pre[] = "https://s3.", post[] = "amazonaws.com";
+	const size_t lp = sizeof(pre) - 1, lq = sizeof(post) - 1;
+
+	if (n < lp + lq || strncasecmp(ep, pre, lp) || strncasecmp(ep + n - lq, post, lq))
+		return 0;
+	size_t r = n - lp - lq;  /* "" or "REGION." */
+	if (r == 0)
+		return 1;
+	if (r < 2 || r > 33 || ep[lp + r - 1] != '.')
+		return 0;
+	for (size_t i = lp; i < lp + r - 1; i++) {
+		char c = ep[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '-'))
+			return 0;
+	}
+	return 1;
+}
+
+int ctl_s3_endpoint_listed(const char *list, const char *ep, size_t n)
+{
+	n = strip_slash(ep, n);
+	if (!list)
+		return aws_endpoint(ep, n);
+	for (const char *p = list; *p;) {
+		size_t m = strcspn(p, ",");
+		size_t k = strip_slash(p, m);
+		if (k == n && n && !strncasecmp(p, ep, n))
+			return 1;
+		p += m;
+		if (*p == ',')
+			p++;
+	}
+	return 0;
+}
+
+int ctl_s3_endpoints_check(const char *list, char *why, size_t whylen)
+{
+	if (!*list)
+		return snprintf(why, whylen, "an empty list"), -EINVAL;
+	for (const char *p = list; *p;) {
+		size_t m = strcspn(p, ","), k = strip_slash(p, m), s;
+		if (!strncasecmp(p, "http://", 7))
+			s = 7;
+		else if (!strncasecmp(p, "https://", 8))
+			s = 8;
+		else
+			return snprintf(why, whylen, "'%.*s' is neither http://HOST[:PORT] nor "
+					"https://HOST[:PORT]", (int)(m > 200 ? 200 : m), p), -EINVAL;
+		/* HOST[:PORT] only: no user, path, query or fragment that could make two spellings */
+		if (k == s || strspn(p + s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				     "0123456789.-:[]") < k - s || k > CTL_S3_ENDPOINT_MAX)
+			return snprintf(why, whylen, "'%.*s' is not http(s)://HOST[:PORT] (no user, "
+					"path or query; at most %d bytes)", (int)(m > 200 ? 200 : m),
+					p, CTL_S3_ENDPOINT_MAX), -EINVAL;
+		p += m;
+		if (*p == ',' && !*++p)
+			return snprintf(why, whylen, "a list that ends on a comma"), -EINVAL;
+	}
 	return 0;
 }
 

@@ -264,7 +264,8 @@ _Static_assert(offsetof(struct ctl_augment, erase_rgb) == 76, "on the wire");
  * read with its user's rights: struct ctl_s3_open, then the six strings back to back, without
  * NULs, each of its stated length. The server answers CTL_S3_ACK: err 0, the cache fetches the
  * dataset at the job open with these credentials for this job only; EOPNOTSUPP, this loaderd has
- * no cache (the client fetches into its user's cache, as without it); the connection stays open
+ * no cache, or EPERM, its cache does not fetch from that endpoint (loaderd --cache-endpoints): the
+ * client fetches into its user's cache, as without it; the connection stays open
  * either way. That answer is the server's capability: no other message says it. Credentials are
  * used for this job open only, never logged, never shown in status, and wiped after use. */
 #define CTL_S3_URL_MAX (CTL_PATH_MAX - 1u)   /* bytes of each string, at most */
@@ -286,7 +287,7 @@ _Static_assert(sizeof(struct ctl_hdr) + sizeof(struct ctl_s3_open) + CTL_S3_URL_
 	       CTL_S3_ENDPOINT_MAX + CTL_S3_REGION_MAX + 2 * CTL_S3_KEY_MAX + CTL_S3_TOKEN_MAX + 16 <=
 	       CTL_MSG_MAX, "the longest one fits a message, with room for loaderd's uid");
 struct ctl_s3_ack {
-	int32_t err;                  /* 0 taken; EOPNOTSUPP: no cache here */
+	int32_t err;                  /* 0 taken; EOPNOTSUPP: no cache here; EPERM: not from there */
 	uint32_t reserved;            /* zero */
 };
 _Static_assert(sizeof(struct ctl_s3_ack) == 8, "on the wire");
@@ -354,6 +355,14 @@ uint32_t ctl_augment_digest(const struct ctl_augment *a);
  * byte printable ASCII (the URL's may be a space). 0, or -EINVAL naming the field in @why (never
  * quoting a credential). */
 int ctl_check_s3_open(const void *body, size_t len, char *why, size_t whylen);
+/* The node cache fetches only from the endpoints its operator lists (loaderd --cache-endpoints):
+ * a client names the endpoint, and ldfetch has the network. @list: endpoints separated by commas,
+ * each "http://HOST[:PORT]" or "https://HOST[:PORT]" (a trailing "/" allowed), compared without
+ * regard to case; NULL: AWS's own, "https://s3.amazonaws.com" and "https://s3.REGION.amazonaws.com"
+ * (REGION of [a-z0-9-], 1..32). 1: @ep (@n bytes, a trailing "/" ignored) is listed; 0: not. */
+int ctl_s3_endpoint_listed(const char *list, const char *ep, size_t n);
+/* @list checked as --cache-endpoints takes it: 0, or -EINVAL with @why naming the entry. */
+int ctl_s3_endpoints_check(const char *list, char *why, size_t whylen);
 /* Make @e from -errno @err and a printf-style message. */
 void ctl_error_make(struct ctl_error *e, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -1148,7 +1148,7 @@ int ldc_s3_open(struct ldc *c, const struct ldc_s3 *s3)
 	if ((size_t)n != sizeof(ack))
 		return set_err(c, -EBADMSG, "loaderd's s3 answer is malformed (%zd bytes)", n);
 	memcpy(&ack, buf, sizeof(ack));
-	if (ack.err == EOPNOTSUPP)
+	if (ack.err == EOPNOTSUPP || ack.err == EPERM)  /* no cache; not from this endpoint */
 		return 1;
 	if (ack.err != 0 || ack.reserved)
 		return set_err(c, -EBADMSG, "loaderd's s3 answer is malformed (err %d)", ack.err);

@@ -48,7 +48,10 @@
 #   its opens, holds up no other uid's open of a cached set; ldfetch's child for a set of 2048
 #   shards holds under 6 MiB more than one for one object; its clients SIGKILLed mid-fetch stay
 #   counted in --max-conns-per-uid until their opens end; without --cache-dir the client fetches as
-#   before; a cache folder others may write is refused at start.
+#   before; a cache folder others may write is refused at start; the node cache fetches only from
+#   the stores --cache-endpoints lists (AWS's by default): moto's endpoint unlisted is left to the
+#   client (its own cache, nothing fetched by ldfetch), and a list entry with a path, a user, a
+#   scheme other than http(s) or a trailing comma stops loaderd at start.
 set -u
 BUILD=${BUILD:-build}
 BIN=$BUILD/bin
@@ -56,7 +59,7 @@ T=$(mktemp -d /tmp/it_s3.XXXXXX)
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/s3_lib.sh"
 FPID=""
-trap 'stop_loaderd; stop_pid "$FPID"; s3_stop; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
+trap 'stop_loaderd; stop_pid "$FPID"; stop_pid "${HPID:-}"; s3_stop; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
 trap 'exit 130' INT TERM HUP PIPE
 [ -x "$BUILD/tests/test_s3" ] || { echo "not built: $BUILD/tests/test_s3 (run make)"; exit 1; }
 
@@ -65,6 +68,13 @@ python3 "$(dirname "$0")/s3_fault.py" "$T/fault.port" 2>"$T/fault.log" &
 FPID=$!
 i=0
 while [ ! -s "$T/fault.port" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+python3 "$(dirname "$0")/s3_hold.py" "$T/hold.port" "$T/hold.go" 2>"$T/hold.log" &
+HPID=$!
+i=0
+while [ ! -s "$T/hold.port" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+# the stores loaderd's node cache may fetch from (loaderd --cache-endpoints): moto, the faulty
+# one and the one that never answers
+EPS="$AWS_ENDPOINT_URL,http://127.0.0.1:$(cat "$T/fault.port"),http://127.0.0.1:$(cat "$T/hold.port")/"
 
 # 1. the client's own cases
 if LOADERD_S3_TEST=1 LOADERD_S3_FAULT="http://127.0.0.1:$(cat "$T/fault.port")" \
@@ -389,7 +399,7 @@ nboth() {
 }
 inodes() { ls -i "$1/objects" | grep -v '\.lock' | sort; }
 osize() { find "$1/objects" -type f ! -name .lock -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }'; }
-serve_loaderd "$T/n.sock" "$T/n.log" --all-users --cache-dir "$T/node"
+serve_loaderd "$T/n.sock" "$T/n.log" --all-users --cache-dir "$T/node" --cache-endpoints "$EPS"
 check "the node cache is made mode 0700, loaderd's own" \
 	[ "$(stat -c '%a %u' "$T/node")" = "700 $(id -u)" ]
 nboth $UA s3://data/job/set.dpks na "$T/n.sock"
@@ -445,10 +455,6 @@ check "a fetch the store stalls delays no other open: uid B reads the cached set
 # with more requests of one uid waiting than ldfetch serves at once (a uid's run one at a time)
 if [ "$UA" != "$UB" ]; then
 	UC=64023
-	python3 "$(dirname "$0")/s3_hold.py" "$T/hold.port" "$T/hold.go" 2>"$T/hold.log" &
-	HPID=$!
-	i=0
-	while [ ! -s "$T/hold.port" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
 	hold() {
 		AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$T/hold.port")" AWS_ACCESS_KEY_ID=${ko% *} \
 			AWS_SECRET_ACCESS_KEY=${ko#* } asu $UC "$BIN/ldcat" --socket "$T/n.sock" --crop 0 \
@@ -506,7 +512,8 @@ if [ "$UA" != "$UB" ]; then
 	# clients killed mid-fetch leave their opens counted in their uid's connections until the
 	# opens end: a uid never has more opens in flight than --max-conns-per-uid
 	_keep=$LPID
-	start_loaderd "$T/h.log" --socket "$T/h.sock" --all-users --cache-dir "$T/nodeh" \
+	start_loaderd "$T/h.log" --socket "$T/h.sock" --all-users --cache-dir "$T/nodeh" --cache-endpoints "$EPS" \
+		\
 		--max-conns-per-uid 2
 	HLPID=$LPID
 	LPID=$_keep
@@ -682,7 +689,8 @@ cat >"$T/raw.py" <<'PY'
 import socket, struct, sys
 def msg(typ, body):
     return struct.pack("<IHHII", 0x3143444c, 2, typ, 16 + len(body), 0) + body
-def s3body(url=b"s3://data/job/set.dpks", ep=b"http://127.0.0.1:9", region=b"us-east-1",
+EP = sys.argv[2].encode()  # one the node cache fetches from (--cache-endpoints)
+def s3body(url=b"s3://data/job/set.dpks", ep=EP, region=b"us-east-1",
            ak=b"AKIA", sk=b"SECRETSECRET", tok=b"", reserved=0, extra=b""):
     f = (url, ep, region, ak, sk, tok)
     return struct.pack("<6HI", *[len(x) for x in f], reserved) + b"".join(f) + extra
@@ -724,7 +732,7 @@ out.append("region %d %d %s" % (struct.unpack_from("<H", a, 6)[0], struct.unpack
                                r[20:].split(b"\0")[0].decode(errors="replace")))
 print("\n".join(out))
 PY
-python3 "$T/raw.py" "$T/n.sock" >"$T/raw.out" 2>&1
+python3 "$T/raw.py" "$T/n.sock" "http://127.0.0.1:$(cat "$T/fault.port")" >"$T/raw.out" 2>&1
 check "hostile s3 opens on the wire: refused, EINVAL, the field named, no secret quoted; one per connection" sh -c "
 	grep -q '^long 5 22 an s3 open whose region is 65 bytes (1..64)' '$T/raw.out' &&
 	grep -q '^junk 5 22 an s3 open whose secret key holds a byte that is not printable ASCII' '$T/raw.out' &&
@@ -767,7 +775,8 @@ check "ldfetch killed: a job open through the cache fails naming it, loaderd ser
 	kill -0 $LPID" || show "$T/nz.e"
 stop_loaderd
 # the bound: exactly the set's allocated bytes holds it; one byte less refuses it, named
-serve_loaderd "$T/n.sock" "$T/n2.log" --all-users --cache-dir "$T/node2" --cache-size "$u1" \
+serve_loaderd "$T/n.sock" "$T/n2.log" --all-users --cache-dir "$T/node2" --cache-endpoints "$EPS" \
+	--cache-size "$u1" \
 	--cache-size-per-uid "$u1"
 nboth $UA s3://data/job/set.dpks nd "$T/n.sock"
 rc=$?
@@ -780,7 +789,8 @@ check "... another set while a job holds the first: refused (objects in use are 
 	sh -c "[ $rc -eq 1 ] && grep -q 's3://data/one/whole.dpk' '$T/ne.e' &&
 	grep -q 'loaderd --cache-size' '$T/ne.e' && [ $(used "$T/node2") -le $u1 ]" || show "$T/ne.e"
 stop_loaderd
-serve_loaderd "$T/n.sock" "$T/n3.log" --all-users --cache-dir "$T/node3" --cache-size $((u1 - 1)) \
+serve_loaderd "$T/n.sock" "$T/n3.log" --all-users --cache-dir "$T/node3" --cache-endpoints "$EPS" \
+	--cache-size $((u1 - 1)) \
 	--cache-size-per-uid "$u1"
 asu $UA "$BIN/ldcat" --socket "$T/n.sock" --crop 0 --batch 4 --world 2 --seed 3 \
 	--dataset s3://data/job/set.dpks --job nf --rank 0 >/dev/null 2>"$T/nf.e"
@@ -791,7 +801,8 @@ check "--cache-size one byte under the set's size: refused, named, the bound quo
 	show "$T/nf.e"
 stop_loaderd
 # the bound per uid: exactly the set's bytes, then one byte less
-serve_loaderd "$T/n.sock" "$T/n4.log" --all-users --cache-dir "$T/node4" --cache-size-per-uid "$b1"
+serve_loaderd "$T/n.sock" "$T/n4.log" --all-users --cache-dir "$T/node4" --cache-endpoints "$EPS" \
+	--cache-size-per-uid "$b1"
 nboth $UA s3://data/job/set.dpks ng "$T/n.sock"
 rc=$?
 check "--cache-size-per-uid at exactly the set's bytes: the job reads it" [ $rc -eq 0 ] ||
@@ -807,7 +818,8 @@ AWS_ACCESS_KEY_ID=${ko% *} AWS_SECRET_ACCESS_KEY=${ko#* } asu $UB "$BIN/ldcat" -
 rc=$?
 check "... while another uid, with its own bound, reads it" [ $rc -eq 0 ] || show "$T/ni.e"
 stop_loaderd
-serve_loaderd "$T/n.sock" "$T/n5.log" --all-users --cache-dir "$T/node5" --cache-size-per-uid $((b1 - 1))
+serve_loaderd "$T/n.sock" "$T/n5.log" --all-users --cache-dir "$T/node5" --cache-endpoints "$EPS" \
+	--cache-size-per-uid $((b1 - 1))
 asu $UA "$BIN/ldcat" --socket "$T/n.sock" --crop 0 --batch 4 --world 2 --seed 3 \
 	--dataset s3://data/job/set.dpks --job nj --rank 0 >/dev/null 2>"$T/nj.e"
 rc=$?
@@ -815,7 +827,8 @@ check "--cache-size-per-uid one byte under the set's bytes: refused, named, with
 	[ $rc -eq 1 ] && grep -q 's3://data/job/set.dpks: $b1 bytes for uid $UA, whose jobs hold 0 bytes of the node cache: above loaderd --cache-size-per-uid $((b1 - 1))\$' '$T/nj.e'" || show "$T/nj.e"
 stop_loaderd
 # a uid's charge ends with its own jobs, even while another uid's job holds the same objects
-serve_loaderd "$T/n.sock" "$T/n7.log" --all-users --cache-dir "$T/node7" --cache-size-per-uid "$b1" \
+serve_loaderd "$T/n.sock" "$T/n7.log" --all-users --cache-dir "$T/node7" --cache-endpoints "$EPS" \
+	--cache-size-per-uid "$b1" \
 	--linger 1
 AWS_ACCESS_KEY_ID=${ko% *} AWS_SECRET_ACCESS_KEY=${ko#* } asu $UB "$BIN/ldcat" --socket "$T/n.sock" \
 	--crop 0 --batch 4 --world 1 --seed 3 --dataset s3://data/job/set.dpks --job nl --epochs 0 \
@@ -841,6 +854,38 @@ check "loaderd without --cache-dir: the client fetches into its user's cache, as
 	[ $rc -eq 0 ] && grep -q 'whole.dpk is $T/nk/sets/' '$T/nk.e' && [ ! -e '$T/node6' ]" ||
 	show "$T/nk.e"
 stop_loaderd
+# a node cache fetches only from the stores its operator lists: by default AWS's own, so moto's
+# endpoint (a client's choice) is left to the client, which fetches with its own rights; ldfetch
+# sends the store nothing (no object in the node cache, the store's request count unchanged)
+serve_loaderd "$T/n.sock" "$T/n8.log" --all-users --cache-dir "$T/node8"
+LOADERD_S3_CACHE="$T/ne" "$BIN/ldcat" --socket "$T/n.sock" --crop 0 --batch 4 --world 1 --seed 3 \
+	--dataset s3://data/one/whole.dpk --job ne >/dev/null 2>"$T/ne.e"
+rc=$?
+check "a node cache without --cache-endpoints leaves moto's endpoint to the client (its own cache), fetching nothing" \
+	sh -c "[ $rc -eq 0 ] && grep -q 'whole.dpk is $T/ne/sets/' '$T/ne.e' &&
+	grep -q 'names the endpoint $AWS_ENDPOINT_URL, which the node cache does not fetch from' \
+	'$T/n8.log' && [ -z \"\$(ls '$T/node8/objects' 2>/dev/null | grep -v '^.lock\$')\" ]" ||
+	{ show "$T/ne.e"; show "$T/n8.log"; }
+stop_loaderd
+# only the fault store listed: moto's endpoint is refused as above, with the list's spelling
+# (case, a trailing slash) not mattering
+serve_loaderd "$T/n.sock" "$T/n9.log" --all-users --cache-dir "$T/node9" \
+	--cache-endpoints "HTTP://127.0.0.1:$(cat "$T/fault.port")/"
+LOADERD_S3_CACHE="$T/nf" "$BIN/ldcat" --socket "$T/n.sock" --crop 0 --batch 4 --world 1 --seed 3 \
+	--dataset s3://data/one/whole.dpk --job nf >/dev/null 2>"$T/nf.e"
+rc=$?
+check "--cache-endpoints listing another store: moto's endpoint is left to the client" sh -c "
+	[ $rc -eq 0 ] && grep -q 'whole.dpk is $T/nf/sets/' '$T/nf.e' &&
+	grep -q 'does not fetch from' '$T/n9.log'" || { show "$T/nf.e"; show "$T/n9.log"; }
+stop_loaderd
+for bad in "ftp://127.0.0.1:1" "http://127.0.0.1:1/path" "http://user@127.0.0.1:1" \
+	"http://127.0.0.1:1," "http://"; do
+	timeout 10 "$BIN/loaderd" --socket "$T/bad.sock" --cache-dir "$T/nodeb" --cache-endpoints "$bad" \
+		>/dev/null 2>"$T/badep.e"
+	rc=$?
+	check "--cache-endpoints '$bad': loaderd refuses to start, naming it" sh -c "
+		[ $rc -eq 1 ] && grep -q -- '--cache-endpoints: ' '$T/badep.e'" || show "$T/badep.e"
+done
 mkdir "$T/bad" && chmod 770 "$T/bad"
 "$BIN/loaderd" --socket "$T/bad.sock" --cache-dir "$T/bad" >/dev/null 2>"$T/bad.e"
 rc=$?

@@ -128,11 +128,89 @@ static void test_ctl_s3_open_junk_refused_naming_it(void **state)
 	assert_int_equal(ctl_check_s3_open(buf, n, why, sizeof(why)), 0);
 }
 
+/* The node cache's endpoints (loaderd --cache-endpoints): listed ones only, spelled as the
+ * operator may (case, a trailing slash), never a longer or shorter host or port; by default
+ * AWS's, a region of 1..32 characters. */
+static void test_ctl_s3_endpoint_listed(void **state)
+{
+	static const struct {
+		const char *list, *ep;
+		int want;
+	} rows[] = {
+		{ "http://10.0.0.5:9000", "http://10.0.0.5:9000", 1 },
+		{ "http://10.0.0.5:9000", "http://10.0.0.5:9000/", 1 },
+		{ "http://10.0.0.5:9000/", "HTTP://10.0.0.5:9000", 1 },
+		{ "http://10.0.0.5:9000", "http://10.0.0.5:900", 0 },
+		{ "http://10.0.0.5:9000", "http://10.0.0.5:90001", 0 },
+		{ "http://10.0.0.5:9000", "https://10.0.0.5:9000", 0 },
+		{ "http://10.0.0.5:9000", "http://10.0.0.5:9000/x", 0 },
+		{ "http://a:1,https://minio.example", "https://minio.example", 1 },
+		{ "http://a:1,https://minio.example", "http://a:1", 1 },
+		{ "http://a:1,https://minio.example", "http://a", 0 },
+		{ "http://a:1,https://minio.example", "https://minio.example.evil", 0 },
+		{ NULL, "https://s3.amazonaws.com", 1 },
+		{ NULL, "https://s3.amazonaws.com/", 1 },
+		{ NULL, "https://s3.eu-west-1.amazonaws.com", 1 },
+		{ NULL, "https://s3.a.amazonaws.com", 1 },
+		{ NULL, "https://s3.abcdefghijklmnopqrstuvwxyz012345.amazonaws.com", 1 }, /* 32 */
+		{ NULL, "https://s3.abcdefghijklmnopqrstuvwxyz0123456.amazonaws.com", 0 }, /* 33 */
+		{ NULL, "https://s3..amazonaws.com", 0 },
+		{ NULL, "http://s3.amazonaws.com", 0 },
+		{ NULL, "https://s3.amazonaws.com.evil.example", 0 },
+		{ NULL, "https://s3.x.y.amazonaws.com", 0 },
+		{ NULL, "https://s3.evil/x.amazonaws.com", 0 },
+		{ NULL, "http://169.254.169.254", 0 },
+		{ NULL, "http://127.0.0.1:9000", 0 },
+	};
+	(void)state;
+	for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++)
+		if (ctl_s3_endpoint_listed(rows[r].list, rows[r].ep, strlen(rows[r].ep)) !=
+		    rows[r].want)
+			fail_msg("row %zu: %s in %s: want %d", r, rows[r].ep,
+				 rows[r].list ? rows[r].list : "(AWS's)", rows[r].want);
+}
+
+static void test_ctl_s3_endpoints_check(void **state)
+{
+	static const struct {
+		const char *list, *needle;  /* NULL needle: taken */
+	} rows[] = {
+		{ "http://10.0.0.5:9000", NULL },
+		{ "HTTPS://minio.example/,http://[::1]:9000", NULL },
+		{ "", "an empty list" },
+		{ "ftp://h", "'ftp://h' is neither" },
+		{ "http://", "is not http(s)://HOST[:PORT]" },
+		{ "http://h/path", "is not http(s)://HOST[:PORT]" },
+		{ "http://u@h", "is not http(s)://HOST[:PORT]" },
+		{ "http://h?q", "is not http(s)://HOST[:PORT]" },
+		{ "http://h,", "ends on a comma" },
+		{ "http://h,,http://g", "'' is neither" },
+	};
+	char why[CTL_TEXT_MAX], big[CTL_S3_ENDPOINT_MAX + 16];
+	(void)state;
+	for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+		why[0] = '\0';
+		int ret = ctl_s3_endpoints_check(rows[r].list, why, sizeof(why));
+		if (!rows[r].needle ? ret != 0 : ret != -EINVAL || !strstr(why, rows[r].needle))
+			fail_msg("row %zu '%s': %d '%s'", r, rows[r].list, ret, why);
+	}
+	/* an entry at the endpoint's length limit, and one past it */
+	memcpy(big, "http://", 7);
+	memset(big + 7, 'h', CTL_S3_ENDPOINT_MAX - 7);
+	big[CTL_S3_ENDPOINT_MAX] = '\0';
+	assert_int_equal(ctl_s3_endpoints_check(big, why, sizeof(why)), 0);
+	big[CTL_S3_ENDPOINT_MAX] = 'h';
+	big[CTL_S3_ENDPOINT_MAX + 1] = '\0';
+	assert_int_equal(ctl_s3_endpoints_check(big, why, sizeof(why)), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ctl_s3_open_lengths_at_and_past_their_limits),
 		cmocka_unit_test(test_ctl_s3_open_junk_refused_naming_it),
+		cmocka_unit_test(test_ctl_s3_endpoint_listed),
+		cmocka_unit_test(test_ctl_s3_endpoints_check),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
