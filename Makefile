@@ -8,12 +8,6 @@
 # install, uninstall
 # (PREFIX=/usr/local, DESTDIR: scripts/module.mk).
 
-# Every build uses all the CPUs unless -j is given: `make test` on a fresh clone builds four
-# trees (plain, ASan+UBSan, TSan, the fuzz targets), which took 5 of its minutes one job at a time.
-ifeq ($(filter -j%,$(MAKEFLAGS)),)
-MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
-endif
-
 CC ?= cc
 CFLAGS ?= -O2 -g
 SAN ?=
@@ -87,10 +81,15 @@ $(BUILD)/lib/%.a:
 	$(if $(Q),@echo "  AR      $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-test: all
-	$(Q)$(MAKE) --no-print-directory test-san
-	$(Q)$(MAKE) --no-print-directory test-tsan
-	$(Q)$(MAKE) --no-print-directory fuzz
+# `make test` builds its four trees (plain, ASan+UBSan, TSan, the fuzz targets) with every CPU
+# unless -j was given: one job at a time they took 5 of its minutes on 2 cores.
+NPROC := $(shell nproc 2>/dev/null || echo 1)
+JOBS = $(if $(findstring -j,$(MAKEFLAGS)),,-j$(NPROC))
+test:
+	$(Q)$(MAKE) --no-print-directory $(JOBS) all
+	$(Q)$(MAKE) --no-print-directory $(JOBS) test-san
+	$(Q)$(MAKE) --no-print-directory $(JOBS) test-tsan
+	$(Q)$(MAKE) --no-print-directory $(JOBS) fuzz
 	$(Q)BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/run.sh $(TESTS) $(sort $(wildcard tests/it_*.sh)) $(FUZZ_RUNS)
 
 test-unit: $(TESTS)

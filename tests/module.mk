@@ -33,7 +33,8 @@ FUZZ_LIBSRC := $(wildcard formats/*.c common/*.c)
 FUZZ_RUNS := $(patsubst tests/%.c,fuzz:%,$(FUZZ_SRC))
 # fuzz_srv drives the server core itself: it links loader/srv_*.c (with loader/demand.c, the
 # controller its workers call, and loader/shares.c, the balanced shares) and shm/ as well.
-FUZZ_SRV_SRC := $(wildcard loader/srv_*.c loader/demand.c loader/shares.c loader/cpu_clock.c shm/*.c)
+FUZZ_SRV_SRC := $(wildcard loader/srv_*.c loader/demand.c loader/shares.c loader/cpu_clock.c shm/*.c) \
+	s3/s3cfg.c
 build/fuzz/fuzz_srv: FUZZ_EXTRA := $(FUZZ_SRV_SRC)
 build/fuzz/fuzz_srv: $(FUZZ_SRV_SRC)
 build/fuzz/fuzz_token: FUZZ_EXTRA := shm/token.c shm/ctl.c
