@@ -32,8 +32,12 @@ def run_script(daemon, imagefolder, tmp_path, body, expect_rc=0):
     script.write_text(HEAD + textwrap.dedent(body))
     env = dict(os.environ, LOADERD_PROFILE="1", LOADERD_PROFILE_DIR=str(out),
                PYTHONPATH=str(REPO / "python"), PYTHONDONTWRITEBYTECODE="1")
+    # SIGINT's default disposition in the script, as from a terminal: a test run started in the
+    # background of a shell without job control inherits it ignored, and Python then never
+    # raises KeyboardInterrupt (the SIGINT case would pass for nothing or fail for nothing)
     p = subprocess.run([sys.executable, str(script), daemon.sock, str(imagefolder.path),
-                        str(out)], env=env, capture_output=True, text=True, timeout=60)
+                        str(out)], env=env, capture_output=True, text=True, timeout=60,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert p.returncode == expect_rc, p.stderr
     recs = [json.loads(f.read_text()) for f in sorted(out.glob("rank-*.json"))]
     return p, recs
