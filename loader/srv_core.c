@@ -150,6 +150,21 @@ int srv_fds_check(struct srv *s, uid_t uid, uint64_t n, const char *what, char *
 	return 0;
 }
 
+int srv_set_fds_reserve(struct srv *s, uid_t uid, uint32_t total, uint64_t *charge, char *why,
+			size_t whylen)
+{
+	uint64_t need = 2 * (uint64_t)total + 2;
+	char what[96];
+	int ret;
+
+	snprintf(what, sizeof(what), "a set of %u shards", total);
+	if ((ret = srv_fds_check(s, uid, need, what, why, whylen)) < 0)
+		return ret;
+	srv_fds_add(s, uid, (int64_t)need);
+	*charge = need;
+	return 0;
+}
+
 int srv_mem_check(struct srv *s, uid_t uid, uint64_t bytes, const char *what, char *why,
 		  size_t whylen)
 {

@@ -93,15 +93,9 @@ int srv_fetch(struct srv *s, struct open_req *r, char *why, size_t whylen)
 				struct ctl_shard_fds b;
 				memcpy(&b, buf, sizeof(b));
 				total = b.total;
-				uint64_t need = 2 * (uint64_t)total + 2;
-				char what[96];
-				snprintf(what, sizeof(what), "a set of %u shards", total);
 				pthread_mutex_lock(&s->mu);
-				ret = srv_fds_check(s, r->uid, need, what, w, sizeof(w));
-				if (ret == 0) {
-					srv_fds_add(s, r->uid, (int64_t)need);
-					r->shards_charge = need;
-				}
+				ret = srv_set_fds_reserve(s, r->uid, total, &r->shards_charge, w,
+							  sizeof(w));
 				pthread_mutex_unlock(&s->mu);
 				if (ret == 0 && !(r->shard_fds = malloc((size_t)total * sizeof(int))))
 					ret = -ENOMEM, snprintf(w, sizeof(w), "out of memory");

@@ -395,6 +395,12 @@ void srv_fds_add(struct srv *s, uid_t uid, int64_t delta);
  * reason, naming --max-fds or --max-fds-per-uid, in @why. */
 int srv_fds_check(struct srv *s, uid_t uid, uint64_t n, const char *what, char *why,
 		  size_t whylen);
+/* Under mu. Reserve, whole, the descriptors a set of @total shards will hold once its job opens
+ * (a descriptor and its O_DIRECT twin per file, the manifest's too) for @uid: a set too large is
+ * refused before any of it is kept. 0 with the reservation in *charge (given back with
+ * srv_fds_add(-charge)), or -EMFILE with the reason in @why. */
+int srv_set_fds_reserve(struct srv *s, uid_t uid, uint32_t total, uint64_t *charge, char *why,
+			size_t whylen);
 /* Bytes of admin answers one uid may have queued at once (answers it does not read): past it a
  * request is refused with EAGAIN. A world-65,536 job's stats are about 10 MB. */
 #define SRV_OUT_UID_MAX (64ull << 20)

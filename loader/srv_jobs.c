@@ -748,12 +748,11 @@ void srv_on_shard_fds(struct srv *s, struct conn *c, const void *buf, size_t n, 
 	}
 	memcpy(&b, buf, sizeof(b));
 	if (!c->shards_got) {
-		/* The whole set at once, as the job will hold it (a descriptor and its O_DIRECT twin
-		 * per file): a set too large is refused before any of it is kept. */
-		char what[96];
-		snprintf(what, sizeof(what), "a set of %u shards", b.total);
-		uint64_t need = 2 * (uint64_t)b.total + 2;
-		if (srv_fds_check(s, c->uid, need, what, why, sizeof(why)) < 0) {
+		/* reserved now, whole: while the job opens, its dataset takes these descriptors
+		 * over and adds their O_DIRECT twins, all within the reservation (given back when
+		 * the connection goes, srv_conn.c) */
+		if (srv_set_fds_reserve(s, c->uid, b.total, &c->shards_charge, why,
+					sizeof(why)) < 0) {
 			srv_conn_fail(s, c, EMFILE, "%s", why);
 			return;
 		}
@@ -763,10 +762,6 @@ void srv_on_shard_fds(struct srv *s, struct conn *c, const void *buf, size_t n, 
 			return;
 		}
 		c->shards_total = b.total;
-		/* reserved now, whole: while the job opens, its dataset takes these descriptors
-		 * over and adds their O_DIRECT twins, all within the reservation */
-		srv_fds_add(s, c->uid, (int64_t)need);
-		c->shards_charge = need;
 	}
 	for (int i = 0; i < nfds; i++) {
 		struct stat st;
