@@ -216,20 +216,7 @@ static int set_open(struct dpk *d, const struct stat *mst, const int *fds, uint3
 		return err_set(err, errlen, -EBADF, "manifest: cannot tell its directory (%s)",
 			       strerror(nl < 0 ? errno : ENOENT));
 	name[nl] = '\0';
-	if ((uint64_t)mst->st_size > DPKSET_FILE_MAX)
-		return err_set(err, errlen, -E2BIG, "%s: %lld bytes, above the limit of %llu for a "
-			       "manifest", name, (long long)mst->st_size,
-			       (unsigned long long)DPKSET_FILE_MAX);
-	char *text = malloc((size_t)mst->st_size + 1);
-	if (!text)
-		return err_set(err, errlen, -ENOMEM, "out of memory");
-	ret = pread_full(d->fd, text, (size_t)mst->st_size, 0);
-	if (ret == 0)
-		ret = dpkset_parse(text, (size_t)mst->st_size, name, &d->set, err, errlen);
-	else
-		err_set(err, errlen, ret, "%s: %s", name, strerror(-ret));
-	free(text);
-	if (ret < 0)
+	if ((ret = dpkset_read_fd(d->fd, (uint64_t)mst->st_size, name, &d->set, err, errlen)) < 0)
 		return ret;
 	if (fds && nfds != d->set->n)
 		return err_set(err, errlen, -EINVAL, "%s names %u shards; %u were passed open", name,

@@ -6,6 +6,7 @@
  * closing "end N" line is required, so that a manifest cut short anywhere, even between lines, is
  * refused rather than read as a smaller set. */
 #include "formats/dpkset.h"
+#include "formats/dpk_impl.h"
 #include "common/afile.h"
 #include "common/err.h"
 
@@ -357,4 +358,26 @@ void dpkset_identity(const struct dpkset_manifest *m, uint8_t out[DPK_IDENTITY_S
 		out[i] = (uint8_t)(h.high64 >> (8 * i));
 		out[8 + i] = (uint8_t)(h.low64 >> (8 * i));
 	}
+}
+
+int dpkset_read_fd(int fd, uint64_t size, const char *name, struct dpkset_manifest **out,
+		   char *err, size_t errlen)
+{
+	int ret;
+
+	if (size > DPKSET_FILE_MAX)
+		return err_set(err, errlen, -E2BIG, "%s: %llu bytes, above the limit of %llu for a "
+			       "manifest", name, (unsigned long long)size,
+			       (unsigned long long)DPKSET_FILE_MAX);
+	size_t len = (size_t)size;
+	char *text = malloc(len + 1);
+	if (!text)
+		return err_set(err, errlen, -ENOMEM, "out of memory");
+	ret = pread_full(fd, text, len, 0);
+	if (ret == 0)
+		ret = dpkset_parse(text, len, name, out, err, errlen);
+	else
+		err_set(err, errlen, ret, "%s: %s", name, strerror(-ret));
+	free(text);
+	return ret;
 }

@@ -53,6 +53,11 @@ int dpkset_is_manifest(const void *head, size_t len);
  * dpkset_manifest_destroy) or -errno with "NAME line L: reason" in @err. */
 int dpkset_parse(const char *text, size_t len, const char *name, struct dpkset_manifest **out,
 		 char *err, size_t errlen);
+/* Read the manifest open on @fd, @size bytes (its fstat's, at most DPKSET_FILE_MAX) from offset
+ * 0, and parse it as dpkset_parse does, @name naming it in errors. 0, or -E2BIG, -ENOMEM, -errno
+ * (-EBADMSG cut short) or dpkset_parse's error, with the reason in @err. */
+int dpkset_read_fd(int fd, uint64_t size, const char *name, struct dpkset_manifest **out,
+		   char *err, size_t errlen);
 void dpkset_manifest_destroy(struct dpkset_manifest *m);  /* NULL ok */
 /* Add a shard at the end (path copied; line set to its line in the text written). Returns 0,
  * -EINVAL for a path the parser would refuse or one in @m already (a linear scan), -E2BIG past a

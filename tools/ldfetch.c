@@ -186,7 +186,6 @@ static int send_view(int sock, const char *url, const char *path, uint32_t uid, 
 		     size_t errlen)
 {
 	struct dpkset_manifest *m = NULL;
-	char *text = NULL;
 	int ret, top = open_pinned(path, uid, err, errlen, url);
 	if (top < 0)
 		return top;
@@ -198,27 +197,7 @@ static int send_view(int sock, const char *url, const char *path, uint32_t uid, 
 		goto out;
 	}
 	if (dpkset_is_manifest(head, (size_t)got)) {
-		if ((uint64_t)st.st_size > DPKSET_FILE_MAX) {
-			ret = err_set(err, errlen, -E2BIG, "%s: a manifest above %llu bytes", url,
-				      (unsigned long long)DPKSET_FILE_MAX);
-			goto out;
-		}
-		size_t len = (size_t)st.st_size, off = 0;
-		if (!(text = malloc(len + 1))) {
-			ret = err_set(err, errlen, -ENOMEM, "%s: out of memory", url);
-			goto out;
-		}
-		while (off < len) {
-			ssize_t k = pread(top, text + off, len - off, (off_t)off);
-			if (k <= 0) {
-				ret = err_set(err, errlen, -EIO, "%s: the node cache: reading the "
-					      "manifest", url);
-				goto out;
-			}
-			off += (size_t)k;
-		}
-		text[len] = '\0';
-		if ((ret = dpkset_parse(text, len, url, &m, err, errlen)) < 0)
+		if ((ret = dpkset_read_fd(top, (uint64_t)st.st_size, url, &m, err, errlen)) < 0)
 			goto out;
 		char dir[PATH_MAX];
 		snprintf(dir, sizeof(dir), "%s", path);
@@ -258,7 +237,6 @@ static int send_view(int sock, const char *url, const char *path, uint32_t uid, 
 out:
 	close(top);  /* loaderd's copy keeps the lock */
 	dpkset_manifest_destroy(m);
-	free(text);
 	return ret;
 }
 
