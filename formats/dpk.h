@@ -295,6 +295,45 @@ const char *dpk_shard_path(const struct dpk *d, uint32_t k);
 /* The global index of shard @k's first sample (the count for k past the last). */
 uint64_t dpk_shard_first(const struct dpk *d, uint32_t k);
 
+/* ---- a set streamed: shards pending until attached (docs/STREAMING.md) ----
+ * dpk_open_pending opens a manifest with every shard pending: sample -> shard is known from the
+ * manifest's counts (dpk_count is the set's, dpk_identity the set's, as dpk_open_fds gives), but
+ * no shard is read. dpk_shard_attach gives shard k its file. The first attach, which must come
+ * before the set is shared with another thread, makes that shard the template: the set takes its
+ * header (kinds, data, index and file sizes, aux_max: the template's, never changed after), its
+ * class table and its aux field names; every later shard is checked against them, and against
+ * its manifest line, as dpk_open_fds checks every shard against the first.
+ * Each shard has one atomic word: attached (a bit) and pins (a count). dpk_shard_hold pins an
+ * attached shard; dpk_shard_detach succeeds only on an attached shard with no pin, atomically,
+ * so no hold can succeed after it and none is outstanding. A reader holds a shard across every
+ * call that reaches it (dpk_entry_load, dpk_read_entry, dpk_record_copy, dpk_entry_fd,
+ * dpk_aux_read); those calls answer -EAGAIN (dpk_entry_fd: -1) for a sample of a pending shard.
+ * Attaches and detaches of one set are serialised by its mutex; holds and releases take no lock
+ * and may run on any thread. dpk_shard on a pending shard is NULL; dpk_direct_open answers
+ * -ENOTSUP on a streamed set. */
+/* Open the manifest @fd (the caller's, as dpk_open_fd) with all its shards pending. -EINVAL when
+ * @fd is not a manifest; the manifest's own errors as dpk_open. */
+int dpk_open_pending(int fd, unsigned flags, struct dpk **out, char *err, size_t errlen);
+/* Attach shard @k from @fd (taken over in every case: closed on failure, else at detach or
+ * dpk_close), opened with the set's flags and checked. 0, -ERANGE past the last shard, -EEXIST
+ * attached already, -EINVAL not a streamed set, or the shard's open and check errors (-EBADMSG
+ * for one that disagrees with its line or the template, the reason naming the manifest's line). */
+int dpk_shard_attach(struct dpk *d, uint32_t k, int fd, char *err, size_t errlen);
+/* Pin shard @k: 0, or -EAGAIN while it is pending, -ERANGE past the last. On a set opened whole
+ * (or one file) every shard is always here: 0, and dpk_shard_release does nothing. */
+int dpk_shard_hold(struct dpk *d, uint32_t k);
+void dpk_shard_release(struct dpk *d, uint32_t k);  /* after a hold that returned 0 */
+/* Detach shard @k (close its file and mappings): 0, -EBUSY while pinned, -ENOENT when pending,
+ * -ERANGE past the last, -EINVAL not a streamed set. */
+int dpk_shard_detach(struct dpk *d, uint32_t k);
+/* 1 when shard @k is attached (for a set opened whole or one file: always), else 0. A snapshot:
+ * only a hold keeps it so. */
+int dpk_shard_attached(const struct dpk *d, uint32_t k);
+/* The shard holding sample @i (< dpk_count): 0 for one file. */
+uint32_t dpk_shard_find(const struct dpk *d, uint64_t i);
+/* 1 for a set opened with dpk_open_pending, else 0. */
+int dpk_streamed(const struct dpk *d);
+
 /* Read record @i's stored bytes into @buf (capacity @cap >= entry length) with pread and check
  * its checksum. Returns the length, -EBADMSG on checksum mismatch or short file, -ENOSPC when
  * @cap is too small, -ERANGE for a bad index, or the read's -errno. Thread-safe. */

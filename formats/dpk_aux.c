@@ -172,9 +172,13 @@ ssize_t dpk_aux_read(const struct dpk *d, uint64_t i, const struct dpk_entry *e,
 		if (e->reserved != k)
 			return err_set(err, errlen, -EBADMSG, "sample %llu: its entry is not of shard %s",
 				       id, d->set->shards[k].path);
+		const struct dpk *s = dpk__shard(d, k);
+		if (!s)
+			return err_set(err, errlen, -EAGAIN, "sample %llu (shard %s): the shard is not "
+				       "here yet", id, d->set->shards[k].path);
 		struct dpk_entry local = *e;
 		local.reserved = 0;
-		ssize_t n = dpk_aux_read(d->shards[k], i - d->set->first[k], &local, buf, cap, why,
+		ssize_t n = dpk_aux_read(s, i - d->set->first[k], &local, buf, cap, why,
 					 sizeof(why));
 		if (n < 0)
 			return err_set(err, errlen, (int)n, "sample %llu (shard %s): %s", id,
@@ -229,12 +233,12 @@ ssize_t dpk_aux_read(const struct dpk *d, uint64_t i, const struct dpk_entry *e,
 
 uint32_t dpk_aux_fields(const struct dpk *d)
 {
-	return d->set ? dpk_aux_fields(d->shards[0]) : d->hdr.aux_fields;
+	return d->set && !d->slot ? dpk_aux_fields(d->shards[0]) : d->hdr.aux_fields;
 }
 
 const char *dpk_aux_name(const struct dpk *d, uint32_t k)
 {
-	if (d->set)
+	if (d->set && !d->slot)
 		return dpk_aux_name(d->shards[0], k);
 	return k < d->hdr.aux_fields ? d->aux_names[k] : NULL;
 }

@@ -86,7 +86,29 @@ struct dpk {
 	struct dpkset_manifest *set;    /* NULL for one file */
 	struct dpk **shards;            /* set->n, each a whole .dpk opened with the set's flags */
 	int fd_direct;                  /* a set's shard: its O_DIRECT fd (dpk_direct_open), or -1 */
+	/* A streamed set (dpk_open_pending): shard k's word, DPK_SLOT_ATTACHED | pins. shards[k] is
+	 * written before the attach's release CAS and cleared after the detach's CAS; a reader reads
+	 * it after its hold's acquire CAS. NULL for a set opened whole. */
+	_Atomic uint64_t *slot;
+	pthread_mutex_t attach_mu;      /* serialises attach and detach (slot != NULL) */
+	unsigned open_flags;            /* the flags each attached shard is opened with */
+	int tmpl;                       /* the template's shard number, or -1 before the first attach */
+	int tmpl_mapped;                /* dpk_mapped and dpk_data_mapped of the template */
+	int tmpl_data_mapped;
 };
+
+#define DPK_SLOT_ATTACHED (1ull << 63)
+#define DPK__OPEN_NO_SHARDS 0x80000000u  /* set_open: parse the manifest, open no shard */
+
+/* Shard @k of set @d (k < n), or NULL while it is pending (a streamed set). */
+static inline struct dpk *dpk__shard(const struct dpk *d, uint32_t k)
+{
+	/* acquire: pairs with dpk_shard_attach's release CAS (shards[k] written before it) */
+	if (d->slot && !(atomic_load_explicit(&d->slot[k], memory_order_acquire) &
+			 DPK_SLOT_ATTACHED))
+		return NULL;
+	return d->shards[k];
+}
 
 /* pread exactly @len bytes at @off. Returns 0, -EBADMSG at EOF, or -errno. */
 

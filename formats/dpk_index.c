@@ -180,7 +180,7 @@ const struct dpk_entry *dpk_entry_get(const struct dpk *d, uint64_t i)
 int dpk_mapped(const struct dpk *d)
 {
 	if (d->set)
-		return dpk_mapped(d->shards[0]);
+		return d->slot ? d->tmpl_mapped : dpk_mapped(d->shards[0]);
 	return d->map != NULL;
 }
 
@@ -193,7 +193,9 @@ void dpk_entry_prefetch(const struct dpk *d, uint64_t i)
 {
 	if (d->set && i < d->hdr.count) {
 		uint32_t k = dpkset_find(d->set, i);
-		dpk_entry_prefetch(d->shards[k], i - d->set->first[k]);
+		const struct dpk *s = dpk__shard(d, k);
+		if (s)
+			dpk_entry_prefetch(s, i - d->set->first[k]);
 		return;
 	}
 	if (d->map && i < d->hdr.count) {  /* a hint: touches nothing, cannot fault */
@@ -218,6 +220,8 @@ void dpk_record_prefetch(const struct dpk *d, const struct dpk_entry *e)
 
 int dpk_data_mapped(const struct dpk *d)
 {
+	if (d->slot)  /* each later shard is refused at attach unless it is as the template */
+		return d->tmpl_data_mapped;
 	for (uint32_t k = 0; d->set && k < d->set->n; k++)
 		if (!dpk_data_mapped(d->shards[k]))
 			return 0;
@@ -230,9 +234,12 @@ ssize_t dpk_record_copy(const struct dpk *d, const struct dpk_entry *e, void *bu
 {
 	uint64_t end;
 
-	if (d->set)
-		return e->reserved < d->set->n ? dpk_record_copy(d->shards[e->reserved], e, buf, cap) :
-		       -EBADMSG;
+	if (d->set) {
+		if (e->reserved >= d->set->n)
+			return -EBADMSG;
+		const struct dpk *s = dpk__shard(d, e->reserved);
+		return s ? dpk_record_copy(s, e, buf, cap) : -EAGAIN;
+	}
 	if (!d->data)
 		return -EINVAL;
 	if (cap < e->length)
@@ -257,7 +264,11 @@ int dpk_entry_load(const struct dpk *d, uint64_t i, struct dpk_entry *out, char 
 	if (d->set) {  /* the shard's entry, its number in .reserved (dpk.h) */
 		uint32_t k = dpkset_find(d->set, i);
 		char why[200];
-		int ret = dpk_entry_load(d->shards[k], i - d->set->first[k], out, why, sizeof(why));
+		const struct dpk *s = dpk__shard(d, k);
+		if (!s)
+			return err_set(err, errlen, -EAGAIN, "sample %llu (shard %s): the shard is not "
+				       "here yet", (unsigned long long)i, d->set->shards[k].path);
+		int ret = dpk_entry_load(s, i - d->set->first[k], out, why, sizeof(why));
 		if (ret < 0)
 			return err_set(err, errlen, ret, "sample %llu (shard %s): %s",
 				       (unsigned long long)i, d->set->shards[k].path, why);
@@ -331,9 +342,12 @@ ssize_t dpk_read_entry(const struct dpk *d, const struct dpk_entry *e, void *buf
 {
 	int ret;
 
-	if (d->set)
-		return e->reserved < d->set->n ? dpk_read_entry(d->shards[e->reserved], e, buf, cap) :
-		       -EBADMSG;
+	if (d->set) {
+		if (e->reserved >= d->set->n)
+			return -EBADMSG;
+		const struct dpk *s = dpk__shard(d, e->reserved);
+		return s ? dpk_read_entry(s, e, buf, cap) : -EAGAIN;
+	}
 	if (cap < e->length)
 		return -ENOSPC;
 	ret = pread_full(d->fd, buf, e->length, e->offset);

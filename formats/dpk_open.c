@@ -152,6 +152,16 @@ static int shard_from_fd(struct dpk *d, uint32_t k, int fd, int own, unsigned fl
 			       why);
 	d->shards[k]->own_fd = own;
 	dpk_identity(d->shards[k], id);
+	if (d->slot && d->tmpl < 0)  /* the template: what later shards are checked against */
+		return dpk_count(d->shards[k]) == sh->count && !memcmp(id, sh->id, sizeof(id)) ? 0 :
+		       err_set(err, errlen, -EBADMSG, "%s line %u: shard %s does not match its "
+			       "line (%llu samples; the manifest says %llu, or another identity)",
+			       name, sh->line, sh->path,
+			       (unsigned long long)dpk_count(d->shards[k]),
+			       (unsigned long long)sh->count);
+	/* a streamed set holds its template's class table and aux names itself */
+	const struct dpk *ref = d->slot ? d : d->shards[0];
+	const char *refpath = d->set->shards[d->slot ? (uint32_t)d->tmpl : 0].path;
 	if (dpk_count(d->shards[k]) != sh->count)
 		return err_set(err, errlen, -EBADMSG, "%s line %u: shard %s has %llu samples; the "
 			       "manifest says %llu", name, sh->line, sh->path,
@@ -163,13 +173,12 @@ static int shard_from_fd(struct dpk *d, uint32_t k, int fd, int own, unsigned fl
 			       "manifest names another file (replaced or rewritten since)", name,
 			       sh->line, sh->path, hex);
 	}
-	if (!dpk_same_classes(d->shards[0], d->shards[k]))
+	if (!dpk_same_classes(ref, d->shards[k]))
 		return err_set(err, errlen, -EBADMSG, "%s line %u: shard %s has other class names "
-			       "than shard %s", name, sh->line, sh->path, d->set->shards[0].path);
-	if (!dpk_same_aux(d->shards[0], d->shards[k]))
+			       "than shard %s", name, sh->line, sh->path, refpath);
+	if (!dpk_same_aux(ref, d->shards[k]))
 		return err_set(err, errlen, -EBADMSG, "%s line %u: shard %s has other aux fields or "
-			       "labels than shard %s", name, sh->line, sh->path,
-			       d->set->shards[0].path);
+			       "labels than shard %s", name, sh->line, sh->path, refpath);
 	return 0;
 }
 
@@ -204,23 +213,41 @@ static int shard_open(struct dpk *d, uint32_t k, int dirfd, unsigned flags, cons
 /* dpk_open_fd on a manifest: every shard opened (by path, or from @fds[0, nfds) when @fds is not
  * NULL) and checked against its line; the header is the shards' sums (count, data, index, file
  * sizes; kinds or-ed), the classes shard 0's. */
+/* The manifest's path, through its descriptor (what messages call it, and where its shards
+ * are). 0, or -errno. */
+static int manifest_name(const struct dpk *d, char *name, size_t len)
+{
+	char self[64];
+
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", d->fd);
+	ssize_t nl = readlink(self, name, len - 1);
+	if (nl <= 0)
+		return nl < 0 ? -errno : -ENOENT;
+	name[nl] = '\0';
+	return 0;
+}
+
 static int set_open(struct dpk *d, const struct stat *mst, const int *fds, uint32_t nfds,
 		    unsigned flags, char *err, size_t errlen)
 {
-	char self[64], name[PATH_MAX];
+	char name[PATH_MAX];
 	int ret;
 
-	snprintf(self, sizeof(self), "/proc/self/fd/%d", d->fd);
-	ssize_t nl = readlink(self, name, sizeof(name) - 1);
-	if (nl <= 0)
+	if ((ret = manifest_name(d, name, sizeof(name))) < 0)
 		return err_set(err, errlen, -EBADF, "manifest: cannot tell its directory (%s)",
-			       strerror(nl < 0 ? errno : ENOENT));
-	name[nl] = '\0';
+			       strerror(-ret));
 	if ((ret = dpkset_read_fd(d->fd, (uint64_t)mst->st_size, name, &d->set, err, errlen)) < 0)
 		return ret;
 	if (fds && nfds != d->set->n)
 		return err_set(err, errlen, -EINVAL, "%s names %u shards; %u were passed open", name,
 			       d->set->n, nfds);
+	if (flags & DPK__OPEN_NO_SHARDS) {  /* dpk_open_pending: each shard comes by attach */
+		if (!(d->shards = calloc(d->set->n, sizeof(*d->shards))))
+			return err_set(err, errlen, -ENOMEM, "out of memory");
+		d->hdr.count = d->set->first[d->set->n];
+		dpkset_identity(d->set, d->identity);
+		return 0;
+	}
 	int dirfd = -1;
 	if (!fds) {
 		char dir[PATH_MAX];  /* readlink's path is absolute */
@@ -271,6 +298,7 @@ static struct dpk *dpk_alloc(int fd)
 		d->fd = fd;
 		d->index_fd = d->fd_direct = -1;
 		d->guard_slot = d->data_slot = -1;
+		d->tmpl = -1;
 	}
 	return d;
 }
@@ -435,6 +463,10 @@ void dpk_close(struct dpk *d)
 			dpk_close(d->shards[k]);
 		free(d->shards);
 		dpkset_manifest_destroy(d->set);
+		if (d->slot) {
+			free((void *)d->slot);
+			pthread_mutex_destroy(&d->attach_mu);
+		}
 	}
 	free(d->index);
 	if (d->index_fd >= 0)
@@ -473,7 +505,7 @@ uint32_t dpk_class_count(const struct dpk *d)
 
 const char *dpk_class_name(const struct dpk *d, uint32_t i)
 {
-	if (d->set)
+	if (d->set && !d->slot)
 		return dpk_class_name(d->shards[0], i);
 	return i < d->hdr.class_count ? d->class_names[i] : NULL;
 }
@@ -490,8 +522,10 @@ int dpk_fd(const struct dpk *d)
 
 int dpk_entry_fd(const struct dpk *d, const struct dpk_entry *e)
 {
-	if (d->set)
-		return e->reserved < d->set->n ? d->shards[e->reserved]->fd : -1;
+	if (d->set) {
+		const struct dpk *s = e->reserved < d->set->n ? dpk__shard(d, e->reserved) : NULL;
+		return s ? s->fd : -1;
+	}
 	return d->fd;
 }
 
@@ -499,7 +533,7 @@ int dpk_direct_open(struct dpk *d)
 {
 	char self[64];
 
-	if (!d->set)
+	if (!d->set || d->slot)
 		return -ENOTSUP;
 	for (uint32_t k = 0; k < d->set->n; k++) {
 		struct dpk *s = d->shards[k];
@@ -528,7 +562,9 @@ void dpk_direct_close(struct dpk *d)
 
 int dpk_entry_fd_direct(const struct dpk *d, const struct dpk_entry *e)
 {
-	return d->set && e->reserved < d->set->n ? d->shards[e->reserved]->fd_direct : -1;
+	const struct dpk *s = d->set && e->reserved < d->set->n ? dpk__shard(d, e->reserved) : NULL;
+
+	return s ? s->fd_direct : -1;
 }
 
 uint32_t dpk_shard_count(const struct dpk *d)
@@ -540,7 +576,7 @@ const struct dpk *dpk_shard(const struct dpk *d, uint32_t k)
 {
 	if (!d->set)
 		return k == 0 ? d : NULL;
-	return k < d->set->n ? d->shards[k] : NULL;
+	return k < d->set->n ? dpk__shard(d, k) : NULL;
 }
 
 const char *dpk_shard_path(const struct dpk *d, uint32_t k)
@@ -555,3 +591,197 @@ uint64_t dpk_shard_first(const struct dpk *d, uint32_t k)
 	return d->set->first[k < d->set->n ? k : d->set->n];
 }
 
+
+/* ---- a set streamed: shards pending until attached (formats/dpk.h, docs/STREAMING.md) ----
+ * DESIGN. Shard k's word slot[k] is DPK_SLOT_ATTACHED | pins. States: pending (0), attached
+ * (ATTACHED | 0), pinned (ATTACHED | p, p > 0). attach: pending -> attached, a release CAS after
+ * shards[k] and the shard's struct were written (under attach_mu, so two attaches of one shard
+ * cannot both open it). hold: attached or pinned -> +1, an acquire CAS that fails on pending
+ * (pairs with attach's release: the reader then sees the shard whole). release: -1, release
+ * (pairs with detach's acquire CAS: the reader's last use happens before the close). detach:
+ * exactly ATTACHED -> 0, an acquire CAS (under attach_mu), then shards[k] closed and cleared: no
+ * hold can succeed after the CAS, and none was outstanding at it. */
+
+int dpk_streamed(const struct dpk *d)
+{
+	return d->slot != NULL;
+}
+
+int dpk_open_pending(int fd, unsigned flags, struct dpk **out, char *err, size_t errlen)
+{
+	struct dpk *d;
+	struct stat st;
+	int ret;
+
+	*out = NULL;
+	if (err && errlen)
+		err[0] = '\0';
+	if (fstat(fd, &st) < 0)
+		return err_set(err, errlen, -errno, "stat: %s", strerror(errno));
+	if (!S_ISREG(st.st_mode) || !is_manifest_fd(fd))
+		return err_set(err, errlen, -EINVAL, "not a set's manifest: only a set of shards "
+			       "streams");
+	if (!(d = dpk_alloc(fd)))
+		return err_set(err, errlen, -ENOMEM, "out of memory");
+	ret = set_open(d, &st, NULL, 0, flags | DPK__OPEN_NO_SHARDS, err, errlen);
+	if (ret == 0 && (!(d->slot = calloc(d->set->n, sizeof(*d->slot))) ||
+			 pthread_mutex_init(&d->attach_mu, NULL) != 0)) {
+		free((void *)d->slot);
+		d->slot = NULL;
+		ret = err_set(err, errlen, -ENOMEM, "out of memory");
+	}
+	if (ret < 0) {
+		dpk_close(d);
+		return ret;
+	}
+	d->open_flags = flags;
+	*out = d;
+	return 0;
+}
+
+/* @n names @src[0, n) copied into one blob (*blob, freed by the caller) with @dst[i] into it. */
+static int names_copy(const char *const *src, uint32_t n, char **blob, const char **dst)
+{
+	size_t len = 1, at = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		len += strlen(src[i]) + 1;
+	if (!(*blob = malloc(len)))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		size_t l = strlen(src[i]) + 1;
+		memcpy(*blob + at, src[i], l);
+		dst[i] = *blob + at;
+		at += l;
+	}
+	return 0;
+}
+
+/* The first attached shard @t becomes the set's template: its header (the set's count kept), its
+ * class table and its aux names, copied (the set keeps them after @t is detached). */
+static int take_template(struct dpk *d, uint32_t k, char *err, size_t errlen)
+{
+	const struct dpk *t = d->shards[k];
+	uint64_t count = d->hdr.count;
+	uint32_t nc = t->hdr.class_count;
+
+	d->class_names = calloc(nc ? nc : 1, sizeof(char *));
+	if (!d->class_names || names_copy(t->class_names, nc, &d->class_blob, d->class_names) < 0 ||
+	    names_copy(t->aux_names, t->hdr.aux_fields, &d->aux_blob, d->aux_names) < 0)
+		return err_set(err, errlen, -ENOMEM, "out of memory");
+	d->hdr = t->hdr;
+	d->hdr.count = count;
+	d->tmpl = (int)k;
+	d->tmpl_mapped = dpk_mapped(t);
+	d->tmpl_data_mapped = dpk_data_mapped(t);
+	return 0;
+}
+
+int dpk_shard_attach(struct dpk *d, uint32_t k, int fd, char *err, size_t errlen)
+{
+	char name[PATH_MAX];
+	int ret;
+
+	if (err && errlen)
+		err[0] = '\0';
+	if (!d->slot) {
+		close(fd);
+		return err_set(err, errlen, -EINVAL, "not a streamed set (dpk_open_pending)");
+	}
+	if (k >= d->set->n) {
+		close(fd);
+		return err_set(err, errlen, -ERANGE, "shard %u: the set has %u", k, d->set->n);
+	}
+	pthread_mutex_lock(&d->attach_mu);
+	/* relaxed: attach_mu orders this against the other attaches and detaches */
+	if (atomic_load_explicit(&d->slot[k], memory_order_relaxed)) {
+		pthread_mutex_unlock(&d->attach_mu);
+		close(fd);
+		return err_set(err, errlen, -EEXIST, "shard %u (%s) is attached already", k,
+			       d->set->shards[k].path);
+	}
+	if (manifest_name(d, name, sizeof(name)) < 0)
+		snprintf(name, sizeof(name), "the manifest");
+	ret = shard_from_fd(d, k, fd, 1, d->open_flags, name, err, errlen);
+	if (ret == 0 && d->tmpl < 0)
+		ret = take_template(d, k, err, errlen);
+	else if (ret == 0 && d->tmpl_data_mapped && !dpk_data_mapped(d->shards[k]))
+		ret = err_set(err, errlen, -ENOMEM, "%s line %u: shard %s: its records could not "
+			      "be mapped (the set's are)", name, d->set->shards[k].line,
+			      d->set->shards[k].path);
+	if (ret < 0) {
+		if (d->shards[k])
+			dpk_close(d->shards[k]);  /* owns fd */
+		else
+			close(fd);
+		d->shards[k] = NULL;
+		pthread_mutex_unlock(&d->attach_mu);
+		return ret;
+	}
+	uint64_t pending = 0;
+	/* release: pairs with dpk__shard's and dpk_shard_hold's acquire */
+	int ok = atomic_compare_exchange_strong_explicit(&d->slot[k], &pending, DPK_SLOT_ATTACHED,
+							 memory_order_release, memory_order_relaxed);
+	assert(ok);
+	(void)ok;
+	pthread_mutex_unlock(&d->attach_mu);
+	return 0;
+}
+
+int dpk_shard_hold(struct dpk *d, uint32_t k)
+{
+	if (k >= dpk_shard_count(d))
+		return -ERANGE;
+	if (!d->slot)
+		return 0;
+	uint64_t w = atomic_load_explicit(&d->slot[k], memory_order_relaxed);
+	do {
+		if (!(w & DPK_SLOT_ATTACHED))
+			return -EAGAIN;
+		assert((w & ~DPK_SLOT_ATTACHED) < ~DPK_SLOT_ATTACHED);
+	/* acquire: pairs with dpk_shard_attach's release CAS */
+	} while (!atomic_compare_exchange_weak_explicit(&d->slot[k], &w, w + 1,
+							memory_order_acquire,
+							memory_order_relaxed));
+	return 0;
+}
+
+void dpk_shard_release(struct dpk *d, uint32_t k)
+{
+	if (!d->slot || k >= d->set->n)
+		return;
+	/* release: pairs with dpk_shard_detach's acquire CAS */
+	uint64_t was = atomic_fetch_sub_explicit(&d->slot[k], 1, memory_order_release);
+	assert((was & DPK_SLOT_ATTACHED) && (was & ~DPK_SLOT_ATTACHED));
+	(void)was;
+}
+
+int dpk_shard_detach(struct dpk *d, uint32_t k)
+{
+	if (!d->slot)
+		return -EINVAL;
+	if (k >= d->set->n)
+		return -ERANGE;
+	pthread_mutex_lock(&d->attach_mu);
+	uint64_t w = DPK_SLOT_ATTACHED;
+	/* acquire: pairs with dpk_shard_release's release (the last reader's use is done) */
+	if (!atomic_compare_exchange_strong_explicit(&d->slot[k], &w, 0, memory_order_acquire,
+						     memory_order_relaxed)) {
+		pthread_mutex_unlock(&d->attach_mu);
+		return w ? -EBUSY : -ENOENT;
+	}
+	dpk_close(d->shards[k]);
+	d->shards[k] = NULL;
+	pthread_mutex_unlock(&d->attach_mu);
+	return 0;
+}
+
+int dpk_shard_attached(const struct dpk *d, uint32_t k)
+{
+	return k < dpk_shard_count(d) && (!d->set || dpk__shard(d, k) != NULL);
+}
+
+uint32_t dpk_shard_find(const struct dpk *d, uint64_t i)
+{
+	return d->set && i < d->hdr.count ? dpkset_find(d->set, i) : 0;
+}
