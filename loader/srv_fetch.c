@@ -14,11 +14,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-struct ldf_req {               /* = tools/ldfetch.c's */
-	uint32_t uid;
-	uint32_t reserved;
-};
-
 void srv_s3_wipe(char **p, size_t *len)
 {
 	if (*p) {

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
@@ -164,6 +165,46 @@ int ctl_check_shard_fds(const void *body, size_t len, int nfds, uint32_t got, ui
 		return snprintf(why, whylen, "a shard batch from shard %u of %u says %u descriptors "
 				"and carries %d; it must carry %u", b.first, b.total, b.count, nfds,
 				want), -EINVAL;
+	return 0;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+int ctl_check_shard_list(const void *body, size_t len, uint32_t total, const uint32_t **idx,
+			 uint32_t *count, char *why, size_t whylen)
+{
+	struct ctl_shard_list h;
+	uint32_t sorted[CTL_SHARD_LIST_MAX];
+
+	if (len < sizeof(h))
+		return snprintf(why, whylen, "a shard list of %zu bytes, shorter than its %zu-byte "
+				"head", len, sizeof(h)), -EINVAL;
+	memcpy(&h, body, sizeof(h));
+	if (h.reserved)
+		return snprintf(why, whylen, "a shard list with its reserved field set (%u)",
+				h.reserved), -EINVAL;
+	if (h.count > CTL_SHARD_LIST_MAX)
+		return snprintf(why, whylen, "a shard list's count %u, above CTL_SHARD_LIST_MAX (%u)",
+				h.count, CTL_SHARD_LIST_MAX), -EINVAL;
+	if (len != sizeof(h) + (size_t)h.count * 4u)
+		return snprintf(why, whylen, "a shard list of %zu bytes whose count %u says %zu", len,
+				h.count, sizeof(h) + (size_t)h.count * 4u), -EINVAL;
+	memcpy(sorted, (const char *)body + sizeof(h), (size_t)h.count * 4u);
+	for (uint32_t i = 0; i < h.count; i++)
+		if (sorted[i] >= total)
+			return snprintf(why, whylen, "a shard list's index %u is shard %u: the set has "
+					"%u shards", i, sorted[i], total), -EINVAL;
+	qsort(sorted, h.count, sizeof(*sorted), cmp_u32);
+	for (uint32_t i = 1; i < h.count; i++)
+		if (sorted[i] == sorted[i - 1])
+			return snprintf(why, whylen, "a shard list names shard %u twice", sorted[i]),
+			       -EINVAL;
+	*idx = (const uint32_t *)(const void *)((const char *)body + sizeof(h));
+	*count = h.count;
 	return 0;
 }
 

@@ -42,7 +42,9 @@ enum ctl_type {
 	CTL_S3_OPEN = 14,   /* client, before CTL_JOB_OPEN on an s3:// dataset: struct ctl_s3_open
 			     * + its strings: loaderd's node cache fetches it (docs/S3.md) */
 	CTL_S3_ACK = 15,    /* server: struct ctl_s3_ack: taken, or no cache here */
-	CTL_TYPE_MAX = 15
+	CTL_SHARD_WANT = 16, /* loaderd -> ldfetch, on a stream: struct ctl_shard_list + count u32 */
+	CTL_SHARD_DROP = 17, /* loaderd -> ldfetch, on a stream: struct ctl_shard_list + count u32 */
+	CTL_TYPE_MAX = 17
 };
 
 struct ctl_hdr {
@@ -292,6 +294,32 @@ struct ctl_s3_ack {
 };
 _Static_assert(sizeof(struct ctl_s3_ack) == 8, "on the wire");
 
+/* loaderd -> ldfetch (its node cache's fetcher, tools/ldfetch.c): CTL_S3_OPEN's body is struct
+ * ldf_req (the client's uid, from SO_PEERCRED; flags) then the client's own CTL_S3_OPEN body, with
+ * one descriptor: the request's own socket, on which ldfetch answers. LDF_STREAM: the set is
+ * streamed through that socket (docs/STREAMING.md, part 3): ldfetch answers CTL_SHARD_FDS with
+ * shard 0 alone {first 0, total n, count 1}, then CTL_ERROR err 0 with the manifest's descriptor,
+ * and the socket stays open: loaderd sends CTL_SHARD_WANT (the shards wanted, soonest first,
+ * replacing the last list) and CTL_SHARD_DROP (shards whose descriptors it closed); ldfetch answers
+ * each shard it fetched as CTL_SHARD_FDS {first k, total n, count 1} with its descriptor, or
+ * CTL_ERROR (a fetch failed, or a message was malformed) and exits. */
+#define LDF_STREAM 0x1u
+struct ldf_req {
+	uint32_t uid;
+	uint32_t reserved;            /* flags: LDF_STREAM */
+};
+_Static_assert(sizeof(struct ldf_req) == 8, "on the wire");
+/* CTL_SHARD_WANT and CTL_SHARD_DROP: count uint32 shard indices follow, each below the set's
+ * shard count and none twice; count <= CTL_SHARD_LIST_MAX, so the longest fits a message. */
+#define CTL_SHARD_LIST_MAX 1000u       /* 16 + 8 + 4 x 1000 bytes: within CTL_MSG_MAX */
+struct ctl_shard_list {
+	uint32_t count;
+	uint32_t reserved;            /* zero */
+};
+_Static_assert(sizeof(struct ctl_shard_list) == 8, "on the wire");
+_Static_assert(sizeof(struct ctl_hdr) + sizeof(struct ctl_shard_list) + CTL_SHARD_LIST_MAX * 4u <=
+	       CTL_MSG_MAX, "the longest list fits a message");
+
 enum ctl_admin_op { CTL_OP_STATUS = 1, CTL_OP_JOBS = 2, CTL_OP_STATS = 3, CTL_OP_STOP = 4 };
 #define CTL_ADMIN_JSON 0x1u
 
@@ -326,6 +354,14 @@ ssize_t ctl_recv_fds(int sock, void *buf, uint16_t *type, int *fds, int cap, int
  * came yet): 0 or -EINVAL with @why. */
 int ctl_check_shard_fds(const void *body, size_t len, int nfds, uint32_t got, uint32_t total,
 			char *why, size_t whylen);
+
+/* A CTL_SHARD_WANT or CTL_SHARD_DROP body of @len bytes (@body 4-byte aligned, as ctl_recv's
+ * buffer is when the caller aligns it) for a set of @total shards: reserved zero, count at most
+ * CTL_SHARD_LIST_MAX, the length exactly 8 + 4 x count, every index below @total, none twice
+ * (O(count log count)). 0 with *@idx pointing at the indices in @body and *@count set, or
+ * -EINVAL naming the field in @why. */
+int ctl_check_shard_list(const void *body, size_t len, uint32_t total, const uint32_t **idx,
+			 uint32_t *count, char *why, size_t whylen);
 
 /* Field validation. Return 0, or -EINVAL with a message naming the field in @why. */
 int ctl_check_job_open(const struct ctl_job_open *j, char *why, size_t whylen);

@@ -58,11 +58,6 @@
 
 #define LDF_CHILDREN 16  /* requests served at once */
 
-struct ldf_req {
-	uint32_t uid;
-	uint32_t reserved;
-};
-
 static const char *g_dir;
 static uint64_t g_size, g_per_uid;
 
