@@ -735,6 +735,305 @@ out:
 	return ret;
 }
 
+/* ---- a set streamed (s3cache_stream_*) ---- */
+
+struct s3cache_stream {
+	struct s3 *s;
+	char dir[PATH_MAX];
+	struct s3cache_opts o;
+	const char *bname;
+	char url[S3_KEY_MAX + S3_BUCKET_MAX + 16];
+	struct s3_url u;
+	char view[PATH_MAX + 300];
+	struct want top;
+	struct want *w;             /* the shards, n */
+	uint32_t n;
+	struct dpkset_manifest *m;
+	int lockfd;                 /* DIR/objects/.lock, flocked while the stream works */
+};
+
+static int open_lock(const char *dir, char *err, size_t errlen)
+{
+	char objdir[PATH_MAX + 16], lock[PATH_MAX + 32];
+	int ret;
+	snprintf(objdir, sizeof(objdir), "%s/objects", dir);
+	if ((ret = mkdirs(objdir)) < 0)
+		return err_set(err, errlen, ret, "the cache %s: %s", dir, strerror(-ret));
+	chmod(dir, 0700);
+	snprintf(lock, sizeof(lock), "%s/.lock", objdir);
+	int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+	if (fd < 0)
+		return err_set(err, errlen, -errno, "the cache %s: %s", lock, strerror(errno));
+	return fd;
+}
+
+void s3cache_stream_close(struct s3cache_stream *st)
+{
+	if (!st)
+		return;
+	for (uint32_t i = 0; st->w && i < st->n; i++) {
+		free(st->w[i].key);
+		free(st->w[i].path);
+		free(st->w[i].tmp);
+	}
+	free(st->w);
+	free(st->top.path);
+	free(st->top.tmp);
+	dpkset_manifest_destroy(st->m);
+	if (st->lockfd >= 0)
+		close(st->lockfd);
+	free(st);
+}
+
+uint32_t s3cache_stream_shards(const struct s3cache_stream *st)
+{
+	return st->n;
+}
+
+uint64_t s3cache_stream_size(const struct s3cache_stream *st, uint32_t k)
+{
+	return k < st->n ? st->w[k].obj.size : 0;
+}
+
+/* Link the present objects @ks (and the manifest when @top) into the stream's view. */
+static int stream_place(struct s3cache_stream *st, const uint32_t *ks, size_t n, int top,
+			char *err, size_t errlen)
+{
+	int ret = 0;
+	for (size_t i = 0; i < n && ret == 0; i++)
+		ret = place(st->w[ks[i]].path, st->view, st->m->shards[ks[i]].path, err, errlen);
+	if (ret == 0 && top) {
+		const char *base = strrchr(st->u.key, '/');
+		ret = place(st->top.path, st->view, base ? base + 1 : st->u.key, err, errlen);
+	}
+	utimensat(AT_FDCWD, st->view, NULL, 0);  /* used now */
+	return ret;
+}
+
+/* Room for @need more bytes under the bound, keeping @keep (@nkeep paths): orphans, then other
+ * views LRU first, then this stream's shards @evict in order, each only while no job holds it.
+ * 0, or 1 when still short (the figures in @err). */
+static int stream_room(struct s3cache_stream *st, uint64_t need, const char **keep, size_t nkeep,
+		       const uint32_t *evict, size_t nevict, char *err, size_t errlen)
+{
+	uint64_t bound = st->o.bound, used;
+	char old[PATH_MAX + 600];
+	if (!bound || usage(st->dir) + need <= bound)
+		return 0;
+	qsort(keep, nkeep, sizeof(*keep), cmp_str);
+	for (;;) {
+		drop_orphans(st->dir, keep, nkeep);
+		if ((used = usage(st->dir)) + need <= bound)
+			return 0;
+		if (oldest_view(st->dir, st->view, old, sizeof(old)) < 0)
+			break;
+		nftw(old, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	}
+	for (size_t i = 0; i < nevict && used + need > bound; i++) {
+		const struct want *w = &st->w[evict[i]];
+		struct stat sb;
+		char link_[PATH_MAX * 2];
+		if (s3cache_pinned(w->path))
+			continue;  /* a job holds it (this stream's loaderd, or another's) */
+		snprintf(link_, sizeof(link_), "%s/%s", st->view, st->m->shards[evict[i]].path);
+		unlink(link_);
+		if (stat(w->path, &sb) == 0 && sb.st_nlink == 1 && !s3cache_pinned(w->path) &&
+		    unlink(w->path) == 0)
+			used = used > (uint64_t)sb.st_blocks * 512 ? used - (uint64_t)sb.st_blocks * 512 : 0;
+	}
+	if (used + need <= bound)
+		return 0;
+	err_set(err, errlen, -ENOSPC, "%s: %llu more bytes do not fit yet: the node cache holds %llu "
+		"bytes in use, its bound is %llu (%s)", st->url, (unsigned long long)need,
+		(unsigned long long)used, (unsigned long long)bound, st->bname);
+	return 1;
+}
+
+int s3cache_stream_open(struct s3 *s, const char *dir, const struct s3cache_opts *o,
+			const char *url, s3cache_take_fn take, void *arg,
+			struct s3cache_stream **out, char *err, size_t errlen)
+{
+	struct s3cache_stream *st = calloc(1, sizeof(*st));
+	struct s3cache_result r;
+	char *text = NULL;
+	size_t len = 0;
+	int ret;
+
+	*out = NULL;
+	if (!st)
+		return err_set(err, errlen, -ENOMEM, "%s: out of memory", url);
+	st->lockfd = -1;
+	st->s = s;
+	st->o = *o;
+	st->bname = o->bound_name ? o->bound_name : "LOADERD_S3_CACHE_SIZE";
+	snprintf(st->dir, sizeof(st->dir), "%s", dir);
+	snprintf(st->url, sizeof(st->url), "%s", url);
+	memset(&r, 0, sizeof(r));
+	if ((ret = s3_url_parse(url, &st->u, err, errlen)) < 0)
+		goto fail;
+	const char *base = strrchr(st->u.key, '/');
+	base = base ? base + 1 : st->u.key;
+	if (!*base) {
+		ret = err_set(err, errlen, -EINVAL, "%s names no object (a dataset is a key: "
+			      "s3://bucket/prefix/NAME)", url);
+		goto fail;
+	}
+	if ((ret = st->lockfd = open_lock(dir, err, errlen)) < 0)
+		goto fail;
+	relock(st->lockfd);
+	struct conc c = { .lockfd = st->lockfd };
+	st->top.key = st->u.key;
+	if ((ret = head_batch(s, dir, st->u.bucket, &st->top, 1, &r, &c, err, errlen)) < 0)
+		goto out;
+	snprintf(st->view, sizeof(st->view), "%s/sets/%s", dir, strrchr(st->top.path, '/') + 1);
+	if (o->bound && st->top.obj.size > o->bound) {
+		ret = err_set(err, errlen, -ENOSPC, "%s: %llu bytes, above the cache's bound of %llu "
+			      "(%s)", url, (unsigned long long)st->top.obj.size,
+			      (unsigned long long)o->bound, st->bname);
+		goto out;
+	}
+	if ((ret = admit(o, &st->top, NULL, 0, url, err, errlen)) < 0 ||
+	    (ret = make_room(dir, o->bound, st->bname, missing_bytes(&st->top, 1), st->view, NULL, 0,
+			     &st->top, url, err, errlen)) < 0 ||
+	    (ret = get_batch_conc(s, dir, st->u.bucket, &st->top, 1, &r, &c, err, errlen)) < 0)
+		goto out;
+	if ((ret = read_file(st->top.path, DPKSET_FILE_MAX, &text, &len)) < 0) {
+		ret = err_set(err, errlen, ret, "%s: the manifest: %s", url, strerror(-ret));
+		goto out;
+	}
+	if (!dpkset_is_manifest(text, len < 8 ? len : 8)) {
+		ret = err_set(err, errlen, -EINVAL, "%s: not a manifest (a single .dpk is fetched whole, "
+			      "not streamed)", url);
+		goto out;
+	}
+	if ((ret = dpkset_parse(text, len, url, &st->m, err, errlen)) < 0)
+		goto out;
+	size_t plen = (size_t)(base - st->u.key);
+	if (!(st->w = calloc(st->m->n, sizeof(*st->w)))) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (st->n = 0; st->n < st->m->n; st->n++) {
+		struct want *w = &st->w[st->n];
+		size_t kl = plen + strlen(st->m->shards[st->n].path);
+		w->fd = -1;
+		if (kl > S3_KEY_MAX) {
+			ret = err_set(err, errlen, -E2BIG, "%s line %u: shard key of %zu bytes, above "
+				      "S3's %u", url, st->m->shards[st->n].line, kl, S3_KEY_MAX);
+			goto out;
+		}
+		if (!(w->key = malloc(kl + 1))) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		memcpy(w->key, st->u.key, plen);
+		strcpy(w->key + plen, st->m->shards[st->n].path);
+	}
+	/* every shard HEADed with these credentials: the proof, at every open */
+	for (uint32_t i = 0; i < st->n; i += BATCH) {
+		size_t k = st->n - i < BATCH ? st->n - i : BATCH;
+		if ((ret = head_batch(s, dir, st->u.bucket, st->w + i, k, &r, &c, err, errlen)) < 0)
+			goto out;
+	}
+	if (o->bound && st->top.obj.size + st->w[0].obj.size > o->bound) {
+		ret = err_set(err, errlen, -ENOSPC, "%s: its manifest and first shard are %llu bytes, "
+			      "above the cache's bound of %llu (%s)", url,
+			      (unsigned long long)(st->top.obj.size + st->w[0].obj.size),
+			      (unsigned long long)o->bound, st->bname);
+		goto out;
+	}
+	if ((ret = admit(o, &st->top, st->w, 1, url, err, errlen)) < 0 ||
+	    (ret = make_room(dir, o->bound, st->bname, missing_bytes(st->w, 1), st->view, st->w, 1,
+			     &st->top, url, err, errlen)) < 0 ||
+	    (ret = get_batch_conc(s, dir, st->u.bucket, st->w, 1, &r, &c, err, errlen)) < 0)
+		goto out;
+	uint32_t zero = 0;
+	if ((ret = stream_place(st, &zero, 1, 1, err, errlen)) < 0 ||
+	    (ret = take(arg, S3CACHE_TOP, st->top.path, err, errlen)) < 0 ||
+	    (ret = take(arg, 0, st->w[0].path, err, errlen)) < 0)
+		goto out;
+out:
+	if (ret == -ENOMEM)
+		err_set(err, errlen, ret, "%s: out of memory", url);
+	unpin_all(&c);
+	flock(st->lockfd, LOCK_UN);
+fail:
+	free(text);
+	if (ret < 0) {
+		s3cache_stream_close(st);
+		return ret;
+	}
+	*out = st;
+	return 0;
+}
+
+int s3cache_stream_fetch(struct s3cache_stream *st, const uint32_t *ks, size_t n,
+			 const uint32_t *evict, size_t nevict, s3cache_take_fn take, void *arg,
+			 uint64_t *fetched, char *err, size_t errlen)
+{
+	struct want b[BATCH];
+	const char *keep[BATCH + 1], *paths[BATCH];
+	uint64_t sizes[BATCH];
+	struct s3cache_result r;
+	int ret = 0;
+
+	*fetched = 0;
+	if (n > BATCH)
+		return err_set(err, errlen, -EINVAL, "%s: %zu shards asked at once (at most %u)",
+			       st->url, n, BATCH);
+	memset(&r, 0, sizeof(r));
+	relock(st->lockfd);
+	struct conc c = { .lockfd = st->lockfd };
+	for (size_t i = 0; i < n; i++) {
+		struct want *w = &st->w[ks[i]];
+		struct stat sb;
+		if (st->o.bound && w->obj.size > st->o.bound) {
+			ret = err_set(err, errlen, -ENOSPC, "%s: shard %u (s3://%s/%s): %llu bytes, above "
+				      "the cache's bound of %llu (%s)", st->url, ks[i], st->u.bucket,
+				      w->key, (unsigned long long)w->obj.size,
+				      (unsigned long long)st->o.bound, st->bname);
+			goto out;
+		}
+		w->missing = !(stat(w->path, &sb) == 0 && (uint64_t)sb.st_size == w->obj.size);
+		w->busy = 0;
+		if (!w->missing) {
+			pin(&c, w->path);
+		} else {
+			char part[PATH_MAX + 16];
+			snprintf(part, sizeof(part), "%s.tmp.part", w->path);
+			w->busy = part_busy(part);
+		}
+		b[i] = *w;
+		keep[i] = paths[i] = w->path;
+		sizes[i] = w->obj.size;
+	}
+	keep[n] = st->top.path;
+	if (st->o.admit && (ret = st->o.admit(st->o.arg, paths, sizes, n, st->url, err, errlen)) < 0) {
+		if (ret == -EAGAIN)
+			ret = 1;
+		goto out;
+	}
+	if ((ret = stream_room(st, missing_bytes(b, n), keep, n + 1, evict, nevict, err,
+			       errlen)) != 0)
+		goto out;
+	ret = get_batch_conc(st->s, st->dir, st->u.bucket, b, n, &r, &c, err, errlen);
+	for (size_t i = 0; i < n; i++) {
+		st->w[ks[i]].tmp = b[i].tmp;  /* realloc'd there */
+		st->w[ks[i]].fd = -1;
+	}
+	if (ret < 0)
+		goto out;
+	*fetched = r.fetched_bytes;
+	if ((ret = stream_place(st, ks, n, 0, err, errlen)) < 0)
+		goto out;
+	for (size_t i = 0; i < n && ret == 0; i++)
+		ret = take(arg, ks[i], st->w[ks[i]].path, err, errlen);
+out:
+	unpin_all(&c);
+	flock(st->lockfd, LOCK_UN);
+	return ret;
+}
+
 /* One fetch at a time per cache (flock on DIR/objects/.lock): the ranks of a node that all resolve
  * one dataset at once fetch it once (the first; the others then find it cached), and eviction
  * never removes what another fetch is about to link. */

@@ -68,6 +68,40 @@ int s3cache_pinned(const char *path);
  * the end and past it): byte UID held is a job of that uid holding the object. */
 int s3cache_held(const char *path, uint64_t from, uint64_t len);
 
+/* A set streamed through loaderd's node cache (tools/ldfetch.c, LDF_STREAM; docs/STREAMING.md,
+ * parts 3 and 4): its objects fetched one shard at a time as loaderd asks, each linked into the
+ * set's view as it comes (so the view's LRU eviction and the orphans' apply to them as to a whole
+ * set's), kept from eviction only while a job holds it (s3cache_pinned). @take is called under the
+ * cache's lock for each object made present, in order (@k: the shard, or S3CACHE_TOP for the
+ * manifest), with its objects/HASH path: open it and pin it there (nothing is evicted before the
+ * lock goes); non-zero stops with that -errno. */
+#define S3CACHE_TOP UINT32_MAX
+typedef int (*s3cache_take_fn)(void *arg, uint32_t k, const char *path, char *err, size_t errlen);
+struct s3cache_stream;
+/* HEAD the manifest @url and every shard with @s's credentials (the proof: every object), then
+ * fetch the manifest and shard 0 (the template) as s3cache_fetch_opts would a set of those two:
+ * @o->admit asked with the manifest, then with the manifest and shard 0 (never the whole set: a
+ * set larger than @o->bound is streamed, not refused); -ENOSPC when those two exceed @o->bound or
+ * cannot fit beside what is in use; -EINVAL when @url is not a manifest. @take for the manifest,
+ * then shard 0. @s stays the caller's and must outlive the stream. 0 with *@out, or -errno. */
+int s3cache_stream_open(struct s3 *s, const char *dir, const struct s3cache_opts *o,
+			const char *url, s3cache_take_fn take, void *arg,
+			struct s3cache_stream **out, char *err, size_t errlen);
+uint32_t s3cache_stream_shards(const struct s3cache_stream *st);
+uint64_t s3cache_stream_size(const struct s3cache_stream *st, uint32_t k);  /* from its HEAD */
+/* Make shards @ks[0, n) (n <= 256, distinct) present, fetching those missing (every range of
+ * them in flight together, the cache's lock let go meanwhile), then @take each in order. Room is
+ * made under @o->bound: objects no view links, then other views, least recently used first, then
+ * shards @evict[0, nevict) of this stream, in that order (none of @ks), each only while no job
+ * holds it. @o->admit is asked with the shards' objects first. Returns 0 (*@fetched: bytes fetched
+ * now), 1 when space is short (nothing fetched; the figures in @err; @o->admit's -EAGAIN counts
+ * as short): try again once something was let go, or -errno (-ENOSPC: a shard alone exceeds the
+ * bound) with the object named in @err. */
+int s3cache_stream_fetch(struct s3cache_stream *st, const uint32_t *ks, size_t n,
+			 const uint32_t *evict, size_t nevict, s3cache_take_fn take, void *arg,
+			 uint64_t *fetched, char *err, size_t errlen);
+void s3cache_stream_close(struct s3cache_stream *st);  /* NULL ok */
+
 /* The whole of it for a tool: credentials and endpoint from the standard places (s3_cfg_load), the
  * user's cache directory (s3cache_dir), its bound ($LOADERD_S3_CACHE_SIZE: bytes, or with K, M,
  * G, T; none by default), s3cache_fetch. 0 or -errno with the reason in @err. */

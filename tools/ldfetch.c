@@ -56,7 +56,9 @@
 #include "s3/s3cache.h"
 #include "shm/ctl.h"
 
-#define LDF_CHILDREN 16  /* requests served at once */
+#define LDF_CHILDREN 16  /* requests served at once (streams included) */
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static const char *g_dir;
 static uint64_t g_size, g_per_uid;
@@ -86,6 +88,7 @@ struct charge_arg {
 	char udir[PATH_MAX];       /* DIR/uids/UID */
 	char **names;              /* the dataset's objects (their objects/ names), sorted */
 	size_t n;
+	int stream;                /* a stream past its open: past the bound is a wait (-EAGAIN) */
 };
 
 static int cmp_name(const void *a, const void *b)
@@ -235,6 +238,257 @@ out:
 	return ret;
 }
 
+/* ---- a streamed set (LDF_STREAM): this child stays for the job's life ---- */
+
+static int g_note = -1;  /* to the parent: one byte once the stream's open is answered */
+
+struct got {
+	uint32_t k;
+	int fd;
+};
+
+struct strm {
+	uint32_t uid;
+	const char *url;
+	struct charge_arg *ca;
+	struct got got[256 + 2];    /* what s3cache made present, opened and pinned, in order */
+	unsigned ngot;
+};
+
+static void got_close(struct strm *t)
+{
+	for (unsigned i = 0; i < t->ngot; i++)
+		close(t->got[i].fd);
+	t->ngot = 0;
+}
+
+/* s3cache's take: open @path pinned on byte UID (the job's hold, as send_view's) and mark it for
+ * the uid's charge, under the cache's lock. */
+static int strm_take(void *arg, uint32_t k, const char *path, char *err, size_t errlen)
+{
+	struct strm *t = arg;
+	if (t->ngot == sizeof(t->got) / sizeof(t->got[0]))
+		return err_set(err, errlen, -EOVERFLOW, "%s: too many objects at once", t->url);
+	int fd = open_pinned(path, t->uid, err, errlen, t->url);
+	if (fd < 0)
+		return fd;
+	const char *base = strrchr(path, '/');
+	char mark[PATH_MAX + 300];
+	snprintf(mark, sizeof(mark), "%s/%s", t->ca->udir, base ? base + 1 : path);
+	int m = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+	if (m >= 0)
+		close(m);
+	t->got[t->ngot++] = (struct got){ k, fd };
+	return 0;
+}
+
+/* The uid's charge for a stream's shards: past --cache-size-per-uid while the uid's jobs hold
+ * others is a wait (-EAGAIN: loaderd may drop some), not a refusal; shards that alone exceed it
+ * are refused. */
+static int strm_admit(void *arg, const char *const *paths, const uint64_t *sizes, size_t n,
+		      const char *url, char *err, size_t errlen)
+{
+	uint64_t mine = 0;
+	for (size_t i = 0; i < n; i++)
+		mine += sizes[i];
+	struct charge_arg *a = arg;
+	int ret = charge_admit(arg, paths, sizes, n, url, err, errlen);
+	return a->stream && ret == -ENOSPC && mine <= g_per_uid ? -EAGAIN : ret;
+}
+
+static int send_shard(int sock, uint32_t k, uint32_t total, int fd)
+{
+	struct ctl_shard_fds b = { .first = k, .total = total, .count = 1 };
+	return ctl_send(sock, CTL_SHARD_FDS, &b, sizeof(b), &fd, 1);
+}
+
+/* The stream's loop (docs/STREAMING.md, parts 3 and 4): CTL_SHARD_WANT replaces the list wanted
+ * (soonest first); the first @inflight wanted and not delivered are fetched together and
+ * delivered in the list's order, one CTL_SHARD_FDS each; CTL_SHARD_DROP makes delivered shards
+ * evictable again (and deliverable again). Space short: evict (s3cache_stream_fetch: orphans,
+ * other views LRU, then this stream's dropped shards: those not wanted first, then the farthest
+ * wanted), else wait for a drop, trying again every 200 ms (other jobs let go too). Returns 0 on
+ * hangup, 1 after a CTL_ERROR. */
+static int stream_loop(int sock, struct s3cache_stream *st, struct strm *t, unsigned inflight)
+{
+	uint32_t n = s3cache_stream_shards(st);
+	uint8_t *state = calloc(n, 1);          /* 0 not delivered, 1 delivered, 2 dropped */
+	uint32_t *pos = malloc((size_t)n * sizeof(*pos));  /* place in the wanted list */
+	uint32_t *evict = malloc((size_t)n * sizeof(*evict));
+	uint32_t want[CTL_SHARD_LIST_MAX], nwant = 0;
+	_Alignas(8) char buf[CTL_MSG_MAX];
+	char err[1024], why[CTL_TEXT_MAX];
+	int shorted = 0, ret = 0;
+
+	if (!state || !pos || !evict) {
+		reply_err(sock, ENOMEM, "ldfetch: out of memory");
+		ret = 1;
+		goto out;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		pos[i] = UINT32_MAX;
+	state[0] = 1;  /* delivered at the open */
+	for (;;) {
+		uint32_t batch[256];
+		unsigned nb = 0;
+		for (uint32_t i = 0; i < nwant && nb < inflight; i++)
+			if (state[want[i]] != 1)
+				batch[nb++] = want[i];
+		struct pollfd p = { .fd = sock, .events = POLLIN };
+		int pr = poll(&p, 1, nb && !shorted ? 0 : nb ? 200 : -1);
+		if (pr < 0 && errno != EINTR) {
+			say("uid %u: %s: poll: %s", t->uid, t->url, strerror(errno));
+			ret = 1;
+			goto out;
+		}
+		if (pr > 0) {
+			uint16_t type;
+			int fds[1], nfds = 0;
+			const uint32_t *idx;
+			uint32_t count;
+			ssize_t m = ctl_recv_fds(sock, buf, &type, fds, 1, &nfds);
+			for (int i = 0; i < nfds; i++)
+				close(fds[i]);
+			if (m == -EPIPE)
+				goto out;  /* loaderd closed the stream: the job is done */
+			if (m == -EINTR || m == -EAGAIN)
+				continue;
+			const char *what = type == CTL_SHARD_WANT ? "CTL_SHARD_WANT" : "CTL_SHARD_DROP";
+			if (m < 0)
+				snprintf(why, sizeof(why), "a malformed message on the stream (%s)",
+					 strerror((int)-m));
+			else if (type != CTL_SHARD_WANT && type != CTL_SHARD_DROP)
+				snprintf(why, sizeof(why), "a message of type %u on the stream (only "
+					 "CTL_SHARD_WANT and CTL_SHARD_DROP)", type);
+			else if (nfds)
+				snprintf(why, sizeof(why), "%s with %d descriptors (none)", what, nfds);
+			else if (ctl_check_shard_list(buf, (size_t)m, n, &idx, &count, err, sizeof(err)) == 0)
+				why[0] = '\0';
+			else
+				snprintf(why, sizeof(why), "%s: %.200s", what, err);
+			for (uint32_t i = 0; !why[0] && type == CTL_SHARD_DROP && i < count; i++)
+				if (state[idx[i]] != 1)
+					snprintf(why, sizeof(why), "CTL_SHARD_DROP: shard %u, which is not "
+						 "delivered", idx[i]);
+			if (why[0]) {
+				say("uid %u: %s: %s", t->uid, t->url, why);
+				reply_err(sock, m == -EPROTO ? EPROTO : EINVAL, why);
+				ret = 1;
+				goto out;
+			}
+			if (type == CTL_SHARD_WANT) {
+				for (uint32_t i = 0; i < nwant; i++)
+					pos[want[i]] = UINT32_MAX;
+				memcpy(want, idx, (size_t)count * sizeof(*idx));
+				nwant = count;
+				for (uint32_t i = 0; i < nwant; i++)
+					pos[want[i]] = i;
+			} else {
+				for (uint32_t i = 0; i < count; i++)
+					state[idx[i]] = 2;
+			}
+			shorted = 0;  /* room may be had now */
+			continue;
+		}
+		if (!nb)
+			continue;
+		/* this stream's dropped shards, in the order they go: not wanted (by index), then
+		 * the farthest wanted first; none of the batch (it is wanted: never dropped-now) */
+		size_t ne = 0;
+		for (uint32_t k = 0; k < n; k++)
+			if (state[k] == 2 && pos[k] == UINT32_MAX)
+				evict[ne++] = k;
+		for (uint32_t i = nwant; i-- > 0;)
+			if (state[want[i]] == 2) {
+				int in = 0;
+				for (unsigned j = 0; j < nb; j++)
+					in |= batch[j] == want[i];
+				if (!in)
+					evict[ne++] = want[i];
+			}
+		uint64_t fetched = 0;
+		int r = s3cache_stream_fetch(st, batch, nb, evict, ne, strm_take, t, &fetched, err,
+					     sizeof(err));
+		if (r == 1 && nb > 1)  /* room for the soonest alone, perhaps */
+			r = s3cache_stream_fetch(st, batch, nb = 1, evict, ne, strm_take, t, &fetched,
+						 err, sizeof(err));
+		if (r == 1) {
+			if (!shorted)
+				say("uid %u: %s: shard %u waits for room: %s", t->uid, t->url, batch[0],
+				    err);
+			shorted = 1;
+			continue;
+		}
+		shorted = 0;
+		for (unsigned i = 0; r == 0 && i < t->ngot; i++) {
+			if (send_shard(sock, t->got[i].k, n, t->got[i].fd) < 0) {
+				got_close(t);
+				goto out;  /* loaderd went away */
+			}
+			state[t->got[i].k] = 1;
+		}
+		got_close(t);
+		if (r < 0) {
+			say("uid %u: %s: %s", t->uid, t->url, err);
+			reply_err(sock, -r, err);
+			ret = 1;
+			goto out;
+		}
+	}
+out:
+	free(state);
+	free(pos);
+	free(evict);
+	return ret;
+}
+
+static unsigned stream_inflight(void)
+{
+	const char *v = getenv("LOADERD_CACHE_STREAM_INFLIGHT");
+	unsigned u;
+	return v && arg_uint(v, 1, 64, &u) == 0 ? u : 4;
+}
+
+/* A streamed set's open (@ul: the uid's lock, held; let go once the open is answered, so that the
+ * uid's next request does not wait for this job's end), then its loop. */
+static int serve_stream(int sock, struct s3 *s, const char *url, uint32_t uid,
+			struct charge_arg *ca, int ul, char *err, size_t errlen)
+{
+	struct s3cache_opts o = { .bound = g_size, .bound_name = "loaderd --cache-size",
+				  .admit = strm_admit, .arg = ca, .concurrent = 1 };
+	struct strm t = { .uid = uid, .url = url, .ca = ca };
+	struct s3cache_stream *st = NULL;
+	int ret = s3cache_stream_open(s, g_dir, &o, url, strm_take, &t, &st, err, errlen);
+	if (ret == 0) {
+		/* shard 0, then the manifest (the set's own descriptor ends the open, as ever) */
+		uint32_t n = s3cache_stream_shards(st);
+		struct ctl_error ok;
+		ctl_error_make(&ok, 0, "%s", "");
+		ok.err = 0;
+		if (send_shard(sock, 0, n, t.got[1].fd) < 0 ||
+		    ctl_send(sock, CTL_ERROR, &ok, sizeof(ok), &t.got[0].fd, 1) < 0)
+			ret = err_set(err, errlen, -EPIPE, "%s: loaderd went away", url);
+	}
+	got_close(&t);
+	if (ul >= 0)
+		close(ul);
+	if (ret < 0) {
+		s3cache_stream_close(st);
+		return ret;
+	}
+	say("uid %u: %s: streamed, %u shards (the manifest and shard 0 delivered)", uid, url,
+	    s3cache_stream_shards(st));
+	if (g_note >= 0) {
+		(void)!write(g_note, "s", 1);  /* the parent: this uid's next request may start */
+		close(g_note);
+		g_note = -1;
+	}
+	ca->stream = 1;  /* from now on, the uid's charge past its bound is a wait */
+	ret = stream_loop(sock, st, &t, stream_inflight());
+	s3cache_stream_close(st);
+	return ret ? 1 : 0;
+}
+
 static char *take(const char **p, uint16_t n)
 {
 	char *s = malloc((size_t)n + 1);
@@ -265,6 +519,12 @@ static int serve(int sock, char *body, size_t len)
 	}
 	memcpy(&q, body, sizeof(q));
 	memcpy(&h, body + sizeof(q), sizeof(h));
+	if (q.reserved & ~LDF_STREAM) {
+		explicit_bzero(body, len);
+		snprintf(why, sizeof(why), "a request with unknown flags 0x%x", q.reserved);
+		reply_err(sock, EINVAL, why);
+		return 1;
+	}
 	const char *p = body + sizeof(q) + sizeof(h);
 	url = take(&p, h.url_len);
 	c.endpoint = take(&p, h.endpoint_len);
@@ -321,8 +581,13 @@ static int serve(int sock, char *body, size_t len)
 					  .admit = charge_admit, .arg = &ca, .concurrent = 1 };
 		struct s3cache_result r;
 		int lock = -1;
-		ret = s3cache_fetch_opts(s, g_dir, &o, url, &r, &lock, err, sizeof(err));
-		if (ret == 0) {
+		if (q.reserved & LDF_STREAM) {
+			ret = serve_stream(sock, s, url, q.uid, &ca, ul, err, sizeof(err));
+			ul = -1;  /* let go at the stream's open */
+		} else {
+			ret = s3cache_fetch_opts(s, g_dir, &o, url, &r, &lock, err, sizeof(err));
+		}
+		if (ret == 0 && !(q.reserved & LDF_STREAM)) {
 			/* marked, and pinned, under the cache's lock: no other request's admission
 			 * or eviction runs between them */
 			charge_mark(&ca);
@@ -337,6 +602,10 @@ static int serve(int sock, char *body, size_t len)
 			close(ul);
 	}
 	s3_destroy(s);
+	if (ret > 0) {  /* a stream that ended on its CTL_ERROR, already sent */
+		free(url);
+		return 1;
+	}
 	if (ret < 0) {
 		say("uid %u: %s", q.uid, err);
 		reply_err(sock, -ret, err);
@@ -372,6 +641,8 @@ struct ldf_child {
 	pid_t pid;
 	int pidfd;   /* readable when it exits; -1 where the kernel has no pidfd_open */
 	uint32_t uid;
+	int note;    /* a pipe from the child: a byte when its stream's open is answered; -1 after */
+	int streaming;  /* a stream past its open: not the uid's running request any more */
 };
 
 static struct ldf_child g_kids[LDF_CHILDREN];
@@ -394,6 +665,8 @@ static void reap(void)
 			if (g_kids[i].pid == w) {
 				if (g_kids[i].pidfd >= 0)
 					close(g_kids[i].pidfd);
+				if (g_kids[i].note >= 0)
+					close(g_kids[i].note);
 				g_kids[i] = g_kids[--g_nkids];
 				break;
 			}
@@ -402,14 +675,35 @@ static void reap(void)
 static int uid_running(uint32_t uid)
 {
 	for (unsigned i = 0; i < g_nkids; i++)
-		if (g_kids[i].uid == uid)
+		if (g_kids[i].uid == uid && !g_kids[i].streaming)
 			return 1;
 	return 0;
+}
+
+static unsigned streams_running(void)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < g_nkids; i++)
+		n += g_kids[i].streaming;
+	return n;
 }
 
 /* Fork a child for each waiting request whose uid has none, while places are free (in order). */
 static void start_waiting(void)
 {
+	/* every place held by a stream, each for its job's life: no request would start before a
+	 * job ends, so each is refused, saying so, rather than left waiting */
+	while (g_wait && streams_running() == LDF_CHILDREN) {
+		struct ldf_wait *w = g_wait;
+		g_wait = w->next;
+		if (!g_wait)
+			g_wait_tail = &g_wait;
+		g_nwait--;
+		reply_err(w->fd, EAGAIN, "ldfetch: every one of its " STR(LDF_CHILDREN) " places "
+			  "is held by a streamed set's job (loaderd --cache-stream), its most at once; "
+			  "try again when one ends");
+		wait_drop(w);
+	}
 	for (struct ldf_wait **pp = &g_wait; *pp && g_nkids < LDF_CHILDREN;) {
 		struct ldf_wait *w = *pp;
 		if (uid_running(w->uid)) {
@@ -420,12 +714,21 @@ static void start_waiting(void)
 		if (!*pp)
 			g_wait_tail = pp;
 		g_nwait--;
+		int note[2] = { -1, -1 };
+		if (pipe2(note, O_CLOEXEC) < 0)
+			note[0] = note[1] = -1;  /* then a stream stays its uid's running request */
 		pid_t pid = fork();
 		if (pid == 0) {
 			close(3);
-			for (unsigned i = 0; i < g_nkids; i++)
+			if (note[0] >= 0)
+				close(note[0]);
+			g_note = note[1];
+			for (unsigned i = 0; i < g_nkids; i++) {
 				if (g_kids[i].pidfd >= 0)
 					close(g_kids[i].pidfd);
+				if (g_kids[i].note >= 0)
+					close(g_kids[i].note);
+			}
 			while (g_wait) {  /* other requests' credentials are not this child's */
 				struct ldf_wait *o = g_wait;
 				g_wait = o->next;
@@ -435,12 +738,18 @@ static void start_waiting(void)
 			close(w->fd);
 			_exit(ret);
 		}
+		if (note[1] >= 0)
+			close(note[1]);
 		if (pid < 0) {
 			reply_err(w->fd, errno, "ldfetch: cannot fork");
+			if (note[0] >= 0)
+				close(note[0]);
 		} else {
 			g_kids[g_nkids].pid = pid;
 			g_kids[g_nkids].pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 			g_kids[g_nkids].uid = w->uid;
+			g_kids[g_nkids].note = note[0];
+			g_kids[g_nkids].streaming = 0;
 			g_nkids++;
 		}
 		wait_drop(w);  /* the credentials are the child's alone */
@@ -467,7 +776,8 @@ int main(int argc, char **argv)
 		reap();
 		start_waiting();
 		/* loaderd's socket, and each child's exit (its pidfd; else a look every 50 ms) */
-		struct pollfd p[1 + LDF_CHILDREN];
+		struct pollfd p[1 + 2 * LDF_CHILDREN];
+		unsigned at[LDF_CHILDREN];  /* p[] index of each child's note, or 0 */
 		int np = 1, timeout = -1;
 		p[0] = (struct pollfd){ .fd = 3, .events = POLLIN };
 		for (unsigned i = 0; i < g_nkids; i++) {
@@ -475,10 +785,24 @@ int main(int argc, char **argv)
 				p[np++] = (struct pollfd){ .fd = g_kids[i].pidfd, .events = POLLIN };
 			else
 				timeout = 50;
+			at[i] = 0;
+			if (g_kids[i].note >= 0) {
+				at[i] = (unsigned)np;
+				p[np++] = (struct pollfd){ .fd = g_kids[i].note, .events = POLLIN };
+			}
 		}
 		if (poll(p, (nfds_t)np, timeout) < 0 && errno != EINTR) {
 			say("poll: %s", strerror(errno));
 			return 1;
+		}
+		for (unsigned i = 0; i < g_nkids; i++) {
+			char c;
+			if (!at[i] || !(p[at[i]].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			if (read(g_kids[i].note, &c, 1) == 1)
+				g_kids[i].streaming = 1;  /* the uid's next request may start */
+			close(g_kids[i].note);
+			g_kids[i].note = -1;
 		}
 		if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR)))
 			continue;
