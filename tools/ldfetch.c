@@ -8,7 +8,10 @@
  * body (checked again here: ctl_check_s3_open), with one descriptor: the request's own socket.
  * ldfetch answers on that socket: the set's shards as CTL_SHARD_FDS batches (exactly as a client
  * sends them, ctl_check_shard_fds), then CTL_ERROR with err 0 and the dataset's own descriptor
- * (the manifest or the .dpk), or CTL_ERROR with the errno and the reason alone.
+ * (the manifest or the .dpk), or CTL_ERROR with the errno and the reason alone. With LDF_STREAM in
+ * struct ldf_req.reserved (docs/STREAMING.md, parts 3 and 4) the set is streamed: shard 0 alone,
+ * then the manifest, and the child stays on that socket for the job's life, fetching the shards
+ * CTL_SHARD_WANT lists and letting go of those CTL_SHARD_DROP names (serve_stream, stream_loop).
  *
  * DESIGN. Each request is served by a child process of its own (at most LDF_CHILDREN at once, and
  * one per uid; more wait in the parent), so that a slow store delays its own uid's job opens only,
