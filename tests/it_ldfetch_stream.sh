@@ -14,6 +14,7 @@
 set -u
 BUILD=${BUILD:-build}
 BIN=$BUILD/bin
+LDFETCH=${LDFETCH:-$BIN/ldfetch}  # e.g. build/san/bin/ldfetch (AddressSanitizer, UBSan)
 T=$(mktemp -d /tmp/it_ldfs.XXXXXX)
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/s3_lib.sh"
@@ -41,7 +42,7 @@ _pol=\$("\$S3VENV/bin/python" -c 'import sys, urllib.parse; print(urllib.parse.q
 s3_iam PutUserPolicy UserName=streamer PolicyName=p "PolicyDocument=\$_pol" >/dev/null
 EOS
 T=$T STREAM_KEYS="$keys" STREAM_DENY="sh $T/deny.sh" timeout 120 \
-	python3 "$(dirname "$0")/ldfetch_stream.py" "$BIN/ldfetch" "$T/set" s3://data/st/set.dpks \
+	python3 "$(dirname "$0")/ldfetch_stream.py" "$LDFETCH" "$T/set" s3://data/st/set.dpks \
 	>"$T/out" 2>&1
 rc=$?
 while IFS= read -r line; do
