@@ -1080,8 +1080,9 @@ static int task_next(struct srv *s, void *wstate, struct task *t)
 	 * within a slice (a pick costs the attached rings); one that finds one is, at the next
 	 * task: else a worker back from such a ring's task took the costly job's next record, and
 	 * the cheap ring got one step per costly record, whatever it had used. */
-	if (!s->workers_stop)
-		step_reopen(s, wstate);  /* earlier steps first: their slots are taken */
+	/* Steps whose shard may have come first (their slots are taken), until one has tasks */
+	while (!s->workers_stop && !s->tasks && step_reopen(s, wstate))
+		;
 	struct open_step *o = s->workers_stop ? NULL : task_step(s, wstate, &prev);
 	int64_t now = now_ns();
 	if (o && now - s->fair_ns >= SRV_SLICE_NS) {
