@@ -103,7 +103,7 @@ test-san:
 # producer and consumer threads in test_ring, the balanced shares' report that rides on a slot's
 # release with it), the client over it, the server core's workers and
 # control thread, and the metrics writer.
-TSAN_TESTS := test_ring test_ldc test_srv test_srv_demand test_metrics test_dpkstream
+TSAN_TESTS := test_ring test_ldc test_srv test_srv_demand test_metrics test_dpkstream test_srv_stream
 test-tsan:
 	$(Q)$(MAKE) --no-print-directory SAN=thread BUILD=build/tsan \
 		$(patsubst %,build/tsan/tests/%,$(TSAN_TESTS))

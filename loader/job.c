@@ -52,6 +52,7 @@
 #include "loader/job_aug.h"
 #include "loader/sampler.h"
 #include "loader/shares.h"
+#include "loader/stream.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -107,6 +108,8 @@ struct dset {
 	int over;
 	int over_z;                /* over_len is a zstd tensor's decompressed size */
 	struct verdict v[2];       /* [cropped] */
+	int stream;                /* a streamed set (dpk_open_pending): never shared, never walked
+				    * whole; each shard is checked as it attaches (shard_check) */
 };
 
 static pthread_mutex_t dset_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -129,6 +132,9 @@ struct job {
 	int rrc;                   /* RandomResizedCrop, else center crop */
 	int hflip;
 	struct ldr_aug aug;        /* CTL_AUGMENT: the resize filter and the per-sample ops */
+	uint64_t *shard_bytes;     /* a streamed set: each shard's file size (srv_job_info; an
+				    * attached shard's own, a pending one's estimated from the
+				    * template's by its count), written by the attaching thread */
 };
 
 struct worker {
@@ -392,6 +398,65 @@ fail:
 	return ret;
 }
 
+/* A streamed set (srv_dataset.stream): the manifest @fd (ours: closed on failure, kept by the
+ * dset otherwise) opened with every shard pending, and shard 0, @shards[0] (taken over: set to
+ * -1), attached as the template. Never shared with another job (a streamed set's attached shards
+ * are its stream's), so a new dset each time. The other shards that came are attached by
+ * job_open once the job's shape is known (job_shard_attach). 0 or -errno with @err. */
+static int dset_stream_get(int fd, int *shards, uint32_t nshards, uid_t uid, struct dset **out,
+			   char *err, size_t errlen)
+{
+	struct dpk *d = NULL;
+	struct stat st;
+	int ret;
+
+	if (fstat(fd, &st) < 0) {
+		snprintf(err, errlen, "stat: %s", strerror(errno));
+		close(fd);
+		return -EBADF;
+	}
+	ret = dpk_open_pending(fd, DPK_OPEN_MAP, &d, err, errlen);
+	if (ret == 0 && dpk_shard_count(d) != nshards) {
+		snprintf(err, errlen, "its manifest has %u shards, the stream %u",
+			 dpk_shard_count(d), nshards);
+		ret = -EPROTO;
+	}
+	if (ret == 0 && (!nshards || shards[0] < 0)) {
+		snprintf(err, errlen, "shard 0 did not come with the open");
+		ret = -EPROTO;
+	}
+	if (ret == 0) {
+		int sfd = shards[0];
+		shards[0] = -1;
+		char why[200];
+		if ((ret = dpk_shard_attach(d, 0, sfd, why, sizeof(why))) < 0)
+			snprintf(err, errlen, "shard 0 (%s): %s", dpk_shard_path(d, 0), why);
+	}
+	struct dset *ds = ret == 0 ? calloc(1, sizeof(*ds)) : NULL;
+	if (ret == 0 && !ds)
+		ret = -ENOMEM;
+	if (ret < 0) {
+		dpk_close(d);
+		close(fd);
+		return ret;
+	}
+	pthread_mutex_init(&ds->mu, NULL);
+	ds->uid = uid;
+	ds->dev = st.st_dev;
+	ds->ino = st.st_ino;
+	dpk_identity(d, ds->id);
+	ds->d = d;
+	ds->fd = fd;
+	ds->fd_direct = -1;  /* dpk_direct_open: not on a streamed set */
+	ds->refs = 1;
+	ds->stream = 1;
+	/* the manifest's, and each shard's once attached (no O_DIRECT twin) */
+	ds->fds = 1 + nshards;
+	snprintf(ds->io, sizeof(ds->io), "streamed, %u shards", nshards);
+	*out = ds;  /* not on dsets: no other job finds it */
+	return 0;
+}
+
 #define RESIDENT_SAMPLES 1024u    /* pages of the data section mincore looks at */
 
 /* Pages of @fd's [off, off + len) in the page cache (the file's pages past its header: records
@@ -580,7 +645,10 @@ static int records_bounded(const struct ldr_config *cfg, struct job *j, uint64_t
 	const struct dpk_header *h = dpk_header_get(j->d);
 	uint64_t big;
 
-	if ((!ds->walked || ds->walk_limit != j->max_record) && dpk_count(j->d) <= WALK_MAX)
+	/* A streamed set's shards are checked one by one as they attach (shard_check): sized here
+	 * as a set not walked (any record up to --max-record). */
+	if (!ds->stream && (!ds->walked || ds->walk_limit != j->max_record) &&
+	    dpk_count(j->d) <= WALK_MAX)
 		dset_walk(ds, j->max_record);
 	if (ds->bad) {
 		snprintf(why, whylen, "dataset %s: %s", j->spec.dataset, ds->bad_why);
@@ -694,6 +762,133 @@ static int aux_fill(struct job *j, struct worker *w, struct ring_slot *slot, uin
 	return 0;
 }
 
+/* ---- a streamed set's shards (docs/STREAMING.md) ---- */
+
+/* Shard @k of @j's streamed set, open alone as @sd (its samples from 0; the set's from
+ * dpk_shard_first): every entry checked, every record within --max-record and deliverable as
+ * j->out asks (of sample 0's shape when delivered as stored), as the walk and the verdicts check
+ * a whole set at its open. 0, or -errno with @why naming the shard and the sample. */
+static int shard_check(struct job *j, const struct dpk *sd, uint32_t k, char *why, size_t whylen)
+{
+	uint64_t first = dpk_shard_first(j->d, k), n = dpk_count(sd);
+	const char *path = dpk_shard_path(j->d, k);
+	char reason[220];
+	struct dpk_entry e;
+	int z;
+
+	if (n != dpk_shard_first(j->d, k + 1) - first) {  /* attach checks it too */
+		snprintf(why, whylen, "dataset %s: shard %u (%s): %llu samples, its manifest line "
+			 "says %llu", j->spec.dataset, k, path, (unsigned long long)n,
+			 (unsigned long long)(dpk_shard_first(j->d, k + 1) - first));
+		return -EBADMSG;
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		if (dpk_entry_load(sd, i, &e, reason, sizeof(reason)) < 0) {
+			snprintf(why, whylen, "dataset %s: shard %u (%s): %s", j->spec.dataset, k, path,
+				 reason);
+			return -EBADMSG;
+		}
+		uint64_t len = held_len(&e, &z);
+		if (len > j->max_record) {
+			snprintf(why, whylen, "dataset %s: shard %u (%s): sample %llu is a record of "
+				 "%llu bytes%s, above the limit of %llu (loaderd --max-record)",
+				 j->spec.dataset, k, path, (unsigned long long)(first + i),
+				 (unsigned long long)len, z ? " decompressed" : "",
+				 (unsigned long long)j->max_record);
+			return -EFBIG;
+		}
+		if (refusal(&j->out, &e, first + i, reason, sizeof(reason)) < 0) {
+			snprintf(why, whylen, "dataset %s: shard %u (%s):%s", j->spec.dataset, k, path,
+				 reason);
+			return -EINVAL;
+		}
+		if (!j->out.h && (e.ndim != j->ndim || memcmp(e.shape, j->shape, sizeof(j->shape)))) {
+			snprintf(why, whylen, "dataset %s: shard %u (%s): sample %llu has another shape "
+				 "than sample 0; give a crop size to resize", j->spec.dataset, k, path,
+				 (unsigned long long)(first + i));
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* Attach shard @k of @j's streamed set from @fd (taken over in every case): checked first on a
+ * descriptor of its own (shard_check), so that no step can hold a shard that fails; then
+ * dpk_shard_attach (its manifest line, the template). 0 or -errno with @why naming the shard. */
+static int job_shard_attach(struct job *j, uint32_t k, int fd, char *why, size_t whylen)
+{
+	struct dpk *sd = NULL;
+	char err[200];
+	int ret;
+
+	if (!j->ds->stream || k >= dpk_shard_count(j->d)) {
+		snprintf(why, whylen, "dataset %s: no shard %u to attach (%u, %s)", j->spec.dataset, k,
+			 dpk_shard_count(j->d), j->ds->stream ? "streamed" : "not streamed");
+		close(fd);
+		return j->ds->stream ? -ERANGE : -EINVAL;
+	}
+	const char *path = dpk_shard_path(j->d, k);
+	if (dpk_shard_attached(j->d, k)) {
+		snprintf(why, whylen, "dataset %s: shard %u (%s) is attached already", j->spec.dataset,
+			 k, path);
+		close(fd);
+		return -EEXIST;
+	}
+	ret = dpk_open_fd(fd, 0, &sd, err, sizeof(err));
+	if (ret < 0) {
+		snprintf(why, whylen, "dataset %s: shard %u (%s): %s", j->spec.dataset, k, path, err);
+		close(fd);
+		return ret;
+	}
+	ret = shard_check(j, sd, k, why, whylen);
+	uint64_t bytes = dpk_header_get(sd)->file_size;
+	dpk_close(sd);
+	if (ret < 0) {
+		close(fd);
+		return ret;
+	}
+	ret = dpk_shard_attach(j->d, k, fd, err, sizeof(err));
+	if (ret < 0) {
+		snprintf(why, whylen, "dataset %s: shard %u (%s): %s", j->spec.dataset, k, path, err);
+		return ret;
+	}
+	j->shard_bytes[k] = bytes;
+	return 0;
+}
+
+/* @j's streamed set at its open: shard 0 (the template) checked, each shard's size (estimated
+ * from the template's for the pending ones), then the other shards that came attached. 0 or
+ * -errno with @why. */
+static int job_stream_open(struct job *j, const struct srv_dataset *sd, struct srv_job_info *info,
+			   char *why, size_t whylen)
+{
+	uint32_t n = dpk_shard_count(j->d);
+	const struct dpk *t = dpk_shard(j->d, 0);
+	uint64_t tbytes = dpk_header_get(t)->file_size, tcount = dpk_count(t);
+	int ret;
+
+	if (!(j->shard_bytes = calloc(n, sizeof(*j->shard_bytes))))
+		return -ENOMEM;
+	for (uint32_t k = 0; k < n; k++) {
+		uint64_t c = dpk_shard_first(j->d, k + 1) - dpk_shard_first(j->d, k);
+		j->shard_bytes[k] = (uint64_t)((double)tbytes * (double)c / (double)tcount);
+	}
+	j->shard_bytes[0] = tbytes;
+	if ((ret = shard_check(j, t, 0, why, whylen)) < 0)
+		return ret;
+	for (uint32_t k = 1; k < sd->nshards; k++) {
+		if (sd->shards[k] < 0)
+			continue;
+		int fd = sd->shards[k];
+		sd->shards[k] = -1;
+		if ((ret = job_shard_attach(j, k, fd, why, whylen)) < 0)
+			return ret;
+	}
+	info->stream_shards = n;
+	info->shard_bytes = j->shard_bytes;
+	return 0;
+}
+
 /* The SIGBUS guard's slots (DPK_GUARD_SLOTS, two a mapped file, one table for the daemon) are
  * charged per uid: the mappings a job open makes are its client's, up to a quarter of the table;
  * past it its files are opened unmapped (an index copy, counted in --mem-limit, and reads), and
@@ -748,8 +943,13 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, const struct srv
 		snprintf(why, whylen, "dataset %s: %s", spec->dataset, strerror(-ret));
 		goto fail;
 	}
-	ret = dset_get(dfd, sd->shards, sd->nshards, sd->uid, cfg, spec->dataset, &j->ds,
-		       &j->created, err, sizeof(err));
+	if (sd->stream) {
+		ret = dset_stream_get(dfd, sd->shards, sd->nshards, sd->uid, &j->ds, err, sizeof(err));
+		j->created = 1;
+	} else {
+		ret = dset_get(dfd, sd->shards, sd->nshards, sd->uid, cfg, spec->dataset, &j->ds,
+			       &j->created, err, sizeof(err));
+	}
 	if (ret < 0) {
 		snprintf(why, whylen, "dataset %s: %s", spec->dataset, err);
 		goto fail;
@@ -764,6 +964,8 @@ static int job_open(void *ctx, const struct ctl_job_open *spec, const struct srv
 		ret = job_shape(j, &info->ring, why, whylen);
 	if (ret == 0)
 		ret = job_aug_open(cfg, j, sd->aug, &info->mem_bytes, why, whylen);
+	if (ret == 0 && j->ds->stream)
+		ret = job_stream_open(j, sd, info, why, whylen);
 	pthread_mutex_unlock(&j->ds->mu);
 	if (ret < 0)
 		goto fail;
@@ -788,6 +990,7 @@ fail:
 	dset_put(j->ds);
 	if (j->fd >= 0)
 		close(j->fd);
+	free(j->shard_bytes);
 	free(j);
 	return ret;
 }
@@ -801,6 +1004,7 @@ static void job_close(void *ctx, void *p)
 		return;
 	dset_put(j->ds);
 	close(j->fd);
+	free(j->shard_bytes);
 	free(j);
 }
 
@@ -919,50 +1123,71 @@ static int decode_one(struct job *j, struct worker *w, uint64_t epoch, uint64_t 
 	return ret;
 }
 
-/* Replace the bad sample at position @pos with the next good one of the order; 0 with *id and
- * *label set. */
-static int substitute(struct job *j, struct worker *w, uint64_t epoch, uint64_t pos, uint64_t *id,
-		      int64_t *label, uint8_t *dst, struct srv_fill *f, uint32_t slot_i)
+/* One try of substitute(): sample @sid (its shard held). 1 when good (decoded into @dst, its aux
+ * filled, its label in *label), 0 when bad too (counted, logged), -ENOMEM. */
+static int substitute_one(struct job *j, struct worker *w, uint64_t epoch, uint64_t sid,
+			  int64_t *label, uint8_t *dst, struct srv_fill *f, uint32_t slot_i)
 {
 	char why[CTL_TEXT_MAX];
+	struct dpk_entry ent;
+	const struct dpk_entry *e = &ent;
+	ssize_t n = -EFBIG;  /* above --max-record: job_open saw to it, but the index is the
+			      * client's */
 
-	for (uint64_t k = 1; k <= SUBSTITUTE_TRIES && k < j->smp.n; k++) {
-		uint64_t sid = ldr_sampler_substitute(&j->smp, epoch, pos, k);
-		struct dpk_entry ent;
-		const struct dpk_entry *e = &ent;
-		ssize_t n = -EFBIG;  /* above --max-record: job_open saw to it, but the index is the
-				      * client's */
-		if (dpk_entry_load(j->d, sid, &ent, why, sizeof(why)) < 0) {
-			f->bad++;
-			if (f->nbad_ids < 8)
-				f->bad_ids[f->nbad_ids++] = sid;
-			LOG_WARN("job %s: sample %" PRIu64 " is bad too (%s); trying the next",
-				 j->spec.job, sid, why);
-			continue;
-		}
-		if (e->length <= j->max_record && w->sub_cap < e->length) {
-			uint8_t *p = realloc(w->sub, e->length);
-			if (!p)
-				return -ENOMEM;
-			w->sub = p;
-			w->sub_cap = e->length;
-		}
-		if (e->length <= j->max_record) {
-			uint64_t t0 = clk_now_ns();
-			n = dpk_read_entry(j->d, e, w->sub, w->sub_cap);
-			f->phase_ns[LDR_PHASE_IO] += clk_now_ns() - t0;
-		}
-		if (n >= 0 && decode_one(j, w, epoch, sid, e, w->sub, dst, why, sizeof(why)) == 0 &&
-		    aux_fill(j, w, f->slot, slot_i, sid, e, why, sizeof(why)) == 0) {
-			*id = sid;
-			*label = e->label;
-			return 0;
-		}
+	if (dpk_entry_load(j->d, sid, &ent, why, sizeof(why)) < 0) {
 		f->bad++;
 		if (f->nbad_ids < 8)
 			f->bad_ids[f->nbad_ids++] = sid;
 		LOG_WARN("job %s: sample %" PRIu64 " is bad too (%s); trying the next",
-			 j->spec.job, sid, n < 0 ? strerror((int)-n) : why);
+			 j->spec.job, sid, why);
+		return 0;
+	}
+	if (e->length <= j->max_record && w->sub_cap < e->length) {
+		uint8_t *p = realloc(w->sub, e->length);
+		if (!p)
+			return -ENOMEM;
+		w->sub = p;
+		w->sub_cap = e->length;
+	}
+	if (e->length <= j->max_record) {
+		uint64_t t0 = clk_now_ns();
+		n = dpk_read_entry(j->d, e, w->sub, w->sub_cap);
+		f->phase_ns[LDR_PHASE_IO] += clk_now_ns() - t0;
+	}
+	if (n >= 0 && decode_one(j, w, epoch, sid, e, w->sub, dst, why, sizeof(why)) == 0 &&
+	    aux_fill(j, w, f->slot, slot_i, sid, e, why, sizeof(why)) == 0) {
+		*label = e->label;
+		return 1;
+	}
+	f->bad++;
+	if (f->nbad_ids < 8)
+		f->bad_ids[f->nbad_ids++] = sid;
+	LOG_WARN("job %s: sample %" PRIu64 " is bad too (%s); trying the next",
+		 j->spec.job, sid, n < 0 ? strerror((int)-n) : why);
+	return 0;
+}
+
+/* Replace the bad sample at position @pos with the next good one of the order; 0 with *id and
+ * *label set. A streamed set: each candidate's shard is held around its read (the step holds
+ * only its own shards); one whose shard is pending is passed over (not known good, not counted
+ * bad). */
+static int substitute(struct job *j, struct worker *w, uint64_t epoch, uint64_t pos, uint64_t *id,
+		      int64_t *label, uint8_t *dst, struct srv_fill *f, uint32_t slot_i)
+{
+	for (uint64_t k = 1; k <= SUBSTITUTE_TRIES && k < j->smp.n; k++) {
+		uint64_t sid = ldr_sampler_substitute(&j->smp, epoch, pos, k);
+		uint32_t sk = j->ds->stream ? dpk_shard_find(j->d, sid) : 0;
+		if (j->ds->stream && dpk_shard_hold(j->d, sk) < 0)
+			continue;
+		int ret = substitute_one(j, w, epoch, sid, label, dst, f, slot_i);
+		if (j->ds->stream)
+			dpk_shard_release(j->d, sk);
+		if (ret < 0)
+			return ret;
+		if (ret > 0) {
+			*id = sid;
+			return 0;
+		}
 	}
 	return -EBADMSG;
 }
@@ -974,7 +1199,11 @@ static int truncated(struct job *j, struct srv_fill *f)
 {
 	struct stat st;
 
-	for (uint32_t k = 0; k < dpk_shard_count(j->d); k++) {  /* each file of a set */
+	/* each file of a set; of a streamed set, the shards the step holds (the others may be
+	 * pending, or detached at any time) */
+	uint32_t nk = j->ds->stream ? f->step->nheld : dpk_shard_count(j->d);
+	for (uint32_t q = 0; q < nk; q++) {
+		uint32_t k = j->ds->stream ? f->step->held[q] : q;
 		const struct dpk *s = dpk_shard(j->d, k);
 		uint64_t want = dpk_header_get(s)->file_size;
 		if (fstat(dpk_fd(s), &st) < 0 || (uint64_t)st.st_size >= want)
@@ -987,6 +1216,21 @@ static int truncated(struct job *j, struct srv_fill *f)
 		return 1;
 	}
 	return 0;
+}
+
+/* A streamed set: hold the shards of @st's samples (ldr_step_hold), all or none. 0, -EAGAIN
+ * with st->wait_shard, or another -errno with @why. Nothing held on a set not streamed. */
+static int step_hold(struct job *j, struct srv_step *st, char *why, size_t whylen)
+{
+	st->nheld = 0;
+	if (!j->ds->stream)
+		return 0;
+	int ret = ldr_step_hold(j->d, st->ids, st->count, st->held, &st->nheld, &st->wait_shard);
+	if (ret < 0 && ret != -EAGAIN)
+		snprintf(why, whylen, "dataset %s: step %llu draws a sample past the set's %llu",
+			 j->spec.dataset, (unsigned long long)st->step_in_epoch,
+			 (unsigned long long)dpk_count(j->d));
+	return ret;
 }
 
 /* The sampler's draw for a step, into the server's private arrays; labels are set by the fills
@@ -1008,7 +1252,7 @@ static int step_open(void *ctx, void *wp, struct srv_step *st, char *why, size_t
 					      st->ids, st->flags);
 		st->global_offset = c * st->rank;
 		assert(st->count <= j->spec.batch && j->spec.batch <= RING_BATCH_MAX);
-		return 0;
+		return step_hold(j, st, why, whylen);
 	}
 	/* Balanced shares: the same global step, cut by the weights in force (loader/shares.h) */
 	if (ldr_shares_split(st->world, st->global_count, st->cap, st->weights, st->split, NULL) < 0) {
@@ -1022,7 +1266,18 @@ static int step_open(void *ctx, void *wp, struct srv_step *st, char *why, size_t
 	st->count = st->split[st->rank];
 	ldr_sampler_range(&j->smp, st->epoch, st->step_in_epoch, st->global_offset, st->count,
 			  st->ids, st->flags);
-	return 0;
+	return step_hold(j, st, why, whylen);
+}
+
+/* The shards a step's fills read, held until the server let go of the step (step_release): a
+ * streamed set's; -EAGAIN with st->wait_shard when one is pending (nothing held). */
+static void step_release(void *ctx, void *wp, struct srv_step *st)
+{
+	struct job *j = st->job;
+
+	(void)ctx, (void)wp;
+	ldr_step_release(j->d, st->held, st->nheld);
+	st->nheld = 0;
 }
 
 /* Sample @i of the step failed to read or decode (@why): substitute it (into @dst, its ids and
@@ -1185,6 +1440,49 @@ static int fill(void *ctx, void *wp, struct srv_fill *f)
 	return ret;
 }
 
+/* ---- the stream's ops (srv.h; srv_fetch.c's stream thread) ---- */
+
+static int shard_attach(void *ctx, void *p, uint32_t k, int fd, char *why, size_t whylen)
+{
+	(void)ctx;
+	return job_shard_attach(p, k, fd, why, whylen);
+}
+
+static int shard_detach(void *ctx, void *p, uint32_t k)
+{
+	struct job *j = p;
+
+	(void)ctx;
+	return j->ds->stream ? dpk_shard_detach(j->d, k) : -EINVAL;
+}
+
+static uint32_t stream_future(void *ctx, void *p, uint32_t rank, uint64_t from, uint64_t nsteps,
+			      uint8_t *seen, uint32_t *out, uint32_t max)
+{
+	struct job *j = p;
+	uint32_t n = 0, batch = j->spec.batch;
+	uint64_t spe = j->smp.steps;
+
+	(void)ctx;
+	if (!j->ds->stream || rank >= j->spec.world || !max)
+		return 0;
+	uint64_t *ids = malloc(batch * sizeof(*ids));
+	uint8_t *flags = malloc(batch);
+	for (uint64_t s = from; ids && flags && s - from < nsteps && n < max; s++) {
+		uint32_t c = ldr_sampler_batch(&j->smp, s / spe, s % spe, rank, ids, flags);
+		for (uint32_t i = 0; i < c && n < max; i++) {
+			uint32_t k = dpk_shard_find(j->d, ids[i]);
+			if (!seen[k]) {
+				seen[k] = 1;
+				out[n++] = k;
+			}
+		}
+	}
+	free(ids);
+	free(flags);
+	return n;
+}
+
 void ldr_job_ops(const struct ldr_config *cfg, struct srv_ops *ops)
 {
 	memset(ops, 0, sizeof(*ops));
@@ -1194,7 +1492,11 @@ void ldr_job_ops(const struct ldr_config *cfg, struct srv_ops *ops)
 	ops->worker_init = worker_init;
 	ops->worker_fini = worker_fini;
 	ops->step_open = step_open;
+	ops->step_release = step_release;
 	ops->fill = fill;
+	ops->shard_attach = shard_attach;
+	ops->shard_detach = shard_detach;
+	ops->stream_future = stream_future;
 	ops->phases[LDR_PHASE_IO] = (struct srv_phase){ "io", "reading" };
 	ops->phases[LDR_PHASE_DECODE] = (struct srv_phase){ "decode", "decoding" };
 }

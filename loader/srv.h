@@ -48,6 +48,11 @@ struct srv_job_info {
 	uint32_t fds;              /* descriptors the job makes loaderd hold (its dataset's files,
 				    * their O_DIRECT twins): counted against opts.max_fds and its
 				    * uid's opts.max_fds_uid while the job lives */
+	/* A streamed set (srv_dataset.stream; docs/STREAMING.md): its shards, and each shard's
+	 * file size from the manifest (stream_shards entries, the job's memory, valid while the
+	 * job lives: the stream's byte budget). 0 and NULL when not streamed. */
+	uint32_t stream_shards;
+	const uint64_t *shard_bytes;
 };
 
 /* A step, as the callbacks see it. The server takes its ring slot, then asks ops->step_open once
@@ -75,6 +80,13 @@ struct srv_step {
 	uint32_t cap;              /* samples the slot holds (the ring's batch) */
 	uint32_t global_count;     /* out of step_open: samples of the global step, all ranks */
 	uint32_t global_offset;    /* out of step_open: this rank's first entry in it */
+	/* A streamed set (docs/STREAMING.md): with step_open's -EAGAIN, a shard the step reads that
+	 * is not attached yet (nothing is held then); with 0, the shards the step holds until
+	 * ops->step_release (held[0, nheld), written by step_open; held has cap entries, the
+	 * server's memory). nheld 0 on a set that is not streamed. */
+	uint32_t wait_shard;
+	uint32_t *held;
+	uint32_t nheld;
 };
 
 /* A task: samples [begin, end) of a step, as the fill callback sees it. */
@@ -104,7 +116,12 @@ struct srv_dataset {
 	int *shards;               /* a manifest's shards, in its order (CTL_SHARD_FDS); job_open
 				    * may take one over (it then sets its entry to -1), and the
 				    * server closes the others after it */
-	uint32_t nshards;          /* 0 when none came */
+	uint32_t nshards;          /* 0 when none came; with stream, the manifest's shard count */
+	int stream;                /* 1: a streamed set (docs/STREAMING.md): fd is the manifest,
+				    * shards has an entry per shard of it, -1 for each not delivered
+				    * yet (shard 0 always is): job_open opens it pending, attaches
+				    * those that came (taking them over) and the stream attaches the
+				    * others later (ops->shard_attach) */
 	uid_t uid;                 /* the client's: what a job holds is never shared across uids */
 	const struct ctl_augment *aug; /* the job's augmentations (CTL_AUGMENT, checked field by
 				    * field); NULL when none came */
@@ -124,9 +141,30 @@ struct srv_ops {
 	void *(*worker_init)(void *ctx, unsigned index);
 	void (*worker_fini)(void *ctx, void *worker);
 	/* Open a step: set st->count, st->slot_flags and entries [0, count) of st->ids, flags and
-	 * labels (the sampler's draw). Runs once per step, on one worker, without the server lock.
-	 * 0, or -errno with @why set: the job fails and its clients are told why. */
+	 * labels (the sampler's draw). Runs on one worker, without the server lock. 0, or -errno
+	 * with @why set: the job fails and its clients are told why. A streamed set may answer
+	 * -EAGAIN with st->wait_shard (a shard the step reads is pending; nothing held): the server
+	 * parks the step (its slot stays taken, no worker waits) and calls step_open for it again
+	 * after srv_shard_ready (the draw is a pure function of the step). */
 	int (*step_open)(void *ctx, void *worker, struct srv_step *st, char *why, size_t whylen);
+	/* Optional. Called once for each step step_open opened with 0, after the step was published
+	 * or abandoned (never while a fill of it runs), without the server lock: let go of what
+	 * step_open held for it (a streamed set's shards, st->held). */
+	void (*step_release)(void *ctx, void *worker, struct srv_step *st);
+	/* A streamed set's stream (loader/srv_fetch.c's stream thread), without the server lock;
+	 * optional (NULL: no streaming). Attach shard @k of @job's set from @fd (taken over in every
+	 * case): the shard's checks, then its records' bound and verdicts (its samples only), before
+	 * any step can hold it; a shard that fails them is detached again. 0 (then call
+	 * srv_shard_ready), or -errno with @why naming the shard (and the sample). */
+	int (*shard_attach)(void *ctx, void *job, uint32_t k, int fd, char *why, size_t whylen);
+	/* Detach shard @k of @job's set: 0, -EBUSY while a step holds it, -ENOENT when pending. */
+	int (*shard_detach)(void *ctx, void *job, uint32_t k);
+	/* The distinct shards read by steps [from, from + nsteps) of rank @rank (an even split:
+	 * balanced shares are ignored for this forecast), appended to @out in first-use order,
+	 * skipping those @seen marks (a byte per shard, set for each appended); stops at @max
+	 * entries. Returns the count appended. O(nsteps x batch). */
+	uint32_t (*stream_future)(void *ctx, void *job, uint32_t rank, uint64_t from,
+				  uint64_t nsteps, uint8_t *seen, uint32_t *out, uint32_t max);
 	/* Fill samples [f->begin, f->end) of f->step into the slot's payload. Tasks of one step may
 	 * run on several workers at once. 0, or -errno with f->why set: the job fails as above. */
 	int (*fill)(void *ctx, void *worker, struct srv_fill *f);

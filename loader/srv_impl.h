@@ -155,7 +155,9 @@ struct open_step {
 	uint64_t phase_ns[SRV_PHASES_MAX];
 	uint32_t *shares;        /* balanced shares: 2 x shares_cap (weights copied, split scratch) */
 	uint32_t shares_cap;
-	struct open_step *next_open;  /* on s->tasks, or on s->step_pool */
+	int opened;              /* ops->step_open answered 0: ops->step_release is owed */
+	struct open_step *next_open;  /* on s->tasks, a job's parked list, s->reopen, or on
+				       * s->step_pool */
 };
 
 /* What one uid holds, for the per-uid limits (srv_jobs.c). One per uid ever seen (a node has
@@ -275,6 +277,11 @@ struct job {
 	int64_t use_ns;
 	uint64_t sample_ns;
 	unsigned queued;
+	/* A streamed set (srv_workers.c), under mu: its steps parked on a pending shard (slot
+	 * taken, att referenced, nothing held), in the order they parked, until srv_shard_ready
+	 * moves them to s->reopen or they are abandoned (ring retired, job failed). */
+	struct open_step *parked, *parked_tail;
+	unsigned nparked;
 	double cpu_cores;             /* of that, cores over the last rate interval */
 	double demand;                /* samples/s its attached consumers eat (dm_rate_peak x batch),
 				       * at the last rate interval */
@@ -340,6 +347,13 @@ struct srv {
 	unsigned rr;                  /* round-robin start for workers */
 	struct open_step *tasks, *tasks_tail;  /* open steps with samples to hand out, FIFO */
 	struct open_step *step_pool;  /* done open_steps, for reuse (freed by srv_workers_stop) */
+	/* Streamed sets (srv_workers.c): parked steps whose job had a shard attached since, to be
+	 * opened again (FIFO, taken before a new pick); the count of attaches (srv_shard_ready), so
+	 * that a step_open that answered -EAGAIN after one opens again instead of parking; the
+	 * parked steps of all jobs. */
+	struct open_step *reopen, *reopen_tail;
+	uint64_t shard_gen;
+	unsigned nparked;
 	struct att **live;            /* attached atts, in no order: what workers pick from */
 	unsigned nlive, live_cap;
 	int64_t start_ns;
@@ -476,6 +490,19 @@ int srv_workers_start(struct srv *s, char *why, size_t whylen);
 /* Tell the workers to stop, shut the attached rings down (ring_shutdown wakes their waiters), and
  * join the workers. */
 void srv_workers_stop(struct srv *s);
+/* Streamed sets, for the stream thread (srv_fetch.c), without mu (they take it). A shard of @j
+ * attached (ops->shard_attach answered 0): every parked step of @j goes to be opened again
+ * (ops->step_open anew), and a step_open racing with this one opens again instead of parking.
+ * O(parked steps of @j). */
+void srv_shard_ready(struct srv *s, struct job *j);
+/* The stream of @j ended with @err (either sign) and @why (the store's reason, naming the
+ * object): @j fails with it (every rank is told, as a failed fill), its parked steps are
+ * abandoned (their slots are not published). */
+void srv_job_stream_fail(struct srv *s, struct job *j, int err, const char *why);
+/* Under mu, control thread, after each event batch: abandon the parked steps whose ring was
+ * retired or turned hostile, or whose job failed (they would wait for a shard forever and keep
+ * their att). O(jobs) when any step is parked, else O(1). */
+void srv_parked_sweep(struct srv *s);
 
 /* ---- srv_snap.c: uses core, att ---- */
 

@@ -265,6 +265,7 @@ int srv_run(struct srv *s)
 		srv_conn_accept_resume(s);
 		pthread_mutex_lock(&s->mu);
 		srv_open_finish(s);
+		srv_parked_sweep(s);  /* before reap: it may bury atts */
 		struct att *dead = reap(s);
 		srv_housekeeping(s);
 		struct job *gone = s->job_grave;

@@ -483,6 +483,7 @@ static void step_free(struct open_step *o)
 	free(o->st.ids);
 	free(o->st.flags);
 	free(o->st.labels);
+	free(o->st.held);
 	free(o->shares);
 	free(o);
 }
@@ -495,10 +496,12 @@ static int step_arrays(struct open_step *o, uint32_t batch)
 	free(o->st.ids);
 	free(o->st.flags);
 	free(o->st.labels);
+	free(o->st.held);
 	o->st.ids = calloc(batch, sizeof(*o->st.ids));
 	o->st.flags = calloc(batch, sizeof(*o->st.flags));
 	o->st.labels = calloc(batch, sizeof(*o->st.labels));
-	o->cap = o->st.ids && o->st.flags && o->st.labels ? batch : 0;
+	o->st.held = calloc(batch, sizeof(*o->st.held));
+	o->cap = o->st.ids && o->st.flags && o->st.labels && o->st.held ? batch : 0;
 	return o->cap ? 0 : -ENOMEM;
 }
 
@@ -510,7 +513,10 @@ static int step_stale(const struct srv *s, const struct open_step *o)
 	return o->abandoned || o->a->dead || o->a->hostile || s->workers_stop;
 }
 
-/* Under mu. Fail @j with @ret and @why (the first failure only): every rank is told. */
+static void parked_abandon(struct srv *s, struct job *j, int all);
+
+/* Under mu. Fail @j with @ret and @why (the first failure only): every rank is told. Its parked
+ * steps are abandoned: no shard attach reopens a step of a failed job. */
 static void fail_job(struct srv *s, struct job *j, uint32_t rank, uint64_t step, int ret,
 		     const char *why)
 {
@@ -521,15 +527,28 @@ static void fail_job(struct srv *s, struct job *j, uint32_t rank, uint64_t step,
 	snprintf(j->fail_msg, sizeof(j->fail_msg), "%s", why[0] ? why : strerror(j->fail_err));
 	srv_notice(s, 0, "job %s rank %u step %llu: %s", j->name, rank, (unsigned long long)step,
 		   j->fail_msg);
+	parked_abandon(s, j, 1);
 	srv_wake_control(s);
 }
 
-/* Under mu; may let go of it for the publish. Every task of @o is done: publish it (unless it was
- * abandoned), drop its att reference and give it back to the pool. */
-static void step_done(struct srv *s, struct open_step *o)
+/* Without mu. What ops->step_open held for @o (a streamed set's shards), let go once. */
+static void step_release(struct srv *s, void *wstate, struct open_step *o)
+{
+	if (o->opened && s->ops.step_release)
+		s->ops.step_release(s->ops.ctx, wstate, &o->st);
+	o->opened = 0;
+	o->st.nheld = 0;
+}
+
+/* Under mu; may let go of it for the publish, and for ops->step_release (1 when it did: lists
+ * walked before may have changed). Every task of @o is done: publish it (unless it was
+ * abandoned), release what its open held, drop its att reference and give it back to the pool.
+ * @wstate: the calling worker's state (NULL: not a worker). */
+static int step_done(struct srv *s, void *wstate, struct open_step *o)
 {
 	struct att *a = o->a;
 	struct job *j = a->job;
+	int unlocked = 0;
 
 	if (!o->abandoned) {
 		struct rank_state *rs = &j->ranks[a->rank];
@@ -568,14 +587,130 @@ static void step_done(struct srv *s, struct open_step *o)
 		o->slot.hdr->global_offset = o->st.global_offset;
 		o->slot.hdr->latency_ns = latency;
 		ring_prod_publish(a->ring, &o->slot, n, flags);
+		step_release(s, wstate, o);
 		pthread_mutex_lock(&s->mu);
+		unlocked = 1;
 		srv_att_published(a, o->step, now_ns());
+	} else if (o->opened) {
+		pthread_mutex_unlock(&s->mu);
+		step_release(s, wstate, o);
+		pthread_mutex_lock(&s->mu);
+		unlocked = 1;
 	}
 	if (--a->refs == 0 && a->dead)
 		srv_att_free(s, a);
 	else if (a->refs == 0 && j->failed)
 		srv_wake_control(s);  /* its consumer waits for this to hear of the failure */
 	step_put(s, o);
+	return unlocked;
+}
+
+/* Under mu. Abandon @j's parked steps: every one (@all), else those whose ring is gone or
+ * hostile (or all of them when @j failed). A parked step holds nothing (its open answered
+ * -EAGAIN): step_done keeps the lock. */
+static void parked_abandon(struct srv *s, struct job *j, int all)
+{
+	struct open_step *o = j->parked, *prev = NULL, *next;
+
+	for (; o; o = next) {
+		next = o->next_open;
+		if (!all && !j->failed && !step_stale(s, o)) {
+			prev = o;
+			continue;
+		}
+		if (prev)
+			prev->next_open = next;
+		else
+			j->parked = next;
+		if (j->parked_tail == o)
+			j->parked_tail = prev;
+		j->nparked--;
+		s->nparked--;
+		o->abandoned = 1;
+		step_done(s, NULL, o);
+	}
+}
+
+/* Under mu. @o's open answered -EAGAIN: it waits on its job's parked list, its slot taken. */
+static void step_park(struct srv *s, struct open_step *o)
+{
+	struct job *j = o->a->job;
+
+	o->next_open = NULL;
+	if (j->parked_tail)
+		j->parked_tail->next_open = o;
+	else
+		j->parked = o;
+	j->parked_tail = o;
+	j->nparked++;
+	s->nparked++;
+}
+
+void srv_shard_ready(struct srv *s, struct job *j)
+{
+	pthread_mutex_lock(&s->mu);
+	s->shard_gen++;
+	if (j->parked) {
+		if (s->reopen_tail)
+			s->reopen_tail->next_open = j->parked;
+		else
+			s->reopen = j->parked;
+		s->reopen_tail = j->parked_tail;
+		s->nparked -= j->nparked;
+		j->parked = j->parked_tail = NULL;
+		j->nparked = 0;
+		pthread_cond_broadcast(&s->cv);
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+void srv_job_stream_fail(struct srv *s, struct job *j, int err, const char *why)
+{
+	pthread_mutex_lock(&s->mu);
+	if (!j->failed) {
+		j->failed = 1;
+		j->fail_err = err < 0 ? -err : err > 0 ? err : EIO;
+		snprintf(j->fail_msg, sizeof(j->fail_msg), "%s",
+			 why && why[0] ? why : strerror(j->fail_err));
+		srv_notice(s, 0, "job %s: its dataset's stream failed: %s", j->name, j->fail_msg);
+		srv_wake_control(s);
+	}
+	parked_abandon(s, j, 1);  /* also when it had failed before */
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Under mu. Abandon the steps to be opened again whose ring is gone or whose job failed (@all:
+ * every one). */
+static void reopen_abandon(struct srv *s, int all)
+{
+	struct open_step *o = s->reopen, *prev = NULL, *next;
+
+	for (; o; o = next) {
+		next = o->next_open;
+		if (!all && !o->a->job->failed && !step_stale(s, o)) {
+			prev = o;
+			continue;
+		}
+		if (prev)
+			prev->next_open = next;
+		else
+			s->reopen = next;
+		if (s->reopen_tail == o)
+			s->reopen_tail = prev;
+		o->abandoned = 1;
+		step_done(s, NULL, o);
+	}
+}
+
+void srv_parked_sweep(struct srv *s)
+{
+	if (s->reopen)
+		reopen_abandon(s, 0);
+	if (!s->nparked)
+		return;
+	for (struct job *j = s->jobs; j; j = j->next)
+		if (j->parked)
+			parked_abandon(s, j, 0);
 }
 
 /* Under mu. Take @o off s->tasks; @prev is the step before it (NULL: @o is the head). */
@@ -632,7 +767,7 @@ static uint32_t task_cut(const struct open_step *o)
  * longer be filled are abandoned on the way (and finished if no task of theirs is out). The queue
  * holds few steps: one is opened when none has a task left (task_next), or for a job that has
  * none queued. */
-static struct open_step *task_step(struct srv *s, struct open_step **best_prev)
+static struct open_step *task_step(struct srv *s, void *wstate, struct open_step **best_prev)
 {
 	struct open_step *best = NULL, *prev = NULL, *o, *next;
 	struct use_key bk = { 0, 0 };
@@ -644,8 +779,13 @@ static struct open_step *task_step(struct srv *s, struct open_step **best_prev)
 			o->abandoned = 1;
 			o->next = o->st.count;
 			tasks_unlink(s, prev, o);
-			if (o->out == 0)
-				step_done(s, o);  /* abandoned: keeps the lock */
+			/* abandoned: lets go of the lock only to release what its open held; the
+			 * queue may have changed meanwhile: walk it again (each pass takes one
+			 * stale step off it) */
+			if (o->out == 0 && step_done(s, wstate, o)) {
+				best = prev = NULL;
+				next = s->tasks;
+			}
 			continue;
 		}
 		struct use_key k = use_key(s, o->a->job, now);
@@ -661,9 +801,9 @@ static struct open_step *task_step(struct srv *s, struct open_step **best_prev)
 
 /* Under mu. The next task into *t: about a slice of samples (task_cut) of the step task_step
  * chooses. 1 when a task was taken, else 0. */
-static int task_take(struct srv *s, struct task *t)
+static int task_take(struct srv *s, void *wstate, struct task *t)
 {
-	struct open_step *prev = NULL, *o = task_step(s, &prev);
+	struct open_step *prev = NULL, *o = task_step(s, wstate, &prev);
 
 	if (!o)
 		return 0;
@@ -699,7 +839,7 @@ static int task_run(struct srv *s, void *wstate, const struct task *t, const str
 }
 
 /* Under mu. A task of @o ended with @ret after @dt ns (@cpu ns of CPU): account it; the last one finishes @o. */
-static void task_done(struct srv *s, struct open_step *o, uint32_t t_samples, int ret,
+static void task_done(struct srv *s, void *wstate, struct open_step *o, uint32_t t_samples, int ret,
 		      const struct srv_fill *f, int64_t dt, int64_t cpu)
 {
 	struct job *j = o->a->job;
@@ -725,7 +865,7 @@ static void task_done(struct srv *s, struct open_step *o, uint32_t t_samples, in
 	}
 	/* A step leaves the queue when its last sample is handed out: this one is off it. */
 	if (--o->out == 0 && o->next == o->st.count)
-		step_done(s, o);
+		step_done(s, wstate, o);
 }
 
 /* Under mu. Balanced shares, when @a opens @step with @report the report its consumer left in the
@@ -767,13 +907,96 @@ static int step_shares(struct srv *s, struct att *a, struct open_step *o, uint64
 	return 0;
 }
 
+/* Under mu; lets go of it while ops->step_open runs. Draw @o (its slot taken, its att
+ * referenced) and queue its tasks; or, when a shard it reads is pending (a streamed set's
+ * -EAGAIN), park it on its job's list until srv_shard_ready. An attach that came while the open
+ * ran (s->shard_gen moved) may have been the shard it waits for, and srv_shard_ready found
+ * nothing parked then: it opens again at once instead of parking (no lost wake-up). */
+static void step_draw(struct srv *s, void *wstate, struct open_step *o)
+{
+	struct att *a = o->a;
+	struct job *j = a->job;
+	uint64_t step = o->step, gen;
+	char why[CTL_TEXT_MAX];
+	int ret;
+
+	do {
+		gen = s->shard_gen;
+		pthread_mutex_unlock(&s->mu);
+		int64_t t0 = now_ns();
+		why[0] = '\0';
+		o->st.job = j->state;
+		o->st.rank = a->rank;
+		o->st.world = j->spec.world;
+		o->st.epoch = step / j->info.steps_per_epoch;
+		o->st.step_in_epoch = step % j->info.steps_per_epoch;
+		o->st.cap = j->info.ring.batch;
+		o->st.count = o->st.slot_flags = 0;
+		o->st.global_count = o->st.global_offset = 0;
+		o->st.wait_shard = 0;
+		o->st.nheld = 0;
+		o->slot.hdr->epoch = o->st.epoch;
+		o->slot.hdr->step_in_epoch = o->st.step_in_epoch;
+		ret = step_arrays(o, j->info.ring.batch);
+		if (ret < 0)
+			snprintf(why, sizeof(why), "out of memory opening a step");
+		else
+			ret = s->ops.step_open(s->ops.ctx, wstate, &o->st, why, sizeof(why));
+		o->opened = ret == 0;
+		if (ret == 0 && o->st.count > j->info.ring.batch) {
+			snprintf(why, sizeof(why), "the fill drew %u samples for a batch of %u",
+				 o->st.count, j->info.ring.batch);
+			ret = -EPROTO;
+		}
+		if (ret == 0 && o->st.global_count == 0) {
+			/* a filler that draws even splits only */
+			o->st.global_count = o->st.count * o->st.world;
+			o->st.global_offset = o->st.count * o->st.rank;
+		}
+		if (ret == 0 && (o->st.global_offset > o->st.global_count ||
+				 o->st.count > o->st.global_count - o->st.global_offset)) {
+			snprintf(why, sizeof(why), "the fill drew samples [%u, %u) of a step of %u",
+				 o->st.global_offset, o->st.global_offset + o->st.count,
+				 o->st.global_count);
+			ret = -EPROTO;
+		}
+		if (ret == -EAGAIN && (!j->info.stream_shards ||
+				       o->st.wait_shard >= j->info.stream_shards)) {
+			snprintf(why, sizeof(why), "the fill asked to wait for shard %u of a set of %u "
+				 "streamed", o->st.wait_shard, j->info.stream_shards);
+			ret = -EPROTO;
+		}
+		int64_t t1 = now_ns(), dt = t1 - t0, dc = ldr_cpu_clock_lap(&cpu_clk, dt, t1);
+
+		pthread_mutex_lock(&s->mu);
+		s->busy_ns += (uint64_t)dt;
+		o->work_ns += (uint64_t)dt;
+		charge(s, o, dc);
+		use_charge(s, j, dt);
+	} while (ret == -EAGAIN && s->shard_gen != gen && !j->failed && !step_stale(s, o));
+	o->task = task_size(s, o->st.count);
+	if (ret == -EAGAIN) {
+		if (!j->failed && !step_stale(s, o)) {
+			step_park(s, o);
+			return;
+		}
+		o->abandoned = 1;  /* nothing to wait for: its ring or its job is gone */
+	} else if (ret < 0) {
+		fail_job(s, j, a->rank, step, ret, why);
+		o->abandoned = 1;
+	}
+	if (o->abandoned || o->st.count == 0)
+		step_done(s, wstate, o);
+	else
+		tasks_push(s, o);
+}
+
 /* Under mu; lets go of it while ops->step_open runs. Open @step of @a (picked, with a reference
- * on @a): take its slot, draw it, and queue its tasks. */
+ * on @a): take its slot, draw it, and queue its tasks (step_draw). */
 static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 {
 	struct job *j = a->job;
 	struct open_step *o = step_get(s);
-	char why[CTL_TEXT_MAX] = "";
 	int ret;
 
 	if (!o) {
@@ -786,10 +1009,12 @@ static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 	o->st.weights = NULL;
 	o->st.split = NULL;
 	o->st.global_count = o->st.global_offset = 0;
+	o->st.nheld = 0;
 	o->a = a;
 	o->step = step;
 	o->next = o->out = 0;
 	o->abandoned = 0;
+	o->opened = 0;
 	o->first_ns = 0;
 	o->open_ns = now_ns();
 	o->work_ns = 0;
@@ -800,64 +1025,38 @@ static void step_open(struct srv *s, void *wstate, struct att *a, uint64_t step)
 		a->hostile = 1;  /* ring_prod_begin: the consumer rewrote a free word */
 		srv_wake_control(s);
 		o->abandoned = 1;
-		step_done(s, o);
+		step_done(s, wstate, o);
 		return;
 	}
 	if (j->spec.balance &&
 	    step_shares(s, a, o, step, ring_prod_reclaim_report(a->ring, &o->slot)) < 0) {
 		fail_job(s, j, a->rank, step, -ENOMEM, "out of memory opening a step");
 		o->abandoned = 1;
-		step_done(s, o);
+		step_done(s, wstate, o);
 		return;
 	}
-	pthread_mutex_unlock(&s->mu);
+	step_draw(s, wstate, o);
+}
 
-	int64_t t0 = now_ns();
-	o->st.job = j->state;
-	o->st.rank = a->rank;
-	o->st.world = j->spec.world;
-	o->st.epoch = step / j->info.steps_per_epoch;
-	o->st.step_in_epoch = step % j->info.steps_per_epoch;
-	o->st.cap = j->info.ring.batch;
-	o->slot.hdr->epoch = o->st.epoch;
-	o->slot.hdr->step_in_epoch = o->st.step_in_epoch;
-	ret = step_arrays(o, j->info.ring.batch);
-	if (ret < 0)
-		snprintf(why, sizeof(why), "out of memory opening a step");
-	else
-		ret = s->ops.step_open(s->ops.ctx, wstate, &o->st, why, sizeof(why));
-	if (ret == 0 && o->st.count > j->info.ring.batch) {
-		snprintf(why, sizeof(why), "the fill drew %u samples for a batch of %u",
-			 o->st.count, j->info.ring.batch);
-		ret = -EPROTO;
-	}
-	if (ret == 0 && o->st.global_count == 0) {
-		/* a filler that draws even splits only */
-		o->st.global_count = o->st.count * o->st.world;
-		o->st.global_offset = o->st.count * o->st.rank;
-	}
-	if (ret == 0 && (o->st.global_offset > o->st.global_count ||
-			 o->st.count > o->st.global_count - o->st.global_offset)) {
-		snprintf(why, sizeof(why), "the fill drew samples [%u, %u) of a step of %u",
-			 o->st.global_offset, o->st.global_offset + o->st.count, o->st.global_count);
-		ret = -EPROTO;
-	}
-	int64_t t1 = now_ns(), dt = t1 - t0, dc = ldr_cpu_clock_lap(&cpu_clk, dt, t1);
+/* Under mu; may let go of it. A step parked on a shard that has attached since: opened again,
+ * unless its ring or its job is gone (then abandoned). 1 when there was one. */
+static int step_reopen(struct srv *s, void *wstate)
+{
+	struct open_step *o = s->reopen;
 
-	pthread_mutex_lock(&s->mu);
-	s->busy_ns += (uint64_t)dt;
-	o->work_ns += (uint64_t)dt;
-	charge(s, o, dc);
-	use_charge(s, j, dt);
-	o->task = task_size(s, o->st.count);
-	if (ret < 0) {
-		fail_job(s, j, a->rank, step, ret, why);
+	if (!o)
+		return 0;
+	s->reopen = o->next_open;
+	if (!s->reopen)
+		s->reopen_tail = NULL;
+	o->next_open = NULL;
+	if (o->a->job->failed || step_stale(s, o)) {
 		o->abandoned = 1;
+		step_done(s, wstate, o);
+	} else {
+		step_draw(s, wstate, o);
 	}
-	if (o->abandoned || o->st.count == 0)
-		step_done(s, o);
-	else
-		tasks_push(s, o);
+	return 1;
 }
 
 struct worker_arg {
@@ -881,7 +1080,10 @@ static int task_next(struct srv *s, void *wstate, struct task *t)
 	 * within a slice (a pick costs the attached rings); one that finds one is, at the next
 	 * task: else a worker back from such a ring's task took the costly job's next record, and
 	 * the cheap ring got one step per costly record, whatever it had used. */
-	struct open_step *o = s->workers_stop ? NULL : task_step(s, &prev);
+	/* Steps whose shard may have come first (their slots are taken), until one has tasks */
+	while (!s->workers_stop && !s->tasks && step_reopen(s, wstate))
+		;
+	struct open_step *o = s->workers_stop ? NULL : task_step(s, wstate, &prev);
 	int64_t now = now_ns();
 	if (o && now - s->fair_ns >= SRV_SLICE_NS) {
 		struct use_key k = use_key(s, o->a->job, now);
@@ -891,7 +1093,7 @@ static int task_next(struct srv *s, void *wstate, struct task *t)
 		else
 			s->fair_ns = now;
 	}
-	if (task_take(s, t))
+	if (task_take(s, wstate, t))
 		return 1;
 	if (s->workers_stop)
 		return 0;
@@ -899,7 +1101,7 @@ static int task_next(struct srv *s, void *wstate, struct task *t)
 	if (!a)
 		return 0;
 	step_open(s, wstate, a, step);
-	return task_take(s, t);
+	return task_take(s, wstate, t);
 }
 
 /* Under mu. May this worker start more work now? Not when the workers already decoding are as
@@ -972,7 +1174,7 @@ static void *worker_main(void *p)
 		int ret = task_run(s, wstate, &cur, more ? &next : NULL, &f);
 		int64_t t1 = now_ns(), dt = t1 - t0, dc = ldr_cpu_clock_lap(&cpu_clk, dt, t1);
 		pthread_mutex_lock(&s->mu);
-		task_done(s, cur.o, cur.end - cur.begin, ret, &f, dt, dc);
+		task_done(s, wstate, cur.o, cur.end - cur.begin, ret, &f, dt, dc);
 		cur = next;
 		have = more;
 		if (!have) {
@@ -1031,8 +1233,14 @@ void srv_workers_stop(struct srv *s)
 	pthread_mutex_unlock(&s->mu);
 	for (unsigned i = 0; i < s->nthreads; i++)
 		pthread_join(s->threads[i], NULL);
-	/* The workers drained s->tasks on their way out (every queued step was abandoned). */
-	assert(!s->tasks);
+	/* The workers drained s->tasks on their way out (every queued step was abandoned); the
+	 * steps that wait on a shard are abandoned here. */
+	pthread_mutex_lock(&s->mu);
+	reopen_abandon(s, 1);
+	for (struct job *j = s->jobs; j && s->nparked; j = j->next)
+		parked_abandon(s, j, 1);
+	pthread_mutex_unlock(&s->mu);
+	assert(!s->tasks && !s->reopen && !s->nparked);
 	while (s->step_pool) {
 		struct open_step *o = s->step_pool;
 		s->step_pool = o->next_open;

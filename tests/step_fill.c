@@ -16,9 +16,12 @@ int step_fill(const struct srv_ops *ops, void *worker, struct srv_step *st, uint
 	st->ids = calloc(batch ? batch : 1, sizeof(*st->ids));
 	st->flags = calloc(batch ? batch : 1, sizeof(*st->flags));
 	st->labels = calloc(batch ? batch : 1, sizeof(*st->labels));
-	ret = st->ids && st->flags && st->labels ? 0 : -ENOMEM;
+	st->held = calloc(batch ? batch : 1, sizeof(*st->held));
+	st->nheld = 0;
+	ret = st->ids && st->flags && st->labels && st->held ? 0 : -ENOMEM;
 	if (ret == 0)
 		ret = ops->step_open(ops->ctx, worker, st, out->why, sizeof(out->why));
+	int opened = ret == 0;
 	if (ret == 0 && st->count > batch)
 		ret = -EPROTO;
 	for (uint32_t b = 0; ret == 0 && b < st->count; b = f.end) {
@@ -46,9 +49,13 @@ int step_fill(const struct srv_ops *ops, void *worker, struct srv_step *st, uint
 		memcpy(slot->flags, st->flags, st->count * sizeof(*st->flags));
 		memcpy(slot->labels, st->labels, st->count * sizeof(*st->labels));
 	}
+	if (opened && ops->step_release)  /* as the server does once the step is published */
+		ops->step_release(ops->ctx, worker, st);
 	free(st->ids);
 	free(st->flags);
 	free(st->labels);
+	free(st->held);
+	st->held = NULL;
 	st->ids = NULL;
 	st->flags = NULL;
 	st->labels = NULL;

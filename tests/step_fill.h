@@ -17,7 +17,9 @@
 /* Fill a whole step with @ops and worker state @worker: step_open, then fills over tasks of @task
  * samples (0 = the whole step), then ids, flags and labels copied into @slot. @st's job, rank,
  * world, epoch and step_in_epoch are the caller's; its arrays are allocated here (batch @batch
- * entries) and freed before return. @out sums the tasks' phase_ns and bad counts (its step,
+ * entries; st->held too) and freed before return, after ops->step_release (when step_open
+ * answered 0: a streamed set's shards are let go, as the server does after the publish). -EAGAIN
+ * with st->wait_shard as step_open answered it. @out sums the tasks' phase_ns and bad counts (its step,
  * begin, end are unused). 0 or the first failure's -errno with out->why; -EPROTO when step_open
  * drew more than @batch samples. */
 int step_fill(const struct srv_ops *ops, void *worker, struct srv_step *st, uint32_t batch,
