@@ -220,6 +220,11 @@ static const struct arg_opt opt_rows[] = {
 	{ "cache-size-per-uid", 0, ARG_BYTES, AT(cache_uid, uint64_t), .lo = 1, .hi = UINT64_MAX,
 	  .def_doc = "half of --cache-size",
 	  .help = "of them, what one user's running jobs may hold" },
+	{ "cache-stream", 0, ARG_FLAG, AT(so.cache_stream, int),
+	  .help = "stream a set of shards through the cache instead of fetching it whole before "
+		  "its job starts: steps are filled as their shards arrive, shards are fetched in the "
+		  "order the jobs' samplers will read them and the farthest-needed are let go first, "
+		  "so a set larger than the cache can be read (docs/STREAMING.md)" },
 	{ "cache-endpoints", 0, ARG_PATH, AT(so.cache_endpoints, const char *), .meta = "LIST",
 	  .def_doc = "AWS's own: https://s3.amazonaws.com, https://s3.REGION.amazonaws.com",
 	  .help = "the stores the node cache fetches from, comma-separated, each "
@@ -375,6 +380,8 @@ static int start_cache(struct opts *o)
 	}
 	o->so.cache = 1;
 	o->so.fetch_fd = sv[0];
+	o->so.cache_size = o->cache_size;
+	o->so.cache_size_uid = o->cache_uid;
 	LOG_INFO("node cache %s: %llu bytes, %llu per uid, fetched by %s (pid %d) from %s",
 		 o->cache_dir, (unsigned long long)o->cache_size, (unsigned long long)o->cache_uid,
 		 prog, (int)pid, o->so.cache_endpoints ? o->so.cache_endpoints :
@@ -454,6 +461,10 @@ int main(int argc, char **argv)
 	raise_nofile();
 	if (o.so.cache_endpoints && !o.cache_dir) {
 		LOG_ERROR("--cache-endpoints without --cache-dir: there is no node cache to fetch");
+		return 2;
+	}
+	if (o.so.cache_stream && !o.cache_dir) {
+		LOG_ERROR("--cache-stream without --cache-dir: there is no node cache to stream through");
 		return 2;
 	}
 	if (o.cache_dir && start_cache(&o) < 0)

@@ -204,6 +204,11 @@ struct srv_opts {
 				    * CTL_S3_OPEN is taken and the job open asks ldfetch over
 				    * fetch_fd; 0: CTL_S3_OPEN is answered EOPNOTSUPP */
 	int fetch_fd;              /* ldfetch's socket (SOCK_SEQPACKET), when cache */
+	int cache_stream;          /* 1: sets of shards stream through the cache (loaderd
+				    * --cache-stream; srv_stream.c, docs/STREAMING.md) */
+	uint64_t cache_size;       /* the cache's bytes, and one uid's (--cache-size, -per-uid):
+				    * a stream's budget of attached shards */
+	uint64_t cache_size_uid;
 	const char *cache_endpoints;  /* the endpoints the node cache fetches from, comma-separated
 				    * (ctl_s3_endpoint_listed); NULL: AWS's own */
 	unsigned admin_share;      /* percent of the control thread's time one uid's loaderctl

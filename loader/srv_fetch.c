@@ -33,7 +33,8 @@ static int regular(int fd)
 int srv_fetch(struct srv *s, struct open_req *r, char *why, size_t whylen)
 {
 	char msg[CTL_MSG_MAX], buf[CTL_MSG_MAX];
-	struct ldf_req q = { .uid = (uint32_t)r->uid };
+	struct ldf_req q = { .uid = (uint32_t)r->uid,
+			     .reserved = s->opts.cache_stream ? LDF_STREAM : 0 };
 	const char *url = r->spec.dataset;
 	int sv[2], ret;
 
@@ -80,7 +81,17 @@ int srv_fetch(struct srv *s, struct open_req *r, char *why, size_t whylen)
 		}
 		if (type == CTL_SHARD_FDS) {
 			char w[CTL_TEXT_MAX];
-			ret = ctl_check_shard_fds(buf, (size_t)n, nfds, got, total, w, sizeof(w));
+			struct ctl_shard_fds b0 = { 0 };
+			if ((size_t)n >= sizeof(b0))
+				memcpy(&b0, buf, sizeof(b0));
+			/* Streamed: shard 0 alone opens the set (the rest come on the stream). */
+			if (s->opts.cache_stream && got == 0 && (size_t)n == sizeof(b0) &&
+			    b0.first == 0 && b0.count == 1 && nfds == 1 && !b0.reserved &&
+			    b0.total >= 1 && b0.total <= CTL_SHARDS_MAX)
+				ret = 0;
+			else
+				ret = ctl_check_shard_fds(buf, (size_t)n, nfds, got, total, w,
+							  sizeof(w));
 			for (int i = 0; ret == 0 && i < nfds; i++)
 				if (!regular(fds[i]))
 					ret = -EINVAL, snprintf(w, sizeof(w), "not a regular file");
@@ -94,6 +105,9 @@ int srv_fetch(struct srv *s, struct open_req *r, char *why, size_t whylen)
 				pthread_mutex_unlock(&s->mu);
 				if (ret == 0 && !(r->shard_fds = malloc((size_t)total * sizeof(int))))
 					ret = -ENOMEM, snprintf(w, sizeof(w), "out of memory");
+				for (uint32_t i = 0; ret == 0 && i < total; i++)
+					r->shard_fds[i] = -1;
+				r->nshards = total;
 			}
 			if (ret < 0) {
 				for (int i = 0; i < nfds; i++)
@@ -103,7 +117,6 @@ int srv_fetch(struct srv *s, struct open_req *r, char *why, size_t whylen)
 			}
 			for (int i = 0; i < nfds; i++)
 				r->shard_fds[got++] = fds[i];
-			r->nshards = got;
 			continue;
 		}
 		if (type == CTL_ERROR && (size_t)n == sizeof(struct ctl_error)) {
@@ -114,6 +127,14 @@ int srv_fetch(struct srv *s, struct open_req *r, char *why, size_t whylen)
 				r->fd = fds[0];
 				ret = 0;
 				break;
+			}
+			/* Streamed (asked for): shard 0 came, the rest come on this socket, which
+			 * the job's stream keeps (srv_stream.c). */
+			if (e.err == 0 && nfds == 1 && s->opts.cache_stream && got == 1 && total > 1 &&
+			    regular(fds[0])) {
+				r->fd = fds[0];
+				r->stream_fd = sv[0];
+				return 0;
 			}
 			for (int i = 0; i < nfds; i++)
 				close(fds[i]);

@@ -121,6 +121,9 @@ struct open_req {
 	char *s3;                /* the conn's CTL_S3_OPEN body: the opener has ldfetch fetch the
 				  * dataset (srv_fetch.c); wiped once sent, or when freed */
 	size_t s3_len;
+	int stream_fd;           /* ldfetch's socket of a streamed set (srv_fetch.c: shard 0 and the
+				  * manifest came, the rest are to be streamed), else -1: the
+				  * creator's becomes its job's stream, a later rank's is closed */
 	int creator;             /* this request made the job: it runs ops->job_open */
 	struct ring_desc d;
 	struct ring *ring;       /* made by the opener thread */
@@ -258,6 +261,8 @@ struct job {
 				       * object versions the job reads; a later rank's fetch must
 				       * answer the same (s3_nfiles pairs; NULL otherwise) */
 	uint32_t s3_nfiles;
+	struct srv_stream *stream;    /* a streamed set's (srv_stream.c): its thread and socket to
+				       * ldfetch; stopped and freed with the job (NULL otherwise) */
 	int64_t idle_since_ns;        /* when the last rank detached */
 	int failed;                   /* a fill failed: fail_msg goes to every rank */
 	char fail_msg[CTL_TEXT_MAX];
@@ -553,6 +558,17 @@ void srv_s3_wipe(char **p, size_t *len);
  * client had sent them (r->fd, r->shard_fds, counted in the uid's descriptors as CTL_SHARD_FDS
  * are). 0, or -errno with the reason (the store's, naming the object) in @why. srv_fetch.c. */
 int srv_fetch(struct srv *s, struct open_req *r, char *why, size_t whylen);
+
+/* ---- srv_stream.c: a streamed set's thread (docs/STREAMING.md) ---- */
+struct srv_stream;
+/* Start @j's stream over @fd (taken over: closed on failure) once its job_open succeeded with
+ * info.stream_shards shards, those @attached (a byte per shard) attached at the open. Without
+ * mu. 0, or -errno with @why. */
+int srv_stream_start(struct srv *s, struct job *j, int fd, const uint8_t *attached, char *why,
+		     size_t whylen);
+/* Stop the thread (joined) and free it; without mu, before the job's ops->job_close. NULL ok. */
+void srv_stream_stop(struct srv_stream *st);
+void srv_stream_free(struct srv_stream *st);
 /* Under mu, control thread. CTL_AUGMENT from @c (@n bytes at @body): checked, kept for its job
  * open, where it is part of what the job's ranks agree on. */
 void srv_on_augment(struct srv *s, struct conn *c, const void *body, size_t n);

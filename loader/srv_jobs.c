@@ -69,6 +69,8 @@ void srv_job_close_all(struct srv *s, struct job *dead)
 	while (dead) {
 		struct job *j = dead;
 		dead = j->next;
+		srv_stream_stop(j->stream);  /* before the set it attaches to goes */
+		j->stream = NULL;
 		if (s->ops.job_close)
 			s->ops.job_close(s->ops.ctx, j->state);
 		free(j->ranks);
@@ -138,6 +140,8 @@ static void req_free(struct srv *s, struct open_req *r)
 	if (r->fd >= 0)
 		close(r->fd);
 	req_drop_shards(s, r);
+	if (r->stream_fd >= 0)
+		close(r->stream_fd);
 	if (r->bell >= 0)
 		close(r->bell);
 	ring_destroy(r->ring);
@@ -263,9 +267,12 @@ static void *opener_main(void *p)
 		ret = srv_fetch(s, r, why, sizeof(why));
 		if (ret == 0 && fstat(r->fd, &fst) < 0)
 			ret = -errno;
-		if (ret == 0 && r->nshards && !(files = calloc(r->nshards, 2 * sizeof(*files))))
+		/* Streamed: only shard 0 came; each shard is checked against the manifest's line
+		 * at its attach, so the manifest's version is the set's. */
+		nfiles = r->stream_fd >= 0 ? 0 : r->nshards;
+		if (ret == 0 && nfiles && !(files = calloc(nfiles, 2 * sizeof(*files))))
 			ret = -ENOMEM;
-		for (uint32_t i = 0; ret == 0 && i < r->nshards; i++) {
+		for (uint32_t i = 0; ret == 0 && i < nfiles; i++) {
 			struct stat sst;
 			if (fstat(r->shard_fds[i], &sst) < 0)
 				ret = -errno;
@@ -273,7 +280,13 @@ static void *opener_main(void *p)
 			files[2 * i + 1] = (uint64_t)sst.st_ino;
 		}
 		fetched = ret == 0 ? 1 : ret;
-		nfiles = r->nshards;
+	}
+	uint8_t *came = NULL;  /* a streamed set: the shards that came with the open */
+	if (r->creator && fetched > 0 && r->stream_fd >= 0) {
+		if (!(came = calloc(r->nshards, 1)))
+			fetched = -ENOMEM;
+		for (uint32_t i = 0; came && i < r->nshards; i++)
+			came[i] = r->shard_fds[i] >= 0;
 	}
 	if (r->creator) {
 		void *state = NULL;
@@ -282,6 +295,7 @@ static void *opener_main(void *p)
 		static const struct ctl_augment none;
 		struct srv_dataset ds = { .fd = r->fd, .shards = r->shard_fds,
 					  .nshards = r->nshards, .uid = r->uid,
+					  .stream = r->stream_fd >= 0,
 					  .aug = memcmp(&j->aug, &none, sizeof(none)) ? &j->aug : NULL };
 		if (fetched > 0) {
 			pthread_mutex_lock(&s->mu);
@@ -302,6 +316,17 @@ static void *opener_main(void *p)
 		if (ret == 0 && (ret = steps_check(&r->spec, &info, why, sizeof(why))) < 0 &&
 		    s->ops.job_close)
 			s->ops.job_close(s->ops.ctx, state);
+		if (ret == 0 && r->stream_fd >= 0 && !info.stream_shards) {
+			snprintf(why, sizeof(why), "%.160s: the node cache streamed a set the job "
+				 "does not read as one", r->spec.dataset);
+			ret = -EPROTO;
+			if (s->ops.job_close)
+				s->ops.job_close(s->ops.ctx, state);
+		}
+		/* A streamed set's shards come after: it may come to hold every one, as the
+		 * reservation of its first batch counted (2 each, and the manifest). */
+		if (ret == 0 && info.stream_shards && info.fds < 2 * info.stream_shards + 2)
+			info.fds = 2 * info.stream_shards + 2;
 		pthread_mutex_lock(&s->mu);
 		req_drop_shards(s, r);  /* the job holds its own (info.fds) */
 		if (ret == 0) {
@@ -322,7 +347,15 @@ static void *opener_main(void *p)
 			j->info = info;
 			if (r->spec.epochs)
 				j->steps_total = (r->spec.start_epoch + r->spec.epochs) * info.steps_per_epoch;
-		} else {
+			if (r->stream_fd >= 0) {  /* its thread takes the socket */
+				int sfd = r->stream_fd;
+				r->stream_fd = -1;
+				pthread_mutex_unlock(&s->mu);
+				ret = srv_stream_start(s, j, sfd, came, why, sizeof(why));
+				pthread_mutex_lock(&s->mu);
+			}
+		}
+		if (ret < 0 && !j->failed) {
 			j->failed = 1;
 			j->fail_err = -ret;
 			snprintf(j->fail_msg, sizeof(j->fail_msg), "%s", why[0] ? why : strerror(-ret));
@@ -397,6 +430,7 @@ static void *opener_main(void *p)
 			 strerror(-ret));
 done:
 	free(files);
+	free(came);
 	r->next = s->opened;
 	s->opened = r;
 	srv_wake_control(s);  /* before openers--: srv_destroy may free s once it is 0 */
@@ -924,6 +958,7 @@ void srv_on_job_open(struct srv *s, struct conn *c, const struct ctl_job_open *s
 	c->s3 = NULL;
 	c->s3_len = 0;
 	r->bell = -1;
+	r->stream_fd = -1;
 	r->conn = c;
 	r->spec = *spec;
 	ctl_block_defaults(r->spec.sampling, &r->spec.block, &r->spec.window);

@@ -813,6 +813,23 @@ static int stream_place(struct s3cache_stream *st, const uint32_t *ks, size_t n,
 /* Room for @need more bytes under the bound, keeping @keep (@nkeep paths): orphans, then other
  * views LRU first, then this stream's shards @evict in order, each only while no job holds it.
  * 0, or 1 when still short (the figures in @err). */
+/* Under the cache's lock: shard @k of @st's view out of the cache (its link, and its object when
+ * no other view links it), unless a job holds it; *@used less what that freed. */
+static void view_evict(struct s3cache_stream *st, uint32_t k, uint64_t *used)
+{
+	const struct want *w = &st->w[k];
+	struct stat sb;
+	char link_[PATH_MAX * 2];
+
+	if (!w->path || s3cache_pinned(w->path))
+		return;  /* a job holds it (this stream's loaderd, or another's) */
+	snprintf(link_, sizeof(link_), "%s/%s", st->view, st->m->shards[k].path);
+	unlink(link_);
+	if (stat(w->path, &sb) == 0 && sb.st_nlink == 1 && !s3cache_pinned(w->path) &&
+	    unlink(w->path) == 0)
+		*used = *used > (uint64_t)sb.st_blocks * 512 ? *used - (uint64_t)sb.st_blocks * 512 : 0;
+}
+
 static int stream_room(struct s3cache_stream *st, uint64_t need, const char **keep, size_t nkeep,
 		       const uint32_t *evict, size_t nevict, char *err, size_t errlen)
 {
@@ -829,24 +846,25 @@ static int stream_room(struct s3cache_stream *st, uint64_t need, const char **ke
 			break;
 		nftw(old, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 	}
-	for (size_t i = 0; i < nevict && used + need > bound; i++) {
-		const struct want *w = &st->w[evict[i]];
-		struct stat sb;
-		char link_[PATH_MAX * 2];
-		if (s3cache_pinned(w->path))
-			continue;  /* a job holds it (this stream's loaderd, or another's) */
-		snprintf(link_, sizeof(link_), "%s/%s", st->view, st->m->shards[evict[i]].path);
-		unlink(link_);
-		if (stat(w->path, &sb) == 0 && sb.st_nlink == 1 && !s3cache_pinned(w->path) &&
-		    unlink(w->path) == 0)
-			used = used > (uint64_t)sb.st_blocks * 512 ? used - (uint64_t)sb.st_blocks * 512 : 0;
-	}
+	for (size_t i = 0; i < nevict && used + need > bound; i++)
+		view_evict(st, evict[i], &used);
+	/* Then any shard of this view no job holds and this call does not keep: one an earlier
+	 * stream of the same set left (it would fill the cache for good: no stream of its own
+	 * drops it), or another stream's let go. */
+	for (uint32_t k = 0; st->m && k < st->m->n && used + need > bound; k++)
+		if (!bsearch(&st->w[k].path, keep, nkeep, sizeof(*keep), cmp_str))
+			view_evict(st, k, &used);
 	if (used + need <= bound)
 		return 0;
 	err_set(err, errlen, -ENOSPC, "%s: %llu more bytes do not fit yet: the node cache holds %llu "
 		"bytes in use, its bound is %llu (%s)", st->url, (unsigned long long)need,
 		(unsigned long long)used, (unsigned long long)bound, st->bname);
 	return 1;
+}
+
+static int busy(int ret)
+{
+	return ret == -ENOSPC ? -EBUSY : ret;
 }
 
 int s3cache_stream_open(struct s3 *s, const char *dir, const struct s3cache_opts *o,
@@ -892,9 +910,10 @@ int s3cache_stream_open(struct s3 *s, const char *dir, const struct s3cache_opts
 			      (unsigned long long)o->bound, st->bname);
 		goto out;
 	}
+	/* Both fit the bound (checked): short of room is what others hold now (-EBUSY) */
 	if ((ret = admit(o, &st->top, NULL, 0, url, err, errlen)) < 0 ||
-	    (ret = make_room(dir, o->bound, st->bname, missing_bytes(&st->top, 1), st->view, NULL, 0,
-			     &st->top, url, err, errlen)) < 0 ||
+	    (ret = busy(make_room(dir, o->bound, st->bname, missing_bytes(&st->top, 1), st->view,
+				  NULL, 0, &st->top, url, err, errlen))) < 0 ||
 	    (ret = get_batch_conc(s, dir, st->u.bucket, &st->top, 1, &r, &c, err, errlen)) < 0)
 		goto out;
 	if ((ret = read_file(st->top.path, DPKSET_FILE_MAX, &text, &len)) < 0) {
@@ -902,8 +921,8 @@ int s3cache_stream_open(struct s3 *s, const char *dir, const struct s3cache_opts
 		goto out;
 	}
 	if (!dpkset_is_manifest(text, len < 8 ? len : 8)) {
-		ret = err_set(err, errlen, -EINVAL, "%s: not a manifest (a single .dpk is fetched whole, "
-			      "not streamed)", url);
+		ret = err_set(err, errlen, -EMEDIUMTYPE, "%s: not a manifest (a single .dpk is fetched "
+			      "whole, not streamed)", url);
 		goto out;
 	}
 	if ((ret = dpkset_parse(text, len, url, &st->m, err, errlen)) < 0)
@@ -935,6 +954,13 @@ int s3cache_stream_open(struct s3 *s, const char *dir, const struct s3cache_opts
 		if ((ret = head_batch(s, dir, st->u.bucket, st->w + i, k, &r, &c, err, errlen)) < 0)
 			goto out;
 	}
+	/* The HEADs pinned every shard present: only the manifest and shard 0 are relied on now
+	 * (the others may be evicted to make room for shard 0; a set of 65,536 shards would
+	 * otherwise hold as many descriptors). */
+	unpin_all(&c);
+	pin(&c, st->top.path);
+	if (!st->w[0].missing)
+		pin(&c, st->w[0].path);
 	if (o->bound && st->top.obj.size + st->w[0].obj.size > o->bound) {
 		ret = err_set(err, errlen, -ENOSPC, "%s: its manifest and first shard are %llu bytes, "
 			      "above the cache's bound of %llu (%s)", url,
@@ -942,9 +968,10 @@ int s3cache_stream_open(struct s3 *s, const char *dir, const struct s3cache_opts
 			      (unsigned long long)o->bound, st->bname);
 		goto out;
 	}
+	const char *keep0[2] = { st->top.path, st->w[0].path };
 	if ((ret = admit(o, &st->top, st->w, 1, url, err, errlen)) < 0 ||
-	    (ret = make_room(dir, o->bound, st->bname, missing_bytes(st->w, 1), st->view, st->w, 1,
-			     &st->top, url, err, errlen)) < 0 ||
+	    (ret = stream_room(st, missing_bytes(st->w, 1), keep0, 2, NULL, 0, err, errlen)) < 0 ||
+	    (ret = ret == 1 ? -EBUSY : 0) < 0 ||
 	    (ret = get_batch_conc(s, dir, st->u.bucket, st->w, 1, &r, &c, err, errlen)) < 0)
 		goto out;
 	uint32_t zero = 0;

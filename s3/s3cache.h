@@ -82,7 +82,9 @@ struct s3cache_stream;
  * fetch the manifest and shard 0 (the template) as s3cache_fetch_opts would a set of those two:
  * @o->admit asked with the manifest, then with the manifest and shard 0 (never the whole set: a
  * set larger than @o->bound is streamed, not refused); -ENOSPC when those two exceed @o->bound or
- * cannot fit beside what is in use; -EINVAL when @url is not a manifest. @take for the manifest,
+ * cannot fit beside what is in use; -EMEDIUMTYPE when @url is not a manifest (a .dpk: fetch it whole). -EBUSY when the manifest and
+ * shard 0 fit the bound but not beside what is held now (or @o->admit answered -EBUSY): the
+ * caller may try again once others let go. @take for the manifest,
  * then shard 0. @s stays the caller's and must outlive the stream. 0 with *@out, or -errno. */
 int s3cache_stream_open(struct s3 *s, const char *dir, const struct s3cache_opts *o,
 			const char *url, s3cache_take_fn take, void *arg,

@@ -249,12 +249,13 @@ def main():
     path1 = os.readlink("/proc/self/fd/%d" % fds[1])  # its objects/HASH
     os.close(fds[1])
     send(s, WANT, shard_list([3, 4]))
-    check(recv(s, 0.4) is None, "WANT [3,4]: still waits (a WANT makes no room)")
-    send(s, DROP, shard_list([1]))
     fd3 = expect_shard(s, 3)
     check(fd3 is not None and content(fd3) == local(SHARDS[3]) and recv(s, 0.4) is None,
-          "DROP [1]: shard 3 comes (1's room taken), then 4 waits")
-    check(not os.path.exists(path1), "... shard 1, dropped, was evicted for it (%s)" % path1)
+          "WANT [3,4]: shard 3 comes into the room of shard 1, which nobody holds any more "
+          "(its DROP not come yet), then 4 waits")
+    check(not os.path.exists(path1), "... shard 1, let go, was evicted for it (%s)" % path1)
+    send(s, DROP, shard_list([1]))
+    check(recv(s, 0.4) is None, "DROP [1] (evicted already): 4 still waits, every other shard held")
     check(all(os.fstat(fd).st_nlink >= 1 for fd in (fd0, fds[2], fd3)),
           "... the shards held (0, 2, 3) never evicted: each still in the cache")
     check(usage(cache) <= bound, "... the cache within its bound (%d <= %d)" % (usage(cache), bound))

@@ -60,6 +60,7 @@
 #include "shm/ctl.h"
 
 #define LDF_CHILDREN 16  /* requests served at once (streams included) */
+#define LDF_OPEN_WAIT_S 60  /* a streamed set's open waits this long for room others hold */
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
@@ -296,7 +297,11 @@ static int strm_admit(void *arg, const char *const *paths, const uint64_t *sizes
 		mine += sizes[i];
 	struct charge_arg *a = arg;
 	int ret = charge_admit(arg, paths, sizes, n, url, err, errlen);
-	return a->stream && ret == -ENOSPC && mine <= g_per_uid ? -EAGAIN : ret;
+	/* Streaming, past the uid's bound: a wait for its drops; a batch above the bound is tried
+	 * again alone (stream_loop); one shard above it alone can never come */
+	if (ret == -ENOSPC && !a->stream && mine <= g_per_uid)
+		return -EBUSY;  /* a stream's open: the uid's other streams let go as they move */
+	return a->stream && ret == -ENOSPC && (mine <= g_per_uid || n > 1) ? -EAGAIN : ret;
 }
 
 static int send_shard(int sock, uint32_t k, uint32_t total, int fd)
@@ -452,16 +457,30 @@ static unsigned stream_inflight(void)
 	return v && arg_uint(v, 1, 64, &u) == 0 ? u : 4;
 }
 
-/* A streamed set's open (@ul: the uid's lock, held; let go once the open is answered, so that the
- * uid's next request does not wait for this job's end), then its loop. */
+/* A streamed set's open (*@ul: the uid's lock, held; let go once the open is answered, so that the
+ * uid's next request does not wait for this job's end), then its loop. -EMEDIUMTYPE, nothing
+ * sent and the lock still held, when @url is a single .dpk: the caller fetches it whole. */
 static int serve_stream(int sock, struct s3 *s, const char *url, uint32_t uid,
-			struct charge_arg *ca, int ul, char *err, size_t errlen)
+			struct charge_arg *ca, int *ul, char *err, size_t errlen)
 {
 	struct s3cache_opts o = { .bound = g_size, .bound_name = "loaderd --cache-size",
 				  .admit = strm_admit, .arg = ca, .concurrent = 1 };
 	struct strm t = { .uid = uid, .url = url, .ca = ca };
 	struct s3cache_stream *st = NULL;
-	int ret = s3cache_stream_open(s, g_dir, &o, url, strm_take, &t, &st, err, errlen);
+	/* Short of room that streams hold (-EBUSY): they let go of shards as their ranks move on,
+	 * so wait for it, up to LDF_OPEN_WAIT_S, while the request's client is there. */
+	int ret, waited_ms = 0, step_ms = 100;
+	while ((ret = s3cache_stream_open(s, g_dir, &o, url, strm_take, &t, &st, err,
+					  errlen)) == -EBUSY && waited_ms < LDF_OPEN_WAIT_S * 1000) {
+		got_close(&t);
+		struct pollfd p = { .fd = sock, .events = POLLIN };
+		if (poll(&p, 1, step_ms) > 0)
+			break;  /* loaderd let go of the request (or spoke out of turn) */
+		waited_ms += step_ms;
+		step_ms = step_ms < 1600 ? 2 * step_ms : step_ms;
+	}
+	if (ret == -EBUSY)
+		ret = -ENOSPC;
 	if (ret == 0) {
 		/* shard 0, then the manifest (the set's own descriptor ends the open, as ever) */
 		uint32_t n = s3cache_stream_shards(st);
@@ -473,8 +492,13 @@ static int serve_stream(int sock, struct s3 *s, const char *url, uint32_t uid,
 			ret = err_set(err, errlen, -EPIPE, "%s: loaderd went away", url);
 	}
 	got_close(&t);
-	if (ul >= 0)
-		close(ul);
+	if (ret == -EMEDIUMTYPE) {
+		s3cache_stream_close(st);
+		return ret;
+	}
+	if (*ul >= 0)
+		close(*ul);
+	*ul = -1;
 	if (ret < 0) {
 		s3cache_stream_close(st);
 		return ret;
@@ -584,13 +608,15 @@ static int serve(int sock, char *body, size_t len)
 					  .admit = charge_admit, .arg = &ca, .concurrent = 1 };
 		struct s3cache_result r;
 		int lock = -1;
-		if (q.reserved & LDF_STREAM) {
-			ret = serve_stream(sock, s, url, q.uid, &ca, ul, err, sizeof(err));
-			ul = -1;  /* let go at the stream's open */
-		} else {
-			ret = s3cache_fetch_opts(s, g_dir, &o, url, &r, &lock, err, sizeof(err));
+		int stream = (q.reserved & LDF_STREAM) != 0;
+		if (stream) {
+			ret = serve_stream(sock, s, url, q.uid, &ca, &ul, err, sizeof(err));
+			if (ret == -EMEDIUMTYPE)
+				stream = 0;  /* a single .dpk: whole, as without streaming */
 		}
-		if (ret == 0 && !(q.reserved & LDF_STREAM)) {
+		if (!stream)
+			ret = s3cache_fetch_opts(s, g_dir, &o, url, &r, &lock, err, sizeof(err));
+		if (ret == 0 && !stream) {
 			/* marked, and pinned, under the cache's lock: no other request's admission
 			 * or eviction runs between them */
 			charge_mark(&ca);

@@ -1,0 +1,413 @@
+/* srv_stream.c - a set of shards streamed through the node cache (loaderd --cache-stream;
+ * docs/STREAMING.md): one thread per streamed job owns the job's socket to its ldfetch child. It
+ * attaches each shard ldfetch delivers (ops->shard_attach) and wakes the steps that wait on it
+ * (srv_shard_ready), and it plans: from where each attached rank of the job stands, the shards
+ * its next steps read, in first-use order (ops->stream_future), up to the stream's byte budget.
+ * Those not attached are sent as the wanted list (CTL_SHARD_WANT, soonest first); attached
+ * shards past the budget's horizon, the farthest-needed, are detached and sent as dropped
+ * (CTL_SHARD_DROP), which lets ldfetch evict them: eviction by the known future (Belady's), never
+ * of a shard a step in flight holds (its detach answers -EBUSY; it is tried again at the next
+ * plan).
+ *
+ * DESIGN. The thread never holds s->mu across a call into the job (shard_attach reads a shard's
+ * index; stream_future runs the sampler) or a send: under mu it copies the ranks' positions
+ * only. The work of a plan is bounded by loaderd's numbers, not a client's: at most
+ * STREAM_RANKS ranks, STREAM_HORIZON steps ahead, CTL_SHARD_LIST_MAX shards listed, and a plan
+ * at most every STREAM_PLAN_NS unless a shard arrived. */
+#include "loader/srv_impl.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STREAM_RANKS 256u           /* attached ranks of one job a plan looks at */
+#define STREAM_GRACE_NS 500000000ll /* a shard just attached is not let go this soon */
+#define STREAM_PARKED 256u          /* parked steps of one job a plan looks at */
+#define STREAM_HORIZON 4096u        /* steps ahead of each rank a plan looks at, at most */
+#define STREAM_PLAN_NS 100000000ll  /* between plans while nothing arrives (ranks moved) */
+#define STREAM_IDLE_NS 1000000000ll /* between plans when nothing moved */
+
+struct srv_stream {
+	struct srv *s;
+	struct job *j;
+	int fd;                    /* the job's socket to its ldfetch child */
+	pthread_t th;
+	_Atomic int stop;
+	uint32_t total;            /* shards in the set */
+	uint8_t *attached;         /* total: attached by this stream */
+	uint8_t *seen;             /* total: a plan's scratch */
+	int64_t *at_ns;            /* total: when each was attached */
+	uint32_t *list;            /* CTL_SHARD_LIST_MAX: a plan's future order */
+	uint32_t *sent;            /* the wanted list last sent */
+	uint32_t nsent;
+	uint32_t nranks;
+	uint32_t rank[STREAM_RANKS];
+	uint64_t from[STREAM_RANKS];
+	uint32_t nparked;
+	uint32_t pk_rank[STREAM_PARKED];
+	uint64_t pk_step[STREAM_PARKED];
+	uint64_t moved;            /* sum of the positions at the last plan */
+	int64_t plan_ns;           /* when the last plan ran */
+	int dirty;                 /* a shard arrived since */
+	uint64_t fetched, dropped; /* shards attached and detached, for the log */
+	char why[CTL_TEXT_MAX];    /* a plan's failure */
+	size_t bytes;              /* its memory, charged to the job's uid */
+};
+
+/* Tell ldfetch a list (CTL_SHARD_WANT or CTL_SHARD_DROP). 0 or -errno. */
+static int send_list(struct srv_stream *st, uint16_t type, const uint32_t *idx, uint32_t n)
+{
+	char msg[CTL_MSG_MAX];
+	struct ctl_shard_list l = { .count = n };
+
+	if (n > CTL_SHARD_LIST_MAX)
+		n = l.count = CTL_SHARD_LIST_MAX;
+	memcpy(msg, &l, sizeof(l));
+	memcpy(msg + sizeof(l), idx, (size_t)n * sizeof(*idx));
+	return ctl_send(st->fd, type, msg, sizeof(l) + (size_t)n * sizeof(*idx), NULL, 0);
+}
+
+/* Under mu. What the job's steps need next: its parked steps (opened, each waiting on a shard),
+ * in the order they parked, then where each attached rank stands: the first step not opened yet.
+ * Returns a sum that changes when any of it does. */
+static uint64_t positions(struct srv_stream *st)
+{
+	struct srv *s = st->s;
+	uint64_t sum = 0;
+
+	st->nparked = 0;
+	/* woken and about to be opened again first (their shard came), then those waiting */
+	for (int l = 0; l < 2; l++)
+		for (struct open_step *o = l ? st->j->parked : s->reopen;
+		     o && st->nparked < STREAM_PARKED; o = o->next_open) {
+			if (o->a->job != st->j)
+				continue;
+			st->pk_rank[st->nparked] = o->a->rank;
+			st->pk_step[st->nparked++] = o->step;
+			sum += o->step + 1;
+		}
+	st->nranks = 0;
+	for (unsigned k = 0; k < s->nlive && st->nranks < STREAM_RANKS; k++) {
+		struct att *a = s->live[k];
+		if (a->job != st->j || a->dead || a->hostile)
+			continue;
+		st->rank[st->nranks] = a->rank;
+		st->from[st->nranks++] = a->next;
+		sum += (a->next + 1) << 20;
+	}
+	return sum;
+}
+
+/* Under mu. The stream's budget of attached bytes: the cache's, or its uid's, shared by that
+ * uid's streams. */
+static uint64_t budget(struct srv_stream *st, uint64_t *whole)
+{
+	struct srv *s = st->s;
+	uint64_t b = s->opts.cache_size;
+	unsigned n = 0;
+
+	if (s->opts.cache_size_uid && s->opts.cache_size_uid < b)
+		b = s->opts.cache_size_uid;
+	*whole = b;
+	for (struct job *j = s->jobs; j; j = j->next)  /* streams being read */
+		n += j->stream && j->uid == st->j->uid && j->attached && j != st->j;
+	return b / (n + 1);
+}
+
+/* What a file of @n bytes takes in the cache, which counts allocated blocks. */
+static uint64_t blocks(uint64_t n)
+{
+	return (n + 4095) & ~(uint64_t)4095;
+}
+
+/* One plan (see the top of the file). 0, or -errno when ldfetch cannot be told. */
+static int plan(struct srv_stream *st)
+{
+	struct srv *s = st->s;
+	struct job *j = st->j;
+	void *state = j->state;
+	const uint64_t *sizes = j->info.shard_bytes;
+	uint32_t n = 0, ndrop = 0;
+
+	pthread_mutex_lock(&s->mu);
+	uint64_t moved = positions(st), steps_total = j->steps_total;
+	uint64_t whole;
+	uint64_t limit = budget(st, &whole);
+	int failed = j->failed;
+	pthread_mutex_unlock(&s->mu);
+	if (failed)
+		return -ECANCELED;
+	st->moved = moved;
+	st->plan_ns = now_ns();
+	st->dirty = 0;
+	/* Nobody reads (the job lingers after its ranks left, or waits for them): it wants
+	 * nothing and lets everything go, which stays cached until another open needs the room. */
+	memset(st->seen, 0, st->total);
+	/* Room for one more open beside it (a manifest and a shard: two of this set's largest),
+	 * so that a stream that holds its budget never refuses the node's next job. */
+	uint64_t big = 0;
+	for (uint32_t k = 0; k < st->total; k++)
+		big = blocks(sizes[k]) > big ? blocks(sizes[k]) : big;
+	limit = limit > 2 * big ? limit - 2 * big : 0;
+
+	/* The future: the parked steps', then step by step across the ranks, each step's shards
+	 * whole or not at all, until the budget is spoken for; the first step whatever it costs
+	 * (without it nothing moves), and a job whose one step exceeds the whole budget fails,
+	 * named: it could never be filled. */
+	uint64_t bytes = 0;
+	int full = 0;
+	for (uint64_t t = 0; st->nranks + st->nparked && !full && t < STREAM_HORIZON; t++) {
+		uint32_t units = t == 0 ? st->nparked + st->nranks : st->nranks;
+		for (uint32_t i = 0; i < units && !full; i++) {
+			uint32_t rank;
+			uint64_t step;
+			if (t == 0 && i < st->nparked) {
+				rank = st->pk_rank[i];
+				step = st->pk_step[i];
+			} else {
+				uint32_t r = t == 0 ? i - st->nparked : i;
+				rank = st->rank[r];
+				step = st->from[r] + t;
+			}
+			if (steps_total && step >= steps_total)
+				continue;
+			uint32_t m = s->ops.stream_future(s->ops.ctx, state, rank, step, 1, st->seen,
+							  st->list + n, CTL_SHARD_LIST_MAX - n);
+			uint64_t add = 0;
+			for (uint32_t q = n; q < n + m; q++)
+				add += blocks(sizes[st->list[q]]);
+			if (n == 0 && add > whole) {
+				snprintf(st->why, sizeof(st->why), "step %llu of rank %u reads %u shards "
+					 "(%llu bytes in the cache), more than the node cache may hold "
+					 "for it (%llu bytes): read it with windowed sampling "
+					 "(--sampling block), or give loaderd a larger --cache-size",
+					 (unsigned long long)step, rank, m, (unsigned long long)add,
+					 (unsigned long long)whole);
+				return -EFBIG;
+			}
+			if (n && bytes + add > limit) {  /* not this step: the budget is full */
+				for (uint32_t q = n; q < n + m; q++)
+					st->seen[st->list[q]] = 0;
+				full = 1;
+				break;
+			}
+			bytes += add;
+			n += m;
+			full = n == st->total || n == CTL_SHARD_LIST_MAX;
+		}
+	}
+	/* What is wanted and not here, soonest first; sent when it changed, and before the drops
+	 * (ldfetch delivers again a dropped shard its last list still wants). */
+	uint32_t w = 0;
+	for (uint32_t q = 0; q < n; q++)
+		if (!st->attached[st->list[q]])
+			st->list[w++] = st->list[q];
+	if (w != st->nsent || memcmp(st->list, st->sent, (size_t)w * sizeof(*st->list))) {
+		memcpy(st->sent, st->list, (size_t)w * sizeof(*st->list));
+		st->nsent = w;
+		if (send_list(st, CTL_SHARD_WANT, st->list, w) < 0)
+			return -EIO;
+	}
+	/* Attached and not in that future: the farthest-needed; let them go (a step's pin: later). */
+	int64_t now = now_ns();
+	for (uint32_t k = 0; k < st->total && ndrop < CTL_SHARD_LIST_MAX; k++) {
+		/* not one that came this moment: the step it woke may be between the queues and its
+		 * hold (a worker opening it), where no plan sees it */
+		if (!st->attached[k] || st->seen[k] || now - st->at_ns[k] < STREAM_GRACE_NS)
+			continue;
+		int ret = s->ops.shard_detach(s->ops.ctx, state, k);
+		if (ret == 0) {
+			st->attached[k] = 0;
+			st->list[CTL_SHARD_LIST_MAX + ndrop++] = k;
+			st->dropped++;
+		} else if (ret == -ENOENT) {
+			st->attached[k] = 0;  /* not attached after all: nothing to tell */
+		}
+	}
+	if (ndrop && send_list(st, CTL_SHARD_DROP, st->list + CTL_SHARD_LIST_MAX, ndrop) < 0)
+		return -EIO;
+	return 0;
+}
+
+static int regular(int fd)
+{
+	struct stat sb;
+	return fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* One message from ldfetch. 0, or -errno with @why: the stream ends and the job fails. */
+static int take(struct srv_stream *st, char *why, size_t whylen)
+{
+	struct srv *s = st->s;
+	char buf[CTL_MSG_MAX];
+	uint16_t type;
+	int fds[CTL_FDS_BATCH], nfds = 0;
+
+	ssize_t n = ctl_recv_fds(st->fd, buf, &type, fds, CTL_FDS_BATCH, &nfds);
+	if (n == -EINTR || n == -EAGAIN)
+		return 0;
+	if (n < 0) {
+		snprintf(why, whylen, "the node cache's fetcher (ldfetch) is gone: %s",
+			 strerror((int)-n));
+		return -EIO;
+	}
+	if (type == CTL_ERROR && (size_t)n == sizeof(struct ctl_error) && nfds == 0) {
+		struct ctl_error e;
+		memcpy(&e, buf, sizeof(e));
+		e.text[sizeof(e.text) - 1] = '\0';
+		snprintf(why, whylen, "%s", e.text);
+		return e.err > 0 && e.err < 4096 ? -e.err : -EIO;
+	}
+	struct ctl_shard_fds b;
+	if (type != CTL_SHARD_FDS || (size_t)n != sizeof(b) || nfds != 1) {
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		snprintf(why, whylen, "the node cache's fetcher answered out of turn (message type "
+			 "%u, %d descriptors)", type, nfds);
+		return -EIO;
+	}
+	memcpy(&b, buf, sizeof(b));
+	if (b.total != st->total || b.first >= st->total || b.count != 1 || b.reserved ||
+	    !regular(fds[0])) {
+		close(fds[0]);
+		snprintf(why, whylen, "the node cache's fetcher sent shard %u of %u (%u descriptors): "
+			 "not a shard of this set's %u", b.first, b.total, b.count, st->total);
+		return -EIO;
+	}
+	if (st->attached[b.first]) {  /* delivered twice: already here */
+		close(fds[0]);
+		return 0;
+	}
+	int ret = s->ops.shard_attach(s->ops.ctx, st->j->state, b.first, fds[0], why, whylen);
+	if (ret == -EEXIST)
+		ret = 0;  /* attached at the job's open (shard 0) */
+	if (ret < 0)
+		return ret;
+	st->attached[b.first] = 1;
+	st->at_ns[b.first] = now_ns();
+	st->fetched++;
+	st->dirty = 1;
+	srv_shard_ready(s, st->j);
+	return 0;
+}
+
+static void *stream_main(void *p)
+{
+	struct srv_stream *st = p;
+	struct srv *s = st->s;
+	char why[CTL_TEXT_MAX] = "";
+	int ret = 0;
+
+	while (!atomic_load(&st->stop) && ret == 0) {
+		struct pollfd pf = { .fd = st->fd, .events = POLLIN };
+		int r = poll(&pf, 1, 20);
+		if (r < 0 && errno != EINTR) {
+			ret = -errno;
+			snprintf(why, sizeof(why), "poll: %s", strerror(errno));
+			break;
+		}
+		if (r > 0 && (ret = take(st, why, sizeof(why))) < 0)
+			break;
+		int64_t now = now_ns();
+		if (st->dirty || now - st->plan_ns >= STREAM_IDLE_NS ||
+		    now - st->plan_ns >= STREAM_PLAN_NS) {
+			pthread_mutex_lock(&s->mu);
+			uint64_t moved = positions(st);
+			pthread_mutex_unlock(&s->mu);
+			if (st->dirty || moved != st->moved || now - st->plan_ns >= STREAM_IDLE_NS) {
+				ret = plan(st);
+				if (ret == -ECANCELED)
+					break;  /* the job failed: its fetcher may go */
+				if (ret == -EFBIG)
+					snprintf(why, sizeof(why), "%.40s: %.200s",
+						 st->j->spec.dataset, st->why);
+				else if (ret < 0)
+					snprintf(why, sizeof(why), "the node cache's fetcher (ldfetch) "
+						 "is gone: it cannot be told what to fetch");
+			}
+		}
+	}
+	if (ret < 0 && ret != -ECANCELED && !atomic_load(&st->stop))
+		srv_job_stream_fail(s, st->j, -ret, why);
+	srv_notice(s, 2, "job %s: stream ends: %llu shards attached, %llu let go", st->j->name,
+		   (unsigned long long)st->fetched, (unsigned long long)st->dropped);
+	shutdown(st->fd, SHUT_RDWR);  /* its ldfetch child exits */
+	return NULL;
+}
+
+int srv_stream_start(struct srv *s, struct job *j, int fd, const uint8_t *attached, char *why,
+		     size_t whylen)
+{
+	uint32_t total = j->info.stream_shards;
+	struct srv_stream *st = calloc(1, sizeof(*st));
+
+	if (!st) {
+		close(fd);
+		return snprintf(why, whylen, "out of memory"), -ENOMEM;
+	}
+	st->s = s;
+	st->j = j;
+	st->fd = fd;
+	st->total = total;
+	st->attached = calloc(2 * (size_t)total, 1);
+	st->seen = st->attached ? st->attached + total : NULL;
+	st->list = calloc(2 * CTL_SHARD_LIST_MAX, sizeof(*st->list));
+	st->sent = calloc(CTL_SHARD_LIST_MAX, sizeof(*st->sent));
+	st->at_ns = calloc(total ? total : 1, sizeof(*st->at_ns));
+	st->bytes = sizeof(*st) + 10 * (size_t)total + 3 * CTL_SHARD_LIST_MAX * sizeof(uint32_t);
+	if (!st->attached || !st->list || !st->sent || !st->at_ns) {
+		srv_stream_free(st);
+		return snprintf(why, whylen, "out of memory"), -ENOMEM;
+	}
+	memcpy(st->attached, attached, total);
+	pthread_mutex_lock(&s->mu);
+	int ret = srv_mem_check(s, j->uid, st->bytes, "its stream", why, whylen);
+	if (ret == 0) {
+		srv_mem_add(s, j->uid, (int64_t)st->bytes);
+		j->mem_table += st->bytes;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (ret < 0) {
+		st->bytes = 0;
+		srv_stream_free(st);
+		return ret;
+	}
+	pthread_mutex_lock(&s->mu);  /* j->stream is read under mu (budget) */
+	ret = pthread_create(&st->th, NULL, stream_main, st);
+	if (ret == 0)
+		j->stream = st;
+	pthread_mutex_unlock(&s->mu);
+	if (ret) {
+		srv_stream_free(st);
+		return snprintf(why, whylen, "starting its stream: %s", strerror(ret)), -ret;
+	}
+	return 0;
+}
+
+void srv_stream_stop(struct srv_stream *st)
+{
+	if (!st)
+		return;
+	atomic_store(&st->stop, 1);
+	pthread_join(st->th, NULL);
+	srv_stream_free(st);
+}
+
+/* The memory charged for it goes with the job's table. */
+void srv_stream_free(struct srv_stream *st)
+{
+	if (!st)
+		return;
+	if (st->fd >= 0)
+		close(st->fd);
+	free(st->attached);
+	free(st->list);
+	free(st->sent);
+	free(st->at_ns);
+	free(st);
+}

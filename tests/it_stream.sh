@@ -1,0 +1,143 @@
+#!/bin/sh
+# it_stream.sh - a set of shards streamed through loaderd's node cache (loaderd --cache-stream;
+# docs/STREAMING.md), against a real S3 API server (moto's, tests/s3_lib.sh):
+#   a set of 16 shards and a cache of about a quarter of it: refused whole without --cache-stream
+#   (ENOSPC, as before); with it, two ranks over two epochs (windowed sampling, 2 shards a
+#   window) get every sample exactly once per epoch with the labels of the local set, shards are
+#   attached as they arrive and let go when the sampler's future no longer needs them (the log's
+#   counts: more attaches than the set has shards, some let go), and the cache's objects never
+#   exceed its size while the job runs; the global shuffle through the same small cache, one
+#   epoch: every sample once; a shard replaced in the store while a job streams: the job fails,
+#   naming the object and the store's answer, and loaderd serves the next job.
+set -u
+BUILD=${BUILD:-build}
+BIN=$BUILD/bin
+T=$(mktemp -d /tmp/it_stream.XXXXXX)
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/s3_lib.sh"
+WPID=""
+trap 'stop_loaderd; stop_pid "$WPID"; s3_stop; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
+trap 'exit 130' INT TERM HUP PIPE
+need_bins loaderd ldcat ldfetch dpack dsgen
+
+s3_start "$T"
+EPS=$AWS_ENDPOINT_URL
+s3_curl PUT /data >/dev/null
+"$BIN/dsgen" npy "$T/x.npy" "$T/y.npy" --count 64 --height 32 --width 32 --channels 1 >/dev/null
+mkdir "$T/local"
+# 4 records a shard: 16 shards
+"$BIN/dpack" pack --no-fsync --shard-size 8800 "$T/x.npy" "$T/y.npy" "$T/local/set.dpks" \
+	>/dev/null 2>&1
+"$BIN/dpack" pack --no-fsync --shard-size 8800 "$T/x.npy" "$T/y.npy" s3://data/st/set.dpks \
+	>"$T/pack.log" 2>&1
+n=$(ls "$T/local" | grep -c '^set-.*\.dpk$')
+check "the set: 16 shards" [ "$n" -eq 16 ] || show "$T/pack.log"
+# a quarter of the set's allocated bytes (the cache counts blocks), and the manifest
+setb=$(du -B1 -c "$T"/local/set-*.dpk | tail -1 | cut -f1)
+manb=$(du -B1 "$T/local/set.dpks" | cut -f1)
+one=$(du -B1 "$T/local/set-00000.dpk" | cut -f1)
+size=$((setb / 4 + manb))
+osize() { find "$1/objects" -type f ! -name .lock -printf '%k\n' 2>/dev/null |
+	awk '{ s += $1 * 1024 } END { print s + 0 }'; }
+# local labels, by id (sequential over the local set)
+lref() {
+	serve_loaderd "$T/r.sock" "$T/r.log"
+	"$BIN/ldcat" --socket "$T/r.sock" --crop 0 --batch 4 --world 1 --seed 3 --sampling sequential \
+		--dataset "$T/local/set.dpks" --job ref --rank 0 >"$T/ref" 2>"$T/ref.e"
+	stop_loaderd
+	cut -d' ' -f2,3 "$T/ref" | sort -n >"$T/ref.labels"
+}
+lref
+check "the local set read sequentially: 64 labelled samples" [ "$(wc -l <"$T/ref.labels")" -eq 64 ] ||
+	show "$T/ref.e"
+
+# every sample exactly once per epoch ($2 epochs of 8 steps), with the local labels: files $1.r0 $1.r1
+once() {
+	python3 - "$1" "$2" "$T/ref.labels" <<'EOF'
+import sys
+pre, epochs, ref = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+lab = dict(l.split() for l in open(ref))
+per = {}
+for r in ("r0", "r1"):
+    for l in open(pre + "." + r):
+        step, i, label, flags = l.split()
+        e = int(step) // 8
+        per.setdefault(e, []).append(i)
+        assert lab[i] == label, (i, label, lab[i])
+assert sorted(per) == list(range(epochs)), sorted(per)
+for e, ids in per.items():
+    assert sorted(ids, key=int) == [str(k) for k in range(64)], (e, sorted(ids, key=int))
+EOF
+}
+two() {  # two ranks of job $1 through socket $2, more ldcat options after
+	_j=$1 _s=$2
+	shift 2
+	"$BIN/ldcat" --socket "$_s" --crop 0 --batch 4 --world 2 --seed 3 \
+		--dataset s3://data/st/set.dpks --job "$_j" --rank 0 "$@" >"$T/$_j.r0" 2>"$T/$_j.e0" &
+	_p=$!
+	"$BIN/ldcat" --socket "$_s" --crop 0 --batch 4 --world 2 --seed 3 \
+		--dataset s3://data/st/set.dpks --job "$_j" --rank 1 "$@" >"$T/$_j.r1" 2>"$T/$_j.e1"
+	_rc1=$?
+	wait $_p
+	return $(($? | _rc1))
+}
+
+# 1. without --cache-stream: the set is larger than the cache, refused whole (as before)
+serve_loaderd "$T/w.sock" "$T/w.log" --cache-dir "$T/nw" --cache-endpoints "$EPS" \
+	--cache-size "$size" --cache-size-per-uid "$size"
+LOADERD_S3_CLIENT_FETCH= two whole "$T/w.sock" --epochs 1
+rc=$?
+check "without --cache-stream, a set four times the cache: refused, ENOSPC named" sh -c "
+	[ $rc -ne 0 ] && grep -q 'above' '$T/whole.e1'" || { show "$T/whole.e1"; show "$T/w.log"; }
+stop_loaderd
+
+# 2. with it: two ranks, two epochs, windowed, through a quarter of the set
+serve_loaderd "$T/s.sock" "$T/s.log" --cache-dir "$T/ns" --cache-endpoints "$EPS" \
+	--cache-size "$size" --cache-size-per-uid "$size" --cache-stream --linger 2
+( max=0; while :; do u=$(osize "$T/ns"); [ "$u" -gt "$max" ] && max=$u && echo "$max" >"$T/max";
+  sleep 0.05; done ) &
+WPID=$!
+two win "$T/s.sock" --epochs 2 --sampling block --block 4 --window 2
+rc=$?
+stop_pid "$WPID"
+WPID=""
+check "streamed, windowed, 2 ranks x 2 epochs: both ranks end well" [ $rc -eq 0 ] ||
+	{ show "$T/win.e0"; show "$T/win.e1"; show "$T/s.log"; }
+check "... every sample once per epoch, with the local set's labels" once "$T/win" 2
+check "... the cache's objects never above --cache-size ($size)" \
+	sh -c "[ -s '$T/max' ] && [ \$(cat '$T/max') -le $size ]" || echo "# max $(cat "$T/max" 2>/dev/null)"
+
+# 3. the global shuffle through the same cache (a step reads many shards)
+two glob "$T/s.sock" --epochs 1
+rc=$?
+check "streamed, global shuffle, 2 ranks: both end well" [ $rc -eq 0 ] ||
+	{ show "$T/glob.e0"; show "$T/glob.e1"; }
+check "... every sample once, with the local set's labels" once "$T/glob" 1
+
+# 4. a shard replaced in the store while a job streams: that job fails naming the object
+"$BIN/ldcat" --socket "$T/s.sock" --crop 0 --batch 4 --world 1 --seed 3 --epochs 0 \
+	--sampling block --block 4 --window 2 --dataset s3://data/st/set.dpks --job rep --rank 0 \
+	>"$T/rep.r0" 2>"$T/rep.e0" &
+rp=$!
+sleep 1
+s3_put_file /data/st/set-00007.dpk "$T/local/set-00003.dpk" >/dev/null
+s3_put_file /data/st/set-00011.dpk "$T/local/set-00003.dpk" >/dev/null
+i=0
+while kill -0 $rp 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+kill $rp 2>/dev/null
+wait $rp
+rc=$?
+check "a shard replaced mid-stream: the job fails naming the object" sh -c "[ $rc -ne 0 ] &&
+	grep -q 'set-000\(07\|11\).dpk' '$T/rep.e0'" || { show "$T/rep.e0"; show "$T/s.log"; }
+"$BIN/ldcat" --socket "$T/s.sock" --crop 0 --batch 4 --world 1 --seed 3 --epochs 1 \
+	--dataset "$T/local/set.dpks" --job after --rank 0 >"$T/after" 2>"$T/after.e"
+check "... and loaderd serves the next job" sh -c "[ \$(wc -l <'$T/after') -eq 64 ]" ||
+	show "$T/after.e"
+stop_loaderd  # the jobs close: their streams say what they did
+att=$(sed -n 's/.*job win: stream ends: \([0-9]*\) shards attached, \([0-9]*\) let go.*/\1/p' "$T/s.log")
+let=$(sed -n 's/.*job win: stream ends: \([0-9]*\) shards attached, \([0-9]*\) let go.*/\2/p' "$T/s.log")
+check "... shards streamed: more attaches than shards (re-read in epoch 2), some let go" \
+	sh -c "[ '${att:-0}' -gt 16 ] && [ '${let:-0}' -gt 0 ]" || { echo "# attached ${att:-?} let go ${let:-?}"; show "$T/s.log"; }
+
+echo "1..$n"
+[ "$fails" -eq 0 ]
