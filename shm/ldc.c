@@ -531,6 +531,11 @@ static int set_count_max(struct ldc *c, const char *name, uint64_t *max)
 	char *text;
 	size_t len;
 
+	if (fd < 0 && !strncmp(name, "s3://", 5))  /* loaderd's node cache holds it, not the client */
+		return set_err(c, -EINVAL, "window_shards: dataset %s is read through loaderd's node "
+			       "cache, so its shards' records cannot be counted here: give block (the "
+			       "records of its largest shard: dpack inspect %s) and window instead",
+			       name, name);
 	if (fd < 0)
 		return set_err(c, -errno, "cannot open dataset %s: %s", name, strerror(errno));
 	int ret = set_read(c, fd, name, &text, &len);

@@ -7,7 +7,9 @@
 #   attached as they arrive and let go when the sampler's future no longer needs them (the log's
 #   counts: more attaches than the set has shards, some let go), and the cache's objects never
 #   exceed its size while the job runs; the global shuffle through the same small cache, one
-#   epoch: every sample once; a shard replaced in the store while a job streams: the job fails,
+#   epoch: every sample once; a step that reads more shards than the cache holds fails its job,
+#   named, with the way out; --window-shards through the node cache is refused with the way out
+#   (block and window); a shard replaced in the store while a job streams: the job fails,
 #   naming the object and the store's answer, and loaderd serves the next job.
 set -u
 BUILD=${BUILD:-build}
@@ -107,12 +109,29 @@ check "... every sample once per epoch, with the local set's labels" once "$T/wi
 check "... the cache's objects never above --cache-size ($size)" \
 	sh -c "[ -s '$T/max' ] && [ \$(cat '$T/max') -le $size ]" || echo "# max $(cat "$T/max" 2>/dev/null)"
 
+# --window-shards needs the manifest's counts, which the client does not have here: said, with the way
+"$BIN/ldcat" --socket "$T/s.sock" --crop 0 --batch 4 --world 1 --seed 3 --epochs 1 \
+	--sampling block --window-shards 2 --dataset s3://data/st/set.dpks --job ws --rank 0 \
+	>/dev/null 2>"$T/ws.e"
+rc=$?
+check "--window-shards through the node cache: refused, naming the dataset and the way (block, window)" \
+	sh -c "[ $rc -ne 0 ] && grep -q 'node cache, so its shards.* records cannot be counted here: give block' '$T/ws.e'" ||
+	show "$T/ws.e"
+
 # 3. the global shuffle through the same cache (a step reads many shards)
 two glob "$T/s.sock" --epochs 1
 rc=$?
 check "streamed, global shuffle, 2 ranks: both end well" [ $rc -eq 0 ] ||
 	{ show "$T/glob.e0"; show "$T/glob.e1"; }
 check "... every sample once, with the local set's labels" once "$T/glob" 1
+
+# a step that reads more shards than the cache can hold could never be filled: the job fails, named
+"$BIN/ldcat" --socket "$T/s.sock" --crop 0 --batch 16 --world 1 --seed 3 --epochs 1 \
+	--dataset s3://data/st/set.dpks --job big --rank 0 >/dev/null 2>"$T/big.e"
+rc=$?
+check "a global-shuffle step of 16 samples through a cache of 4 shards: the job fails, naming the step and the way" \
+	sh -c "[ $rc -ne 0 ] && grep -q 'step [0-9]* of rank 0 reads [0-9]* shards.*windowed sampling' '$T/big.e'" ||
+	show "$T/big.e"
 
 # 4. a shard replaced in the store while a job streams: that job fails naming the object
 "$BIN/ldcat" --socket "$T/s.sock" --crop 0 --batch 4 --world 1 --seed 3 --epochs 0 \
