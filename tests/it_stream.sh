@@ -10,7 +10,8 @@
 #   epoch: every sample once; a step that reads more shards than the cache holds fails its job,
 #   named, with the way out; --window-shards through the node cache is refused with the way out
 #   (block and window); a shard replaced in the store while a job streams: the job fails,
-#   naming the object and the store's answer, and loaderd serves the next job.
+#   naming the object and the store's answer, and loaderd serves the next job; a uid's streams at
+#   most LDF_STREAMS_UID (4) of ldfetch's 16 places: its 5th refused while another uid streams.
 set -u
 BUILD=${BUILD:-build}
 BIN=$BUILD/bin
@@ -157,6 +158,46 @@ att=$(sed -n 's/.*job win: stream ends: \([0-9]*\) shards attached, \([0-9]*\) l
 let=$(sed -n 's/.*job win: stream ends: \([0-9]*\) shards attached, \([0-9]*\) let go.*/\2/p' "$T/s.log")
 check "... shards streamed: more attaches than shards (re-read in epoch 2), some let go" \
 	sh -c "[ '${att:-0}' -gt 16 ] && [ '${let:-0}' -gt 0 ]" || { echo "# attached ${att:-?} let go ${let:-?}"; show "$T/s.log"; }
+
+# 5. one uid's streams hold at most a quarter of ldfetch's 16 places: its 5th streamed job is
+# refused, naming the bound, while another uid's streamed job opens and ends well
+if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
+	UB=64032
+	asu() { _u=$1; shift; setpriv --reuid="$_u" --regid="$_u" --clear-groups env HOME=/nonexistent "$@"; }
+else
+	echo "# the other uid is this one: not root or no setpriv"
+	UB=$(id -u)
+	asu() { shift; env HOME=/nonexistent "$@"; }
+fi
+chmod 711 "$T"
+"$BIN/dpack" pack --no-fsync --shard-size 8800 "$T/x.npy" "$T/y.npy" s3://data/q/set.dpks \
+	>"$T/packq.log" 2>&1  # a set of its own: section 4 replaced shards of the first
+serve_loaderd "$T/q.sock" "$T/q.log" --all-users --cache-dir "$T/nq" --cache-endpoints "$EPS" \
+	--cache-size $((4 * setb)) --cache-size-per-uid "$setb" --cache-stream --linger 1
+QP=""
+for k in 1 2 3 4; do
+	"$BIN/ldcat" --socket "$T/q.sock" --crop 0 --batch 4 --world 1 --seed 3 --epochs 0 \
+		--sampling block --block 4 --window 2 --dataset s3://data/q/set.dpks --job q$k \
+		--rank 0 >/dev/null 2>"$T/q$k.e" &
+	QP="$QP $!"
+	i=0  # its open answered: the uid's next request starts only then
+	while [ "$(grep -c "uid $(id -u): s3://data/q/set.dpks: streamed" "$T/q.log")" -lt $k ] &&
+		[ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+done
+"$BIN/ldcat" --socket "$T/q.sock" --crop 0 --batch 4 --world 1 --seed 3 --epochs 1 \
+	--sampling block --block 4 --window 2 --dataset s3://data/q/set.dpks --job q5 --rank 0 \
+	>"$T/q5" 2>"$T/q5.e"
+rc=$?
+check "a uid's 5th streamed job at once: refused, naming the bound" sh -c "[ $rc -ne 0 ] &&
+	grep -q 'already streams 4 sets' '$T/q5.e'" || { show "$T/q5.e"; show "$T/q.log"; }
+asu $UB "$BIN/ldcat" --socket "$T/q.sock" --crop 0 --batch 4 --world 1 --seed 3 --epochs 1 \
+	--sampling block --block 4 --window 2 --dataset s3://data/q/set.dpks --job qb --rank 0 \
+	>"$T/qb" 2>"$T/qb.e"
+rc=$?
+check "... another uid's streamed job meanwhile: every sample" sh -c "[ $rc -eq 0 ] &&
+	[ \$(wc -l <'$T/qb') -eq 64 ]" || { show "$T/qb.e"; show "$T/q.log"; }
+for p in $QP; do stop_pid "$p"; done
+stop_loaderd
 
 echo "1..$n"
 [ "$fails" -eq 0 ]

@@ -14,7 +14,7 @@
  * CTL_SHARD_WANT lists and letting go of those CTL_SHARD_DROP names (serve_stream, stream_loop).
  *
  * DESIGN. Each request is served by a child process of its own (at most LDF_CHILDREN at once, and
- * one per uid; more wait in the parent), so that a slow store delays its own uid's job opens only,
+ * one per uid; more wait in the parent; a uid's streams past their opens at most LDF_STREAMS_UID), so that a slow store delays its own uid's job opens only,
  * and the credentials live in that child's memory only, for that request only: wiped in the
  * parent as soon as the child is forked, and gone with the child. The child HEADs every object
  * of the dataset with the uid's credentials (the store's own answer to that uid is the proof that
@@ -60,6 +60,9 @@
 #include "shm/ctl.h"
 
 #define LDF_CHILDREN 16  /* requests served at once (streams included) */
+/* streams of one uid past their open, at most: one uid's streamed jobs, each holding its place
+ * for the job's life, never hold more than a quarter of the places */
+#define LDF_STREAMS_UID (LDF_CHILDREN / 4)
 #define LDF_OPEN_WAIT_S 60  /* a streamed set's open waits this long for room others hold */
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -662,6 +665,7 @@ struct ldf_wait {
 	struct ldf_wait *next;
 	int fd;
 	uint32_t uid;
+	int stream;  /* LDF_STREAM asked for */
 	size_t len;
 	char body[];
 };
@@ -709,6 +713,14 @@ static int uid_running(uint32_t uid)
 	return 0;
 }
 
+static unsigned uid_streams(uint32_t uid)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < g_nkids; i++)
+		n += g_kids[i].uid == uid && g_kids[i].streaming;
+	return n;
+}
+
 static unsigned streams_running(void)
 {
 	unsigned n = 0;
@@ -743,6 +755,18 @@ static void start_waiting(void)
 		if (!*pp)
 			g_wait_tail = pp;
 		g_nwait--;
+		/* a uid's streams hold their places for their jobs' lives: past its bound, its next
+		 * stream is refused (the uid's earlier requests are past their opens here: counted) */
+		if (w->stream && uid_streams(w->uid) >= LDF_STREAMS_UID) {
+			char t[CTL_TEXT_MAX];
+			snprintf(t, sizeof(t), "ldfetch: uid %u already streams %u sets (loaderd "
+				 "--cache-stream), its most at once of the node cache's "
+				 STR(LDF_CHILDREN) " places; try again when one of its jobs ends",
+				 w->uid, uid_streams(w->uid));
+			reply_err(w->fd, EAGAIN, t);
+			wait_drop(w);
+			continue;
+		}
 		int note[2] = { -1, -1 };
 		if (pipe2(note, O_CLOEXEC) < 0)
 			note[0] = note[1] = -1;  /* then a stream stays its uid's running request */
@@ -868,6 +892,7 @@ int main(int argc, char **argv)
 		w->next = NULL;
 		w->fd = fds[0];
 		w->uid = q.uid;
+		w->stream = (q.reserved & LDF_STREAM) != 0;
 		w->len = (size_t)n;
 		memcpy(w->body, buf, (size_t)n);
 		explicit_bzero(buf, sizeof(buf));
