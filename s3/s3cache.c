@@ -1075,21 +1075,15 @@ int s3cache_fetch_opts(struct s3 *s, const char *dir, const struct s3cache_opts 
 		       const char *url, struct s3cache_result *r, int *lockfd, char *err,
 		       size_t errlen)
 {
-	char objdir[PATH_MAX + 16], lock[PATH_MAX + 32];
-	int ret;
+	int ret, fd;
 
 	memset(r, 0, sizeof(*r));
-	snprintf(objdir, sizeof(objdir), "%s/objects", dir);
-	if ((ret = mkdirs(objdir)) < 0)
-		return err_set(err, errlen, ret, "the cache %s: %s", dir, strerror(-ret));
-	chmod(dir, 0700);
-	snprintf(lock, sizeof(lock), "%s/.lock", objdir);
-	int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
-	if (fd < 0)
-		return err_set(err, errlen, -errno, "the cache %s: %s", lock, strerror(errno));
+	if ((fd = open_lock(dir, err, errlen)) < 0)
+		return fd;
 	while (flock(fd, LOCK_EX) < 0)
 		if (errno != EINTR) {
-			ret = err_set(err, errlen, -errno, "the cache %s: %s", lock, strerror(errno));
+			ret = err_set(err, errlen, -errno, "the cache %s/objects/.lock: %s", dir,
+				      strerror(errno));
 			close(fd);
 			return ret;
 		}
