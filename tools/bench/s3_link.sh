@@ -24,10 +24,23 @@
 #       of a quarter (its default shuffle; then shuffle blocks of 2 shards); samples/s and bytes received (the veth's counters) per epoch. Needs the
 #       venv MOSAIC_VENV (default BUILD/mosaicvenv, made when missing: --system-site-packages
 #       over Debian's python3-torch, pip install mosaicml-streaming); skipped if it cannot be made.
+#   (e) streamed through loaderd's node cache (loaderd --cache-dir, --cache-endpoints the link,
+#       docs/STREAMING.md), loaderd (2 workers) and ldcat in the loader's namespace, the client
+#       offering the set to loaderd (not LOADERD_S3_CLIENT_FETCH): (e1) epoch 1 from a fresh
+#       cache holding the whole set, with --cache-stream (the global shuffle, then the windowed
+#       one) and without it (the set fetched whole before the job opens), and the local set's
+#       epoch after it (both samplings); (e2) a cache of a quarter of
+#       the set (--cache-size and --cache-size-per-uid) with --cache-stream, 2 epochs of the
+#       windowed shuffle (blocks of a shard's records, 2 a window, as the (c) replay): bytes
+#       received per epoch (the veth's counters) against the replay, and
+#       every sample once an epoch; the same with a cache of half the set. (e1) runs E1_RUNS
+#       times (3; medians); in (e2) epoch 1 is a job of its own on a fresh cache and epoch 2 the
+#       2-epoch job's bytes less it (ldcat's output is buffered: no per-step clock). Each ldcat
+#       is stopped after E_TIMEOUT s (300): a failure or a stall is shown, and the run goes on.
 # MOSAIC=0 skips (d); PAIRS (5): the warm/local pairs of (b); DELAY_MS=0 leaves the link unshaped
 # in time (the rate still shaped), to tell the round trips' share from the rate's.
 # Cleans up its namespaces and processes on exit. Root only. Not part of `make test`.
-# Ends on one JSON line.
+# Ends on one JSON line ((e) under "stream").
 set -eu
 BUILD=${BUILD:-build}
 BIN=$BUILD/bin
@@ -246,6 +259,122 @@ sim() { "$BIN/ldcachesim" --samples "$N" --shard-records "$REC" --record-bytes $
 sim_shuffle=$(sim --sampling shuffle)
 sim_block=$(sim --sampling block)
 
+# (e) streamed through loaderd's node cache (loaderd --cache-stream, docs/STREAMING.md)
+enode() { # enode NAME SIZE [loaderd options]: loaderd in LD on a fresh node cache of SIZE bytes
+	_n=$1 _z=$2
+	shift 2
+	rm -rf "$T/nc_$_n"
+	mkdir -p "$T/nc_$_n"
+	LOADERD="$T/loaderd-ns" start_loaderd "$T/$_n.log" --socket "$T/$_n.sock" --workers 2 \
+		--cache-dir "$T/nc_$_n" --cache-endpoints "$LINK" --cache-size "$_z" --cache-size-per-uid "$_z" \
+		"$@" || { echo "s3_link.sh: loaderd ($_n) did not start"; show "$T/$_n.log"; exit 1; }
+}
+ejob() { # ejob SOCK NAME DATASET [ldcat options]: ldcat in LD through the node cache, at most
+	# E_TIMEOUT s; prints its wall seconds, or "fail"
+	_s=$1 _n=$2 _d=$3
+	shift 3
+	_t0=$(now)
+	if inld env -u LOADERD_S3_CLIENT_FETCH -u LOADERD_S3_CACHE AWS_ENDPOINT_URL="$LINK" \
+		timeout "${E_TIMEOUT:-300}" "$BIN/ldcat" --socket "$T/$_s.sock" --batch 64 --crop 224 --json \
+		--job "$_n" --dataset "$_d" "$@" 2>"$T/$_n.err" >"$T/$_n.out"; then
+		echo "$(now) - $_t0" | bc
+	else
+		echo "# (e) $_n failed or stalled (rc $?):" >&2
+		show "$T/$_n.err" >&2
+		echo fail
+	fi
+}
+ecount() { # ecount NAME: samples ldcat delivered
+	wc -l <"$T/$1.out"
+}
+# (e1) epoch 1 cold, streamed (the global shuffle, then the windowed one: blocks of a shard's
+# records, 2 a window, as (c)), each on a fresh cache; the same without --cache-stream (the set
+# fetched whole before the job opens); the local set's epoch (both samplings) after it
+WIN="--sampling block --block $REC --window 2"
+e1() { # e1 NAME SAMPLING-OPTIONS...: the figures of one epoch 1 job: "wall rx count"
+	_n=$1
+	shift
+	b0=$(rx)
+	_w=$(ejob "$ES" "$_n" s3://bench/photos/set.dpks --epochs 1 "$@")
+	echo "$_w $(($(rx) - b0)) $(ecount "$_n")"
+}
+E1_RUNS=${E1_RUNS:-3}
+e1s="" e1w="" e1h="" e1l="" e1lw=""
+for r in $(seq "$E1_RUNS"); do  # not i: stop_pid (tests/lib.sh) sets it
+	ES=es1_$r && enode "$ES" $((BYTES * 2)) --cache-stream && e1s="$e1s$(e1 "$ES")," && stop_loaderd || true
+	# shellcheck disable=SC2086
+	ES=es1w_$r && enode "$ES" $((BYTES * 2)) --cache-stream && e1w="$e1w$(e1 "$ES" $WIN)," &&
+		stop_loaderd || true
+	ES=ew1_$r && enode "$ES" $((BYTES * 2)) && e1h="$e1h$(e1 "$ES"),"
+	e1l="$e1l$(ejob "$ES" el1_$r "$T/local/set.dpks" --epochs 1) 0 $(ecount el1_$r),"
+	# shellcheck disable=SC2086
+	e1lw="$e1lw$(ejob "$ES" el1w_$r "$T/local/set.dpks" --epochs 1 $WIN) 0 $(ecount el1w_$r),"
+	stop_loaderd || true
+done
+# (e2) a cache of 1/DIV of the set (--cache-size and --cache-size-per-uid), streamed, 2 epochs of
+# the windowed shuffle: the veth's received bytes over the job (ldcat's output is buffered, so
+# epoch 1 alone is a job of its own, on a fresh cache, and epoch 2 the difference); DIV 4 (a quarter, as
+# (c)), then 2 (a half: what the quarter's run is against, should the quarter's fail)
+e2() { # e2 NAME DIV EPOCHS
+	_n=$1 _e=$3
+	enode "$_n" $((BYTES / $2)) --cache-stream
+	rx >"$T/$_n.rx0"
+	_t0=$(now)
+	{
+		# shellcheck disable=SC2086
+		if inld env -u LOADERD_S3_CLIENT_FETCH -u LOADERD_S3_CACHE AWS_ENDPOINT_URL="$LINK" \
+			timeout "${E_TIMEOUT:-300}" "$BIN/ldcat" --socket "$T/$_n.sock" --batch 64 --crop 224 \
+			--json --job "$_n" --dataset s3://bench/photos/set.dpks --epochs "$_e" $WIN \
+			2>"$T/$_n.err"; then
+			echo 0 >"$T/$_n.rc"
+		else
+			echo $? >"$T/$_n.rc"
+		fi
+	} >"$T/$_n.out"
+	rx >"$T/$_n.rx1"
+	_w=$(echo "$(now) - $_t0" | bc)
+	[ "$(cat "$T/$_n.rc")" = 0 ] ||
+		{ echo "# (e) $_n failed or stalled (rc $(cat "$T/$_n.rc")):"; show "$T/$_n.err"; _w=fail; }
+	echo "$_w" >"$T/$_n.wall"
+	stop_loaderd || true
+}
+for d in 4 2; do  # epoch 1 alone, then 2 epochs: epoch 2's bytes are the difference
+	e2 es2_1_$d "$d" 1
+	e2 es2_2_$d "$d" 2
+done
+grep -h 'stream ends' "$T"/es*.log || true
+sim_block_h=$(sim --sampling block --cache 0.5 --window 2)
+estream=$(py "
+import json, collections, statistics
+N, B = $N, $BYTES
+def one(s):
+    w, rx, n = s.split()
+    return {'wall_s': None if w == 'fail' else float(w), 'rx': int(rx), 'samples': int(n)}
+def runs(s):
+    r = [one(x) for x in s.split(',') if x]
+    ok = [x['wall_s'] for x in r]
+    return {'wall_s': None if None in ok else statistics.median(ok), 'walls': ok,
+        'rx': max(x['rx'] for x in r), 'samples': min(x['samples'] for x in r)}
+def job(name):
+    w = open('$T/%s.wall' % name).read().strip()
+    ids = collections.defaultdict(collections.Counter)
+    rows = [l.split() for l in open('$T/%s.out' % name)]
+    rows = [p for p in rows if len(p) >= 2 and p[0].isdigit()]
+    spe = -(-N // 64)  # steps an epoch, one rank of batch 64
+    for p in rows:
+        ids[int(p[0]) // spe][p[1]] += 1
+    e = max(ids) + 1 if ids else 0
+    once = [len(ids[k]) == N and all(c == 1 for c in ids[k].values()) for k in range(e)]
+    rx = int(open('$T/%s.rx1' % name).read()) - int(open('$T/%s.rx0' % name).read())
+    return {'wall_s': None if w == 'fail' else float(w), 'rx': rx, 'samples': [sum(ids[k].values()) for k in range(e)], 'each_once': once}
+def two(div):
+    a, b = job('es2_1_%d' % div), job('es2_2_%d' % div)
+    ok = a['wall_s'] is not None and b['wall_s'] is not None
+    return {'cache_bytes': B // div, 'epoch1_job': a, 'epochs2_job': b,
+        'rx_sets_per_epoch': [round(a['rx'] / B, 3), round((b['rx'] - a['rx']) / B, 3)] if ok else None}
+print(json.dumps({'streamed': runs('$e1s'), 'streamed_window': runs('$e1w'), 'whole': runs('$e1h'),
+    'local': runs('$e1l'), 'local_window': runs('$e1lw'), 'quarter': two(4), 'half': two(2),
+    'sim_block_half': json.loads('''$sim_block_h''')}))")
 # (d) Mosaic Streaming, the same photographs as MDS shards of 8 MiB in the same store
 mosaic='null'
 if [ "${MOSAIC:-1}" = 1 ] && { [ ! -x "$MOSAIC_VENV/bin/python" ] ||
@@ -325,6 +454,28 @@ print('(b) the warm cache resolved through the link (%d objects HEADed, %d fetch
 print('(b) epoch 2, warm cache: %.0f samples/s; local set: %.0f samples/s (medians of %d); median of the pairs\' ratios %.3f (each: %s); %.3f MB received' % (w, l, len(ww), ratio, ' '.join('%.3f' % (b / a) for a, b in zip(ww, wl)), $e2_rx / 1e6))
 ss, sb = json.loads('''$sim_shuffle'''), json.loads('''$sim_block''')
 print('(c) replay, cache %d of %d shards: shuffle LRU %s future %s; block LRU %s future %s (datasets per epoch)' % (ss['cache_shards'], ss['shards'], ss['lru'], ss['future'], sb['lru'], sb['future']))
+es = json.loads('''$estream''')
+def sps(k):
+    return N / es[k]['wall_s'] if es[k]['wall_s'] else None
+def rat(a, b):
+    return round(a / b, 3) if a and b else None
+f1 = lambda x: 'failed' if x is None else '%.0f' % x
+for k in ('streamed', 'streamed_window', 'whole', 'local', 'local_window'):
+    es[k]['sps'] = sps(k) and round(sps(k), 1)
+for k, lk in (('streamed', 'local'), ('streamed_window', 'local_window')):
+    s1, w1, l1 = sps(k), sps('whole'), sps(lk)
+    es[k].update({'over_whole': rat(s1, w1), 'over_local': rat(s1, l1), 'over_link': rat(s1, lim),
+        'over_min_link_local': rat(s1, l1 and min(lim, l1))})
+    print('(e1) epoch 1 cold through the node cache, %s: streamed %s samples/s (%d delivered, %.1f MB received); whole set first %s samples/s; the local set %s' % (
+        'global shuffle' if k == 'streamed' else 'windowed', f1(s1), es[k]['samples'], es[k]['rx'] / 1e6, f1(w1), f1(l1)))
+    print('(e1)   streamed/whole %s, streamed/local %s, streamed/link limit %s, streamed/min(link, local) %s' % (
+        es[k]['over_whole'], es[k]['over_local'], es[k]['over_link'], es[k]['over_min_link_local']))
+sh = es['sim_block_half']
+for k, s in (('quarter', sb), ('half', sh)):
+    q = es[k]
+    q2 = q['epochs2_job']
+    print('(e2) a cache of a %s (%.1f MB), streamed, windowed: received %s sets per epoch (epoch 1 a job alone, %s s; epoch 2 = the 2-epoch job, %s s, less it) against the replay: future %s, LRU %s; the 2-epoch job: samples per epoch %s, each once: %s' % (
+        k, q['cache_bytes'] / 1e6, q['rx_sets_per_epoch'], q['epoch1_job']['wall_s'], q2['wall_s'], s['future'][:2], s['lru'][:2], q2['samples'], q2['each_once']))
 m = json.loads('''$mosaic''')
 if m:
     for k, r in (('full', m['full']), ('quarter', m['quarter']), ('quarter, blocks of 2 shards,', m['quarter_block2'])):
@@ -334,5 +485,5 @@ print(json.dumps({'samples': N, 'bytes': B, 'shards': $SHARDS, 'rtt_ms': float('
     'raw_MBps': raw['MBps'], 'proxied_MBps': prx['MBps'], 'proxy0_MBps': p0['MBps'], 'store_MBps': round(store / 1e6, 1), 'store_proxy0_MBps': round(storep / 1e6, 1),
     'fetch_s': $fetch_s, 'fetch_MBps': round(fetch / 1e6, 1), 'fetch_rx': $fetch_rx, 'fetch_cpu_moto_proxy_client': [mc, pc, cc], 'warm_resolve_s': $warm_s, 'fetch_first_s': round(t_first - $ft0, 3), 'fetch_flow_MBps': round(flow / 1e6, 1), 'epoch1_s': e1w, 'epoch1_sps': round(e1, 1),
     'epoch1_rx': $e1_rx, 'epoch1_after_fetch_sps': e1j['samples_per_s'], 'full_bound_sps': round(pl, 1), 'warm_sps': round(w, 1), 'local_sps': round(l, 1), 'epoch2_ratio': round(ratio, 3),
-    'epoch2_rx': $e2_rx, 'sim_shuffle': ss, 'sim_block': sb, 'mosaic': m}))
+    'epoch2_rx': $e2_rx, 'sim_shuffle': ss, 'sim_block': sb, 'mosaic': m, 'stream': es}))
 "
