@@ -42,6 +42,8 @@ struct srv_stream {
 	uint8_t *attached;         /* total: attached by this stream */
 	uint8_t *seen;             /* total: a plan's scratch */
 	int64_t *at_ns;            /* total: when each was attached */
+	uint64_t *size;            /* total: each shard's bytes: the job's estimate, then the
+				    * store's (CTL_SHARD_SIZES) */
 	uint32_t *list;            /* CTL_SHARD_LIST_MAX: a plan's future order */
 	uint32_t *sent;            /* the wanted list last sent */
 	uint32_t nsent;
@@ -131,7 +133,7 @@ static int plan(struct srv_stream *st)
 	struct srv *s = st->s;
 	struct job *j = st->j;
 	void *state = j->state;
-	const uint64_t *sizes = j->info.shard_bytes;
+	const uint64_t *sizes = st->size;
 	uint32_t n = 0, ndrop = 0;
 
 	pthread_mutex_lock(&s->mu);
@@ -263,6 +265,25 @@ static int take(struct srv_stream *st, char *why, size_t whylen)
 		snprintf(why, whylen, "%s", e.text);
 		return e.err > 0 && e.err < 4096 ? -e.err : -EIO;
 	}
+	if (type == CTL_SHARD_SIZES && nfds == 0) {  /* the store's sizes: the plan's bytes */
+		struct ctl_shard_sizes h;
+		if ((size_t)n >= sizeof(h))
+			memcpy(&h, buf, sizeof(h));
+		if ((size_t)n < sizeof(h) || h.count == 0 || h.count > CTL_SHARD_SIZES_MAX ||
+		    (size_t)n != sizeof(h) + 8 * (size_t)h.count || h.first >= st->total ||
+		    h.count > st->total - h.first) {
+			snprintf(why, whylen, "the node cache's fetcher sent shard sizes that are not "
+				 "this set's %u shards", st->total);
+			return -EIO;
+		}
+		for (uint32_t i = 0; i < h.count; i++) {
+			uint64_t z;
+			memcpy(&z, buf + sizeof(h) + 8 * (size_t)i, 8);
+			st->size[h.first + i] = z;  /* a lie costs only the plan's budget */
+		}
+		st->dirty = 1;
+		return 0;
+	}
 	struct ctl_shard_fds b;
 	if (type != CTL_SHARD_FDS || (size_t)n != sizeof(b) || nfds != 1) {
 		for (int i = 0; i < nfds; i++)
@@ -359,8 +380,11 @@ int srv_stream_start(struct srv *s, struct job *j, int fd, const uint8_t *attach
 	st->list = calloc(2 * CTL_SHARD_LIST_MAX, sizeof(*st->list));
 	st->sent = calloc(CTL_SHARD_LIST_MAX, sizeof(*st->sent));
 	st->at_ns = calloc(total ? total : 1, sizeof(*st->at_ns));
-	st->bytes = sizeof(*st) + 10 * (size_t)total + 3 * CTL_SHARD_LIST_MAX * sizeof(uint32_t);
-	if (!st->attached || !st->list || !st->sent || !st->at_ns) {
+	st->size = calloc(total ? total : 1, sizeof(*st->size));
+	if (st->size)
+		memcpy(st->size, j->info.shard_bytes, (size_t)total * sizeof(*st->size));
+	st->bytes = sizeof(*st) + 18 * (size_t)total + 3 * CTL_SHARD_LIST_MAX * sizeof(uint32_t);
+	if (!st->attached || !st->list || !st->sent || !st->at_ns || !st->size) {
 		srv_stream_free(st);
 		return snprintf(why, whylen, "out of memory"), -ENOMEM;
 	}
@@ -409,5 +433,6 @@ void srv_stream_free(struct srv_stream *st)
 	free(st->list);
 	free(st->sent);
 	free(st->at_ns);
+	free(st->size);
 	free(st);
 }

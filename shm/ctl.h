@@ -44,7 +44,8 @@ enum ctl_type {
 	CTL_S3_ACK = 15,    /* server: struct ctl_s3_ack: taken, or no cache here */
 	CTL_SHARD_WANT = 16, /* loaderd -> ldfetch, on a stream: struct ctl_shard_list + count u32 */
 	CTL_SHARD_DROP = 17, /* loaderd -> ldfetch, on a stream: struct ctl_shard_list + count u32 */
-	CTL_TYPE_MAX = 17
+	CTL_SHARD_SIZES = 18, /* ldfetch -> loaderd, on a stream: struct ctl_shard_sizes + u64s */
+	CTL_TYPE_MAX = 18
 };
 
 struct ctl_hdr {
@@ -319,6 +320,18 @@ struct ctl_shard_list {
 _Static_assert(sizeof(struct ctl_shard_list) == 8, "on the wire");
 _Static_assert(sizeof(struct ctl_hdr) + sizeof(struct ctl_shard_list) + CTL_SHARD_LIST_MAX * 4u <=
 	       CTL_MSG_MAX, "the longest list fits a message");
+
+/* CTL_SHARD_SIZES: ldfetch's first messages on a stream, after its open: each shard's size in the
+ * store (its HEAD's Content-Length), count of them from shard first on, so that loaderd plans
+ * with the bytes each shard will take (the manifest gives only record counts). */
+#define CTL_SHARD_SIZES_MAX 500u
+struct ctl_shard_sizes {
+	uint32_t first;
+	uint32_t count;               /* 1..CTL_SHARD_SIZES_MAX; count uint64 sizes follow */
+};
+_Static_assert(sizeof(struct ctl_shard_sizes) == 8, "on the wire");
+_Static_assert(sizeof(struct ctl_hdr) + sizeof(struct ctl_shard_sizes) + CTL_SHARD_SIZES_MAX * 8u <=
+	       CTL_MSG_MAX, "the longest fits a message");
 
 enum ctl_admin_op { CTL_OP_STATUS = 1, CTL_OP_JOBS = 2, CTL_OP_STATS = 3, CTL_OP_STOP = 4 };
 #define CTL_ADMIN_JSON 0x1u

@@ -18,7 +18,7 @@ import tempfile
 import time
 
 MAGIC, VERSION = 0x3143444C, 2
-SHARD_FDS, ERROR, STATS_REQ, S3_OPEN, WANT, DROP = 11, 5, 3, 14, 16, 17
+SHARD_FDS, ERROR, STATS_REQ, S3_OPEN, WANT, DROP, SIZES = 11, 5, 3, 14, 16, 17, 18
 LDF_STREAM = 1
 F_OFD_GETLK = 36
 LDFETCH, LOCAL, URL = sys.argv[1:4]
@@ -144,6 +144,19 @@ def stream_open(f, keys=None):
     if not m or m[0] != ERROR or error_of(m)[0] != 0 or len(m[2]) != 1:
         print("# the open's answer: %r" % (m and (m[0], error_of(m) if m[0] == ERROR else m[1])))
         return s, fd0, None
+    # then every shard's size in the store, in order, before anything else
+    sizes = []
+    while len(sizes) < N:
+        z = recv(s, 30)
+        if not z or z[0] != SIZES:
+            print("# expected the shards' sizes, got %r" % (z and (z[0], z[1][:40])))
+            break
+        first, count = struct.unpack("<II", z[1][:8])
+        if first != len(sizes) or len(z[1]) != 8 + 8 * count:
+            print("# sizes from %d, %d of them, in %d bytes" % (first, count, len(z[1])))
+            break
+        sizes += struct.unpack("<%dQ" % count, z[1][8:])
+    f.sizes = sizes
     return s, fd0, m[2][0]
 
 
@@ -165,6 +178,9 @@ def main():
           "(CTL_ERROR 0), each the store's bytes" % N)
     check(fd0 is not None and held_on_uid(fd0) and held_on_uid(mfd),
           "... each read-locked on byte UID before it is sent")
+    want = [len(local(k)) for k in SHARDS]
+    check(getattr(big, "sizes", None) == want,
+          "... then every shard's size in the store, in order (CTL_SHARD_SIZES): %r" % want[:4])
     # 2. WANT [3,1,2] with one in flight: delivered 3, 1, 2; nothing more until asked
     send(s, WANT, shard_list([3, 1, 2]))
     got = {k: expect_shard(s, k) for k in (3, 1, 2)}

@@ -339,6 +339,20 @@ static int stream_loop(int sock, struct s3cache_stream *st, struct strm *t, unsi
 	for (uint32_t i = 0; i < n; i++)
 		pos[i] = UINT32_MAX;
 	state[0] = 1;  /* delivered at the open */
+	/* first, each shard's size in the store: loaderd plans with the bytes they will take */
+	for (uint32_t k = 0; k < n; k += CTL_SHARD_SIZES_MAX) {
+		_Alignas(8) char msg[CTL_MSG_MAX];
+		struct ctl_shard_sizes h = { .first = k,
+					     .count = n - k < CTL_SHARD_SIZES_MAX ? n - k :
+									  CTL_SHARD_SIZES_MAX };
+		memcpy(msg, &h, sizeof(h));
+		for (uint32_t i = 0; i < h.count; i++) {
+			uint64_t z = s3cache_stream_size(st, k + i);
+			memcpy(msg + sizeof(h) + 8 * (size_t)i, &z, 8);
+		}
+		if (ctl_send(sock, CTL_SHARD_SIZES, msg, sizeof(h) + 8 * (size_t)h.count, NULL, 0) < 0)
+			goto out;  /* loaderd went away */
+	}
 	for (;;) {
 		uint32_t batch[256];
 		unsigned nb = 0;
