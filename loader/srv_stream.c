@@ -215,13 +215,21 @@ static int plan(struct srv_stream *st)
 		if (send_list(st, CTL_SHARD_WANT, st->list, w) < 0)
 			return -EIO;
 	}
-	/* Attached and not in that future: the farthest-needed; let them go (a step's pin: later). */
+	/* Attached and not in that future: the farthest-needed. Kept while the budget has room
+	 * for them (the future looked at ended before the budget did), else let go (a step's
+	 * pin: later). */
 	int64_t now = now_ns();
+	uint64_t room = st->nranks + st->nparked && limit > bytes ? limit - bytes : 0;  /* no one
+								    * reads: everything goes */
 	for (uint32_t k = 0; k < st->total && ndrop < CTL_SHARD_LIST_MAX; k++) {
 		/* not one that came this moment: the step it woke may be between the queues and its
 		 * hold (a worker opening it), where no plan sees it */
 		if (!st->attached[k] || st->seen[k] || now - st->at_ns[k] < STREAM_GRACE_NS)
 			continue;
+		if (!full && blocks(sizes[k]) <= room) {
+			room -= blocks(sizes[k]);
+			continue;
+		}
 		int ret = s->ops.shard_detach(s->ops.ctx, state, k);
 		if (ret == 0) {
 			st->attached[k] = 0;
