@@ -220,7 +220,7 @@ static const struct arg_opt opt_rows[] = {
 	{ "cache-size-per-uid", 0, ARG_BYTES, AT(cache_uid, uint64_t), .lo = 1, .hi = UINT64_MAX,
 	  .def_doc = "half of --cache-size",
 	  .help = "of them, what one user's running jobs may hold" },
-	{ "cache-stream", 0, ARG_FLAG, AT(so.cache_stream, int),
+	{ "cache-stream", 0, ARG_FLAG, AT(so.cache_stream, int), .def_doc = "off: sets are fetched whole",
 	  .help = "stream a set of shards through the cache instead of fetching it whole before "
 		  "its job starts: steps are filled as their shards arrive, shards are fetched in the "
 		  "order the jobs' samplers will read them and the farthest-needed are let go first, "
