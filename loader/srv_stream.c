@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #define STREAM_RANKS 256u           /* attached ranks of one job a plan looks at */
-#define STREAM_GRACE_NS 500000000ll /* a shard just attached is not let go this soon */
+#define STREAM_GRACE_NS 50000000ll  /* a shard just attached is not let go this soon */
 #define STREAM_PARKED 256u          /* parked steps of one job a plan looks at */
 #define STREAM_HORIZON 4096u        /* steps ahead of each rank a plan looks at, at most */
 #define STREAM_PLAN_NS 100000000ll  /* between plans while nothing arrives (ranks moved) */
