@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- notices and the wake ---- */
@@ -148,6 +149,12 @@ int srv_fds_check(struct srv *s, uid_t uid, uint64_t n, const char *what, char *
 		return -EMFILE;
 	}
 	return 0;
+}
+
+int srv_fd_regular(int fd)
+{
+	struct stat st;
+	return fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 int srv_set_fds_reserve(struct srv *s, uid_t uid, uint32_t total, uint64_t *charge, char *why,

@@ -24,12 +24,6 @@ void srv_s3_wipe(char **p, size_t *len)
 	*len = 0;
 }
 
-static int regular(int fd)
-{
-	struct stat st;
-	return fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 int srv_fetch(struct srv *s, struct open_req *r, char *why, size_t whylen)
 {
 	char msg[CTL_MSG_MAX], buf[CTL_MSG_MAX];
@@ -81,19 +75,17 @@ int srv_fetch(struct srv *s, struct open_req *r, char *why, size_t whylen)
 		}
 		if (type == CTL_SHARD_FDS) {
 			char w[CTL_TEXT_MAX];
-			struct ctl_shard_fds b0 = { 0 };
-			if ((size_t)n >= sizeof(b0))
-				memcpy(&b0, buf, sizeof(b0));
+			uint32_t k, said;
 			/* Streamed: shard 0 alone opens the set (the rest come on the stream). */
-			if (s->opts.cache_stream && got == 0 && (size_t)n == sizeof(b0) &&
-			    b0.first == 0 && b0.count == 1 && nfds == 1 && !b0.reserved &&
-			    b0.total >= 1 && b0.total <= CTL_SHARDS_MAX)
+			if (s->opts.cache_stream && got == 0 &&
+			    ctl_check_shard_one(buf, (size_t)n, nfds, 0, &k, &said, w, sizeof(w)) == 0 &&
+			    k == 0)
 				ret = 0;
 			else
 				ret = ctl_check_shard_fds(buf, (size_t)n, nfds, got, total, w,
 							  sizeof(w));
 			for (int i = 0; ret == 0 && i < nfds; i++)
-				if (!regular(fds[i]))
+				if (!srv_fd_regular(fds[i]))
 					ret = -EINVAL, snprintf(w, sizeof(w), "not a regular file");
 			if (ret == 0 && got == 0) {
 				struct ctl_shard_fds b;
@@ -123,7 +115,7 @@ int srv_fetch(struct srv *s, struct open_req *r, char *why, size_t whylen)
 			struct ctl_error e;
 			memcpy(&e, buf, sizeof(e));
 			e.text[sizeof(e.text) - 1] = '\0';
-			if (e.err == 0 && nfds == 1 && got == total && regular(fds[0])) {
+			if (e.err == 0 && nfds == 1 && got == total && srv_fd_regular(fds[0])) {
 				r->fd = fds[0];
 				ret = 0;
 				break;
@@ -131,7 +123,7 @@ int srv_fetch(struct srv *s, struct open_req *r, char *why, size_t whylen)
 			/* Streamed (asked for): shard 0 came, the rest come on this socket, which
 			 * the job's stream keeps (srv_stream.c). */
 			if (e.err == 0 && nfds == 1 && s->opts.cache_stream && got == 1 && total > 1 &&
-			    regular(fds[0])) {
+			    srv_fd_regular(fds[0])) {
 				r->fd = fds[0];
 				r->stream_fd = sv[0];
 				return 0;

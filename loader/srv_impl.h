@@ -418,6 +418,8 @@ int srv_fds_check(struct srv *s, uid_t uid, uint64_t n, const char *what, char *
  * (a descriptor and its O_DIRECT twin per file, the manifest's too) for @uid: a set too large is
  * refused before any of it is kept. 0 with the reservation in *charge (given back with
  * srv_fds_add(-charge)), or -EMFILE with the reason in @why. */
+/* Is @fd a regular file (fstat)? What the node cache's fetcher passes must be. */
+int srv_fd_regular(int fd);
 int srv_set_fds_reserve(struct srv *s, uid_t uid, uint32_t total, uint64_t *charge, char *why,
 			size_t whylen);
 /* Bytes of admin answers one uid may have queued at once (answers it does not read): past it a

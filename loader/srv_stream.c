@@ -244,12 +244,6 @@ static int plan(struct srv_stream *st)
 	return 0;
 }
 
-static int regular(int fd)
-{
-	struct stat sb;
-	return fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
 /* One message from ldfetch. 0, or -errno with @why: the stream ends and the job fails. */
 static int take(struct srv_stream *st, char *why, size_t whylen)
 {
@@ -292,33 +286,35 @@ static int take(struct srv_stream *st, char *why, size_t whylen)
 		st->dirty = 1;
 		return 0;
 	}
-	struct ctl_shard_fds b;
-	if (type != CTL_SHARD_FDS || (size_t)n != sizeof(b) || nfds != 1) {
+	char w[CTL_TEXT_MAX];
+	uint32_t k, said;
+	if (type != CTL_SHARD_FDS) {
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
 		snprintf(why, whylen, "the node cache's fetcher answered out of turn (message type "
 			 "%u, %d descriptors)", type, nfds);
 		return -EIO;
 	}
-	memcpy(&b, buf, sizeof(b));
-	if (b.total != st->total || b.first >= st->total || b.count != 1 || b.reserved ||
-	    !regular(fds[0])) {
-		close(fds[0]);
-		snprintf(why, whylen, "the node cache's fetcher sent shard %u of %u (%u descriptors): "
-			 "not a shard of this set's %u", b.first, b.total, b.count, st->total);
+	int bad = ctl_check_shard_one(buf, (size_t)n, nfds, st->total, &k, &said, w, sizeof(w)) < 0;
+	if (!bad && !srv_fd_regular(fds[0]))
+		bad = 1, snprintf(w, sizeof(w), "shard %u: not a regular file", k);
+	if (bad) {
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		snprintf(why, whylen, "the node cache's fetcher sent %.200s", w);
 		return -EIO;
 	}
-	if (st->attached[b.first]) {  /* delivered twice: already here */
+	if (st->attached[k]) {  /* delivered twice: already here */
 		close(fds[0]);
 		return 0;
 	}
-	int ret = s->ops.shard_attach(s->ops.ctx, st->j->state, b.first, fds[0], why, whylen);
+	int ret = s->ops.shard_attach(s->ops.ctx, st->j->state, k, fds[0], why, whylen);
 	if (ret == -EEXIST)
 		ret = 0;  /* attached at the job's open (shard 0) */
 	if (ret < 0)
 		return ret;
-	st->attached[b.first] = 1;
-	st->at_ns[b.first] = now_ns();
+	st->attached[k] = 1;
+	st->at_ns[k] = now_ns();
 	st->fetched++;
 	st->dirty = 1;
 	srv_shard_ready(s, st->j);

@@ -174,6 +174,29 @@ static int cmp_u32(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+int ctl_check_shard_one(const void *body, size_t len, int nfds, uint32_t total, uint32_t *k,
+			uint32_t *said, char *why, size_t whylen)
+{
+	struct ctl_shard_fds b;
+
+	if (len != sizeof(b))
+		return snprintf(why, whylen, "a shard of %zu bytes, not %zu", len, sizeof(b)), -EINVAL;
+	memcpy(&b, body, sizeof(b));
+	if (b.reserved)
+		return snprintf(why, whylen, "a shard with its reserved field set"), -EINVAL;
+	if (b.total == 0 || b.total > CTL_SHARDS_MAX || (total && b.total != total))
+		return snprintf(why, whylen, "shard %u of %u: not a shard of this set's %u (1..%u)",
+				b.first, b.total, total, CTL_SHARDS_MAX), -EINVAL;
+	if (b.first >= b.total)
+		return snprintf(why, whylen, "shard %u of a set of %u", b.first, b.total), -EINVAL;
+	if (b.count != 1 || nfds != 1)
+		return snprintf(why, whylen, "shard %u says %u descriptors and carries %d; it must "
+				"carry 1", b.first, b.count, nfds), -EINVAL;
+	*k = b.first;
+	*said = b.total;
+	return 0;
+}
+
 int ctl_check_shard_list(const void *body, size_t len, uint32_t total, const uint32_t **idx,
 			 uint32_t *count, char *why, size_t whylen)
 {

@@ -368,6 +368,13 @@ ssize_t ctl_recv_fds(int sock, void *buf, uint16_t *type, int *fds, int cap, int
 int ctl_check_shard_fds(const void *body, size_t len, int nfds, uint32_t got, uint32_t total,
 			char *why, size_t whylen);
 
+/* A CTL_SHARD_FDS body of @len bytes that came with @nfds fds, as a stream delivers one shard
+ * (docs/STREAMING.md): {first k, total, count 1}, reserved zero, one descriptor, k below total.
+ * @total: the set's shard count, or 0 when not known yet (the stream's open, whose message says
+ * it: 1..CTL_SHARDS_MAX). 0 with *@k (and *@said, the message's total), or -EINVAL with @why. */
+int ctl_check_shard_one(const void *body, size_t len, int nfds, uint32_t total, uint32_t *k,
+			uint32_t *said, char *why, size_t whylen);
+
 /* A CTL_SHARD_WANT or CTL_SHARD_DROP body of @len bytes (@body 4-byte aligned, as ctl_recv's
  * buffer is when the caller aligns it) for a set of @total shards: reserved zero, count at most
  * CTL_SHARD_LIST_MAX, the length exactly 8 + 4 x count, every index below @total, none twice

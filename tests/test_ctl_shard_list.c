@@ -2,7 +2,11 @@
  * ctl_check_shard_list) as hostile input: a list of CTL_SHARD_LIST_MAX indices is taken and one
  * more refused, an index at the set's last shard taken and one at its count refused, a shard named
  * twice (anywhere in the list), a set reserved field, a length one short or one long of what the
- * count says, and a body shorter than its head are refused, each naming the field. */
+ * count says, and a body shorter than its head are refused, each naming the field. And one shard
+ * delivered on a stream (ctl_check_shard_one): its index at the set's last shard taken and at its
+ * count refused, a total other than the set's, 0 or past CTL_SHARDS_MAX refused (any total up to
+ * it taken while the set's is not known), a count or a number of descriptors other than 1, a set
+ * reserved field and a body of another length refused. */
 #include "shm/ctl.h"
 
 #include <errno.h>
@@ -34,6 +38,44 @@ static int check(const void *b, size_t len, uint32_t total, char *why)
 		assert_int_equal(count, ((const uint32_t *)b)[0]);
 	}
 	return ret;
+}
+
+static int one(uint32_t first, uint32_t total, uint32_t count, uint32_t reserved, size_t len,
+	       int nfds, uint32_t set, uint32_t *k)
+{
+	struct ctl_shard_fds b = { first, total, count, reserved };
+	char buf[sizeof(b) + 1] = { 0 }, why[CTL_TEXT_MAX] = "";
+	uint32_t said = 0;
+	memcpy(buf, &b, sizeof(b));
+	*k = 99999;
+	int ret = ctl_check_shard_one(buf, len, nfds, set, k, &said, why, sizeof(why));
+	if (ret == 0)
+		assert_int_equal(said, total);
+	else
+		assert_true(why[0] != '\0');
+	return ret;
+}
+
+static void test_one_shard(void **state)
+{
+	(void)state;
+	uint32_t k;
+	const size_t L = sizeof(struct ctl_shard_fds);
+
+	assert_int_equal(one(7, 8, 1, 0, L, 1, 8, &k), 0);
+	assert_int_equal(k, 7);
+	assert_int_equal(one(8, 8, 1, 0, L, 1, 8, &k), -EINVAL);          /* index at the count */
+	assert_int_equal(one(0, 9, 1, 0, L, 1, 8, &k), -EINVAL);          /* another set's total */
+	assert_int_equal(one(0, CTL_SHARDS_MAX, 1, 0, L, 1, 0, &k), 0);   /* the open: any total */
+	assert_int_equal(one(0, CTL_SHARDS_MAX + 1, 1, 0, L, 1, 0, &k), -EINVAL);
+	assert_int_equal(one(0, 0, 1, 0, L, 1, 0, &k), -EINVAL);
+	assert_int_equal(one(0, 8, 0, 0, L, 1, 8, &k), -EINVAL);          /* count 0, 2 */
+	assert_int_equal(one(0, 8, 2, 0, L, 1, 8, &k), -EINVAL);
+	assert_int_equal(one(0, 8, 1, 0, L, 0, 8, &k), -EINVAL);          /* descriptors 0, 2 */
+	assert_int_equal(one(0, 8, 1, 0, L, 2, 8, &k), -EINVAL);
+	assert_int_equal(one(0, 8, 1, 1, L, 1, 8, &k), -EINVAL);          /* reserved */
+	assert_int_equal(one(0, 8, 1, 0, L - 1, 1, 8, &k), -EINVAL);      /* length */
+	assert_int_equal(one(0, 8, 1, 0, L + 1, 1, 8, &k), -EINVAL);
 }
 
 static void test_count_at_and_past_the_max(void **state)
@@ -106,6 +148,7 @@ static void test_reserved_and_lengths(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_one_shard),
 		cmocka_unit_test(test_count_at_and_past_the_max),
 		cmocka_unit_test(test_index_at_and_past_the_set),
 		cmocka_unit_test(test_a_shard_twice),
