@@ -6,6 +6,7 @@
  * releasing while another thread detaches and attaches (run under TSan by make test-tsan). */
 #include "formats/dpk.h"
 #include "formats/dpkset.h"
+#include "tests/set_fixture.h"
 #include "tests/tmpdir.h"
 
 #include <errno.h>
@@ -25,7 +26,6 @@
 
 static char dir[64];
 static const char *const classes2[] = { "cat", "dog" };
-static const char *const caption[] = { "caption" };
 
 static int setup(void **state)
 {
@@ -39,62 +39,19 @@ static int teardown(void **state)
 	return tmpdir_remove(dir);
 }
 
-/* Shard @name: @n raw 4x4 records, record i's bytes all (base + i), label (base + i) % nc, aux
- * field "caption" = one byte (base + i); classes @classes[0, nc). Its identity into @id. */
-static void shard(const char *name, unsigned n, unsigned base, const char *const *classes,
-		  uint32_t nc, uint8_t id[DPK_IDENTITY_SIZE])
-{
-	char p[128], err[256];
-	struct dpk_writer *w;
-	struct dpk *d;
-	uint8_t buf[16], cap;
+static const struct setfx two = { classes2, 2, 1, ~0u };
 
-	snprintf(p, sizeof(p), "%s/%s", dir, name);
-	assert_int_equal(dpk_writer_create(p, DPK_WRITE_NO_SYNC, &w), 0);
-	assert_int_equal(dpk_writer_set_classes(w, classes, nc), 0);
-	assert_int_equal(dpk_writer_set_aux(w, caption, 1, 0), 0);
-	for (unsigned i = 0; i < n; i++) {
-		memset(buf, (int)(base + i), sizeof(buf));
-		cap = (uint8_t)(base + i);
-		struct dpk_record r = { .kind = DPK_KIND_RAW, .label = (base + i) % nc, .data = buf,
-					.length = sizeof(buf), .shape = { 4, 4 }, .ndim = 2,
-					.aux = { &cap }, .aux_len = { 1 } };
-		assert_int_equal(dpk_writer_add(w, &r), 0);
-	}
-	assert_int_equal(dpk_writer_finish(w), 0);
-	dpk_writer_destroy(w);
-	assert_int_equal(dpk_open(p, 0, &d, err, sizeof(err)), 0);
-	dpk_identity(d, id);
-	dpk_close(d);
-}
-
-static int open_in(const char *name)
-{
-	char p[128];
-
-	snprintf(p, sizeof(p), "%s/%s", dir, name);
-	int fd = open(p, O_RDONLY | O_CLOEXEC);
-	assert_true(fd >= 0);
-	return fd;
-}
-
-/* The set s.dpks: a.dpk (3 samples: 0..2), b.dpk (1: 3), c.dpk (4: 4..7). */
+/* The set s.dpks: a.dpk (3 samples: 0..2), b.dpk (1: 3), c.dpk (4: 4..7); records of raw 4x4
+ * bytes all (sample id), label id % 2 of classes cat and dog, aux field "caption" one byte (id). */
 static void make_set(void)
 {
-	uint8_t a[DPK_IDENTITY_SIZE], b[DPK_IDENTITY_SIZE], c[DPK_IDENTITY_SIZE];
-	char ha[33], hb[33], hc[33], text[512], p[128];
+	static const char *const names[] = { "a.dpk", "b.dpk", "c.dpk" };
+	static const unsigned counts[] = { 3, 1, 4 };
+	uint8_t ids[3][DPK_IDENTITY_SIZE];
 
-	shard("a.dpk", 3, 0, classes2, 2, a);
-	shard("b.dpk", 1, 3, classes2, 2, b);
-	shard("c.dpk", 4, 4, classes2, 2, c);
-	dpkset_hex(a, ha), dpkset_hex(b, hb), dpkset_hex(c, hc);
-	snprintf(text, sizeof(text), "dpkset 1\n3 %s a.dpk\n1 %s b.dpk\n4 %s c.dpk\nend 3\n", ha, hb,
-		 hc);
-	snprintf(p, sizeof(p), "%s/s.dpks", dir);
-	FILE *f = fopen(p, "w");
-	assert_non_null(f);
-	fputs(text, f);
-	fclose(f);
+	for (unsigned i = 0, base = 0; i < 3; base += counts[i++])
+		setfx_shard(dir, names[i], counts[i], base, &two, ids[i]);
+	setfx_manifest(dir, "s.dpks", 3, names, counts, ids);
 }
 
 /* Sample @i of the set read through @d: its entry, record and aux field checked. */
@@ -125,7 +82,7 @@ static void test_dpkstream_open_pending_knows_samples(void **state)
 
 	(void)state;
 	make_set();
-	int fd = open_in("s.dpks");
+	int fd = setfx_open(dir, "s.dpks");
 	assert_int_equal(dpk_open_pending(fd, DPK_OPEN_MAP, &d, err, sizeof(err)), 0);
 	assert_true(dpk_streamed(d));
 	assert_int_equal(dpk_count(d), 8);
@@ -160,7 +117,7 @@ static void test_dpkstream_open_pending_knows_samples(void **state)
 	dpk_close(d);
 	close(fd);
 	/* only a manifest streams */
-	fd = open_in("a.dpk");
+	fd = setfx_open(dir, "a.dpk");
 	d = (struct dpk *)1;
 	assert_int_equal(dpk_open_pending(fd, 0, &d, err, sizeof(err)), -EINVAL);
 	assert_null(d);
@@ -175,18 +132,18 @@ static void test_dpkstream_attach_checks_and_reads(void **state)
 
 	(void)state;
 	make_set();
-	int mfd = open_in("s.dpks");
+	int mfd = setfx_open(dir, "s.dpks");
 	assert_int_equal(dpk_open_pending(mfd, DPK_OPEN_MAP, &d, err, sizeof(err)), 0);
 	/* the wrong file for its line (b.dpk's one sample for a.dpk's three), even as template */
-	int fd = open_in("b.dpk");
+	int fd = setfx_open(dir, "b.dpk");
 	assert_int_equal(dpk_shard_attach(d, 0, fd, err, sizeof(err)), -EBADMSG);
 	assert_non_null(strstr(err, "s.dpks line 2: shard a.dpk does not match its line"));
 	assert_int_equal(fcntl(fd, F_GETFD), -1);  /* taken over: closed on failure too */
 	assert_false(dpk_shard_attached(d, 0));
 	/* the last shard exactly, then one past it */
-	assert_int_equal(dpk_shard_attach(d, 2, open_in("c.dpk"), err, sizeof(err)), 0);
-	assert_int_equal(dpk_shard_attach(d, 3, open_in("c.dpk"), err, sizeof(err)), -ERANGE);
-	fd = open_in("c.dpk");
+	assert_int_equal(dpk_shard_attach(d, 2, setfx_open(dir, "c.dpk"), err, sizeof(err)), 0);
+	assert_int_equal(dpk_shard_attach(d, 3, setfx_open(dir, "c.dpk"), err, sizeof(err)), -ERANGE);
+	fd = setfx_open(dir, "c.dpk");
 	assert_int_equal(dpk_shard_attach(d, 2, fd, err, sizeof(err)), -EEXIST);
 	assert_int_equal(fcntl(fd, F_GETFD), -1);
 	/* the template's class table and aux names are the set's */
@@ -202,22 +159,22 @@ static void test_dpkstream_attach_checks_and_reads(void **state)
 	dpk_shard_release(d, 2);
 	struct dpk_entry e;
 	assert_int_equal(dpk_entry_load(d, 3, &e, err, sizeof(err)), -EAGAIN);
-	assert_int_equal(dpk_shard_attach(d, 1, open_in("b.dpk"), err, sizeof(err)), 0);
-	assert_int_equal(dpk_shard_attach(d, 0, open_in("a.dpk"), err, sizeof(err)), 0);
+	assert_int_equal(dpk_shard_attach(d, 1, setfx_open(dir, "b.dpk"), err, sizeof(err)), 0);
+	assert_int_equal(dpk_shard_attach(d, 0, setfx_open(dir, "a.dpk"), err, sizeof(err)), 0);
 	for (uint64_t i = 0; i < 8; i++)
 		check_sample(d, i);
 	assert_int_equal(dpk_fds(d), 3);  /* each attached shard's descriptor, the set's own */
 	dpk_close(d);
 	close(mfd);
 	/* a set opened whole: always here, nothing to pin, nothing to attach or detach */
-	mfd = open_in("s.dpks");
+	mfd = setfx_open(dir, "s.dpks");
 	assert_int_equal(dpk_open_fd(mfd, 0, &d, err, sizeof(err)), 0);
 	assert_int_equal(dpk_shard_hold(d, 2), 0);
 	assert_int_equal(dpk_shard_hold(d, 3), -ERANGE);
 	dpk_shard_release(d, 2);
 	assert_true(dpk_shard_attached(d, 2));
 	assert_int_equal(dpk_shard_detach(d, 2), -EINVAL);
-	assert_int_equal(dpk_shard_attach(d, 2, open_in("c.dpk"), err, sizeof(err)), -EINVAL);
+	assert_int_equal(dpk_shard_attach(d, 2, setfx_open(dir, "c.dpk"), err, sizeof(err)), -EINVAL);
 	dpk_close(d);
 	close(mfd);
 }
@@ -231,9 +188,9 @@ static void test_dpkstream_detach_waits_for_pins(void **state)
 
 	(void)state;
 	make_set();
-	int mfd = open_in("s.dpks");
+	int mfd = setfx_open(dir, "s.dpks");
 	assert_int_equal(dpk_open_pending(mfd, DPK_OPEN_MAP, &d, err, sizeof(err)), 0);
-	int fd = open_in("b.dpk");
+	int fd = setfx_open(dir, "b.dpk");
 	assert_int_equal(dpk_shard_attach(d, 1, fd, err, sizeof(err)), 0);
 	assert_int_equal(dpk_shard_hold(d, 1), 0);
 	assert_int_equal(dpk_shard_hold(d, 1), 0);
@@ -253,12 +210,12 @@ static void test_dpkstream_detach_waits_for_pins(void **state)
 	/* the template gone, the set keeps its class table and aux names and checks against them */
 	assert_string_equal(dpk_class_name(d, 0), "cat");
 	assert_string_equal(dpk_aux_name(d, 0), "caption");
-	shard("x.dpk", 3, 0, one, 1, x);  /* a.dpk's records, another class table */
+	setfx_shard(dir, "x.dpk", 3, 0, &(struct setfx){ one, 1, 1, ~0u }, x);  /* a.dpk's records, another class table */
 	/* x.dpk in a.dpk's place: a.dpk's line names another identity */
-	assert_int_equal(dpk_shard_attach(d, 0, open_in("x.dpk"), err, sizeof(err)), -EBADMSG);
+	assert_int_equal(dpk_shard_attach(d, 0, setfx_open(dir, "x.dpk"), err, sizeof(err)), -EBADMSG);
 	assert_non_null(strstr(err, "s.dpks line 2: shard a.dpk has identity"));
 	/* attached again: the same shard reads as before */
-	assert_int_equal(dpk_shard_attach(d, 1, open_in("b.dpk"), err, sizeof(err)), 0);
+	assert_int_equal(dpk_shard_attach(d, 1, setfx_open(dir, "b.dpk"), err, sizeof(err)), 0);
 	assert_int_equal(dpk_shard_hold(d, 1), 0);
 	check_sample(d, 3);
 	dpk_shard_release(d, 1);
@@ -270,25 +227,21 @@ static void test_dpkstream_detach_waits_for_pins(void **state)
 static void test_dpkstream_refuses_other_classes_than_template(void **state)
 {
 	struct dpk *d;
-	char err[512], text[512], p[128], hx[33], hb[33];
-	uint8_t x[DPK_IDENTITY_SIZE], b[DPK_IDENTITY_SIZE];
+	char err[512];
+	uint8_t ids[2][DPK_IDENTITY_SIZE];
 	static const char *const one[] = { "cat" };
+	static const char *const names[] = { "x.dpk", "b.dpk" };
+	static const unsigned counts[] = { 3, 1 };
 
 	(void)state;
-	shard("b.dpk", 1, 3, classes2, 2, b);
-	shard("x.dpk", 3, 0, one, 1, x);
-	dpkset_hex(x, hx), dpkset_hex(b, hb);
-	snprintf(text, sizeof(text), "dpkset 1\n3 %s x.dpk\n1 %s b.dpk\nend 2\n", hx, hb);
-	snprintf(p, sizeof(p), "%s/t.dpks", dir);
-	FILE *f = fopen(p, "w");
-	assert_non_null(f);
-	fputs(text, f);
-	fclose(f);
-	int mfd = open_in("t.dpks");
+	setfx_shard(dir, "b.dpk", 1, 3, &two, ids[1]);
+	setfx_shard(dir, "x.dpk", 3, 0, &(struct setfx){ one, 1, 1, ~0u }, ids[0]);
+	setfx_manifest(dir, "t.dpks", 2, names, counts, ids);
+	int mfd = setfx_open(dir, "t.dpks");
 	assert_int_equal(dpk_open_pending(mfd, 0, &d, err, sizeof(err)), 0);
-	assert_int_equal(dpk_shard_attach(d, 1, open_in("b.dpk"), err, sizeof(err)), 0);
+	assert_int_equal(dpk_shard_attach(d, 1, setfx_open(dir, "b.dpk"), err, sizeof(err)), 0);
 	assert_int_equal(dpk_shard_detach(d, 1), 0);  /* the template's table outlives it */
-	assert_int_equal(dpk_shard_attach(d, 0, open_in("x.dpk"), err, sizeof(err)), -EBADMSG);
+	assert_int_equal(dpk_shard_attach(d, 0, setfx_open(dir, "x.dpk"), err, sizeof(err)), -EBADMSG);
 	assert_non_null(strstr(err, "t.dpks line 2: shard x.dpk has other class names than shard "
 			       "b.dpk"));
 	assert_false(dpk_shard_attached(d, 0));
@@ -342,10 +295,10 @@ static void test_dpkstream_readers_never_see_a_detach(void **state)
 
 	(void)state;
 	make_set();
-	int mfd = open_in("s.dpks");
+	int mfd = setfx_open(dir, "s.dpks");
 	assert_int_equal(dpk_open_pending(mfd, DPK_OPEN_MAP, &r.d, err, sizeof(err)), 0);
 	for (uint32_t k = 0; k < 3; k++)  /* attached before the set is shared */
-		assert_int_equal(dpk_shard_attach(r.d, k, open_in(names[k]), err, sizeof(err)), 0);
+		assert_int_equal(dpk_shard_attach(r.d, k, setfx_open(dir, names[k]), err, sizeof(err)), 0);
 	for (int n = 0; n < READERS; n++)
 		assert_int_equal(pthread_create(&t[n], NULL, reader, &r), 0);
 	for (int round = 0; round < ROUNDS; round++) {
@@ -358,7 +311,7 @@ static void test_dpkstream_readers_never_see_a_detach(void **state)
 		assert_int_equal(ret, 0);
 		detached++;
 		usleep(100);
-		ret = dpk_shard_attach(r.d, k, open_in(names[k]), err, sizeof(err));
+		ret = dpk_shard_attach(r.d, k, setfx_open(dir, names[k]), err, sizeof(err));
 		assert_int_equal(ret, 0);
 	}
 	atomic_store(&r.stop, 1);

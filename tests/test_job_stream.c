@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "tests/set_fixture.h"
 #include "tests/step_fill.h"
 #include "tests/tmpdir.h"
 
@@ -40,58 +41,18 @@ static int teardown(void **state)
 	return tmpdir_remove(dir);
 }
 
-/* Shard @name: @n raw 4x4 records, record i's bytes all (base + i), label base + i; sample
- * @big_at (base-relative; n or more: none) is 8x8 (64 bytes) instead. Its identity into @id. */
-static void shard(const char *name, unsigned n, unsigned base, unsigned big_at,
-		  uint8_t id[DPK_IDENTITY_SIZE])
-{
-	char p[128], err[256];
-	struct dpk_writer *w;
-	struct dpk *d;
-	uint8_t buf[64];
-
-	snprintf(p, sizeof(p), "%s/%s", dir, name);
-	assert_int_equal(dpk_writer_create(p, DPK_WRITE_NO_SYNC, &w), 0);
-	for (unsigned i = 0; i < n; i++) {
-		int big = i == big_at;
-		memset(buf, (int)(base + i), sizeof(buf));
-		struct dpk_record r = { .kind = DPK_KIND_RAW, .label = base + i, .data = buf,
-					.length = big ? 64 : 16, .ndim = 2,
-					.shape = { big ? 8 : 4, big ? 8 : 4 } };
-		assert_int_equal(dpk_writer_add(w, &r), 0);
-	}
-	assert_int_equal(dpk_writer_finish(w), 0);
-	dpk_writer_destroy(w);
-	assert_int_equal(dpk_open(p, 0, &d, err, sizeof(err)), 0);
-	dpk_identity(d, id);
-	dpk_close(d);
-}
-
-/* s.dpks: a.dpk (samples 0..3), b.dpk (4..7), c.dpk (8..11; sample 10 a 64-byte record). */
+/* s.dpks: a.dpk (samples 0..3), b.dpk (4..7), c.dpk (8..11; sample 10 a 64-byte record); record
+ * i's bytes all i, label i. */
 static void make_set(void)
 {
-	uint8_t a[DPK_IDENTITY_SIZE], b[DPK_IDENTITY_SIZE], c[DPK_IDENTITY_SIZE];
-	char ha[33], hb[33], hc[33], p[128];
+	static const char *const names[] = { "a.dpk", "b.dpk", "c.dpk" };
+	static const unsigned counts[] = { 4, 4, 4 };
+	uint8_t ids[3][DPK_IDENTITY_SIZE];
 
-	shard("a.dpk", 4, 0, 99, a);
-	shard("b.dpk", 4, 4, 99, b);
-	shard("c.dpk", 4, 8, 2, c);
-	dpkset_hex(a, ha), dpkset_hex(b, hb), dpkset_hex(c, hc);
-	snprintf(p, sizeof(p), "%s/s.dpks", dir);
-	FILE *f = fopen(p, "w");
-	assert_non_null(f);
-	fprintf(f, "dpkset 1\n4 %s a.dpk\n4 %s b.dpk\n4 %s c.dpk\nend 3\n", ha, hb, hc);
-	fclose(f);
-}
-
-static int open_in(const char *name)
-{
-	char p[128];
-
-	snprintf(p, sizeof(p), "%s/%s", dir, name);
-	int fd = open(p, O_RDONLY | O_CLOEXEC);
-	assert_true(fd >= 0);
-	return fd;
+	setfx_shard(dir, names[0], 4, 0, NULL, ids[0]);
+	setfx_shard(dir, names[1], 4, 4, NULL, ids[1]);
+	setfx_shard(dir, names[2], 4, 8, &(struct setfx){ .big_at = 2 }, ids[2]);
+	setfx_manifest(dir, "s.dpks", 3, names, counts, ids);
 }
 
 struct t {
@@ -122,8 +83,8 @@ static void t_start(struct t *t)
 	spec.world = 1;
 	spec.sampling = CTL_SAMPLE_SEQUENTIAL;
 	make_set();
-	int fd = open_in("s.dpks");
-	shards[0] = open_in("a.dpk");
+	int fd = setfx_open(dir, "s.dpks");
+	shards[0] = setfx_open(dir, "a.dpk");
 	shards[1] = shards[2] = -1;
 	struct srv_dataset ds = { .fd = fd, .shards = shards, .nshards = 3, .stream = 1,
 				  .uid = getuid() };
@@ -215,17 +176,17 @@ static void test_job_stream_open_wait_attach(void **state)
 	assert_int_equal(t_fill(&t, 0, &wait, &f), -EAGAIN);
 	assert_int_equal(wait, 0);
 	/* attach shard 1 (and 0 again): both steps fill, with their records */
-	assert_int_equal(t.ops.shard_attach(t.ops.ctx, t.job, 1, open_in("b.dpk"), t.why,
+	assert_int_equal(t.ops.shard_attach(t.ops.ctx, t.job, 1, setfx_open(dir, "b.dpk"), t.why,
 					    sizeof(t.why)), 0);
 	filled(&t, 1);
-	assert_int_equal(t.ops.shard_attach(t.ops.ctx, t.job, 0, open_in("a.dpk"), t.why,
+	assert_int_equal(t.ops.shard_attach(t.ops.ctx, t.job, 0, setfx_open(dir, "a.dpk"), t.why,
 					    sizeof(t.why)), 0);
 	filled(&t, 0);
 	/* step_fill released: every shard can go */
 	assert_int_equal(t.ops.shard_detach(t.ops.ctx, t.job, 1), 0);
-	assert_int_equal(t.ops.shard_attach(t.ops.ctx, t.job, 1, open_in("b.dpk"), t.why,
+	assert_int_equal(t.ops.shard_attach(t.ops.ctx, t.job, 1, setfx_open(dir, "b.dpk"), t.why,
 					    sizeof(t.why)), 0);
-	assert_int_equal(t.ops.shard_attach(t.ops.ctx, t.job, 1, open_in("b.dpk"), t.why,
+	assert_int_equal(t.ops.shard_attach(t.ops.ctx, t.job, 1, setfx_open(dir, "b.dpk"), t.why,
 					    sizeof(t.why)), -EEXIST);
 	t_stop(&t);
 }
@@ -240,7 +201,7 @@ static void test_job_stream_attach_refuses_record_past_bound(void **state)
 
 	(void)state;
 	t_start(&t);
-	int ret = t.ops.shard_attach(t.ops.ctx, t.job, 2, open_in("c.dpk"), t.why, sizeof(t.why));
+	int ret = t.ops.shard_attach(t.ops.ctx, t.job, 2, setfx_open(dir, "c.dpk"), t.why, sizeof(t.why));
 	assert_int_equal(ret, -EFBIG);
 	if (!strstr(t.why, "shard 2 (c.dpk): sample 10 is a record of 64 bytes, above the limit "
 		    "of 32 (loaderd --max-record)"))
@@ -248,7 +209,7 @@ static void test_job_stream_attach_refuses_record_past_bound(void **state)
 	assert_int_equal(t_fill(&t, 2, &wait, &f), -EAGAIN);
 	assert_int_equal(wait, 2);
 	/* one past the last shard */
-	assert_int_equal(t.ops.shard_attach(t.ops.ctx, t.job, 3, open_in("c.dpk"), t.why,
+	assert_int_equal(t.ops.shard_attach(t.ops.ctx, t.job, 3, setfx_open(dir, "c.dpk"), t.why,
 					    sizeof(t.why)), -ERANGE);
 	t_stop(&t);
 }

@@ -5,6 +5,7 @@
 #include "formats/dpk.h"
 #include "formats/dpkset.h"
 #include "loader/stream.h"
+#include "tests/set_fixture.h"
 #include "tests/tmpdir.h"
 
 #include <errno.h>
@@ -32,54 +33,16 @@ static int teardown(void **state)
 	return tmpdir_remove(dir);
 }
 
-/* Shard @name: @n raw 4x4 records; its identity into @id. */
-static void shard(const char *name, unsigned n, uint8_t id[DPK_IDENTITY_SIZE])
-{
-	char p[128], err[256];
-	struct dpk_writer *w;
-	struct dpk *d;
-	uint8_t buf[16] = { 0 };
-
-	snprintf(p, sizeof(p), "%s/%s", dir, name);
-	assert_int_equal(dpk_writer_create(p, DPK_WRITE_NO_SYNC, &w), 0);
-	for (unsigned i = 0; i < n; i++) {
-		buf[0] = (uint8_t)i;
-		struct dpk_record r = { .kind = DPK_KIND_RAW, .data = buf, .length = sizeof(buf),
-					.shape = { 4, 4 }, .ndim = 2 };
-		assert_int_equal(dpk_writer_add(w, &r), 0);
-	}
-	assert_int_equal(dpk_writer_finish(w), 0);
-	dpk_writer_destroy(w);
-	assert_int_equal(dpk_open(p, 0, &d, err, sizeof(err)), 0);
-	dpk_identity(d, id);
-	dpk_close(d);
-}
-
-static int open_in(const char *name)
-{
-	char p[128];
-
-	snprintf(p, sizeof(p), "%s/%s", dir, name);
-	int fd = open(p, O_RDONLY | O_CLOEXEC);
-	assert_true(fd >= 0);
-	return fd;
-}
-
 /* s.dpks: a.dpk (samples 0..2), b.dpk (3), c.dpk (4..7). */
 static void make_set(void)
 {
-	uint8_t a[DPK_IDENTITY_SIZE], b[DPK_IDENTITY_SIZE], c[DPK_IDENTITY_SIZE];
-	char ha[33], hb[33], hc[33], p[128];
+	static const char *const names[] = { "a.dpk", "b.dpk", "c.dpk" };
+	static const unsigned counts[] = { 3, 1, 4 };
+	uint8_t ids[3][DPK_IDENTITY_SIZE];
 
-	shard("a.dpk", 3, a);
-	shard("b.dpk", 1, b);
-	shard("c.dpk", 4, c);
-	dpkset_hex(a, ha), dpkset_hex(b, hb), dpkset_hex(c, hc);
-	snprintf(p, sizeof(p), "%s/s.dpks", dir);
-	FILE *f = fopen(p, "w");
-	assert_non_null(f);
-	fprintf(f, "dpkset 1\n3 %s a.dpk\n1 %s b.dpk\n4 %s c.dpk\nend 3\n", ha, hb, hc);
-	fclose(f);
+	for (unsigned i = 0, base = 0; i < 3; base += counts[i++])
+		setfx_shard(dir, names[i], counts[i], base, NULL, ids[i]);
+	setfx_manifest(dir, "s.dpks", 3, names, counts, ids);
 }
 
 static void test_step_hold_waits_then_holds_all(void **state)
@@ -91,16 +54,16 @@ static void test_step_hold_waits_then_holds_all(void **state)
 
 	(void)state;
 	make_set();
-	int mfd = open_in("s.dpks");
+	int mfd = setfx_open(dir, "s.dpks");
 	assert_int_equal(dpk_open_pending(mfd, DPK_OPEN_MAP, &d, err, sizeof(err)), 0);
-	assert_int_equal(dpk_shard_attach(d, 0, open_in("a.dpk"), err, sizeof(err)), 0);
-	assert_int_equal(dpk_shard_attach(d, 2, open_in("c.dpk"), err, sizeof(err)), 0);
+	assert_int_equal(dpk_shard_attach(d, 0, setfx_open(dir, "a.dpk"), err, sizeof(err)), 0);
+	assert_int_equal(dpk_shard_attach(d, 2, setfx_open(dir, "c.dpk"), err, sizeof(err)), 0);
 	/* b.dpk pending: nothing held, shard 1 named */
 	assert_int_equal(ldr_step_hold(d, step, 5, held, &n, &wait), -EAGAIN);
 	assert_int_equal(wait, 1);
 	assert_int_equal(n, 0);
 	assert_int_equal(dpk_shard_detach(d, 0), 0);  /* no pin was left behind */
-	assert_int_equal(dpk_shard_attach(d, 0, open_in("a.dpk"), err, sizeof(err)), 0);
+	assert_int_equal(dpk_shard_attach(d, 0, setfx_open(dir, "a.dpk"), err, sizeof(err)), 0);
 	/* a step of attached shards only is held meanwhile */
 	static const uint64_t other[] = { 7, 4, 5 };
 	assert_int_equal(ldr_step_hold(d, other, 3, held, &n, &wait), 0);
@@ -109,7 +72,7 @@ static void test_step_hold_waits_then_holds_all(void **state)
 	assert_int_equal(dpk_shard_detach(d, 2), -EBUSY);
 	ldr_step_release(d, held, n);
 	/* the delivery: shard 1 attached; the step now holds each of its shards once */
-	assert_int_equal(dpk_shard_attach(d, 1, open_in("b.dpk"), err, sizeof(err)), 0);
+	assert_int_equal(dpk_shard_attach(d, 1, setfx_open(dir, "b.dpk"), err, sizeof(err)), 0);
 	assert_int_equal(ldr_step_hold(d, step, 5, held, &n, &wait), 0);
 	assert_int_equal(n, 3);
 	for (uint32_t k = 0; k < 3; k++) {
@@ -132,10 +95,10 @@ static void test_step_hold_bounds(void **state)
 
 	(void)state;
 	make_set();
-	int mfd = open_in("s.dpks");
+	int mfd = setfx_open(dir, "s.dpks");
 	assert_int_equal(dpk_open_pending(mfd, 0, &d, err, sizeof(err)), 0);
-	assert_int_equal(dpk_shard_attach(d, 0, open_in("a.dpk"), err, sizeof(err)), 0);
-	assert_int_equal(dpk_shard_attach(d, 2, open_in("c.dpk"), err, sizeof(err)), 0);
+	assert_int_equal(dpk_shard_attach(d, 0, setfx_open(dir, "a.dpk"), err, sizeof(err)), 0);
+	assert_int_equal(dpk_shard_attach(d, 2, setfx_open(dir, "c.dpk"), err, sizeof(err)), 0);
 	assert_int_equal(ldr_step_hold(d, last, 0, held, &n, &wait), 0);  /* an empty step */
 	assert_int_equal(n, 0);
 	assert_int_equal(ldr_step_hold(d, last, 1, held, &n, &wait), 0);  /* the last sample */
@@ -149,7 +112,7 @@ static void test_step_hold_bounds(void **state)
 	dpk_close(d);
 	close(mfd);
 	/* a set opened whole: every step holds (counting nothing), distinct shards still listed */
-	mfd = open_in("s.dpks");
+	mfd = setfx_open(dir, "s.dpks");
 	assert_int_equal(dpk_open_fd(mfd, 0, &d, err, sizeof(err)), 0);
 	static const uint64_t two[] = { 3, 0 };
 	assert_int_equal(ldr_step_hold(d, two, 2, held, &n, &wait), 0);
