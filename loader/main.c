@@ -87,6 +87,7 @@ struct opts {
 };
 
 static const char *const io_names[] = { "auto", "buffered", "pread", "direct", NULL };
+static const char *const evict_names[] = { "future", "lru", NULL };  /* enum srv_evict */
 _Static_assert(LDR_IO_AUTO == 0 && LDR_IO_BUFFERED == 1 && LDR_IO_PREAD == 2 &&
 	       LDR_IO_DIRECT == 3,
 	       "io_names is indexed by enum ldr_io");
@@ -225,6 +226,12 @@ static const struct arg_opt opt_rows[] = {
 		  "its job starts: steps are filled as their shards arrive, shards are fetched in the "
 		  "order the jobs' samplers will read them and the farthest-needed are let go first, "
 		  "so a set larger than the cache can be read (docs/STREAMING.md)" },
+	{ "cache-evict", 0, ARG_ENUM, AT(so.cache_evict, int), .choices = evict_names,
+	  .meta = "POLICY", .def = "future",
+	  .help = "with --cache-stream: future: fetch ahead in the samplers' order and let go the "
+		  "farthest-needed (Belady's policy over the known future); lru: fetch a shard when "
+		  "a step is about to read it and let go the least recently used, as a cache that "
+		  "does not know the future does (for comparisons)" },
 	{ "cache-endpoints", 0, ARG_PATH, AT(so.cache_endpoints, const char *), .meta = "LIST",
 	  .def_doc = "AWS's own: https://s3.amazonaws.com, https://s3.REGION.amazonaws.com",
 	  .help = "the stores the node cache fetches from, comma-separated, each "
@@ -461,6 +468,11 @@ int main(int argc, char **argv)
 	raise_nofile();
 	if (o.so.cache_endpoints && !o.cache_dir) {
 		LOG_ERROR("--cache-endpoints without --cache-dir: there is no node cache to fetch");
+		return 2;
+	}
+	if (o.so.cache_evict != SRV_EVICT_FUTURE && !o.so.cache_stream) {
+		LOG_ERROR("--cache-evict without --cache-stream: a set fetched whole is never evicted "
+			  "while its job reads it");
 		return 2;
 	}
 	if (o.so.cache_stream && !o.cache_dir) {

@@ -172,6 +172,12 @@ struct srv_ops {
 	void (*notice)(void *ctx, int level, const char *msg);  /* level: 0 error, 1 warn, 2 info */
 };
 
+/* How a streamed set's shards are fetched and let go (loaderd --cache-evict; srv_stream.c). */
+enum srv_evict {
+	SRV_EVICT_FUTURE, /* ahead in the samplers' order, the farthest-needed let go first */
+	SRV_EVICT_LRU,    /* when a step is about to read it, the least recently used let go */
+};
+
 struct srv_opts {
 	const char *socket_path;
 	unsigned workers;          /* producer threads, >= 1: a ceiling; how many decode at once
@@ -206,6 +212,7 @@ struct srv_opts {
 	int fetch_fd;              /* ldfetch's socket (SOCK_SEQPACKET), when cache */
 	int cache_stream;          /* 1: sets of shards stream through the cache (loaderd
 				    * --cache-stream; srv_stream.c, docs/STREAMING.md) */
+	int cache_evict;           /* enum srv_evict (loaderd --cache-evict) */
 	uint64_t cache_size;       /* the cache's bytes, and one uid's (--cache-size, -per-uid):
 				    * a stream's budget of attached shards */
 	uint64_t cache_size_uid;

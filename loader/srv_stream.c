@@ -9,6 +9,11 @@
  * of a shard a step in flight holds (its detach answers -EBUSY; it is tried again at the next
  * plan).
  *
+ * With loaderd --cache-evict lru, for comparisons, the same thread behaves as a cache that does
+ * not know the future: it wants only the shards of the steps about to be filled (the parked
+ * ones and each rank's next STREAM_LRU_AHEAD), and once the budget is full lets go the attached
+ * shards least recently wanted.
+ *
  * DESIGN. The thread never holds s->mu across a call into the job (shard_attach reads a shard's
  * index; stream_future runs the sampler) or a send: under mu it copies the ranks' positions
  * only. The work of a plan is bounded by loaderd's numbers, not a client's: at most
@@ -31,6 +36,7 @@
 #define STREAM_HORIZON 4096u        /* steps ahead of each rank a plan looks at, at most */
 #define STREAM_PLAN_NS 100000000ll  /* between plans while nothing arrives (ranks moved) */
 #define STREAM_IDLE_NS 1000000000ll /* between plans when nothing moved */
+#define STREAM_LRU_AHEAD 2u         /* --cache-evict lru: steps of each rank looked at */
 
 struct srv_stream {
 	struct srv *s;
@@ -42,6 +48,8 @@ struct srv_stream {
 	uint8_t *attached;         /* total: attached by this stream */
 	uint8_t *seen;             /* total: a plan's scratch */
 	int64_t *at_ns;            /* total: when each was attached */
+	int64_t *used_ns;          /* total: when a plan last wanted each, attached (lru) */
+	uint32_t *order;           /* total: a plan's scratch (lru) */
 	uint64_t *size;            /* total: each shard's bytes: the job's estimate, then the
 				    * store's (CTL_SHARD_SIZES) */
 	uint32_t *list;            /* CTL_SHARD_LIST_MAX: a plan's future order */
@@ -127,6 +135,15 @@ static uint64_t blocks(uint64_t n)
 	return (n + 4095) & ~(uint64_t)4095;
 }
 
+/* qsort_r: the most recently used first. */
+static int more_recent(const void *a, const void *b, void *arg)
+{
+	const int64_t *used = arg;
+	int64_t x = used[*(const uint32_t *)a], y = used[*(const uint32_t *)b];
+
+	return x > y ? -1 : x < y;
+}
+
 /* One plan (see the top of the file). 0, or -errno when ldfetch cannot be told. */
 static int plan(struct srv_stream *st)
 {
@@ -135,6 +152,8 @@ static int plan(struct srv_stream *st)
 	void *state = j->state;
 	const uint64_t *sizes = st->size;
 	uint32_t n = 0, ndrop = 0;
+	int lru = s->opts.cache_evict == SRV_EVICT_LRU;
+	uint64_t horizon = lru ? STREAM_LRU_AHEAD : STREAM_HORIZON;
 
 	pthread_mutex_lock(&s->mu);
 	uint64_t moved = positions(st), steps_total = j->steps_total;
@@ -163,7 +182,7 @@ static int plan(struct srv_stream *st)
 	 * named: it could never be filled. */
 	uint64_t bytes = 0;
 	int full = 0;
-	for (uint64_t t = 0; st->nranks + st->nparked && !full && t < STREAM_HORIZON; t++) {
+	for (uint64_t t = 0; st->nranks + st->nparked && !full && t < horizon; t++) {
 		uint32_t units = t == 0 ? st->nparked + st->nranks : st->nranks;
 		for (uint32_t i = 0; i < units && !full; i++) {
 			uint32_t rank;
@@ -215,17 +234,25 @@ static int plan(struct srv_stream *st)
 		if (send_list(st, CTL_SHARD_WANT, st->list, w) < 0)
 			return -EIO;
 	}
-	/* Attached and not in that future: the farthest-needed. Kept while the budget has room
-	 * for them (the future looked at ended before the budget did), else let go (a step's
-	 * pin: later). */
+	/* Attached and not in that future: the farthest-needed (lru: the least recently wanted
+	 * first). Kept while the budget has room for them (the future looked at ended before the
+	 * budget did), else let go (a step's pin: later). */
 	int64_t now = now_ns();
 	uint64_t room = st->nranks + st->nparked && limit > bytes ? limit - bytes : 0;  /* no one
 								    * reads: everything goes */
-	for (uint32_t k = 0; k < st->total && ndrop < CTL_SHARD_LIST_MAX; k++) {
+	uint32_t nc = 0;
+	for (uint32_t k = 0; k < st->total; k++) {
+		if (lru && st->attached[k] && st->seen[k])
+			st->used_ns[k] = now;
 		/* not one that came this moment: the step it woke may be between the queues and its
 		 * hold (a worker opening it), where no plan sees it */
-		if (!st->attached[k] || st->seen[k] || now - st->at_ns[k] < STREAM_GRACE_NS)
-			continue;
+		if (st->attached[k] && !st->seen[k] && now - st->at_ns[k] >= STREAM_GRACE_NS)
+			st->order[nc++] = k;
+	}
+	if (lru)
+		qsort_r(st->order, nc, sizeof(*st->order), more_recent, st->used_ns);
+	for (uint32_t c = 0; c < nc && ndrop < CTL_SHARD_LIST_MAX; c++) {
+		uint32_t k = st->order[c];
 		if (!full && blocks(sizes[k]) <= room) {
 			room -= blocks(sizes[k]);
 			continue;
@@ -314,7 +341,7 @@ static int take(struct srv_stream *st, char *why, size_t whylen)
 	if (ret < 0)
 		return ret;
 	st->attached[k] = 1;
-	st->at_ns[k] = now_ns();
+	st->at_ns[k] = st->used_ns[k] = now_ns();
 	st->fetched++;
 	st->dirty = 1;
 	srv_shard_ready(s, st->j);
@@ -384,11 +411,14 @@ int srv_stream_start(struct srv *s, struct job *j, int fd, const uint8_t *attach
 	st->list = calloc(2 * CTL_SHARD_LIST_MAX, sizeof(*st->list));
 	st->sent = calloc(CTL_SHARD_LIST_MAX, sizeof(*st->sent));
 	st->at_ns = calloc(total ? total : 1, sizeof(*st->at_ns));
+	st->used_ns = calloc(total ? total : 1, sizeof(*st->used_ns));
+	st->order = calloc(total ? total : 1, sizeof(*st->order));
 	st->size = calloc(total ? total : 1, sizeof(*st->size));
 	if (st->size)
 		memcpy(st->size, j->info.shard_bytes, (size_t)total * sizeof(*st->size));
-	st->bytes = sizeof(*st) + 18 * (size_t)total + 3 * CTL_SHARD_LIST_MAX * sizeof(uint32_t);
-	if (!st->attached || !st->list || !st->sent || !st->at_ns || !st->size) {
+	st->bytes = sizeof(*st) + 30 * (size_t)total + 3 * CTL_SHARD_LIST_MAX * sizeof(uint32_t);
+	if (!st->attached || !st->list || !st->sent || !st->at_ns || !st->used_ns || !st->order ||
+	    !st->size) {
 		srv_stream_free(st);
 		return snprintf(why, whylen, "out of memory"), -ENOMEM;
 	}
@@ -437,6 +467,8 @@ void srv_stream_free(struct srv_stream *st)
 	free(st->list);
 	free(st->sent);
 	free(st->at_ns);
+	free(st->used_ns);
+	free(st->order);
 	free(st->size);
 	free(st);
 }

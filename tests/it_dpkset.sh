@@ -5,6 +5,8 @@
 #   k records is align64(4096 + 1024k) + 64k bytes: 6272 for two. --shard-size 6272 holds two
 #   records a shard (exactly full), 6271 (one byte less) one; each shard a valid .dpk, the set's
 #   samples the single-file pack's, byte for byte (dpack decode) and label for label;
+#   --shard-records N: shards of N records (the last fewer), at 1, a divisor, the count and one
+#   past it, with --shard-size whichever cuts first, 0 refused;
 #   a failed --shard-size run (--strict, a cut image among the last) leaves no shard and no manifest;
 #   dpack append adds a shard without repacking (refused, manifest untouched: another shape, a
 #   shard outside the manifest's directory, a path already in the set);
@@ -37,6 +39,30 @@ check "--shard-size 6272: 5 shards of 2 records, each exactly 6272 bytes" sh -c 
 	>"$T/out" 2>&1
 check "--shard-size 6271 (one byte less): 10 shards of 1 record" \
 	sh -c "[ \$(grep -c '^1 ' '$T/s1/set.dpks') -eq 10 ] && grep -q '^end 10$' '$T/s1/set.dpks'"
+# --shard-records: a count per shard, alone or with --shard-size (whichever cuts first), at its bounds
+counts() { awk 'NR > 1 && $1 ~ /^[0-9]+$/ { printf "%s ", $1 }' "$1"; }
+recs() {  # recs DIR N [more options]: the manifest's counts of the 10 samples packed so
+	_d=$1 _n=$2
+	shift 2
+	mkdir -p "$T/$_d"
+	"$BIN/dpack" pack --no-fsync --shard-records "$_n" "$@" "$T/x.npy" "$T/y.npy" "$T/$_d/set.dpks" \
+		>"$T/$_d.out" 2>&1 && counts "$T/$_d/set.dpks"
+}
+check "--shard-records 3: shards of 3, 3, 3, 1 records" [ "$(recs r3 3)" = "3 3 3 1 " ]
+check "--shard-records 5 (a divisor): 5 5" [ "$(recs r5 5)" = "5 5 " ]
+check "--shard-records 10 (all of them): one shard" [ "$(recs r10 10)" = "10 " ]
+check "--shard-records 11 (one more): one shard" [ "$(recs r11 11)" = "10 " ]
+check "--shard-records 1: 10 shards of 1" [ "$(recs r1 1)" = "1 1 1 1 1 1 1 1 1 1 " ]
+check "--shard-records 3 --shard-size 6272: the size cuts first (2 a shard)" \
+	[ "$(recs rb 3 --shard-size 6272)" = "2 2 2 2 2 " ]
+check "--shard-records 2 --shard-size 1M: the count cuts first" \
+	[ "$(recs rc 2 --shard-size 1M)" = "2 2 2 2 2 " ]
+check "--shard-records's set: every shard a valid .dpk, the set verifies" sh -c \
+	"'$BIN/dpack' verify '$T/r3/set.dpks' | grep -q '4 shards, 10 records OK'"
+"$BIN/dpack" pack --no-fsync --shard-records 0 "$T/x.npy" "$T/y.npy" "$T/r0.dpks" >"$T/r0.out" 2>&1
+rc=$?
+check "--shard-records 0: usage error naming the option, nothing written" sh -c "[ $rc -eq 2 ] &&
+	grep -q 'shard-records' '$T/r0.out' && [ ! -e '$T/r0.dpks' ]" || show "$T/r0.out"
 check "no whole file left beside the set" sh -c "! ls '$T/s2' | grep -q whole"
 check "each shard is a valid .dpk" sh -c "'$BIN/dpack' verify '$T/s2/set-00003.dpk' >/dev/null"
 same=1

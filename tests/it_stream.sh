@@ -9,7 +9,8 @@
 #   exceed its size while the job runs; the global shuffle through the same small cache, one
 #   epoch: every sample once; a step that reads more shards than the cache holds fails its job,
 #   named, with the way out; --window-shards through the node cache is refused with the way out
-#   (block and window); a shard replaced in the store while a job streams: the job fails,
+#   (block and window); the windowed job again with --cache-evict lru: every sample once, the
+#   cache within its bound, and --cache-evict without --cache-stream a usage error; a shard replaced in the store while a job streams: the job fails,
 #   naming the object and the store's answer, and loaderd serves the next job; a uid's streams at
 #   most LDF_STREAMS_UID (4) of ldfetch's 16 places: its 5th refused while another uid streams.
 set -u
@@ -76,10 +77,10 @@ two() {  # two ranks of job $1 through socket $2, more ldcat options after
 	_j=$1 _s=$2
 	shift 2
 	"$BIN/ldcat" --socket "$_s" --crop 0 --batch 4 --world 2 --seed 3 \
-		--dataset s3://data/st/set.dpks --job "$_j" --rank 0 "$@" >"$T/$_j.r0" 2>"$T/$_j.e0" &
+		--dataset "${DS:-s3://data/st/set.dpks}" --job "$_j" --rank 0 "$@" >"$T/$_j.r0" 2>"$T/$_j.e0" &
 	_p=$!
 	"$BIN/ldcat" --socket "$_s" --crop 0 --batch 4 --world 2 --seed 3 \
-		--dataset s3://data/st/set.dpks --job "$_j" --rank 1 "$@" >"$T/$_j.r1" 2>"$T/$_j.e1"
+		--dataset "${DS:-s3://data/st/set.dpks}" --job "$_j" --rank 1 "$@" >"$T/$_j.r1" 2>"$T/$_j.e1"
 	_rc1=$?
 	wait $_p
 	return $(($? | _rc1))
@@ -158,6 +159,30 @@ att=$(sed -n 's/.*job win: stream ends: \([0-9]*\) shards attached, \([0-9]*\) l
 let=$(sed -n 's/.*job win: stream ends: \([0-9]*\) shards attached, \([0-9]*\) let go.*/\2/p' "$T/s.log")
 check "... shards streamed: more attaches than shards (re-read in epoch 2), some let go" \
 	sh -c "[ '${att:-0}' -gt 16 ] && [ '${let:-0}' -gt 0 ]" || { echo "# attached ${att:-?} let go ${let:-?}"; show "$T/s.log"; }
+
+# the same through a cache that does not know the future (--cache-evict lru, for comparisons), on
+# a set of its own (section 4 replaced shards of the first)
+"$BIN/dpack" pack --no-fsync --shard-size 8800 "$T/x.npy" "$T/y.npy" s3://data/l/set.dpks \
+	>"$T/packl.log" 2>&1
+serve_loaderd "$T/l.sock" "$T/l.log" --cache-dir "$T/nl" --cache-endpoints "$EPS" \
+	--cache-size "$size" --cache-size-per-uid "$size" --cache-stream --cache-evict lru --linger 1
+( max=0; while :; do u=$(osize "$T/nl"); [ "$u" -gt "$max" ] && max=$u && echo "$max" >"$T/maxl";
+  sleep 0.05; done ) &
+WPID=$!
+DS=s3://data/l/set.dpks two lru "$T/l.sock" --epochs 2 --sampling block --block 4 --window 2
+rc=$?
+stop_pid "$WPID"
+WPID=""
+check "--cache-evict lru, the same job: both ranks end well" [ $rc -eq 0 ] ||
+	{ show "$T/lru.e0"; show "$T/lru.e1"; show "$T/l.log"; }
+check "... every sample once per epoch, with the local set's labels" once "$T/lru" 2
+check "... the cache's objects never above --cache-size ($size)" \
+	sh -c "[ -s '$T/maxl' ] && [ \$(cat '$T/maxl') -le $size ]" || echo "# max $(cat "$T/maxl" 2>/dev/null)"
+stop_loaderd
+"$BIN/loaderd" --socket "$T/x.sock" --cache-dir "$T/nx" --cache-evict lru >/dev/null 2>"$T/ev.e"
+rc=$?
+check "--cache-evict without --cache-stream: usage error (2), naming both" sh -c "[ $rc -eq 2 ] &&
+	grep -q 'cache-evict without --cache-stream' '$T/ev.e'" || show "$T/ev.e"
 
 # 5. one uid's streams hold at most a quarter of ldfetch's 16 places: its 5th streamed job is
 # refused, naming the bound, while another uid's streamed job opens and ends well

@@ -312,19 +312,56 @@ for r in $(seq "$E1_RUNS"); do  # not i: stop_pid (tests/lib.sh) sets it
 	stop_loaderd || true
 done
 # (e2) a cache of 1/DIV of the set (--cache-size and --cache-size-per-uid), streamed, 2 epochs of
-# the windowed shuffle: the veth's received bytes over the job (ldcat's output is buffered, so
-# epoch 1 alone is a job of its own, on a fresh cache, and epoch 2 the difference); DIV 4 (a quarter, as
-# (c)), then 2 (a half: what the quarter's run is against, should the quarter's fail)
-e2() { # e2 NAME DIV EPOCHS
+# the windowed shuffle, the sampler's future (--cache-evict future) against LRU (--cache-evict
+# lru) on the same store and data: the veth's received bytes over the job (ldcat's output is
+# buffered, so epoch 1 alone is a job of its own, on a fresh cache, and epoch 2 the difference);
+# DIV 4 (a quarter, as (c)), then 2 (a half). On the same photographs in a shuffled order (a
+# WebDataset tar, shuffled with seed 1) packed in shards of REC records each (dpack
+# --shard-records: as many shards as the tree's SHARD_SIZE set), read with --block REC --window 2:
+# blocks that are whole shards, 2 a window, the geometry the (c) replay assumes (blocks over
+# shards cut by size straddle them: a window then reads up to 3 shards a block, and a step
+# across two windows up to 12, more than a quarter cache holds)
+"$PY" - "$T/inet" "$T/mixed.tar" <<'PYEOF'
+import os, random, sys, tarfile
+root, out = sys.argv[1], sys.argv[2]
+cls = sorted(os.listdir(root))
+files = [(c, os.path.join(root, d, f)) for c, d in enumerate(cls)
+         for f in sorted(os.listdir(os.path.join(root, d)))]
+random.Random(1).shuffle(files)
+with tarfile.open(out, "w") as t:
+    for i, (c, f) in enumerate(files):
+        t.add(f, "%07d.jpg" % i)
+        b = str(c).encode()
+        import io
+        ti = tarfile.TarInfo("%07d.cls" % i)
+        ti.size = len(b)
+        t.addfile(ti, io.BytesIO(b))
+PYEOF
+mkdir -p "$T/mixed"
+rm -f "$T"/mixed/*
+"$BIN/dpack" pack --no-fsync --shard-records "$REC" "$T/mixed.tar" "$T/mixed/set.dpks" >/dev/null
+MBYTES=$(du -cb "$T"/mixed/*.dpk | tail -1 | cut -f1)
+MSHARDS=$(ls "$T"/mixed/*.dpk | wc -l)
+MREC=$(py "
+import json
+d = json.load(open('/dev/stdin'))
+print(max(s['samples'] for s in d['shards']))" <<EOF2
+$("$BIN/dpack" inspect "$T/mixed/set.dpks" --json)
+EOF2
+)
+MMIN=$(awk 'NR > 1 && $1 ~ /^[0-9]+$/ { print $1 }' "$T/mixed/set.dpks" | sort -n | head -1)
+"$BIN/dpack" pack --no-fsync --shard-records "$REC" "$T/mixed.tar" s3://bench/mixed/set.dpks >/dev/null 2>&1
+MWIN="--sampling block --block $MREC --window 2"
+e2() { # e2 NAME DIV EPOCHS POLICY
 	_n=$1 _e=$3
-	enode "$_n" $((BYTES / $2)) --cache-stream
+	enode "$_n" $((MBYTES / $2)) --cache-stream --cache-evict "$4"
 	rx >"$T/$_n.rx0"
 	_t0=$(now)
 	{
 		# shellcheck disable=SC2086
 		if inld env -u LOADERD_S3_CLIENT_FETCH -u LOADERD_S3_CACHE AWS_ENDPOINT_URL="$LINK" \
 			timeout "${E_TIMEOUT:-300}" "$BIN/ldcat" --socket "$T/$_n.sock" --batch 64 --crop 224 \
-			--json --job "$_n" --dataset s3://bench/photos/set.dpks --epochs "$_e" $WIN \
+			--json --job "$_n" --dataset s3://bench/mixed/set.dpks --epochs "$_e" $MWIN \
 			2>"$T/$_n.err"; then
 			echo 0 >"$T/$_n.rc"
 		else
@@ -339,11 +376,16 @@ e2() { # e2 NAME DIV EPOCHS
 	stop_loaderd || true
 }
 for d in 4 2; do  # epoch 1 alone, then 2 epochs: epoch 2's bytes are the difference
-	e2 es2_1_$d "$d" 1
-	e2 es2_2_$d "$d" 2
+	for pol in future lru; do
+		e2 es2_1_${d}_$pol "$d" 1 $pol
+		e2 es2_2_${d}_$pol "$d" 2 $pol
+	done
 done
 grep -h 'stream ends' "$T"/es*.log || true
-sim_block_h=$(sim --sampling block --cache 0.5 --window 2)
+msim() { "$BIN/ldcachesim" --samples "$N" --shard-records $((N / MSHARDS)) --record-bytes $((MBYTES / N)) \
+	--world 1 --batch 64 --epochs 3 --sampling block --window 2 "$@" | tail -1; }
+sim_block_q=$(msim --cache 0.25)
+sim_block_h=$(msim --cache 0.5)
 estream=$(py "
 import json, collections, statistics
 N, B = $N, $BYTES
@@ -367,14 +409,17 @@ def job(name):
     once = [len(ids[k]) == N and all(c == 1 for c in ids[k].values()) for k in range(e)]
     rx = int(open('$T/%s.rx1' % name).read()) - int(open('$T/%s.rx0' % name).read())
     return {'wall_s': None if w == 'fail' else float(w), 'rx': rx, 'samples': [sum(ids[k].values()) for k in range(e)], 'each_once': once}
-def two(div):
-    a, b = job('es2_1_%d' % div), job('es2_2_%d' % div)
+MB = $MBYTES
+def two(div, pol):
+    a, b = job('es2_1_%d_%s' % (div, pol)), job('es2_2_%d_%s' % (div, pol))
     ok = a['wall_s'] is not None and b['wall_s'] is not None
-    return {'cache_bytes': B // div, 'epoch1_job': a, 'epochs2_job': b,
-        'rx_sets_per_epoch': [round(a['rx'] / B, 3), round((b['rx'] - a['rx']) / B, 3)] if ok else None}
+    return {'cache_bytes': MB // div, 'epoch1_job': a, 'epochs2_job': b,
+        'rx_sets_per_epoch': [round(a['rx'] / MB, 3), round((b['rx'] - a['rx']) / MB, 3)] if ok else None}
 print(json.dumps({'streamed': runs('$e1s'), 'streamed_window': runs('$e1w'), 'whole': runs('$e1h'),
-    'local': runs('$e1l'), 'local_window': runs('$e1lw'), 'quarter': two(4), 'half': two(2),
-    'sim_block_half': json.loads('''$sim_block_h''')}))")
+    'local': runs('$e1l'), 'local_window': runs('$e1lw'),
+    'mixed': {'bytes': MB, 'shards': $MSHARDS, 'block': $MREC, 'smallest_shard': $MMIN},
+    'quarter': two(4, 'future'), 'half': two(2, 'future'), 'quarter_lru': two(4, 'lru'), 'half_lru': two(2, 'lru'),
+    'sim_block_quarter': json.loads('''$sim_block_q'''), 'sim_block_half': json.loads('''$sim_block_h''')}))")
 # (d) Mosaic Streaming, the same photographs as MDS shards of 8 MiB in the same store
 mosaic='null'
 if [ "${MOSAIC:-1}" = 1 ] && { [ ! -x "$MOSAIC_VENV/bin/python" ] ||
@@ -470,12 +515,15 @@ for k, lk in (('streamed', 'local'), ('streamed_window', 'local_window')):
         'global shuffle' if k == 'streamed' else 'windowed', f1(s1), es[k]['samples'], es[k]['rx'] / 1e6, f1(w1), f1(l1)))
     print('(e1)   streamed/whole %s, streamed/local %s, streamed/link limit %s, streamed/min(link, local) %s' % (
         es[k]['over_whole'], es[k]['over_local'], es[k]['over_link'], es[k]['over_min_link_local']))
-sh = es['sim_block_half']
-for k, s in (('quarter', sb), ('half', sh)):
-    q = es[k]
-    q2 = q['epochs2_job']
-    print('(e2) a cache of a %s (%.1f MB), streamed, windowed: received %s sets per epoch (epoch 1 a job alone, %s s; epoch 2 = the 2-epoch job, %s s, less it) against the replay: future %s, LRU %s; the 2-epoch job: samples per epoch %s, each once: %s' % (
-        k, q['cache_bytes'] / 1e6, q['rx_sets_per_epoch'], q['epoch1_job']['wall_s'], q2['wall_s'], s['future'][:2], s['lru'][:2], q2['samples'], q2['each_once']))
+mx = es['mixed']
+print('(e2) the shuffled set: %.1f MB in %d shards of %d to %d records; windowed as --window-shards 2: --block %d --window 2' % (
+    mx['bytes'] / 1e6, mx['shards'], mx['smallest_shard'], mx['block'], mx['block']))
+for k, s in (('quarter', es['sim_block_quarter']), ('half', es['sim_block_half'])):
+    for pol in ('future', 'lru'):
+        q = es[k if pol == 'future' else k + '_lru']
+        q2 = q['epochs2_job']
+        print('(e2) a cache of a %s (%.1f MB), streamed, windowed, --cache-evict %s: received %s sets per epoch (epoch 1 a job alone, %s s; epoch 2 = the 2-epoch job, %s s, less it); the replay: future %s, LRU %s; the 2-epoch job: samples per epoch %s, each once: %s' % (
+            k, q['cache_bytes'] / 1e6, pol, q['rx_sets_per_epoch'], q['epoch1_job']['wall_s'], q2['wall_s'], s['future'][:2], s['lru'][:2], q2['samples'], q2['each_once']))
 m = json.loads('''$mosaic''')
 if m:
     for k, r in (('full', m['full']), ('quarter', m['quarter']), ('quarter, blocks of 2 shards,', m['quarter_block2'])):

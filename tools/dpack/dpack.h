@@ -13,13 +13,14 @@ int dpack_append_main(int argc, char **argv);  /* set.c */
 /* remote.c: run @cmd_main with its s3:// operand made local (pack: uploaded after), or, when
  * @cmd_main is NULL, `dpack fetch` */
 int dpack_remote_main(int argc, char **argv, int (*cmd_main)(int, char **));
-/* What dpack pack writes (set.c): one .dpk at @path, or (@shard_size > 0) a set: shards of at most
- * @shard_size bytes beside the manifest @path (its stem + -NNNNN.dpk), cut between records as they
+/* What dpack pack writes (set.c): one .dpk at @path, or (@shard_size or @shard_records > 0) a set:
+ * shards of at most @shard_size bytes and @shard_records records (0: no bound of that kind) beside the manifest @path (its stem + -NNNNN.dpk), cut between records as they
  * are added, the manifest written by finish. The calls mirror dpk_writer's (formats/dpk.h), with
  * the same returns; @flags: DPK_WRITE_*. destroy removes what an unfinished run wrote. */
 struct dpk_record;
 struct dpack_out;
-int dpack_out_create(const char *path, uint64_t shard_size, unsigned flags, struct dpack_out **out);
+int dpack_out_create(const char *path, uint64_t shard_size, unsigned shard_records, unsigned flags,
+		     struct dpack_out **out);
 int dpack_out_set_classes(struct dpack_out *o, const char *const *names, uint32_t n);
 /* dpk_writer_set_aux for the file or every shard; @names must outlive @o. */
 int dpack_out_set_aux(struct dpack_out *o, const char *const *names, uint32_t n, int no_labels);

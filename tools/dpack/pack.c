@@ -437,6 +437,10 @@ static const char pack_usage[] =
 	"                           between records as they come (a record larger alone has its\n"
 	"                           own); samples in the same order as one .dpk. Loaderd and every\n"
 	"                           tool open OUT as one dataset; 'dpack append' adds shards\n"
+	"  --shard-records N        write OUT as a set whose shards hold N records each (the last\n"
+	"                           fewer), or fewer where --shard-size cuts first: shards that\n"
+	"                           line up with loaderd's --block N, so that a window of blocks\n"
+	"                           is a window of whole shards (docs/STREAMING.md)\n"
 	"  --field NAME=EXT[:KEY]   WebDataset: member KEY.EXT of each sample becomes the record's aux\n"
 	"                           field NAME (docs/FORMAT.md), its bytes as they are (UTF-8 or\n"
 	"                           not; at most 65536); with :KEY, EXT a JSON object and the field\n"
@@ -460,6 +464,7 @@ struct pack_args {
 	int no_fsync;            /* --no-fsync */
 	const char *out;         /* the .dpk to write (with --shard-size: the set's manifest) */
 	uint64_t shard_size;     /* --shard-size: bytes a shard's file may take; 0: one .dpk */
+	unsigned shard_records;  /* --shard-records: records a shard may hold; 0: no bound */
 };
 
 /* What the writer counted, for the summary line. */
@@ -547,6 +552,7 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 		{ "max-pixels", required_argument, NULL, 'P' },
 		{ "classes", required_argument, NULL, 'C' },
 		{ "shard-size", required_argument, NULL, 'S' },
+		{ "shard-records", required_argument, NULL, 'N' },
 		{ "field", required_argument, NULL, 'f' },
 		{ "missing", required_argument, NULL, 'M' },
 		{ "no-labels", no_argument, NULL, 'L' },
@@ -609,6 +615,13 @@ static int parse_args(int argc, char **argv, struct pack *pk, struct pack_args *
 			if (arg_bytes(optarg, DPK_HEADER_SIZE, UINT64_MAX >> 2, &a->shard_size) < 0) {
 				LOG_ERROR("--shard-size: '%s' is not a size of at least %u bytes (suffixes "
 					  "K, M, G, T)", optarg, DPK_HEADER_SIZE);
+				return 2;
+			}
+			break;
+		case 'N':
+			if (arg_uint(optarg, 1, UINT_MAX, &a->shard_records) < 0) {
+				LOG_ERROR("--shard-records: '%s' is not a count in 1..%u", optarg,
+					  UINT_MAX);
 				return 2;
 			}
 			break;
@@ -937,7 +950,8 @@ int dpack_pack_main(int argc, char **argv)
 	}
 	t.skipped = pk.src.skipped;
 
-	ret = dpack_out_create(a.out, a.shard_size, a.no_fsync ? DPK_WRITE_NO_SYNC : 0, &w);
+	ret = dpack_out_create(a.out, a.shard_size, a.shard_records,
+			       a.no_fsync ? DPK_WRITE_NO_SYNC : 0, &w);
 	if (ret < 0) {
 		LOG_ERROR("cannot create %s.tmp.%d: %s", a.out, (int)getpid(), strerror(-ret));
 		goto out;

@@ -41,6 +41,7 @@ static void stem_of(const char *out, char *stem, size_t len, size_t *dirlen)
 struct dpack_out {
 	char *path;                 /* OUT: the .dpk, or the set's manifest */
 	uint64_t shard_size;        /* 0: one .dpk */
+	uint64_t shard_records;     /* a shard's records at most; 0: no bound */
 	unsigned flags;             /* DPK_WRITE_* */
 	struct dpk_writer *w;       /* the file being written, or NULL between shards */
 	char tmp[PATH_MAX + 64];    /* its temporary file (dpack_out_tmp_path: a stable buffer) */
@@ -61,7 +62,8 @@ struct dpack_out {
 	int finished;
 };
 
-int dpack_out_create(const char *path, uint64_t shard_size, unsigned flags, struct dpack_out **out)
+int dpack_out_create(const char *path, uint64_t shard_size, unsigned shard_records, unsigned flags,
+		     struct dpack_out **out)
 {
 	struct dpack_out *o = calloc(1, sizeof(*o));
 
@@ -70,7 +72,10 @@ int dpack_out_create(const char *path, uint64_t shard_size, unsigned flags, stru
 		free(o);
 		return -ENOMEM;
 	}
-	o->shard_size = shard_size;
+	/* a bound on records alone: a set whose shards' bytes are not bounded */
+	o->shard_size = shard_records && !shard_size ? UINT64_MAX >> 2 : shard_size;
+	o->shard_records = shard_records;
+	shard_size = o->shard_size;
 	o->flags = flags;
 	if (!shard_size) {  /* one .dpk: the writer as it is */
 		int ret = dpk_writer_create(path, flags, &o->w);
@@ -172,7 +177,8 @@ int dpack_out_add(struct dpack_out *o, const struct dpk_record *r)
 	uint64_t len = r->length + dpk_aux_blob_size(o->naux, r->aux_len);
 	if (o->shard_size) {
 		if (o->w && o->cnt &&
-		    shard_bytes(o->cnt + 1, o->data + len, o->classes) > o->shard_size &&
+		    (o->cnt == o->shard_records ||
+		     shard_bytes(o->cnt + 1, o->data + len, o->classes) > o->shard_size) &&
 		    (ret = shard_end(o)) < 0)
 			return ret;
 		if (!o->w && (ret = shard_begin(o)) < 0)
@@ -213,8 +219,16 @@ int dpack_out_finish(struct dpack_out *o)
 	if (o->big)
 		LOG_WARN("%u records larger than --shard-size alone: each has a shard of its own",
 			 o->big);
-	printf("dpack pack: %s: %u shards of at most %llu bytes (%llu samples)\n", o->path,
-	       o->m->n, (unsigned long long)o->shard_size, (unsigned long long)o->count);
+	if (o->shard_size == UINT64_MAX >> 2)
+		printf("dpack pack: %s: %u shards of at most %llu records (%llu samples)\n", o->path,
+		       o->m->n, (unsigned long long)o->shard_records, (unsigned long long)o->count);
+	else
+		printf("dpack pack: %s: %u shards of at most %llu bytes", o->path, o->m->n,
+		       (unsigned long long)o->shard_size);
+	if (o->shard_size != UINT64_MAX >> 2 && o->shard_records)
+		printf(" and %llu records", (unsigned long long)o->shard_records);
+	if (o->shard_size != UINT64_MAX >> 2)
+		printf(" (%llu samples)\n", (unsigned long long)o->count);
 	return 0;
 }
 
