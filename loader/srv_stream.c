@@ -9,15 +9,16 @@
  * of a shard a step in flight holds (its detach answers -EBUSY; it is tried again at the next
  * plan).
  *
- * With loaderd --cache-evict lru, for comparisons, the same thread behaves as a cache that does
- * not know the future: it wants only the shards of the steps about to be filled (the parked
- * ones and each rank's next STREAM_LRU_AHEAD), and once the budget is full lets go the attached
- * shards least recently wanted.
+ * Half the budget fetches ahead (the near future); the other half keeps shards already here
+ * for their next use, the soonest-needed first, as Belady's policy keeps them. With loaderd
+ * --cache-evict lru, for comparisons, the same thread fetches ahead the same way and keeps
+ * instead the shards most recently read, as a cache that does not know the future does.
  *
  * DESIGN. The thread never holds s->mu across a call into the job (shard_attach reads a shard's
  * index; stream_future runs the sampler) or a send: under mu it copies the ranks' positions
  * only. The work of a plan is bounded by loaderd's numbers, not a client's: at most
- * STREAM_RANKS ranks, STREAM_HORIZON steps ahead, CTL_SHARD_LIST_MAX shards listed, and a plan
+ * STREAM_RANKS ranks, STREAM_HORIZON steps ahead (the walk for the shards kept: STREAM_HORIZON
+ * steps of all ranks together), CTL_SHARD_LIST_MAX shards listed, and a plan
  * at most every STREAM_PLAN_NS unless a shard arrived. */
 #include "loader/srv_impl.h"
 
@@ -36,7 +37,6 @@
 #define STREAM_HORIZON 4096u        /* steps ahead of each rank a plan looks at, at most */
 #define STREAM_PLAN_NS 100000000ll  /* between plans while nothing arrives (ranks moved) */
 #define STREAM_IDLE_NS 1000000000ll /* between plans when nothing moved */
-#define STREAM_LRU_AHEAD 2u         /* --cache-evict lru: steps of each rank looked at */
 
 struct srv_stream {
 	struct srv *s;
@@ -135,6 +135,20 @@ static uint64_t blocks(uint64_t n)
 	return (n + 4095) & ~(uint64_t)4095;
 }
 
+/* The @i-th unit of round @t of a plan's walk: round 0 is the parked steps, then each rank's next
+ * step; round t > 0, each rank's step t after its next. */
+static void unit(const struct srv_stream *st, uint64_t t, uint32_t i, uint32_t *rank, uint64_t *step)
+{
+	if (t == 0 && i < st->nparked) {
+		*rank = st->pk_rank[i];
+		*step = st->pk_step[i];
+	} else {
+		uint32_t r = t == 0 ? i - st->nparked : i;
+		*rank = st->rank[r];
+		*step = st->from[r] + t;
+	}
+}
+
 /* qsort_r: the most recently used first. */
 static int more_recent(const void *a, const void *b, void *arg)
 {
@@ -153,7 +167,6 @@ static int plan(struct srv_stream *st)
 	const uint64_t *sizes = st->size;
 	uint32_t n = 0, ndrop = 0;
 	int lru = s->opts.cache_evict == SRV_EVICT_LRU;
-	uint64_t horizon = lru ? STREAM_LRU_AHEAD : STREAM_HORIZON;
 
 	pthread_mutex_lock(&s->mu);
 	uint64_t moved = positions(st), steps_total = j->steps_total;
@@ -176,25 +189,21 @@ static int plan(struct srv_stream *st)
 		big = blocks(sizes[k]) > big ? blocks(sizes[k]) : big;
 	limit = limit > 2 * big ? limit - 2 * big : 0;
 
-	/* The future: the parked steps', then step by step across the ranks, each step's shards
-	 * whole or not at all, until the budget is spoken for; the first step whatever it costs
-	 * (without it nothing moves), and a job whose one step exceeds the whole budget fails,
-	 * named: it could never be filled. */
-	uint64_t bytes = 0;
+	/* The near future, fetched ahead: the parked steps', then step by step across the ranks,
+	 * each step's shards whole or not at all, until half the budget is spoken for; the first
+	 * step whatever it costs (without it nothing moves), and a job whose one step exceeds the
+	 * whole budget fails, named: it could never be filled. The other half keeps shards that
+	 * are here for a later use (below). */
+	uint64_t ahead = limit / 2, bytes = 0;
+	uint32_t n0 = 0;  /* the shards of the steps being filled now: list[0, n0) */
 	int full = 0;
-	for (uint64_t t = 0; st->nranks + st->nparked && !full && t < horizon; t++) {
+	uint64_t t = 0, tstop = STREAM_HORIZON;
+	for (; st->nranks + st->nparked && !full && t < STREAM_HORIZON; t++) {
 		uint32_t units = t == 0 ? st->nparked + st->nranks : st->nranks;
 		for (uint32_t i = 0; i < units && !full; i++) {
 			uint32_t rank;
 			uint64_t step;
-			if (t == 0 && i < st->nparked) {
-				rank = st->pk_rank[i];
-				step = st->pk_step[i];
-			} else {
-				uint32_t r = t == 0 ? i - st->nparked : i;
-				rank = st->rank[r];
-				step = st->from[r] + t;
-			}
+			unit(st, t, i, &rank, &step);
 			if (steps_total && step >= steps_total)
 				continue;
 			uint32_t m = s->ops.stream_future(s->ops.ctx, state, rank, step, 1, st->seen,
@@ -211,16 +220,61 @@ static int plan(struct srv_stream *st)
 					 (unsigned long long)whole);
 				return -EFBIG;
 			}
-			if (n && bytes + add > limit) {  /* not this step: the budget is full */
+			if (n && bytes + add > ahead) {  /* not this step: far enough ahead */
 				for (uint32_t q = n; q < n + m; q++)
 					st->seen[st->list[q]] = 0;
 				full = 1;
+				tstop = t;
 				break;
 			}
 			bytes += add;
 			n += m;
 			full = n == st->total || n == CTL_SHARD_LIST_MAX;
 		}
+		if (t == 0)
+			n0 = n;
+	}
+	/* The shards here and not in the near future, in the order they will be read again, the
+	 * soonest first (--cache-evict future: Belady's order), into order[0, nr): the walk goes
+	 * on from where the near future stopped, up to STREAM_HORIZON step units of all ranks,
+	 * and stops once every such shard has been met. lru: the most recently wanted first. */
+	int64_t now = now_ns();
+	uint32_t nr = 0, left = 0;
+	for (uint32_t q = 0; lru && q < n0; q++)  /* lru: in use now */
+		if (st->attached[st->list[q]])
+			st->used_ns[st->list[q]] = now;
+	for (uint32_t k = 0; k < st->total; k++)
+		left += st->attached[k] && !st->seen[k];
+	uint32_t *scratch = st->list + CTL_SHARD_LIST_MAX;
+	t = tstop;
+	for (uint64_t units = 0; !lru && left && st->nranks && t < STREAM_HORIZON &&
+	     units < STREAM_HORIZON; t++) {
+		for (uint32_t i = 0; i < st->nranks && left; i++, units++) {
+			uint32_t rank;
+			uint64_t step;
+			unit(st, t, t == 0 ? st->nparked + i : i, &rank, &step);
+			if (steps_total && step >= steps_total)
+				continue;
+			uint32_t m = s->ops.stream_future(s->ops.ctx, state, rank, step, 1, st->seen,
+							  scratch, CTL_SHARD_LIST_MAX);
+			for (uint32_t q = 0; q < m; q++)
+				if (st->attached[scratch[q]]) {
+					st->order[nr++] = scratch[q];
+					left--;
+				}
+		}
+	}
+	if (lru) {
+		for (uint32_t k = 0; k < st->total; k++)
+			if (st->attached[k] && !st->seen[k])
+				st->order[nr++] = k;
+		qsort_r(st->order, nr, sizeof(*st->order), more_recent, st->used_ns);
+	} else {  /* then those the walk did not meet: the farthest, in no order */
+		for (uint32_t k = 0; k < st->total && left; k++)
+			if (st->attached[k] && !st->seen[k]) {
+				st->order[nr++] = k;
+				left--;
+			}
 	}
 	/* What is wanted and not here, soonest first; sent when it changed, and before the drops
 	 * (ldfetch delivers again a dropped shard its last list still wants). */
@@ -234,33 +288,24 @@ static int plan(struct srv_stream *st)
 		if (send_list(st, CTL_SHARD_WANT, st->list, w) < 0)
 			return -EIO;
 	}
-	/* Attached and not in that future: the farthest-needed (lru: the least recently wanted
-	 * first). Kept while the budget has room for them (the future looked at ended before the
-	 * budget did), else let go (a step's pin: later). */
-	int64_t now = now_ns();
+	/* The rest of the budget keeps those in that order; the others are let go (a step's pin:
+	 * later), not one that came this moment: the step it woke may be between the queues and
+	 * its hold (a worker opening it), where no plan sees it. */
 	uint64_t room = st->nranks + st->nparked && limit > bytes ? limit - bytes : 0;  /* no one
 								    * reads: everything goes */
-	uint32_t nc = 0;
-	for (uint32_t k = 0; k < st->total; k++) {
-		if (lru && st->attached[k] && st->seen[k])
-			st->used_ns[k] = now;
-		/* not one that came this moment: the step it woke may be between the queues and its
-		 * hold (a worker opening it), where no plan sees it */
-		if (st->attached[k] && !st->seen[k] && now - st->at_ns[k] >= STREAM_GRACE_NS)
-			st->order[nc++] = k;
-	}
-	if (lru)
-		qsort_r(st->order, nc, sizeof(*st->order), more_recent, st->used_ns);
-	for (uint32_t c = 0; c < nc && ndrop < CTL_SHARD_LIST_MAX; c++) {
+	for (uint32_t c = 0; c < nr && ndrop < CTL_SHARD_LIST_MAX; c++) {
 		uint32_t k = st->order[c];
-		if (!full && blocks(sizes[k]) <= room) {
+		if (blocks(sizes[k]) <= room) {
 			room -= blocks(sizes[k]);
 			continue;
 		}
+		room = 0;  /* in order: nothing after it is kept */
+		if (now - st->at_ns[k] < STREAM_GRACE_NS)
+			continue;
 		int ret = s->ops.shard_detach(s->ops.ctx, state, k);
 		if (ret == 0) {
 			st->attached[k] = 0;
-			st->list[CTL_SHARD_LIST_MAX + ndrop++] = k;
+			scratch[ndrop++] = k;
 			st->dropped++;
 		} else if (ret == -ENOENT) {
 			st->attached[k] = 0;  /* not attached after all: nothing to tell */
