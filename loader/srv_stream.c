@@ -1,18 +1,16 @@
 /* srv_stream.c - a set of shards streamed through the node cache (loaderd --cache-stream;
  * docs/STREAMING.md): one thread per streamed job owns the job's socket to its ldfetch child. It
  * attaches each shard ldfetch delivers (ops->shard_attach) and wakes the steps that wait on it
- * (srv_shard_ready), and it plans: from where each attached rank of the job stands, the shards
- * its next steps read, in first-use order (ops->stream_future), up to the stream's byte budget.
- * Those not attached are sent as the wanted list (CTL_SHARD_WANT, soonest first); attached
- * shards past the budget's horizon, the farthest-needed, are detached and sent as dropped
- * (CTL_SHARD_DROP), which lets ldfetch evict them: eviction by the known future (Belady's), never
- * of a shard a step in flight holds (its detach answers -EBUSY; it is tried again at the next
- * plan).
- *
- * Half the budget fetches ahead (the near future); the other half keeps shards already here
- * for their next use, the soonest-needed first, as Belady's policy keeps them. With loaderd
- * --cache-evict lru, for comparisons, the same thread fetches ahead the same way and keeps
- * instead the shards most recently read, as a cache that does not know the future does.
+ * (srv_shard_ready), and it plans (stream_plan.h, the policy): from where each attached rank
+ * of the job stands, the shards its next steps read (ops->stream_future), half the stream's
+ * byte budget fetched ahead, the other half keeping shards already here for their next use,
+ * the soonest-needed first (Belady's order over the known future; loaderd --cache-evict lru,
+ * for comparisons: the most recently read first). Those to fetch are sent as the wanted list
+ * (CTL_SHARD_WANT, soonest first); those that lost their place are detached and sent as dropped
+ * (CTL_SHARD_DROP), which lets ldfetch evict them, never one a step in flight holds (its detach
+ * answers -EBUSY; it is tried again at the next plan). Nobody reading (the job lingers after
+ * its ranks left, or waits for them), it wants nothing and lets everything go, which stays
+ * cached until another open needs the room.
  *
  * DESIGN. The thread never holds s->mu across a call into the job (shard_attach reads a shard's
  * index; stream_future runs the sampler) or a send: under mu it copies the ranks' positions
@@ -21,6 +19,7 @@
  * steps of all ranks together), CTL_SHARD_LIST_MAX shards listed, and a plan
  * at most every STREAM_PLAN_NS unless a shard arrived. */
 #include "loader/srv_impl.h"
+#include "loader/stream_plan.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -49,7 +48,8 @@ struct srv_stream {
 	uint8_t *seen;             /* total: a plan's scratch */
 	int64_t *at_ns;            /* total: when each was attached */
 	int64_t *used_ns;          /* total: when a plan last wanted each, attached (lru) */
-	uint32_t *order;           /* total: a plan's scratch (lru) */
+	uint32_t *order;           /* total: a plan's scratch */
+	uint64_t *csize;           /* total: each shard's bytes in the cache (blocks) */
 	uint64_t *size;            /* total: each shard's bytes: the job's estimate, then the
 				    * store's (CTL_SHARD_SIZES) */
 	uint32_t *list;            /* CTL_SHARD_LIST_MAX: a plan's future order */
@@ -149,13 +149,25 @@ static void unit(const struct srv_stream *st, uint64_t t, uint32_t i, uint32_t *
 	}
 }
 
-/* qsort_r: the most recently used first. */
-static int more_recent(const void *a, const void *b, void *arg)
-{
-	const int64_t *used = arg;
-	int64_t x = used[*(const uint32_t *)a], y = used[*(const uint32_t *)b];
+/* splan_shards_fn over the job's sampler: the unit's step, unless past the job's end. */
+struct walk {
+	struct srv_stream *st;
+	void *state;
+	uint64_t steps_total;
+};
 
-	return x > y ? -1 : x < y;
+static uint32_t walk_shards(void *arg, uint64_t t, uint32_t i, uint8_t *seen, uint32_t *out,
+			    uint32_t max)
+{
+	struct walk *w = arg;
+	struct srv *s = w->st->s;
+	uint32_t rank;
+	uint64_t step;
+
+	unit(w->st, t, i, &rank, &step);
+	if (w->steps_total && step >= w->steps_total)
+		return 0;
+	return s->ops.stream_future(s->ops.ctx, w->state, rank, step, 1, seen, out, max);
 }
 
 /* One plan (see the top of the file). 0, or -errno when ldfetch cannot be told. */
@@ -165,7 +177,7 @@ static int plan(struct srv_stream *st)
 	struct job *j = st->j;
 	void *state = j->state;
 	const uint64_t *sizes = st->size;
-	uint32_t n = 0, ndrop = 0;
+	uint32_t ndrop = 0;
 	int lru = s->opts.cache_evict == SRV_EVICT_LRU;
 
 	pthread_mutex_lock(&s->mu);
@@ -179,9 +191,6 @@ static int plan(struct srv_stream *st)
 	st->moved = moved;
 	st->plan_ns = now_ns();
 	st->dirty = 0;
-	/* Nobody reads (the job lingers after its ranks left, or waits for them): it wants
-	 * nothing and lets everything go, which stays cached until another open needs the room. */
-	memset(st->seen, 0, st->total);
 	/* Room for one more open beside it (a manifest and a shard: two of this set's largest),
 	 * so that a stream that holds its budget never refuses the node's next job. */
 	uint64_t big = 0;
@@ -189,123 +198,44 @@ static int plan(struct srv_stream *st)
 		big = blocks(sizes[k]) > big ? blocks(sizes[k]) : big;
 	limit = limit > 2 * big ? limit - 2 * big : 0;
 
-	/* The near future, fetched ahead: the parked steps', then step by step across the ranks,
-	 * each step's shards whole or not at all, until half the budget is spoken for; the first
-	 * step whatever it costs (without it nothing moves), and a job whose one step exceeds the
-	 * whole budget fails, named: it could never be filled. The other half keeps shards that
-	 * are here for a later use (below). */
-	uint64_t ahead = limit / 2, bytes = 0;
-	uint32_t n0 = 0;  /* the shards of the steps being filled now: list[0, n0) */
-	int full = 0;
-	uint64_t t = 0, tstop = STREAM_HORIZON;
-	for (; st->nranks + st->nparked && !full && t < STREAM_HORIZON; t++) {
-		uint32_t units = t == 0 ? st->nparked + st->nranks : st->nranks;
-		for (uint32_t i = 0; i < units && !full; i++) {
-			uint32_t rank;
-			uint64_t step;
-			unit(st, t, i, &rank, &step);
-			if (steps_total && step >= steps_total)
-				continue;
-			uint32_t m = s->ops.stream_future(s->ops.ctx, state, rank, step, 1, st->seen,
-							  st->list + n, CTL_SHARD_LIST_MAX - n);
-			uint64_t add = 0;
-			for (uint32_t q = n; q < n + m; q++)
-				add += blocks(sizes[st->list[q]]);
-			if (n == 0 && add > whole) {
-				snprintf(st->why, sizeof(st->why), "step %llu of rank %u reads %u shards "
-					 "(%llu bytes in the cache), more than the node cache may hold "
-					 "for it (%llu bytes): read it with windowed sampling "
-					 "(--sampling block), or give loaderd a larger --cache-size",
-					 (unsigned long long)step, rank, m, (unsigned long long)add,
-					 (unsigned long long)whole);
-				return -EFBIG;
-			}
-			if (n && bytes + add > ahead) {  /* not this step: far enough ahead */
-				for (uint32_t q = n; q < n + m; q++)
-					st->seen[st->list[q]] = 0;
-				full = 1;
-				tstop = t;
-				break;
-			}
-			bytes += add;
-			n += m;
-			full = n == st->total || n == CTL_SHARD_LIST_MAX;
-		}
-		if (t == 0)
-			n0 = n;
-	}
-	/* The shards here and not in the near future, in the order they will be read again, the
-	 * soonest first (--cache-evict future: Belady's order), into order[0, nr): the walk goes
-	 * on from where the near future stopped, up to STREAM_HORIZON step units of all ranks,
-	 * and stops once every such shard has been met. lru: the most recently wanted first. */
-	int64_t now = now_ns();
-	uint32_t nr = 0, left = 0;
-	for (uint32_t q = 0; lru && q < n0; q++)  /* lru: in use now */
-		if (st->attached[st->list[q]])
-			st->used_ns[st->list[q]] = now;
+	/* What to fetch ahead and what to let go: stream_plan.h */
 	for (uint32_t k = 0; k < st->total; k++)
-		left += st->attached[k] && !st->seen[k];
-	uint32_t *scratch = st->list + CTL_SHARD_LIST_MAX;
-	t = tstop;
-	for (uint64_t units = 0; !lru && left && st->nranks && t < STREAM_HORIZON &&
-	     units < STREAM_HORIZON; t++) {
-		for (uint32_t i = 0; i < st->nranks && left; i++, units++) {
-			uint32_t rank;
-			uint64_t step;
-			unit(st, t, t == 0 ? st->nparked + i : i, &rank, &step);
-			if (steps_total && step >= steps_total)
-				continue;
-			uint32_t m = s->ops.stream_future(s->ops.ctx, state, rank, step, 1, st->seen,
-							  scratch, CTL_SHARD_LIST_MAX);
-			for (uint32_t q = 0; q < m; q++)
-				if (st->attached[scratch[q]]) {
-					st->order[nr++] = scratch[q];
-					left--;
-				}
-		}
+		st->csize[k] = blocks(sizes[k]);
+	struct walk wk = { st, state, steps_total };
+	struct splan p = { .total = st->total, .attached = st->attached, .bytes = st->csize,
+			   .limit = limit, .whole = whole, .lru = lru, .at_ns = st->at_ns,
+			   .now = now_ns(), .grace_ns = STREAM_GRACE_NS,
+			   .units0 = st->nparked + st->nranks, .units = st->nranks,
+			   .horizon = STREAM_HORIZON, .shards = walk_shards, .arg = &wk,
+			   .list_max = CTL_SHARD_LIST_MAX, .used_ns = st->used_ns, .seen = st->seen,
+			   .order = st->order, .want = st->list, .let = st->list + CTL_SHARD_LIST_MAX };
+	if (splan_run(&p) == -EFBIG) {
+		uint32_t rank;
+		uint64_t step;
+		unit(st, p.fail_t, p.fail_i, &rank, &step);
+		snprintf(st->why, sizeof(st->why), "step %llu of rank %u reads %u shards (%llu bytes "
+			 "in the cache), more than the node cache may hold for it (%llu bytes): read "
+			 "it with windowed sampling (--sampling block), or give loaderd a larger "
+			 "--cache-size", (unsigned long long)step, rank, p.fail_shards,
+			 (unsigned long long)p.fail_bytes, (unsigned long long)whole);
+		return -EFBIG;
 	}
-	if (lru) {
-		for (uint32_t k = 0; k < st->total; k++)
-			if (st->attached[k] && !st->seen[k])
-				st->order[nr++] = k;
-		qsort_r(st->order, nr, sizeof(*st->order), more_recent, st->used_ns);
-	} else {  /* then those the walk did not meet: the farthest, in no order */
-		for (uint32_t k = 0; k < st->total && left; k++)
-			if (st->attached[k] && !st->seen[k]) {
-				st->order[nr++] = k;
-				left--;
-			}
-	}
-	/* What is wanted and not here, soonest first; sent when it changed, and before the drops
-	 * (ldfetch delivers again a dropped shard its last list still wants). */
-	uint32_t w = 0;
-	for (uint32_t q = 0; q < n; q++)
-		if (!st->attached[st->list[q]])
-			st->list[w++] = st->list[q];
-	if (w != st->nsent || memcmp(st->list, st->sent, (size_t)w * sizeof(*st->list))) {
-		memcpy(st->sent, st->list, (size_t)w * sizeof(*st->list));
-		st->nsent = w;
-		if (send_list(st, CTL_SHARD_WANT, st->list, w) < 0)
+	/* Wanted, sent when it changed, and before the drops (ldfetch delivers again a dropped
+	 * shard its last list still wants). */
+	if (p.nwant != st->nsent || memcmp(st->list, st->sent, (size_t)p.nwant * sizeof(*st->list))) {
+		memcpy(st->sent, st->list, (size_t)p.nwant * sizeof(*st->list));
+		st->nsent = p.nwant;
+		if (send_list(st, CTL_SHARD_WANT, st->list, p.nwant) < 0)
 			return -EIO;
 	}
-	/* The rest of the budget keeps those in that order; the others are let go (a step's pin:
-	 * later), not one that came this moment: the step it woke may be between the queues and
-	 * its hold (a worker opening it), where no plan sees it. */
-	uint64_t room = st->nranks + st->nparked && limit > bytes ? limit - bytes : 0;  /* no one
-								    * reads: everything goes */
-	for (uint32_t c = 0; c < nr && ndrop < CTL_SHARD_LIST_MAX; c++) {
-		uint32_t k = st->order[c];
-		if (blocks(sizes[k]) <= room) {
-			room -= blocks(sizes[k]);
-			continue;
-		}
-		room = 0;  /* in order: nothing after it is kept */
-		if (now - st->at_ns[k] < STREAM_GRACE_NS)
-			continue;
+	/* Let go: detached first (a step's pin answers -EBUSY: the next plan tries again). */
+	uint32_t *let = st->list + CTL_SHARD_LIST_MAX;
+	for (uint32_t c = 0; c < p.nlet; c++) {
+		uint32_t k = let[c];
 		int ret = s->ops.shard_detach(s->ops.ctx, state, k);
 		if (ret == 0) {
 			st->attached[k] = 0;
-			scratch[ndrop++] = k;
+			let[ndrop++] = k;
 			st->dropped++;
 		} else if (ret == -ENOENT) {
 			st->attached[k] = 0;  /* not attached after all: nothing to tell */
@@ -458,11 +388,12 @@ int srv_stream_start(struct srv *s, struct job *j, int fd, const uint8_t *attach
 	st->at_ns = calloc(total ? total : 1, sizeof(*st->at_ns));
 	st->used_ns = calloc(total ? total : 1, sizeof(*st->used_ns));
 	st->order = calloc(total ? total : 1, sizeof(*st->order));
+	st->csize = calloc(total ? total : 1, sizeof(*st->csize));
 	st->size = calloc(total ? total : 1, sizeof(*st->size));
 	if (st->size)
 		memcpy(st->size, j->info.shard_bytes, (size_t)total * sizeof(*st->size));
-	st->bytes = sizeof(*st) + 30 * (size_t)total + 3 * CTL_SHARD_LIST_MAX * sizeof(uint32_t);
-	if (!st->attached || !st->list || !st->sent || !st->at_ns || !st->used_ns || !st->order ||
+	st->bytes = sizeof(*st) + 38 * (size_t)total + 3 * CTL_SHARD_LIST_MAX * sizeof(uint32_t);
+	if (!st->attached || !st->list || !st->sent || !st->at_ns || !st->used_ns || !st->order || !st->csize ||
 	    !st->size) {
 		srv_stream_free(st);
 		return snprintf(why, whylen, "out of memory"), -ENOMEM;
@@ -514,6 +445,7 @@ void srv_stream_free(struct srv_stream *st)
 	free(st->at_ns);
 	free(st->used_ns);
 	free(st->order);
+	free(st->csize);
 	free(st->size);
 	free(st);
 }
