@@ -16,7 +16,8 @@
  * index; stream_future runs the sampler) or a send: under mu it copies the ranks' positions
  * only. The work of a plan is bounded by loaderd's numbers, not a client's: at most
  * STREAM_RANKS ranks, STREAM_HORIZON steps ahead (the walk for the shards kept: STREAM_HORIZON
- * steps of all ranks together), CTL_SHARD_LIST_MAX shards listed, and a plan
+ * steps of all ranks together), STREAM_WALK_DRAWS samples drawn in all, CTL_SHARD_LIST_MAX
+ * shards listed, and a plan
  * at most every STREAM_PLAN_NS unless a shard arrived. */
 #include "loader/srv_impl.h"
 #include "loader/stream_plan.h"
@@ -36,6 +37,7 @@
 #define STREAM_HORIZON 4096u        /* steps ahead of each rank a plan looks at, at most */
 #define STREAM_PLAN_NS 100000000ll  /* between plans while nothing arrives (ranks moved) */
 #define STREAM_IDLE_NS 1000000000ll /* between plans when nothing moved */
+#define STREAM_WALK_DRAWS (1u << 18) /* samples a plan's walk draws at most (a few ms) */
 
 struct srv_stream {
 	struct srv *s;
@@ -154,6 +156,8 @@ struct walk {
 	struct srv_stream *st;
 	void *state;
 	uint64_t steps_total;
+	uint64_t draws;            /* samples drawn so far: at most STREAM_WALK_DRAWS, whatever
+				    * the batch, the ranks and the set a client chose */
 };
 
 static uint32_t walk_shards(void *arg, uint64_t t, uint32_t i, uint8_t *seen, uint32_t *out,
@@ -165,8 +169,9 @@ static uint32_t walk_shards(void *arg, uint64_t t, uint32_t i, uint8_t *seen, ui
 	uint64_t step;
 
 	unit(w->st, t, i, &rank, &step);
-	if (w->steps_total && step >= w->steps_total)
+	if ((w->steps_total && step >= w->steps_total) || w->draws >= STREAM_WALK_DRAWS)
 		return 0;
+	w->draws += w->st->j->spec.batch ? w->st->j->spec.batch : 1;
 	return s->ops.stream_future(s->ops.ctx, w->state, rank, step, 1, seen, out, max);
 }
 
@@ -201,7 +206,7 @@ static int plan(struct srv_stream *st)
 	/* What to fetch ahead and what to let go: stream_plan.h */
 	for (uint32_t k = 0; k < st->total; k++)
 		st->csize[k] = blocks(sizes[k]);
-	struct walk wk = { st, state, steps_total };
+	struct walk wk = { st, state, steps_total, 0 };
 	struct splan p = { .total = st->total, .attached = st->attached, .bytes = st->csize,
 			   .limit = limit, .whole = whole, .lru = lru, .at_ns = st->at_ns,
 			   .now = now_ns(), .grace_ns = STREAM_GRACE_NS,
