@@ -38,6 +38,7 @@
 #define STREAM_PLAN_NS 100000000ll  /* between plans while nothing arrives (ranks moved) */
 #define STREAM_IDLE_NS 1000000000ll /* between plans when nothing moved */
 #define STREAM_WALK_DRAWS (1u << 18) /* samples a plan's walk draws at most (a few ms) */
+#define STREAM_STARVE_NS 500000000ll /* wanted shards and none came this long: keep nothing */
 
 struct srv_stream {
 	struct srv *s;
@@ -66,6 +67,7 @@ struct srv_stream {
 	uint64_t moved;            /* sum of the positions at the last plan */
 	int64_t plan_ns;           /* when the last plan ran */
 	int dirty;                 /* a shard arrived since */
+	int64_t in_ns;             /* when a shard last arrived (or the stream started) */
 	uint64_t fetched, dropped; /* shards attached and detached, for the log */
 	char why[CTL_TEXT_MAX];    /* a plan's failure */
 	size_t bytes;              /* its memory, charged to the job's uid */
@@ -207,9 +209,13 @@ static int plan(struct srv_stream *st)
 	for (uint32_t k = 0; k < st->total; k++)
 		st->csize[k] = blocks(sizes[k]);
 	struct walk wk = { st, state, steps_total, 0 };
+	int64_t now = now_ns();
 	struct splan p = { .total = st->total, .attached = st->attached, .bytes = st->csize,
 			   .limit = limit, .whole = whole, .lru = lru, .at_ns = st->at_ns,
-			   .now = now_ns(), .grace_ns = STREAM_GRACE_NS,
+			   .now = now, .grace_ns = STREAM_GRACE_NS,
+			   /* the cache may have no room for what is wanted (ldfetch waits): what is
+			    * kept for later yields to it */
+			   .lean = st->nsent && now - st->in_ns > STREAM_STARVE_NS,
 			   .units0 = st->nparked + st->nranks, .units = st->nranks,
 			   .horizon = STREAM_HORIZON, .shards = walk_shards, .arg = &wk,
 			   .list_max = CTL_SHARD_LIST_MAX, .used_ns = st->used_ns, .seen = st->seen,
@@ -321,7 +327,7 @@ static int take(struct srv_stream *st, char *why, size_t whylen)
 	if (ret < 0)
 		return ret;
 	st->attached[k] = 1;
-	st->at_ns[k] = st->used_ns[k] = now_ns();
+	st->at_ns[k] = st->used_ns[k] = st->in_ns = now_ns();
 	st->fetched++;
 	st->dirty = 1;
 	srv_shard_ready(s, st->j);
@@ -404,6 +410,7 @@ int srv_stream_start(struct srv *s, struct job *j, int fd, const uint8_t *attach
 		return snprintf(why, whylen, "out of memory"), -ENOMEM;
 	}
 	memcpy(st->attached, attached, total);
+	st->in_ns = now_ns();
 	pthread_mutex_lock(&s->mu);
 	int ret = srv_mem_check(s, j->uid, st->bytes, "its stream", why, whylen);
 	if (ret == 0) {

@@ -83,7 +83,7 @@ int splan_run(struct splan *p)
 		if (!p->attached[p->want[q]])
 			p->want[p->nwant++] = p->want[q];
 	/* kept while they fit, in order; the rest let go */
-	uint64_t room = p->units0 + p->units && p->limit > bytes ? p->limit - bytes : 0;
+	uint64_t room = p->units0 + p->units && !p->lean && p->limit > bytes ? p->limit - bytes : 0;
 	for (uint32_t c = 0; c < nr; c++) {
 		uint32_t k = p->order[c];
 		if (p->bytes[k] <= room) {

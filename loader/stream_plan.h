@@ -15,7 +15,8 @@
  *    @now for those the steps being filled read).
  *  - Kept in that order while their bytes fit; every shard after the first that does not fit is
  *    let go, except one attached less than @grace_ns ago. With no unit at all (nobody reads),
- *    everything here is let go. */
+ *    or @lean (the caller saw wanted shards not come: the cache may lack the room), nothing is
+ *    kept for later. */
 #ifndef LOADER_STREAM_PLAN_H
 #define LOADER_STREAM_PLAN_H
 
@@ -34,6 +35,7 @@ struct splan {
 	uint64_t limit;            /* the stream's budget of bytes here */
 	uint64_t whole;            /* what the cache may hold for it at most (one step's bound) */
 	int lru;                   /* keep by recency, not by the future */
+	int lean;                  /* keep nothing for later (wanted shards are not coming) */
 	const int64_t *at_ns;      /* total: when each was attached */
 	int64_t now, grace_ns;
 	uint32_t units0, units;    /* units in round 0, in each later round (0, 0: nobody reads) */

@@ -4,7 +4,8 @@
  * at that bound and one past; the rest of the budget keeps the shards here in the order of their
  * next use (Belady's), or with lru the most recently read, at the bound of the room and one past,
  * nothing kept after the first that does not fit; a shard just attached never let go, at the
- * grace's bound; nobody reading: everything let go; a unit past the job's end skipped. */
+ * grace's bound; lean (wanted shards not coming): nothing kept for later; nobody reading:
+ * everything let go; a unit past the job's end skipped. */
 #include "loader/stream_plan.h"
 
 #include <errno.h>
@@ -209,6 +210,13 @@ static void test_grace_and_nobody(void **state)
 	f.at_ns[6] = f.p.now - f.p.grace_ns;
 	assert_int_equal(splan_run(&f.p), 0);
 	expect_list(f.p.let, f.p.nlet, (uint32_t[]){ 6 }, 1);
+
+	/* lean: nothing kept for later, the near future still wanted and its shard here kept */
+	setup(&f, 60);
+	f.p.lean = 1;
+	assert_int_equal(splan_run(&f.p), 0);
+	expect_list(f.p.want, f.p.nwant, (uint32_t[]){ 1, 2 }, 2);
+	expect_list(f.p.let, f.p.nlet, (uint32_t[]){ 5, 3, 4, 6 }, 4);
 
 	setup(&f, 60);
 	f.p.units0 = f.p.units = 0;
