@@ -43,6 +43,13 @@ one=$(du -B1 "$T/local/set-00000.dpk" | cut -f1)
 size=$((setb / 4 + manb))
 osize() { find "$1/objects" -type f ! -name .lock -printf '%k\n' 2>/dev/null |
 	awk '{ s += $1 * 1024 } END { print s + 0 }'; }
+# watch DIR FILE: the most DIR's objects take, kept in FILE every 50 ms, until unwatch
+watch() {
+	( max=0; while :; do u=$(osize "$1"); [ "$u" -gt "$max" ] && max=$u && echo "$max" >"$2";
+	  sleep 0.05; done ) &
+	WPID=$!
+}
+unwatch() { stop_pid "$WPID"; WPID=""; }
 # local labels, by id (sequential over the local set)
 lref() {
 	serve_loaderd "$T/r.sock" "$T/r.log"
@@ -98,13 +105,10 @@ stop_loaderd
 # 2. with it: two ranks, two epochs, windowed, through a quarter of the set
 serve_loaderd "$T/s.sock" "$T/s.log" --cache-dir "$T/ns" --cache-endpoints "$EPS" \
 	--cache-size "$size" --cache-size-per-uid "$size" --cache-stream --linger 2
-( max=0; while :; do u=$(osize "$T/ns"); [ "$u" -gt "$max" ] && max=$u && echo "$max" >"$T/max";
-  sleep 0.05; done ) &
-WPID=$!
+watch "$T/ns" "$T/max"
 two win "$T/s.sock" --epochs 2 --sampling block --block 4 --window 2
 rc=$?
-stop_pid "$WPID"
-WPID=""
+unwatch
 check "streamed, windowed, 2 ranks x 2 epochs: both ranks end well" [ $rc -eq 0 ] ||
 	{ show "$T/win.e0"; show "$T/win.e1"; show "$T/s.log"; }
 check "... every sample once per epoch, with the local set's labels" once "$T/win" 2
@@ -166,13 +170,10 @@ check "... shards streamed: more attaches than shards (re-read in epoch 2), some
 	>"$T/packl.log" 2>&1
 serve_loaderd "$T/l.sock" "$T/l.log" --cache-dir "$T/nl" --cache-endpoints "$EPS" \
 	--cache-size "$size" --cache-size-per-uid "$size" --cache-stream --cache-evict lru --linger 1
-( max=0; while :; do u=$(osize "$T/nl"); [ "$u" -gt "$max" ] && max=$u && echo "$max" >"$T/maxl";
-  sleep 0.05; done ) &
-WPID=$!
+watch "$T/nl" "$T/maxl"
 DS=s3://data/l/set.dpks two lru "$T/l.sock" --epochs 2 --sampling block --block 4 --window 2
 rc=$?
-stop_pid "$WPID"
-WPID=""
+unwatch
 check "--cache-evict lru, the same job: both ranks end well" [ $rc -eq 0 ] ||
 	{ show "$T/lru.e0"; show "$T/lru.e1"; show "$T/l.log"; }
 check "... every sample once per epoch, with the local set's labels" once "$T/lru" 2
