@@ -87,7 +87,7 @@ static int send_list(struct srv_stream *st, uint16_t type, const uint32_t *idx, 
 }
 
 /* Under mu. What the job's steps need next: its parked steps (opened, each waiting on a shard),
- * in the order they parked, then where each attached rank stands: the first step not opened yet.
+ * the soonest first, then where each attached rank stands: the first step not opened yet.
  * Returns a sum that changes when any of it does. */
 static uint64_t positions(struct srv_stream *st)
 {
@@ -104,6 +104,17 @@ static uint64_t positions(struct srv_stream *st)
 			st->pk_rank[st->nparked] = o->a->rank;
 			st->pk_step[st->nparked++] = o->step;
 			sum += o->step + 1;
+		}
+	/* soonest first: the step a rank's consumer waits on before the later ones (a step woken
+	 * and parked again goes to the list's end) */
+	for (uint32_t i = 1; i < st->nparked; i++)
+		for (uint32_t q = i; q > 0 && (st->pk_step[q] < st->pk_step[q - 1] ||
+					      (st->pk_step[q] == st->pk_step[q - 1] &&
+					       st->pk_rank[q] < st->pk_rank[q - 1])); q--) {
+			uint64_t ts = st->pk_step[q];
+			uint32_t tr = st->pk_rank[q];
+			st->pk_step[q] = st->pk_step[q - 1], st->pk_rank[q] = st->pk_rank[q - 1];
+			st->pk_step[q - 1] = ts, st->pk_rank[q - 1] = tr;
 		}
 	st->nranks = 0;
 	for (unsigned k = 0; k < s->nlive && st->nranks < STREAM_RANKS; k++) {
@@ -334,6 +345,20 @@ static int take(struct srv_stream *st, char *why, size_t whylen)
 	return 0;
 }
 
+/* ldfetch's socket could not be written: it may have said why before it went (a failed fetch
+ * ends its child). That reason, as take() returns it (< 0, in @why), else 0. */
+static int fetcher_said(struct srv_stream *st, char *why, size_t whylen)
+{
+	struct pollfd pf = { .fd = st->fd, .events = POLLIN };
+
+	while (poll(&pf, 1, 0) > 0 && (pf.revents & POLLIN)) {
+		int ret = take(st, why, whylen);
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
+}
+
 static void *stream_main(void *p)
 {
 	struct srv_stream *st = p;
@@ -364,9 +389,11 @@ static void *stream_main(void *p)
 				if (ret == -EFBIG)
 					snprintf(why, sizeof(why), "%.40s: %.200s",
 						 st->j->spec.dataset, st->why);
-				else if (ret < 0)
+				else if (ret < 0 && (ret = fetcher_said(st, why, sizeof(why))) >= 0) {
+					ret = -EIO;
 					snprintf(why, sizeof(why), "the node cache's fetcher (ldfetch) "
 						 "is gone: it cannot be told what to fetch");
+				}
 			}
 		}
 	}

@@ -37,7 +37,9 @@ int splan_run(struct splan *p)
 				p->fail_bytes = add;
 				return -EFBIG;
 			}
-			if (n && bytes + add > ahead) {  /* not this step: far enough ahead */
+			/* not this step: far enough ahead; in round 0 (the steps open now and each
+			 * rank's next: their consumers wait on them) only past what may be held */
+			if (n && bytes + add > (t == 0 ? p->whole : ahead)) {
 				for (uint32_t q = n; q < n + m; q++)
 					p->seen[p->want[q]] = 0;
 				full = 1;

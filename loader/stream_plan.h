@@ -7,8 +7,10 @@
  * ones, then each rank's next), round t each rank's step t after its next; each unit is one
  * step, whose shards are taken whole or not at all.
  *  - Half the budget fetches ahead: the shards of the walk's first units, in first-use order,
- *    until their bytes would pass limit / 2; the first unit whatever it costs (without it
- *    nothing moves), unless it alone exceeds @whole: then the plan fails (-EFBIG), the step named.
+ *    until their bytes would pass limit / 2; but every unit of round 0 (steps whose consumers
+ *    wait now) while they fit in @whole, and the first unit whatever it costs (without it
+ *    nothing moves), unless it alone exceeds @whole: then the plan fails (-EFBIG), the step
+ *    named. The caller lists round 0's parked steps soonest first.
  *  - The rest of the budget keeps shards already here for a later use. future: in the order the
  *    walk, going on, meets them (the soonest next use first: Belady's order), up to @horizon
  *    more units, then those it did not meet; lru: the most recently used first (@used_ns, set to

@@ -1,5 +1,6 @@
 /* test_stream_plan.c - one plan of a streamed set (loader/stream_plan.h) on a scripted future:
  * half the budget fetched ahead, a step's shards whole or not at all, at the bound and one past;
+ * round 0 (the steps consumers wait on) past the half, within whole, at that bound and one past;
  * the first step taken whatever it costs, and failing (named) only past what the cache may hold,
  * at that bound and one past; the rest of the budget keeps the shards here in the order of their
  * next use (Belady's), or with lru the most recently read, at the bound of the room and one past,
@@ -243,6 +244,27 @@ static void test_units_and_end(void **state)
 	expect_list(f.p.let, f.p.nlet, (uint32_t[]){ 6 }, 1);
 }
 
+/* Round 0 (the steps open now, each rank's next) is wanted whole past the half, within whole:
+ * limit 20 (ahead 10), round 0 reads 0 (here) and 7 (20 bytes in all): 7 wanted; round 1's 1
+ * is not (30 > 10). With whole 19, 7 is past it: not wanted (the first unit alone fits). */
+static void test_round0_past_half(void **state)
+{
+	struct fixture f;
+	(void)state;
+
+	setup(&f, 20);
+	f.p.units0 = 2;
+	f.sc.sh[0][1][0] = 7;
+	assert_int_equal(splan_run(&f.p), 0);
+	expect_list(f.p.want, f.p.nwant, (uint32_t[]){ 7 }, 1);
+	f.p.whole = 20;
+	assert_int_equal(splan_run(&f.p), 0);
+	expect_list(f.p.want, f.p.nwant, (uint32_t[]){ 7 }, 1);
+	f.p.whole = 19;
+	assert_int_equal(splan_run(&f.p), 0);
+	assert_int_equal(f.p.nwant, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -253,6 +275,7 @@ int main(void)
 		cmocka_unit_test(test_first_step),
 		cmocka_unit_test(test_grace_and_nobody),
 		cmocka_unit_test(test_units_and_end),
+		cmocka_unit_test(test_round0_past_half),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
