@@ -3,7 +3,7 @@
 #
 # Knobs: V=1 (echo commands), SAN=address,undefined (sanitizer build, in build/san unless BUILD
 # is given), WERROR=1 (default on when CI=true), CUDA_HOME (default: from nvcc on PATH),
-# FUZZ_SECONDS (per fuzz target in `make test`, default 15).
+# FUZZ_SECONDS (per fuzz target in `make test`, default 10).
 # Targets: all, test, test-unit, test-san, test-tsan, test-gpu, fuzz, coverage, demo, check, clean,
 # install, uninstall
 # (PREFIX=/usr/local, DESTDIR: scripts/module.mk).
@@ -16,7 +16,7 @@ BUILD ?= build/san
 else
 BUILD ?= build
 endif
-FUZZ_SECONDS ?= 15
+FUZZ_SECONDS ?= 10
 
 ifeq ($(V),1)
 Q :=

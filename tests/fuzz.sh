@@ -12,7 +12,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/corpus" "$work/art"
 [ -d "tests/corpus/$name" ] && cp "tests/corpus/$name"/* "$work/corpus/" 2>/dev/null || true
-TMPDIR=$work "$bin" -max_total_time="${FUZZ_SECONDS:-15}" -rss_limit_mb=2048 -timeout=10 \
+TMPDIR=$work "$bin" -max_total_time="${FUZZ_SECONDS:-10}" -rss_limit_mb=2048 -timeout=10 \
 	-artifact_prefix="$work/art/" -print_final_stats=0 "$work/corpus" >"$work/log" 2>&1 || {
 	tail -40 "$work/log" >&2
 	mkdir -p "$crashes"

@@ -42,7 +42,7 @@ if [ -n "$fuzz" ]; then
 		for name in $batch; do
 			cat "$out/$name.log"
 			read -r rc secs <"$out/$name.rc" || { rc=1; secs=0; }
-			count "$name (libFuzzer, ${FUZZ_SECONDS:-15}s)" "$rc" "$secs"
+			count "$name (libFuzzer, ${FUZZ_SECONDS:-10}s)" "$rc" "$secs"
 		done
 	done
 	rm -rf "$out"
