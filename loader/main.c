@@ -229,9 +229,9 @@ static const struct arg_opt opt_rows[] = {
 	{ "cache-evict", 0, ARG_ENUM, AT(so.cache_evict, int), .choices = evict_names,
 	  .meta = "POLICY", .def = "future",
 	  .help = "with --cache-stream: future: fetch ahead in the samplers' order and let go the "
-		  "farthest-needed (Belady's policy over the known future); lru: fetch a shard when "
-		  "a step is about to read it and let go the least recently used, as a cache that "
-		  "does not know the future does (for comparisons)" },
+		  "farthest-needed (Belady's policy over the known future); lru: fetch ahead the same "
+		  "way and let go the least recently read, as a cache that does not know the future "
+		  "does (for comparisons)" },
 	{ "cache-endpoints", 0, ARG_PATH, AT(so.cache_endpoints, const char *), .meta = "LIST",
 	  .def_doc = "AWS's own: https://s3.amazonaws.com, https://s3.REGION.amazonaws.com",
 	  .help = "the stores the node cache fetches from, comma-separated, each "

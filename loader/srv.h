@@ -175,7 +175,7 @@ struct srv_ops {
 /* How a streamed set's shards are fetched and let go (loaderd --cache-evict; srv_stream.c). */
 enum srv_evict {
 	SRV_EVICT_FUTURE, /* ahead in the samplers' order, the farthest-needed let go first */
-	SRV_EVICT_LRU,    /* when a step is about to read it, the least recently used let go */
+	SRV_EVICT_LRU,    /* fetched ahead the same way, the least recently read let go */
 };
 
 struct srv_opts {

@@ -52,9 +52,9 @@ struct srv_stream {
 	int64_t *at_ns;            /* total: when each was attached */
 	int64_t *used_ns;          /* total: when a plan last wanted each, attached (lru) */
 	uint32_t *order;           /* total: a plan's scratch */
-	uint64_t *csize;           /* total: each shard's bytes in the cache (blocks) */
-	uint64_t *size;            /* total: each shard's bytes: the job's estimate, then the
-				    * store's (CTL_SHARD_SIZES) */
+	uint64_t *csize;           /* total: each shard's bytes in the cache (whole blocks): the
+				    * job's estimate, then the store's (CTL_SHARD_SIZES) */
+	uint64_t big;              /* the largest of them (set_sizes) */
 	uint32_t *list;            /* CTL_SHARD_LIST_MAX: a plan's future order */
 	uint32_t *sent;            /* the wanted list last sent */
 	uint32_t nsent;
@@ -150,6 +150,17 @@ static uint64_t blocks(uint64_t n)
 	return (n + 4095) & ~(uint64_t)4095;
 }
 
+/* Shards @first.. take @bytes[0..@n) each (a file's bytes): their room in the cache, and the
+ * largest shard's again. Only when sizes come, not at every plan. */
+static void set_sizes(struct srv_stream *st, uint32_t first, const uint64_t *bytes, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		st->csize[first + i] = blocks(bytes[i]);
+	st->big = 0;
+	for (uint32_t k = 0; k < st->total; k++)
+		st->big = st->csize[k] > st->big ? st->csize[k] : st->big;
+}
+
 /* The @i-th unit of round @t of a plan's walk: round 0 is the parked steps, then each rank's next
  * step; round t > 0, each rank's step t after its next. */
 static void unit(const struct srv_stream *st, uint64_t t, uint32_t i, uint32_t *rank, uint64_t *step)
@@ -194,7 +205,6 @@ static int plan(struct srv_stream *st)
 	struct srv *s = st->s;
 	struct job *j = st->j;
 	void *state = j->state;
-	const uint64_t *sizes = st->size;
 	uint32_t ndrop = 0;
 	int lru = s->opts.cache_evict == SRV_EVICT_LRU;
 
@@ -211,14 +221,9 @@ static int plan(struct srv_stream *st)
 	st->dirty = 0;
 	/* Room for one more open beside it (a manifest and a shard: two of this set's largest),
 	 * so that a stream that holds its budget never refuses the node's next job. */
-	uint64_t big = 0;
-	for (uint32_t k = 0; k < st->total; k++)
-		big = blocks(sizes[k]) > big ? blocks(sizes[k]) : big;
-	limit = limit > 2 * big ? limit - 2 * big : 0;
+	limit = limit > 2 * st->big ? limit - 2 * st->big : 0;
 
 	/* What to fetch ahead and what to let go: stream_plan.h */
-	for (uint32_t k = 0; k < st->total; k++)
-		st->csize[k] = blocks(sizes[k]);
 	struct walk wk = { st, state, steps_total, 0 };
 	int64_t now = now_ns();
 	struct splan p = { .total = st->total, .attached = st->attached, .bytes = st->csize,
@@ -302,11 +307,9 @@ static int take(struct srv_stream *st, char *why, size_t whylen)
 				 "this set's %u shards", st->total);
 			return -EIO;
 		}
-		for (uint32_t i = 0; i < h.count; i++) {
-			uint64_t z;
-			memcpy(&z, buf + sizeof(h) + 8 * (size_t)i, 8);
-			st->size[h.first + i] = z;  /* a lie costs only the plan's budget */
-		}
+		uint64_t z[CTL_SHARD_SIZES_MAX];  /* a lie costs only the plan's budget */
+		memcpy(z, buf + sizeof(h), 8 * (size_t)h.count);
+		set_sizes(st, h.first, z, h.count);
 		st->dirty = 1;
 		return 0;
 	}
@@ -427,12 +430,11 @@ int srv_stream_start(struct srv *s, struct job *j, int fd, const uint8_t *attach
 	st->used_ns = calloc(total ? total : 1, sizeof(*st->used_ns));
 	st->order = calloc(total ? total : 1, sizeof(*st->order));
 	st->csize = calloc(total ? total : 1, sizeof(*st->csize));
-	st->size = calloc(total ? total : 1, sizeof(*st->size));
-	if (st->size)
-		memcpy(st->size, j->info.shard_bytes, (size_t)total * sizeof(*st->size));
-	st->bytes = sizeof(*st) + 38 * (size_t)total + 3 * CTL_SHARD_LIST_MAX * sizeof(uint32_t);
-	if (!st->attached || !st->list || !st->sent || !st->at_ns || !st->used_ns || !st->order || !st->csize ||
-	    !st->size) {
+	if (st->csize)
+		set_sizes(st, 0, j->info.shard_bytes, total);
+	st->bytes = sizeof(*st) + 30 * (size_t)total + 3 * CTL_SHARD_LIST_MAX * sizeof(uint32_t);
+	if (!st->attached || !st->list || !st->sent || !st->at_ns || !st->used_ns || !st->order ||
+	    !st->csize) {
 		srv_stream_free(st);
 		return snprintf(why, whylen, "out of memory"), -ENOMEM;
 	}
@@ -485,6 +487,5 @@ void srv_stream_free(struct srv_stream *st)
 	free(st->used_ns);
 	free(st->order);
 	free(st->csize);
-	free(st->size);
 	free(st);
 }
