@@ -294,6 +294,13 @@ struct srv_job_snap {
 	uint64_t published, samples;  /* all ranks, all attaches */
 	uint64_t fill_ns, latency_ns;
 	uint64_t phase_ns[SRV_PHASES_MAX];
+	/* A set streamed through the node cache (--cache-stream): its shards, those here at its
+	 * last plan, its share of the cache's bytes (stream_share.h; with --cache-evict lru its
+	 * uid's even split) and its rate (steps a second a rank, 0: not measured yet). */
+	int streamed;
+	uint32_t stream_shards, stream_here;
+	uint64_t stream_share;
+	double stream_rate;
 	/* Not every rank: the attached ones and the last few to detach (SRV_SNAP_RECENT), nranks
 	 * entries by rank number, in the snapshot's memory (NULL in a summary), so that a snapshot
 	 * costs O(attached ranks) whatever the world (a world of 65,536 is 10 MB of ranks). */

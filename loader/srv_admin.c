@@ -127,6 +127,12 @@ static void admin_job(struct text *t, const struct srv_phase *phases, const stru
 		    "\"samples\":%llu,\"ranks_never_attached\":%u", j->failed ? "true" : "false",
 		    j->demand, j->target, j->weight, j->cpu, j->cpu_ns * 1e-9,
 		    (unsigned long long)j->published, (unsigned long long)j->samples, never);
+		if (j->streamed)
+			put(t, ",\"stream\":{\"shards\":%u,\"shards_here\":%u,\"cache_share\":%llu,"
+			    "\"steps_per_s_per_rank\":%.1f}", j->stream_shards, j->stream_here,
+			    (unsigned long long)j->stream_share, j->stream_rate);
+		else
+			put(t, ",\"stream\":null");
 		if (stats) {
 			put(t, ",\"io\":");
 			put_json_str(t, j->io);
@@ -172,6 +178,10 @@ static void admin_job(struct text *t, const struct srv_phase *phases, const stru
 	put(t, "%s\n", j->failed ? ", FAILED" : "");
 	put(t, "  demand %.1f samples/s, target %u steps ahead, weight %u, CPU given %.2f cores "
 	    "(%.1f s in all)\n", j->demand, j->target, j->weight, j->cpu, j->cpu_ns * 1e-9);
+	if (j->streamed)
+		put(t, "  streamed through the node cache: %u/%u shards here, its share %llu bytes, "
+		    "%.1f steps/s a rank\n", j->stream_here, j->stream_shards,
+		    (unsigned long long)j->stream_share, j->stream_rate);
 	if (stats && j->io[0])
 		put(t, "  reads: %s\n", j->io);
 	if (!stats)

@@ -570,6 +570,8 @@ int srv_stream_start(struct srv *s, struct job *j, int fd, const uint8_t *attach
 		     size_t whylen);
 /* Stop the thread (joined) and free it; without mu, before the job's ops->job_close. NULL ok. */
 void srv_stream_stop(struct srv_stream *st);
+/* Under mu: its share of the node cache, rate and shards here, into @js (status). */
+void srv_stream_snap(const struct srv_stream *st, struct srv_job_snap *js);
 void srv_stream_free(struct srv_stream *st);
 /* Under mu, control thread. CTL_AUGMENT from @c (@n bytes at @body): checked, kept for its job
  * open, where it is part of what the job's ranks agree on. */

@@ -136,6 +136,8 @@ struct srv_snapshot *srv_snapshot_locked(struct srv *s, const struct job *only,
 		js->fill_ns = j->fill_ns;
 		js->latency_ns = j->latency_ns;
 		memcpy(js->phase_ns, j->phase_ns, sizeof(js->phase_ns));
+		if (j->stream)
+			srv_stream_snap(j->stream, js);
 		if (!ranks)
 			continue;
 		js->ranks = rank_mem;

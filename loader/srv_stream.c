@@ -3,7 +3,8 @@
  * attaches each shard ldfetch delivers (ops->shard_attach) and wakes the steps that wait on it
  * (srv_shard_ready), and it plans (stream_plan.h, the policy): from where each attached rank
  * of the job stands, the shards its next steps read (ops->stream_future), half the stream's
- * byte budget fetched ahead, the other half keeping shards already here for their next use,
+ * byte budget (its share of the node cache among every streamed job, stream_share.h, from the
+ * curves and rates their plans publish) fetched ahead, the other half keeping shards already here for their next use,
  * the soonest-needed first (Belady's order over the known future; loaderd --cache-evict lru,
  * for comparisons: the most recently read first). Those to fetch are sent as the wanted list
  * (CTL_SHARD_WANT, soonest first); those that lost their place are detached and sent as dropped
@@ -21,6 +22,7 @@
  * at most every STREAM_PLAN_NS unless a shard arrived. */
 #include "loader/srv_impl.h"
 #include "loader/stream_plan.h"
+#include "loader/stream_share.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -39,6 +41,8 @@
 #define STREAM_IDLE_NS 1000000000ll /* between plans when nothing moved */
 #define STREAM_WALK_DRAWS (1u << 18) /* samples a plan's walk draws at most (a few ms) */
 #define STREAM_STARVE_NS 500000000ll /* wanted shards and none came this long: keep nothing */
+#define STREAM_RATE_NS 250000000ll  /* a job's rate measured over at least this */
+#define STREAM_SHARE_MAX 64u        /* streams the node's share looks at (ldfetch has 16 places) */
 
 struct srv_stream {
 	struct srv *s;
@@ -69,6 +73,20 @@ struct srv_stream {
 	int dirty;                 /* a shard arrived since */
 	int64_t in_ns;             /* when a shard last arrived (or the stream started) */
 	uint64_t fetched, dropped; /* shards attached and detached, for the log */
+	/* the node's share (stream_share.h): the rate and the curve its last plan left, and its
+	 * largest shard, published under s->mu for the other streams' plans */
+	uint64_t adv;              /* the ranks' positions summed (positions) */
+	uint64_t rate_adv;         /* ... when the rate was last measured */
+	uint32_t rate_nranks;
+	int64_t rate_ns;
+	double rate;               /* the job's rounds a second (0: not known yet) */
+	struct sshare_pt curve[SSHARE_POINTS];
+	uint32_t ncurve;
+	uint64_t pub_big;
+	uint64_t grant;            /* its budget at the last plan (for the log) */
+	uint64_t pub_grant;        /* ... and the shards here, under s->mu for status */
+	uint32_t pub_here;
+	struct sshare_ev *ev;      /* the share's scratch: STREAM_SHARE_MAX * SSHARE_POINTS */
 	char why[CTL_TEXT_MAX];    /* a plan's failure */
 	size_t bytes;              /* its memory, charged to the job's uid */
 };
@@ -117,6 +135,7 @@ static uint64_t positions(struct srv_stream *st)
 			st->pk_step[q - 1] = ts, st->pk_rank[q - 1] = tr;
 		}
 	st->nranks = 0;
+	st->adv = 0;
 	for (unsigned k = 0; k < s->nlive && st->nranks < STREAM_RANKS; k++) {
 		struct att *a = s->live[k];
 		if (a->job != st->j || a->dead || a->hostile)
@@ -124,24 +143,77 @@ static uint64_t positions(struct srv_stream *st)
 		st->rank[st->nranks] = a->rank;
 		st->from[st->nranks++] = a->next;
 		sum += (a->next + 1) << 20;
+		st->adv += a->next;
 	}
 	return sum;
 }
 
-/* Under mu. The stream's budget of attached bytes: the cache's, or its uid's, shared by that
- * uid's streams. */
+/* Under mu. The stream's budget of attached bytes, less room for one more open beside it (a
+ * manifest and a shard: two of the largest shards), so that streams that hold their budgets
+ * never refuse the node's next job. @whole: what the cache may hold for it at most.
+ *  - future: the node's share (stream_share.h) among every stream being read, from the curves
+ *    and rates their last plans published, within --cache-size and each uid's
+ *    --cache-size-per-uid.
+ *  - lru (or more streams than the share looks at): the cache's, or its uid's, split evenly
+ *    among that uid's streams; between uids, ldfetch evicts what no job holds, least recently
+ *    used first, as a cache that does not know the future would. */
 static uint64_t budget(struct srv_stream *st, uint64_t *whole)
 {
 	struct srv *s = st->s;
-	uint64_t b = s->opts.cache_size;
-	unsigned n = 0;
+	uint64_t b = s->opts.cache_size, big = 0;
+	struct sshare_job sj[STREAM_SHARE_MAX];
+	unsigned n = 0, nuid = 0, self = 0;
 
 	if (s->opts.cache_size_uid && s->opts.cache_size_uid < b)
 		b = s->opts.cache_size_uid;
 	*whole = b;
-	for (struct job *j = s->jobs; j; j = j->next)  /* streams being read */
-		n += j->stream && j->uid == st->j->uid && j->attached && j != st->j;
-	return b / (n + 1);
+	int found = 0;
+	for (struct job *j = s->jobs; j; j = j->next) {  /* streams being read, and its own */
+		struct srv_stream *o = j == st->j ? st : j->stream;
+		if (!o || (!j->attached && j != st->j))
+			continue;
+		nuid += j->uid == st->j->uid && j != st->j;
+		if (n < STREAM_SHARE_MAX) {
+			if (j == st->j)
+				self = n, found = 1;
+			big = o->pub_big > big ? o->pub_big : big;
+			sj[n++] = (struct sshare_job){ .uid = j->uid, .rate = o->rate, .pt = o->curve,
+						       .npt = o->ncurve };
+		} else {
+			n++;
+		}
+	}
+	if (s->opts.cache_evict == SRV_EVICT_LRU || n > STREAM_SHARE_MAX || !found || !st->ev) {
+		b /= nuid + 1;
+		return b > 2 * st->pub_big ? b - 2 * st->pub_big : 0;
+	}
+	uint64_t cap = s->opts.cache_size > 2 * big ? s->opts.cache_size - 2 * big : 1;
+	uint64_t cap_uid = 0;
+	if (s->opts.cache_size_uid)
+		cap_uid = s->opts.cache_size_uid > 2 * big ? s->opts.cache_size_uid - 2 * big : 1;
+	sshare_run(sj, n, cap, cap_uid, st->ev);
+	return sj[self].grant;
+}
+
+/* Under mu. The job's rate, rounds of its walk a second (a round: each rank one step), from
+ * its ranks' positions since the last measure. Not lowered while its steps wait on the network
+ * (a pace the cache imposes is not the job's own: lowering it would shrink its share and slow it
+ * further). */
+static void measure_rate(struct srv_stream *st, int64_t now)
+{
+	if (!st->nranks || st->nranks != st->rate_nranks || st->adv < st->rate_adv) {
+		st->rate_nranks = st->nranks;  /* a rank came or went: measured again from here */
+		st->rate_adv = st->adv;
+		st->rate_ns = now;
+		return;
+	}
+	if (now - st->rate_ns < STREAM_RATE_NS)
+		return;
+	double inst = (double)(st->adv - st->rate_adv) / st->nranks / ((double)(now - st->rate_ns) / 1e9);
+	if (!(st->nparked && inst < st->rate))
+		st->rate = st->rate > 0 ? 0.75 * st->rate + 0.25 * inst : inst;
+	st->rate_adv = st->adv;
+	st->rate_ns = now;
 }
 
 /* What a file of @n bytes takes in the cache, which counts allocated blocks. */
@@ -199,6 +271,33 @@ static uint32_t walk_shards(void *arg, uint64_t t, uint32_t i, uint8_t *seen, ui
 	return s->ops.stream_future(s->ops.ctx, w->state, rank, step, 1, seen, out, max);
 }
 
+/* The curve a plan leaves, published for the other streams' shares (none with lru), and its
+ * budget and shards here for status. */
+static void publish(struct srv_stream *st, const struct splan *p)
+{
+	uint32_t here = 0;
+
+	for (uint32_t k = 0; k < st->total; k++)
+		here += st->attached[k];
+	pthread_mutex_lock(&st->s->mu);
+	if (p->curve)
+		memcpy(st->curve, p->curve, (size_t)p->ncurve * sizeof(*st->curve));
+	st->ncurve = p->curve ? p->ncurve : 0;
+	st->pub_big = st->big;
+	st->pub_grant = p->limit;
+	st->pub_here = here;
+	pthread_mutex_unlock(&st->s->mu);
+}
+
+void srv_stream_snap(const struct srv_stream *st, struct srv_job_snap *js)
+{
+	js->streamed = 1;
+	js->stream_shards = st->total;
+	js->stream_here = st->pub_here;
+	js->stream_share = st->pub_grant;
+	js->stream_rate = st->rate;
+}
+
 /* One plan (see the top of the file). 0, or -errno when ldfetch cannot be told. */
 static int plan(struct srv_stream *st)
 {
@@ -207,25 +306,26 @@ static int plan(struct srv_stream *st)
 	void *state = j->state;
 	uint32_t ndrop = 0;
 	int lru = s->opts.cache_evict == SRV_EVICT_LRU;
+	int64_t now = now_ns();
 
 	pthread_mutex_lock(&s->mu);
 	uint64_t moved = positions(st), steps_total = j->steps_total;
+	measure_rate(st, now);
+	st->pub_big = st->big;
 	uint64_t whole;
 	uint64_t limit = budget(st, &whole);
+	int first = !lru && st->ncurve == 0;
 	int failed = j->failed;
 	pthread_mutex_unlock(&s->mu);
 	if (failed)
 		return -ECANCELED;
 	st->moved = moved;
-	st->plan_ns = now_ns();
+	st->plan_ns = now;
 	st->dirty = 0;
-	/* Room for one more open beside it (a manifest and a shard: two of this set's largest),
-	 * so that a stream that holds its budget never refuses the node's next job. */
-	limit = limit > 2 * st->big ? limit - 2 * st->big : 0;
 
 	/* What to fetch ahead and what to let go: stream_plan.h */
 	struct walk wk = { st, state, steps_total, 0 };
-	int64_t now = now_ns();
+	struct sshare_pt curve[SSHARE_POINTS];
 	struct splan p = { .total = st->total, .attached = st->attached, .bytes = st->csize,
 			   .limit = limit, .whole = whole, .lru = lru, .at_ns = st->at_ns,
 			   .now = now, .grace_ns = STREAM_GRACE_NS,
@@ -235,7 +335,24 @@ static int plan(struct srv_stream *st)
 			   .units0 = st->nparked + st->nranks, .units = st->nranks,
 			   .horizon = STREAM_HORIZON, .shards = walk_shards, .arg = &wk,
 			   .list_max = CTL_SHARD_LIST_MAX, .used_ns = st->used_ns, .seen = st->seen,
-			   .order = st->order, .want = st->list, .let = st->list + CTL_SHARD_LIST_MAX };
+			   .order = st->order, .want = st->list, .let = st->list + CTL_SHARD_LIST_MAX,
+			   .curve = lru ? NULL : curve, .curve_until = whole };
+	if (first) {  /* no curve yet: one walk for it, then the share with it */
+		p.limit = 0;
+		p.lean = 1;
+		if (splan_run(&p) == 0) {
+			publish(st, &p);
+			pthread_mutex_lock(&s->mu);
+			p.limit = budget(st, &whole);
+			pthread_mutex_unlock(&s->mu);
+		}
+		p.lean = st->nsent && now - st->in_ns > STREAM_STARVE_NS;
+		wk.draws = 0;
+	}
+	if (!lru && (p.limit > st->grant + st->big || p.limit + st->big < st->grant))
+		srv_notice(s, 2, "job %s: its share of the node cache: %llu bytes (%.1f steps a "
+			   "second a rank)", j->name, (unsigned long long)p.limit, st->rate);
+	st->grant = p.limit;
 	if (splan_run(&p) == -EFBIG) {
 		uint32_t rank;
 		uint64_t step;
@@ -247,6 +364,7 @@ static int plan(struct srv_stream *st)
 			 (unsigned long long)p.fail_bytes, (unsigned long long)whole);
 		return -EFBIG;
 	}
+	publish(st, &p);
 	/* Wanted, sent when it changed, and before the drops (ldfetch delivers again a dropped
 	 * shard its last list still wants). */
 	if (p.nwant != st->nsent || memcmp(st->list, st->sent, (size_t)p.nwant * sizeof(*st->list))) {
@@ -430,11 +548,13 @@ int srv_stream_start(struct srv *s, struct job *j, int fd, const uint8_t *attach
 	st->used_ns = calloc(total ? total : 1, sizeof(*st->used_ns));
 	st->order = calloc(total ? total : 1, sizeof(*st->order));
 	st->csize = calloc(total ? total : 1, sizeof(*st->csize));
+	st->ev = calloc(STREAM_SHARE_MAX * SSHARE_POINTS, sizeof(*st->ev));
 	if (st->csize)
 		set_sizes(st, 0, j->info.shard_bytes, total);
-	st->bytes = sizeof(*st) + 30 * (size_t)total + 3 * CTL_SHARD_LIST_MAX * sizeof(uint32_t);
+	st->bytes = sizeof(*st) + 30 * (size_t)total + 3 * CTL_SHARD_LIST_MAX * sizeof(uint32_t) +
+		    STREAM_SHARE_MAX * SSHARE_POINTS * sizeof(*st->ev);
 	if (!st->attached || !st->list || !st->sent || !st->at_ns || !st->used_ns || !st->order ||
-	    !st->csize) {
+	    !st->csize || !st->ev) {
 		srv_stream_free(st);
 		return snprintf(why, whylen, "out of memory"), -ENOMEM;
 	}
@@ -487,5 +607,6 @@ void srv_stream_free(struct srv_stream *st)
 	free(st->used_ns);
 	free(st->order);
 	free(st->csize);
+	free(st->ev);
 	free(st);
 }

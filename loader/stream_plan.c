@@ -14,13 +14,31 @@ static int more_recent(const void *a, const void *b, void *arg)
 	return x > y ? -1 : x < y;
 }
 
+/* The curve: @bytes by the end of round @r, if more than the last point's (round 0 always). */
+static void curve_add(struct splan *p, uint64_t r, uint64_t bytes)
+{
+	if (!p->curve || (p->ncurve && p->curve[p->ncurve - 1].bytes >= bytes))
+		return;
+	if (p->ncurve && p->curve[p->ncurve - 1].round == r) {
+		p->curve[p->ncurve - 1].bytes = bytes;
+		return;
+	}
+	if (p->ncurve == SSHARE_POINTS) {  /* thinned: round 0, then the later of each pair */
+		uint32_t w = 1;
+		for (uint32_t q = 2; q < p->ncurve; q += 2)
+			p->curve[w++] = p->curve[q];
+		p->ncurve = w;
+	}
+	p->curve[p->ncurve++] = (struct sshare_pt){ r, bytes };
+}
+
 int splan_run(struct splan *p)
 {
 	uint32_t n = 0, n0 = 0, cap = p->list_max;
 	uint64_t ahead = p->limit / 2, bytes = 0, t = 0, tstop = p->horizon;
 	int full = 0;
 
-	p->nwant = p->nlet = p->nkept = 0;
+	p->nwant = p->nlet = p->nkept = p->ncurve = 0;
 	memset(p->seen, 0, p->total);
 	/* the near future, into want[0, n): fetched ahead (those not here) */
 	for (; p->units0 + p->units && !full && t < p->horizon; t++) {
@@ -52,6 +70,8 @@ int splan_run(struct splan *p)
 		}
 		if (t == 0)
 			n0 = n;
+		if (!full || tstop != t)  /* the round is whole */
+			curve_add(p, t, bytes);
 	}
 	if (p->lru)  /* read now */
 		for (uint32_t q = 0; q < n0; q++)
@@ -59,19 +79,25 @@ int splan_run(struct splan *p)
 				p->used_ns[p->want[q]] = p->now;
 	/* the others here, into order[0, nr), the first to keep first */
 	uint32_t nr = 0, left = 0;
+	uint64_t cum = bytes;  /* the curve's bytes */
 	for (uint32_t k = 0; k < p->total; k++)
 		left += p->attached[k] && !p->seen[k];
-	for (uint64_t u = 0, r = tstop; !p->lru && left && p->units && r < p->horizon &&
-	     u < p->horizon; r++) {
+	for (uint64_t u = 0, r = tstop; ((!p->lru && left) || (p->curve && cum <= p->curve_until)) &&
+	     p->units && r < p->horizon && u < p->horizon; r++) {
 		uint32_t units = r == 0 ? p->units0 : p->units;
-		for (uint32_t i = 0; i < units && left; i++, u++) {
+		for (uint32_t i = 0; i < units; i++, u++) {
 			uint32_t m = p->shards(p->arg, r, i, p->seen, p->let, cap);
-			for (uint32_t q = 0; q < m; q++)
+			for (uint32_t q = 0; q < m; q++) {
+				cum += p->bytes[p->let[q]];
 				if (p->attached[p->let[q]]) {
 					p->order[nr++] = p->let[q];
 					left--;
 				}
+			}
+			if (!left && !(p->curve && cum <= p->curve_until))
+				break;
 		}
+		curve_add(p, r, cum);
 	}
 	for (uint32_t k = 0; k < p->total && left; k++)  /* not met: the farthest, or lru's */
 		if (p->attached[k] && !p->seen[k]) {

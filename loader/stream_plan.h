@@ -18,11 +18,19 @@
  *  - Kept in that order while their bytes fit; every shard after the first that does not fit is
  *    let go, except one attached less than @grace_ns ago. With no unit at all (nobody reads),
  *    or @lean (the caller saw wanted shards not come: the cache may lack the room), nothing is
- *    kept for later. */
+ *    kept for later.
+ *  - With @curve, the walk also leaves the job's curve for stream_share.h: by the end of each
+ *    round, the bytes of the distinct shards read so far (whether here or not), round 0 first
+ *    whatever it holds; the walk goes on for it until those bytes pass @curve_until (no share
+ *    could be larger) or the horizon. Past SSHARE_POINTS rounds the curve is thinned: every
+ *    other point after round 0 goes, the later of each pair kept (its bytes counted a little
+ *    later than they are read). */
 #ifndef LOADER_STREAM_PLAN_H
 #define LOADER_STREAM_PLAN_H
 
 #include <stdint.h>
+
+#include "loader/stream_share.h"
 
 /* The shards unit @i of round @t reads that @seen has not marked: marked, and appended to @out
  * (at most @max). 0 for a unit past the job's end. */
@@ -53,6 +61,10 @@ struct splan {
 	uint32_t *want, nwant;     /* not here, to fetch, soonest first */
 	uint32_t *let, nlet;       /* here, to let go, in the order they lost their place */
 	uint32_t nkept;            /* here and kept (for the log and the tests) */
+	/* out, with @curve (SSHARE_POINTS): the job's curve */
+	struct sshare_pt *curve;
+	uint32_t ncurve;
+	uint64_t curve_until;
 	/* out, on -EFBIG: the unit that cannot fit */
 	uint64_t fail_t;
 	uint32_t fail_i, fail_shards;

@@ -12,7 +12,10 @@
 #   (block and window); the windowed job again with --cache-evict lru: every sample once, the
 #   cache within its bound, and --cache-evict without --cache-stream a usage error; a shard replaced in the store while a job streams: the job fails,
 #   naming the object and the store's answer, and loaderd serves the next job; a uid's streams at
-#   most LDF_STREAMS_UID (4) of ldfetch's 16 places: its 5th refused while another uid streams.
+#   most LDF_STREAMS_UID (4) of ldfetch's 16 places: its 5th refused while another uid streams;
+#   the node cache shared by the future across jobs and uids (loader/stream_share.c): a fast
+#   job of one uid and a slow one of another, each uid allowed the whole cache, their shares
+#   (loaderctl's "stream") within --cache-size together at every look, the fast job's the larger.
 set -u
 BUILD=${BUILD:-build}
 BIN=$BUILD/bin
@@ -223,6 +226,48 @@ rc=$?
 check "... another uid's streamed job meanwhile: every sample" sh -c "[ $rc -eq 0 ] &&
 	[ \$(wc -l <'$T/qb') -eq 64 ]" || { show "$T/qb.e"; show "$T/q.log"; }
 for p in $QP; do stop_pid "$p"; done
+stop_loaderd
+
+# 6. the node cache shared among streams by their future, across uids: a fast job (this uid) and
+# a slow one (--rate, the other uid), each uid allowed the whole cache (half the set). Each uid's
+# even split would give each stream the whole: their shares would sum to twice the cache.
+for k in 1 2; do
+	"$BIN/dpack" pack --no-fsync --shard-size 8800 "$T/x.npy" "$T/y.npy" s3://data/n$k/set.dpks \
+		>"$T/packn$k.log" 2>&1
+done
+half=$((setb / 2 + manb))
+serve_loaderd "$T/n.sock" "$T/n.log" --all-users --cache-dir "$T/nn" --cache-endpoints "$EPS" \
+	--cache-size "$half" --cache-size-per-uid "$half" --cache-stream --linger 1
+"$BIN/ldcat" --socket "$T/n.sock" --crop 0 --batch 4 --world 1 --seed 3 --epochs 0 \
+	--sampling block --block 4 --window 2 --dataset s3://data/n1/set.dpks --job fast \
+	--rank 0 >/dev/null 2>"$T/fast.e" &
+FP=$!
+asu $UB "$BIN/ldcat" --socket "$T/n.sock" --crop 0 --batch 4 --world 1 --seed 3 --epochs 0 \
+	--rate 8 --sampling block --block 4 --window 2 --dataset s3://data/n2/set.dpks --job slow \
+	--rank 0 >/dev/null 2>"$T/slow.e" &
+SP=$!
+# 30 looks, 0.1 s apart, once both stream and have moved: fast's share, slow's
+: >"$T/shares"
+i=0
+while [ $i -lt 100 ] && [ "$(wc -l <"$T/shares")" -lt 30 ]; do
+	"$BIN/loaderctl" --socket "$T/n.sock" --json jobs 2>/dev/null | python3 -c '
+import json, sys
+d = {j["job"]: j["stream"] for j in json.load(sys.stdin)
+     if j["stream"] and j["attached"] and j["stream"]["steps_per_s_per_rank"] > 0}
+if "fast" in d and "slow" in d:
+    print(d["fast"]["cache_share"], d["slow"]["cache_share"])' >>"$T/shares"
+	sleep 0.1
+	i=$((i + 1))
+done
+stop_pid "$FP"
+stop_pid "$SP"
+check "two uids' streams, a fast job and a slow one: 30 looks at both" \
+	[ "$(wc -l <"$T/shares")" -ge 30 ] || { show "$T/fast.e"; show "$T/slow.e"; show "$T/n.log"; }
+check "... their shares of the node cache within --cache-size ($half) together at every look" \
+	awk -v c="$half" '$1 + $2 > c { bad = 1 } END { exit bad || NR == 0 }' "$T/shares" ||
+	show "$T/shares"
+check "... the fast job's share the larger at most looks" \
+	awk '$1 > $2 { f++ } END { exit !(NR > 0 && f > NR / 2) }' "$T/shares" || show "$T/shares"
 stop_loaderd
 
 echo "1..$n"

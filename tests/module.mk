@@ -32,9 +32,10 @@ FUZZ_BINS := $(patsubst tests/%.c,build/fuzz/%,$(FUZZ_SRC))
 FUZZ_LIBSRC := $(wildcard formats/*.c common/*.c)
 FUZZ_RUNS := $(patsubst tests/%.c,fuzz:%,$(FUZZ_SRC))
 # fuzz_srv drives the server core itself: it links loader/srv_*.c (with loader/demand.c, the
-# controller its workers call, loader/shares.c, the balanced shares, and loader/stream_plan.c,
-# the stream thread's policy) and shm/ as well.
+# controller its workers call, loader/shares.c, the balanced shares, loader/stream_plan.c, the
+# stream thread's policy, and loader/stream_share.c, the node cache's share) and shm/ as well.
 FUZZ_SRV_SRC := $(wildcard loader/srv_*.c loader/demand.c loader/shares.c loader/stream_plan.c \
+	loader/stream_share.c \
 	loader/cpu_clock.c shm/*.c) \
 	s3/s3cfg.c
 build/fuzz/fuzz_srv: FUZZ_EXTRA := $(FUZZ_SRV_SRC)

@@ -6,7 +6,9 @@
  * next use (Belady's), or with lru the most recently read, at the bound of the room and one past,
  * nothing kept after the first that does not fit; a shard just attached never let go, at the
  * grace's bound; lean (wanted shards not coming): nothing kept for later; nobody reading:
- * everything let go; a unit past the job's end skipped. */
+ * everything let go; a unit past the job's end skipped; the curve left for the node's share: the
+ * distinct shards' bytes by round, the walk going on until they pass curve_until (at it and one
+ * past), thinned past SSHARE_POINTS rounds. */
 #include "loader/stream_plan.h"
 
 #include <errno.h>
@@ -265,6 +267,86 @@ static void test_round0_past_half(void **state)
 	assert_int_equal(f.p.nwant, 0);
 }
 
+/* The curve: 10 bytes a round for rounds 0-5, whatever is here; a shard read again adds nothing;
+ * with nothing here to keep, the walk goes on for it only until its bytes pass curve_until. */
+static void test_curve(void **state)
+{
+	struct fixture f;
+	struct sshare_pt c[SSHARE_POINTS];
+	(void)state;
+
+	setup(&f, 60);
+	f.p.curve = c;
+	f.p.curve_until = 1000;
+	f.sc.sh[6][0][0] = 0;  /* read again: no point */
+	assert_int_equal(splan_run(&f.p), 0);
+	assert_int_equal(f.p.ncurve, 6);
+	for (uint32_t q = 0; q < 6; q++) {
+		assert_int_equal(c[q].round, q);
+		assert_int_equal(c[q].bytes, 10 * (q + 1));
+	}
+	/* the plan itself is the same with or without the curve */
+	expect_list(f.p.want, f.p.nwant, (uint32_t[]){ 1, 2 }, 2);
+	expect_list(f.p.let, f.p.nlet, (uint32_t[]){ 6 }, 1);
+	/* only 0 here: the walk for the kept stops at once; for the curve at 30 bytes (exactly
+	 * curve_until) it goes on, and stops at the first round past it */
+	memset(f.attached, 0, sizeof(f.attached));
+	f.attached[0] = 1;
+	f.p.curve_until = 30;
+	assert_int_equal(splan_run(&f.p), 0);
+	assert_int_equal(f.p.ncurve, 4);
+	assert_int_equal(c[3].bytes, 40);
+	f.p.curve_until = 29;
+	assert_int_equal(splan_run(&f.p), 0);
+	assert_int_equal(f.p.ncurve, 3);
+	assert_int_equal(c[2].bytes, 30);
+	f.p.curve = NULL;  /* no curve: no walk past the near future */
+	f.sc.calls = 0;
+	assert_int_equal(splan_run(&f.p), 0);
+	assert_int_equal(f.p.ncurve, 0);
+	assert_true(f.sc.calls <= 4);
+}
+
+/* A walk of 200 rounds, one new shard of a byte each: thinned to at most SSHARE_POINTS points,
+ * round 0 first, the last round last, every point exact. */
+static uint32_t linear(void *arg, uint64_t t, uint32_t i, uint8_t *seen, uint32_t *out, uint32_t max)
+{
+	(void)arg;
+	(void)i;
+	if (t >= 200 || seen[t] || !max)
+		return 0;
+	seen[t] = 1;
+	out[0] = (uint32_t)t;
+	return 1;
+}
+
+static void test_curve_thinned(void **state)
+{
+	static uint8_t attached[200], seen[200];
+	static uint64_t bytes[200];
+	static int64_t at_ns[200], used_ns[200];
+	static uint32_t order[200], want[256], let[256];
+	struct sshare_pt c[SSHARE_POINTS];
+	(void)state;
+
+	for (unsigned k = 0; k < 200; k++)
+		bytes[k] = 1;
+	struct splan p = { .total = 200, .attached = attached, .bytes = bytes, .limit = 4,
+			   .whole = 1000, .at_ns = at_ns, .now = 1, .units0 = 1, .units = 1,
+			   .horizon = 4096, .shards = linear, .list_max = 256, .used_ns = used_ns,
+			   .seen = seen, .order = order, .want = want, .let = let, .curve = c,
+			   .curve_until = 1000 };
+	assert_int_equal(splan_run(&p), 0);
+	assert_true(p.ncurve > SSHARE_POINTS / 2 && p.ncurve <= SSHARE_POINTS);
+	assert_int_equal(c[0].round, 0);
+	assert_int_equal(c[p.ncurve - 1].round, 199);
+	for (uint32_t q = 0; q < p.ncurve; q++) {
+		assert_int_equal(c[q].bytes, c[q].round + 1);
+		if (q)
+			assert_true(c[q].round > c[q - 1].round);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -276,6 +358,8 @@ int main(void)
 		cmocka_unit_test(test_grace_and_nobody),
 		cmocka_unit_test(test_units_and_end),
 		cmocka_unit_test(test_round0_past_half),
+		cmocka_unit_test(test_curve),
+		cmocka_unit_test(test_curve_thinned),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,159 @@
+/* test_stream_share.c - the node cache shared among streamed jobs by their future
+ * (loader/stream_share.h): floors (round 0) granted whatever they cost; increments in the order
+ * of their time ahead (round / rate), ties by job; the node's capacity and a uid's at exactly
+ * their bound and one byte short; a grant is its curve's prefix; a job whose rate is not known
+ * on the fastest's clock, rounds as they are when none is; no curve, nothing granted. */
+#include "loader/stream_share.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+/* rounds 0..3, 10 bytes each: 10, 20, 30, 40 */
+static const struct sshare_pt even[] = { { 0, 10 }, { 1, 20 }, { 2, 30 }, { 3, 40 } };
+
+static struct sshare_ev ev[8 * SSHARE_POINTS];
+
+static struct sshare_job job(uint32_t uid, double rate, const struct sshare_pt *pt, uint32_t npt)
+{
+	return (struct sshare_job){ .uid = uid, .rate = rate, .pt = pt, .npt = npt };
+}
+
+/* Room for everything: every curve whole. */
+static void test_room(void **state)
+{
+	(void)state;
+	struct sshare_job j[2] = { job(1, 5, even, 4), job(2, 1, even, 4) };
+
+	sshare_run(j, 2, 80, 0, ev);
+	assert_int_equal(j[0].grant, 40);
+	assert_int_equal(j[1].grant, 40);
+	sshare_run(j, 2, 79, 0, ev);  /* one byte short: the last increment (the slower job's) */
+	assert_int_equal(j[0].grant, 40);
+	assert_int_equal(j[1].grant, 30);
+}
+
+/* A job ten times faster reads its rounds ten times sooner: A's three increments (0.1, 0.2,
+ * 0.3 s) before B's first (1 s). */
+static void test_rate_orders(void **state)
+{
+	(void)state;
+	struct sshare_job j[2] = { job(1, 10, even, 4), job(2, 1, even, 4) };
+
+	sshare_run(j, 2, 60, 0, ev);  /* floors 20, A +30, B +10: exactly 60 */
+	assert_int_equal(j[0].grant, 40);
+	assert_int_equal(j[1].grant, 20);
+	sshare_run(j, 2, 59, 0, ev);
+	assert_int_equal(j[0].grant, 40);
+	assert_int_equal(j[1].grant, 10);
+	/* the other way round: B first */
+	j[0].rate = 1, j[1].rate = 10;
+	sshare_run(j, 2, 60, 0, ev);
+	assert_int_equal(j[0].grant, 20);
+	assert_int_equal(j[1].grant, 40);
+}
+
+/* Equal rates: round by round, ties by the jobs' order. */
+static void test_equal_rates(void **state)
+{
+	(void)state;
+	struct sshare_job j[2] = { job(1, 2, even, 4), job(2, 2, even, 4) };
+
+	sshare_run(j, 2, 60, 0, ev);
+	assert_int_equal(j[0].grant, 30);
+	assert_int_equal(j[1].grant, 30);
+	sshare_run(j, 2, 59, 0, ev);  /* B's round 2 does not fit: B ends; A's round 3 neither */
+	assert_int_equal(j[0].grant, 30);
+	assert_int_equal(j[1].grant, 20);
+}
+
+/* A uid's bound: A and B of uid 1, C of uid 2. */
+static void test_uid_bound(void **state)
+{
+	(void)state;
+	struct sshare_job j[3] = { job(1, 1, even, 3), job(2, 1, even, 3), job(1, 1, even, 3) };
+
+	sshare_run(j, 3, 1000, 40, ev);  /* uid 1: floors 20, +10 (A), +10 (C): exactly 40 */
+	assert_int_equal(j[0].grant, 20);
+	assert_int_equal(j[1].grant, 30);
+	assert_int_equal(j[2].grant, 20);
+	sshare_run(j, 3, 1000, 39, ev);
+	assert_int_equal(j[0].grant, 20);
+	assert_int_equal(j[1].grant, 30);
+	assert_int_equal(j[2].grant, 10);
+	sshare_run(j, 3, 1000, 2000, ev);  /* a uid bound above the node's is the node's */
+	assert_int_equal(j[0].grant + j[1].grant + j[2].grant, 90);
+	sshare_run(j, 3, 50, 2000, ev);
+	assert_int_equal(j[0].grant + j[1].grant + j[2].grant, 50);
+}
+
+/* Floors whatever they cost; nothing after them when they exceed the capacity. */
+static void test_floors(void **state)
+{
+	(void)state;
+	static const struct sshare_pt big[] = { { 0, 100 }, { 1, 101 } };
+	struct sshare_job j[2] = { job(1, 1, big, 2), job(2, 1, even, 4) };
+
+	sshare_run(j, 2, 50, 0, ev);
+	assert_int_equal(j[0].grant, 100);
+	assert_int_equal(j[1].grant, 10);
+	/* no curve yet: nothing; a curve that does not start at round 0: no floor */
+	static const struct sshare_pt late[] = { { 2, 10 } };
+	j[0] = job(1, 1, big, 0);
+	j[1] = job(2, 1, late, 1);
+	sshare_run(j, 2, 5, 0, ev);
+	assert_int_equal(j[0].grant, 0);
+	assert_int_equal(j[1].grant, 0);
+	sshare_run(j, 2, 10, 0, ev);
+	assert_int_equal(j[1].grant, 10);
+}
+
+/* A grant is a prefix: a later small increment is not granted after a refused one. */
+static void test_prefix(void **state)
+{
+	(void)state;
+	static const struct sshare_pt gap[] = { { 0, 10 }, { 1, 110 }, { 2, 111 } };
+	struct sshare_job j[2] = { job(1, 1, gap, 3), job(2, 1, even, 4) };
+
+	sshare_run(j, 2, 60, 0, ev);
+	assert_int_equal(j[0].grant, 10);
+	assert_int_equal(j[1].grant, 40);
+}
+
+/* A rate not known: the fastest's clock; none known: rounds as they are. */
+static void test_unknown_rate(void **state)
+{
+	(void)state;
+	struct sshare_job j[3] = { job(1, 0, even, 4), job(2, 100, even, 4), job(3, 1, even, 4) };
+
+	/* A and B on B's clock (0.01 s a round), C at 1 s: A and B take everything past the
+	 * floors (30), A first at each round */
+	sshare_run(j, 3, 60, 0, ev);
+	assert_int_equal(j[0].grant, 30);
+	assert_int_equal(j[1].grant, 20);
+	assert_int_equal(j[2].grant, 10);
+	j[1].rate = -1;
+	j[2].rate = 0.0 / 0.0;  /* NaN: not known either */
+	sshare_run(j, 3, 60, 0, ev);  /* rounds compared as they are: round 1 of each */
+	assert_int_equal(j[0].grant, 20);
+	assert_int_equal(j[1].grant, 20);
+	assert_int_equal(j[2].grant, 20);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_room),
+		cmocka_unit_test(test_rate_orders),
+		cmocka_unit_test(test_equal_rates),
+		cmocka_unit_test(test_uid_bound),
+		cmocka_unit_test(test_floors),
+		cmocka_unit_test(test_prefix),
+		cmocka_unit_test(test_unknown_rate),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
