@@ -428,6 +428,9 @@ int srv_set_fds_reserve(struct srv *s, uid_t uid, uint32_t total, uint64_t *char
 /* Seconds of the uid's share it may spend at once (a fresh uid starts with them): at 2%, 40 ms.
  * An answer is never cut: a longer one (10 MB, ~100 ms) is made and the uid then waits it off. */
 #define SRV_ADMIN_BURST_S 2.0
+/* Under mu. @ns of a loaderd thread's time went to @j (srv_workers.c: its records; srv_stream.c:
+ * its stream's plans): charged to the job and its owner's account, for fair-by-cost. */
+void srv_use_charge(struct srv *s, struct job *j, int64_t ns);
 /* Under mu. Bring @u's admin budget up to date; then charge it @ns (0: only update). */
 void srv_admin_charge(struct srv *s, struct uid_use *u, int64_t ns);
 /* Is the peer of unix socket @fd a member of group @g (its primary group or one of its

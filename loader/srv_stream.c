@@ -20,6 +20,7 @@
  * steps of all ranks together), STREAM_WALK_DRAWS samples drawn in all, CTL_SHARD_LIST_MAX
  * shards listed, and a plan
  * at most every STREAM_PLAN_NS unless a shard arrived. */
+#include "loader/cpu_clock.h"
 #include "loader/srv_impl.h"
 #include "loader/stream_plan.h"
 #include "loader/stream_share.h"
@@ -43,6 +44,7 @@
 #define STREAM_STARVE_NS 500000000ll /* wanted shards and none came this long: keep nothing */
 #define STREAM_RATE_NS 250000000ll  /* a job's rate measured over at least this */
 #define STREAM_SHARE_MAX 64u        /* streams the node's share looks at (ldfetch has 16 places) */
+#define STREAM_CURVE_NS 500000000ll /* between the walks for a curve (they go farther) */
 
 struct srv_stream {
 	struct srv *s;
@@ -75,16 +77,19 @@ struct srv_stream {
 	uint64_t fetched, dropped; /* shards attached and detached, for the log */
 	/* the node's share (stream_share.h): the rate and the curve its last plan left, and its
 	 * largest shard, published under s->mu for the other streams' plans */
-	uint64_t adv;              /* the ranks' positions summed (positions) */
+	uint64_t adv;              /* the steps its ranks' consumers took, summed (positions) */
+	double lead;               /* steps a rank has opened beyond its consumer's, on average */
 	uint64_t rate_adv;         /* ... when the rate was last measured */
 	uint32_t rate_nranks;
 	int64_t rate_ns;
 	double rate;               /* the job's rounds a second (0: not known yet) */
 	struct sshare_pt curve[SSHARE_POINTS];
 	uint32_t ncurve;
+	int64_t curve_ns;          /* when the last curve was walked */
 	uint64_t pub_big;
 	uint64_t grant;            /* its budget at the last plan (for the log) */
-	uint64_t pub_grant;        /* ... and the shards here, under s->mu for status */
+	uint64_t pub_grant;        /* its share at the node's last share (any stream's plan), and
+				    * the shards here, under s->mu for status */
 	uint32_t pub_here;
 	struct sshare_ev *ev;      /* the share's scratch: STREAM_SHARE_MAX * SSHARE_POINTS */
 	char why[CTL_TEXT_MAX];    /* a plan's failure */
@@ -134,6 +139,8 @@ static uint64_t positions(struct srv_stream *st)
 			st->pk_step[q] = st->pk_step[q - 1], st->pk_rank[q] = st->pk_rank[q - 1];
 			st->pk_step[q - 1] = ts, st->pk_rank[q - 1] = tr;
 		}
+	uint64_t lead = 0;
+
 	st->nranks = 0;
 	st->adv = 0;
 	for (unsigned k = 0; k < s->nlive && st->nranks < STREAM_RANKS; k++) {
@@ -143,8 +150,10 @@ static uint64_t positions(struct srv_stream *st)
 		st->rank[st->nranks] = a->rank;
 		st->from[st->nranks++] = a->next;
 		sum += (a->next + 1) << 20;
-		st->adv += a->next;
+		st->adv += a->floor;  /* taken by its consumer */
+		lead += a->next > a->floor ? a->next - a->floor : 0;
 	}
+	st->lead = st->nranks ? (double)lead / st->nranks : 0;
 	return sum;
 }
 
@@ -162,6 +171,7 @@ static uint64_t budget(struct srv_stream *st, uint64_t *whole)
 	struct srv *s = st->s;
 	uint64_t b = s->opts.cache_size, big = 0;
 	struct sshare_job sj[STREAM_SHARE_MAX];
+	struct srv_stream *who[STREAM_SHARE_MAX];
 	unsigned n = 0, nuid = 0, self = 0;
 
 	if (s->opts.cache_size_uid && s->opts.cache_size_uid < b)
@@ -177,26 +187,30 @@ static uint64_t budget(struct srv_stream *st, uint64_t *whole)
 			if (j == st->j)
 				self = n, found = 1;
 			big = o->pub_big > big ? o->pub_big : big;
-			sj[n++] = (struct sshare_job){ .uid = j->uid, .rate = o->rate, .pt = o->curve,
-						       .npt = o->ncurve };
+			who[n] = o;
+			sj[n++] = (struct sshare_job){ .uid = j->uid, .rate = o->rate, .lead = o->lead,
+						       .pt = o->curve, .npt = o->ncurve };
 		} else {
 			n++;
 		}
 	}
 	if (s->opts.cache_evict == SRV_EVICT_LRU || n > STREAM_SHARE_MAX || !found || !st->ev) {
 		b /= nuid + 1;
-		return b > 2 * st->pub_big ? b - 2 * st->pub_big : 0;
+		st->pub_grant = b > 2 * st->pub_big ? b - 2 * st->pub_big : 0;
+		return st->pub_grant;
 	}
 	uint64_t cap = s->opts.cache_size > 2 * big ? s->opts.cache_size - 2 * big : 1;
 	uint64_t cap_uid = 0;
 	if (s->opts.cache_size_uid)
 		cap_uid = s->opts.cache_size_uid > 2 * big ? s->opts.cache_size_uid - 2 * big : 1;
 	sshare_run(sj, n, cap, cap_uid, st->ev);
+	for (unsigned k = 0; k < n; k++)  /* for status: the shares as one computation gave them */
+		who[k]->pub_grant = sj[k].grant;
 	return sj[self].grant;
 }
 
 /* Under mu. The job's rate, rounds of its walk a second (a round: each rank one step), from
- * its ranks' positions since the last measure. Not lowered while its steps wait on the network
+ * the steps its ranks' consumers took since the last measure. Not lowered while its steps wait on the network
  * (a pace the cache imposes is not the job's own: lowering it would shrink its share and slow it
  * further). */
 static void measure_rate(struct srv_stream *st, int64_t now)
@@ -280,11 +294,11 @@ static void publish(struct srv_stream *st, const struct splan *p)
 	for (uint32_t k = 0; k < st->total; k++)
 		here += st->attached[k];
 	pthread_mutex_lock(&st->s->mu);
-	if (p->curve)
+	if (p->curve) {
 		memcpy(st->curve, p->curve, (size_t)p->ncurve * sizeof(*st->curve));
-	st->ncurve = p->curve ? p->ncurve : 0;
+		st->ncurve = p->ncurve;
+	}
 	st->pub_big = st->big;
-	st->pub_grant = p->limit;
 	st->pub_here = here;
 	pthread_mutex_unlock(&st->s->mu);
 }
@@ -336,7 +350,11 @@ static int plan(struct srv_stream *st)
 			   .horizon = STREAM_HORIZON, .shards = walk_shards, .arg = &wk,
 			   .list_max = CTL_SHARD_LIST_MAX, .used_ns = st->used_ns, .seen = st->seen,
 			   .order = st->order, .want = st->list, .let = st->list + CTL_SHARD_LIST_MAX,
-			   .curve = lru ? NULL : curve, .curve_until = whole };
+			   /* the walk for a curve goes farther: at most every STREAM_CURVE_NS */
+			   .curve = lru || (!first && now - st->curve_ns < STREAM_CURVE_NS) ? NULL : curve,
+			   .curve_until = whole };
+	if (p.curve)
+		st->curve_ns = now;
 	if (first) {  /* no curve yet: one walk for it, then the share with it */
 		p.limit = 0;
 		p.lean = 1;
@@ -400,6 +418,13 @@ static int take(struct srv_stream *st, char *why, size_t whylen)
 	int fds[CTL_FDS_BATCH], nfds = 0;
 
 	ssize_t n = ctl_recv_fds(st->fd, buf, &type, fds, CTL_FDS_BATCH, &nfds);
+	if (n == -EPIPE) {
+		/* A child that exits with our lists unread resets the socket, and the kernel reports
+		 * the reset before the message it sent last (its CTL_ERROR): read once more. */
+		struct pollfd pf = { .fd = st->fd, .events = POLLIN };
+		if (poll(&pf, 1, 0) == 1 && (pf.revents & POLLIN))
+			n = ctl_recv_fds(st->fd, buf, &type, fds, CTL_FDS_BATCH, &nfds);
+	}
 	if (n == -EINTR || n == -EAGAIN)
 		return 0;
 	if (n < 0) {
@@ -504,7 +529,16 @@ static void *stream_main(void *p)
 			uint64_t moved = positions(st);
 			pthread_mutex_unlock(&s->mu);
 			if (st->dirty || moved != st->moved || now - st->plan_ns >= STREAM_IDLE_NS) {
+				/* its CPU is the job's, as a worker's: counted for its uid */
+				int64_t c0 = ldr_thread_cpu_ns();
 				ret = plan(st);
+				int64_t c1 = ldr_thread_cpu_ns();
+				pthread_mutex_lock(&s->mu);
+				if (c1 > c0) {
+					st->j->cpu_ns += (uint64_t)(c1 - c0);
+					srv_use_charge(s, st->j, c1 - c0);
+				}
+				pthread_mutex_unlock(&s->mu);
 				if (ret == -ECANCELED)
 					break;  /* the job failed: its fetcher may go */
 				if (ret == -EFBIG)

@@ -107,7 +107,7 @@ static double use_at(double use, int64_t at, int64_t now)
 
 /* Under mu. @ns of worker time (wall: its reads, its decode) went to @j's records: charged to the
  * job and to its owner's account, for fair-by-cost (task_take, task_next). */
-static void use_charge(struct srv *s, struct job *j, int64_t ns)
+void srv_use_charge(struct srv *s, struct job *j, int64_t ns)
 {
 	int64_t now = now_ns();
 	struct uid_use *u = srv_uid(s, j->uid);
@@ -845,7 +845,7 @@ static void task_done(struct srv *s, void *wstate, struct open_step *o, uint32_t
 	struct job *j = o->a->job;
 
 	charge(s, o, cpu);
-	use_charge(s, j, dt);
+	srv_use_charge(s, j, dt);
 	if (t_samples) {  /* averaged over about 4 tasks */
 		uint64_t per = (uint64_t)dt / t_samples;
 		j->sample_ns = j->sample_ns ? (3 * j->sample_ns + per) / 4 : per;
@@ -972,7 +972,7 @@ static void step_draw(struct srv *s, void *wstate, struct open_step *o)
 		s->busy_ns += (uint64_t)dt;
 		o->work_ns += (uint64_t)dt;
 		charge(s, o, dc);
-		use_charge(s, j, dt);
+		srv_use_charge(s, j, dt);
 	} while (ret == -EAGAIN && s->shard_gen != gen && !j->failed && !step_stale(s, o));
 	o->task = task_size(s, o->st.count);
 	if (ret == -EAGAIN) {

@@ -14,12 +14,12 @@ static int more_recent(const void *a, const void *b, void *arg)
 	return x > y ? -1 : x < y;
 }
 
-/* The curve: @bytes by the end of round @r, if more than the last point's (round 0 always). */
+/* The curve: @bytes by the end of round @r, if more than the last point's (the first always). */
 static void curve_add(struct splan *p, uint64_t r, uint64_t bytes)
 {
 	if (!p->curve || (p->ncurve && p->curve[p->ncurve - 1].bytes >= bytes))
 		return;
-	if (p->ncurve && p->curve[p->ncurve - 1].round == r) {
+	if (p->ncurve > 1 && p->curve[p->ncurve - 1].round == r) {  /* the floor stays apart */
 		p->curve[p->ncurve - 1].bytes = bytes;
 		return;
 	}
@@ -66,6 +66,8 @@ int splan_run(struct splan *p)
 			}
 			bytes += add;
 			n += m;
+			if (t == 0 && i == 0)  /* the floor: the first step alone */
+				curve_add(p, 0, bytes);
 			full = n == p->total || n == cap;
 		}
 		if (t == 0)

@@ -34,17 +34,21 @@ void sshare_run(struct sshare_job *jobs, uint32_t n, uint64_t cap, uint64_t cap_
 		struct sshare_job *b = &jobs[j];
 		uint32_t npt = b->npt < SSHARE_POINTS ? b->npt : SSHARE_POINTS;
 		double rate = isfinite(b->rate) && b->rate > 0 ? b->rate : fastest > 0 ? fastest : 1;
+		double lead = isfinite(b->lead) && b->lead > 0 ? b->lead : 0;
+		uint32_t q0 = npt && b->pt[0].round == 0;
 
-		b->grant = npt && b->pt[0].round == 0 ? b->pt[0].bytes : 0;
+		b->grant = q0 ? b->pt[0].bytes : 0;
 		used += b->grant;
-		for (uint32_t q = 0; q < npt; q++)
-			if (b->pt[q].round > 0)
-				ev[nev++] = (struct sshare_ev){ (double)b->pt[q].round / rate, j, q };
+		for (uint32_t q = q0; q < npt; q++)
+			ev[nev++] = (struct sshare_ev){ b->pt[q].round ? (b->pt[q].round + lead) / rate : 0,
+							j, q };
 	}
 	qsort(ev, nev, sizeof(*ev), sooner);
-	/* the increments, the soonest first, while they fit; one that does not ends its job's */
-	uint8_t done[n ? n : 1];
-	uint64_t uid_used[n ? n : 1];  /* by the first job of each uid */
+	/* the increments, the soonest first, while they fit. The first that does not fit the node
+	 * gets what is left, and nothing later is granted (the water level: everything read before
+	 * it is held); one past its uid's bound gets what the uid has left, and ends that uid's. */
+	uint8_t done[n ? n : 1];       /* by the first job of each uid */
+	uint64_t uid_used[n ? n : 1];
 	uint32_t first[n ? n : 1];
 	for (uint32_t j = 0; j < n; j++) {
 		done[j] = 0;
@@ -58,20 +62,20 @@ void sshare_run(struct sshare_job *jobs, uint32_t n, uint64_t cap, uint64_t cap_
 	}
 	for (uint32_t j = 0; j < n; j++)
 		uid_used[first[j]] += jobs[j].grant;
-	for (uint32_t e = 0; e < nev; e++) {
-		uint32_t j = ev[e].job, q = ev[e].q;
+	for (uint32_t e = 0; e < nev && used < cap; e++) {
+		uint32_t j = ev[e].job, q = ev[e].q, u = first[j];
 		struct sshare_job *b = &jobs[j];
-		if (done[j])
+		if (done[u])
 			continue;
 		uint64_t prev = q ? b->pt[q - 1].bytes : 0;
 		uint64_t add = b->pt[q].bytes > prev ? b->pt[q].bytes - prev : 0;
-		if (add > cap - (used < cap ? used : cap) || used > cap ||
-		    uid_used[first[j]] > cap_uid || add > cap_uid - uid_used[first[j]]) {
-			done[j] = 1;
-			continue;
-		}
+		uint64_t room = cap - used, uroom = uid_used[u] < cap_uid ? cap_uid - uid_used[u] : 0;
+		if (add > uroom)
+			add = uroom, done[u] = 1;
+		if (add > room)
+			add = room;
 		b->grant += add;
 		used += add;
-		uid_used[first[j]] += add;
+		uid_used[u] += add;
 	}
 }

@@ -3,14 +3,17 @@
  * tests/test_stream_share.c drives it alone.
  *
  * Each stream's plan (stream_plan.h) leaves a curve: by the end of round r of its walk (round 0:
- * the steps its consumers wait on; round t: each rank's step t after its next), the bytes of the
- * distinct shards the job reads. Its job's rate (rounds a second, measured by its stream) puts the
- * rounds on one clock: round r is r / rate seconds ahead. The share is Belady's across jobs: every
- * job is granted its round 0 (its floor: without it nothing moves, whatever it costs), then the
- * curves' increments in the order of their time ahead, the soonest first, while the node's
- * capacity and the job's uid's have room; an increment that does not fit ends that job's grant
- * (a grant is its curve's prefix: a job never keeps a later shard for a round it gave up) and the
- * others go on. A job whose rate is not known yet (it has not moved) is put on the clock of the
+ * the steps being filled now; round t: each rank's step t after its next), the bytes of the
+ * distinct shards the job reads; its first point is the walk's first step alone. Its job's rate
+ * (rounds a second, measured by its stream as its consumers take steps) puts the rounds on one
+ * clock. The share is Belady's across jobs: every job is granted its first point (its floor:
+ * without it nothing moves, whatever it costs), then the
+ * curves' increments in the order of their time ahead (round 0's after the floor: now; round
+ * r > 0: (r + lead) / rate, lead being the steps a rank has opened beyond what its consumer
+ * took), the soonest first, while the node's capacity has room: the first increment that does
+ * not fit gets what is left and the share ends there (the water level: every job holds what it
+ * reads before that time). Past a uid's capacity the same, for that uid's jobs alone: its job
+ * gets what the uid has left, and the other uids' go on. A job whose rate is not known yet (it has not moved) is put on the clock of the
  * fastest known, so that a job just started is not starved by one that runs; with no rate known,
  * rounds are compared as they are. */
 #ifndef LOADER_STREAM_SHARE_H
@@ -29,7 +32,9 @@ struct sshare_job {
 	/* in */
 	uint32_t uid;
 	double rate;                  /* rounds a second; <= 0 (or not finite): not known */
-	const struct sshare_pt *pt;   /* npt points, rounds increasing; pt[0], if any, round 0 */
+	double lead;                  /* steps a rank has opened beyond its consumer's, >= 0 */
+	const struct sshare_pt *pt;   /* npt points, rounds not decreasing; pt[0]: the floor if
+				       * its round is 0 */
 	uint32_t npt;                 /* 0: no curve yet (granted nothing beyond 0) */
 	/* out */
 	uint64_t grant;               /* its bytes of the cache */

@@ -300,6 +300,22 @@ static void test_curve(void **state)
 	assert_int_equal(splan_run(&f.p), 0);
 	assert_int_equal(f.p.ncurve, 3);
 	assert_int_equal(c[2].bytes, 30);
+	/* two units in round 0: the floor is the first step alone, then round 0 whole */
+	setup(&f, 60);
+	f.p.curve = c;
+	f.p.curve_until = 1000;
+	f.p.units0 = 2;
+	f.sc.sh[0][1][0] = 7;
+	assert_int_equal(splan_run(&f.p), 0);
+	assert_int_equal(c[0].round, 0);
+	assert_int_equal(c[0].bytes, 10);
+	assert_int_equal(c[1].round, 0);
+	assert_int_equal(c[1].bytes, 20);
+	assert_int_equal(c[2].round, 1);
+	assert_int_equal(c[2].bytes, 30);
+	memset(f.attached, 0, sizeof(f.attached));
+	f.attached[0] = 1;
+	f.p.units0 = 1;
 	f.p.curve = NULL;  /* no curve: no walk past the near future */
 	f.sc.calls = 0;
 	assert_int_equal(splan_run(&f.p), 0);

@@ -1,7 +1,9 @@
 /* test_stream_share.c - the node cache shared among streamed jobs by their future
- * (loader/stream_share.h): floors (round 0) granted whatever they cost; increments in the order
- * of their time ahead (round / rate), ties by job; the node's capacity and a uid's at exactly
- * their bound and one byte short; a grant is its curve's prefix; a job whose rate is not known
+ * (loader/stream_share.h): floors (the first point, round 0) granted whatever they cost; the
+ * rest of round 0 first, within the capacity; increments in the order of their time ahead
+ * ((round + lead) / rate), ties by job; the node's capacity and a uid's at exactly
+ * their bound and one byte short (the increment that does not fit gets what is left, nothing
+ * after it); a job whose rate is not known
  * on the fastest's clock, rounds as they are when none is; no curve, nothing granted. */
 #include "loader/stream_share.h"
 
@@ -34,7 +36,7 @@ static void test_room(void **state)
 	assert_int_equal(j[1].grant, 40);
 	sshare_run(j, 2, 79, 0, ev);  /* one byte short: the last increment (the slower job's) */
 	assert_int_equal(j[0].grant, 40);
-	assert_int_equal(j[1].grant, 30);
+	assert_int_equal(j[1].grant, 39);
 }
 
 /* A job ten times faster reads its rounds ten times sooner: A's three increments (0.1, 0.2,
@@ -47,9 +49,9 @@ static void test_rate_orders(void **state)
 	sshare_run(j, 2, 60, 0, ev);  /* floors 20, A +30, B +10: exactly 60 */
 	assert_int_equal(j[0].grant, 40);
 	assert_int_equal(j[1].grant, 20);
-	sshare_run(j, 2, 59, 0, ev);
+	sshare_run(j, 2, 59, 0, ev);  /* B's round 1 gets what is left */
 	assert_int_equal(j[0].grant, 40);
-	assert_int_equal(j[1].grant, 10);
+	assert_int_equal(j[1].grant, 19);
 	/* the other way round: B first */
 	j[0].rate = 1, j[1].rate = 10;
 	sshare_run(j, 2, 60, 0, ev);
@@ -66,9 +68,9 @@ static void test_equal_rates(void **state)
 	sshare_run(j, 2, 60, 0, ev);
 	assert_int_equal(j[0].grant, 30);
 	assert_int_equal(j[1].grant, 30);
-	sshare_run(j, 2, 59, 0, ev);  /* B's round 2 does not fit: B ends; A's round 3 neither */
+	sshare_run(j, 2, 59, 0, ev);  /* B's round 2 gets what is left; A's round 3 nothing */
 	assert_int_equal(j[0].grant, 30);
-	assert_int_equal(j[1].grant, 20);
+	assert_int_equal(j[1].grant, 29);
 }
 
 /* A uid's bound: A and B of uid 1, C of uid 2. */
@@ -81,10 +83,10 @@ static void test_uid_bound(void **state)
 	assert_int_equal(j[0].grant, 20);
 	assert_int_equal(j[1].grant, 30);
 	assert_int_equal(j[2].grant, 20);
-	sshare_run(j, 3, 1000, 39, ev);
+	sshare_run(j, 3, 1000, 39, ev);  /* C's round 1 gets what uid 1 has left; uid 2 goes on */
 	assert_int_equal(j[0].grant, 20);
 	assert_int_equal(j[1].grant, 30);
-	assert_int_equal(j[2].grant, 10);
+	assert_int_equal(j[2].grant, 19);
 	sshare_run(j, 3, 1000, 2000, ev);  /* a uid bound above the node's is the node's */
 	assert_int_equal(j[0].grant + j[1].grant + j[2].grant, 90);
 	sshare_run(j, 3, 50, 2000, ev);
@@ -107,21 +109,22 @@ static void test_floors(void **state)
 	j[1] = job(2, 1, late, 1);
 	sshare_run(j, 2, 5, 0, ev);
 	assert_int_equal(j[0].grant, 0);
-	assert_int_equal(j[1].grant, 0);
+	assert_int_equal(j[1].grant, 5);
 	sshare_run(j, 2, 10, 0, ev);
 	assert_int_equal(j[1].grant, 10);
 }
 
-/* A grant is a prefix: a later small increment is not granted after a refused one. */
+/* The water level: the first increment that does not fit gets what is left, and nothing later
+ * is granted, a small one of another job included. */
 static void test_prefix(void **state)
 {
 	(void)state;
 	static const struct sshare_pt gap[] = { { 0, 10 }, { 1, 110 }, { 2, 111 } };
-	struct sshare_job j[2] = { job(1, 1, gap, 3), job(2, 1, even, 4) };
+	struct sshare_job j[2] = { job(1, 1, gap, 3), job(2, 2, even, 4) };
 
-	sshare_run(j, 2, 60, 0, ev);
-	assert_int_equal(j[0].grant, 10);
-	assert_int_equal(j[1].grant, 40);
+	sshare_run(j, 2, 60, 0, ev);  /* B 0.5 s +10, A 1 s +100: 30 of it; B's 1 s +10: none */
+	assert_int_equal(j[0].grant, 40);
+	assert_int_equal(j[1].grant, 20);
 }
 
 /* A rate not known: the fastest's clock; none known: rounds as they are. */
@@ -144,6 +147,46 @@ static void test_unknown_rate(void **state)
 	assert_int_equal(j[2].grant, 20);
 }
 
+/* Round 0 past the floor: now, before any later round, but within the capacity. */
+static void test_round0_rest(void **state)
+{
+	(void)state;
+	static const struct sshare_pt r0[] = { { 0, 10 }, { 0, 40 }, { 1, 50 } };
+	static const struct sshare_pt b[] = { { 0, 10 }, { 1, 20 } };
+	struct sshare_job j[2] = { job(1, 1, r0, 3), job(2, 100, b, 2) };
+
+	sshare_run(j, 2, 50, 0, ev);  /* floors 20, A's round 0 +30 (at 0 s, before B's 0.01 s) */
+	assert_int_equal(j[0].grant, 40);
+	assert_int_equal(j[1].grant, 10);
+	sshare_run(j, 2, 49, 0, ev);
+	assert_int_equal(j[0].grant, 39);
+	assert_int_equal(j[1].grant, 10);
+}
+
+/* The steps a job has opened ahead of its consumers put its rounds later. */
+static void test_lead(void **state)
+{
+	(void)state;
+	struct sshare_job j[2] = { job(1, 1, even, 4), job(2, 1, even, 4) };
+
+	j[1].lead = 5;  /* B's rounds at 6, 7, 8 s; A's at 1, 2, 3 */
+	sshare_run(j, 2, 60, 0, ev);
+	assert_int_equal(j[0].grant, 40);
+	assert_int_equal(j[1].grant, 20);
+	sshare_run(j, 2, 50, 0, ev);
+	assert_int_equal(j[0].grant, 40);
+	assert_int_equal(j[1].grant, 10);
+	j[1].lead = 1.5;  /* B's round 1 at 2.5 s: after A's round 2, before its round 3 */
+	sshare_run(j, 2, 50, 0, ev);
+	assert_int_equal(j[0].grant, 30);
+	assert_int_equal(j[1].grant, 20);
+	j[1].lead = -3;  /* not below 0 */
+	j[0].lead = 0.0 / 0.0;
+	sshare_run(j, 2, 60, 0, ev);
+	assert_int_equal(j[0].grant, 30);
+	assert_int_equal(j[1].grant, 30);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -154,6 +197,8 @@ int main(void)
 		cmocka_unit_test(test_floors),
 		cmocka_unit_test(test_prefix),
 		cmocka_unit_test(test_unknown_rate),
+		cmocka_unit_test(test_round0_rest),
+		cmocka_unit_test(test_lead),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

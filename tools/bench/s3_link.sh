@@ -33,7 +33,9 @@
 #       the set (--cache-size and --cache-size-per-uid) with --cache-stream, 2 epochs of the
 #       windowed shuffle (blocks of a shard's records, 2 a window, as the (c) replay): bytes
 #       received per epoch (the veth's counters) against the replay, and
-#       every sample once an epoch; the same with a cache of half the set. (e1) runs E1_RUNS
+#       every sample once an epoch; the same with a cache of half the set; (e3) two jobs on one
+#       node cache of a quarter of their two sets, a fast one and a slow one (ldcat --rate), the
+#       future shared across jobs against LRU: bytes received. (e1) runs E1_RUNS
 #       times (3; medians); in (e2) epoch 1 is a job of its own on a fresh cache and epoch 2 the
 #       2-epoch job's bytes less it (ldcat's output is buffered: no per-step clock). Each ldcat
 #       is stopped after E_TIMEOUT s (300): a failure or a stall is shown, and the run goes on.
@@ -381,6 +383,33 @@ for d in 4 2; do  # epoch 1 alone, then 2 epochs: epoch 2's bytes are the differ
 		e2 es2_2_${d}_$pol "$d" 2 $pol
 	done
 done
+# (e3) two jobs on one node cache, each on a set of its own (the shuffled photographs under two
+# prefixes: two sets to the cache), 2 epochs of the windowed shuffle each: a fast one (unthrottled)
+# and a slow one (ldcat --rate E3_RATE, 400 samples/s), started together; the cache (and the uid's
+# bound) a quarter of the two sets; the future shared across the jobs (--cache-evict future,
+# loader/stream_share.c) against LRU (--cache-evict lru: each stream an even split, ldfetch
+# evicting the least recently used between them): bytes received over both jobs. E3_RUNS (2)
+# runs of each, interleaved.
+"$BIN/dpack" pack --no-fsync --shard-records "$REC" "$T/mixed.tar" s3://bench/mixed2/set.dpks >/dev/null 2>&1
+e3() { # e3 NAME POLICY (not _n: ejob sets it)
+	_m=$1
+	enode "$_m" $((MBYTES / 2)) --cache-stream --cache-evict "$2"
+	rx >"$T/$_m.rx0"
+	# shellcheck disable=SC2086
+	ejob "$_m" "${_m}_slow" s3://bench/mixed2/set.dpks --epochs 2 --rate "${E3_RATE:-400}" $MWIN \
+		>"$T/${_m}_slow.wall" &
+	_sp=$!
+	# shellcheck disable=SC2086
+	ejob "$_m" "${_m}_fast" s3://bench/mixed/set.dpks --epochs 2 $MWIN >"$T/${_m}_fast.wall"
+	wait $_sp || true
+	rx >"$T/$_m.rx1"
+	for _k in fast slow; do cp "$T/$_m.rx0" "$T/${_m}_$_k.rx0"; cp "$T/$_m.rx1" "$T/${_m}_$_k.rx1"; done
+	stop_loaderd || true
+}
+E3_RUNS=${E3_RUNS:-2}
+for r in $(seq "$E3_RUNS"); do
+	for pol in future lru; do e3 es3_${r}_$pol $pol; done
+done
 grep -h 'stream ends' "$T"/es*.log || true
 msim() { "$BIN/ldcachesim" --samples "$N" --shard-records $((N / MSHARDS)) --record-bytes $((MBYTES / N)) \
 	--world 1 --batch 64 --epochs 3 --sampling block --window 2 "$@" | tail -1; }
@@ -415,7 +444,12 @@ def two(div, pol):
     ok = a['wall_s'] is not None and b['wall_s'] is not None
     return {'cache_bytes': MB // div, 'epoch1_job': a, 'epochs2_job': b,
         'rx_sets_per_epoch': [round(a['rx'] / MB, 3), round((b['rx'] - a['rx']) / MB, 3)] if ok else None}
-print(json.dumps({'streamed': runs('$e1s'), 'streamed_window': runs('$e1w'), 'whole': runs('$e1h'),
+def three(r, pol):
+    n = 'es3_%d_%s' % (r, pol)
+    f, s = job(n + '_fast'), job(n + '_slow')
+    return {'cache_bytes': MB // 2, 'rx_sets': round(f['rx'] / MB, 3), 'fast': f, 'slow': s}
+E3 = {pol: [three(r, pol) for r in range(1, $E3_RUNS + 1)] for pol in ('future', 'lru')}
+print(json.dumps({'two_jobs': E3, 'streamed': runs('$e1s'), 'streamed_window': runs('$e1w'), 'whole': runs('$e1h'),
     'local': runs('$e1l'), 'local_window': runs('$e1lw'),
     'mixed': {'bytes': MB, 'shards': $MSHARDS, 'block': $MREC, 'smallest_shard': $MMIN},
     'quarter': two(4, 'future'), 'half': two(2, 'future'), 'quarter_lru': two(4, 'lru'), 'half_lru': two(2, 'lru'),
@@ -524,6 +558,10 @@ for k, s in (('quarter', es['sim_block_quarter']), ('half', es['sim_block_half']
         q2 = q['epochs2_job']
         print('(e2) a cache of a %s (%.1f MB), streamed, windowed, --cache-evict %s: received %s sets per epoch (epoch 1 a job alone, %s s; epoch 2 = the 2-epoch job, %s s, less it); the replay: future %s, LRU %s; the 2-epoch job: samples per epoch %s, each once: %s' % (
             k, q['cache_bytes'] / 1e6, pol, q['rx_sets_per_epoch'], q['epoch1_job']['wall_s'], q2['wall_s'], s['future'][:2], s['lru'][:2], q2['samples'], q2['each_once']))
+for pol in ('future', 'lru'):
+    for r in es['two_jobs'][pol]:
+        print('(e3) two jobs, one node cache of %.1f MB (a quarter of their two sets), --cache-evict %s: received %s sets over their 4 epochs; fast %s s, slow %s s; samples per epoch %s and %s, each once: %s %s' % (
+            r['cache_bytes'] / 1e6, pol, r['rx_sets'], r['fast']['wall_s'], r['slow']['wall_s'], r['fast']['samples'], r['slow']['samples'], r['fast']['each_once'], r['slow']['each_once']))
 m = json.loads('''$mosaic''')
 if m:
     for k, r in (('full', m['full']), ('quarter', m['quarter']), ('quarter, blocks of 2 shards,', m['quarter_block2'])):
