@@ -38,7 +38,6 @@ void sshare_run(struct sshare_job *jobs, uint32_t n, uint64_t cap, uint64_t cap_
 		uint32_t q0 = npt && b->pt[0].round == 0;
 
 		b->grant = q0 ? b->pt[0].bytes : 0;
-		used += b->grant;
 		for (uint32_t q = q0; q < npt; q++)
 			ev[nev++] = (struct sshare_ev){ b->pt[q].round ? (b->pt[q].round + lead) / rate : 0,
 							j, q };
@@ -60,8 +59,19 @@ void sshare_run(struct sshare_job *jobs, uint32_t n, uint64_t cap, uint64_t cap_
 			}
 		uid_used[j] = 0;
 	}
-	for (uint32_t j = 0; j < n; j++)
-		uid_used[first[j]] += jobs[j].grant;
+	/* A uid's floors count against the node up to its bound only: ldfetch holds no more of
+	 * it than that (the rest of its floors wait), so that one uid's many streams do not take
+	 * from the other uids what it cannot hold itself. Sums saturate. */
+	for (uint32_t j = 0; j < n; j++) {
+		uint64_t *u = &uid_used[first[j]];
+		*u = *u + jobs[j].grant < *u ? UINT64_MAX : *u + jobs[j].grant;
+	}
+	for (uint32_t j = 0; j < n; j++) {
+		if (first[j] != j)
+			continue;
+		uint64_t f = uid_used[j] < cap_uid ? uid_used[j] : cap_uid;
+		used = used + f < used ? UINT64_MAX : used + f;
+	}
 	for (uint32_t e = 0; e < nev && used < cap; e++) {
 		uint32_t j = ev[e].job, q = ev[e].q, u = first[j];
 		struct sshare_job *b = &jobs[j];

@@ -114,6 +114,31 @@ static void test_floors(void **state)
 	assert_int_equal(j[1].grant, 10);
 }
 
+/* One uid's floors beyond its bound (many streams, each a first step as large as the bound)
+ * count against the node at that bound only: ldfetch holds no more of the uid, so another uid's
+ * job still gets its curve, up to its own bound. Floors near 2^64 saturate, not wrap. */
+static void test_floors_uid_bound(void **state)
+{
+	(void)state;
+	static const struct sshare_pt hog[] = { { 0, 100 }, { 1, 100 } };
+	struct sshare_job j[5] = { job(1, 1, even, 4) };
+
+	for (int k = 1; k < 5; k++)
+		j[k] = job(2, 1, hog, 2);
+	sshare_run(j, 5, 200, 100, ev);  /* uid 2 counted 100 of 200: uid 1's whole curve */
+	assert_int_equal(j[0].grant, 40);
+	for (int k = 1; k < 5; k++)
+		assert_int_equal(j[k].grant, 100);  /* floors whatever they cost */
+	sshare_run(j, 5, 130, 100, ev);  /* 100 + 10 + 20 of uid 1's increments */
+	assert_int_equal(j[0].grant, 30);
+	static const struct sshare_pt huge[] = { { 0, UINT64_MAX - 5 }, { 1, UINT64_MAX } };
+	j[1] = job(2, 1, huge, 2);
+	j[2] = job(3, 1, huge, 2);
+	sshare_run(j, 3, 1000, 0, ev);  /* no bound: the node is full, nothing past the floors */
+	assert_int_equal(j[0].grant, 10);
+	assert_true(j[1].grant == UINT64_MAX - 5 && j[2].grant == UINT64_MAX - 5);
+}
+
 /* The water level: the first increment that does not fit gets what is left, and nothing later
  * is granted, a small one of another job included. */
 static void test_prefix(void **state)
@@ -195,6 +220,7 @@ int main(void)
 		cmocka_unit_test(test_equal_rates),
 		cmocka_unit_test(test_uid_bound),
 		cmocka_unit_test(test_floors),
+		cmocka_unit_test(test_floors_uid_bound),
 		cmocka_unit_test(test_prefix),
 		cmocka_unit_test(test_unknown_rate),
 		cmocka_unit_test(test_round0_rest),
