@@ -199,10 +199,12 @@ static uint64_t budget(struct srv_stream *st, uint64_t *whole)
 		st->pub_grant = b > 2 * st->pub_big ? b - 2 * st->pub_big : 0;
 		return st->pub_grant;
 	}
-	uint64_t cap = s->opts.cache_size > 2 * big ? s->opts.cache_size - 2 * big : 1;
+	/* the room for one more open: two of the largest shards, but at most a quarter of the
+	 * bound (one uid's set of one huge shard must not leave every other uid its floor alone) */
+	uint64_t cap = s->opts.cache_size - sshare_reserve(2 * big, s->opts.cache_size);
 	uint64_t cap_uid = 0;
 	if (s->opts.cache_size_uid)
-		cap_uid = s->opts.cache_size_uid > 2 * big ? s->opts.cache_size_uid - 2 * big : 1;
+		cap_uid = s->opts.cache_size_uid - sshare_reserve(2 * big, s->opts.cache_size_uid);
 	sshare_run(sj, n, cap, cap_uid, st->ev);
 	for (unsigned k = 0; k < n; k++)  /* for status: the shares as one computation gave them */
 		who[k]->pub_grant = sj[k].grant;

@@ -17,6 +17,11 @@ static int sooner(const void *a, const void *b)
 	return x->q < y->q ? -1 : x->q > y->q;
 }
 
+uint64_t sshare_reserve(uint64_t want, uint64_t bound)
+{
+	return want < bound / 4 ? want : bound / 4;
+}
+
 void sshare_run(struct sshare_job *jobs, uint32_t n, uint64_t cap, uint64_t cap_uid,
 		struct sshare_ev *ev)
 {

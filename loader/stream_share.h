@@ -46,6 +46,11 @@ struct sshare_ev {
 	uint32_t job, q;
 };
 
+/* The room kept within @bound for one more open beside the streams (a manifest and a shard:
+ * @want, two of the largest shards being read), at most a quarter of @bound: one uid's set of a
+ * huge shard must not leave every other uid's stream its floor alone. */
+uint64_t sshare_reserve(uint64_t want, uint64_t bound);
+
 /* Grant @n jobs their share of @cap bytes, each uid at most @cap_uid (0: no bound but @cap).
  * @ev: scratch, n * SSHARE_POINTS. */
 void sshare_run(struct sshare_job *jobs, uint32_t n, uint64_t cap, uint64_t cap_uid,

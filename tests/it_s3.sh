@@ -42,9 +42,9 @@
 #   fetches the new object (one) and refuses it by its identity; --cache-size at exactly a set's
 #   allocated size holds it, one byte under refuses it, and a second set is refused while a job
 #   holds the first (objects in use never evicted); --cache-size-per-uid at exactly the set's
-#   bytes, one under, and a second set while the uid's job holds the first (another uid is not
-#   charged for it), and a uid's charge ends with its own job while another uid's job still reads
-#   the same objects; a store that never answers (tests/s3_hold.py) a third uid's HEAD, then 17 of
+#   allocated bytes (blocks, as --cache-size counts), one under, and a second set while the
+#   uid's job holds the first (another uid is not charged for it), and a uid's charge ends with
+#   its own job while another uid's job still reads the same objects; a store that never answers (tests/s3_hold.py) a third uid's HEAD, then 17 of
 #   its opens, holds up no other uid's open of a cached set; ldfetch's child for a set of 2048
 #   shards holds under 6 MiB more than one for one object; its clients SIGKILLed mid-fetch stay
 #   counted in --max-conns-per-uid until their opens end; without --cache-dir the client fetches as
@@ -398,7 +398,6 @@ nboth() {
 		[ "$(wc -l <"$T/$3.ids")" -eq 40 ] && [ "$(cat "$T/$3.r0" "$T/$3.r1" | wc -l)" -eq 40 ]
 }
 inodes() { ls -i "$1/objects" | grep -v '\.lock' | sort; }
-osize() { find "$1/objects" -type f ! -name .lock -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }'; }
 serve_loaderd "$T/n.sock" "$T/n.log" --all-users --cache-dir "$T/node" --cache-endpoints "$EPS"
 check "the node cache is made mode 0700, loaderd's own" \
 	[ "$(stat -c '%a %u' "$T/node")" = "700 $(id -u)" ]
@@ -415,7 +414,7 @@ check "... its two ranks opened at once: each object fetched once in all (reques
 	[ "$fa" = 2:6 ]
 inodes "$T/node" >"$T/ino1"
 u1=$(used "$T/node")
-b1=$(osize "$T/node")
+b1=$u1  # the per-uid charge counts allocated blocks, as --cache-size does
 kd=$(s3_user nodedeny '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":"*"},{"Effect":"Deny","Action":"s3:GetObject","Resource":"arn:aws:s3:::data/job/*"}]}')
 AWS_ACCESS_KEY_ID=${kd% *} AWS_SECRET_ACCESS_KEY=${kd#* } asu $UB "$BIN/ldcat" --socket "$T/n.sock" \
 	--crop 0 --batch 4 --world 2 --seed 3 --dataset s3://data/job/set.dpks --job nb --rank 0 \

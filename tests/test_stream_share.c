@@ -212,6 +212,17 @@ static void test_lead(void **state)
 	assert_int_equal(j[1].grant, 30);
 }
 
+/* The room for one more open: two of the largest shards, at most a quarter of the bound. */
+static void test_reserve(void **state)
+{
+	(void)state;
+	assert_int_equal(sshare_reserve(24, 100), 24);
+	assert_int_equal(sshare_reserve(25, 100), 25);  /* exactly a quarter */
+	assert_int_equal(sshare_reserve(26, 100), 25);  /* one past */
+	assert_int_equal(sshare_reserve(UINT64_MAX, 100), 25);
+	assert_int_equal(sshare_reserve(1, 0), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -225,6 +236,7 @@ int main(void)
 		cmocka_unit_test(test_unknown_rate),
 		cmocka_unit_test(test_round0_rest),
 		cmocka_unit_test(test_lead),
+		cmocka_unit_test(test_reserve),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

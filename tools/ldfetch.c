@@ -127,7 +127,7 @@ static int charge_admit(void *arg, const char *const *paths, const uint64_t *siz
 		if (!(a->names[a->n] = strdup(base ? base + 1 : paths[i])))
 			return err_set(err, errlen, -ENOMEM, "%s: out of memory", url);
 		a->n++;
-		mine += sizes[i];
+		mine += (sizes[i] + 4095) / 4096 * 4096;  /* as blocks, as --cache-size counts */
 	}
 	qsort(a->names, a->n, sizeof(*a->names), cmp_name);
 	DIR *d = opendir(a->udir);
@@ -139,7 +139,7 @@ static int charge_admit(void *arg, const char *const *paths, const uint64_t *siz
 			continue;  /* counted with this dataset */
 		snprintf(obj, sizeof(obj), "%s/objects/%s", g_dir, e->d_name);
 		if (stat(obj, &st) == 0 && s3cache_held(obj, a->uid, 1))
-			held += (uint64_t)st.st_size;
+			held += (uint64_t)st.st_blocks * 512;
 		else
 			unlinkat(dirfd(d), e->d_name, 0);  /* no job of the uid holds it any more */
 	}
@@ -297,7 +297,7 @@ static int strm_admit(void *arg, const char *const *paths, const uint64_t *sizes
 {
 	uint64_t mine = 0;
 	for (size_t i = 0; i < n; i++)
-		mine += sizes[i];
+		mine += (sizes[i] + 4095) / 4096 * 4096;
 	struct charge_arg *a = arg;
 	int ret = charge_admit(arg, paths, sizes, n, url, err, errlen);
 	/* Streaming, past the uid's bound: a wait for its drops; a batch above the bound is tried
