@@ -345,11 +345,17 @@ static int get_batch_conc(struct s3 *s, const char *dir, const char *bucket, str
 				r->fetched++;
 				r->fetched_bytes += w[i].obj.size;
 				w[i].missing = 0;
-				pin(c, w[i].path);
 			}
 			unlink(w[i].tmp);
 			close(w[i].fd);  /* and its write lock: whoever waits goes on */
 			w[i].fd = -1;
+			/* pinned only now: the part's write lock (the whole file, the object's too once
+			 * linked) made a pin taken before it fail, and the object, unpinned, could be
+			 * evicted as an orphan by another fetch while this one's lock was let go (a later
+			 * transfer, the shards' HEADs), before it was linked into its view. Still under
+			 * the cache's lock: no eviction in between. */
+			if (ret == 0)
+				pin(c, w[i].path);
 		}
 		if (ret < 0 || !nwait)
 			return ret;
