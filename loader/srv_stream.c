@@ -4,9 +4,9 @@
  * (srv_shard_ready), and it plans (stream_plan.h, the policy): from where each attached rank
  * of the job stands, the shards its next steps read (ops->stream_future), half the stream's
  * byte budget (its share of the node cache among every streamed job, stream_share.h, from the
- * curves and rates their plans publish) fetched ahead, the other half keeping shards already here for their next use,
- * the soonest-needed first (Belady's order over the known future; loaderd --cache-evict lru,
- * for comparisons: the most recently read first). Those to fetch are sent as the wanted list
+ * curves and rates their plans publish) fetched ahead, the other half keeping shards already
+ * here for their next use, the soonest-needed first (Belady's order over the known future;
+ * loaderd --cache-evict lru, for comparisons: the most recently read first). Those to fetch are sent as the wanted list
  * (CTL_SHARD_WANT, soonest first); those that lost their place are detached and sent as dropped
  * (CTL_SHARD_DROP), which lets ldfetch evict them, never one a step in flight holds (its detach
  * answers -EBUSY; it is tried again at the next plan). Nobody reading (the job lingers after
@@ -212,9 +212,9 @@ static uint64_t budget(struct srv_stream *st, uint64_t *whole)
 }
 
 /* Under mu. The job's rate, rounds of its walk a second (a round: each rank one step), from
- * the steps its ranks' consumers took since the last measure. Not lowered while its steps wait on the network
- * (a pace the cache imposes is not the job's own: lowering it would shrink its share and slow it
- * further). */
+ * the steps its ranks' consumers took since the last measure. Not lowered while its steps wait
+ * on the network (a pace the cache imposes is not the job's own: lowering it would shrink its
+ * share and slow it further). */
 static void measure_rate(struct srv_stream *st, int64_t now)
 {
 	if (!st->nranks || st->nranks != st->rate_nranks || st->adv < st->rate_adv) {
@@ -225,7 +225,8 @@ static void measure_rate(struct srv_stream *st, int64_t now)
 	}
 	if (now - st->rate_ns < STREAM_RATE_NS)
 		return;
-	double inst = (double)(st->adv - st->rate_adv) / st->nranks / ((double)(now - st->rate_ns) / 1e9);
+	double inst = (double)(st->adv - st->rate_adv) / st->nranks /
+		      ((double)(now - st->rate_ns) / 1e9);
 	if (!(st->nparked && inst < st->rate))
 		st->rate = st->rate > 0 ? 0.75 * st->rate + 0.25 * inst : inst;
 	st->rate_adv = st->adv;
@@ -251,7 +252,8 @@ static void set_sizes(struct srv_stream *st, uint32_t first, const uint64_t *byt
 
 /* The @i-th unit of round @t of a plan's walk: round 0 is the parked steps, then each rank's next
  * step; round t > 0, each rank's step t after its next. */
-static void unit(const struct srv_stream *st, uint64_t t, uint32_t i, uint32_t *rank, uint64_t *step)
+static void unit(const struct srv_stream *st, uint64_t t, uint32_t i, uint32_t *rank,
+		 uint64_t *step)
 {
 	if (t == 0 && i < st->nparked) {
 		*rank = st->pk_rank[i];
@@ -288,7 +290,7 @@ static uint32_t walk_shards(void *arg, uint64_t t, uint32_t i, uint8_t *seen, ui
 }
 
 /* The curve a plan leaves, published for the other streams' shares (none with lru), and its
- * budget and shards here for status. */
+ * shards here for status. */
 static void publish(struct srv_stream *st, const struct splan *p)
 {
 	uint32_t here = 0;
@@ -300,7 +302,6 @@ static void publish(struct srv_stream *st, const struct splan *p)
 		memcpy(st->curve, p->curve, (size_t)p->ncurve * sizeof(*st->curve));
 		st->ncurve = p->ncurve;
 	}
-	st->pub_big = st->big;
 	st->pub_here = here;
 	pthread_mutex_unlock(&st->s->mu);
 }
@@ -342,12 +343,13 @@ static int plan(struct srv_stream *st)
 	/* What to fetch ahead and what to let go: stream_plan.h */
 	struct walk wk = { st, state, steps_total, 0 };
 	struct sshare_pt curve[SSHARE_POINTS];
+	/* the cache may have no room for what is wanted (ldfetch waits): what is kept for later
+	 * yields to it */
+	int lean = st->nsent && now - st->in_ns > STREAM_STARVE_NS;
 	struct splan p = { .total = st->total, .attached = st->attached, .bytes = st->csize,
 			   .limit = limit, .whole = whole, .lru = lru, .at_ns = st->at_ns,
 			   .now = now, .grace_ns = STREAM_GRACE_NS,
-			   /* the cache may have no room for what is wanted (ldfetch waits): what is
-			    * kept for later yields to it */
-			   .lean = st->nsent && now - st->in_ns > STREAM_STARVE_NS,
+			   .lean = lean,
 			   .units0 = st->nparked + st->nranks, .units = st->nranks,
 			   .horizon = STREAM_HORIZON, .shards = walk_shards, .arg = &wk,
 			   .list_max = CTL_SHARD_LIST_MAX, .used_ns = st->used_ns, .seen = st->seen,
@@ -366,7 +368,7 @@ static int plan(struct srv_stream *st)
 			p.limit = budget(st, &whole);
 			pthread_mutex_unlock(&s->mu);
 		}
-		p.lean = st->nsent && now - st->in_ns > STREAM_STARVE_NS;
+		p.lean = lean;
 		wk.draws = 0;
 	}
 	if (!lru && (p.limit > st->grant + st->big || p.limit + st->big < st->grant))

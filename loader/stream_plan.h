@@ -21,8 +21,8 @@
  *    kept for later.
  *  - With @curve, the walk also leaves the job's curve for stream_share.h: the first step's
  *    bytes (round 0, the floor), then by the end of each round the bytes of the distinct shards
- *    read so far (whether here or not); the walk goes on for it until those bytes pass @curve_until (no share
- *    could be larger) or the horizon. Past SSHARE_POINTS rounds the curve is thinned: every
+ *    read so far (whether here or not); the walk goes on for it until those bytes pass
+ *    @curve_until (no share could be larger) or the horizon. Past SSHARE_POINTS rounds the curve is thinned: every
  *    other point after round 0 goes, the later of each pair kept (its bytes counted a little
  *    later than they are read). */
 #ifndef LOADER_STREAM_PLAN_H

@@ -13,9 +13,9 @@
  * took), the soonest first, while the node's capacity has room: the first increment that does
  * not fit gets what is left and the share ends there (the water level: every job holds what it
  * reads before that time). Past a uid's capacity the same, for that uid's jobs alone: its job
- * gets what the uid has left, and the other uids' go on. A job whose rate is not known yet (it has not moved) is put on the clock of the
- * fastest known, so that a job just started is not starved by one that runs; with no rate known,
- * rounds are compared as they are. */
+ * gets what the uid has left, and the other uids' go on. A job whose rate is not known yet (it
+ * has not moved) is put on the clock of the fastest known, so that a job just started is not
+ * starved by one that runs; with no rate known, rounds are compared as they are. */
 #ifndef LOADER_STREAM_SHARE_H
 #define LOADER_STREAM_SHARE_H
 

@@ -83,6 +83,15 @@ for e, ids in per.items():
     assert sorted(ids, key=int) == [str(k) for k in range(64)], (e, sorted(ids, key=int))
 EOF
 }
+# two_checks WHAT JOB MAXFILE LOG: two's 2-epoch job JOB (its status in $rc) ended well on both
+# ranks, every sample once per epoch with the local labels, the cache (watched into MAXFILE)
+# never above $size
+two_checks() {
+	check "$1: both ranks end well" [ $rc -eq 0 ] || { show "$T/$2.e0"; show "$T/$2.e1"; show "$4"; }
+	check "... every sample once per epoch, with the local set's labels" once "$T/$2" 2
+	check "... the cache's objects never above --cache-size ($size)" \
+		sh -c "[ -s '$3' ] && [ \$(cat '$3') -le $size ]" || echo "# max $(cat "$3" 2>/dev/null)"
+}
 two() {  # two ranks of job $1 through socket $2, more ldcat options after
 	_j=$1 _s=$2
 	shift 2
@@ -112,11 +121,7 @@ watch "$T/ns" "$T/max"
 two win "$T/s.sock" --epochs 2 --sampling block --block 4 --window 2
 rc=$?
 unwatch
-check "streamed, windowed, 2 ranks x 2 epochs: both ranks end well" [ $rc -eq 0 ] ||
-	{ show "$T/win.e0"; show "$T/win.e1"; show "$T/s.log"; }
-check "... every sample once per epoch, with the local set's labels" once "$T/win" 2
-check "... the cache's objects never above --cache-size ($size)" \
-	sh -c "[ -s '$T/max' ] && [ \$(cat '$T/max') -le $size ]" || echo "# max $(cat "$T/max" 2>/dev/null)"
+two_checks "streamed, windowed, 2 ranks x 2 epochs" win "$T/max" "$T/s.log"
 
 # --window-shards needs the manifest's counts, which the client does not have here: said, with the way
 "$BIN/ldcat" --socket "$T/s.sock" --crop 0 --batch 4 --world 1 --seed 3 --epochs 1 \
@@ -177,11 +182,7 @@ watch "$T/nl" "$T/maxl"
 DS=s3://data/l/set.dpks two lru "$T/l.sock" --epochs 2 --sampling block --block 4 --window 2
 rc=$?
 unwatch
-check "--cache-evict lru, the same job: both ranks end well" [ $rc -eq 0 ] ||
-	{ show "$T/lru.e0"; show "$T/lru.e1"; show "$T/l.log"; }
-check "... every sample once per epoch, with the local set's labels" once "$T/lru" 2
-check "... the cache's objects never above --cache-size ($size)" \
-	sh -c "[ -s '$T/maxl' ] && [ \$(cat '$T/maxl') -le $size ]" || echo "# max $(cat "$T/maxl" 2>/dev/null)"
+two_checks "--cache-evict lru, the same job" lru "$T/maxl" "$T/l.log"
 stop_loaderd
 "$BIN/loaderd" --socket "$T/x.sock" --cache-dir "$T/nx" --cache-evict lru >/dev/null 2>"$T/ev.e"
 rc=$?

@@ -112,13 +112,22 @@ static void names_free(struct charge_arg *a)
 	a->n = 0;
 }
 
+/* What @n objects of @sizes bytes take in the cache: allocated blocks, as --cache-size counts. */
+static uint64_t blocks_of(const uint64_t *sizes, size_t n)
+{
+	uint64_t sum = 0;
+	for (size_t i = 0; i < n; i++)
+		sum += (sizes[i] + 4095) / 4096 * 4096;
+	return sum;
+}
+
 /* s3cache's admission: the uid's charge with this dataset, within --cache-size-per-uid. The
  * uid's markers are walked once per call (what its jobs hold, at most). */
 static int charge_admit(void *arg, const char *const *paths, const uint64_t *sizes, size_t n,
 			const char *url, char *err, size_t errlen)
 {
 	struct charge_arg *a = arg;
-	uint64_t mine = 0, held = 0;
+	uint64_t mine = blocks_of(sizes, n), held = 0;
 	names_free(a);
 	if (!(a->names = calloc(n, sizeof(*a->names))))
 		return err_set(err, errlen, -ENOMEM, "%s: out of memory", url);
@@ -127,7 +136,6 @@ static int charge_admit(void *arg, const char *const *paths, const uint64_t *siz
 		if (!(a->names[a->n] = strdup(base ? base + 1 : paths[i])))
 			return err_set(err, errlen, -ENOMEM, "%s: out of memory", url);
 		a->n++;
-		mine += (sizes[i] + 4095) / 4096 * 4096;  /* as blocks, as --cache-size counts */
 	}
 	qsort(a->names, a->n, sizeof(*a->names), cmp_name);
 	DIR *d = opendir(a->udir);
@@ -295,9 +303,7 @@ static int strm_take(void *arg, uint32_t k, const char *path, char *err, size_t 
 static int strm_admit(void *arg, const char *const *paths, const uint64_t *sizes, size_t n,
 		      const char *url, char *err, size_t errlen)
 {
-	uint64_t mine = 0;
-	for (size_t i = 0; i < n; i++)
-		mine += (sizes[i] + 4095) / 4096 * 4096;
+	uint64_t mine = blocks_of(sizes, n);
 	struct charge_arg *a = arg;
 	int ret = charge_admit(arg, paths, sizes, n, url, err, errlen);
 	/* Streaming, past the uid's bound: a wait for its drops; a batch above the bound is tried
