@@ -44,8 +44,8 @@ void sshare_run(struct sshare_job *jobs, uint32_t n, uint64_t cap, uint64_t cap_
 
 		b->grant = q0 ? b->pt[0].bytes : 0;
 		for (uint32_t q = q0; q < npt; q++)
-			ev[nev++] = (struct sshare_ev){ b->pt[q].round ? (b->pt[q].round + lead) / rate : 0,
-							j, q };
+			ev[nev++] = (struct sshare_ev){ (b->pt[q].round ? b->pt[q].round + lead :
+							 lead / 2) / rate, j, q };
 	}
 	qsort(ev, nev, sizeof(*ev), sooner);
 	/* the increments, the soonest first, while they fit. The first that does not fit the node

@@ -8,9 +8,10 @@
  * (rounds a second, measured by its stream as its consumers take steps) puts the rounds on one
  * clock. The share is Belady's across jobs: every job is granted its first point (its floor:
  * without it nothing moves, whatever it costs), then the
- * curves' increments in the order of their time ahead (round 0's after the floor: now; round
- * r > 0: (r + lead) / rate, lead being the steps a rank has opened beyond what its consumer
- * took), the soonest first, while the node's capacity has room: the first increment that does
+ * curves' increments in the order of their time ahead (round r > 0: (r + lead) / rate, lead
+ * being the steps a rank has opened beyond what its consumer took; round 0's after the floor,
+ * steps its consumers take between now and lead / rate: (lead / 2) / rate, so that a slow
+ * consumer's ring of opened steps does not come before a fast job's next rounds), the soonest first, while the node's capacity has room: the first increment that does
  * not fit gets what is left and the share ends there (the water level: every job holds what it
  * reads before that time). Past a uid's capacity the same, for that uid's jobs alone: its job
  * gets what the uid has left, and the other uids' go on. A job whose rate is not known yet (it

@@ -172,7 +172,8 @@ static void test_unknown_rate(void **state)
 	assert_int_equal(j[2].grant, 20);
 }
 
-/* Round 0 past the floor: now, before any later round, but within the capacity. */
+/* Round 0 past the floor: at (lead / 2) / rate (now without a lead), before the job's later
+ * rounds, within the capacity. */
 static void test_round0_rest(void **state)
 {
 	(void)state;
@@ -185,6 +186,18 @@ static void test_round0_rest(void **state)
 	assert_int_equal(j[1].grant, 10);
 	sshare_run(j, 2, 49, 0, ev);
 	assert_int_equal(j[0].grant, 39);
+	assert_int_equal(j[1].grant, 10);
+	/* A's steps opened 4 ahead of its consumer: the rest of its round 0 at (4 / 2) / 1 = 2 s,
+	 * after B's round 1 (1 s); at 2 s A before B (ties by job) */
+	static const struct sshare_pt even2[] = { { 0, 10 }, { 1, 20 }, { 2, 30 } };
+	j[0].lead = 4;
+	j[1] = job(2, 1, even2, 3);
+	sshare_run(j, 2, 50, 0, ev);  /* floors 20, B 1 s +10, A 2 s +30: 20 of it; then none */
+	assert_int_equal(j[0].grant, 30);
+	assert_int_equal(j[1].grant, 20);
+	j[0].lead = 0;  /* without it: A's round 0 now, B's round 1 after: A 40, B 10 */
+	sshare_run(j, 2, 50, 0, ev);
+	assert_int_equal(j[0].grant, 40);
 	assert_int_equal(j[1].grant, 10);
 }
 
